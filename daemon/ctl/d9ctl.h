@@ -1,0 +1,11 @@
+/* d9ctl subcommands: each lives in its own file and is listed in main.c. */
+#pragma once
+
+struct d9ctl_command {
+        const char *name;
+        int (*run)(int argc, char **argv); /* argv[0] is the subcommand name */
+        const char *usage;
+};
+
+/* Socket path from --socket, D9_SOCKET or the default. */
+const char *d9ctl_socket_path(void);
