@@ -9,3 +9,5 @@ struct d9ctl_command {
 
 /* Socket path from --socket, D9_SOCKET or the default. */
 const char *d9ctl_socket_path(void);
+
+int cmd_serve(int argc, char **argv);

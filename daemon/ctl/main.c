@@ -8,6 +8,7 @@
 #include "d9ctl.h"
 
 static const struct d9ctl_command commands[] = {
+        { "serve", cmd_serve, "serve [--dir DIR | --bucket B ...] [--listen HOST:PORT]  browse traces in the web viewer" },
         { NULL, NULL, NULL },
 };
 
