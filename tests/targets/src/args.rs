@@ -1,0 +1,107 @@
+//! Command-line parsing (std only, so the target needs no crate but Tokio).
+
+use std::time::Duration;
+
+pub const USAGE: &str = "usage: d9-target server|load|mixed [--flavor multi-thread|current-thread] \
+[--workers N] [--listen ADDR] [--connect ADDR] [--conns N] [--duration SECS] \
+[--start-delay SECS] [--wait-stdin]";
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Server,
+    Load,
+    Mixed,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    MultiThread,
+    CurrentThread,
+}
+
+impl Flavor {
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavor::MultiThread => "multi-thread",
+            Flavor::CurrentThread => "current-thread",
+        }
+    }
+}
+
+pub struct Args {
+    pub mode: Mode,
+    pub flavor: Flavor,
+    pub workers: usize,
+    pub listen: String,
+    pub connect: String,
+    pub conns: usize,
+    /// None: run until killed (server only).
+    pub duration: Option<Duration>,
+    pub start_delay_ms: u64,
+    pub wait_stdin: bool,
+}
+
+fn parse_secs(flag: &str, v: &str) -> Result<Duration, String> {
+    match v.parse::<f64>() {
+        Ok(s) if s.is_finite() && s >= 0.0 => Ok(Duration::from_secs_f64(s)),
+        _ => Err(format!("{flag}: expected seconds, got '{v}'")),
+    }
+}
+
+fn parse_count(flag: &str, v: &str) -> Result<usize, String> {
+    match v.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("{flag}: expected a positive integer, got '{v}'")),
+    }
+}
+
+pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
+    let mode = match it.next().as_deref() {
+        Some("server") => Mode::Server,
+        Some("load") => Mode::Load,
+        Some("mixed") => Mode::Mixed,
+        Some(m) => return Err(format!("unknown mode '{m}'")),
+        None => return Err("missing mode".into()),
+    };
+    let mut a = Args {
+        mode,
+        flavor: Flavor::MultiThread,
+        workers: 2,
+        listen: "127.0.0.1:0".into(),
+        connect: String::new(),
+        conns: 4,
+        duration: None,
+        start_delay_ms: 0,
+        wait_stdin: false,
+    };
+    while let Some(flag) = it.next() {
+        if flag == "--wait-stdin" {
+            a.wait_stdin = true;
+            continue;
+        }
+        let v = it.next().ok_or_else(|| format!("{flag}: missing value"))?;
+        match flag.as_str() {
+            "--flavor" => {
+                a.flavor = match v.as_str() {
+                    "multi-thread" => Flavor::MultiThread,
+                    "current-thread" => Flavor::CurrentThread,
+                    _ => return Err(format!("--flavor: unknown flavor '{v}'")),
+                }
+            }
+            "--workers" => a.workers = parse_count(&flag, &v)?,
+            "--listen" => a.listen = v,
+            "--connect" => a.connect = v,
+            "--conns" => a.conns = parse_count(&flag, &v)?,
+            "--duration" => a.duration = Some(parse_secs(&flag, &v)?),
+            "--start-delay" => a.start_delay_ms = parse_secs(&flag, &v)?.as_millis() as u64,
+            _ => return Err(format!("unknown option '{flag}'")),
+        }
+    }
+    if a.mode == Mode::Load && a.connect.is_empty() {
+        return Err("load: --connect ADDR is required".into());
+    }
+    if a.mode != Mode::Server && a.duration.is_none() {
+        a.duration = Some(Duration::from_secs(3));
+    }
+    Ok(a)
+}

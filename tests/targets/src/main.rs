@@ -1,0 +1,75 @@
+//! d9-target: a small Tokio program that d9d's tests trace.
+//!
+//! Modes: `server` (TCP request/response), `load` (client for the server,
+//! prints throughput), `mixed` (spawn churn, channel ping-pong, timers and
+//! tasks that block their worker; prints its own counts as JSON at exit so
+//! tests can compare what the tracer saw with the truth).
+
+mod args;
+mod load;
+mod mixed;
+mod server;
+
+use args::{Args, Flavor};
+use std::io::BufRead;
+use std::process::exit;
+
+/// Tokio version this binary was built against; set by build-target.
+pub const TOKIO_VERSION: &str = match option_env!("D9_TOKIO_VERSION") {
+    Some(v) => v,
+    None => "unknown",
+};
+
+fn build_runtime(args: &Args) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut b = match args.flavor {
+        Flavor::MultiThread => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(args.workers);
+            b
+        }
+        Flavor::CurrentThread => tokio::runtime::Builder::new_current_thread(),
+    };
+    b.enable_all().build()
+}
+
+/// Gives a tracer time to attach before any workload runs.
+fn wait_before_start(args: &Args) {
+    if args.wait_stdin {
+        println!("waiting pid {}", std::process::id());
+        let mut line = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut line);
+    }
+    if args.start_delay_ms > 0 {
+        std::thread::sleep(std::time::Duration::from_millis(args.start_delay_ms));
+    }
+}
+
+fn main() {
+    let args = match args::parse(std::env::args().skip(1)) {
+        Ok(a) => a,
+        Err(msg) => {
+            eprintln!("d9-target: {msg}");
+            eprintln!("{}", args::USAGE);
+            exit(2);
+        }
+    };
+    let rt = match build_runtime(&args) {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("d9-target: cannot build the Tokio runtime: {e}");
+            exit(1);
+        }
+    };
+    wait_before_start(&args);
+    let result = match args.mode {
+        args::Mode::Server => rt.block_on(server::run(&args)),
+        args::Mode::Load => rt.block_on(load::run(&args)),
+        args::Mode::Mixed => rt.block_on(mixed::run(&args)),
+    };
+    // Shutting down waits for nothing: every workload has already ended.
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    if let Err(e) = result {
+        eprintln!("d9-target: {e}");
+        exit(1);
+    }
+}
