@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 enum probe_kind {
@@ -51,6 +52,18 @@ struct probe_point {
         uint64_t vtable_vaddr;
         bool skipped;           /* not attached (e.g. single-step cost); see skip_reason */
         char *skip_reason;
+        /* Added by uprobes/ (issue 4): */
+        bool uretprobe;         /* attach a uretprobe at file_offset (a function entry):
+                                 * PROBE_SPAWN and PROBE_UNPARK_RETURN */
+        char *insn_desc;        /* decoded first instruction, e.g. "push %reg", "sub $imm" */
+        char *note;             /* warning on an attached point (e.g. essential but
+                                 * single-stepped), or NULL */
+        /* PROBE_POLL_RETURN: entry vaddr of the raw::poll this return site closes. */
+        uint64_t func_vaddr;
+        /* PROBE_POLL with T = Pin<Box<dyn Future>>: the label names the box type;
+         * the concrete future is only known at run time (see dyn_future_* in
+         * struct probe_plan). */
+        bool boxed_dyn;
 };
 
 /* Something the plan wanted and did not find, with why. */
@@ -70,7 +83,43 @@ struct probe_plan {
         size_t n_points;
         struct probe_missing *missing;
         size_t n_missing;
+
+        /* Added by uprobes/ (issue 4). Task-id read at poll entry, per design.md §3:
+         *   vt = *(u64 *)(hdr + hdr_vtable_off);
+         *   id = *(u64 *)(hdr + *(u64 *)(vt + vtable_id_off));
+         * hdr_vtable_off comes from Tokio's #[repr(C)] Header {state, queue_next,
+         * vtable, ...} (16 in every 1.x); vtable_id_off is discovered by shape
+         * (the middle one of the three offsets after the 7 fn pointers; -1 if no
+         * vtable was found). A poll point's vtable_vaddr + load bias must equal
+         * vt: BPF or d9d can use that as a per-event sanity check. */
+        uint32_t hdr_vtable_off;
+        int32_t vtable_id_off;
+        int32_t vtable_scheduler_off;
+        int32_t vtable_trailer_off;
+        /* Boxed futures: the task's future lives at
+         *   stage = hdr + *(u64 *)(vt + vtable_id_off) + dyn_future_stage_delta
+         * (Core is #[repr(C)] {scheduler, task_id, stage}). For T =
+         * Pin<Box<dyn Future>> the stage holds the fat pointer (data, vtable),
+         * possibly behind an enum tag word; the dyn vtable's slot
+         * dyn_future_poll_slot is the concrete future's poll, to symbolize. */
+        uint32_t dyn_future_stage_delta;
+        uint32_t dyn_future_poll_slot;
+        /* Discovery routes and their cross-check (symbolized builds). */
+        const char *scan_method;        /* "rela.dyn", "relr.dyn", "data.rel.ro" */
+        size_t n_vtables;
+        size_t polls_by_symbols, polls_by_scan, polls_in_both;
+        bool routes_agree;              /* same set of poll addresses (symbols present) */
+        char *debug_file;               /* separate debug file used, or NULL */
+        bool v0_mangling;
+        double elapsed_ms;              /* time to build the plan */
 };
+
+/* Point counts per kind, attached (not skipped) only. */
+size_t probe_plan_count(const struct probe_plan *plan, enum probe_kind kind, bool include_skipped);
+
+/* Plan as a JSON document (malloc'd), and as human-readable text. */
+char *probe_plan_to_json(const struct probe_plan *plan);
+void probe_plan_print(const struct probe_plan *plan, FILE *out, bool all_points);
 
 /* Build the plan for a running process. Returns 0 or a negative errno; on
  * error, *err_msg (if non-NULL) receives a malloc'd one-line explanation. */

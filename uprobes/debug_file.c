@@ -1,0 +1,72 @@
+/* debug_file: find a separate debug file (the place stripped distro and
+ * production binaries keep their symbols), the way gdb does: by build-id
+ * under /usr/lib/debug/.build-id/, then by .gnu_debuglink next to the
+ * binary, in its .debug/ subdirectory, and under /usr/lib/debug/<dir>/.
+ * Paths are looked up inside the target's root (its mount namespace).
+ * Candidates whose build-id differs from the executable's are rejected, so a
+ * stale debug file can never label points with another build's names. */
+#include <libgen.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "uprobes-int.h"
+
+static bool build_id_matches(const char *path, const char *want)
+{
+        struct elf_image *dbg = NULL;
+        bool ok;
+
+        if (access(path, R_OK) < 0 || elf_image_open(path, &dbg, NULL) < 0)
+                return false;
+        _cleanup_free_ char *have = elf_build_id(dbg);
+        /* Without build-ids on both sides, trust the debuglink name. */
+        ok = !want || !have || strcmp(want, have) == 0;
+        elf_image_free(dbg);
+        return ok;
+}
+
+static char *try_path(char *path, const char *want)
+{
+        if (path && build_id_matches(path, want))
+                return path;
+        free(path);
+        return NULL;
+}
+
+char *debug_file_find(const struct elf_image *img, const char *root)
+{
+        _cleanup_free_ char *id = elf_build_id(img);
+        _cleanup_free_ char *link = NULL;
+        _cleanup_free_ char *dir_copy = NULL;
+        char *p = NULL;
+
+        if (id && strlen(id) > 2) {
+                asprintf(&p, "%s/usr/lib/debug/.build-id/%.2s/%s.debug", root, id, id + 2);
+                if ((p = try_path(p, id)))
+                        return p;
+        }
+        link = elf_debuglink(img);
+        if (!link || (strncmp(img->path, "/proc/", 6) == 0 && !strstr(img->path, "/root/")))
+                return NULL; /* no link, or /proc/PID/exe: no directory to look in */
+        dir_copy = strdup(img->path);
+        if (!dir_copy)
+                return NULL;
+        const char *dir = dirname(dir_copy);
+        size_t rl = strlen(root);
+        /* dir already carries the root prefix; /usr/lib/debug/<dir> needs it without. */
+        const char *dir_in_root = strncmp(dir, root, rl) == 0 ? dir + rl : dir;
+        const char *fmts[] = { "%s/%s", "%s/.debug/%s" };
+
+        for (size_t i = 0; i < 2; i++) {
+                p = NULL;
+                asprintf(&p, fmts[i], dir, link);
+                if (p && strcmp(p, img->path) != 0 && (p = try_path(p, id)))
+                        return p;
+                if (p)
+                        free(p);
+        }
+        p = NULL;
+        asprintf(&p, "%s/usr/lib/debug%s/%s", root, dir_in_root, link);
+        return try_path(p, id);
+}

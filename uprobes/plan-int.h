@@ -1,0 +1,23 @@
+/* Internal: the state shared by the plan-building steps (plan*.c). */
+#pragma once
+
+#include "uprobes-int.h"
+
+struct plan_builder {
+        struct elf_image *img;
+        struct symtab st;
+        struct vtable_scan vs;
+        struct probe_point *pts;
+        bool *essential;        /* parallel to pts, sized cap */
+        size_t n, cap;
+};
+
+int plan_symbol_route(struct plan_builder *b);
+int plan_vtable_route(struct plan_builder *b);
+int plan_label_polls(struct plan_builder *b);
+int plan_classify(struct plan_builder *b);
+int plan_return_sites(struct plan_builder *b, struct probe_plan *plan);
+uint64_t plan_follow_jumps(const struct elf_image *img, uint64_t vaddr);
+struct probe_point *plan_point_add(struct plan_builder *b, enum probe_kind kind, uint64_t vaddr);
+int plan_add_missing(struct probe_plan *plan, enum probe_kind kind, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));

@@ -1,0 +1,289 @@
+/* plan: probe_plan_for_pid() / probe_plan_for_file(), the public entry
+ * points. Opens the executable, runs both discovery routes (always both: with
+ * symbols the vtable scan cross-checks them, without symbols it is all there
+ * is), then orders the points and fills in what is missing and why. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "plan-int.h"
+
+const char *probe_kind_name(enum probe_kind kind)
+{
+        static const char *const names[PROBE_KIND_MAX] = {
+                [PROBE_POLL] = "poll",
+                [PROBE_POLL_RETURN] = "poll_return",
+                [PROBE_SPAWN] = "spawn",
+                [PROBE_COMPLETE] = "complete",
+                [PROBE_WAKE] = "wake",
+                [PROBE_PARK] = "park",
+                [PROBE_UNPARK_RETURN] = "unpark_return",
+                [PROBE_UNPARK] = "unpark",
+                [PROBE_WORKER_RUN] = "worker_run",
+                [PROBE_BLOCK_IN_PLACE] = "block_in_place",
+        };
+
+        return kind > 0 && kind < PROBE_KIND_MAX && names[kind] ? names[kind] : "unknown";
+}
+
+int plan_add_missing(struct probe_plan *plan, enum probe_kind kind, const char *fmt, ...)
+{
+        struct probe_missing *m = realloc(plan->missing, (plan->n_missing + 1) * sizeof(*m));
+        va_list ap;
+        int r;
+
+        if (!m)
+                return -ENOMEM;
+        plan->missing = m;
+        m = &m[plan->n_missing];
+        m->kind = kind;
+        va_start(ap, fmt);
+        r = vasprintf(&m->reason, fmt, ap);
+        va_end(ap);
+        if (r < 0)
+                return -ENOMEM;
+        plan->n_missing++;
+        return 0;
+}
+
+size_t probe_plan_count(const struct probe_plan *plan, enum probe_kind kind, bool include_skipped)
+{
+        size_t n = 0;
+
+        for (size_t i = 0; i < plan->n_points; i++)
+                n += plan->points[i].kind == kind && (include_skipped || !plan->points[i].skipped);
+        return n;
+}
+
+static int by_kind_addr(const void *a, const void *b)
+{
+        const struct probe_point *x = a, *y = b;
+
+        if (x->kind != y->kind)
+                return x->kind < y->kind ? -1 : 1;
+        return x->vaddr < y->vaddr ? -1 : x->vaddr > y->vaddr;
+}
+
+/* Why a kind has no point: depends on whether symbols were there at all. */
+static int note_missing_kinds(struct probe_plan *plan)
+{
+        static const char *const fallback[PROBE_KIND_MAX] = {
+                [PROBE_SPAWN] = "spawn = first sight of a task id at poll entry",
+                [PROBE_COMPLETE] = "complete is not observable; last poll of a task id",
+                [PROBE_WAKE] = "wakes are not observable",
+                [PROBE_PARK] = "park from sched_switch of worker threads",
+                [PROBE_UNPARK_RETURN] = "unpark from sched_wakeup of worker threads",
+                [PROBE_UNPARK] = "wake target from sched_wakeup",
+                [PROBE_WORKER_RUN] = "worker threads = threads that run polls",
+                [PROBE_BLOCK_IN_PLACE] = "block_in_place is not observable",
+        };
+
+        for (int k = PROBE_SPAWN; k < PROBE_KIND_MAX; k++) {
+                int r;
+
+                if (probe_plan_count(plan, k, true))
+                        continue;
+                if (!plan->has_symbols)
+                        r = plan_add_missing(plan, k, "no symbols (stripped, no debug file found); fallback: %s",
+                                             fallback[k]);
+                else
+                        r = plan_add_missing(plan, k, "no matching symbol in this build (inlined, renamed, "
+                                             "or this runtime flavour/feature is not linked in)");
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static void count_routes(struct probe_plan *plan)
+{
+        for (size_t i = 0; i < plan->n_points; i++) {
+                const struct probe_point *p = &plan->points[i];
+
+                if (p->kind != PROBE_POLL)
+                        continue;
+                plan->polls_by_symbols += !!(p->sources & PROBE_FROM_SYMBOLS);
+                plan->polls_by_scan += !!(p->sources & PROBE_FROM_VTABLE_SCAN);
+                plan->polls_in_both += (p->sources & 3) == 3;
+        }
+        plan->routes_agree = plan->has_symbols && plan->polls_by_symbols &&
+                             plan->polls_by_symbols == plan->polls_by_scan &&
+                             plan->polls_in_both == plan->polls_by_symbols;
+}
+
+static bool has_interp(const struct elf_image *img)
+{
+        size_t n;
+
+        if (elf_getphdrnum(img->elf, &n) < 0)
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                GElf_Phdr ph;
+
+                if (gelf_getphdr(img->elf, (int)i, &ph) && ph.p_type == PT_INTERP)
+                        return true;
+        }
+        return false;
+}
+
+static char *describe_shape(const struct elf_image *img, const struct probe_plan *plan)
+{
+        bool mt = probe_plan_count(plan, PROBE_WORKER_RUN, true) > 0;
+        bool ct = false;
+        char *s = NULL;
+
+        for (size_t i = 0; i < plan->n_points; i++)
+                ct |= plan->points[i].kind == PROBE_PARK && plan->points[i].label &&
+                      (strstr(plan->points[i].label, "current_thread") ||
+                       strstr(plan->points[i].label, "basic_scheduler"));
+        asprintf(&s, "%s, %s, %s, %s",
+                 !plan->has_symbols ? "flavours unknown" : mt && ct ? "multi-thread+current-thread" :
+                 mt ? "multi-thread" : ct ? "current-thread" : "no scheduler symbols",
+                 plan->has_symbols ? (plan->debug_file ? "symbols from debug file" : "symbols") : "stripped",
+                 !plan->has_symbols ? "mangling unknown" : plan->v0_mangling ? "v0" : "legacy",
+                 img->e_type == ET_EXEC ? "non-PIE" : has_interp(img) ? "PIE" : "static-pie");
+        return s;
+}
+
+static int plan_fill(struct plan_builder *b, struct probe_plan *plan, char **err_msg)
+{
+        int r;
+
+        plan->build_id = elf_build_id(b->img);
+        plan->tokio_version = tokio_version_detect(b->img);
+        plan->has_symbols = b->st.from_symtab;
+        plan->stripped = !b->st.from_symtab;
+        plan->v0_mangling = b->st.any_v0;
+        plan->debug_file = b->st.debug_path ? strdup(b->st.debug_path) : NULL;
+        plan->scan_method = b->vs.method;
+        plan->n_vtables = b->vs.n;
+        plan->hdr_vtable_off = 16;
+        plan->vtable_id_off = b->vs.id_slot >= 0 ? b->vs.id_slot * 8 : -1;
+        plan->vtable_scheduler_off = b->vs.scheduler_slot >= 0 ? b->vs.scheduler_slot * 8 : -1;
+        plan->vtable_trailer_off = b->vs.trailer_slot >= 0 ? b->vs.trailer_slot * 8 : -1;
+        plan->dyn_future_stage_delta = 8;       /* task_id is a u64 just before the stage */
+        plan->dyn_future_poll_slot = 3;         /* dyn vtable: drop, size, align, poll */
+
+        if ((r = plan_symbol_route(b)) < 0 || (r = plan_vtable_route(b)) < 0)
+                return r;
+        if (probe_plan_count(&(struct probe_plan){ .points = b->pts, .n_points = b->n }, PROBE_POLL, true) == 0) {
+                if (err_msg)
+                        asprintf(err_msg, "%s is not a Tokio binary: no tokio::runtime::task::raw::poll "
+                                 "symbol and no task vtable found", b->img->path);
+                return -ENOTSUP;
+        }
+        if ((r = plan_label_polls(b)) < 0 || (r = plan_return_sites(b, plan)) < 0 ||
+            (r = plan_classify(b)) < 0)
+                return r;
+        qsort(b->pts, b->n, sizeof(*b->pts), by_kind_addr);
+        for (size_t i = 0; i < b->n; i++)
+                b->pts[i].cookie = i;
+        plan->points = b->pts;
+        plan->n_points = b->n;
+        b->pts = NULL;
+        count_routes(plan);
+        if (b->vs.n == 0 && (r = plan_add_missing(plan, PROBE_POLL, "vtable scan found no task vtables: "
+                                                  "task ids cannot be read (vtable_id_off unknown)")) < 0)
+                return r;
+        if ((r = note_missing_kinds(plan)) < 0)
+                return r;
+        plan->shape = describe_shape(b->img, plan);
+        return 0;
+}
+
+static int plan_build(const char *path, const char *root, struct probe_plan **out, char **err_msg)
+{
+        struct plan_builder b = { 0 };
+        struct probe_plan *plan;
+        struct timespec t0, t1;
+        int r;
+
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        if (err_msg)
+                *err_msg = NULL;
+        plan = calloc(1, sizeof(*plan));
+        if (!plan)
+                return -ENOMEM;
+        plan->exe_path = strdup(path);
+        r = elf_image_open(path, &b.img, err_msg);
+        if (r == 0)
+                r = symtab_load(b.img, root, &b.st);
+        if (r == 0)
+                r = vtable_scan_run(b.img, &b.vs);
+        if (r == 0)
+                r = plan_fill(&b, plan, err_msg);
+        for (size_t i = 0; b.pts && i < b.n; i++) {
+                free(b.pts[i].label);
+                free(b.pts[i].skip_reason);
+                free(b.pts[i].insn_desc);
+                free(b.pts[i].note);
+        }
+        free(b.pts);
+        free(b.essential);
+        symtab_free(&b.st);
+        vtable_scan_free(&b.vs);
+        elf_image_free(b.img);
+        if (r < 0) {
+                if (err_msg && !*err_msg)
+                        asprintf(err_msg, "cannot build a probe plan for %s: %s", path, strerror(-r));
+                probe_plan_free(plan);
+                return r;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        plan->elapsed_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+        *out = plan;
+        return 0;
+}
+
+int probe_plan_for_file(const char *path, struct probe_plan **out, char **err_msg)
+{
+        return plan_build(path, "", out, err_msg);
+}
+
+int probe_plan_for_pid(pid_t pid, struct probe_plan **out, char **err_msg)
+{
+        _cleanup_free_ char *path = NULL;
+        char root[64];
+        int r;
+
+        if (err_msg)
+                *err_msg = NULL;
+        r = target_exe_path(pid, &path, err_msg);
+        if (r < 0)
+                return r;
+        snprintf(root, sizeof(root), "/proc/%d/root", pid);
+        r = plan_build(path, root, out, err_msg);
+        if (r < 0 && err_msg && *err_msg) {
+                char *with_pid = NULL;
+
+                if (asprintf(&with_pid, "PID %d: %s", pid, *err_msg) >= 0) {
+                        free(*err_msg);
+                        *err_msg = with_pid;
+                }
+        }
+        return r;
+}
+
+void probe_plan_free(struct probe_plan *plan)
+{
+        if (!plan)
+                return;
+        for (size_t i = 0; i < plan->n_points; i++) {
+                free(plan->points[i].label);
+                free(plan->points[i].skip_reason);
+                free(plan->points[i].insn_desc);
+                free(plan->points[i].note);
+        }
+        for (size_t i = 0; i < plan->n_missing; i++)
+                free(plan->missing[i].reason);
+        free(plan->points);
+        free(plan->missing);
+        free(plan->exe_path);
+        free(plan->build_id);
+        free(plan->tokio_version);
+        free(plan->shape);
+        free(plan->debug_file);
+        free(plan);
+}

@@ -1,0 +1,80 @@
+/* plan-dump: print the probe plan for a PID or an executable, as text or
+ * JSON. For humans inspecting a target and for the uprobes tests. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "uprobes.h"
+
+static void usage(FILE *out)
+{
+        fprintf(out, "usage: plan-dump (--pid PID | --exe PATH) [--json] [--all]\n"
+                     "  --json  print the plan as JSON\n"
+                     "  --all   also list optional poll return sites\n");
+}
+
+int main(int argc, char **argv)
+{
+        static const struct option opts[] = {
+                { "pid", required_argument, NULL, 'p' },
+                { "exe", required_argument, NULL, 'e' },
+                { "json", no_argument, NULL, 'j' },
+                { "all", no_argument, NULL, 'a' },
+                { "help", no_argument, NULL, 'h' },
+                {},
+        };
+        const char *exe = NULL;
+        long pid = 0;
+        bool json = false, all = false;
+        int opt;
+
+        while ((opt = getopt_long(argc, argv, "p:e:jah", opts, NULL)) != -1) {
+                char *end;
+
+                switch (opt) {
+                case 'p':
+                        pid = strtol(optarg, &end, 10);
+                        if (*end || pid <= 0 || pid > 0x3fffffff) {
+                                fprintf(stderr, "plan-dump: invalid PID '%s'\n", optarg);
+                                return 2;
+                        }
+                        break;
+                case 'e': exe = optarg; break;
+                case 'j': json = true; break;
+                case 'a': all = true; break;
+                case 'h': usage(stdout); return 0;
+                default: usage(stderr); return 2;
+                }
+        }
+        if (!!pid == !!exe || optind != argc) {
+                usage(stderr);
+                return 2;
+        }
+
+        struct probe_plan *plan = NULL;
+        char *err = NULL;
+        int r = pid ? probe_plan_for_pid((pid_t)pid, &plan, &err) : probe_plan_for_file(exe, &plan, &err);
+
+        if (r < 0) {
+                fprintf(stderr, "plan-dump: %s\n", err ? err : strerror(-r));
+                free(err);
+                return 1;
+        }
+        if (json) {
+                char *s = probe_plan_to_json(plan);
+
+                if (!s) {
+                        fprintf(stderr, "plan-dump: out of memory\n");
+                        probe_plan_free(plan);
+                        return 1;
+                }
+                puts(s);
+                free(s);
+        } else {
+                probe_plan_print(plan, stdout, all);
+        }
+        probe_plan_free(plan);
+        return 0;
+}

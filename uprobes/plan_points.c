@@ -1,0 +1,223 @@
+/* plan_points: build the list of probe points from the two discovery routes
+ * (symbols, vtable scan), label them, classify their first instruction and
+ * apply the single-step policy.
+ *
+ * Single-step policy: a point whose first instruction the kernel cannot
+ * emulate costs ~13-16 us per hit instead of ~1 us. Points the trace cannot
+ * do without (poll, spawn, complete, park/unpark, worker markers, wake_by_val)
+ * are attached anyway with a note; optional ones (wake_by_ref,
+ * Unparker::unpark, poll return sites) are marked skipped with the reason. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "plan-int.h"
+#include "tokio.h"
+
+struct probe_point *plan_point_add(struct plan_builder *b, enum probe_kind kind, uint64_t vaddr)
+{
+        if (b->n == b->cap) {
+                size_t ncap = b->cap ? b->cap * 2 : 256;
+                struct probe_point *n = realloc(b->pts, ncap * sizeof(*n));
+                bool *e;
+
+                if (!n)
+                        return NULL;
+                b->pts = n;
+                e = realloc(b->essential, ncap * sizeof(*e));
+                if (!e)
+                        return NULL;
+                b->essential = e;
+                b->cap = ncap;
+        }
+        struct probe_point *p = &b->pts[b->n++];
+
+        memset(p, 0, sizeof(*p));
+        b->essential[b->n - 1] = true;
+        p->kind = kind;
+        p->vaddr = vaddr;
+        return p;
+}
+
+static struct probe_point *point_find(struct plan_builder *b, enum probe_kind kind, uint64_t vaddr)
+{
+        for (size_t i = 0; i < b->n; i++)
+                if (b->pts[i].kind == kind && b->pts[i].vaddr == vaddr)
+                        return &b->pts[i];
+        return NULL;
+}
+
+static int add_symbol_point(struct plan_builder *b, const struct tokio_rule *rule,
+                            const struct func_sym *s, bool essential)
+{
+        struct probe_point *p = point_find(b, rule->kind, s->vaddr);
+
+        if (p)
+                return 0; /* aliases of one function */
+        p = plan_point_add(b, rule->kind, s->vaddr);
+        if (!p)
+                return -ENOMEM;
+        p->sources = PROBE_FROM_SYMBOLS;
+        p->uretprobe = rule->kind == PROBE_SPAWN || rule->kind == PROBE_UNPARK_RETURN;
+        b->essential[b->n - 1] = essential;
+        if (rule->kind == PROBE_POLL && s->v0)
+                p->label = name_first_generic_arg(s->name, "raw::poll");
+        else if (rule->kind != PROBE_POLL)
+                p->label = strdup(s->name);
+        return 0;
+}
+
+int plan_symbol_route(struct plan_builder *b)
+{
+        for (size_t i = 0; i < b->st.n; i++) {
+                const struct func_sym *s = &b->st.syms[i];
+                const struct tokio_rule *rule;
+
+                if (!s->name)
+                        continue; /* only tokio names are demangled up front */
+                _cleanup_free_ char *stripped = name_strip_generics(s->name);
+                if (!stripped)
+                        return -ENOMEM;
+                rule = tokio_rule_match(stripped);
+                if (!rule)
+                        continue;
+                if (add_symbol_point(b, rule, s, rule->essential) < 0)
+                        return -ENOMEM;
+                if (rule->kind == PROBE_PARK) {
+                        /* The same function's return is the unpark. */
+                        struct tokio_rule ret = { PROBE_UNPARK_RETURN, rule->suffix, true };
+
+                        if (add_symbol_point(b, &ret, s, true) < 0)
+                                return -ENOMEM;
+                }
+        }
+        return 0;
+}
+
+int plan_vtable_route(struct plan_builder *b)
+{
+        for (size_t i = 0; i < b->vs.n; i++) {
+                const struct task_vtable *v = &b->vs.v[i];
+                struct probe_point *p = point_find(b, PROBE_POLL, v->fn[0]);
+
+                if (!p) {
+                        p = plan_point_add(b, PROBE_POLL, v->fn[0]);
+                        if (!p)
+                                return -ENOMEM;
+                        b->essential[b->n - 1] = true;
+                }
+                p->sources |= PROBE_FROM_VTABLE_SCAN;
+                if (!p->vtable_vaddr)
+                        p->vtable_vaddr = v->vaddr;
+        }
+        return 0;
+}
+
+static bool is_runtime_crate(const char *name)
+{
+        static const char *const prefixes[] = { "tokio::", "core::", "std::", "alloc::" };
+
+        if (*name == '<')
+                name++;
+        for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
+                if (strncmp(name, prefixes[i], strlen(prefixes[i])) == 0)
+                        return true;
+        return false;
+}
+
+/* Follows leading `jmp rel` tail calls (raw::poll is often just `jmp
+ * Harness::poll`) to the function that does the work. */
+uint64_t plan_follow_jumps(const struct elf_image *img, uint64_t vaddr)
+{
+        for (int hop = 0; hop < 4; hop++) {
+                const uint8_t *code = elf_vaddr_bytes(img, vaddr, 5);
+                struct x86_insn in;
+
+                if (!code)
+                        break;
+                x86_decode(code, 5, &in);
+                if (!in.is_jmp_rel)
+                        break;
+                vaddr = vaddr + (uint64_t)in.len + (uint64_t)in.rel;
+        }
+        return vaddr;
+}
+
+/* Legacy mangling has no generic arguments, so `raw::poll<T,S>` does not
+ * name T. The future's own poll (an `async` body is `crate::f::{{closure}}`)
+ * is often still an out-of-line call from the harness: label with the first
+ * direct callee outside the runtime crates. */
+static char *legacy_label(struct plan_builder *b, uint64_t poll_vaddr)
+{
+        uint64_t body = plan_follow_jumps(b->img, poll_vaddr);
+        struct func_sym *fs = symtab_lookup(&b->st, body);
+
+        if (!fs || fs->vaddr != body || !fs->size)
+                return NULL;
+        const uint8_t *code = elf_vaddr_bytes(b->img, body, fs->size);
+        for (uint64_t off = 0; code && off < fs->size;) {
+                struct x86_insn in;
+
+                x86_decode(code + off, fs->size - off, &in);
+                if (!in.len)
+                        break;
+                if (in.is_call_rel) {
+                        struct func_sym *callee = symtab_lookup(&b->st, body + off + in.len + (uint64_t)in.rel);
+                        const char *name = callee ? func_sym_name(callee) : NULL;
+
+                        if (name && !is_runtime_crate(name))
+                                return strdup(name);
+                }
+                off += (uint64_t)in.len;
+        }
+        return NULL;
+}
+
+int plan_label_polls(struct plan_builder *b)
+{
+        for (size_t i = 0; i < b->n; i++) {
+                struct probe_point *p = &b->pts[i];
+
+                if (p->kind != PROBE_POLL)
+                        continue;
+                if (!p->label && b->st.from_symtab)
+                        p->label = legacy_label(b, p->vaddr);
+                if (!p->label && asprintf(&p->label, "0x%" PRIx64, p->vaddr) < 0)
+                        return -ENOMEM;
+                p->boxed_dyn = label_is_boxed_dyn_future(p->label);
+        }
+        return 0;
+}
+
+int plan_classify(struct plan_builder *b)
+{
+        for (size_t i = 0; i < b->n; i++) {
+                struct probe_point *p = &b->pts[i];
+                const uint8_t *code = NULL;
+                size_t avail = 15;
+                struct x86_insn in = { 0 };
+
+                while (avail && !(code = elf_vaddr_bytes(b->img, p->vaddr, avail)))
+                        avail--;
+                if (elf_vaddr_to_offset(b->img, p->vaddr, &p->file_offset) < 0 || !code) {
+                        p->skipped = true;
+                        asprintf(&p->skip_reason, "address 0x%" PRIx64 " is not in the file", p->vaddr);
+                        continue;
+                }
+                x86_decode(code, avail, &in);
+                p->insn = in.len ? in.cls : PROBE_INSN_UNKNOWN;
+                p->insn_desc = strdup(in.len ? in.what : "undecodable");
+                if (p->insn == PROBE_INSN_EMULATED || p->skipped)
+                        continue;
+                if (b->essential[i]) {
+                        asprintf(&p->note, "first instruction '%s' is single-stepped (~15x cost per hit); "
+                                 "attached because this kind is essential", p->insn_desc);
+                } else {
+                        p->skipped = true;
+                        asprintf(&p->skip_reason, "first instruction '%s' is single-stepped (~15x cost per hit) "
+                                 "and this point is optional", p->insn_desc);
+                }
+        }
+        return 0;
+}

@@ -1,0 +1,151 @@
+/* tokio: which Tokio functions to probe, recognised by normalized name.
+ *
+ * Names are compared with generic arguments removed, so legacy
+ * `OwnedTasks<S>::bind`, v0 `<OwnedTasks<Arc<Handle>>>::bind::<F>` and a
+ * future `OwnedTasks<S>::bind` in another module all read
+ * `...::OwnedTasks::bind`. Each rule matches a path suffix, so modules that
+ * move between versions (`thread_pool` -> `scheduler::multi_thread`,
+ * `basic_scheduler` -> `scheduler::current_thread`) still match; the
+ * instance-count cross-check (poll ~ complete ~ vtables) catches a rule that
+ * matches too much. */
+#include <string.h>
+
+#include "tokio.h"
+
+static const struct tokio_rule rules[] = {
+        /* Slot 0 of every task vtable; one instance per (future, scheduler). */
+        { PROBE_POLL, "::task::raw::poll", true },
+        /* bind() returns the JoinHandle whose RawTask is the new Header*. */
+        { PROBE_SPAWN, "::task::list::OwnedTasks::bind", true },
+        { PROBE_SPAWN, "::task::list::LocalOwnedTasks::bind", false },
+        { PROBE_COMPLETE, "::task::harness::Harness::complete", true },
+        { PROBE_WAKE, "::task::waker::wake_by_val", true },
+        { PROBE_WAKE, "::task::waker::wake_by_ref", false },
+        /* Multi-thread worker sleep: Parker::park[_timeout]; arg0 = &Parker, its
+         * first word (the Arc) is a stable per-core key. */
+        { PROBE_PARK, "::multi_thread::park::Parker::park", true },
+        { PROBE_PARK, "::multi_thread::park::Parker::park_timeout", true },
+        { PROBE_PARK, "::thread_pool::park::Parker::park", true },
+        { PROBE_PARK, "::thread_pool::park::Parker::park_timeout", true },
+        /* Current-thread scheduler sleeps through its Context instead. */
+        { PROBE_PARK, "::current_thread::Context::park", true },
+        { PROBE_PARK, "::current_thread::Context::park_yield", true },
+        { PROBE_PARK, "::basic_scheduler::Context::park", true },
+        { PROBE_PARK, "::basic_scheduler::Context::park_yield", true },
+        { PROBE_UNPARK, "::multi_thread::park::Unparker::unpark", false },
+        { PROBE_UNPARK, "::thread_pool::park::Unparker::unpark", false },
+        { PROBE_WORKER_RUN, "::multi_thread::worker::run", true },
+        { PROBE_WORKER_RUN, "::thread_pool::worker::run", true },
+        { PROBE_BLOCK_IN_PLACE, "::multi_thread::worker::block_in_place", true },
+        { PROBE_BLOCK_IN_PLACE, "::thread_pool::worker::block_in_place", true },
+};
+
+const struct tokio_rule *tokio_rule_match(const char *stripped)
+{
+        size_t len = strlen(stripped);
+
+        if (strncmp(stripped, "tokio::", 7) != 0)
+                return NULL;
+        for (size_t i = 0; i < sizeof(rules) / sizeof(rules[0]); i++) {
+                size_t sl = strlen(rules[i].suffix);
+
+                if (len >= sl && strcmp(stripped + len - sl, rules[i].suffix) == 0)
+                        return &rules[i];
+        }
+        return NULL;
+}
+
+/* Index just past the '>' closing the '<' at s[i], or 0 if unbalanced.
+ * A '>' preceded by '-' is part of "->" in a fn type, not a bracket. */
+static size_t skip_angle(const char *s, size_t i)
+{
+        int depth = 0;
+
+        for (; s[i]; i++) {
+                if (s[i] == '<')
+                        depth++;
+                else if (s[i] == '>' && (i == 0 || s[i - 1] != '-') && --depth == 0)
+                        return i + 1;
+        }
+        return 0;
+}
+
+char *name_strip_generics(const char *name)
+{
+        size_t n = strlen(name), w = 0, i = 0;
+        char *out = malloc(n + 1);
+
+        if (!out)
+                return NULL;
+        /* A leading qualified path `<Type>::method` (v0, inherent impls): keep
+         * the type path, drop the brackets. `<A as B>` is left alone. */
+        if (name[0] == '<') {
+                size_t close = skip_angle(name, 0);
+
+                if (close && !memmem(name, close, " as ", 4)) {
+                        char *inner = strndup(name + 1, close - 2);
+                        char *si = inner ? name_strip_generics(inner) : NULL;
+
+                        free(inner);
+                        if (!si) {
+                                free(out);
+                                return NULL;
+                        }
+                        w = strlen(si);
+                        memcpy(out, si, w);
+                        free(si);
+                        i = close;
+                }
+        }
+        while (i < n) {
+                if (name[i] == '<') {
+                        size_t close = skip_angle(name, i);
+
+                        if (!close)
+                                break;
+                        if (w >= 2 && out[w - 1] == ':' && out[w - 2] == ':')
+                                w -= 2; /* turbofish ::<...> */
+                        i = close;
+                        continue;
+                }
+                out[w++] = name[i++];
+        }
+        out[w] = 0;
+        return out;
+}
+
+char *name_first_generic_arg(const char *name, const char *after)
+{
+        const char *p = strstr(name, after);
+        size_t start, i;
+        int depth = 0;
+
+        if (!p)
+                return NULL;
+        p += strlen(after);
+        if (strncmp(p, "::<", 3) == 0)
+                p += 3;
+        else if (*p == '<')
+                p++;
+        else
+                return NULL;
+        start = 0;
+        for (i = 0; p[i]; i++) {
+                if (p[i] == '<')
+                        depth++;
+                else if (p[i] == '>' && (i == 0 || p[i - 1] != '-')) {
+                        if (depth-- == 0)
+                                break;
+                } else if (p[i] == ',' && depth == 0)
+                        break;
+        }
+        if (!p[i] || i == start)
+                return NULL;
+        return strndup(p, i);
+}
+
+bool label_is_boxed_dyn_future(const char *label)
+{
+        return label && strstr(label, "Pin<alloc::boxed::Box<dyn ") &&
+               strstr(label, "Future");
+}

@@ -1,0 +1,20 @@
+/* Internal: the table of Tokio probe points and name helpers (tokio.c). */
+#pragma once
+
+#include <stdbool.h>
+
+#include "uprobes-int.h"
+
+struct tokio_rule {
+        enum probe_kind kind;
+        const char *suffix;     /* of the generic-stripped demangled name */
+        bool essential;         /* attach even if the kernel must single-step it */
+};
+
+/* Rule for a generic-stripped name, or NULL. */
+const struct tokio_rule *tokio_rule_match(const char *stripped);
+/* `<a::B<X>>::f::<Y>` -> `a::B::f` (malloc'd). */
+char *name_strip_generics(const char *name);
+/* First generic argument after the path `after` (e.g. "raw::poll"), malloc'd. */
+char *name_first_generic_arg(const char *name, const char *after);
+bool label_is_boxed_dyn_future(const char *label);

@@ -1,0 +1,73 @@
+/* tokio_version: the Tokio version a binary was built from, read from the
+ * source paths rustc embeds in panic locations (`.../tokio-1.43.0/src/...`).
+ * Stripping removes symbols, not these strings, so this works on production
+ * binaries too. It is informational: probe discovery never depends on it.
+ * When several versions are linked in (two major versions in one tree), the
+ * most referenced one wins. */
+#include <ctype.h>
+#include <string.h>
+
+#include "uprobes-int.h"
+
+#define MAX_SEEN 8
+
+struct seen {
+        char v[32];
+        unsigned count;
+};
+
+static void count_version(struct seen *s, size_t *n, const char *v, size_t len)
+{
+        for (size_t i = 0; i < *n; i++)
+                if (strlen(s[i].v) == len && memcmp(s[i].v, v, len) == 0) {
+                        s[i].count++;
+                        return;
+                }
+        if (*n < MAX_SEEN) {
+                memcpy(s[*n].v, v, len);
+                s[*n].v[len] = 0;
+                s[(*n)++].count = 1;
+        }
+}
+
+/* At p: "tokio-" then digits and dots then "/src"; returns the version length. */
+static size_t version_at(const uint8_t *p, const uint8_t *end)
+{
+        const uint8_t *v = p + 6, *q = v;
+
+        while (q < end && q - v < 31 && (isdigit(*q) || *q == '.' || *q == '-' || isalpha(*q)))
+                q++;
+        if (q == v || !isdigit(*v) || end - q < 4 || memcmp(q, "/src", 4) != 0)
+                return 0;
+        return (size_t)(q - v);
+}
+
+char *tokio_version_detect(const struct elf_image *img)
+{
+        struct seen seen[MAX_SEEN];
+        size_t n_seen = 0, size;
+        const uint8_t *d = elf_section_data(img, ".rodata", &size, NULL);
+
+        if (!d) {
+                /* No section headers: fall back to the whole file. */
+                d = (const uint8_t *)elf_rawfile(img->elf, &size);
+                if (!d)
+                        return NULL;
+        }
+        const uint8_t *end = d + size, *p = d;
+
+        while ((p = memmem(p, (size_t)(end - p), "tokio-", 6))) {
+                size_t len = version_at(p, end);
+
+                if (len)
+                        count_version(seen, &n_seen, (const char *)p + 6, len);
+                p += 6;
+        }
+        if (!n_seen)
+                return NULL;
+        size_t best = 0;
+        for (size_t i = 1; i < n_seen; i++)
+                if (seen[i].count > seen[best].count)
+                        best = i;
+        return strdup(seen[best].v);
+}

@@ -1,0 +1,135 @@
+/* Internal interfaces between the files of uprobes/. Nothing here is part of
+ * the contract with the BPF loader; that is uprobes.h. */
+#pragma once
+
+#include <gelf.h>
+#include <libelf.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "uprobes.h"
+
+static inline void freep(void *p)
+{
+        free(*(void **)p);
+}
+#define _cleanup_free_ __attribute__((cleanup(freep)))
+
+/* ---- elf_image.c: one opened ELF file, read-only ------------------------ */
+
+struct elf_segment {
+        uint64_t vaddr, memsz, offset, filesz;
+        uint32_t flags; /* PF_X | PF_W | PF_R */
+};
+
+struct elf_image {
+        char *path;
+        int fd;
+        Elf *elf;
+        uint16_t e_type;        /* ET_EXEC or ET_DYN */
+        uint16_t e_machine;
+        struct elf_segment *segs; /* PT_LOAD only */
+        size_t n_segs;
+        size_t shstrndx;
+        bool has_sections;
+};
+
+int elf_image_open(const char *path, struct elf_image **out, char **err_msg);
+void elf_image_free(struct elf_image *img);
+/* File offset of a link-time address inside a PT_LOAD segment; -ERANGE if none. */
+int elf_vaddr_to_offset(const struct elf_image *img, uint64_t vaddr, uint64_t *offset);
+/* True if vaddr lies in an executable PT_LOAD segment. */
+bool elf_vaddr_is_exec(const struct elf_image *img, uint64_t vaddr);
+/* Pointer to n bytes of file content at vaddr, or NULL (bss, out of range). */
+const uint8_t *elf_vaddr_bytes(const struct elf_image *img, uint64_t vaddr, size_t n);
+/* Section by name (first match); returns the Elf_Scn or NULL. */
+Elf_Scn *elf_section_by_name(const struct elf_image *img, const char *name, GElf_Shdr *shdr);
+/* Whole section contents (NULL for SHT_NOBITS or when absent). */
+const uint8_t *elf_section_data(const struct elf_image *img, const char *name,
+                                size_t *size, uint64_t *addr);
+/* Build-id as lowercase hex (malloc'd) or NULL. */
+char *elf_build_id(const struct elf_image *img);
+/* .gnu_debuglink file name (malloc'd) or NULL. */
+char *elf_debuglink(const struct elf_image *img);
+
+/* ---- target_open.c: from a PID to a readable executable path ------------ */
+
+int target_exe_path(pid_t pid, char **path, char **err_msg);
+
+/* ---- debug_file.c: separate debug info ---------------------------------- */
+
+/* Path of a separate debug file for img (build-id, then .gnu_debuglink), or NULL.
+ * root is a path prefix for the target's mount namespace ("" for ours). */
+char *debug_file_find(const struct elf_image *img, const char *root);
+
+/* ---- demangle.c ---------------------------------------------------------- */
+
+/* Demangled, normalized name: no `::h<16 hex>` hash, no `.llvm.N` suffix,
+ * v0 `{closure#0}` kept as-is. Returns malloc'd text (the raw name if it is
+ * not a Rust symbol). *is_v0 tells which mangling the symbol used. */
+char *rust_demangle_normalized(const char *mangled, bool *is_v0);
+
+/* ---- symbols.c: function symbols of an image plus its debug file -------- */
+
+struct func_sym {
+        uint64_t vaddr;
+        uint64_t size;
+        char *raw;      /* as in the symbol table */
+        char *name;     /* normalized demangled; NULL until func_sym_name() */
+        bool v0;
+};
+
+struct symtab {
+        struct func_sym *syms;  /* sorted by vaddr, duplicates (same addr+name) dropped */
+        size_t n;
+        bool from_symtab;       /* .symtab found (not only .dynsym) */
+        bool any_v0;
+        char *debug_path;       /* separate debug file used, or NULL */
+};
+
+int symtab_load(const struct elf_image *img, const char *root, struct symtab *st);
+void symtab_free(struct symtab *st);
+/* Symbol whose [vaddr, vaddr+size) contains addr (exact start if size 0). */
+struct func_sym *symtab_lookup(const struct symtab *st, uint64_t addr);
+/* Normalized demangled name, demangling on first use. */
+const char *func_sym_name(struct func_sym *s);
+
+/* ---- vtable_scan.c: task vtables by shape ------------------------------- */
+
+struct task_vtable {
+        uint64_t vaddr;         /* address of the vtable */
+        uint64_t fn[7];         /* relocated function slots; fn[0] = raw::poll */
+        uint64_t off[3];        /* the three unrelocated offsets, in slot order */
+};
+
+struct vtable_scan {
+        struct task_vtable *v;
+        size_t n;
+        int id_slot;            /* index (in u64 words) of id_offset, or -1 */
+        int scheduler_slot, trailer_slot;
+        const char *method;     /* "rela.dyn", "relr.dyn", "data.rel.ro" */
+};
+
+int vtable_scan_run(const struct elf_image *img, struct vtable_scan *vs);
+void vtable_scan_free(struct vtable_scan *vs);
+
+/* ---- x86_insn.c: just enough x86-64 decoding ----------------------------- */
+
+struct x86_insn {
+        int len;                /* bytes, or 0 if not decodable */
+        bool is_ret;
+        bool is_jmp_rel;        /* jmp rel8/rel32 */
+        bool is_call_rel;       /* call rel32 */
+        int64_t rel;            /* branch displacement for jmp/call rel */
+        enum probe_insn_class cls;
+        char what[24];          /* short mnemonic class, e.g. "push %rbp" */
+};
+
+/* Decode one instruction at p (at most n bytes available). */
+void x86_decode(const uint8_t *p, size_t n, struct x86_insn *out);
+
+/* ---- tokio_version.c ----------------------------------------------------- */
+
+char *tokio_version_detect(const struct elf_image *img);

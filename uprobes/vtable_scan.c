@@ -1,0 +1,279 @@
+/* vtable_scan: find every Tokio task vtable by its shape, with no symbols.
+ *
+ * Each spawned future type T (per scheduler S) gets a `static Vtable` in
+ * .data.rel.ro: seven function pointers (poll, schedule, dealloc,
+ * try_read_output, drop_join_handle_slow, drop_abort_handle, shutdown) then
+ * three usize offsets into the task cell (trailer, scheduler, id). In a PIE
+ * the seven pointers are R_X86_64_RELATIVE relocations (or RELR bits) and the
+ * offsets are not, so the pattern "7 relocated pointers into executable code,
+ * then 3 unrelocated small integers" picks the vtables out of the relocation
+ * list. Non-PIE binaries have no relocations: there we test every aligned
+ * word of the read-only data sections for the same shape.
+ *
+ * Which of the three integers is the id offset is decided by value, not by
+ * slot: scheduler < id < trailer for every layout Tokio has used (the
+ * scheduler is the first field of Core, the id follows it, the trailer is
+ * after the future). The slot that holds the middle value is voted across all
+ * vtables and reported, because BPF reads it through the task's own vtable. */
+#include <errno.h>
+#include <string.h>
+
+#include "uprobes-int.h"
+
+#define VT_FNS 7
+#define VT_OFFS 3
+
+struct reloc {
+        uint64_t where, value;
+};
+
+struct reloc_list {
+        struct reloc *r;
+        size_t n, cap;
+};
+
+static int reloc_push(struct reloc_list *l, uint64_t where, uint64_t value)
+{
+        if (l->n == l->cap) {
+                size_t ncap = l->cap ? l->cap * 2 : 8192;
+                struct reloc *n = realloc(l->r, ncap * sizeof(*n));
+
+                if (!n)
+                        return -ENOMEM;
+                l->r = n;
+                l->cap = ncap;
+        }
+        l->r[l->n++] = (struct reloc){ where, value };
+        return 0;
+}
+
+static int collect_rela(const struct elf_image *img, struct reloc_list *l)
+{
+        size_t size;
+        const uint8_t *d = elf_section_data(img, ".rela.dyn", &size, NULL);
+
+        if (!d)
+                return 0;
+        for (size_t off = 0; off + sizeof(Elf64_Rela) <= size; off += sizeof(Elf64_Rela)) {
+                Elf64_Rela rel;
+
+                memcpy(&rel, d + off, sizeof(rel));
+                if (ELF64_R_TYPE(rel.r_info) != R_X86_64_RELATIVE)
+                        continue;
+                if (reloc_push(l, rel.r_offset, (uint64_t)rel.r_addend) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+/* RELR: the addend is the word already in the file at the relocated place. */
+static int relr_apply(const struct elf_image *img, struct reloc_list *l, uint64_t where)
+{
+        const uint8_t *p = elf_vaddr_bytes(img, where, 8);
+        uint64_t v;
+
+        if (!p)
+                return 0;
+        memcpy(&v, p, 8);
+        return reloc_push(l, where, v);
+}
+
+static int collect_relr(const struct elf_image *img, struct reloc_list *l)
+{
+        size_t size;
+        const uint8_t *d = elf_section_data(img, ".relr.dyn", &size, NULL);
+        uint64_t base = 0;
+
+        if (!d)
+                return 0;
+        for (size_t off = 0; off + 8 <= size; off += 8) {
+                uint64_t e;
+
+                memcpy(&e, d + off, 8);
+                if (!(e & 1)) {
+                        if (relr_apply(img, l, e) < 0)
+                                return -ENOMEM;
+                        base = e + 8;
+                        continue;
+                }
+                for (int bit = 1; bit < 64; bit++)
+                        if ((e >> bit) & 1 && relr_apply(img, l, base + (uint64_t)(bit - 1) * 8) < 0)
+                                return -ENOMEM;
+                base += 63 * 8;
+        }
+        return 0;
+}
+
+static int by_where(const void *a, const void *b)
+{
+        const struct reloc *x = a, *y = b;
+
+        return x->where < y->where ? -1 : x->where > y->where;
+}
+
+/* The three offsets: all small, distinct, scheduler (smallest) at least the
+ * header size (>= 32 in every Tokio), trailer (largest) within a sane cell. */
+static bool offsets_plausible(const uint64_t off[VT_OFFS])
+{
+        uint64_t lo = UINT64_MAX, hi = 0;
+
+        for (int i = 0; i < VT_OFFS; i++) {
+                if (off[i] % 8 || off[i] > (1u << 20))
+                        return false;
+                lo = off[i] < lo ? off[i] : lo;
+                hi = off[i] > hi ? off[i] : hi;
+        }
+        /* scheduler == id when S is zero-sized (e.g. BlockingSchedule). */
+        return lo >= 32 && lo <= 4096 && hi > lo;
+}
+
+static int vt_push(struct vtable_scan *vs, size_t *cap, const struct task_vtable *v)
+{
+        if (vs->n == *cap) {
+                size_t ncap = *cap ? *cap * 2 : 64;
+                struct task_vtable *n = realloc(vs->v, ncap * sizeof(*n));
+
+                if (!n)
+                        return -ENOMEM;
+                vs->v = n;
+                *cap = ncap;
+        }
+        vs->v[vs->n++] = *v;
+        return 0;
+}
+
+/* Reads the offset words after the pointer run; false if any is missing. */
+static bool read_offsets(const struct elf_image *img, uint64_t at, uint64_t off[VT_OFFS])
+{
+        const uint8_t *p = elf_vaddr_bytes(img, at, 8 * VT_OFFS);
+
+        if (!p)
+                return false;
+        memcpy(off, p, 8 * VT_OFFS);
+        return true;
+}
+
+static int scan_relocs(const struct elf_image *img, struct reloc_list *l, struct vtable_scan *vs)
+{
+        size_t cap = 0, run = 0;
+
+        for (size_t i = 0; i < l->n; i++) {
+                const struct reloc *r = &l->r[i];
+                bool code = elf_vaddr_is_exec(img, r->value);
+
+                if (!code) {
+                        run = 0;
+                        continue;
+                }
+                run = (run && r->where == l->r[i - 1].where + 8) ? run + 1 : 1;
+                if (run < VT_FNS)
+                        continue;
+                /* The run's last 7 pointers end here; the next word must not be relocated. */
+                uint64_t end = r->where + 8;
+                if (i + 1 < l->n && l->r[i + 1].where < end + 8 * VT_OFFS)
+                        continue;
+                struct task_vtable v = { .vaddr = end - 8 * VT_FNS };
+                if (!read_offsets(img, end, v.off) || !offsets_plausible(v.off))
+                        continue;
+                for (int k = 0; k < VT_FNS; k++)
+                        v.fn[k] = l->r[i - (VT_FNS - 1) + k].value;
+                if (vt_push(vs, &cap, &v) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+/* Non-PIE: no relocations, the pointers are absolute in the file. */
+static int scan_section_words(const struct elf_image *img, const char *name, struct vtable_scan *vs,
+                              size_t *cap)
+{
+        size_t size;
+        uint64_t addr;
+        const uint8_t *d = elf_section_data(img, name, &size, &addr);
+
+        if (!d)
+                return 0;
+        for (size_t off = (8 - addr % 8) % 8; off + 8 * (VT_FNS + VT_OFFS) <= size; off += 8) {
+                struct task_vtable v = { .vaddr = addr + off };
+                bool ok = true;
+
+                memcpy(v.fn, d + off, sizeof(v.fn));
+                memcpy(v.off, d + off + sizeof(v.fn), sizeof(v.off));
+                for (int k = 0; ok && k < VT_FNS; k++)
+                        ok = elf_vaddr_is_exec(img, v.fn[k]);
+                if (!ok || !offsets_plausible(v.off))
+                        continue;
+                if (vt_push(vs, cap, &v) < 0)
+                        return -ENOMEM;
+                off += 8 * (VT_FNS + VT_OFFS) - 8;
+        }
+        return 0;
+}
+
+/* The id offset is the middle of the three values; vote for its slot. */
+static void vote_slots(struct vtable_scan *vs)
+{
+        int votes[3][VT_OFFS] = { 0 }; /* [role: sched,id,trailer][slot] */
+
+        for (size_t i = 0; i < vs->n; i++) {
+                const uint64_t *o = vs->v[i].off;
+                int lo = 0, hi = 0;
+
+                if (o[0] == o[1] || o[1] == o[2] || o[0] == o[2])
+                        continue; /* a zero-sized scheduler makes the roles ambiguous */
+                for (int k = 1; k < VT_OFFS; k++) {
+                        if (o[k] < o[lo])
+                                lo = k;
+                        if (o[k] > o[hi])
+                                hi = k;
+                }
+                votes[0][lo]++;
+                votes[1][3 - lo - hi]++;
+                votes[2][hi]++;
+        }
+        int *slots[3] = { &vs->scheduler_slot, &vs->id_slot, &vs->trailer_slot };
+        for (int role = 0; role < 3; role++) {
+                int best = 0;
+
+                for (int k = 1; k < VT_OFFS; k++)
+                        if (votes[role][k] > votes[role][best])
+                                best = k;
+                *slots[role] = vs->n ? VT_FNS + best : -1;
+        }
+}
+
+int vtable_scan_run(const struct elf_image *img, struct vtable_scan *vs)
+{
+        struct reloc_list l = { 0 };
+        int r;
+
+        memset(vs, 0, sizeof(*vs));
+        vs->id_slot = vs->scheduler_slot = vs->trailer_slot = -1;
+        r = collect_rela(img, &l);
+        if (r == 0)
+                r = collect_relr(img, &l);
+        if (r == 0 && l.n) {
+                qsort(l.r, l.n, sizeof(*l.r), by_where);
+                vs->method = elf_section_data(img, ".relr.dyn", &(size_t){ 0 }, NULL) ?
+                        "relr.dyn" : "rela.dyn";
+                r = scan_relocs(img, &l, vs);
+        } else if (r == 0) {
+                size_t cap = 0;
+
+                vs->method = "data.rel.ro";
+                r = scan_section_words(img, ".data.rel.ro", vs, &cap);
+                if (r == 0)
+                        r = scan_section_words(img, ".rodata", vs, &cap);
+        }
+        free(l.r);
+        if (r < 0)
+                return r;
+        vote_slots(vs);
+        return 0;
+}
+
+void vtable_scan_free(struct vtable_scan *vs)
+{
+        free(vs->v);
+        memset(vs, 0, sizeof(*vs));
+}
