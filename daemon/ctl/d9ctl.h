@@ -11,3 +11,8 @@ struct d9ctl_command {
 const char *d9ctl_socket_path(void);
 
 int cmd_serve(int argc, char **argv);
+int cmd_attach(int argc, char **argv);
+int cmd_detach(int argc, char **argv);
+int cmd_list(int argc, char **argv);
+int cmd_status(int argc, char **argv);
+int cmd_record(int argc, char **argv);

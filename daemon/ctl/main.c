@@ -9,6 +9,11 @@
 
 static const struct d9ctl_command commands[] = {
         { "serve", cmd_serve, "serve [--dir DIR | --bucket B ...] [--listen HOST:PORT]  browse traces in the web viewer" },
+        { "attach", cmd_attach, "attach --pid N [--duration D] [--probes LIST] [--json]  start tracing a process" },
+        { "detach", cmd_detach, "detach --pid N  stop tracing it and seal its segment" },
+        { "list", cmd_list, "list  targets being traced" },
+        { "status", cmd_status, "status [--pid N] [--json]  events/s, drops, bytes, segments, probe plan" },
+        { "record", cmd_record, "record --pid N --duration D [--out DIR] [--probes LIST] | record --duration D [--out DIR] -- CMD [ARGS]" },
         { NULL, NULL, NULL },
 };
 

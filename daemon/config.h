@@ -1,0 +1,32 @@
+/* d9d configuration: /etc/d9d/d9d.conf (key = value), then command-line flags. */
+#pragma once
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "proto/d9proto.h"
+
+struct d9d_config {
+        char state_dir[PATH_MAX];       /* segments go to <state_dir>/traces */
+        char socket_path[PATH_MAX];
+        unsigned socket_mode;           /* permission bits of the socket we bind */
+        uint64_t rotate_period_ms;
+        uint64_t max_segment_bytes;
+        uint64_t disk_budget_bytes;     /* 0 = unlimited */
+        enum d9_compress compression;
+        unsigned sample_hz;             /* on-CPU stack sampling rate */
+        char service[128];              /* "" = derive from the executable name */
+        bool foreground;
+};
+
+#define D9D_DEFAULT_CONFIG "/etc/d9d/d9d.conf"
+
+void config_defaults(struct d9d_config *cfg);
+/* Apply one key = value setting. Returns 0, or -EINVAL with *why set. */
+int config_set(struct d9d_config *cfg, const char *key, const char *value, const char **why);
+/* Read a config file. A missing file is fine only when !required.
+ * Returns 0 or a negative errno; logs the offending line. */
+int config_load(struct d9d_config *cfg, const char *path, bool required);
+const char *compression_suffix(enum d9_compress c);

@@ -1,0 +1,155 @@
+/* control_cmds.c: what each control request does. Authorization happens
+ * here, per request, from the peer's SO_PEERCRED uid: root may trace any
+ * process; anyone else only processes running under their own uid. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "d9d.h"
+#include "log.h"
+#include "proto/d9control.h"
+#include "sealer.h"
+#include "session.h"
+
+struct peer {
+        uid_t uid;
+        pid_t pid;
+};
+
+static bool peer_may_see(const struct peer *p, const struct session *s)
+{
+        return p->uid == 0 || p->uid == s->uid;
+}
+
+static int req_pid(json_t *req, pid_t *pid)
+{
+        json_t *v = json_object_get(req, "pid");
+
+        if (!json_is_integer(v) || json_integer_value(v) <= 0 || json_integer_value(v) > 0x3fffffff)
+                return -EINVAL;
+        *pid = (pid_t)json_integer_value(v);
+        return 0;
+}
+
+static json_t *cmd_ping(struct d9d *d, const struct peer *p, json_t *req)
+{
+        json_t *r = d9c_ok();
+        json_object_set_new(r, "version", json_string(D9_VERSION));
+        return r;
+}
+
+static json_t *cmd_list(struct d9d *d, const struct peer *p, json_t *req)
+{
+        json_t *r = d9c_ok(), *arr = json_array();
+
+        for (struct session *s = d->sessions; s; s = s->next)
+                if (peer_may_see(p, s))
+                        json_array_append_new(arr, json_pack("{s:i,s:s,s:s,s:I}", "pid", s->pid, "service", s->service,
+                                              "state", s->state == SESSION_RECORDING ? "recording" :
+                                              s->state == SESSION_SEALING ? "sealing" : "done",
+                                              "session", (json_int_t)s->id));
+        json_object_set_new(r, "targets", arr);
+        return r;
+}
+
+static json_t *cmd_status(struct d9d *d, const struct peer *p, json_t *req)
+{
+        json_t *r = d9c_ok(), *arr = json_array();
+        struct sealer_stats st;
+        pid_t pid = 0;
+        json_int_t only = json_integer_value(json_object_get(req, "session"));
+
+        if (json_object_get(req, "pid") && req_pid(req, &pid) < 0) {
+                json_decref(r);
+                json_decref(arr);
+                return d9c_error("\"pid\" must be a positive integer");
+        }
+        for (struct session *s = d->sessions; s; s = s->next)
+                if (peer_may_see(p, s) && (!pid || s->pid == pid) && (!only || (json_int_t)s->id == only))
+                        json_array_append_new(arr, session_status_json(s));
+        sealer_get_stats(d->sealer, &st);
+        json_object_set_new(r, "targets", arr);
+        json_object_set_new(r, "daemon", json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:I}", "version", D9_VERSION,
+                            "traces_dir", d->traces_dir, "sealed", (json_int_t)st.sealed,
+                            "seal_failed", (json_int_t)st.failed, "seal_queue", (json_int_t)st.queued,
+                            "evicted", (json_int_t)st.evicted, "evicted_bytes", (json_int_t)st.evicted_bytes));
+        return r;
+}
+
+static json_t *cmd_attach(struct d9d *d, const struct peer *p, json_t *req)
+{
+        struct session_request sr = { .peer_uid = p->uid };
+        json_t *dur = json_object_get(req, "duration_ms"), *probes = json_object_get(req, "probes");
+        json_t *exe = json_object_get(req, "exe");
+        struct session *s;
+        const char *bad = NULL;
+        char *why = NULL;
+        int r;
+
+        if (req_pid(req, &sr.pid) < 0)
+                return d9c_error("attach needs \"pid\": a positive integer");
+        if (dur && (!json_is_integer(dur) || json_integer_value(dur) < 0))
+                return d9c_error("\"duration_ms\" must be a non-negative integer");
+        sr.duration_ms = dur ? (uint64_t)json_integer_value(dur) : 0;
+        if (probes && !json_is_string(probes))
+                return d9c_error("\"probes\" must be a string");
+        sr.probes = d9c_parse_probes(probes ? json_string_value(probes) : NULL, &bad);
+        if (sr.probes < 0)
+                return d9c_error("unknown probe group in \"%s\" (use sched,cpu,park,poll,spawn,wake,terminate or all)",
+                                 json_string_value(probes));
+        if (exe && (!json_is_string(exe) || json_string_value(exe)[0] != '/'))
+                return d9c_error("\"exe\" must be an absolute path");
+        sr.exe = exe ? json_string_value(exe) : NULL;
+        if (d->stopping)
+                return d9c_error("d9d is shutting down");
+        r = session_start(d, &sr, &s, &why);
+        if (r < 0) {
+                json_t *e = d9c_error("%s", why ? why : strerror(-r));
+                log_warn("attach to pid %d refused (peer uid %u): %s", sr.pid, (unsigned)p->uid, why ? why : strerror(-r));
+                free(why);
+                return e;
+        }
+        json_t *ok = d9c_ok();
+        json_object_set_new(ok, "target", session_status_json(s));
+        return ok;
+}
+
+static json_t *cmd_detach(struct d9d *d, const struct peer *p, json_t *req)
+{
+        struct session *s;
+        pid_t pid;
+
+        if (req_pid(req, &pid) < 0)
+                return d9c_error("detach needs \"pid\": a positive integer");
+        s = session_find(d, pid, true);
+        if (!s)
+                return d9c_error("pid %d is not being traced", pid);
+        if (!peer_may_see(p, s))
+                return d9c_error("permission denied: pid %d belongs to uid %u", pid, (unsigned)s->uid);
+        session_end(s, "detached");
+        json_t *ok = d9c_ok();
+        json_object_set_new(ok, "target", session_status_json(s));
+        return ok;
+}
+
+static const struct {
+        const char *name;
+        json_t *(*fn)(struct d9d *d, const struct peer *p, json_t *req);
+} commands[] = {
+        { "ping", cmd_ping },
+        { "list", cmd_list },
+        { "status", cmd_status },
+        { "attach", cmd_attach },
+        { "detach", cmd_detach },
+};
+
+json_t *control_dispatch(struct d9d *d, uid_t peer_uid, pid_t peer_pid, json_t *req)
+{
+        const char *cmd = json_string_value(json_object_get(req, "cmd"));
+        struct peer p = { peer_uid, peer_pid };
+
+        for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+                if (!strcmp(commands[i].name, cmd))
+                        return commands[i].fn(d, &p, req);
+        return d9c_error("unknown command \"%s\"", cmd);
+}

@@ -1,0 +1,77 @@
+/* client.c: one request, one response over d9d's control socket, with the
+ * error reporting every subcommand shares. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "d9ctl.h"
+#include "proto/d9control.h"
+
+json_t *d9ctl_call(json_t *req)
+{
+        const char *path = d9ctl_socket_path();
+        json_t *resp;
+        int fd = d9c_connect(path), err = 0;
+
+        if (fd < 0) {
+                fprintf(stderr, "d9ctl: cannot reach d9d at %s: %s (is d9d running? see --socket or D9_SOCKET)\n",
+                        path, strerror(-fd));
+                json_decref(req);
+                return NULL;
+        }
+        resp = d9c_call(fd, req, &err);
+        close(fd);
+        json_decref(req);
+        if (!resp) {
+                fprintf(stderr, "d9ctl: no valid answer from d9d at %s: %s\n", path, strerror(-err));
+                return NULL;
+        }
+        if (!json_is_true(json_object_get(resp, "ok"))) {
+                const char *e = json_string_value(json_object_get(resp, "error"));
+                fprintf(stderr, "d9ctl: %s\n", e ? e : "d9d refused the request");
+                json_decref(resp);
+                return NULL;
+        }
+        return resp;
+}
+
+int d9ctl_parse_pid(const char *cmd, const char *arg)
+{
+        char *end;
+        long v = strtol(arg, &end, 10);
+
+        if (*end || end == arg || v <= 0 || v > 0x3fffffff) {
+                fprintf(stderr, "d9ctl %s: --pid expects a process id, got '%s'\n", cmd, arg);
+                return -1;
+        }
+        return (int)v;
+}
+
+void d9ctl_print_plan(FILE *out, const json_t *plan)
+{
+        const char *key;
+        json_t *v, *item;
+        size_t i;
+
+        if (!json_is_object(plan))
+                return;
+        fprintf(out, "probes: %s\n", json_string_value(json_object_get(plan, "probes")));
+        if ((v = json_object_get(plan, "exe")))
+                fprintf(out, "exe: %s\n", json_string_value(v));
+        if ((v = json_object_get(plan, "tokio_version")))
+                fprintf(out, "tokio: %s\n", json_string_value(v));
+        if ((v = json_object_get(plan, "shape")))
+                fprintf(out, "shape: %s\n", json_string_value(v));
+        fprintf(out, "attached:\n");
+        json_object_foreach((json_t *)json_object_get(plan, "attached"), key, v)
+                fprintf(out, "  %-16s %lld\n", key, (long long)json_integer_value(v));
+        json_array_foreach(json_object_get(plan, "missing"), i, item)
+                fprintf(out, "missing: %s: %s\n", json_string_value(json_object_get(item, "kind")),
+                        json_string_value(json_object_get(item, "reason")));
+        json_array_foreach(json_object_get(plan, "skipped"), i, item)
+                fprintf(out, "skipped: %s %s: %s\n", json_string_value(json_object_get(item, "kind")),
+                        json_string_value(json_object_get(item, "label")),
+                        json_string_value(json_object_get(item, "reason")));
+}

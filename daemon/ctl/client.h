@@ -1,0 +1,14 @@
+/* client: d9ctl's side of the control protocol (shared by the subcommands
+ * that talk to d9d). */
+#pragma once
+
+#include <jansson.h>
+#include <stdio.h>
+
+/* Send req (consumed) to d9d and return its successful response. On any
+ * failure prints one line to stderr and returns NULL. */
+json_t *d9ctl_call(json_t *req);
+/* Human-readable probe plan: what attached, what is missing and why. */
+void d9ctl_print_plan(FILE *out, const json_t *plan);
+/* Parse "--pid N" style values; prints a one-line error and returns -1 on junk. */
+int d9ctl_parse_pid(const char *cmd, const char *arg);

@@ -1,0 +1,75 @@
+/* d9ctl attach: start tracing a running process and show the probe plan. */
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "d9ctl.h"
+#include "proto/d9control.h"
+
+int cmd_attach(int argc, char **argv)
+{
+        static const struct option opts[] = {
+                { "pid", required_argument, NULL, 'p' },
+                { "duration", required_argument, NULL, 'd' },
+                { "probes", required_argument, NULL, 'P' },
+                { "json", no_argument, NULL, 'j' },
+                {},
+        };
+        json_t *req = d9c_request("attach"), *resp;
+        uint64_t ms;
+        bool as_json = false;
+        int opt, pid = 0;
+
+        while ((opt = getopt_long(argc, argv, "p:d:P:j", opts, NULL)) != -1) {
+                switch (opt) {
+                case 'p':
+                        if ((pid = d9ctl_parse_pid("attach", optarg)) < 0)
+                                goto bad;
+                        break;
+                case 'd':
+                        if (d9_parse_duration_ms(optarg, &ms) < 0) {
+                                fprintf(stderr, "d9ctl attach: bad --duration '%s' (e.g. 10s, 5m)\n", optarg);
+                                goto bad;
+                        }
+                        json_object_set_new(req, "duration_ms", json_integer((json_int_t)ms));
+                        break;
+                case 'P':
+                        if (d9c_parse_probes(optarg, NULL) < 0) {
+                                fprintf(stderr, "d9ctl attach: bad --probes '%s' (any of sched,cpu,park,poll,spawn,wake,terminate or all)\n", optarg);
+                                goto bad;
+                        }
+                        json_object_set_new(req, "probes", json_string(optarg));
+                        break;
+                case 'j':
+                        as_json = true;
+                        break;
+                default:
+                        goto bad;
+                }
+        }
+        if (!pid) {
+                fprintf(stderr, "d9ctl attach: --pid is required\n");
+                goto bad;
+        }
+        json_object_set_new(req, "pid", json_integer(pid));
+        resp = d9ctl_call(req);
+        if (!resp)
+                return 1;
+        json_t *t = json_object_get(resp, "target");
+        if (as_json) {
+                json_dumpf(t, stdout, JSON_INDENT(2));
+                putchar('\n');
+        } else {
+                printf("attached to pid %d (%s), writing %s\n", pid,
+                       json_string_value(json_object_get(t, "service")), json_string_value(json_object_get(t, "dir")));
+                d9ctl_print_plan(stdout, json_object_get(t, "probe_plan"));
+        }
+        json_decref(resp);
+        return 0;
+bad:
+        json_decref(req);
+        return 2;
+}

@@ -1,0 +1,69 @@
+/* d9ctl status: per target events/s, drops, bytes, segments and probe
+ * plan; --json prints d9d's answer as is (same data, same code path). */
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "client.h"
+#include "d9ctl.h"
+#include "proto/d9control.h"
+
+static void print_target(const json_t *t)
+{
+        printf("pid %lld (%s): %s%s%s\n", (long long)json_integer_value(json_object_get(t, "pid")),
+               json_string_value(json_object_get(t, "service")), json_string_value(json_object_get(t, "state")),
+               *json_string_value(json_object_get(t, "end_reason")) ? ", " : "",
+               json_string_value(json_object_get(t, "end_reason")));
+        printf("  events/s %.0f  events %lld  drops %lld  bytes %lld  segments %lld sealed, %lld pending\n",
+               json_real_value(json_object_get(t, "events_per_s")),
+               (long long)json_integer_value(json_object_get(t, "events")),
+               (long long)json_integer_value(json_object_get(t, "drops")),
+               (long long)json_integer_value(json_object_get(t, "bytes")),
+               (long long)json_integer_value(json_object_get(t, "segments")),
+               (long long)json_integer_value(json_object_get(t, "segments_pending")));
+        printf("  dir %s\n", json_string_value(json_object_get(t, "dir")));
+        d9ctl_print_plan(stdout, json_object_get(t, "probe_plan"));
+}
+
+int cmd_status(int argc, char **argv)
+{
+        static const struct option opts[] = {
+                { "json", no_argument, NULL, 'j' },
+                { "pid", required_argument, NULL, 'p' },
+                {},
+        };
+        json_t *req = d9c_request("status"), *resp, *t;
+        bool as_json = false;
+        int opt, pid;
+        size_t i;
+
+        while ((opt = getopt_long(argc, argv, "jp:", opts, NULL)) != -1) {
+                if (opt == 'j') {
+                        as_json = true;
+                } else if (opt == 'p' && (pid = d9ctl_parse_pid("status", optarg)) > 0) {
+                        json_object_set_new(req, "pid", json_integer(pid));
+                } else {
+                        json_decref(req);
+                        return 2;
+                }
+        }
+        resp = d9ctl_call(req);
+        if (!resp)
+                return 1;
+        if (as_json) {
+                json_dumpf(resp, stdout, JSON_INDENT(2));
+                putchar('\n');
+        } else {
+                json_t *dm = json_object_get(resp, "daemon");
+                printf("d9d %s: traces in %s; %lld sealed, %lld queued, %lld evicted by the disk budget\n",
+                       json_string_value(json_object_get(dm, "version")),
+                       json_string_value(json_object_get(dm, "traces_dir")),
+                       (long long)json_integer_value(json_object_get(dm, "sealed")),
+                       (long long)json_integer_value(json_object_get(dm, "seal_queue")),
+                       (long long)json_integer_value(json_object_get(dm, "evicted")));
+                json_array_foreach(json_object_get(resp, "targets"), i, t)
+                        print_target(t);
+        }
+        json_decref(resp);
+        return 0;
+}

@@ -1,0 +1,233 @@
+/* d9d: the tracing daemon. Reads its configuration, recovers segments a
+ * crash left open, then runs one epoll loop over the control socket, every
+ * target's ring buffer, a tick timer and signals until SIGTERM, which seals
+ * everything before exiting. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "d9d.h"
+#include "log.h"
+#include "notify.h"
+#include "preflight.h"
+#include "recover.h"
+#include "sealer.h"
+#include "session.h"
+
+#define TICK_MS 250
+
+static void on_signal(struct d9d *d, struct d9_watch *w, uint32_t events)
+{
+        struct signalfd_siginfo si;
+
+        while (read(w->fd, &si, sizeof(si)) == sizeof(si)) {
+                if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
+                        log_info("received %s: sealing every segment and exiting", strsignal((int)si.ssi_signo));
+                        d->stopping = true;
+                }
+        }
+}
+
+static void on_tick(struct d9d *d, struct d9_watch *w, uint32_t events)
+{
+        uint64_t n, now = d9_now_ms();
+        unsigned live = 0;
+
+        (void)!read(w->fd, &n, sizeof(n));
+        for (struct session *s = d->sessions; s; s = s->next) {
+                session_tick(s, now);
+                live += s->state == SESSION_RECORDING;
+        }
+        sessions_prune(d);
+        static unsigned last_live = ~0u;
+        if (live != last_live) {
+                notify_status("tracing %u target%s", live, live == 1 ? "" : "s");
+                last_live = live;
+        }
+}
+
+static void on_watchdog(struct d9d *d, struct d9_watch *w, uint32_t events)
+{
+        uint64_t n;
+
+        (void)!read(w->fd, &n, sizeof(n));
+        notify_watchdog();
+}
+
+static int tick_timer(void)
+{
+        struct itimerspec its = { .it_interval = { 0, TICK_MS * 1000000L }, .it_value = { 0, TICK_MS * 1000000L } };
+        int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+
+        if (fd >= 0 && timerfd_settime(fd, 0, &its, NULL) < 0) {
+                close(fd);
+                return -errno;
+        }
+        return fd < 0 ? -errno : fd;
+}
+
+static int signal_fd(void)
+{
+        sigset_t mask;
+
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        sigprocmask(SIG_BLOCK, &mask, NULL);
+        signal(SIGPIPE, SIG_IGN);
+        return signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+}
+
+static void usage(FILE *out)
+{
+        fprintf(out, "usage: d9d [--config FILE] [--state-dir DIR] [--socket PATH] [--foreground]\n"
+                     "           [--set KEY=VALUE]...\n");
+}
+
+static int parse_args(int argc, char **argv, struct d9d_config *cfg)
+{
+        static const struct option opts[] = {
+                { "config", required_argument, NULL, 'c' },
+                { "state-dir", required_argument, NULL, 'd' },
+                { "socket", required_argument, NULL, 's' },
+                { "foreground", no_argument, NULL, 'f' },
+                { "set", required_argument, NULL, 'o' },
+                { "help", no_argument, NULL, 'h' },
+                { "version", no_argument, NULL, 'V' },
+                {},
+        };
+        const char *config = D9D_DEFAULT_CONFIG, *why;
+        bool explicit_config = false;
+        char *sets[64];
+        const char *state = NULL, *sock = NULL;
+        int n_sets = 0, opt;
+
+        config_defaults(cfg);
+        while ((opt = getopt_long(argc, argv, "c:d:s:fo:hV", opts, NULL)) != -1) {
+                switch (opt) {
+                case 'c': config = optarg; explicit_config = true; break;
+                case 'd': state = optarg; break;
+                case 's': sock = optarg; break;
+                case 'f': cfg->foreground = true; break;
+                case 'o':
+                        if (n_sets < 64)
+                                sets[n_sets++] = optarg;
+                        break;
+                case 'h': usage(stdout); exit(0);
+                case 'V': printf("d9d %s\n", D9_VERSION); exit(0);
+                default: usage(stderr); return -EINVAL;
+                }
+        }
+        if (optind < argc) {
+                fprintf(stderr, "d9d: unexpected argument '%s'\n", argv[optind]);
+                return -EINVAL;
+        }
+        if (config_load(cfg, config, explicit_config) < 0)
+                return -EINVAL;
+        /* Flags beat the file. */
+        for (int i = 0; i < n_sets; i++) {
+                char *eq = strchr(sets[i], '=');
+                if (!eq) {
+                        fprintf(stderr, "d9d: --set expects KEY=VALUE, got '%s'\n", sets[i]);
+                        return -EINVAL;
+                }
+                *eq = 0;
+                if (config_set(cfg, sets[i], eq + 1, &why) < 0) {
+                        fprintf(stderr, "d9d: --set %s: %s\n", sets[i], why);
+                        return -EINVAL;
+                }
+        }
+        if ((state && config_set(cfg, "state_dir", state, &why) < 0) ||
+            (sock && config_set(cfg, "socket", sock, &why) < 0)) {
+                fprintf(stderr, "d9d: bad --state-dir/--socket path\n");
+                return -EINVAL;
+        }
+        return 0;
+}
+
+static void shutdown_all(struct d9d *d)
+{
+        notify_stopping("sealing segments");
+        for (struct session *s = d->sessions; s; s = s->next)
+                session_end(s, "d9d stopping");
+        control_server_stop(d->control);
+        sealer_stop(d->sealer); /* seals whatever is queued, then joins */
+        sessions_free_all(d);
+        session_bpf_close();
+        log_info("stopped");
+}
+
+static int run_loop(struct d9d *d)
+{
+        struct epoll_event evs[64];
+
+        while (!d->stopping) {
+                int n = epoll_wait(d->epfd, evs, 64, -1);
+                if (n < 0 && errno != EINTR)
+                        return -errno;
+                for (int i = 0; i < n; i++) {
+                        struct d9_watch *w = evs[i].data.ptr;
+                        w->fn(d, w, evs[i].events);
+                }
+        }
+        return 0;
+}
+
+int main(int argc, char **argv)
+{
+        static struct d9d d;
+        struct d9_watch sig_w = { .fn = on_signal }, tick_w = { .fn = on_tick }, wd_w = { .fn = on_watchdog };
+        struct preflight_report pf;
+        int r;
+
+        if (parse_args(argc, argv, &d.cfg) < 0)
+                return 2;
+        gethostname(d.host, sizeof(d.host) - 1);
+        snprintf(d.traces_dir, sizeof(d.traces_dir), "%s/traces", d.cfg.state_dir);
+        if ((mkdir(d.cfg.state_dir, 0750) < 0 && errno != EEXIST) ||
+            (mkdir(d.traces_dir, 0750) < 0 && errno != EEXIST)) {
+                log_error("cannot create state directory %s: %s", d.traces_dir, strerror(errno));
+                return 1;
+        }
+        preflight_run(&pf);
+        preflight_log(&pf, stderr, false);
+        if (pf.fatal)
+                log_warn("preflight found fatal problems: attach requests will fail until they are fixed");
+
+        d.epfd = epoll_create1(EPOLL_CLOEXEC);
+        sig_w.fd = signal_fd();
+        tick_w.fd = tick_timer();
+        if (d.epfd < 0 || sig_w.fd < 0 || tick_w.fd < 0 || d9d_watch_add(&d, &sig_w, EPOLLIN) < 0 ||
+            d9d_watch_add(&d, &tick_w, EPOLLIN) < 0) {
+                log_error("cannot set up the event loop: %s", strerror(errno));
+                return 1;
+        }
+        wd_w.fd = notify_watchdog_timerfd();
+        if (wd_w.fd >= 0)
+                d9d_watch_add(&d, &wd_w, EPOLLIN);
+        r = sealer_start(&d, session_on_sealed, &d.sealer);
+        if (r < 0) {
+                log_error("cannot start the sealing thread: %s", strerror(-r));
+                return 1;
+        }
+        r = recover_active_segments(d.traces_dir, d.sealer, d.cfg.compression);
+        if (r < 0)
+                log_error("recovery scan of %s failed: %s", d.traces_dir, strerror(-r));
+        r = control_server_start(&d, &d.control);
+        if (r < 0)
+                return 1;
+        log_info("d9d %s ready: state %s, socket %s", D9_VERSION, d.cfg.state_dir, d.cfg.socket_path);
+        notify_ready("tracing 0 targets");
+        r = run_loop(&d);
+        shutdown_all(&d);
+        return r < 0 ? 1 : 0;
+}

@@ -1,0 +1,10 @@
+/* recover: `.active` segments left behind by a crash are trimmed to their
+ * last whole frame and queued for sealing when d9d starts. */
+#pragma once
+
+struct sealer;
+
+/* Returns the number of segments queued, or a negative errno. */
+int recover_active_segments(const char *traces_dir, struct sealer *sealer, int compression);
+/* Trim one file to its longest valid prefix; returns bytes cut or -errno. */
+long long recover_trim(const char *path);

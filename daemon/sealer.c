@@ -1,0 +1,328 @@
+/* sealer.c: sealing thread and the seal steps. A segment is sealed by
+ * (1) appending a SymbolTableEntry for every address its callchains use,
+ * (2) compressing it into a temporary file that is fsync'ed, (3) renaming
+ * that into place and removing the .active file, then fsyncing the folder.
+ * A crash at any step leaves either the .active file (recovered at the
+ * next start) or the finished segment, never a half-written sealed one. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "budget.h"
+#include "cleanup.h"
+#include "d9d.h"
+#include "log.h"
+#include "sealer.h"
+#include "segment.h"
+#include "symbolize.h"
+
+struct sealer {
+        struct d9_watch w;      /* eventfd: "jobs finished" for the main loop */
+        struct d9d *d;
+        pthread_t thread;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        struct seal_job *todo, **todo_tail;
+        struct seal_job *done;
+        bool stop;
+        struct sealer_stats st;
+        void (*on_done)(struct d9d *d, struct seal_job *job);
+};
+
+struct addr_set {
+        uint64_t *v;
+        size_t n, cap;
+};
+
+static int collect_addrs(const struct d9_dec_event *ev, void *ctx)
+{
+        struct addr_set *set = ctx;
+
+        for (uint16_t i = 0; i < ev->schema->nfields; i++) {
+                const struct d9_value *v = &ev->values[i];
+                if (!v->present || (v->type != D9_T_POOLED_STACK && v->type != D9_T_STACK))
+                        continue;
+                for (uint32_t k = 0; k < v->stack.n; k++) {
+                        if (set->n == set->cap) {
+                                uint64_t *more = realloc(set->v, (set->cap = set->cap ? set->cap * 2 : 1024) * 8);
+                                if (!more)
+                                        return -ENOMEM;
+                                set->v = more;
+                        }
+                        set->v[set->n++] = d9_value_stack_addr(v, k);
+                }
+        }
+        return 0;
+}
+
+static int u64_cmp(const void *a, const void *b)
+{
+        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+        return x < y ? -1 : x > y;
+}
+
+static int append_fd_write(void *ctx, const uint8_t *data, size_t len)
+{
+        int fd = *(int *)ctx;
+
+        while (len) {
+                ssize_t w = write(fd, data, len);
+                if (w < 0 && errno == EINTR)
+                        continue;
+                if (w < 0)
+                        return -errno;
+                data += w;
+                len -= (size_t)w;
+        }
+        return 0;
+}
+
+/* Symbols go in a stream of their own at the end of the file. */
+static int append_symbols(struct seal_job *job, const uint64_t *addrs, size_t n)
+{
+        _cleanup_close_ int fd = open(job->active, O_WRONLY | O_APPEND | O_CLOEXEC);
+        struct symbolizer *sym;
+        struct d9_enc *enc = NULL;
+        uint8_t buf[64 * 1024];
+        uint32_t empty;
+        int r;
+
+        if (fd < 0)
+                return -errno;
+        sym = symbolizer_new(job->pid, job->maps);
+        r = sym ? d9_enc_new(&enc) : -ENOMEM;
+        if (r < 0)
+                goto out;
+        d9_enc_set_output(enc, buf, sizeof(buf), append_fd_write, &fd);
+        r = d9_enc_new_stream(enc);
+        if (!r)
+                r = d9_enc_intern_string(enc, "", 0, &empty);
+        for (size_t i = 0; i < n && !r; i++) {
+                uint64_t size = 0;
+                const char *name = symbolizer_lookup(sym, addrs[i], &size);
+                char hex[48];
+                uint32_t atom;
+
+                if (!name) {
+                        snprintf(hex, sizeof(hex), "%s 0x%llx", addrs[i] >= 0xffff800000000000ull ?
+                                 "[kernel]" : "[symbolize-failed]", (unsigned long long)addrs[i]);
+                        name = hex;
+                } else {
+                        job->symbols++;
+                }
+                r = d9_enc_intern_string(enc, name, strlen(name), &atom);
+                if (!r)
+                        r = d9_enc_symbol_entry(enc, 0, addrs[i], size, atom, 0, empty, 0);
+        }
+        if (!r)
+                r = d9_enc_flush(enc);
+out:
+        d9_enc_free(enc);
+        symbolizer_free(sym);
+        return r;
+}
+
+static int symbolize_segment(struct seal_job *job)
+{
+        struct addr_set set = { 0 };
+        struct d9_dec_opts opts = { .strict = false, .on_event = collect_addrs, .ctx = &set };
+        struct d9_dec_result res;
+        uint8_t *raw = NULL;
+        size_t len = 0;
+        int r = d9_read_trace_file(job->active, &raw, &len, NULL);
+
+        if (r < 0)
+                return r;
+        r = d9_decode(raw, len, &opts, &res);
+        free(raw);
+        if (r == 0 && set.n) {
+                size_t u = 0;
+                qsort(set.v, set.n, 8, u64_cmp);
+                for (size_t i = 0; i < set.n; i++)
+                        if (!u || set.v[u - 1] != set.v[i])
+                                set.v[u++] = set.v[i];
+                r = append_symbols(job, set.v, u);
+        }
+        free(set.v);
+        return r;
+}
+
+static int fsync_dir_of(const char *path)
+{
+        _cleanup_free_ char *dir = strdup(path);
+        char *slash = dir ? strrchr(dir, '/') : NULL;
+
+        if (!slash)
+                return -EINVAL;
+        *slash = 0;
+        _cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        return fd < 0 || fsync(fd) < 0 ? -errno : 0;
+}
+
+int seal_segment(struct seal_job *job)
+{
+        char tmp[4200];
+        struct stat st;
+        int r;
+
+        r = symbolize_segment(job);
+        if (r < 0)
+                log_warn("%s: symbols not appended: %s", job->active, strerror(-r));
+        r = segment_sealed_path(job->active, compression_suffix(job->compression),
+                                job->sealed, sizeof(job->sealed));
+        if (r < 0)
+                return r;
+        if (job->compression == D9_COMPRESS_NONE) {
+                _cleanup_close_ int fd = open(job->active, O_RDONLY | O_CLOEXEC);
+                if (fd < 0 || fsync(fd) < 0 || rename(job->active, job->sealed) < 0)
+                        return -errno;
+        } else {
+                snprintf(tmp, sizeof(tmp), "%s.tmp", job->sealed);
+                r = d9_compress_file(job->active, tmp, job->compression, 0);
+                if (r < 0) {
+                        unlink(tmp);
+                        return r;
+                }
+                if (rename(tmp, job->sealed) < 0)
+                        return -errno;
+                unlink(job->active);
+        }
+        r = fsync_dir_of(job->sealed);
+        if (!stat(job->sealed, &st))
+                job->bytes = (uint64_t)st.st_size;
+        return r;
+}
+
+static void *sealer_main(void *arg)
+{
+        struct sealer *s = arg;
+
+        pthread_mutex_lock(&s->lock);
+        for (;;) {
+                while (!s->todo && !s->stop)
+                        pthread_cond_wait(&s->cond, &s->lock);
+                if (!s->todo)
+                        break;
+                struct seal_job *job = s->todo;
+                s->todo = job->next;
+                if (!s->todo)
+                        s->todo_tail = &s->todo;
+                pthread_mutex_unlock(&s->lock);
+
+                job->error = seal_segment(job);
+                if (job->error)
+                        log_error("sealing %s failed: %s", job->active, strerror(-job->error));
+                else
+                        log_info("sealed %s (%llu bytes, %llu symbols)", job->sealed,
+                                 (unsigned long long)job->bytes, (unsigned long long)job->symbols);
+                struct budget_result br = { 0 };
+                if (s->d->cfg.disk_budget_bytes)
+                        budget_enforce(s->d->traces_dir, s->d->cfg.disk_budget_bytes, &br);
+
+                pthread_mutex_lock(&s->lock);
+                s->st.queued--;
+                job->error ? s->st.failed++ : s->st.sealed++;
+                s->st.evicted += br.evicted;
+                s->st.evicted_bytes += br.evicted_bytes;
+                job->next = s->done;
+                s->done = job;
+                uint64_t one = 1;
+                (void)!write(s->w.fd, &one, sizeof(one));
+        }
+        pthread_mutex_unlock(&s->lock);
+        return NULL;
+}
+
+static void sealer_on_event(struct d9d *d, struct d9_watch *w, uint32_t events)
+{
+        uint64_t n;
+
+        (void)!read(w->fd, &n, sizeof(n));
+        /* session.c owns what a finished job means for its session. */
+        sealer_collect(d->sealer, d->sealer->on_done);
+}
+
+int sealer_start(struct d9d *d, void (*on_done)(struct d9d *d, struct seal_job *job), struct sealer **out)
+{
+        struct sealer *s = calloc(1, sizeof(*s));
+        int r;
+
+        if (!s)
+                return -ENOMEM;
+        s->d = d;
+        s->on_done = on_done;
+        s->todo_tail = &s->todo;
+        pthread_mutex_init(&s->lock, NULL);
+        pthread_cond_init(&s->cond, NULL);
+        s->w.fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        s->w.fn = sealer_on_event;
+        if (s->w.fd < 0 || (r = d9d_watch_add(d, &s->w, EPOLLIN)) < 0 ||
+            (r = -pthread_create(&s->thread, NULL, sealer_main, s)) < 0) {
+                r = -errno;
+                if (s->w.fd >= 0)
+                        close(s->w.fd);
+                free(s);
+                return r ? r : -EIO;
+        }
+        pthread_setname_np(s->thread, "d9d-sealer");
+        *out = s;
+        return 0;
+}
+
+void sealer_submit(struct sealer *s, struct seal_job *job)
+{
+        job->next = NULL;
+        pthread_mutex_lock(&s->lock);
+        *s->todo_tail = job;
+        s->todo_tail = &job->next;
+        s->st.queued++;
+        pthread_cond_signal(&s->cond);
+        pthread_mutex_unlock(&s->lock);
+}
+
+void sealer_collect(struct sealer *s, void (*fn)(struct d9d *d, struct seal_job *job))
+{
+        struct seal_job *done;
+
+        pthread_mutex_lock(&s->lock);
+        done = s->done;
+        s->done = NULL;
+        pthread_mutex_unlock(&s->lock);
+        while (done) {
+                struct seal_job *next = done->next;
+                if (fn)
+                        fn(s->d, done);
+                free(done->maps);
+                free(done);
+                done = next;
+        }
+}
+
+void sealer_get_stats(struct sealer *s, struct sealer_stats *st)
+{
+        pthread_mutex_lock(&s->lock);
+        *st = s->st;
+        pthread_mutex_unlock(&s->lock);
+}
+
+void sealer_stop(struct sealer *s)
+{
+        if (!s)
+                return;
+        pthread_mutex_lock(&s->lock);
+        s->stop = true;
+        pthread_cond_signal(&s->cond);
+        pthread_mutex_unlock(&s->lock);
+        pthread_join(s->thread, NULL);
+        sealer_collect(s, NULL);
+        d9d_watch_del(s->d, &s->w);
+        close(s->w.fd);
+        free(s);
+}

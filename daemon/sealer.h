@@ -1,0 +1,46 @@
+/* sealer: the thread that turns closed `.active` segments into sealed ones
+ * (symbols appended, compressed, fsync'ed, renamed) and then enforces the
+ * disk budget. The drain loop only ever enqueues. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "proto/d9proto.h"
+
+struct d9d;
+struct sealer;
+
+struct seal_job {
+        char active[4096];
+        enum d9_compress compression;
+        pid_t pid;              /* for symbols; 0 = none (recovery) */
+        char *maps;             /* /proc/PID/maps snapshot, owned by the job */
+        uint64_t session_id;    /* 0 = nobody waits for this one */
+        /* Filled by the sealer: */
+        char sealed[4096];
+        uint64_t bytes;         /* size of the sealed file */
+        uint64_t symbols;
+        int error;
+        struct seal_job *next;
+};
+
+struct sealer_stats {
+        uint64_t sealed, failed, queued;
+        uint64_t evicted, evicted_bytes;
+};
+
+/* on_done runs on the main loop for every finished job (may be NULL). */
+int sealer_start(struct d9d *d, void (*on_done)(struct d9d *d, struct seal_job *job), struct sealer **out);
+/* Takes ownership of job. Never blocks on sealing work. */
+void sealer_submit(struct sealer *s, struct seal_job *job);
+/* Main loop side: call when the sealer's eventfd (registered by
+ * sealer_start) fires; finished jobs are passed to fn, then freed. */
+void sealer_collect(struct sealer *s, void (*fn)(struct d9d *d, struct seal_job *job));
+void sealer_get_stats(struct sealer *s, struct sealer_stats *st);
+/* Seal everything still queued, then join the thread. */
+void sealer_stop(struct sealer *s);
+
+/* The work itself (also used by tests): returns 0 or a negative errno. */
+int seal_segment(struct seal_job *job);

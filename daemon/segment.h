@@ -1,0 +1,42 @@
+/* segment: one target's sequence of trace files. The drain loop encodes into
+ * the open segment (`trace.N.bin.active`); rotation closes it and hands it to
+ * the sealer without waiting. */
+#pragma once
+
+#include <limits.h>
+#include <stdint.h>
+
+#include "proto/d9proto.h"
+
+struct segment_writer {
+        char dir[PATH_MAX];             /* <traces>/<service>/<pid>-<starttime> */
+        unsigned index;                 /* N of the open segment */
+        int fd;                         /* -1 when no segment is open */
+        char active_path[PATH_MAX];
+        uint64_t bytes;                 /* flushed to the file so far */
+        uint64_t opened_ms;
+        uint64_t first_ts, last_ts;     /* event time range (monotonic ns) */
+        struct d9_enc *enc;             /* fresh per segment: atoms are per file */
+        uint8_t *buf;
+        int error;                      /* first write error, sticky per segment */
+};
+
+/* Prepare the target folder (created if needed; N continues after any
+ * segment already there). */
+int segment_writer_init(struct segment_writer *sw, const char *dir);
+/* Open trace.N.bin.active and write its first streams: ClockSyncEvent, then
+ * SegmentMetadataEvent + ClockSyncEvent, so every file stands alone. */
+int segment_open(struct segment_writer *sw, const struct d9_kv *meta, uint32_t n_meta);
+/* Bytes in the file plus what is still buffered in the encoder. */
+uint64_t segment_size(const struct segment_writer *sw);
+/* Flush and close the open segment. Copies its .active path to path_out
+ * (for the sealer). Returns 0, -ENOENT if none was open, or a write error. */
+int segment_close(struct segment_writer *sw, char *path_out, size_t len);
+void segment_writer_destroy(struct segment_writer *sw);
+
+/* Write a ClockSyncEvent (monotonic now + realtime now) into enc. */
+int segment_clock_sync(struct d9_enc *enc);
+
+/* Name helpers shared with sealing and recovery. */
+int segment_index_of(const char *name);        /* N of "trace.N.bin*", or -1 */
+int segment_sealed_path(const char *active, const char *suffix, char *out, size_t len);

@@ -1,0 +1,525 @@
+/* session.c: life of one traced target. Attach (plan + BPF), drain its
+ * ring into the open segment, rotate by period and size, account drops,
+ * end when the target exits, the deadline passes or d9ctl detaches, and
+ * hand every closed segment to the sealer. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "bpf_loader.h"
+#include "cleanup.h"
+#include "log.h"
+#include "proto/d9control.h"
+#include "sealer.h"
+#include "session.h"
+#include "symbolize.h"
+#include "uprobes/uprobes.h"
+
+#define FINISHED_KEPT 64
+/* Task-id read (design.md §3): the Header's vtable pointer is at +0x10 and
+ * the vtable's id_offset field at +72 in every Tokio release we measured;
+ * the id offset itself is read from the vtable at run time. */
+#define TOKIO_HEADER_VTABLE_OFF 0x10
+#define TOKIO_VTABLE_ID_OFF_SLOT 72
+
+static struct d9_bpf *shared_bpf;
+static uint64_t next_session_id = 1;
+
+static char *dupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *dupf(const char *fmt, ...)
+{
+        va_list ap;
+        char *s = NULL;
+
+        va_start(ap, fmt);
+        if (vasprintf(&s, fmt, ap) < 0)
+                s = NULL;
+        va_end(ap);
+        return s;
+}
+
+/* Start time (field 22 of /proc/PID/stat) makes pid + starttime unique. */
+static int read_proc_identity(pid_t pid, uint64_t *starttime, uid_t *uid)
+{
+        char path[64];
+        _cleanup_free_ char *stat = NULL;
+        struct stat st;
+        char *p;
+        unsigned long long start;
+
+        snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+        stat = read_proc_text(path);
+        if (!stat)
+                return -ESRCH;
+        p = strrchr(stat, ')'); /* comm may contain spaces and parentheses */
+        if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+                         &start) != 1)
+                return -EIO;
+        *starttime = start;
+        snprintf(path, sizeof(path), "/proc/%d", pid);
+        if (lstat(path, &st) < 0)
+                return -ESRCH;
+        *uid = st.st_uid;
+        return 0;
+}
+
+static void service_from_exe(const struct d9d *d, const char *exe, char *out, size_t len)
+{
+        const char *base = strrchr(exe, '/');
+
+        if (d->cfg.service[0]) {
+                snprintf(out, len, "%s", d->cfg.service);
+                return;
+        }
+        base = base ? base + 1 : exe;
+        snprintf(out, len, "%s", *base ? base : "unknown");
+        /* " (deleted)" and other oddities must not become path components. */
+        for (char *c = out; *c; c++)
+                if (*c == '/' || *c == ' ' || *c == '(' || *c == ')')
+                        *c = '_';
+}
+
+static json_t *plan_to_json(const struct session *s)
+{
+        json_t *j = json_object(), *attached = json_object(), *missing = json_array(), *skipped = json_array();
+        const struct probe_plan *p = s->plan;
+        char probes[96];
+
+        d9c_format_probes(s->probes, probes, sizeof(probes));
+        json_object_set_new(j, "probes", json_string(probes));
+        json_object_set_new(j, "attached", attached);
+        json_object_set_new(j, "missing", missing);
+        json_object_set_new(j, "skipped", skipped);
+        if (s->probes & (D9_PROBES_SCHED))
+                json_object_set_new(attached, "sched_switch", json_integer(1));
+        if (s->probes & (D9_PROBES_CPU))
+                json_object_set_new(attached, "cpu_sampling", json_integer(1));
+        if (!p)
+                return j;
+        json_object_set_new(j, "exe", json_string(p->exe_path ? p->exe_path : ""));
+        if (p->build_id)
+                json_object_set_new(j, "build_id", json_string(p->build_id));
+        if (p->tokio_version)
+                json_object_set_new(j, "tokio_version", json_string(p->tokio_version));
+        if (p->shape)
+                json_object_set_new(j, "shape", json_string(p->shape));
+        for (size_t i = 0; i < p->n_points; i++) {
+                const struct probe_point *pt = &p->points[i];
+                const char *kind = probe_kind_name(pt->kind);
+                if (pt->skipped) {
+                        json_array_append_new(skipped, json_pack("{s:s,s:s,s:s}", "kind", kind, "label",
+                                pt->label ? pt->label : "", "reason", pt->skip_reason ? pt->skip_reason : ""));
+                        continue;
+                }
+                json_t *n = json_object_get(attached, kind);
+                json_object_set_new(attached, kind, json_integer(n ? json_integer_value(n) + 1 : 1));
+        }
+        for (size_t i = 0; i < p->n_missing; i++)
+                json_array_append_new(missing, json_pack("{s:s,s:s}", "kind", probe_kind_name(p->missing[i].kind),
+                                                         "reason", p->missing[i].reason ? p->missing[i].reason : ""));
+        if (s->bpf)
+                json_object_set_new(j, "uprobes_attached", json_integer((json_int_t)d9_bpf_target_n_attached(s->bpf)));
+        return j;
+}
+
+static int session_open_segment(struct session *s)
+{
+        const struct probe_plan *p = s->plan;
+        char pid[24], start[24], workers[1024], probes[96];
+        struct d9_kv meta[16];
+        uint32_t n = 0;
+        int r;
+
+        snprintf(pid, sizeof(pid), "%d", s->pid);
+        snprintf(start, sizeof(start), "%llu", (unsigned long long)s->starttime);
+        d9c_format_probes(s->probes, probes, sizeof(probes));
+        translate_worker_list(&s->tr, workers, sizeof(workers));
+        meta[n++] = (struct d9_kv){ "service", s->service };
+        meta[n++] = (struct d9_kv){ "host", s->d->host };
+        meta[n++] = (struct d9_kv){ "pid", pid };
+        meta[n++] = (struct d9_kv){ "start_time", start };
+        meta[n++] = (struct d9_kv){ "exe", s->exe };
+        meta[n++] = (struct d9_kv){ "probes", probes };
+        meta[n++] = (struct d9_kv){ "d9d_version", D9_VERSION };
+        meta[n++] = (struct d9_kv){ "runtime.main", workers };
+        if (p && p->build_id)
+                meta[n++] = (struct d9_kv){ "build_id", p->build_id };
+        if (p && p->tokio_version)
+                meta[n++] = (struct d9_kv){ "tokio_version", p->tokio_version };
+        if (p && p->shape)
+                meta[n++] = (struct d9_kv){ "tokio_shape", p->shape };
+        r = segment_open(&s->seg, meta, n);
+        if (r < 0) {
+                log_error("pid %d: cannot open segment in %s: %s", s->pid, s->seg.dir, strerror(-r));
+                return r;
+        }
+        s->tr.workers_changed = false;
+        return translate_set_encoder(&s->tr, s->seg.enc);
+}
+
+/* Close the open segment and queue it for sealing. */
+static void session_close_segment(struct session *s)
+{
+        struct seal_job *job = calloc(1, sizeof(*job));
+        char maps_path[64];
+        int r;
+
+        if (!job)
+                return;
+        r = segment_close(&s->seg, job->active, sizeof(job->active));
+        if (r == -ENOENT) {
+                free(job);
+                return;
+        }
+        if (r < 0)
+                log_error("pid %d: %s ended with a write error: %s", s->pid, job->active, strerror(-r));
+        s->tr.enc = NULL;
+        snprintf(maps_path, sizeof(maps_path), "/proc/%d/maps", s->pid);
+        job->maps = read_proc_text(maps_path);
+        job->pid = s->pid;
+        job->compression = s->d->cfg.compression;
+        job->session_id = s->id;
+        s->segments_pending++;
+        sealer_submit(s->d->sealer, job);
+}
+
+static void session_rotate(struct session *s, const char *why)
+{
+        log_info("pid %d: rotating segment %u (%s)", s->pid, s->seg.index, why);
+        session_close_segment(s);
+        if (session_open_segment(s) < 0)
+                session_end(s, "cannot open a new segment");
+}
+
+static int on_ring_record(void *ctx, const void *rec, size_t size)
+{
+        struct session *s = ctx;
+
+        if (!s->tr.enc)
+                return 0;
+        translate_record(&s->tr, rec, size);
+        return 0;
+}
+
+static void session_on_ring(struct d9d *d, struct d9_watch *w, uint32_t events)
+{
+        struct session *s = (struct session *)((char *)w - offsetof(struct session, ring_w));
+
+        if (s->state != SESSION_RECORDING)
+                return;
+        d9_bpf_target_consume(s->bpf);
+        if (s->tr.error) {
+                log_error("pid %d: encoding failed: %s", s->pid, strerror(-s->tr.error));
+                session_end(s, "encoder error");
+                return;
+        }
+        if (s->tr.exited)
+                session_end(s, "target exited");
+        else if (s->tr.exec_seen > (s->expect_exec ? 1u : 0u))
+                session_end(s, "target called exec: its probes are gone");
+        else if (segment_size(&s->seg) >= s->d->cfg.max_segment_bytes)
+                session_rotate(s, "size");
+}
+
+static void session_on_pidfd(struct d9d *d, struct d9_watch *w, uint32_t events)
+{
+        struct session *s = (struct session *)((char *)w - offsetof(struct session, pidfd_w));
+
+        if (s->state == SESSION_RECORDING)
+                session_end(s, "target exited");
+}
+
+static int session_attach_bpf(struct session *s, char **why)
+{
+        struct d9_bpf_target_opts to = {
+                .probes = (unsigned)s->probes,
+                .header_vtable_off = TOKIO_HEADER_VTABLE_OFF,
+                .vtable_id_off_slot = TOKIO_VTABLE_ID_OFF_SLOT,
+                .on_record = on_ring_record,
+                .ctx = s,
+        };
+        int r;
+
+        if (!shared_bpf) {
+                struct d9_bpf_opts bo = { .sample_hz = s->d->cfg.sample_hz };
+                r = d9_bpf_open(&bo, &shared_bpf);
+                if (r < 0) {
+                        *why = dupf("cannot load d9's BPF programs: %s (see d9d's preflight log)", strerror(-r));
+                        return r;
+                }
+                log_info("BPF programs loaded (uprobe_multi: %s)", d9_bpf_uses_uprobe_multi(shared_bpf) ? "yes" : "no");
+        }
+        r = d9_bpf_attach_target(shared_bpf, s->pid, s->plan, &to, &s->bpf, why);
+        if (r < 0) {
+                if (!*why)
+                        *why = dupf("cannot attach to pid %d: %s", s->pid, strerror(-r));
+                return r;
+        }
+        s->ring_w.fd = d9_bpf_target_epoll_fd(s->bpf);
+        s->ring_w.fn = session_on_ring;
+        return d9d_watch_add(s->d, &s->ring_w, EPOLLIN);
+}
+
+static int session_plan(struct session *s, const struct session_request *req, char **why)
+{
+        const int tokio = D9_PROBES_PARK | D9_PROBES_POLL | D9_PROBES_SPAWN | D9_PROBES_WAKE | D9_PROBES_TERMINATE;
+        char *err = NULL;
+        int r;
+
+        if (!(s->probes & tokio))
+                return 0;
+        r = req->exe ? probe_plan_for_file(req->exe, &s->plan, &err) : probe_plan_for_pid(s->pid, &s->plan, &err);
+        if (r < 0) {
+                *why = err ? err : dupf("no probe plan for pid %d: %s", s->pid, strerror(-r));
+                if (err && *why != err)
+                        free(err);
+                return r;
+        }
+        free(err);
+        return 0;
+}
+
+static void session_link(struct d9d *d, struct session *s)
+{
+        s->next = d->sessions;
+        d->sessions = s;
+}
+
+static void session_free(struct session *s)
+{
+        if (s->bpf)
+                d9_bpf_detach_target(s->bpf);
+        if (s->pidfd_w.fd >= 0)
+                close(s->pidfd_w.fd);
+        segment_writer_destroy(&s->seg);
+        translate_destroy(&s->tr);
+        if (s->plan)
+                probe_plan_free(s->plan);
+        json_decref(s->plan_json);
+        json_decref(s->sealed_paths);
+        free(s);
+}
+
+int session_start(struct d9d *d, const struct session_request *req, struct session **out, char **why)
+{
+        struct session *s;
+        char dir[PATH_MAX], exe_link[64];
+        ssize_t n;
+        int r;
+
+        *why = NULL;
+        if (session_find(d, req->pid, true)) {
+                *why = dupf("pid %d is already being traced (detach it first)", req->pid);
+                return -EBUSY;
+        }
+        s = calloc(1, sizeof(*s));
+        if (!s)
+                return -ENOMEM;
+        s->d = d;
+        s->pid = req->pid;
+        s->pidfd_w.fd = -1;
+        s->seg.fd = -1;
+        s->probes = req->probes;
+        s->expect_exec = req->exe != NULL;
+        s->id = next_session_id++;
+        s->sealed_paths = json_array();
+        r = read_proc_identity(req->pid, &s->starttime, &s->uid);
+        if (r < 0) {
+                *why = dupf("no process with pid %d", req->pid);
+                goto fail;
+        }
+        if (req->peer_uid != 0 && req->peer_uid != s->uid) {
+                *why = dupf("permission denied: pid %d belongs to uid %u, you are uid %u", req->pid,
+                            (unsigned)s->uid, (unsigned)req->peer_uid);
+                r = -EPERM;
+                goto fail;
+        }
+        snprintf(exe_link, sizeof(exe_link), "/proc/%d/exe", req->pid);
+        if (req->exe)
+                snprintf(s->exe, sizeof(s->exe), "%s", req->exe);
+        else if ((n = readlink(exe_link, s->exe, sizeof(s->exe) - 1)) > 0)
+                s->exe[n] = 0;
+        service_from_exe(d, s->exe, s->service, sizeof(s->service));
+        r = session_plan(s, req, why);
+        if (r < 0)
+                goto fail;
+        r = translate_init(&s->tr, s->pid, s->plan, s->probes & D9_PROBES_WAKE);
+        if (r < 0)
+                goto fail;
+        snprintf(dir, sizeof(dir), "%s/%s/%d-%llu", d->traces_dir, s->service, s->pid,
+                 (unsigned long long)s->starttime);
+        r = segment_writer_init(&s->seg, dir);
+        if (r == 0)
+                r = session_open_segment(s);
+        if (r < 0) {
+                *why = dupf("cannot write segments in %s: %s", dir, strerror(-r));
+                goto fail;
+        }
+        r = session_attach_bpf(s, why);
+        if (r < 0)
+                goto fail;
+        /* pidfd: the exit notice even when sched probes are off. */
+        s->pidfd_w.fd = (int)syscall(SYS_pidfd_open, s->pid, 0);
+        s->pidfd_w.fn = session_on_pidfd;
+        if (s->pidfd_w.fd >= 0)
+                d9d_watch_add(d, &s->pidfd_w, EPOLLIN);
+        s->started_ms = s->rate_ms = d9_now_ms();
+        s->deadline_ms = req->duration_ms ? s->started_ms + req->duration_ms : 0;
+        s->plan_json = plan_to_json(s);
+        session_link(d, s);
+        log_info("pid %d (%s): attached, %zu uprobes, writing %s", s->pid, s->service,
+                 d9_bpf_target_n_attached(s->bpf), dir);
+        *out = s;
+        return 0;
+fail:
+        if (s->seg.fd >= 0) {
+                char path[PATH_MAX];
+                segment_close(&s->seg, path, sizeof(path));
+                unlink(path);
+        }
+        session_free(s);
+        return r < 0 ? r : -EIO;
+}
+
+void session_end(struct session *s, const char *reason)
+{
+        if (s->state != SESSION_RECORDING)
+                return;
+        if (s->bpf) {
+                d9d_watch_del(s->d, &s->ring_w);
+                d9_bpf_detach_target(s->bpf); /* drains what is left into the segment */
+                s->bpf = NULL;
+        }
+        if (s->pidfd_w.fd >= 0) {
+                d9d_watch_del(s->d, &s->pidfd_w);
+                close(s->pidfd_w.fd);
+                s->pidfd_w.fd = -1;
+        }
+        s->state = SESSION_SEALING;
+        snprintf(s->end_reason, sizeof(s->end_reason), "%s", reason);
+        session_close_segment(s);
+        if (!s->segments_pending)
+                s->state = SESSION_DONE;
+        log_info("pid %d: session ended (%s): %llu events, %llu drops", s->pid, reason,
+                 (unsigned long long)s->tr.events, (unsigned long long)s->drops);
+}
+
+static void session_account_drops(struct session *s)
+{
+        uint64_t dropped = 0;
+
+        if (!s->bpf || d9_bpf_target_drops(s->bpf, &dropped) < 0 || dropped <= s->drops_reported)
+                return;
+        if (s->tr.enc && translate_lost(&s->tr, d9_now_ns(), dropped - s->drops_reported, "ring") == 0)
+                s->drops_reported = dropped;
+        if (dropped > s->drops)
+                log_warn("pid %d: ring buffer full, %llu records lost so far", s->pid, (unsigned long long)dropped);
+        s->drops = dropped;
+}
+
+void session_tick(struct session *s, uint64_t now_ms)
+{
+        if (s->state != SESSION_RECORDING)
+                return;
+        /* Pick up what arrived since the last wakeup before judging time. */
+        d9_bpf_target_consume(s->bpf);
+        session_account_drops(s);
+        if (now_ms > s->rate_ms) {
+                s->events_per_s = (double)(s->tr.events - s->rate_events) * 1000.0 / (double)(now_ms - s->rate_ms);
+                s->rate_events = s->tr.events;
+                s->rate_ms = now_ms;
+        }
+        if (s->tr.exited) {
+                session_end(s, "target exited");
+                return;
+        }
+        if (s->deadline_ms && now_ms >= s->deadline_ms) {
+                session_end(s, "duration reached");
+                return;
+        }
+        if (now_ms - s->seg.opened_ms >= s->d->cfg.rotate_period_ms)
+                session_rotate(s, "period");
+        else if (segment_size(&s->seg) >= s->d->cfg.max_segment_bytes)
+                session_rotate(s, "size");
+        else if (s->tr.workers_changed)
+                session_rotate(s, "new workers: refreshing runtime metadata");
+}
+
+struct session *session_find(struct d9d *d, pid_t pid, bool live_only)
+{
+        for (struct session *s = d->sessions; s; s = s->next)
+                if (s->pid == pid && (!live_only || s->state == SESSION_RECORDING))
+                        return s;
+        return NULL;
+}
+
+static const char *state_name(enum session_state st)
+{
+        return st == SESSION_RECORDING ? "recording" : st == SESSION_SEALING ? "sealing" : "done";
+}
+
+json_t *session_status_json(const struct session *s)
+{
+        json_t *j = json_pack("{s:I,s:i,s:I,s:s,s:s,s:s,s:f,s:I,s:I,s:I,s:i,s:i,s:O,s:O,s:I,s:s}",
+                "session", (json_int_t)s->id, "pid", s->pid, "starttime", (json_int_t)s->starttime,
+                "service", s->service, "state", state_name(s->state), "dir", s->seg.dir,
+                "events_per_s", s->events_per_s, "events", (json_int_t)s->tr.events,
+                "drops", (json_int_t)s->drops, "bytes", (json_int_t)(s->bytes_sealed + segment_size(&s->seg)),
+                "segments", s->segments_sealed, "segments_pending", s->segments_pending,
+                "sealed", s->sealed_paths, "probe_plan", s->plan_json ? s->plan_json : json_null(),
+                "records", (json_int_t)s->tr.records, "end_reason", s->end_reason);
+        return j;
+}
+
+void session_on_sealed(struct d9d *d, struct seal_job *job)
+{
+        for (struct session *s = d->sessions; s; s = s->next) {
+                if (s->id != job->session_id)
+                        continue;
+                s->segments_pending--;
+                if (!job->error) {
+                        s->segments_sealed++;
+                        s->bytes_sealed += job->bytes;
+                        json_array_append_new(s->sealed_paths, json_string(job->sealed));
+                }
+                if (s->state == SESSION_SEALING && !s->segments_pending)
+                        s->state = SESSION_DONE;
+                return;
+        }
+}
+
+void sessions_prune(struct d9d *d)
+{
+        unsigned finished = 0;
+
+        for (struct session **pp = &d->sessions; *pp;) {
+                struct session *s = *pp;
+                if (s->state == SESSION_DONE && ++finished > FINISHED_KEPT) {
+                        *pp = s->next;
+                        session_free(s);
+                        continue;
+                }
+                pp = &s->next;
+        }
+}
+
+void sessions_free_all(struct d9d *d)
+{
+        while (d->sessions) {
+                struct session *s = d->sessions;
+                d->sessions = s->next;
+                session_free(s);
+        }
+}
+
+void session_bpf_close(void)
+{
+        d9_bpf_close(shared_bpf);
+        shared_bpf = NULL;
+}

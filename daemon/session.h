@@ -1,0 +1,79 @@
+/* session: one traced target process, from attach to its last sealed
+ * segment. Keyed by pid + process start time, so a recycled PID is a new
+ * session in a new folder. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "d9d.h"
+#include "segment.h"
+#include "translate.h"
+
+struct probe_plan;
+struct d9_bpf_target;
+struct seal_job;
+
+enum session_state {
+        SESSION_RECORDING,
+        SESSION_SEALING,        /* ended; segments still queued for sealing */
+        SESSION_DONE,
+};
+
+struct session {
+        struct d9_watch ring_w;         /* the target's ring buffer */
+        struct d9_watch pidfd_w;        /* readable when the target exits */
+        struct d9d *d;
+        struct session *next;
+        uint64_t id;
+        pid_t pid;
+        uint64_t starttime;             /* /proc/PID/stat field 22, clock ticks since boot */
+        uid_t uid;
+        char service[128];
+        char exe[4096];
+        int probes;                     /* enum d9_probe_group mask asked for */
+        bool expect_exec;               /* record -- CMD: the child execs once after attach */
+        enum session_state state;
+        char end_reason[128];
+        uint64_t started_ms, deadline_ms; /* deadline 0 = until detached */
+
+        struct probe_plan *plan;
+        struct d9_bpf_target *bpf;
+        json_t *plan_json;              /* what attached, what is missing and why */
+        struct segment_writer seg;
+        struct translate tr;
+
+        /* Counters for status. */
+        uint64_t events, bytes_sealed, drops, drops_reported;
+        uint64_t rate_events, rate_ms;  /* events at the last rate sample */
+        double events_per_s;
+        unsigned segments_sealed, segments_pending;
+        json_t *sealed_paths;           /* array of sealed segment paths */
+};
+
+struct session_request {
+        pid_t pid;
+        const char *exe;                /* plan from this file (target has not exec'd yet) */
+        int probes;
+        uint64_t duration_ms;
+        uid_t peer_uid;
+};
+
+/* Start tracing. On failure returns a negative errno and a malloc'd one-line
+ * reason in *why. */
+int session_start(struct d9d *d, const struct session_request *req, struct session **out, char **why);
+/* Stop recording: drain, detach, close the open segment and queue it. */
+void session_end(struct session *s, const char *reason);
+/* Once a second: rotation, deadline, drop accounting, rates. */
+void session_tick(struct session *s, uint64_t now_ms);
+struct session *session_find(struct d9d *d, pid_t pid, bool live_only);
+json_t *session_status_json(const struct session *s);
+/* A sealing job finished (called on the main loop). */
+void session_on_sealed(struct d9d *d, struct seal_job *job);
+/* Drop finished sessions beyond the most recent few. */
+void sessions_prune(struct d9d *d);
+void sessions_free_all(struct d9d *d);
+/* The shared BPF objects, opened on first attach. */
+void session_bpf_close(void);

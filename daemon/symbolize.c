@@ -1,0 +1,316 @@
+/* symbolize.c: turn callchain addresses into names at seal time. Every
+ * executable mapping of the target is mapped back to its ELF file; the
+ * file offset becomes a link-time address through the PT_LOAD headers and
+ * is looked up in the sorted function symbols. Rust names (legacy and v0)
+ * are demangled with libiberty. */
+#include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <libelf.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <libiberty/demangle.h>
+
+#include "cleanup.h"
+#include "symbolize.h"
+
+#define KERNEL_MIN 0xffff800000000000ull
+
+struct sym {
+        uint64_t addr, size;
+        char *name;             /* demangled on first use */
+        bool demangled;
+};
+
+struct elf_syms {
+        char *path;
+        struct sym *syms;
+        size_t n;
+        GElf_Phdr *loads;
+        size_t n_loads;
+};
+
+struct mapping {
+        uint64_t start, end, offset;
+        struct elf_syms *elf;
+};
+
+struct symbolizer {
+        pid_t pid;
+        struct mapping *maps;
+        size_t n_maps;
+        struct elf_syms **elfs;
+        size_t n_elfs;
+        struct sym *ksyms;      /* loaded on the first kernel address */
+        size_t n_ksyms;
+        bool ksyms_tried;
+};
+
+char *read_proc_text(const char *path)
+{
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        size_t cap = 16384, used = 0;
+        char *buf;
+
+        if (fd < 0)
+                return NULL;
+        buf = malloc(cap);
+        while (buf) {
+                ssize_t r = read(fd, buf + used, cap - used - 1);
+                if (r < 0 && errno == EINTR)
+                        continue;
+                if (r <= 0) {
+                        if (r < 0) {
+                                free(buf);
+                                return NULL;
+                        }
+                        buf[used] = 0;
+                        return buf;
+                }
+                used += (size_t)r;
+                if (used + 1 == cap) {
+                        char *bigger = realloc(buf, cap *= 2);
+                        if (!bigger)
+                                free(buf);
+                        buf = bigger;
+                }
+        }
+        return NULL;
+}
+
+static int sym_cmp(const void *a, const void *b)
+{
+        const struct sym *x = a, *y = b;
+        return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+static void elf_collect_syms(Elf *elf, struct elf_syms *es)
+{
+        Elf_Scn *scn = NULL;
+        GElf_Shdr sh;
+        size_t cap = 0;
+
+        while ((scn = elf_nextscn(elf, scn))) {
+                if (!gelf_getshdr(scn, &sh) || (sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM))
+                        continue;
+                Elf_Data *data = elf_getdata(scn, NULL);
+                size_t count = sh.sh_entsize ? sh.sh_size / sh.sh_entsize : 0;
+                for (size_t i = 0; data && i < count; i++) {
+                        GElf_Sym s;
+                        const char *name;
+
+                        if (!gelf_getsym(data, (int)i, &s) || GELF_ST_TYPE(s.st_info) != STT_FUNC ||
+                            !s.st_value || !(name = elf_strptr(elf, sh.sh_link, s.st_name)) || !*name)
+                                continue;
+                        if (es->n == cap) {
+                                struct sym *more = realloc(es->syms, (cap = cap ? cap * 2 : 1024) * sizeof(*more));
+                                if (!more)
+                                        return;
+                                es->syms = more;
+                        }
+                        es->syms[es->n++] = (struct sym){ s.st_value, s.st_size, strdup(name), false };
+                }
+        }
+        qsort(es->syms, es->n, sizeof(*es->syms), sym_cmp);
+}
+
+static struct elf_syms *elf_load(pid_t pid, const char *path)
+{
+        char via_root[PATH_MAX + 64];
+        struct elf_syms *es = calloc(1, sizeof(*es));
+        Elf *elf;
+        size_t nph = 0;
+        int fd;
+
+        if (!es)
+                return NULL;
+        es->path = strdup(path);
+        snprintf(via_root, sizeof(via_root), "/proc/%d/root%s", pid, path);
+        fd = open(via_root, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return es; /* no symbols: addresses stay hex */
+        elf_version(EV_CURRENT);
+        elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+        if (elf && elf_getphdrnum(elf, &nph) == 0) {
+                es->loads = calloc(nph ? nph : 1, sizeof(*es->loads));
+                for (size_t i = 0; es->loads && i < nph; i++) {
+                        GElf_Phdr ph;
+                        if (gelf_getphdr(elf, (int)i, &ph) && ph.p_type == PT_LOAD)
+                                es->loads[es->n_loads++] = ph;
+                }
+                elf_collect_syms(elf, es);
+        }
+        if (elf)
+                elf_end(elf);
+        close(fd);
+        return es;
+}
+
+static struct elf_syms *elf_get(struct symbolizer *s, const char *path)
+{
+        for (size_t i = 0; i < s->n_elfs; i++)
+                if (!strcmp(s->elfs[i]->path, path))
+                        return s->elfs[i];
+        struct elf_syms **more = realloc(s->elfs, (s->n_elfs + 1) * sizeof(*more));
+        if (!more)
+                return NULL;
+        s->elfs = more;
+        struct elf_syms *es = elf_load(s->pid, path);
+        if (es)
+                s->elfs[s->n_elfs++] = es;
+        return es;
+}
+
+static void parse_maps(struct symbolizer *s, const char *text)
+{
+        const char *line = text;
+
+        while (line && *line) {
+                unsigned long long start, end, off;
+                char perms[8];
+                int path_at = 0;
+
+                if (sscanf(line, "%llx-%llx %7s %llx %*s %*u %n", &start, &end, perms, &off, &path_at) == 4 &&
+                    path_at && perms[2] == 'x' && line[path_at] == '/') {
+                        const char *nl = strchr(line + path_at, '\n');
+                        size_t len = nl ? (size_t)(nl - line - path_at) : strlen(line + path_at);
+                        char path[PATH_MAX];
+                        struct mapping *more = realloc(s->maps, (s->n_maps + 1) * sizeof(*more));
+
+                        if (len < sizeof(path) && more) {
+                                memcpy(path, line + path_at, len);
+                                path[len] = 0;
+                                s->maps = more;
+                                s->maps[s->n_maps++] = (struct mapping){ start, end, off, elf_get(s, path) };
+                        }
+                }
+                line = strchr(line, '\n');
+                if (line)
+                        line++;
+        }
+}
+
+struct symbolizer *symbolizer_new(pid_t pid, const char *maps_text)
+{
+        struct symbolizer *s = calloc(1, sizeof(*s));
+
+        if (!s)
+                return NULL;
+        s->pid = pid;
+        if (maps_text)
+                parse_maps(s, maps_text);
+        return s;
+}
+
+static void load_kallsyms(struct symbolizer *s)
+{
+        _cleanup_fclose_ FILE *f = fopen("/proc/kallsyms", "re");
+        char line[512];
+        size_t cap = 0;
+
+        s->ksyms_tried = true;
+        while (f && fgets(line, sizeof(line), f)) {
+                unsigned long long addr;
+                char type, name[256];
+
+                if (sscanf(line, "%llx %c %255s", &addr, &type, name) != 3 || !addr ||
+                    (type != 't' && type != 'T'))
+                        continue;
+                if (s->n_ksyms == cap) {
+                        struct sym *more = realloc(s->ksyms, (cap = cap ? cap * 2 : 65536) * sizeof(*more));
+                        if (!more)
+                                break;
+                        s->ksyms = more;
+                }
+                s->ksyms[s->n_ksyms++] = (struct sym){ addr, 0, strdup(name), true };
+        }
+        qsort(s->ksyms, s->n_ksyms, sizeof(*s->ksyms), sym_cmp);
+}
+
+static struct sym *sym_find(struct sym *syms, size_t n, uint64_t addr)
+{
+        size_t lo = 0, hi = n;
+
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (syms[mid].addr <= addr)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return lo ? &syms[lo - 1] : NULL;
+}
+
+static const char *sym_name(struct sym *sym)
+{
+        if (!sym->demangled) {
+                char *d = cplus_demangle(sym->name, DMGL_PARAMS | DMGL_AUTO);
+                sym->demangled = true;
+                if (d) {
+                        free(sym->name);
+                        sym->name = d;
+                }
+        }
+        return sym->name;
+}
+
+const char *symbolizer_lookup(struct symbolizer *s, uint64_t addr, uint64_t *size)
+{
+        struct sym *sym;
+
+        if (addr >= KERNEL_MIN) {
+                if (!s->ksyms_tried)
+                        load_kallsyms(s);
+                sym = sym_find(s->ksyms, s->n_ksyms, addr);
+                *size = 0;
+                return sym ? sym->name : NULL;
+        }
+        for (size_t i = 0; i < s->n_maps; i++) {
+                struct mapping *m = &s->maps[i];
+                if (addr < m->start || addr >= m->end || !m->elf)
+                        continue;
+                uint64_t off = addr - m->start + m->offset;
+                for (size_t j = 0; j < m->elf->n_loads; j++) {
+                        GElf_Phdr *ph = &m->elf->loads[j];
+                        if (off < ph->p_offset || off >= ph->p_offset + ph->p_filesz)
+                                continue;
+                        uint64_t vaddr = off - ph->p_offset + ph->p_vaddr;
+                        sym = sym_find(m->elf->syms, m->elf->n, vaddr);
+                        /* A size-0 symbol still names the code up to the next one. */
+                        if (!sym || (sym->size && vaddr >= sym->addr + sym->size))
+                                return NULL;
+                        *size = sym->size;
+                        return sym_name(sym);
+                }
+        }
+        return NULL;
+}
+
+static void syms_free(struct sym *syms, size_t n)
+{
+        for (size_t i = 0; i < n; i++)
+                free(syms[i].name);
+        free(syms);
+}
+
+void symbolizer_free(struct symbolizer *s)
+{
+        if (!s)
+                return;
+        for (size_t i = 0; i < s->n_elfs; i++) {
+                syms_free(s->elfs[i]->syms, s->elfs[i]->n);
+                free(s->elfs[i]->loads);
+                free(s->elfs[i]->path);
+                free(s->elfs[i]);
+        }
+        syms_free(s->ksyms, s->n_ksyms);
+        free(s->elfs);
+        free(s->maps);
+        free(s);
+}

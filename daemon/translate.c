@@ -1,0 +1,319 @@
+/* translate.c: BPF records -> dial9 events.
+ *
+ * Identity rules (trace-format.md §8):
+ * - worker ids: a worker is the core a Parker key names, not a thread
+ *   (block_in_place moves a worker to another thread). Ids are handed out in
+ *   the order workers are first seen parking; a thread that polls before
+ *   any park (or without park probes) gets the next id at its first poll.
+ *   Polls of Tokio's BlockingTask run on blocking-pool threads: 254.
+ *   Everything else is 255.
+ * - task ids are read by BPF at poll entry; spawn_loc is the future-type
+ *   label of the poll<T,S> instance the probe cookie names.
+ * - values we cannot observe from outside (local/global queue lengths) are
+ *   written as 0, documented in docs/daemon.md. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bpf/d9_events.h"
+#include "translate.h"
+#include "uprobes/uprobes.h"
+
+static const struct d9_field_def lost_fields[] = {
+        { "lost", D9_T_VARINT },
+        { "source", D9_T_POOLED_STRING },
+};
+static const struct d9_schema_def lost_schema = { "D9LostEventsEvent", 2, lost_fields };
+
+int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *plan, bool wake_probes)
+{
+        memset(tr, 0, sizeof(*tr));
+        tr->pid = pid;
+        tr->plan = plan;
+        tr->wake_probes = wake_probes;
+        tr->n_labels = plan ? plan->n_points : 0;
+        tr->label_atoms = calloc(tr->n_labels ? tr->n_labels : 1, sizeof(*tr->label_atoms));
+        tr->threads_cap = 256;
+        tr->threads = calloc(tr->threads_cap, sizeof(*tr->threads));
+        tr->park_keys = calloc(256, sizeof(*tr->park_keys));
+        return tr->label_atoms && tr->threads && tr->park_keys ? 0 : -ENOMEM;
+}
+
+void translate_destroy(struct translate *tr)
+{
+        free(tr->label_atoms);
+        free(tr->threads);
+        free(tr->park_keys);
+        memset(tr, 0, sizeof(*tr));
+}
+
+int translate_set_encoder(struct translate *tr, struct d9_enc *enc)
+{
+        int r;
+
+        tr->enc = enc;
+        memset(tr->label_atoms, 0xff, (tr->n_labels ? tr->n_labels : 1) * sizeof(*tr->label_atoms));
+        for (size_t i = 0; i < tr->threads_cap; i++)
+                tr->threads[i].name_atom = D9_NO_ATOM;
+        r = d9_enc_declare(enc, &lost_schema);
+        if (r < 0)
+                return r;
+        tr->lost_schema = r;
+        r = d9_enc_intern_string(enc, "", 0, &tr->empty_atom);
+        if (!r)
+                r = d9_enc_intern_stack(enc, NULL, 0, &tr->empty_stack);
+        return r;
+}
+
+static struct tr_thread *thread_slot(struct translate *tr, uint32_t tid);
+
+static int threads_grow(struct translate *tr)
+{
+        struct tr_thread *old = tr->threads;
+        size_t old_cap = tr->threads_cap;
+
+        tr->threads = calloc(old_cap * 2, sizeof(*tr->threads));
+        if (!tr->threads) {
+                tr->threads = old;
+                return -ENOMEM;
+        }
+        tr->threads_cap = old_cap * 2;
+        tr->threads_used = 0;
+        for (size_t i = 0; i < old_cap; i++)
+                if (old[i].tid)
+                        *thread_slot(tr, old[i].tid) = old[i];
+        free(old);
+        return 0;
+}
+
+static struct tr_thread *thread_slot(struct translate *tr, uint32_t tid)
+{
+        size_t mask = tr->threads_cap - 1, i = (tid * 2654435761u) & mask;
+
+        while (tr->threads[i].tid && tr->threads[i].tid != tid)
+                i = (i + 1) & mask;
+        if (!tr->threads[i].tid) {
+                tr->threads[i] = (struct tr_thread){ .tid = tid, .worker = D9_WORKER_NONE,
+                                                     .name_atom = D9_NO_ATOM };
+                tr->threads_used++;
+        }
+        return &tr->threads[i];
+}
+
+static struct tr_thread *thread_get(struct translate *tr, uint32_t tid)
+{
+        if (tr->threads_used * 2 >= tr->threads_cap && threads_grow(tr) < 0)
+                return NULL;
+        return thread_slot(tr, tid);
+}
+
+static uint32_t worker_new(struct translate *tr, uint64_t park_key)
+{
+        /* Ids above 253 would collide with the sentinels. */
+        if (tr->n_workers >= 254)
+                return D9_WORKER_NONE;
+        tr->park_keys[tr->n_workers] = park_key;
+        tr->workers_changed = true;
+        return tr->n_workers++;
+}
+
+static uint32_t worker_of_key(struct translate *tr, uint64_t park_key)
+{
+        for (uint32_t i = 0; i < tr->n_workers; i++)
+                if (tr->park_keys[i] == park_key)
+                        return i;
+        return worker_new(tr, park_key);
+}
+
+static const char *cookie_label(const struct translate *tr, uint64_t cookie)
+{
+        if (!tr->plan || cookie >= tr->n_labels)
+                return NULL;
+        return tr->plan->points[cookie].label;
+}
+
+static uint32_t label_atom(struct translate *tr, uint64_t cookie)
+{
+        const char *label = cookie_label(tr, cookie);
+        uint32_t atom;
+
+        if (!label)
+                return tr->empty_atom;
+        if (tr->label_atoms[cookie] != D9_NO_ATOM)
+                return tr->label_atoms[cookie];
+        if (d9_enc_intern_string(tr->enc, label, strlen(label), &atom) < 0)
+                return tr->empty_atom;
+        tr->label_atoms[cookie] = atom;
+        return atom;
+}
+
+static uint32_t thread_name_atom(struct translate *tr, struct tr_thread *t)
+{
+        if (!t->name_read) {
+                char path[64];
+                int fd;
+
+                t->name_read = true;
+                snprintf(path, sizeof(path), "/proc/%d/task/%u/comm", tr->pid, t->tid);
+                fd = open(path, O_RDONLY | O_CLOEXEC);
+                if (fd >= 0) {
+                        ssize_t n = read(fd, t->name, sizeof(t->name) - 1);
+                        close(fd);
+                        if (n > 0 && t->name[n - 1] == '\n')
+                                n--;
+                        t->name[n > 0 ? n : 0] = 0;
+                }
+        }
+        if (!t->name[0])
+                return D9_NO_ATOM;
+        if (t->name_atom == D9_NO_ATOM &&
+            d9_enc_intern_string(tr->enc, t->name, strlen(t->name), &t->name_atom) < 0)
+                t->name_atom = D9_NO_ATOM;
+        return t->name_atom;
+}
+
+static uint32_t poll_worker(struct translate *tr, struct tr_thread *t, uint64_t cookie)
+{
+        const char *label = cookie_label(tr, cookie);
+
+        if (t->worker != D9_WORKER_NONE)
+                return t->worker;
+        if (label && strstr(label, "BlockingTask"))
+                return D9_WORKER_BLOCKING;
+        /* A worker that has not parked yet: the thread stands for the worker. */
+        t->worker = worker_new(tr, ((uint64_t)1 << 63) | t->tid);
+        return t->worker;
+}
+
+static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_thread *t)
+{
+        switch (r->hdr.type) {
+        case D9_REC_POLL_START:
+                return d9_enc_poll_start(tr->enc, r->hdr.ts, poll_worker(tr, t, r->cookie), 0,
+                                         r->task_id, label_atom(tr, r->cookie));
+        case D9_REC_POLL_END: {
+                uint32_t w = t->worker;
+                if (w == D9_WORKER_NONE) {
+                        const char *label = cookie_label(tr, r->cookie);
+                        w = label && strstr(label, "BlockingTask") ? D9_WORKER_BLOCKING : w;
+                }
+                return d9_enc_poll_end(tr->enc, r->hdr.ts, w);
+        }
+        case D9_REC_SPAWN:
+                return d9_enc_task_spawn(tr->enc, r->hdr.ts, r->task_id, tr->empty_atom, tr->wake_probes);
+        default:
+                return d9_enc_task_terminate(tr->enc, r->hdr.ts, r->task_id);
+        }
+}
+
+static int on_park(struct translate *tr, const struct d9_rec_park *r, struct tr_thread *t)
+{
+        uint32_t w = worker_of_key(tr, r->park_key);
+
+        /* A thread that polled before its first park took a provisional id;
+         * the Parker key is the real identity from here on. */
+        t->worker = w;
+        if (r->hdr.type == D9_REC_PARK) {
+                t->park_run_delay = r->run_delay_ns;
+                return d9_enc_worker_park(tr->enc, r->hdr.ts, w, 0, r->cpu_ns, r->hdr.tid);
+        }
+        uint64_t wait = t->park_run_delay && r->run_delay_ns >= t->park_run_delay ?
+                        r->run_delay_ns - t->park_run_delay : 0;
+        return d9_enc_worker_unpark(tr->enc, r->hdr.ts, w, 0, r->cpu_ns, wait, r->hdr.tid);
+}
+
+int translate_record(struct translate *tr, const void *rec, size_t size)
+{
+        const struct d9_rec_hdr *h = rec;
+        struct tr_thread *t;
+        int r = 0;
+
+        tr->records++;
+        if (size < sizeof(*h))
+                return -EBADMSG;
+        if (!tr->first_ts || h->ts < tr->first_ts)
+                tr->first_ts = h->ts;
+        if (h->ts > tr->last_ts)
+                tr->last_ts = h->ts;
+        t = thread_get(tr, h->tid);
+        if (!t)
+                return -ENOMEM;
+        switch (h->type) {
+        case D9_REC_POLL_START:
+        case D9_REC_POLL_END:
+        case D9_REC_SPAWN:
+        case D9_REC_TERMINATE:
+                if (size < sizeof(struct d9_rec_task))
+                        return -EBADMSG;
+                r = on_task(tr, rec, t);
+                break;
+        case D9_REC_WAKE: {
+                const struct d9_rec_wake *w = rec;
+                if (size < sizeof(*w))
+                        return -EBADMSG;
+                r = d9_enc_wake(tr->enc, h->ts, w->waker_task_id, w->woken_task_id,
+                                t->worker > 254 ? 255 : (uint8_t)t->worker);
+                break;
+        }
+        case D9_REC_PARK:
+        case D9_REC_UNPARK:
+                if (size < sizeof(struct d9_rec_park))
+                        return -EBADMSG;
+                r = on_park(tr, rec, t);
+                break;
+        case D9_REC_OFFCPU: {
+                const struct d9_rec_offcpu *o = rec;
+                if (size < sizeof(*o))
+                        return -EBADMSG;
+                r = d9_enc_cpu_sample(tr->enc, o->off_ts, t->worker, h->tid, 1, D9_NO_ATOM,
+                                      tr->empty_stack, h->cpu);
+                break;
+        }
+        case D9_REC_CPU_SAMPLE: {
+                const struct d9_rec_sample *s = rec;
+                uint32_t stack = tr->empty_stack;
+                if (size < sizeof(*s))
+                        return -EBADMSG;
+                if (s->ip && d9_enc_intern_stack(tr->enc, &s->ip, 1, &stack) < 0)
+                        stack = tr->empty_stack;
+                r = d9_enc_cpu_sample(tr->enc, h->ts, t->worker, h->tid, 0, thread_name_atom(tr, t),
+                                      stack, h->cpu);
+                break;
+        }
+        case D9_REC_EXIT:
+                tr->exited++;
+                return 0;
+        case D9_REC_EXEC:
+                tr->exec_seen++;
+                return 0;
+        default:
+                return 0; /* WAKEUP and future types carry no dial9 event */
+        }
+        if (r < 0) {
+                if (!tr->error)
+                        tr->error = r;
+                return r;
+        }
+        tr->events++;
+        return 0;
+}
+
+int translate_lost(struct translate *tr, uint64_t ts, uint64_t lost, const char *source)
+{
+        struct d9_enc_value v[2] = { { .present = true, .u = lost }, { .present = true } };
+        int r = d9_enc_intern_string(tr->enc, source, strlen(source), &v[1].atom);
+
+        return r < 0 ? r : d9_enc_event(tr->enc, tr->lost_schema, ts, v);
+}
+
+void translate_worker_list(const struct translate *tr, char *buf, size_t len)
+{
+        size_t off = 0;
+
+        buf[0] = 0;
+        for (uint32_t i = 0; i < tr->n_workers && off + 8 < len; i++)
+                off += (size_t)snprintf(buf + off, len - off, "%s%u", i ? "," : "", i);
+}

@@ -1,0 +1,56 @@
+/* translate: BPF records (bpf/d9_events.h) -> dial9 events (proto/).
+ * Owns the per-target identity maps: thread -> worker id, probe cookie ->
+ * interned future-type label, thread -> name. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "proto/d9proto.h"
+
+struct probe_plan;
+
+struct tr_thread {
+        uint32_t tid;                   /* 0 = empty slot */
+        uint32_t worker;                /* D9_WORKER_NONE until known */
+        uint64_t park_run_delay;        /* run_delay at the last park */
+        uint32_t name_atom;
+        bool name_read;
+        char name[16];
+};
+
+struct translate {
+        pid_t pid;
+        const struct probe_plan *plan;
+        struct d9_enc *enc;             /* current segment's encoder */
+        int lost_schema;                /* D9LostEventsEvent handle in enc */
+        uint32_t empty_atom, empty_stack;
+        uint32_t *label_atoms;          /* per plan cookie; UINT32_MAX = not yet */
+        size_t n_labels;
+        bool wake_probes;               /* TaskSpawnEvent.instrumented */
+
+        struct tr_thread *threads;      /* open addressing, power-of-two size */
+        size_t threads_cap, threads_used;
+        uint64_t *park_keys;            /* index = worker id */
+        uint32_t n_workers;
+        bool workers_changed;           /* metadata needs a runtime.<name> refresh */
+
+        uint64_t first_ts, last_ts;
+        uint64_t events;                /* dial9 events written */
+        uint64_t records;               /* BPF records seen */
+        uint64_t exited, exec_seen;     /* EXIT / EXEC records */
+        int error;                      /* first encoder error */
+};
+
+int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *plan, bool wake_probes);
+void translate_destroy(struct translate *tr);
+/* Switch to a new segment's encoder: interned atoms belong to the old one. */
+int translate_set_encoder(struct translate *tr, struct d9_enc *enc);
+/* One record from the ring. Returns 0 or a negative errno. */
+int translate_record(struct translate *tr, const void *rec, size_t size);
+/* Record `lost` dropped records as a D9LostEventsEvent. */
+int translate_lost(struct translate *tr, uint64_t ts, uint64_t lost, const char *source);
+/* "0,1,2" for runtime.<name>: worker ids seen so far. */
+void translate_worker_list(const struct translate *tr, char *buf, size_t len);
