@@ -45,11 +45,15 @@ fn wait_before_start(args: &Args) {
 }
 
 fn main() {
-    let args = match args::parse(std::env::args().skip(1)) {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.is_empty() || argv[0] == "--help" || argv[0] == "-h" {
+        println!("{}", args::USAGE);
+        exit(if argv.is_empty() { 2 } else { 0 });
+    }
+    let args = match args::parse(argv.into_iter()) {
         Ok(a) => a,
         Err(msg) => {
-            eprintln!("d9-target: {msg}");
-            eprintln!("{}", args::USAGE);
+            eprintln!("d9-target: {msg} (see d9-target --help)");
             exit(2);
         }
     };

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""TAP checks that a built d9-target really runs and that its printed truth
+is sane, so tracer tests can trust it.
+
+  check_target.py mixed    BINARY SERIES FLAVOR
+  check_target.py serve    BINARY SERIES FLAVOR
+  check_target.py variants SERIES RELEASE STRIPPED DEBUG V0
+  check_target.py badargs  BINARY
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+results = []
+
+
+def ok(cond, name, diag=None):
+    results.append(bool(cond))
+    n = len(results)
+    print(("ok" if cond else "not ok") + f" {n} - {name}")
+    if not cond and diag is not None:
+        for line in str(diag).splitlines():
+            print(f"# {line}")
+    sys.stdout.flush()
+    return cond
+
+
+def finish():
+    print(f"1..{len(results)}")
+    sys.exit(0 if results and all(results) else 1)
+
+
+def last_json(text):
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            return json.loads(line)
+    raise ValueError(f"no JSON line in output: {text!r}")
+
+
+def check_mixed(binary, series, flavor):
+    duration = 3
+    t0 = time.monotonic()
+    p = subprocess.run([binary, "mixed", "--flavor", flavor, "--duration", str(duration)],
+                       capture_output=True, text=True, errors="replace", timeout=30)
+    wall = time.monotonic() - t0
+    if not ok(p.returncode == 0, f"mixed {flavor} exits 0", p.stderr):
+        return
+    try:
+        t = last_json(p.stdout)
+    except ValueError as e:
+        ok(False, "mixed prints one JSON line", e)
+        return
+    print(f"# truth: {json.dumps(t)}")
+    ok(t.get("mode") == "mixed" and t.get("flavor") == flavor, "JSON names mode and flavor", t)
+    ok(str(t.get("tokio", "")).startswith(series + "."), f"built against Tokio {series}", t)
+    ok(isinstance(t.get("pid"), int) and t["pid"] > 1, "reports its pid", t)
+    ok(duration <= t.get("duration_s", 0) <= duration + 1.5 and wall < duration + 5,
+       "ran for about the requested duration", f"{t.get('duration_s')} s, wall {wall:.2f} s")
+    # Busy loops at 0, 1, 2 s (maybe 3 s); 20 ms thread sleeps at 0.5, 1.5, 2.5 s.
+    ok(2 <= t.get("blocking_polls", 0) <= duration + 1, "50 ms busy loop once per second", t)
+    ok(2 <= t.get("sleep_polls", 0) <= duration + 1, "20 ms thread sleep once per second", t)
+    ok(t.get("round_trips", 0) > 100, "channel ping-pong made round trips", t)
+    # 10 ms interval + 5 ms sleep loop over 3 s: hundreds, unless timers stall.
+    ok(t.get("timers_fired", 0) > 100, "timers fired", t)
+    ok(t.get("boxed_tasks", 0) >= 8, "type-erased boxed tasks spawned", t)
+    ok(t.get("tasks_spawned", 0) > 1000 + t.get("boxed_tasks", 0), "spawn churn spawned tasks", t)
+    ok(t.get("failed_tasks") == 0, "no workload task panicked", t)
+
+
+def check_serve(binary, series, flavor):
+    server = subprocess.Popen([binary, "server", "--flavor", flavor, "--listen", "127.0.0.1:0",
+                               "--duration", "5"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
+    try:
+        line = server.stdout.readline().strip()
+        if not ok(line.startswith("listening 127.0.0.1:"), "server prints its address when ready",
+                  line or server.stderr.read()):
+            return
+        addr = line.split()[1]
+        load = subprocess.run([binary, "load", "--flavor", flavor, "--connect", addr,
+                               "--conns", "4", "--duration", "2"],
+                              capture_output=True, text=True, errors="replace", timeout=30)
+        if not ok(load.returncode == 0, "load client exits 0", load.stderr):
+            return
+        lj = last_json(load.stdout)
+        print(f"# load: {json.dumps(lj)}")
+        ok(lj["requests"] > 0 and lj["req_per_sec"] > 0, "load has throughput", lj)
+        ok(lj["errors"] == 0, "no request failed", lj)
+        ok(0 < lj["p50_us"] <= lj["p99_us"], "latency percentiles are ordered", lj)
+        out, err = server.communicate(timeout=15)
+        if not ok(server.returncode == 0, "server exits 0 after its duration", err):
+            return
+        sj = last_json(out)
+        print(f"# server: {json.dumps(sj)}")
+        ok(sj["connections"] == 4, "server saw every connection", sj)
+        ok(sj["requests"] == lj["requests"], "server answered exactly what the client counted",
+           f"server {sj['requests']} client {lj['requests']}")
+        ok(str(sj.get("tokio", "")).startswith(series + "."), f"built against Tokio {series}", sj)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+
+def symbols(path, dynamic=False):
+    p = subprocess.run(["nm", "-D" if dynamic else "-a", path], capture_output=True, text=True, errors="replace")
+    return p.stdout
+
+
+def check_variants(series, release, stripped, debug, v0):
+    legacy = symbols(release)
+    ok("_ZN9d9_target5mixed15busy_block_50ms17h" in legacy,
+       "release keeps legacy-mangled symbols (busy_block_50ms)")
+    ok("_ZN5tokio7runtime4task3raw4poll17h" in legacy, "release keeps tokio raw::poll symbols")
+    v0syms = symbols(v0)
+    ok("9d9_target5mixed15busy_block_50ms" in v0syms and "_RNv" in v0syms
+       and "_ZN9d9_target5mixed15busy_block_50ms" not in v0syms,
+       "v0 variant uses v0 mangling")
+    sec = subprocess.run(["readelf", "-S", "-W", stripped], capture_output=True, text=True, errors="replace").stdout
+    ok(".symtab" not in sec, "stripped variant has no symbol table")
+    link = subprocess.run(["readelf", "--string-dump=.gnu_debuglink", stripped],
+                          capture_output=True, text=True, errors="replace").stdout
+    ok(os.path.basename(debug) in link, "stripped variant links its .debug file", link)
+    ok("_ZN9d9_target5mixed15busy_block_50ms17h" in symbols(debug),
+       "debug file holds the stripped symbols")
+    bid = lambda f: [l for l in subprocess.run(["readelf", "-n", f], capture_output=True,
+                                               text=True, errors="replace").stdout.splitlines() if "Build ID" in l]
+    ok(bid(release) and bid(release) == bid(stripped) == bid(debug),
+       "release, stripped and debug share a build-id", (bid(release), bid(stripped), bid(debug)))
+    for name, b in (("stripped", stripped), ("v0", v0)):
+        p = subprocess.run([b, "mixed", "--duration", "1.2"], capture_output=True, text=True, errors="replace",
+                           timeout=20)
+        good = p.returncode == 0
+        if good:
+            t = last_json(p.stdout)
+            good = t["blocking_polls"] >= 1 and t["tokio"].startswith(series + ".")
+        ok(good, f"{name} variant runs the mixed workload", p.stdout + p.stderr)
+
+
+def check_badargs(binary):
+    for argv, what in ((["bogus"], "unknown mode"), (["mixed", "--flavor", "x"], "bad flavor"),
+                       (["load"], "load without --connect"), (["mixed", "--duration", "-1"],
+                                                              "negative duration")):
+        p = subprocess.run([binary] + argv, capture_output=True, text=True, errors="replace", timeout=10)
+        lines = p.stderr.strip().splitlines()
+        ok(p.returncode == 2 and len(lines) == 1 and lines[0].startswith("d9-target: "),
+           f"{what}: one error line, exit 2", f"rc {p.returncode}: {p.stderr}")
+
+
+def main():
+    cmd, rest = sys.argv[1], sys.argv[2:]
+    {"mixed": check_mixed, "serve": check_serve, "variants": check_variants,
+     "badargs": check_badargs}[cmd](*rest)
+    finish()
+
+
+if __name__ == "__main__":
+    main()
