@@ -3,12 +3,19 @@
 
 #include "uprobes-int.h"
 
+struct tokio_rule;
+
+struct point_meta {
+        bool essential;
+        const struct tokio_rule *rule;  /* NULL for scan-only points */
+};
+
 struct plan_builder {
         struct elf_image *img;
         struct symtab st;
         struct vtable_scan vs;
         struct probe_point *pts;
-        bool *essential;        /* parallel to pts, sized cap */
+        struct point_meta *meta; /* parallel to pts until they are sorted */
         size_t n, cap;
 };
 

@@ -90,7 +90,8 @@ static int note_missing_kinds(struct probe_plan *plan)
                                              fallback[k]);
                 else
                         r = plan_add_missing(plan, k, "no matching symbol in this build (inlined, renamed, "
-                                             "or this runtime flavour/feature is not linked in)");
+                                             "or this runtime flavour/feature is not linked in); fallback: %s",
+                                             fallback[k]);
                 if (r < 0)
                         return r;
         }
@@ -221,7 +222,7 @@ static int plan_build(const char *path, const char *root, struct probe_plan **ou
                 free(b.pts[i].note);
         }
         free(b.pts);
-        free(b.essential);
+        free(b.meta);
         symtab_free(&b.st);
         vtable_scan_free(&b.vs);
         elf_image_free(b.img);

@@ -11,6 +11,16 @@ static const char *insn_class_name(enum probe_insn_class c)
         return c == PROBE_INSN_EMULATED ? "emulated" : c == PROBE_INSN_SSTEP ? "single-step" : "unknown";
 }
 
+static const char *probe_arg_name(enum probe_arg a)
+{
+        static const char *const names[] = {
+                [PROBE_ARG_NONE] = "none", [PROBE_ARG_RET] = "ret", [PROBE_ARG0] = "arg0",
+                [PROBE_ARG1] = "arg1", [PROBE_ARG0_DEREF] = "*arg0",
+        };
+
+        return a <= PROBE_ARG0_DEREF ? names[a] : "none";
+}
+
 static json_t *str_or_null(const char *s)
 {
         return s ? json_string(s) : json_null();
@@ -37,6 +47,8 @@ static json_t *point_json(const struct probe_point *p)
                               "from_vtable_scan", !!(p->sources & PROBE_FROM_VTABLE_SCAN));
         if (!o)
                 return NULL;
+        json_object_set_new(o, "insn_len", json_integer(p->insn_len));
+        json_object_set_new(o, "value_from", json_string(probe_arg_name(p->value_from)));
         if (p->vtable_vaddr)
                 json_object_set_new(o, "vtable_vaddr", json_string(hex[1]));
         if (p->kind == PROBE_POLL_RETURN)

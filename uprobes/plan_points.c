@@ -20,21 +20,21 @@ struct probe_point *plan_point_add(struct plan_builder *b, enum probe_kind kind,
         if (b->n == b->cap) {
                 size_t ncap = b->cap ? b->cap * 2 : 256;
                 struct probe_point *n = realloc(b->pts, ncap * sizeof(*n));
-                bool *e;
+                struct point_meta *m;
 
                 if (!n)
                         return NULL;
                 b->pts = n;
-                e = realloc(b->essential, ncap * sizeof(*e));
-                if (!e)
+                m = realloc(b->meta, ncap * sizeof(*m));
+                if (!m)
                         return NULL;
-                b->essential = e;
+                b->meta = m;
                 b->cap = ncap;
         }
         struct probe_point *p = &b->pts[b->n++];
 
         memset(p, 0, sizeof(*p));
-        b->essential[b->n - 1] = true;
+        b->meta[b->n - 1] = (struct point_meta){ .essential = true };
         p->kind = kind;
         p->vaddr = vaddr;
         return p;
@@ -49,7 +49,7 @@ static struct probe_point *point_find(struct plan_builder *b, enum probe_kind ki
 }
 
 static int add_symbol_point(struct plan_builder *b, const struct tokio_rule *rule,
-                            const struct func_sym *s, bool essential)
+                            const struct func_sym *s)
 {
         struct probe_point *p = point_find(b, rule->kind, s->vaddr);
 
@@ -59,13 +59,40 @@ static int add_symbol_point(struct plan_builder *b, const struct tokio_rule *rul
         if (!p)
                 return -ENOMEM;
         p->sources = PROBE_FROM_SYMBOLS;
-        p->uretprobe = rule->kind == PROBE_SPAWN || rule->kind == PROBE_UNPARK_RETURN;
-        b->essential[b->n - 1] = essential;
+        p->uretprobe = rule->uretprobe;
+        p->value_from = rule->value_from;
+        b->meta[b->n - 1] = (struct point_meta){ .essential = rule->essential, .rule = rule };
         if (rule->kind == PROBE_POLL && s->v0)
                 p->label = name_first_generic_arg(s->name, "raw::poll");
         else if (rule->kind != PROBE_POLL)
                 p->label = strdup(s->name);
         return 0;
+}
+
+/* Drops points of fallback rules whose group also matched a preferred rule
+ * (e.g. the worker's Context::park_timeout when Parker::park exists, which
+ * would otherwise report every park twice). */
+static void drop_shadowed_fallbacks(struct plan_builder *b)
+{
+        size_t w = 0;
+
+        for (size_t i = 0; i < b->n; i++) {
+                const struct tokio_rule *r = b->meta[i].rule;
+                bool shadowed = false;
+
+                for (size_t j = 0; r && r->fallback && r->group && j < b->n && !shadowed; j++) {
+                        const struct tokio_rule *o = b->meta[j].rule;
+
+                        shadowed = o && !o->fallback && o->group && strcmp(o->group, r->group) == 0;
+                }
+                if (shadowed) {
+                        free(b->pts[i].label);
+                        continue;
+                }
+                b->pts[w] = b->pts[i];
+                b->meta[w++] = b->meta[i];
+        }
+        b->n = w;
 }
 
 int plan_symbol_route(struct plan_builder *b)
@@ -82,16 +109,20 @@ int plan_symbol_route(struct plan_builder *b)
                 rule = tokio_rule_match(stripped);
                 if (!rule)
                         continue;
-                if (add_symbol_point(b, rule, s, rule->essential) < 0)
+                if (add_symbol_point(b, rule, s) < 0)
                         return -ENOMEM;
                 if (rule->kind == PROBE_PARK) {
                         /* The same function's return is the unpark. */
-                        struct tokio_rule ret = { PROBE_UNPARK_RETURN, rule->suffix, true };
+                        static const struct tokio_rule ret = { PROBE_UNPARK_RETURN, "", true, PROBE_ARG_NONE, true };
+                        struct probe_point *p;
 
-                        if (add_symbol_point(b, &ret, s, true) < 0)
+                        if (add_symbol_point(b, &ret, s) < 0)
                                 return -ENOMEM;
+                        p = point_find(b, PROBE_UNPARK_RETURN, s->vaddr);
+                        b->meta[p - b->pts].rule = rule; /* same group as its park */
                 }
         }
+        drop_shadowed_fallbacks(b);
         return 0;
 }
 
@@ -105,7 +136,7 @@ int plan_vtable_route(struct plan_builder *b)
                         p = plan_point_add(b, PROBE_POLL, v->fn[0]);
                         if (!p)
                                 return -ENOMEM;
-                        b->essential[b->n - 1] = true;
+                        p->value_from = PROBE_ARG0;
                 }
                 p->sources |= PROBE_FROM_VTABLE_SCAN;
                 if (!p->vtable_vaddr)
@@ -144,13 +175,11 @@ uint64_t plan_follow_jumps(const struct elf_image *img, uint64_t vaddr)
         return vaddr;
 }
 
-/* Legacy mangling has no generic arguments, so `raw::poll<T,S>` does not
- * name T. The future's own poll (an `async` body is `crate::f::{{closure}}`)
- * is often still an out-of-line call from the harness: label with the first
- * direct callee outside the runtime crates. */
-static char *legacy_label(struct plan_builder *b, uint64_t poll_vaddr)
+/* Calls f(callee name) for each direct call in the function at vaddr (after
+ * its leading jumps); stops when f returns a label. */
+static char *scan_callees(struct plan_builder *b, uint64_t vaddr, char *(*f)(const char *name))
 {
-        uint64_t body = plan_follow_jumps(b->img, poll_vaddr);
+        uint64_t body = plan_follow_jumps(b->img, vaddr);
         struct func_sym *fs = symtab_lookup(&b->st, body);
 
         if (!fs || fs->vaddr != body || !fs->size)
@@ -158,20 +187,60 @@ static char *legacy_label(struct plan_builder *b, uint64_t poll_vaddr)
         const uint8_t *code = elf_vaddr_bytes(b->img, body, fs->size);
         for (uint64_t off = 0; code && off < fs->size;) {
                 struct x86_insn in;
+                char *label;
 
                 x86_decode(code + off, fs->size - off, &in);
                 if (!in.len)
                         break;
-                if (in.is_call_rel) {
+                if (in.is_call_rel || in.is_jmp_rel) {
                         struct func_sym *callee = symtab_lookup(&b->st, body + off + in.len + (uint64_t)in.rel);
-                        const char *name = callee ? func_sym_name(callee) : NULL;
 
-                        if (name && !is_runtime_crate(name))
-                                return strdup(name);
+                        if (callee && callee != fs && (label = f(func_sym_name(callee))))
+                                return label;
                 }
                 off += (uint64_t)in.len;
         }
         return NULL;
+}
+
+/* Legacy drop glue is named after the dropped type, generics included:
+ * `core::ptr::drop_in_place<...task::core::Cell<T, S>>` or `<...Stage<T>>`. */
+static char *future_from_drop_glue(const char *name)
+{
+        char *t = NULL;
+
+        if (strncmp(name, "core::ptr::drop_in_place", 24) != 0)
+                return NULL;
+        if (strstr(name, "task::core::Cell<"))
+                t = name_first_generic_arg(name, "task::core::Cell");
+        if (!t && strstr(name, "task::core::Stage<"))
+                t = name_first_generic_arg(name, "task::core::Stage");
+        return t;
+}
+
+static char *first_non_runtime(const char *name)
+{
+        return is_runtime_crate(name) ? NULL : strdup(name);
+}
+
+/* Legacy mangling has no generic arguments, so `raw::poll<T,S>` does not
+ * name T. Its vtable siblings (dealloc, shutdown, ...) call drop glue whose
+ * legacy name does spell out `Cell<T, S>`: take T from there. Failing that,
+ * the future's own poll (`crate::f::{{closure}}`) may be an out-of-line call
+ * from the harness. */
+static char *legacy_label(struct plan_builder *b, const struct probe_point *p)
+{
+        for (size_t i = 0; i < b->vs.n && p->vtable_vaddr; i++) {
+                if (b->vs.v[i].vaddr != p->vtable_vaddr)
+                        continue;
+                for (int slot = 2; slot < 7; slot++) {
+                        char *t = scan_callees(b, b->vs.v[i].fn[slot], future_from_drop_glue);
+
+                        if (t)
+                                return t;
+                }
+        }
+        return scan_callees(b, p->vaddr, first_non_runtime);
 }
 
 int plan_label_polls(struct plan_builder *b)
@@ -182,7 +251,7 @@ int plan_label_polls(struct plan_builder *b)
                 if (p->kind != PROBE_POLL)
                         continue;
                 if (!p->label && b->st.from_symtab)
-                        p->label = legacy_label(b, p->vaddr);
+                        p->label = legacy_label(b, p);
                 if (!p->label && asprintf(&p->label, "0x%" PRIx64, p->vaddr) < 0)
                         return -ENOMEM;
                 p->boxed_dyn = label_is_boxed_dyn_future(p->label);
@@ -207,10 +276,11 @@ int plan_classify(struct plan_builder *b)
                 }
                 x86_decode(code, avail, &in);
                 p->insn = in.len ? in.cls : PROBE_INSN_UNKNOWN;
+                p->insn_len = (unsigned)in.len;
                 p->insn_desc = strdup(in.len ? in.what : "undecodable");
                 if (p->insn == PROBE_INSN_EMULATED || p->skipped)
                         continue;
-                if (b->essential[i]) {
+                if (b->meta[i].essential) {
                         asprintf(&p->note, "first instruction '%s' is single-stepped (~15x cost per hit); "
                                  "attached because this kind is essential", p->insn_desc);
                 } else {

@@ -68,8 +68,9 @@ static int add_returns(struct plan_builder *b, size_t poll_idx, const struct ret
                 p = plan_point_add(b, PROBE_POLL_RETURN, w->rets[k]);
                 if (!p)
                         return -ENOMEM;
-                b->essential[b->n - 1] = false;
+                b->meta[b->n - 1].essential = false;
                 p->func_vaddr = poll_vaddr;
+                p->value_from = PROBE_ARG_NONE;
                 p->sources = PROBE_FROM_SYMBOLS;
                 p->label = label ? strdup(label) : NULL;
                 p->skipped = true;

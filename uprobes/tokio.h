@@ -9,6 +9,12 @@ struct tokio_rule {
         enum probe_kind kind;
         const char *suffix;     /* of the generic-stripped demangled name */
         bool essential;         /* attach even if the kernel must single-step it */
+        enum probe_arg value_from;
+        bool uretprobe;
+        /* Rules sharing a group are alternatives: points from a fallback rule
+         * are dropped when any preferred rule of the group matched. */
+        const char *group;
+        bool fallback;
 };
 
 /* Rule for a generic-stripped name, or NULL. */

@@ -35,6 +35,15 @@ enum probe_insn_class {
         PROBE_INSN_SSTEP,       /* single-stepped out of line: ~15x the cost */
 };
 
+/* Where BPF finds the value a point is about (added by uprobes/, issue 4). */
+enum probe_arg {
+        PROBE_ARG_NONE = 0,     /* nothing to read (pair with the entry by thread) */
+        PROBE_ARG_RET,          /* return value (rax) of a uretprobe */
+        PROBE_ARG0,             /* first argument (rdi) */
+        PROBE_ARG1,             /* second argument (rsi) */
+        PROBE_ARG0_DEREF,       /* *(u64 *)arg0 */
+};
+
 enum probe_source {
         PROBE_FROM_SYMBOLS = 1 << 0,
         PROBE_FROM_VTABLE_SCAN = 1 << 1,
@@ -53,9 +62,16 @@ struct probe_point {
         bool skipped;           /* not attached (e.g. single-step cost); see skip_reason */
         char *skip_reason;
         /* Added by uprobes/ (issue 4): */
-        bool uretprobe;         /* attach a uretprobe at file_offset (a function entry):
-                                 * PROBE_SPAWN and PROBE_UNPARK_RETURN */
+        bool uretprobe;         /* attach a uretprobe at file_offset (a function entry),
+                                 * e.g. PROBE_SPAWN on bind and PROBE_UNPARK_RETURN */
+        /* What to read and where: poll/complete/wake -> the task Header*; spawn ->
+         * the new Header* (RET of bind, or ARG1 of bind_inner's entry); park/unpark
+         * -> a per-worker key that follows the worker's core (the Parker's Arc for
+         * Parker::park and Unparker::unpark, which share it; the Box<Core> for
+         * Context::park*); see the label for the function. */
+        enum probe_arg value_from;
         char *insn_desc;        /* decoded first instruction, e.g. "push %reg", "sub $imm" */
+        unsigned insn_len;      /* its length in bytes (0 if undecodable) */
         char *note;             /* warning on an attached point (e.g. essential but
                                  * single-stepped), or NULL */
         /* PROBE_POLL_RETURN: entry vaddr of the raw::poll this return site closes. */
