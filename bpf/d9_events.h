@@ -1,0 +1,143 @@
+/* d9_events.h: the records BPF programs write into a target's ring buffer,
+ * and the small config structs user space writes into BPF maps.
+ *
+ * This is the ONLY place these layouts live: the BPF programs (via
+ * vmlinux.h types) and user space (via <stdint.h>) both include it. Every
+ * record is a fixed-size struct starting with struct d9_rec_hdr; the
+ * consumer switches on hdr.type and may check the size it got. Fields are
+ * ordered so that no implicit padding exists (the same layout on both
+ * sides). Change a layout only together with every consumer. */
+#pragma once
+
+#ifdef __D9_BPF__
+/* vmlinux.h already defined __u8.. types. */
+typedef __u8 d9_u8;
+typedef __u16 d9_u16;
+typedef __u32 d9_u32;
+typedef __u64 d9_u64;
+#else
+#include <stdint.h>
+typedef uint8_t d9_u8;
+typedef uint16_t d9_u16;
+typedef uint32_t d9_u32;
+typedef uint64_t d9_u64;
+#endif
+
+/* Targets traced at once; also the size of the per-target drop counters. */
+#define D9_MAX_TARGETS 256
+
+enum d9_rec_type {
+        D9_REC_POLL_START = 1,  /* uprobe on raw::poll<T,S> entry */
+        D9_REC_POLL_END,        /* poll return, or closed by next poll/park */
+        D9_REC_SPAWN,           /* OwnedTasks::bind returned a new task */
+        D9_REC_TERMINATE,       /* Harness::complete entered */
+        D9_REC_WAKE,            /* waker::wake_by_val: a task was woken */
+        D9_REC_PARK,            /* a worker entered its park function */
+        D9_REC_UNPARK,          /* ... and returned from it */
+        D9_REC_OFFCPU,          /* a target thread was off CPU (sched_switch) */
+        D9_REC_CPU_SAMPLE,      /* perf CPU-clock sample of a target thread */
+        D9_REC_WAKEUP,          /* sched_wakeup of a target thread */
+        D9_REC_EXIT,            /* the target's leader thread exited */
+        D9_REC_EXEC,            /* the target exec'd: its probes are gone */
+        D9_REC_TYPE_MAX,
+};
+
+/* Probe sets, as chosen per target by the caller (d9_bpf_attach_target). */
+enum d9_probe_bits {
+        D9_PROBE_SCHED = 1u << 0,       /* off-CPU records, wakeups, exit */
+        D9_PROBE_CPU = 1u << 1,         /* perf CPU-clock samples */
+        D9_PROBE_PARK = 1u << 2,        /* worker park/unpark */
+        D9_PROBE_POLL = 1u << 3,        /* poll start/end */
+        D9_PROBE_SPAWN = 1u << 4,
+        D9_PROBE_WAKE = 1u << 5,
+        D9_PROBE_TERMINATE = 1u << 6,
+        D9_PROBE_ALL = (1u << 7) - 1,
+};
+
+/* Why a D9_REC_POLL_END was written. */
+enum d9_poll_end_why {
+        D9_END_RETURN = 0,      /* uretprobe or return-site uprobe */
+        D9_END_NEXT_POLL = 1,   /* entry-only: the thread started another poll */
+        D9_END_PARK = 2,        /* entry-only: the thread parked */
+};
+
+struct d9_rec_hdr {
+        d9_u16 type;            /* enum d9_rec_type */
+        d9_u16 cpu;
+        d9_u32 tid;
+        d9_u32 tgid;
+        d9_u32 _pad;
+        d9_u64 ts;              /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
+};
+
+/* POLL_START, POLL_END, SPAWN, TERMINATE. */
+struct d9_rec_task {
+        struct d9_rec_hdr hdr;
+        d9_u64 task_id;         /* Tokio task id (0 if unreadable) */
+        d9_u64 cookie;          /* probe plan cookie: which poll<T,S> instance */
+        d9_u64 header;          /* task Header* (pointer, for correlation) */
+        d9_u64 start_ts;        /* POLL_END: the matching POLL_START's ts */
+        d9_u32 why;             /* POLL_END: enum d9_poll_end_why */
+        d9_u32 _pad;
+};
+
+/* WAKE: woken task and, if the waking thread was polling, the waker. */
+struct d9_rec_wake {
+        struct d9_rec_hdr hdr;
+        d9_u64 woken_task_id;
+        d9_u64 waker_task_id;   /* 0: not woken from inside a poll */
+        d9_u64 cookie;
+};
+
+/* PARK, UNPARK: the worker's thread CPU time and scheduler wait so far,
+ * read from task_struct so user space can take deltas across a park. */
+struct d9_rec_park {
+        struct d9_rec_hdr hdr;
+        d9_u64 park_key;        /* *(u64*)arg0 of park: identifies the worker
+                                 * (its core), not the thread */
+        d9_u64 cpu_ns;          /* task_struct se.sum_exec_runtime */
+        d9_u64 run_delay_ns;    /* task_struct sched_info.run_delay */
+        d9_u64 cookie;
+};
+
+/* OFFCPU: the thread went off CPU at off_ts and is back now (hdr.ts). */
+struct d9_rec_offcpu {
+        struct d9_rec_hdr hdr;
+        d9_u64 off_ts;
+        d9_u64 stack_id;        /* reserved for stack capture (0 = none) */
+        d9_u32 prev_state;      /* task state at switch-out (0 = preempted) */
+        d9_u32 _pad;
+};
+
+/* CPU_SAMPLE: a perf CPU-clock sample landed on a target thread. */
+struct d9_rec_sample {
+        struct d9_rec_hdr hdr;
+        d9_u64 ip;              /* user IP if the sample hit user mode, else 0 */
+        d9_u64 stack_id;        /* reserved for stack capture (0 = none) */
+};
+
+/* WAKEUP: a target thread was made runnable (sched_wakeup). */
+struct d9_rec_wakeup {
+        struct d9_rec_hdr hdr;  /* tid/tgid: the woken thread */
+        d9_u32 waker_tid;       /* thread that woke it (any process) */
+        d9_u32 waker_tgid;
+};
+
+/* EXIT, EXEC: just the header (plus the exit code for EXIT). */
+struct d9_rec_proc {
+        struct d9_rec_hdr hdr;
+        d9_u32 exit_code;
+        d9_u32 _pad;
+};
+
+/* Per-target config, map d9_targets keyed by tgid (written by the loader).
+ * The task-id read is *(u64*)(hdr + *(u64*)(*(u64*)(hdr + vtable_off)
+ * + id_off_slot)): both offsets come from the probe plan, never from BPF. */
+struct d9_target_cfg {
+        d9_u32 slot;            /* index into d9_drops */
+        d9_u32 probes;          /* enum d9_probe_bits */
+        d9_u64 header_vtable_off;
+        d9_u64 vtable_id_off_slot;
+        d9_u32 entry_only;      /* close polls at next poll/park */
+        d9_u32 _pad;
+};

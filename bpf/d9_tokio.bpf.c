@@ -1,0 +1,216 @@
+/* d9_tokio.bpf.c: uprobes inside a Tokio runtime (see design.md §3).
+ *
+ * Loaded once; attached per target at the file offsets of that target's
+ * probe plan, with a pid filter so other processes running the same
+ * binary neither pay nor appear. The BPF cookie of every attachment is
+ * the plan point's cookie, so records name the exact poll<T,S> instance.
+ *
+ * Which Tokio functions, and why:
+ * - raw::poll<T,S> entry: one per future type, called through the task
+ *   vtable so never inlined; arg0 is the task Header*. The task id is
+ *   read here, at entry, because at return the task may be freed.
+ * - poll end: a uretprobe (or uprobes on its return sites), or nothing at
+ *   all in entry-only mode, where the next poll or park on the thread
+ *   closes the open poll (the cheapest, see the loader's poll_end option).
+ * - OwnedTasks::bind return: rax is the new task's Header* (spawn).
+ * - Harness::complete entry: arg0 is the Header* (terminate).
+ * - waker::wake_by_val entry: arg0 is the woken task's Header*.
+ * - the worker park function entry/return: arg0 points at the Parker
+ *   whose first word identifies the worker's core.
+ * If Tokio changes these signatures the ids read as 0 (a bad pointer
+ * fails the user-memory read) rather than producing wrong records. */
+#include "d9_maps.bpf.h"
+
+/* id = *(u64*)(hdr + *(u64*)(*(u64*)(hdr + vtable_off) + id_off_slot)).
+ * Both offsets come from the plan through d9_targets. */
+static __always_inline __u64 d9_task_id(const struct d9_target_cfg *cfg, __u64 hdr)
+{
+        __u64 vtable = 0, id_off = 0, id = 0;
+
+        if (!hdr || bpf_probe_read_user(&vtable, sizeof(vtable),
+                                        (void *)(hdr + cfg->header_vtable_off)))
+                return 0;
+        if (bpf_probe_read_user(&id_off, sizeof(id_off),
+                                (void *)(vtable + cfg->vtable_id_off_slot)))
+                return 0;
+        /* Observed 32..136; anything huge means this was not a vtable. */
+        if (id_off > 4096)
+                return 0;
+        bpf_probe_read_user(&id, sizeof(id), (void *)(hdr + id_off));
+        return id;
+}
+
+static __always_inline struct d9_target_cfg *d9_current_target(__u32 *tgid, __u32 *tid)
+{
+        __u64 id = bpf_get_current_pid_tgid();
+
+        *tgid = id >> 32;
+        *tid = (__u32)id;
+        return d9_target_of(*tgid);
+}
+
+static __always_inline struct d9_thread *d9_current_thread(void)
+{
+        return bpf_task_storage_get(&d9_threads, bpf_get_current_task_btf(), 0,
+                                    BPF_LOCAL_STORAGE_GET_F_CREATE);
+}
+
+/* Write POLL_END for the poll open on this thread, and forget it. */
+static __always_inline void d9_close_poll(struct d9_target_cfg *cfg, __u32 tgid,
+                                          __u32 tid, struct d9_thread *th, __u32 why)
+{
+        struct d9_rec_task *r;
+
+        if (!th->task_id && !th->header)
+                return;
+        r = D9_RESERVE_CUR(cfg, tgid, tid, D9_REC_POLL_END, struct d9_rec_task);
+        if (r) {
+                r->task_id = th->task_id;
+                r->cookie = th->cookie;
+                r->header = th->header;
+                r->start_ts = th->poll_ts;
+                r->why = why;
+                bpf_ringbuf_submit(r, 0);
+        }
+        th->task_id = 0;
+        th->header = 0;
+}
+
+SEC("uprobe")
+int BPF_UPROBE(d9_poll_start, void *header)
+{
+        __u32 tgid, tid;
+        struct d9_target_cfg *cfg = d9_current_target(&tgid, &tid);
+        struct d9_thread *th;
+        struct d9_rec_task *r;
+
+        if (!cfg || !(th = d9_current_thread()))
+                return 0;
+        if (cfg->entry_only)
+                d9_close_poll(cfg, tgid, tid, th, D9_END_NEXT_POLL);
+        r = D9_RESERVE_CUR(cfg, tgid, tid, D9_REC_POLL_START, struct d9_rec_task);
+        th->header = (__u64)header;
+        th->task_id = d9_task_id(cfg, (__u64)header);
+        th->cookie = bpf_get_attach_cookie(ctx);
+        th->poll_ts = r ? r->hdr.ts : bpf_ktime_get_ns();
+        if (r) {
+                r->task_id = th->task_id;
+                r->cookie = th->cookie;
+                r->header = th->header;
+                bpf_ringbuf_submit(r, 0);
+        }
+        return 0;
+}
+
+/* Attached as a uretprobe on raw::poll or as uprobes on its return sites. */
+SEC("uprobe")
+int BPF_UPROBE(d9_poll_end)
+{
+        __u32 tgid, tid;
+        struct d9_target_cfg *cfg = d9_current_target(&tgid, &tid);
+        struct d9_thread *th;
+
+        if (!cfg || !(th = d9_current_thread()))
+                return 0;
+        d9_close_poll(cfg, tgid, tid, th, D9_END_RETURN);
+        return 0;
+}
+
+/* Shared by spawn (header = return value) and terminate (header = arg0). */
+static __always_inline int d9_task_event(void *ctx, __u16 type, __u64 header)
+{
+        __u32 tgid, tid;
+        struct d9_target_cfg *cfg = d9_current_target(&tgid, &tid);
+        struct d9_rec_task *r;
+
+        if (!cfg)
+                return 0;
+        r = D9_RESERVE_CUR(cfg, tgid, tid, type, struct d9_rec_task);
+        if (!r)
+                return 0;
+        r->header = header;
+        r->task_id = d9_task_id(cfg, header);
+        r->cookie = bpf_get_attach_cookie(ctx);
+        bpf_ringbuf_submit(r, 0);
+        return 0;
+}
+
+SEC("uprobe")
+int BPF_UPROBE(d9_spawn)
+{
+        return d9_task_event(ctx, D9_REC_SPAWN, PT_REGS_RC(ctx));
+}
+
+SEC("uprobe")
+int BPF_UPROBE(d9_terminate, void *header)
+{
+        return d9_task_event(ctx, D9_REC_TERMINATE, (__u64)header);
+}
+
+SEC("uprobe")
+int BPF_UPROBE(d9_wake, void *header)
+{
+        __u32 tgid, tid;
+        struct d9_target_cfg *cfg = d9_current_target(&tgid, &tid);
+        struct d9_thread *th;
+        struct d9_rec_wake *r;
+
+        if (!cfg || !(th = d9_current_thread()))
+                return 0;
+        r = D9_RESERVE_CUR(cfg, tgid, tid, D9_REC_WAKE, struct d9_rec_wake);
+        if (!r)
+                return 0;
+        r->woken_task_id = d9_task_id(cfg, (__u64)header);
+        r->waker_task_id = th->task_id;
+        r->cookie = bpf_get_attach_cookie(ctx);
+        bpf_ringbuf_submit(r, 0);
+        return 0;
+}
+
+static __always_inline void d9_park_event(void *ctx, __u16 type, struct d9_thread *th,
+                                          struct d9_target_cfg *cfg, __u32 tgid, __u32 tid)
+{
+        struct task_struct *task = bpf_get_current_task_btf();
+        struct d9_rec_park *r;
+
+        r = D9_RESERVE_CUR(cfg, tgid, tid, type, struct d9_rec_park);
+        if (!r)
+                return;
+        r->park_key = th->park_key;
+        r->cpu_ns = BPF_CORE_READ(task, se.sum_exec_runtime);
+        r->run_delay_ns = BPF_CORE_READ(task, sched_info.run_delay);
+        r->cookie = bpf_get_attach_cookie(ctx);
+        bpf_ringbuf_submit(r, 0);
+}
+
+SEC("uprobe")
+int BPF_UPROBE(d9_park, void *parker)
+{
+        __u32 tgid, tid;
+        struct d9_target_cfg *cfg = d9_current_target(&tgid, &tid);
+        struct d9_thread *th;
+        __u64 key = 0;
+
+        if (!cfg || !(th = d9_current_thread()))
+                return 0;
+        if (cfg->entry_only)
+                d9_close_poll(cfg, tgid, tid, th, D9_END_PARK);
+        bpf_probe_read_user(&key, sizeof(key), parker);
+        th->park_key = key;
+        d9_park_event(ctx, D9_REC_PARK, th, cfg, tgid, tid);
+        return 0;
+}
+
+/* Attached as a uretprobe on the same park function. */
+SEC("uprobe")
+int BPF_UPROBE(d9_unpark)
+{
+        __u32 tgid, tid;
+        struct d9_target_cfg *cfg = d9_current_target(&tgid, &tid);
+        struct d9_thread *th;
+
+        if (!cfg || !(th = d9_current_thread()))
+                return 0;
+        d9_park_event(ctx, D9_REC_UNPARK, th, cfg, tgid, tid);
+        return 0;
+}

@@ -1,0 +1,636 @@
+/* bpf_loader.c: load d9's BPF objects once, attach and detach targets.
+ *
+ * Two skeletons: d9_sched (scheduler/perf/exit programs, owner of every
+ * map) and d9_tokio (uprobes, reusing d9_sched's maps by fd). Per target:
+ * a slot for drop counters, a ring buffer inserted into d9_rings, a config
+ * in d9_targets, and one link per probe kind (uprobe_multi) or per point
+ * (classic uprobes, the fallback for kernels without uprobe_multi). */
+#include "bpf_loader.h"
+
+#include <errno.h>
+#include <linux/perf_event.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "d9_sched.skel.h"
+#include "d9_tokio.skel.h"
+#include "uprobes/uprobes.h"
+
+#define D9_DEFAULT_RING_BYTES (8u << 20)
+#define D9_DEFAULT_SAMPLE_HZ 99
+
+struct d9_bpf {
+        struct d9_sched *sched;
+        struct d9_tokio *tokio;
+        struct bpf_link **sched_links;
+        size_t n_sched_links;
+        int *perf_fds;
+        size_t n_perf_fds;
+        bool multi;
+        size_t ring_bytes;
+        int ring_tmpl_fd;
+        bool slot_used[D9_MAX_TARGETS];
+};
+
+struct d9_bpf_target {
+        struct d9_bpf *bpf;
+        pid_t pid;
+        uint32_t slot;
+        int ring_fd;
+        struct ring_buffer *rb;
+        struct bpf_link **links;
+        size_t n_links, cap_links;
+        size_t n_attached;
+        enum d9_poll_end poll_end;
+        uint64_t attach_ns;
+        d9_bpf_record_fn on_record;
+        void *ctx;
+};
+
+static uint64_t now_ns(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void set_err(char **err, const char *fmt, ...)
+{
+        va_list ap;
+
+        if (!err)
+                return;
+        free(*err);
+        *err = NULL;
+        va_start(ap, fmt);
+        if (vasprintf(err, fmt, ap) < 0)
+                *err = NULL;
+        va_end(ap);
+}
+
+/* The same test libbpf uses: a kernel with uprobe_multi *and* the fixed
+ * process (not thread) pid filter rejects pid -1 on a bogus path with
+ * EINVAL. Older kernels fail the load or answer differently. */
+static bool probe_uprobe_multi(void)
+{
+        struct bpf_insn insns[] = {
+                { .code = 0xb7, .dst_reg = 0, .imm = 0 },      /* r0 = 0 */
+                { .code = 0x95 },                               /* exit */
+        };
+        LIBBPF_OPTS(bpf_prog_load_opts, popts,
+                    .expected_attach_type = BPF_TRACE_UPROBE_MULTI);
+        LIBBPF_OPTS(bpf_link_create_opts, lopts);
+        unsigned long offset = 0;
+        int prog_fd, link_fd, err;
+
+        prog_fd = bpf_prog_load(BPF_PROG_TYPE_KPROBE, "d9_probe_umulti", "GPL",
+                                insns, 2, &popts);
+        if (prog_fd < 0)
+                return false;
+        lopts.uprobe_multi.path = "/";
+        lopts.uprobe_multi.offsets = &offset;
+        lopts.uprobe_multi.cnt = 1;
+        lopts.uprobe_multi.pid = -1;
+        link_fd = bpf_link_create(prog_fd, -1, BPF_TRACE_UPROBE_MULTI, &lopts);
+        err = -errno;
+        if (link_fd >= 0)
+                close(link_fd);
+        close(prog_fd);
+        return link_fd < 0 && err == -EINVAL;
+}
+
+static int push_sched_link(struct d9_bpf *bpf, struct bpf_link *link)
+{
+        struct bpf_link **n;
+
+        if (!link)
+                return -errno;
+        n = realloc(bpf->sched_links, (bpf->n_sched_links + 1) * sizeof(*n));
+        if (!n) {
+                bpf_link__destroy(link);
+                return -ENOMEM;
+        }
+        bpf->sched_links = n;
+        bpf->sched_links[bpf->n_sched_links++] = link;
+        return 0;
+}
+
+/* System-wide CPU-clock events, one per CPU; the BPF program keeps only
+ * samples of target threads. */
+static int open_cpu_sampling(struct d9_bpf *bpf, unsigned hz)
+{
+        int ncpu = libbpf_num_possible_cpus();
+        int r;
+
+        if (ncpu < 0)
+                return ncpu;
+        bpf->perf_fds = calloc((size_t)ncpu, sizeof(int));
+        if (!bpf->perf_fds)
+                return -ENOMEM;
+        for (int cpu = 0; cpu < ncpu; cpu++) {
+                struct perf_event_attr attr = {
+                        .type = PERF_TYPE_SOFTWARE,
+                        .size = sizeof(attr),
+                        .config = PERF_COUNT_SW_CPU_CLOCK,
+                        .freq = 1,
+                        .sample_freq = hz,
+                };
+                int fd = (int)syscall(SYS_perf_event_open, &attr, -1, cpu, -1,
+                                      PERF_FLAG_FD_CLOEXEC);
+
+                if (fd < 0) {
+                        if (errno == ENODEV)    /* possible but offline */
+                                continue;
+                        return -errno;
+                }
+                bpf->perf_fds[bpf->n_perf_fds++] = fd;
+                r = push_sched_link(bpf, bpf_program__attach_perf_event(
+                                                 bpf->sched->progs.d9_cpu_sample, fd));
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* The inner map of d9_rings fixes every target ring's size: give libbpf a
+ * template of the configured size (the BPF-side definition is a stand-in).
+ * libbpf borrows the fd; it is only needed until both objects are loaded. */
+static int set_ring_template(struct d9_bpf *bpf, struct bpf_map *outer)
+{
+        if (bpf->ring_tmpl_fd < 0) {
+                bpf->ring_tmpl_fd = bpf_map_create(BPF_MAP_TYPE_RINGBUF, "d9_ring_tmpl", 0,
+                                                   0, (uint32_t)bpf->ring_bytes, NULL);
+                if (bpf->ring_tmpl_fd < 0)
+                        return -errno;
+        }
+        return bpf_map__set_inner_map_fd(outer, bpf->ring_tmpl_fd);
+}
+
+static int load_sched(struct d9_bpf *bpf)
+{
+        struct bpf_program *progs[4];
+        int r;
+
+        bpf->sched = d9_sched__open();
+        if (!bpf->sched)
+                return -errno;
+        r = set_ring_template(bpf, bpf->sched->maps.d9_rings);
+        if (r < 0)
+                return r;
+        r = d9_sched__load(bpf->sched);
+        if (r < 0)
+                return r;
+        progs[0] = bpf->sched->progs.d9_sched_switch;
+        progs[1] = bpf->sched->progs.d9_sched_wakeup;
+        progs[2] = bpf->sched->progs.d9_proc_exit;
+        progs[3] = bpf->sched->progs.d9_proc_exec;
+        for (size_t i = 0; i < 4; i++) {
+                r = push_sched_link(bpf, bpf_program__attach(progs[i]));
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* The tokio object writes into d9_sched's maps: same fds, not copies. */
+static int load_tokio(struct d9_bpf *bpf)
+{
+        struct bpf_map *shared[][2] = {
+                { bpf->sched->maps.d9_targets, NULL },
+                { bpf->sched->maps.d9_rings, NULL },
+                { bpf->sched->maps.d9_drops, NULL },
+                { bpf->sched->maps.d9_threads, NULL },
+        };
+        struct bpf_program *prog;
+        int r;
+
+        bpf->tokio = d9_tokio__open();
+        if (!bpf->tokio)
+                return -errno;
+        shared[0][1] = bpf->tokio->maps.d9_targets;
+        shared[1][1] = bpf->tokio->maps.d9_rings;
+        shared[2][1] = bpf->tokio->maps.d9_drops;
+        shared[3][1] = bpf->tokio->maps.d9_threads;
+        r = set_ring_template(bpf, bpf->tokio->maps.d9_rings);
+        for (size_t i = 0; r == 0 && i < sizeof(shared) / sizeof(shared[0]); i++)
+                r = bpf_map__reuse_fd(shared[i][1], bpf_map__fd(shared[i][0]));
+        if (r < 0)
+                return r;
+        if (bpf->multi)
+                bpf_object__for_each_program(prog, bpf->tokio->obj)
+                        bpf_program__set_expected_attach_type(prog, BPF_TRACE_UPROBE_MULTI);
+        return d9_tokio__load(bpf->tokio);
+}
+
+int d9_bpf_open(const struct d9_bpf_opts *opts, struct d9_bpf **out)
+{
+        struct d9_bpf_opts none = { 0 };
+        struct d9_bpf *bpf;
+        int r;
+
+        if (!opts)
+                opts = &none;
+        bpf = calloc(1, sizeof(*bpf));
+        if (!bpf)
+                return -ENOMEM;
+        bpf->ring_bytes = opts->ring_bytes ? opts->ring_bytes : D9_DEFAULT_RING_BYTES;
+        bpf->ring_tmpl_fd = -1;
+        bpf->multi = !opts->force_per_probe && probe_uprobe_multi();
+        r = load_sched(bpf);
+        if (r == 0)
+                r = load_tokio(bpf);
+        if (bpf->ring_tmpl_fd >= 0)
+                close(bpf->ring_tmpl_fd);
+        bpf->ring_tmpl_fd = -1;
+        if (r == 0 && !opts->no_cpu_sampling)
+                r = open_cpu_sampling(bpf, opts->sample_hz ? opts->sample_hz
+                                                           : D9_DEFAULT_SAMPLE_HZ);
+        if (r < 0) {
+                d9_bpf_close(bpf);
+                return r;
+        }
+        *out = bpf;
+        return 0;
+}
+
+void d9_bpf_close(struct d9_bpf *bpf)
+{
+        if (!bpf)
+                return;
+        for (size_t i = 0; i < bpf->n_sched_links; i++)
+                bpf_link__destroy(bpf->sched_links[i]);
+        for (size_t i = 0; i < bpf->n_perf_fds; i++)
+                close(bpf->perf_fds[i]);
+        free(bpf->sched_links);
+        free(bpf->perf_fds);
+        d9_tokio__destroy(bpf->tokio);
+        d9_sched__destroy(bpf->sched);
+        free(bpf);
+}
+
+bool d9_bpf_uses_uprobe_multi(const struct d9_bpf *bpf)
+{
+        return bpf->multi;
+}
+
+/* ---- per target ---------------------------------------------------- */
+
+/* Our own names: the loader links only the plan's types, not uprobes/. */
+static const char *kind_name(enum probe_kind kind)
+{
+        static const char *const names[PROBE_KIND_MAX] = {
+                [PROBE_POLL] = "poll", [PROBE_POLL_RETURN] = "poll-return",
+                [PROBE_SPAWN] = "spawn", [PROBE_COMPLETE] = "complete",
+                [PROBE_WAKE] = "wake", [PROBE_PARK] = "park",
+                [PROBE_UNPARK_RETURN] = "unpark-return", [PROBE_UNPARK] = "unpark",
+                [PROBE_WORKER_RUN] = "worker-run", [PROBE_BLOCK_IN_PLACE] = "block-in-place",
+        };
+
+        return kind > 0 && kind < PROBE_KIND_MAX ? names[kind] : "?";
+}
+
+static int push_link(struct d9_bpf_target *t, struct bpf_link *link)
+{
+        if (!link)
+                return -errno;
+        if (t->n_links == t->cap_links) {
+                size_t cap = t->cap_links ? 2 * t->cap_links : 16;
+                struct bpf_link **n = realloc(t->links, cap * sizeof(*n));
+
+                if (!n) {
+                        bpf_link__destroy(link);
+                        return -ENOMEM;
+                }
+                t->links = n;
+                t->cap_links = cap;
+        }
+        t->links[t->n_links++] = link;
+        return 0;
+}
+
+/* Attach prog at every non-skipped plan point of `kind`. */
+static int attach_kind(struct d9_bpf_target *t, const struct probe_plan *plan,
+                       enum probe_kind kind, struct bpf_program *prog, bool ret,
+                       char **err)
+{
+        size_t n = 0;
+        unsigned long *offs = calloc(plan->n_points ? plan->n_points : 1, sizeof(*offs));
+        __u64 *cookies = calloc(plan->n_points ? plan->n_points : 1, sizeof(*cookies));
+        int r = 0;
+
+        if (!offs || !cookies) {
+                r = -ENOMEM;
+                goto out;
+        }
+        for (size_t i = 0; i < plan->n_points; i++) {
+                const struct probe_point *p = &plan->points[i];
+
+                if (p->kind != kind || p->skipped)
+                        continue;
+                offs[n] = p->file_offset;
+                cookies[n++] = p->cookie;
+        }
+        if (n == 0)
+                goto out;
+        if (t->bpf->multi) {
+                LIBBPF_OPTS(bpf_uprobe_multi_opts, mo, .offsets = offs,
+                            .cookies = cookies, .cnt = n, .retprobe = ret);
+
+                r = push_link(t, bpf_program__attach_uprobe_multi(prog, t->pid,
+                                                                  plan->exe_path, NULL, &mo));
+        } else {
+                for (size_t i = 0; r == 0 && i < n; i++) {
+                        LIBBPF_OPTS(bpf_uprobe_opts, uo, .bpf_cookie = cookies[i],
+                                    .retprobe = ret);
+
+                        r = push_link(t, bpf_program__attach_uprobe_opts(
+                                                 prog, t->pid, plan->exe_path,
+                                                 offs[i], &uo));
+                }
+        }
+        if (r < 0)
+                set_err(err, "cannot attach %s%s probes to PID %d (%s): %s",
+                        kind_name(kind), ret ? " return" : "", t->pid,
+                        plan->exe_path, strerror(-r));
+        else
+                t->n_attached += n;
+out:
+        free(offs);
+        free(cookies);
+        return r;
+}
+
+static size_t plan_count(const struct probe_plan *plan, enum probe_kind kind)
+{
+        size_t n = 0;
+
+        for (size_t i = 0; plan && i < plan->n_points; i++)
+                n += plan->points[i].kind == kind && !plan->points[i].skipped;
+        return n;
+}
+
+static enum d9_poll_end choose_poll_end(const struct probe_plan *plan, unsigned probes,
+                                        enum d9_poll_end asked)
+{
+        if (asked != D9_POLL_END_AUTO)
+                return asked;
+        if ((probes & D9_PROBE_PARK) && plan_count(plan, PROBE_PARK) > 0)
+                return D9_POLL_END_ENTRY_ONLY;
+        return D9_POLL_END_URETPROBE;
+}
+
+static int attach_uprobes(struct d9_bpf_target *t, const struct probe_plan *plan,
+                          unsigned probes, char **err)
+{
+        struct d9_tokio *sk = t->bpf->tokio;
+        enum probe_kind unpark_kind =
+                plan_count(plan, PROBE_UNPARK_RETURN) ? PROBE_UNPARK_RETURN : PROBE_PARK;
+        int r = 0;
+
+        if (probes & D9_PROBE_POLL) {
+                r = attach_kind(t, plan, PROBE_POLL, sk->progs.d9_poll_start, false, err);
+                if (r == 0 && t->poll_end == D9_POLL_END_URETPROBE)
+                        r = attach_kind(t, plan, PROBE_POLL, sk->progs.d9_poll_end, true, err);
+                if (r == 0 && t->poll_end == D9_POLL_END_RETSITES)
+                        r = attach_kind(t, plan, PROBE_POLL_RETURN, sk->progs.d9_poll_end,
+                                        false, err);
+        }
+        if (r == 0 && (probes & D9_PROBE_SPAWN))
+                r = attach_kind(t, plan, PROBE_SPAWN, sk->progs.d9_spawn, true, err);
+        if (r == 0 && (probes & D9_PROBE_TERMINATE))
+                r = attach_kind(t, plan, PROBE_COMPLETE, sk->progs.d9_terminate, false, err);
+        if (r == 0 && (probes & D9_PROBE_WAKE))
+                r = attach_kind(t, plan, PROBE_WAKE, sk->progs.d9_wake, false, err);
+        if (r == 0 && (probes & D9_PROBE_PARK)) {
+                r = attach_kind(t, plan, PROBE_PARK, sk->progs.d9_park, false, err);
+                if (r == 0)
+                        r = attach_kind(t, plan, unpark_kind, sk->progs.d9_unpark, true, err);
+        }
+        return r;
+}
+
+static int alloc_slot(struct d9_bpf *bpf, uint32_t *slot)
+{
+        for (uint32_t i = 0; i < D9_MAX_TARGETS; i++) {
+                if (!bpf->slot_used[i]) {
+                        bpf->slot_used[i] = true;
+                        *slot = i;
+                        return 0;
+                }
+        }
+        return -ENOSPC;
+}
+
+static int zero_drops(struct d9_bpf *bpf, uint32_t slot)
+{
+        int ncpu = libbpf_num_possible_cpus();
+        uint64_t *zeros;
+        int r;
+
+        if (ncpu < 0)
+                return ncpu;
+        zeros = calloc((size_t)ncpu, sizeof(*zeros));
+        if (!zeros)
+                return -ENOMEM;
+        r = bpf_map__update_elem(bpf->sched->maps.d9_drops, &slot, sizeof(slot), zeros,
+                                 (size_t)ncpu * sizeof(*zeros), BPF_ANY);
+        free(zeros);
+        return r;
+}
+
+static int deliver_record(void *ctx, void *data, size_t size)
+{
+        struct d9_bpf_target *t = ctx;
+
+        return t->on_record(t->ctx, data, size);
+}
+
+/* Ring + config: the order matters, BPF checks the config first, so a
+ * config is only visible once its ring exists. */
+static int install_target(struct d9_bpf_target *t, const struct d9_bpf_target_opts *o)
+{
+        struct d9_bpf *bpf = t->bpf;
+        struct d9_target_cfg cfg = {
+                .slot = t->slot,
+                .probes = o->probes,
+                .header_vtable_off = o->header_vtable_off,
+                .vtable_id_off_slot = o->vtable_id_off_slot,
+                .entry_only = t->poll_end == D9_POLL_END_ENTRY_ONLY,
+        };
+        uint32_t tgid = (uint32_t)t->pid;
+        int r;
+
+        t->ring_fd = bpf_map_create(BPF_MAP_TYPE_RINGBUF, "d9_ring", 0, 0,
+                                    (uint32_t)bpf->ring_bytes, NULL);
+        if (t->ring_fd < 0)
+                return -errno;
+        t->rb = ring_buffer__new(t->ring_fd, deliver_record, t, NULL);
+        if (!t->rb)
+                return -errno;
+        r = zero_drops(bpf, t->slot);
+        if (r == 0)
+                r = bpf_map__update_elem(bpf->sched->maps.d9_rings, &tgid, sizeof(tgid),
+                                         &t->ring_fd, sizeof(t->ring_fd), BPF_NOEXIST);
+        if (r == 0)
+                r = bpf_map__update_elem(bpf->sched->maps.d9_targets, &tgid, sizeof(tgid),
+                                         &cfg, sizeof(cfg), BPF_NOEXIST);
+        return r;
+}
+
+static int check_request(pid_t pid, const struct probe_plan *plan,
+                         const struct d9_bpf_target_opts *o, char **err)
+{
+        unsigned uprobe_bits = D9_PROBE_PARK | D9_PROBE_POLL | D9_PROBE_SPAWN |
+                               D9_PROBE_WAKE | D9_PROBE_TERMINATE;
+
+        if (pid <= 0 || kill(pid, 0) < 0) {
+                set_err(err, "no such process: PID %d", (int)pid);
+                return -ESRCH;
+        }
+        if (!o->on_record) {
+                set_err(err, "internal: no record callback for PID %d", (int)pid);
+                return -EINVAL;
+        }
+        if (!(o->probes & uprobe_bits))
+                return 0;
+        if (!plan || plan_count(plan, PROBE_POLL) == 0) {
+                set_err(err, "PID %d is not a Tokio process: no raw::poll probe points found",
+                        (int)pid);
+                return -ENOENT;
+        }
+        if (!o->vtable_id_off_slot || !o->header_vtable_off) {
+                set_err(err, "PID %d: the probe plan gives no task-id layout", (int)pid);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan *plan,
+                         const struct d9_bpf_target_opts *o,
+                         struct d9_bpf_target **out, char **err)
+{
+        struct d9_bpf_target *t;
+        uint64_t t0;
+        int r;
+
+        r = check_request(pid, plan, o, err);
+        if (r < 0)
+                return r;
+        t = calloc(1, sizeof(*t));
+        if (!t)
+                return -ENOMEM;
+        t->bpf = bpf;
+        t->pid = pid;
+        t->ring_fd = -1;
+        t->slot = UINT32_MAX;
+        t->poll_end = choose_poll_end(plan, o->probes, o->poll_end);
+        t->on_record = o->on_record;
+        t->ctx = o->ctx;
+        r = alloc_slot(bpf, &t->slot);
+        if (r < 0) {
+                set_err(err, "cannot trace PID %d: already %d targets", (int)pid,
+                        D9_MAX_TARGETS);
+                goto fail;
+        }
+        r = install_target(t, o);
+        if (r < 0) {
+                set_err(err, "cannot set up the ring buffer for PID %d: %s%s", (int)pid,
+                        strerror(-r), r == -EEXIST ? " (already traced)" : "");
+                goto fail;
+        }
+        t0 = now_ns();
+        if (plan)
+                r = attach_uprobes(t, plan, o->probes, err);
+        t->attach_ns = now_ns() - t0;
+        if (r < 0)
+                goto fail;
+        *out = t;
+        return 0;
+fail:
+        d9_bpf_detach_target(t);
+        return r;
+}
+
+void d9_bpf_detach_target(struct d9_bpf_target *t)
+{
+        uint32_t tgid;
+
+        if (!t)
+                return;
+        tgid = (uint32_t)t->pid;
+        for (size_t i = 0; i < t->n_links; i++)
+                bpf_link__destroy(t->links[i]);
+        if (t->slot != UINT32_MAX) {
+                bpf_map__delete_elem(t->bpf->sched->maps.d9_targets, &tgid, sizeof(tgid), 0);
+                bpf_map__delete_elem(t->bpf->sched->maps.d9_rings, &tgid, sizeof(tgid), 0);
+                t->bpf->slot_used[t->slot] = false;
+        }
+        if (t->rb) {
+                ring_buffer__consume(t->rb);
+                ring_buffer__free(t->rb);
+        }
+        if (t->ring_fd >= 0)
+                close(t->ring_fd);
+        free(t->links);
+        free(t);
+}
+
+int d9_bpf_target_epoll_fd(const struct d9_bpf_target *t)
+{
+        return ring_buffer__epoll_fd(t->rb);
+}
+
+int d9_bpf_target_consume(struct d9_bpf_target *t)
+{
+        return ring_buffer__consume(t->rb);
+}
+
+int d9_bpf_target_poll(struct d9_bpf_target *t, int timeout_ms)
+{
+        return ring_buffer__poll(t->rb, timeout_ms);
+}
+
+int d9_bpf_target_drops(const struct d9_bpf_target *t, uint64_t *dropped)
+{
+        int ncpu = libbpf_num_possible_cpus();
+        uint64_t *v;
+        int r;
+
+        if (ncpu < 0)
+                return ncpu;
+        v = calloc((size_t)ncpu, sizeof(*v));
+        if (!v)
+                return -ENOMEM;
+        r = bpf_map__lookup_elem(t->bpf->sched->maps.d9_drops, &t->slot, sizeof(t->slot), v,
+                                 (size_t)ncpu * sizeof(*v), 0);
+        *dropped = 0;
+        for (int i = 0; r == 0 && i < ncpu; i++)
+                *dropped += v[i];
+        free(v);
+        return r;
+}
+
+enum d9_poll_end d9_bpf_target_poll_end(const struct d9_bpf_target *t)
+{
+        return t->poll_end;
+}
+
+size_t d9_bpf_target_n_attached(const struct d9_bpf_target *t)
+{
+        return t->n_attached;
+}
+
+uint64_t d9_bpf_target_attach_ns(const struct d9_bpf_target *t)
+{
+        return t->attach_ns;
+}

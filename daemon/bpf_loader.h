@@ -1,0 +1,89 @@
+/* bpf_loader.h: load d9's BPF programs once, attach them to targets.
+ *
+ * d9_bpf_open() loads and attaches everything shared by all targets
+ * (sched_switch, sched_wakeup, process exit/exec, perf CPU sampling).
+ * d9_bpf_attach_target() adds one process: its config in d9_targets, its
+ * own ring buffer in the d9_rings map-in-map, and the Tokio uprobes of its
+ * probe plan with a pid filter. Records arrive through the callback given
+ * at attach time whenever the caller drains (d9_bpf_target_consume, after
+ * epoll on d9_bpf_target_epoll_fd). Record layouts: bpf/d9_events.h.
+ *
+ * Everything created here is named d9_*; after d9_bpf_detach_target and
+ * d9_bpf_close no program, link or map of ours remains. Functions return
+ * 0 or a negative errno. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "d9_events.h"
+
+struct probe_plan;
+struct d9_bpf;
+struct d9_bpf_target;
+
+struct d9_bpf_opts {
+        size_t ring_bytes;      /* per-target ring size (power of 2); 0: 8 MiB */
+        unsigned sample_hz;     /* perf CPU-clock frequency; 0: 99 */
+        bool no_cpu_sampling;   /* don't open perf events at all */
+        bool force_per_probe;   /* classic uprobes even if uprobe_multi works */
+};
+
+/* How a poll's end is observed.
+ * ENTRY_ONLY: no probe on the return; the next poll or park on the same
+ *   thread closes the open poll. Cheapest (one uprobe per poll instead of
+ *   uprobe + uretprobe) and exact for the interesting case, a long poll,
+ *   but the scheduler's own work between polls is charged to the previous
+ *   poll; needs park probes (symbols) to close the last poll before a park.
+ * URETPROBE: exact end, ≈ 2x the per-poll cost (design.md §3).
+ * RETSITES: uprobes on the plan's PROBE_POLL_RETURN points (ret
+ *   instructions): exact, but only as good as the plan's disassembly.
+ * AUTO: ENTRY_ONLY when park probes are attached, URETPROBE otherwise. */
+enum d9_poll_end {
+        D9_POLL_END_AUTO = 0,
+        D9_POLL_END_ENTRY_ONLY,
+        D9_POLL_END_URETPROBE,
+        D9_POLL_END_RETSITES,
+};
+
+/* Called for every record drained; return non-zero to stop draining. */
+typedef int (*d9_bpf_record_fn)(void *ctx, const void *rec, size_t size);
+
+struct d9_bpf_target_opts {
+        unsigned probes;                /* enum d9_probe_bits */
+        enum d9_poll_end poll_end;
+        /* Task-id layout from the plan (see d9_target_cfg). */
+        uint64_t header_vtable_off;
+        uint64_t vtable_id_off_slot;
+        d9_bpf_record_fn on_record;
+        void *ctx;
+};
+
+int d9_bpf_open(const struct d9_bpf_opts *opts, struct d9_bpf **out);
+void d9_bpf_close(struct d9_bpf *bpf);
+bool d9_bpf_uses_uprobe_multi(const struct d9_bpf *bpf);
+
+/* On error, *err (if non-NULL) receives a malloc'd one-line message and
+ * nothing stays attached. plan may be NULL when only D9_PROBE_SCHED /
+ * D9_PROBE_CPU are asked for. */
+int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan *plan,
+                         const struct d9_bpf_target_opts *opts,
+                         struct d9_bpf_target **out, char **err);
+
+/* Drains what is left, then removes everything of this target. */
+void d9_bpf_detach_target(struct d9_bpf_target *t);
+
+int d9_bpf_target_epoll_fd(const struct d9_bpf_target *t);
+/* Drain without waiting; returns records consumed or negative errno. */
+int d9_bpf_target_consume(struct d9_bpf_target *t);
+/* Wait up to timeout_ms for records, then drain. */
+int d9_bpf_target_poll(struct d9_bpf_target *t, int timeout_ms);
+/* Records lost because this target's ring was full (summed over CPUs). */
+int d9_bpf_target_drops(const struct d9_bpf_target *t, uint64_t *dropped);
+/* Which poll-end mode was chosen, and how many probe points attached. */
+enum d9_poll_end d9_bpf_target_poll_end(const struct d9_bpf_target *t);
+size_t d9_bpf_target_n_attached(const struct d9_bpf_target *t);
+/* Wall time the uprobe attach took (ns), for benchmarks. */
+uint64_t d9_bpf_target_attach_ns(const struct d9_bpf_target *t);
