@@ -1,0 +1,97 @@
+// d9ctl serve over real HTTP: listing, decompression (gzip, zstd, raw),
+// concatenation, and refusal of every path trick that could leave --dir.
+'use strict';
+const fs = require('fs');
+const path = require('path');
+const http = require('http');
+const zlib = require('zlib');
+const { execFileSync, spawnSync } = require('child_process');
+const t = require('./lib');
+
+function get(base, rawPath, method = 'GET') {
+  const u = new URL(base);
+  return new Promise((resolve, reject) => {
+    // http.request sends the path byte-for-byte: no client-side normalisation
+    const req = http.request({ host: u.hostname, port: u.port, path: rawPath, method }, (res) => {
+      const chunks = [];
+      res.on('data', (c) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode, body: Buffer.concat(chunks) }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+async function main() {
+  const fixture = t.fixturePath();
+  const raw = zlib.gunzipSync(fs.readFileSync(fixture));
+  const top = t.tmpdir('serve');
+  const root = path.join(top, 'root'), outside = path.join(top, 'outside');
+  const seg = path.join(root, 'demo', '4242-777');
+  const d9 = path.join(root, 'pfx', '2026-05-15', '1755', 'metrics', 'host-a', 'abcd-4242');
+  fs.mkdirSync(seg, { recursive: true });
+  fs.mkdirSync(d9, { recursive: true });
+  fs.mkdirSync(outside);
+  fs.copyFileSync(fixture, path.join(seg, 'trace.0.bin.gz'));
+  execFileSync('zstd', ['-q', '-o', path.join(seg, 'trace.1.bin.zst')], { input: raw });
+  fs.writeFileSync(path.join(seg, 'trace.2.bin'), raw);
+  fs.copyFileSync(fixture, path.join(d9, '1778867710-0.bin.gz'));
+  fs.writeFileSync(path.join(seg, 'trace.3.bin.gz'), fs.readFileSync(fixture).subarray(0, 5000));
+  fs.writeFileSync(path.join(outside, 'secret.bin'), 'SECRET');
+  fs.symlinkSync(path.join(outside, 'secret.bin'), path.join(seg, 'escape.bin'));
+  fs.symlinkSync('../../../outside', path.join(seg, 'outdir'));
+
+  t.plan(21);
+  const bad = spawnSync(process.env.D9CTL, ['serve'], { encoding: 'utf8' });
+  t.ok(bad.status === 2 && bad.stderr.trim().split('\n').length === 1, 'serve without --dir/--bucket fails with one line', bad.stderr);
+  const badListen = spawnSync(process.env.D9CTL, ['serve', '--dir', root, '--listen', 'nonsense'], { encoding: 'utf8', env: { ...process.env } });
+  t.ok(badListen.status !== 0 && /bad --listen/.test(badListen.stderr), 'serve rejects a malformed --listen', badListen.stderr);
+
+  const srv = await t.startServe(root);
+  try {
+    const q = (p) => `/api/trace?seg=${encodeURIComponent(p)}`;
+    const list = JSON.parse((await get(srv.url, '/api/list')).body);
+    const by = Object.fromEntries(list.segments.map((s) => [s.path, s]));
+    const ours = by['demo/4242-777/trace.1.bin.zst'];
+    t.ok(ours && ours.layout === 'd9d' && ours.service === 'demo' && ours.instance === '4242-777' && ours.index === 1 && ours.compression === 'zstd',
+      'listing describes a d9d segment (service, pid-start, index, zstd)', JSON.stringify(ours));
+    const theirs = by['pfx/2026-05-15/1755/metrics/host-a/abcd-4242/1778867710-0.bin.gz'];
+    t.ok(theirs && theirs.layout === 'dial9' && theirs.service === 'metrics' && theirs.instance === 'host-a' && theirs.boot === 'abcd-4242' && theirs.start === 1778867710,
+      "listing parses dial9's date/minute/service/instance/boot key layout", JSON.stringify(theirs));
+    t.ok(!list.segments.some((s) => /escape|outdir|secret/.test(s.path)), 'listing does not follow symlinks');
+
+    let r = await get(srv.url, q('demo/4242-777/trace.0.bin.gz'));
+    t.ok(r.status === 200 && r.body.equals(raw), 'gzip segment is served decompressed, byte-identical');
+    r = await get(srv.url, q('demo/4242-777/trace.1.bin.zst'));
+    t.ok(r.status === 200 && r.body.equals(raw), 'zstd segment is served decompressed, byte-identical');
+    r = await get(srv.url, `${q('demo/4242-777/trace.2.bin')}&seg=${encodeURIComponent('demo/4242-777/trace.1.bin.zst')}`);
+    t.ok(r.status === 200 && r.body.equals(Buffer.concat([raw, raw])), 'two segments are served concatenated');
+    r = await get(srv.url, q('demo/4242-777/trace.3.bin.gz'));
+    t.ok(r.status === 422 && /corrupt/.test(r.body), 'truncated gzip segment gets 422 with a message', `${r.status} ${r.body}`);
+
+    const refuse = async (rawPath, want, name) => {
+      const res = await get(srv.url, rawPath);
+      t.ok(want.includes(res.status) && !res.body.includes('SECRET') && !res.body.includes('root:'), name, `${res.status} ${res.body.toString().slice(0, 100)}`);
+    };
+    await refuse('/api/trace?seg=../outside/secret.bin', [400], 'refuses ".." in a segment path');
+    await refuse('/api/trace?seg=/etc/passwd', [400], 'refuses an absolute segment path');
+    await refuse('/api/trace?seg=%2e%2e/outside/secret.bin', [400], 'refuses percent-encoded %2e%2e');
+    await refuse('/api/trace?seg=demo%2f..%2f..%2foutside%2fsecret.bin', [400], 'refuses encoded slashes around ..');
+    await refuse(q('demo/4242-777/escape.bin'), [403], 'refuses a symlink that points outside the root');
+    await refuse(q('demo/4242-777/outdir/secret.bin'), [403], 'refuses a symlinked directory that leads outside');
+    await refuse('/api/trace?seg=demo%00/../../outside/secret.bin', [400], 'refuses an embedded NUL');
+    await refuse('/static/../../../../etc/passwd', [400], 'refuses ".." in an asset path');
+    await refuse('/static/%2e%2e/%2e%2e/etc/passwd', [400], 'refuses encoded ".." in an asset path');
+    await refuse(q('demo/nothing.bin'), [404], 'missing segment is a 404');
+    r = await get(srv.url, '/');
+    t.ok(r.status === 200 && /<canvas id="timeline"/.test(r.body), 'serves the viewer page at /');
+    r = await get(srv.url, '/api/list', 'POST');
+    t.ok(r.status === 405, 'non-GET requests get 405');
+  } finally {
+    srv.stop();
+    fs.rmSync(top, { recursive: true, force: true });
+  }
+  t.done();
+}
+
+main().catch((e) => t.bail(e.stack));
