@@ -28,3 +28,4 @@ uint64_t plan_follow_jumps(const struct elf_image *img, uint64_t vaddr);
 struct probe_point *plan_point_add(struct plan_builder *b, enum probe_kind kind, uint64_t vaddr);
 int plan_add_missing(struct probe_plan *plan, enum probe_kind kind, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
+void plan_find_dyn_futures(struct plan_builder *b);

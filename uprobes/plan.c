@@ -164,7 +164,6 @@ static int plan_fill(struct plan_builder *b, struct probe_plan *plan, char **err
         plan->vtable_id_off = b->vs.id_slot >= 0 ? b->vs.id_slot * 8 : -1;
         plan->vtable_scheduler_off = b->vs.scheduler_slot >= 0 ? b->vs.scheduler_slot * 8 : -1;
         plan->vtable_trailer_off = b->vs.trailer_slot >= 0 ? b->vs.trailer_slot * 8 : -1;
-        plan->dyn_future_stage_delta = 8;       /* task_id is a u64 just before the stage */
         plan->dyn_future_poll_slot = 3;         /* dyn vtable: drop, size, align, poll */
 
         if ((r = plan_symbol_route(b)) < 0 || (r = plan_vtable_route(b)) < 0)
@@ -175,6 +174,7 @@ static int plan_fill(struct plan_builder *b, struct probe_plan *plan, char **err
                                  "symbol and no task vtable found", b->img->path);
                 return -ENOTSUP;
         }
+        plan_find_dyn_futures(b);
         if ((r = plan_label_polls(b)) < 0 || (r = plan_return_sites(b, plan)) < 0 ||
             (r = plan_classify(b)) < 0)
                 return r;

@@ -53,8 +53,10 @@ static json_t *point_json(const struct probe_point *p)
                 json_object_set_new(o, "vtable_vaddr", json_string(hex[1]));
         if (p->kind == PROBE_POLL_RETURN)
                 json_object_set_new(o, "func_vaddr", json_integer((json_int_t)p->func_vaddr));
-        if (p->boxed_dyn)
+        if (p->boxed_dyn) {
                 json_object_set_new(o, "boxed_dyn", json_true());
+                json_object_set_new(o, "dyn_vtable_hdr_off", json_integer(p->dyn_vtable_hdr_off));
+        }
         if (p->skip_reason)
                 json_object_set_new(o, "skip_reason", json_string(p->skip_reason));
         if (p->note)
@@ -86,7 +88,7 @@ char *probe_plan_to_json(const struct probe_plan *plan)
                                                       "reason", plan->missing[i].reason));
         json_t *root = json_pack(
                 "{s:s, s:o, s:o, s:o, s:b, s:b, s:b, s:o,"
-                " s:{s:i, s:i, s:i, s:i, s:i, s:i},"
+                " s:{s:i, s:i, s:i, s:i, s:i},"
                 " s:{s:o, s:I, s:I, s:I, s:I, s:b},"
                 " s:f, s:o, s:o, s:o}",
                 "exe_path", plan->exe_path,
@@ -102,7 +104,6 @@ char *probe_plan_to_json(const struct probe_plan *plan)
                 "vtable_id_off", (int)plan->vtable_id_off,
                 "vtable_scheduler_off", (int)plan->vtable_scheduler_off,
                 "vtable_trailer_off", (int)plan->vtable_trailer_off,
-                "dyn_future_stage_delta", (int)plan->dyn_future_stage_delta,
                 "dyn_future_poll_slot", (int)plan->dyn_future_poll_slot,
                 "discovery",
                 "scan_method", str_or_null(plan->scan_method),

@@ -254,7 +254,7 @@ int plan_label_polls(struct plan_builder *b)
                         p->label = legacy_label(b, p);
                 if (!p->label && asprintf(&p->label, "0x%" PRIx64, p->vaddr) < 0)
                         return -ENOMEM;
-                p->boxed_dyn = label_is_boxed_dyn_future(p->label);
+                p->boxed_dyn |= label_is_boxed_dyn_future(p->label);
         }
         return 0;
 }

@@ -80,6 +80,13 @@ struct probe_point {
          * the concrete future is only known at run time (see dyn_future_* in
          * struct probe_plan). */
         bool boxed_dyn;
+        /* For such a poll, where the boxed future's dyn vtable pointer lives, found
+         * in the poll's code (0 if not found): at poll entry
+         *   vt = *(u64 *)(hdr + dyn_vtable_hdr_off);
+         *   concrete_poll = *(u64 *)(vt + 8 * plan->dyn_future_poll_slot);
+         * concrete_poll - load bias symbolizes to `<X as Future>::poll`. Also set
+         * (with boxed_dyn) on stripped binaries when the code shows the pattern. */
+        uint32_t dyn_vtable_hdr_off;
 };
 
 /* Something the plan wanted and did not find, with why. */
@@ -112,13 +119,8 @@ struct probe_plan {
         int32_t vtable_id_off;
         int32_t vtable_scheduler_off;
         int32_t vtable_trailer_off;
-        /* Boxed futures: the task's future lives at
-         *   stage = hdr + *(u64 *)(vt + vtable_id_off) + dyn_future_stage_delta
-         * (Core is #[repr(C)] {scheduler, task_id, stage}). For T =
-         * Pin<Box<dyn Future>> the stage holds the fat pointer (data, vtable),
-         * possibly behind an enum tag word; the dyn vtable's slot
-         * dyn_future_poll_slot is the concrete future's poll, to symbolize. */
-        uint32_t dyn_future_stage_delta;
+        /* Rust dyn vtables: drop_in_place, size, align, then methods; slot 3 is
+         * Future::poll (see probe_point.dyn_vtable_hdr_off). */
         uint32_t dyn_future_poll_slot;
         /* Discovery routes and their cross-check (symbolized builds). */
         const char *scan_method;        /* "rela.dyn", "relr.dyn", "data.rel.ro" */

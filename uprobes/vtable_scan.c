@@ -123,8 +123,36 @@ static bool offsets_plausible(const uint64_t off[VT_OFFS])
                 lo = off[i] < lo ? off[i] : lo;
                 hi = off[i] > hi ? off[i] : hi;
         }
-        /* scheduler == id when S is zero-sized (e.g. BlockingSchedule). */
-        return lo >= 32 && lo <= 4096 && hi > lo;
+        uint64_t mid = off[0] + off[1] + off[2] - lo - hi;
+
+        /* scheduler == id when S is zero-sized (e.g. BlockingSchedule); the id
+         * follows S (a handle: a few words); the trailer follows the stage,
+         * which holds at least a JoinError. */
+        return lo >= 32 && lo <= 4096 && mid - lo <= 64 && hi >= mid + 16;
+}
+
+/* True if v's offsets fill the voted roles (ties allowed for sched == id). */
+static bool roles_consistent(const struct vtable_scan *vs, const struct task_vtable *v)
+{
+        uint64_t sched = v->off[vs->scheduler_slot - VT_FNS];
+        uint64_t id = v->off[vs->id_slot - VT_FNS];
+        uint64_t trailer = v->off[vs->trailer_slot - VT_FNS];
+
+        return sched <= id && id < trailer;
+}
+
+/* A stray table that happens to look like a vtable rarely has its offsets in
+ * the slot order every real one in the binary shares: drop those. */
+static void drop_inconsistent(struct vtable_scan *vs)
+{
+        size_t w = 0;
+
+        if (vs->id_slot < 0 || vs->scheduler_slot == vs->id_slot || vs->id_slot == vs->trailer_slot)
+                return;
+        for (size_t i = 0; i < vs->n; i++)
+                if (roles_consistent(vs, &vs->v[i]))
+                        vs->v[w++] = vs->v[i];
+        vs->n = w;
 }
 
 static int vt_push(struct vtable_scan *vs, size_t *cap, const struct task_vtable *v)
@@ -269,6 +297,7 @@ int vtable_scan_run(const struct elf_image *img, struct vtable_scan *vs)
         if (r < 0)
                 return r;
         vote_slots(vs);
+        drop_inconsistent(vs);
         return 0;
 }
 

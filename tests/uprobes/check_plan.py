@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""TAP checks of uprobes/ probe plans on the real Tokio targets, through the
+plan-dump CLI. Every expectation is checked against an independent source:
+objdump for instructions, the symbolized sibling build for the stripped one,
+the target's own process for --pid.
+
+  check_plan.py target   PLAN_DUMP SERIES RELEASE V0 STRIPPED DEBUG
+  check_plan.py errors   PLAN_DUMP
+  check_plan.py pid      PLAN_DUMP BINARY
+  check_plan.py lengths  X86_LENGTHS BINARY
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+results = []
+
+
+def ok(cond, name, diag=None):
+    results.append(bool(cond))
+    print(("ok" if cond else "not ok") + f" {len(results)} - {name}")
+    if not cond and diag is not None:
+        for line in str(diag).splitlines()[:40]:
+            print(f"# {line}")
+    sys.stdout.flush()
+    return cond
+
+
+def finish():
+    print(f"1..{len(results)}")
+    sys.exit(0 if results and all(results) else 1)
+
+
+def plan(plan_dump, *args):
+    t0 = time.monotonic()
+    p = subprocess.run([plan_dump, "--json", *args], capture_output=True, text=True, timeout=60)
+    wall = (time.monotonic() - t0) * 1000
+    if p.returncode != 0:
+        raise RuntimeError(f"plan-dump {' '.join(args)} failed: {p.stderr.strip()}")
+    d = json.loads(p.stdout)
+    d["_wall_ms"] = wall
+    return d
+
+
+def polls(d):
+    return [p for p in d["points"] if p["kind"] == "poll"]
+
+
+OBJ_LINE = re.compile(r"^\s*([0-9a-f]+):\s+((?:[0-9a-f]{2} )+)\s*(\S+)?")
+
+
+def objdump_at(binary, vaddr, length=16):
+    """(length, mnemonic) of the instruction objdump decodes at vaddr."""
+    out = subprocess.run(["objdump", "-d", "-w", f"--start-address={vaddr:#x}",
+                          f"--stop-address={vaddr + length:#x}", binary],
+                         capture_output=True, text=True, timeout=30).stdout
+    for line in out.splitlines():
+        m = OBJ_LINE.match(line)
+        if m and int(m.group(1), 16) == vaddr:
+            return len(m.group(2).split()), (m.group(3) or "")
+    return None, None
+
+
+EMULATED = re.compile(r"^(push|jmp|call|j[a-z]+|nop[wl]?|xchg)$")
+
+
+def check_insns(binary, d, what):
+    """First instruction of every point: our length == objdump's, and our class
+    agrees with the mnemonic (push/jmp/call/jcc/nop emulated, rest stepped)."""
+    bad_len, bad_cls, checked = [], [], 0
+    seen = set()
+    for p in d["points"]:
+        v = p["vaddr_int"]
+        if v in seen:
+            continue
+        seen.add(v)
+        n, mn = objdump_at(binary, v)
+        checked += 1
+        if n != p["insn_len"]:
+            bad_len.append((p["vaddr"], p["insn_desc"], p["insn_len"], n, mn))
+        emulated = bool(mn and EMULATED.match(mn))
+        if mn == "push" and p["insn_desc"] != "push %reg":
+            emulated = False  # push $imm is stepped
+        if emulated != (p["insn"] == "emulated") and p["kind"] != "poll_return":
+            bad_cls.append((p["vaddr"], p["insn_desc"], p["insn"], mn))
+        if p["kind"] == "poll_return" and mn != "ret":
+            bad_cls.append((p["vaddr"], "return site is not a ret", mn))
+    ok(checked > 0 and not bad_len, f"{what}: first-insn length matches objdump at {checked} points", bad_len)
+    ok(checked > 0 and not bad_cls, f"{what}: insn class matches the mnemonic (emulated vs single-step)", bad_cls)
+
+
+def check_common(d, series, what):
+    ps = polls(d)
+    ok(len(ps) >= 10, f"{what}: raw::poll instances found ({len(ps)})", d.get("missing"))
+    ok(all(p["file_offset"] > 0 and p["insn_len"] > 0 for p in ps),
+       f"{what}: every poll has a file offset and a decoded first insn")
+    ok(str(d.get("tokio_version") or "").startswith(series + "."),
+       f"{what}: Tokio version detected ({d.get('tokio_version')})")
+    lay = d["task_layout"]
+    ok(lay["hdr_vtable_off"] == 16 and lay["vtable_id_off"] in (56, 64, 72) and
+       len({lay["vtable_id_off"], lay["vtable_scheduler_off"], lay["vtable_trailer_off"]}) == 3,
+       f"{what}: task layout discovered (id_offset at vtable+{lay['vtable_id_off']})", lay)
+    ok(all(p["kind"] != "poll" or p.get("vtable_vaddr") for p in d["points"]),
+       f"{what}: every poll is tied to its vtable")
+    ok(all(p["value_from"] == "arg0" for p in ps), f"{what}: poll reads the Header* from arg0")
+    print(f"# {what}: {len(ps)} polls, {d['discovery']['vtables']} vtables, plan {d['elapsed_ms']:.1f} ms "
+          f"(process {d['_wall_ms']:.0f} ms), shape: {d['shape']}")
+    print("# counts: " + ", ".join(f"{k}={v['attached']}/{v['found']}" for k, v in d["counts"].items()))
+
+
+def check_symbolized(binary, d, series, what, v0):
+    check_common(d, series, what)
+    disc = d["discovery"]
+    ok(d["has_symbols"] and disc["routes_agree"] and disc["polls_by_symbols"] == disc["polls_by_scan"],
+       f"{what}: symbol route == vtable scan ({disc['polls_by_symbols']} vs {disc['polls_by_scan']}, "
+       f"{disc['polls_in_both']} in both)", disc)
+    ok(d["v0_mangling"] == v0, f"{what}: mangling detected as {'v0' if v0 else 'legacy'}")
+    labels = [p["label"] or "" for p in d["points"]]
+    raw = [l for l in labels if l.startswith(("_R", "_ZN")) or re.search(r"::h[0-9a-f]{16}|\.llvm\.", l)]
+    ok(not raw, f"{what}: all labels demangled and normalized (no hash, no .llvm suffix)", raw[:5])
+    hexl = [p["label"] for p in polls(d) if p["label"].startswith("0x")]
+    ok(not hexl, f"{what}: every poll labelled with its future type", hexl[:5])
+    ok(any("d9_target::" in p["label"] for p in polls(d)),
+       f"{what}: poll labels name the target's own futures")
+    boxed = [p for p in polls(d) if p.get("boxed_dyn")]
+    ok(boxed, f"{what}: Pin<Box<dyn Future>> tasks flagged for run-time labelling ({len(boxed)})")
+    for kind in ("complete", "wake", "park", "unpark_return", "worker_run"):
+        ok(d["counts"][kind]["attached"] > 0, f"{what}: {kind} point attached", d.get("missing"))
+    ok(d["counts"]["complete"]["found"] >= len(polls(d)) // 2,
+       f"{what}: instance counts plausible (complete {d['counts']['complete']['found']} vs poll {len(polls(d))})")
+    park = [p for p in d["points"] if p["kind"] == "park"]
+    ok(any("current_thread" in p["label"] for p in park) and
+       any("multi_thread" in p["label"] for p in park),
+       f"{what}: both runtime flavours' park points found", [p["label"] for p in park])
+    if d["counts"]["spawn"]["found"] == 0:
+        ok(any(m["kind"] == "spawn" and "fallback" in m["reason"] for m in d["missing"]),
+           f"{what}: missing spawn symbol reported with its fallback", d["missing"])
+    check_insns(binary, d, what)
+
+
+def check_target(plan_dump, series, release, v0, stripped, debug):
+    d_rel = plan(plan_dump, "--exe", release)
+    check_symbolized(release, d_rel, series, f"{series}-release", False)
+    d_v0 = plan(plan_dump, "--exe", v0)
+    check_symbolized(v0, d_v0, series, f"{series}-v0", True)
+    v0_labels = [p["label"] for p in polls(d_v0)]
+    ok(all("{closure#" not in l or "{{closure}}" not in l for l in v0_labels) and
+       any("{closure#" in l for l in v0_labels), f"{series}-v0: v0 closure names kept ({{closure#N}})")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        # Alone: no debug file next to it, so only the vtable scan can work.
+        alone = os.path.join(tmp, "alone")
+        os.mkdir(alone)
+        shutil.copy(stripped, alone)
+        sbin = os.path.join(alone, os.path.basename(stripped))
+        d_s = plan(plan_dump, "--exe", sbin)
+        check_common(d_s, series, f"{series}-stripped")
+        ok(not d_s["has_symbols"] and d_s["discovery"]["polls_by_symbols"] == 0,
+           f"{series}-stripped: no symbols used")
+        rel_offs = sorted(p["file_offset"] for p in polls(d_rel))
+        s_offs = sorted(p["file_offset"] for p in polls(d_s))
+        ok(s_offs == rel_offs, f"{series}-stripped: vtable scan finds the same {len(rel_offs)} polls "
+           f"(file offsets) as the symbolized build ({len(s_offs)})",
+           set(rel_offs) ^ set(s_offs))
+        ok(all(p["label"] == p["vaddr"] for p in polls(d_s)),
+           f"{series}-stripped: poll labels are the poll address")
+        ok(any(m["kind"] == "park" and "sched_switch" in m["reason"] for m in d_s["missing"]),
+           f"{series}-stripped: missing park reported with the sched_switch fallback")
+        check_insns(sbin, d_s, f"{series}-stripped")
+
+        # With its debug file under the .gnu_debuglink name: symbols come back.
+        shutil.copy(debug, tmp)
+        shutil.copy(stripped, tmp)
+        d_d = plan(plan_dump, "--exe", os.path.join(tmp, os.path.basename(stripped)))
+        ok(d_d["has_symbols"] and d_d["debug_file"] and d_d["discovery"]["routes_agree"],
+           f"{series}-stripped+debug: symbols from the debug file, routes agree", d_d["debug_file"])
+        ok(sorted(p["label"] for p in polls(d_d)) == sorted(p["label"] for p in polls(d_rel)),
+           f"{series}-stripped+debug: same poll labels as the release build")
+    finish()
+
+
+def check_errors(plan_dump):
+    def run(*args):
+        return subprocess.run([plan_dump, *args], capture_output=True, text=True, timeout=30)
+
+    p = run("--exe", "/bin/true")
+    ok(p.returncode != 0 and "not a Tokio binary" in p.stderr and p.stderr.count("\n") == 1,
+       "/bin/true: one-line 'not a Tokio binary' error, non-zero exit", p.stderr)
+    pid = 4194303
+    while os.path.exists(f"/proc/{pid}"):
+        pid -= 1
+    p = run("--pid", str(pid))
+    ok(p.returncode != 0 and f"no process with PID {pid}" in p.stderr and p.stderr.count("\n") == 1,
+       "unknown PID: one-line error, non-zero exit", p.stderr)
+    p = run("--exe", "/nonexistent/exe")
+    ok(p.returncode != 0 and "cannot open /nonexistent/exe" in p.stderr, "missing file: clear error", p.stderr)
+    p = run("--exe", "/etc/hostname")
+    ok(p.returncode != 0 and "not an ELF file" in p.stderr, "non-ELF file: clear error", p.stderr)
+    p = run("--pid", "2")
+    ok(p.returncode != 0 and "no executable" in p.stderr, "kernel thread: clear error", p.stderr)
+    p = run("--pid", "abc")
+    ok(p.returncode == 2 and "invalid PID" in p.stderr, "bad PID argument: usage error", p.stderr)
+    finish()
+
+
+def check_pid(plan_dump, binary):
+    proc = subprocess.Popen([binary, "mixed", "--flavor", "multi-thread", "--duration", "20"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        d_pid = plan(plan_dump, "--pid", str(proc.pid))
+        d_file = plan(plan_dump, "--exe", binary)
+        ok(d_pid["exe_path"].startswith(f"/proc/{proc.pid}/"), f"plan by PID opens via /proc ({d_pid['exe_path']})")
+        ok(d_pid["build_id"] == d_file["build_id"], "same build-id as the file")
+        ok([p["file_offset"] for p in d_pid["points"]] == [p["file_offset"] for p in d_file["points"]],
+           f"plan by PID == plan by file ({len(d_pid['points'])} points)")
+        print(f"# plan by PID: {d_pid['elapsed_ms']:.1f} ms")
+    finally:
+        proc.kill()
+        proc.wait()
+    finish()
+
+
+def objdump_boundaries(binary):
+    out = subprocess.run(["objdump", "-d", "-w", "--no-show-raw-insn", "-j", ".text", binary],
+                         capture_output=True, text=True, timeout=120).stdout
+    addrs = set()
+    for line in out.splitlines():
+        m = re.match(r"^\s*([0-9a-f]+):\t", line)
+        if m:
+            addrs.add(int(m.group(1), 16))
+    return addrs
+
+
+def check_lengths(x86_lengths, binary):
+    """Walk whole function bodies with our decoder: every boundary must be one
+    of objdump's, and every objdump boundary inside the body one of ours."""
+    nm = subprocess.run(["nm", "-S", "--defined-only", binary], capture_output=True, text=True).stdout
+    funcs = []
+    for line in nm.splitlines():
+        f = line.split()
+        if len(f) == 4 and f[2] in "tT" and int(f[1], 16) > 0:
+            funcs.append((int(f[0], 16), int(f[1], 16), f[3]))
+    funcs = sorted(set(funcs))
+    tokio = [f for f in funcs if "tokio" in f[2]]
+    step = max(1, len(funcs) // 400)
+    chosen = sorted(set(tokio + funcs[::step]))
+    ref = objdump_boundaries(binary)
+    ours = set()
+    for i in range(0, len(chosen), 200):
+        args = []
+        for start, size, _ in chosen[i:i + 200]:
+            args += [hex(start), hex(start + size)]
+        out = subprocess.run([x86_lengths, binary, *args], capture_output=True, text=True, timeout=60)
+        if not ok(out.returncode == 0, f"x86-lengths runs (batch {i // 200})", out.stderr):
+            finish()
+        for line in out.stdout.splitlines():
+            a, n = line.split()
+            if int(n) == 0:
+                ours.add(-int(a, 16))  # undecodable: recorded as a mismatch
+            ours.add(int(a, 16))
+    expected = set()
+    total_bytes = 0
+    for start, size, _ in chosen:
+        expected |= {a for a in ref if start <= a < start + size}
+        total_bytes += size
+    undecodable = [hex(-a) for a in ours if a < 0]
+    missing = sorted(expected - ours)
+    extra = sorted(a for a in ours - expected if a >= 0)
+    ok(not undecodable, f"no undecodable instruction in {len(chosen)} functions ({total_bytes} bytes)", undecodable[:10])
+    ok(not missing and not extra, f"instruction boundaries == objdump's ({len(expected)} instructions)",
+       f"missing {[hex(a) for a in missing[:10]]} extra {[hex(a) for a in extra[:10]]}")
+    finish()
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1] if len(sys.argv) > 1 else ""
+    try:
+        if mode == "target" and len(sys.argv) == 8:
+            check_target(*sys.argv[2:])
+        elif mode == "errors" and len(sys.argv) == 3:
+            check_errors(sys.argv[2])
+        elif mode == "pid" and len(sys.argv) == 4:
+            check_pid(*sys.argv[2:])
+        elif mode == "lengths" and len(sys.argv) == 4:
+            check_lengths(*sys.argv[2:])
+        else:
+            print(__doc__, file=sys.stderr)
+            sys.exit(2)
+    except Exception as e:  # a crash is a failure, never a pass
+        ok(False, f"harness error: {e}")
+        finish()
