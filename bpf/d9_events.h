@@ -54,6 +54,19 @@ enum d9_probe_bits {
         D9_PROBE_ALL = (1u << 7) - 1,
 };
 
+/* A uprobe's BPF cookie is the plan point's cookie in the low 56 bits and,
+ * in the top 8, where the program finds the value it is about (a task
+ * Header*, or a worker's park key). Records carry the low part only. */
+#define D9_COOKIE_ARG_SHIFT 56
+#define D9_COOKIE_MASK ((1ull << D9_COOKIE_ARG_SHIFT) - 1)
+enum d9_arg {
+        D9_ARG_NONE = 0,
+        D9_ARG_RET,             /* rax at a uretprobe */
+        D9_ARG_0,               /* rdi */
+        D9_ARG_1,               /* rsi */
+        D9_ARG_0_DEREF,         /* *(u64 *)rdi */
+};
+
 /* Why a D9_REC_POLL_END was written. */
 enum d9_poll_end_why {
         D9_END_RETURN = 0,      /* uretprobe or return-site uprobe */

@@ -12,11 +12,14 @@
  * - poll end: a uretprobe (or uprobes on its return sites), or nothing at
  *   all in entry-only mode, where the next poll or park on the thread
  *   closes the open poll (the cheapest, see the loader's poll_end option).
- * - OwnedTasks::bind return: rax is the new task's Header* (spawn).
+ * - OwnedTasks::bind return (rax) or bind_inner entry (arg1): the new
+ *   task's Header* (spawn).
  * - Harness::complete entry: arg0 is the Header* (terminate).
  * - waker::wake_by_val entry: arg0 is the woken task's Header*.
- * - the worker park function entry/return: arg0 points at the Parker
- *   whose first word identifies the worker's core.
+ * - the worker park function entry/return: a key that follows the
+ *   worker's core (the Parker's Arc, or the Box<Core>).
+ * Where each value is (rax, arg0, arg1, *arg0) is the plan's per-point
+ * value_from, passed in the cookie's top bits.
  * If Tokio changes these signatures the ids read as 0 (a bad pointer
  * fails the user-memory read) rather than producing wrong records. */
 #include "d9_maps.bpf.h"
@@ -38,6 +41,31 @@ static __always_inline __u64 d9_task_id(const struct d9_target_cfg *cfg, __u64 h
                 return 0;
         bpf_probe_read_user(&id, sizeof(id), (void *)(hdr + id_off));
         return id;
+}
+
+/* The value this attachment is about, as the plan said (cookie top bits). */
+static __always_inline __u64 d9_point_value(struct pt_regs *ctx)
+{
+        __u64 how = bpf_get_attach_cookie(ctx) >> D9_COOKIE_ARG_SHIFT, v = 0;
+
+        switch (how) {
+        case D9_ARG_RET:
+                return PT_REGS_RC(ctx);
+        case D9_ARG_0:
+                return PT_REGS_PARM1(ctx);
+        case D9_ARG_1:
+                return PT_REGS_PARM2(ctx);
+        case D9_ARG_0_DEREF:
+                bpf_probe_read_user(&v, sizeof(v), (void *)PT_REGS_PARM1(ctx));
+                return v;
+        default:
+                return 0;
+        }
+}
+
+static __always_inline __u64 d9_point_cookie(struct pt_regs *ctx)
+{
+        return bpf_get_attach_cookie(ctx) & D9_COOKIE_MASK;
 }
 
 static __always_inline struct d9_target_cfg *d9_current_target(__u32 *tgid, __u32 *tid)
@@ -77,8 +105,9 @@ static __always_inline void d9_close_poll(struct d9_target_cfg *cfg, __u32 tgid,
 }
 
 SEC("uprobe")
-int BPF_UPROBE(d9_poll_start, void *header)
+int BPF_UPROBE(d9_poll_start)
 {
+        __u64 header = d9_point_value(ctx);
         __u32 tgid, tid;
         struct d9_target_cfg *cfg = d9_current_target(&tgid, &tid);
         struct d9_thread *th;
@@ -89,9 +118,9 @@ int BPF_UPROBE(d9_poll_start, void *header)
         if (cfg->entry_only)
                 d9_close_poll(cfg, tgid, tid, th, D9_END_NEXT_POLL);
         r = D9_RESERVE_CUR(cfg, tgid, tid, D9_REC_POLL_START, struct d9_rec_task);
-        th->header = (__u64)header;
-        th->task_id = d9_task_id(cfg, (__u64)header);
-        th->cookie = bpf_get_attach_cookie(ctx);
+        th->header = header;
+        th->task_id = d9_task_id(cfg, header);
+        th->cookie = d9_point_cookie(ctx);
         th->poll_ts = r ? r->hdr.ts : bpf_ktime_get_ns();
         if (r) {
                 r->task_id = th->task_id;
@@ -116,9 +145,11 @@ int BPF_UPROBE(d9_poll_end)
         return 0;
 }
 
-/* Shared by spawn (header = return value) and terminate (header = arg0). */
-static __always_inline int d9_task_event(void *ctx, __u16 type, __u64 header)
+/* Spawn (header = bind's return value, or bind_inner's argument) and
+ * terminate (header = arg0 of complete). */
+static __always_inline int d9_task_event(struct pt_regs *ctx, __u16 type)
 {
+        __u64 header = d9_point_value(ctx);
         __u32 tgid, tid;
         struct d9_target_cfg *cfg = d9_current_target(&tgid, &tid);
         struct d9_rec_task *r;
@@ -130,7 +161,7 @@ static __always_inline int d9_task_event(void *ctx, __u16 type, __u64 header)
                 return 0;
         r->header = header;
         r->task_id = d9_task_id(cfg, header);
-        r->cookie = bpf_get_attach_cookie(ctx);
+        r->cookie = d9_point_cookie(ctx);
         bpf_ringbuf_submit(r, 0);
         return 0;
 }
@@ -138,18 +169,19 @@ static __always_inline int d9_task_event(void *ctx, __u16 type, __u64 header)
 SEC("uprobe")
 int BPF_UPROBE(d9_spawn)
 {
-        return d9_task_event(ctx, D9_REC_SPAWN, PT_REGS_RC(ctx));
+        return d9_task_event(ctx, D9_REC_SPAWN);
 }
 
 SEC("uprobe")
-int BPF_UPROBE(d9_terminate, void *header)
+int BPF_UPROBE(d9_terminate)
 {
-        return d9_task_event(ctx, D9_REC_TERMINATE, (__u64)header);
+        return d9_task_event(ctx, D9_REC_TERMINATE);
 }
 
 SEC("uprobe")
-int BPF_UPROBE(d9_wake, void *header)
+int BPF_UPROBE(d9_wake)
 {
+        __u64 header = d9_point_value(ctx);
         __u32 tgid, tid;
         struct d9_target_cfg *cfg = d9_current_target(&tgid, &tid);
         struct d9_thread *th;
@@ -160,14 +192,14 @@ int BPF_UPROBE(d9_wake, void *header)
         r = D9_RESERVE_CUR(cfg, tgid, tid, D9_REC_WAKE, struct d9_rec_wake);
         if (!r)
                 return 0;
-        r->woken_task_id = d9_task_id(cfg, (__u64)header);
+        r->woken_task_id = d9_task_id(cfg, header);
         r->waker_task_id = th->task_id;
-        r->cookie = bpf_get_attach_cookie(ctx);
+        r->cookie = d9_point_cookie(ctx);
         bpf_ringbuf_submit(r, 0);
         return 0;
 }
 
-static __always_inline void d9_park_event(void *ctx, __u16 type, struct d9_thread *th,
+static __always_inline void d9_park_event(struct pt_regs *ctx, __u16 type, struct d9_thread *th,
                                           struct d9_target_cfg *cfg, __u32 tgid, __u32 tid)
 {
         struct task_struct *task = bpf_get_current_task_btf();
@@ -179,24 +211,22 @@ static __always_inline void d9_park_event(void *ctx, __u16 type, struct d9_threa
         r->park_key = th->park_key;
         r->cpu_ns = BPF_CORE_READ(task, se.sum_exec_runtime);
         r->run_delay_ns = BPF_CORE_READ(task, sched_info.run_delay);
-        r->cookie = bpf_get_attach_cookie(ctx);
+        r->cookie = d9_point_cookie(ctx);
         bpf_ringbuf_submit(r, 0);
 }
 
 SEC("uprobe")
-int BPF_UPROBE(d9_park, void *parker)
+int BPF_UPROBE(d9_park)
 {
         __u32 tgid, tid;
         struct d9_target_cfg *cfg = d9_current_target(&tgid, &tid);
         struct d9_thread *th;
-        __u64 key = 0;
 
         if (!cfg || !(th = d9_current_thread()))
                 return 0;
         if (cfg->entry_only)
                 d9_close_poll(cfg, tgid, tid, th, D9_END_PARK);
-        bpf_probe_read_user(&key, sizeof(key), parker);
-        th->park_key = key;
+        th->park_key = d9_point_value(ctx);
         d9_park_event(ctx, D9_REC_PARK, th, cfg, tgid, tid);
         return 0;
 }

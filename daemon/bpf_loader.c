@@ -232,6 +232,16 @@ static int load_tokio(struct d9_bpf *bpf)
         return d9_tokio__load(bpf->tokio);
 }
 
+static int libbpf_quiet(enum libbpf_print_level level, const char *fmt, va_list ap)
+{
+        return 0;
+}
+
+static int libbpf_warnings(enum libbpf_print_level level, const char *fmt, va_list ap)
+{
+        return level == LIBBPF_WARN ? vfprintf(stderr, fmt, ap) : 0;
+}
+
 int d9_bpf_open(const struct d9_bpf_opts *opts, struct d9_bpf **out)
 {
         struct d9_bpf_opts none = { 0 };
@@ -245,6 +255,7 @@ int d9_bpf_open(const struct d9_bpf_opts *opts, struct d9_bpf **out)
                 return -ENOMEM;
         bpf->ring_bytes = opts->ring_bytes ? opts->ring_bytes : D9_DEFAULT_RING_BYTES;
         bpf->ring_tmpl_fd = -1;
+        libbpf_set_print(opts->libbpf_log ? libbpf_warnings : libbpf_quiet);
         bpf->multi = !opts->force_per_probe && probe_uprobe_multi();
         r = load_sched(bpf);
         if (r == 0)
@@ -318,14 +329,56 @@ static int push_link(struct d9_bpf_target *t, struct bpf_link *link)
         return 0;
 }
 
-/* Attach prog at every non-skipped plan point of `kind`. */
-static int attach_kind(struct d9_bpf_target *t, const struct probe_plan *plan,
-                       enum probe_kind kind, struct bpf_program *prog, bool ret,
-                       char **err)
+/* Where the BPF program finds its value: the plan's value_from, or the
+ * documented default of the kind when the plan leaves it open. */
+static uint64_t point_arg(const struct probe_point *p)
 {
-        size_t n = 0;
-        unsigned long *offs = calloc(plan->n_points ? plan->n_points : 1, sizeof(*offs));
-        __u64 *cookies = calloc(plan->n_points ? plan->n_points : 1, sizeof(*cookies));
+        switch (p->value_from) {
+        case PROBE_ARG_RET: return D9_ARG_RET;
+        case PROBE_ARG0: return D9_ARG_0;
+        case PROBE_ARG1: return D9_ARG_1;
+        case PROBE_ARG0_DEREF: return D9_ARG_0_DEREF;
+        case PROBE_ARG_NONE: break;
+        }
+        switch (p->kind) {
+        case PROBE_SPAWN: return D9_ARG_RET;
+        case PROBE_PARK: return D9_ARG_0_DEREF;
+        case PROBE_POLL: case PROBE_COMPLETE: case PROBE_WAKE: return D9_ARG_0;
+        default: return D9_ARG_NONE;
+        }
+}
+
+/* One link: prog at offs[0..n) (uprobe_multi), or one link per point. */
+static int attach_offsets(struct d9_bpf_target *t, const char *path, struct bpf_program *prog,
+                          const unsigned long *offs, const __u64 *cookies, size_t n, bool ret)
+{
+        int r = 0;
+
+        if (t->bpf->multi) {
+                LIBBPF_OPTS(bpf_uprobe_multi_opts, mo, .offsets = offs,
+                            .cookies = cookies, .cnt = n, .retprobe = ret);
+
+                return push_link(t, bpf_program__attach_uprobe_multi(prog, t->pid, path,
+                                                                     NULL, &mo));
+        }
+        for (size_t i = 0; r == 0 && i < n; i++) {
+                LIBBPF_OPTS(bpf_uprobe_opts, uo, .bpf_cookie = cookies[i], .retprobe = ret);
+
+                r = push_link(t, bpf_program__attach_uprobe_opts(prog, t->pid, path, offs[i],
+                                                                 &uo));
+        }
+        return r;
+}
+
+/* Attach prog at every non-skipped point of `kind` whose uretprobe flag is
+ * `ret` (or at all of them, as uretprobes, when as_ret: poll end). */
+static int attach_kind_group(struct d9_bpf_target *t, const struct probe_plan *plan,
+                             enum probe_kind kind, struct bpf_program *prog, bool ret,
+                             bool as_ret, char **err)
+{
+        size_t n = 0, cap = plan->n_points ? plan->n_points : 1;
+        unsigned long *offs = calloc(cap, sizeof(*offs));
+        __u64 *cookies = calloc(cap, sizeof(*cookies));
         int r = 0;
 
         if (!offs || !cookies) {
@@ -335,32 +388,17 @@ static int attach_kind(struct d9_bpf_target *t, const struct probe_plan *plan,
         for (size_t i = 0; i < plan->n_points; i++) {
                 const struct probe_point *p = &plan->points[i];
 
-                if (p->kind != kind || p->skipped)
+                if (p->kind != kind || p->skipped || (!as_ret && p->uretprobe != ret))
                         continue;
                 offs[n] = p->file_offset;
-                cookies[n++] = p->cookie;
+                cookies[n++] = (p->cookie & D9_COOKIE_MASK) |
+                               (point_arg(p) << D9_COOKIE_ARG_SHIFT);
         }
-        if (n == 0)
-                goto out;
-        if (t->bpf->multi) {
-                LIBBPF_OPTS(bpf_uprobe_multi_opts, mo, .offsets = offs,
-                            .cookies = cookies, .cnt = n, .retprobe = ret);
-
-                r = push_link(t, bpf_program__attach_uprobe_multi(prog, t->pid,
-                                                                  plan->exe_path, NULL, &mo));
-        } else {
-                for (size_t i = 0; r == 0 && i < n; i++) {
-                        LIBBPF_OPTS(bpf_uprobe_opts, uo, .bpf_cookie = cookies[i],
-                                    .retprobe = ret);
-
-                        r = push_link(t, bpf_program__attach_uprobe_opts(
-                                                 prog, t->pid, plan->exe_path,
-                                                 offs[i], &uo));
-                }
-        }
+        if (n)
+                r = attach_offsets(t, plan->exe_path, prog, offs, cookies, n, ret || as_ret);
         if (r < 0)
                 set_err(err, "cannot attach %s%s probes to PID %d (%s): %s",
-                        kind_name(kind), ret ? " return" : "", t->pid,
+                        kind_name(kind), ret || as_ret ? " return" : "", t->pid,
                         plan->exe_path, strerror(-r));
         else
                 t->n_attached += n;
@@ -368,6 +406,14 @@ out:
         free(offs);
         free(cookies);
         return r;
+}
+
+static int attach_kind(struct d9_bpf_target *t, const struct probe_plan *plan,
+                       enum probe_kind kind, struct bpf_program *prog, char **err)
+{
+        int r = attach_kind_group(t, plan, kind, prog, false, false, err);
+
+        return r < 0 ? r : attach_kind_group(t, plan, kind, prog, true, false, err);
 }
 
 static size_t plan_count(const struct probe_plan *plan, enum probe_kind kind)
@@ -393,29 +439,26 @@ static int attach_uprobes(struct d9_bpf_target *t, const struct probe_plan *plan
                           unsigned probes, char **err)
 {
         struct d9_tokio *sk = t->bpf->tokio;
-        enum probe_kind unpark_kind =
-                plan_count(plan, PROBE_UNPARK_RETURN) ? PROBE_UNPARK_RETURN : PROBE_PARK;
         int r = 0;
 
         if (probes & D9_PROBE_POLL) {
-                r = attach_kind(t, plan, PROBE_POLL, sk->progs.d9_poll_start, false, err);
+                r = attach_kind(t, plan, PROBE_POLL, sk->progs.d9_poll_start, err);
                 if (r == 0 && t->poll_end == D9_POLL_END_URETPROBE)
-                        r = attach_kind(t, plan, PROBE_POLL, sk->progs.d9_poll_end, true, err);
+                        r = attach_kind_group(t, plan, PROBE_POLL, sk->progs.d9_poll_end,
+                                              false, true, err);
                 if (r == 0 && t->poll_end == D9_POLL_END_RETSITES)
-                        r = attach_kind(t, plan, PROBE_POLL_RETURN, sk->progs.d9_poll_end,
-                                        false, err);
+                        r = attach_kind(t, plan, PROBE_POLL_RETURN, sk->progs.d9_poll_end, err);
         }
         if (r == 0 && (probes & D9_PROBE_SPAWN))
-                r = attach_kind(t, plan, PROBE_SPAWN, sk->progs.d9_spawn, true, err);
+                r = attach_kind(t, plan, PROBE_SPAWN, sk->progs.d9_spawn, err);
         if (r == 0 && (probes & D9_PROBE_TERMINATE))
-                r = attach_kind(t, plan, PROBE_COMPLETE, sk->progs.d9_terminate, false, err);
+                r = attach_kind(t, plan, PROBE_COMPLETE, sk->progs.d9_terminate, err);
         if (r == 0 && (probes & D9_PROBE_WAKE))
-                r = attach_kind(t, plan, PROBE_WAKE, sk->progs.d9_wake, false, err);
-        if (r == 0 && (probes & D9_PROBE_PARK)) {
-                r = attach_kind(t, plan, PROBE_PARK, sk->progs.d9_park, false, err);
-                if (r == 0)
-                        r = attach_kind(t, plan, unpark_kind, sk->progs.d9_unpark, true, err);
-        }
+                r = attach_kind(t, plan, PROBE_WAKE, sk->progs.d9_wake, err);
+        if (r == 0 && (probes & D9_PROBE_PARK))
+                r = attach_kind(t, plan, PROBE_PARK, sk->progs.d9_park, err);
+        if (r == 0 && (probes & D9_PROBE_PARK))
+                r = attach_kind(t, plan, PROBE_UNPARK_RETURN, sk->progs.d9_unpark, err);
         return r;
 }
 
@@ -448,6 +491,23 @@ static int zero_drops(struct d9_bpf *bpf, uint32_t slot)
         return r;
 }
 
+/* Task-id layout: the caller's, else the plan's. False if neither has one. */
+static bool layout_of(const struct probe_plan *plan, const struct d9_bpf_target_opts *o,
+                      struct d9_target_cfg *cfg)
+{
+        uint64_t vt = o->header_vtable_off, id = o->vtable_id_off_slot;
+
+        if ((!vt || !id) && plan && plan->vtable_id_off > 0) {
+                vt = plan->hdr_vtable_off;
+                id = (uint64_t)plan->vtable_id_off;
+        }
+        if (cfg) {
+                cfg->header_vtable_off = vt;
+                cfg->vtable_id_off_slot = id;
+        }
+        return vt && id;
+}
+
 static int deliver_record(void *ctx, void *data, size_t size)
 {
         struct d9_bpf_target *t = ctx;
@@ -457,19 +517,19 @@ static int deliver_record(void *ctx, void *data, size_t size)
 
 /* Ring + config: the order matters, BPF checks the config first, so a
  * config is only visible once its ring exists. */
-static int install_target(struct d9_bpf_target *t, const struct d9_bpf_target_opts *o)
+static int install_target(struct d9_bpf_target *t, const struct probe_plan *plan,
+                          const struct d9_bpf_target_opts *o)
 {
         struct d9_bpf *bpf = t->bpf;
         struct d9_target_cfg cfg = {
                 .slot = t->slot,
                 .probes = o->probes,
-                .header_vtable_off = o->header_vtable_off,
-                .vtable_id_off_slot = o->vtable_id_off_slot,
                 .entry_only = t->poll_end == D9_POLL_END_ENTRY_ONLY,
         };
         uint32_t tgid = (uint32_t)t->pid;
         int r;
 
+        layout_of(plan, o, &cfg);
         t->ring_fd = bpf_map_create(BPF_MAP_TYPE_RINGBUF, "d9_ring", 0, 0,
                                     (uint32_t)bpf->ring_bytes, NULL);
         if (t->ring_fd < 0)
@@ -508,7 +568,7 @@ static int check_request(pid_t pid, const struct probe_plan *plan,
                         (int)pid);
                 return -ENOENT;
         }
-        if (!o->vtable_id_off_slot || !o->header_vtable_off) {
+        if (!layout_of(plan, o, NULL)) {
                 set_err(err, "PID %d: the probe plan gives no task-id layout", (int)pid);
                 return -EINVAL;
         }
@@ -542,7 +602,7 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
                         D9_MAX_TARGETS);
                 goto fail;
         }
-        r = install_target(t, o);
+        r = install_target(t, plan, o);
         if (r < 0) {
                 set_err(err, "cannot set up the ring buffer for PID %d: %s%s", (int)pid,
                         strerror(-r), r == -EEXIST ? " (already traced)" : "");

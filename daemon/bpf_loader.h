@@ -29,6 +29,8 @@ struct d9_bpf_opts {
         unsigned sample_hz;     /* perf CPU-clock frequency; 0: 99 */
         bool no_cpu_sampling;   /* don't open perf events at all */
         bool force_per_probe;   /* classic uprobes even if uprobe_multi works */
+        bool libbpf_log;        /* let libbpf print its warnings (verifier log)
+                                 * to stderr; off: errors are ours, one line */
 };
 
 /* How a poll's end is observed.
@@ -54,7 +56,8 @@ typedef int (*d9_bpf_record_fn)(void *ctx, const void *rec, size_t size);
 struct d9_bpf_target_opts {
         unsigned probes;                /* enum d9_probe_bits */
         enum d9_poll_end poll_end;
-        /* Task-id layout from the plan (see d9_target_cfg). */
+        /* Task-id layout (see d9_target_cfg); 0: take the plan's
+         * hdr_vtable_off / vtable_id_off. */
         uint64_t header_vtable_off;
         uint64_t vtable_id_off_slot;
         d9_bpf_record_fn on_record;

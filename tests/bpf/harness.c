@@ -49,6 +49,12 @@ void tap_diag(const char *fmt, ...)
         fflush(stdout);
 }
 
+void tap_done_plan(void)
+{
+        printf("1..%d\n", tap_n);
+        fflush(stdout);
+}
+
 int tap_done(void)
 {
         return tap_failed ? 1 : 0;

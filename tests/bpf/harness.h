@@ -12,6 +12,7 @@
 void tap_plan(int n);
 bool tap_ok(bool cond, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void tap_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void tap_done_plan(void);       /* trailing plan: "1..<tests so far>" */
 int tap_done(void);     /* exit status: 0 iff every test passed */
 
 struct child {
