@@ -5,6 +5,7 @@ is sane, so tracer tests can trust it.
   check_target.py mixed    BINARY SERIES FLAVOR
   check_target.py serve    BINARY SERIES FLAVOR
   check_target.py variants SERIES RELEASE STRIPPED DEBUG V0
+  check_target.py attach   BINARY
   check_target.py badargs  BINARY
 """
 import json
@@ -140,6 +141,38 @@ def check_variants(series, release, stripped, debug, v0):
         ok(good, f"{name} variant runs the mixed workload", p.stdout + p.stderr)
 
 
+def check_attach(binary):
+    """A tracer attaches while the target waits: the runtime's threads must
+    already exist then, and nothing of the workload may have run yet."""
+    p = subprocess.Popen([binary, "mixed", "--wait-stdin", "--duration", "1"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, errors="replace")
+    try:
+        line = p.stdout.readline().split()
+        if not ok(line[:2] == ["waiting", "pid"] and int(line[2]) == p.pid,
+                  "--wait-stdin announces its pid and waits", line):
+            return
+        time.sleep(0.3)
+        threads = len(os.listdir(f"/proc/{p.pid}/task"))
+        ok(threads >= 3, "worker threads exist before the workload starts", f"{threads} threads")
+        t0 = time.monotonic()
+        out, err = p.communicate("go\n", timeout=20)
+        t = last_json(out)
+        ok(p.returncode == 0 and t["pid"] == p.pid and t["blocking_polls"] >= 1,
+           "workload runs once released", out + err)
+        ok(time.monotonic() - t0 >= 1.0, "workload starts only after release")
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    t0 = time.monotonic()
+    q = subprocess.run([binary, "mixed", "--start-delay", "1", "--duration", "1"],
+                       capture_output=True, text=True, errors="replace", timeout=20)
+    wall = time.monotonic() - t0
+    ok(q.returncode == 0 and wall >= 2.0 and last_json(q.stdout)["duration_s"] < 1.6,
+       "--start-delay delays the workload, not its duration", f"wall {wall:.2f} s {q.stdout}")
+
+
 def check_badargs(binary):
     for argv, what in ((["bogus"], "unknown mode"), (["mixed", "--flavor", "x"], "bad flavor"),
                        (["load"], "load without --connect"), (["mixed", "--duration", "-1"],
@@ -153,7 +186,7 @@ def check_badargs(binary):
 def main():
     cmd, rest = sys.argv[1], sys.argv[2:]
     {"mixed": check_mixed, "serve": check_serve, "variants": check_variants,
-     "badargs": check_badargs}[cmd](*rest)
+     "badargs": check_badargs, "attach": check_attach}[cmd](*rest)
     finish()
 
 
