@@ -11,6 +11,7 @@ struct d9ctl_command {
 const char *d9ctl_socket_path(void);
 
 int cmd_serve(int argc, char **argv);
+int cmd_dump(int argc, char **argv);
 int cmd_attach(int argc, char **argv);
 int cmd_detach(int argc, char **argv);
 int cmd_list(int argc, char **argv);
