@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""d9d.service runs d9d as a system user with only the capabilities in its
+CapabilityBoundingSet=/AmbientCapabilities=. Prove that set is enough, for
+real: run d9d as an unprivileged uid holding exactly those capabilities
+(setpriv; parsed from the unit, so the test follows the unit), then record a
+real Tokio target with `d9ctl record`: running as d9d's own uid, as another
+uid (root, as on a host where d9d traces other services), and from a private
+0700 directory. The
+segments must decode and hold poll events (uprobes) and CPU samples
+(sched_switch + perf sampling)."""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sdtest import SOURCE_ROOT, Tap  # noqa: E402
+
+D9D, D9CTL, TARGET = sys.argv[1:4]
+NOBODY = 65534
+
+
+def unit_caps():
+    with open(os.path.join(SOURCE_ROOT, "systemd/d9d.service.in")) as f:
+        text = f.read()
+    bounding = re.search(r"^CapabilityBoundingSet=(.*)$", text, re.M).group(1).split()
+    ambient = re.search(r"^AmbientCapabilities=(.*)$", text, re.M).group(1).split()
+    return bounding, ambient
+
+
+def as_setpriv(caps):
+    return ",".join("+" + c.lower().removeprefix("cap_") for c in caps)
+
+
+def event_counts(paths):
+    r = subprocess.run([D9CTL, "dump", "--summary", *paths], capture_output=True, text=True, timeout=60)
+    counts = {}
+    for name, n in ((m.group(2), int(m.group(1)))
+                    for m in re.finditer(r"^\s+(\d+)\s+(\w+Event)\s*$", r.stdout, re.M)):
+        counts[name] = counts.get(name, 0) + n
+    return r, counts
+
+
+def record(tap, sock, target_uid, label, out, exe=TARGET):
+    cmd = [exe, "mixed", "--duration", "8"]
+    if target_uid != 0:
+        cmd = ["setpriv", f"--reuid={target_uid}", f"--regid={target_uid}", "--clear-groups", *cmd]
+    target = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    r = subprocess.run([D9CTL, "--socket", sock, "record", "--pid", str(target.pid), "--duration", "2s",
+                        "--out", out], capture_output=True, text=True, timeout=60)
+    target.kill()
+    target.wait()
+    segs = [l for l in r.stdout.splitlines() if l.strip()]
+    tap.ok(r.returncode == 0 and segs, f"{label}: d9ctl record succeeds", r.stdout + r.stderr)
+    d, counts = event_counts(segs) if segs else (None, {})
+    tap.ok(d is not None and d.returncode == 0 and counts.get("PollStartEvent", 0) > 0,
+           f"{label}: segments decode and hold uprobe poll events ({counts.get('PollStartEvent', 0)})",
+           (d.stdout + d.stderr) if d else "no segments")
+    tap.ok(counts.get("CpuSampleEvent", 0) > 0,
+           f"{label}: CPU samples recorded ({counts.get('CpuSampleEvent', 0)})", counts)
+
+
+tap = Tap(11)
+if os.geteuid() != 0:
+    tap.bail("must run as root: it runs d9d under another uid with setpriv")
+bounding, ambient = unit_caps()
+tap.ok(set(bounding) == set(ambient) and "CAP_SYS_ADMIN" not in bounding,
+       "the unit grants the same capabilities it bounds, without CAP_SYS_ADMIN", (bounding, ambient))
+tap.diag("capabilities: " + " ".join(bounding))
+
+tmp = tempfile.mkdtemp(prefix="d9-caps-")
+os.chmod(tmp, 0o755)
+run = os.path.join(tmp, "run")
+os.mkdir(run)
+os.chown(run, NOBODY, NOBODY)
+sock = os.path.join(run, "control.sock")
+log = open(os.path.join(tmp, "d9d.log"), "w+")
+plus = as_setpriv(bounding)
+d9d = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                        f"--inh-caps=-all,{plus}", f"--ambient-caps=-all,{as_setpriv(ambient)}",
+                        f"--bounding-set=-all,{plus}",
+                        D9D, "--foreground", "--config", "/dev/null", "--state-dir", os.path.join(run, "state"),
+                        "--socket", sock], stdout=log, stderr=subprocess.STDOUT)
+for _ in range(150):
+    if os.path.exists(sock) or d9d.poll() is not None:
+        break
+    time.sleep(0.1)
+log.seek(0)
+start_log = log.read()
+tap.ok(os.path.exists(sock) and not re.search(r"preflight: \w+: FATAL", start_log),
+       "d9d starts as an unprivileged uid with the unit's capabilities, no fatal preflight finding", start_log)
+
+try:
+    record(tap, sock, NOBODY, "target with d9d's uid", os.path.join(tmp, "same"))
+    record(tap, sock, 0, "target of another uid (root)", os.path.join(tmp, "other"))
+    # An executable only its owner may read, in a directory only its owner
+    # may enter (a 0700 home): CAP_DAC_READ_SEARCH is what lets d9d read it.
+    private = os.path.join(tmp, "home")
+    os.mkdir(private, 0o700)
+    exe = os.path.join(private, os.path.basename(TARGET))
+    shutil.copy(TARGET, exe)
+    os.chmod(exe, 0o700)
+    record(tap, sock, 0, "root target run from a private 0700 directory", os.path.join(tmp, "private"), exe)
+finally:
+    d9d.send_signal(signal.SIGTERM)
+    try:
+        d9d.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        d9d.kill()
+    log.seek(0)
+    tap.diag("d9d log tail:\n" + "\n".join(log.read().splitlines()[-12:]))
+    shutil.rmtree(tmp, ignore_errors=True)
+tap.done()
