@@ -307,12 +307,21 @@ function readEvent(r, st, out) {
     }
     // PooledString -> file-wide string index (resolved to text only for
     // custom events below); PooledStackFrames -> file-wide stack index.
-    if (code === 7) {
-      const pid = r.u32();
-      const g = st.strings.get(pid);
-      vals[i] = g === undefined ? st.unresolved(pid) : g;
-    } else {
-      vals[i] = readValue(r, code, st);
+    switch (code) {
+      case 9: { // one-byte varints dominate (worker ids, small task ids)
+        const x = r.b[r.p];
+        if (x < 0x80) { r.p++; vals[i] = x; } else vals[i] = r.varint();
+        break;
+      }
+      case 11: vals[i] = r.u8(); break;
+      case 13: vals[i] = r.u32(); break;
+      case 7: {
+        const pid = r.u32();
+        const g = st.strings.get(pid);
+        vals[i] = g === undefined ? st.unresolved(pid) : g;
+        break;
+      }
+      default: vals[i] = readValue(r, code, st);
     }
   }
   out.events++;

@@ -111,6 +111,35 @@ function attachSamples(d, polls) {
   return { lanes, samplePoll, pollSamples };
 }
 
+// Merges lists of row indices, each sorted by ts, into one time-ordered list.
+function mergeByTime(lists, ts) {
+  lists = lists.filter((l) => l.length);
+  if (lists.length === 1) return lists[0];
+  const total = lists.reduce((a, l) => a + l.length, 0);
+  const out = new Uint32Array(total);
+  const pos = new Array(lists.length).fill(0);
+  // k is the number of workers (small): a linear scan per element is fine
+  for (let o = 0; o < total; o++) {
+    let best = -1, bt = Infinity;
+    for (let k = 0; k < lists.length; k++) {
+      if (pos[k] < lists[k].length) { const t = ts[lists[k][pos[k]]]; if (t < bt) { bt = t; best = k; } }
+    }
+    out[o] = lists[best][pos[best]++];
+  }
+  return out;
+}
+
+// Buckets time-ordered rows by task (dense task numbers), keeping time order.
+function bucketByTask(order, taskOf, dense) {
+  const counts = new Int32Array(dense.size + 1);
+  for (let i = 0; i < order.length; i++) { const k = dense.get(taskOf[order[i]]); if (k !== undefined) counts[k + 1]++; }
+  for (let k = 0; k < dense.size; k++) counts[k + 1] += counts[k];
+  const offsets = counts.slice();
+  const rows = new Uint32Array(counts[dense.size]);
+  for (let i = 0; i < order.length; i++) { const k = dense.get(taskOf[order[i]]); if (k !== undefined) rows[counts[k]++] = order[i]; }
+  return { offsets, rows };
+}
+
 // For every poll, the wake that made its task runnable and the delay until
 // the poll started. A wake that arrived while the task was being polled is
 // counted from that poll's end.
@@ -118,31 +147,34 @@ function matchWakes(d, polls) {
   const W = d.wake;
   const wakeOf = new Int32Array(polls.n).fill(-1);
   const delay = new Float64Array(polls.n).fill(NaN);
-  const byTask = new Map();
-  for (let p = 0; p < polls.n; p++) { let l = byTask.get(polls.task[p]); if (!l) byTask.set(polls.task[p], (l = [])); l.push(p); }
-  for (const l of byTask.values()) l.sort((a, b) => polls.start[a] - polls.start[b]);
-  const wakesByTask = new Map();
-  for (let i = 0; i < W.length; i++) { let l = wakesByTask.get(W.woken[i]); if (!l) wakesByTask.set(W.woken[i], (l = [])); l.push(i); }
-  for (const [task, wl] of wakesByTask) {
-    const pl = byTask.get(task);
-    if (!pl) continue;
-    wl.sort((a, b) => W.ts[a] - W.ts[b]);
-    let k = 0;
-    for (let j = 0; j < pl.length; j++) {
-      const p = pl[j];
-      const prevStart = j > 0 ? polls.start[pl[j - 1]] : -Infinity;
-      while (k < wl.length && W.ts[wl[k]] <= prevStart) k++;
-      if (k < wl.length && W.ts[wl[k]] <= polls.start[p]) {
-        const w = wl[k];
-        const prevEnd = j > 0 ? polls.end[pl[j - 1]] : -Infinity;
-        const from = Math.max(W.ts[w], prevEnd);
+  const dense = new Map();
+  for (let p = 0; p < polls.n; p++) if (!dense.has(polls.task[p])) dense.set(polls.task[p], dense.size);
+  const pollOrder = mergeByTime([...polls.lanes.values()].map((l) => {
+    const a = new Uint32Array(l.last - l.first);
+    for (let i = 0; i < a.length; i++) a[i] = l.first + i;
+    return a;
+  }), polls.start);
+  const wakeOrder = mergeByTime([...byWorker(W).values()], W.ts);
+  const P = bucketByTask(pollOrder, polls.task, dense);
+  const K = bucketByTask(wakeOrder, W.woken, dense);
+  for (let t = 0; t < dense.size; t++) {
+    let k = K.offsets[t];
+    const kEnd = K.offsets[t + 1];
+    for (let j = P.offsets[t]; j < P.offsets[t + 1] && k < kEnd; j++) {
+      const p = P.rows[j];
+      const first = j === P.offsets[t];
+      const prevStart = first ? -Infinity : polls.start[P.rows[j - 1]];
+      while (k < kEnd && W.ts[K.rows[k]] <= prevStart) k++;
+      if (k < kEnd && W.ts[K.rows[k]] <= polls.start[p]) {
+        const w = K.rows[k];
+        const prevEnd = first ? -Infinity : polls.end[P.rows[j - 1]];
         wakeOf[p] = w;
-        delay[p] = Math.max(0, polls.start[p] - from);
-        while (k < wl.length && W.ts[wl[k]] <= polls.start[p]) k++;
+        delay[p] = Math.max(0, polls.start[p] - Math.max(W.ts[w], prevEnd));
+        while (k < kEnd && W.ts[K.rows[k]] <= polls.start[p]) k++;
       }
     }
   }
-  return { wakeOf, delay, byTask };
+  return { wakeOf, delay, tasks: dense, pollsByTask: P };
 }
 
 function buildSymbols(d) {
@@ -155,12 +187,24 @@ function buildSymbols(d) {
   return map;
 }
 
-// Labels a poll by its future type: spawn location from the poll, else from
-// the task's spawn event, else from a custom label event, else "task <id>".
-function taskLabels(d) {
-  const m = new Map();
-  for (let i = 0; i < d.spawn.length; i++) if (d.strings[d.spawn.loc[i]]) m.set(d.spawn.task[i], d.spawn.loc[i]);
-  return m;
+// Future type of every poll as an index into d.strings (-1: unknown): the
+// poll's spawn location, else a custom label event for its task (label,
+// future_type or type_name field), else the task's TaskSpawnEvent location.
+function pollLabels(d, polls) {
+  const byText = new Map(d.strings.map((s, i) => [s, i]));
+  const intern = (text) => { let i = byText.get(text); if (i === undefined) { i = d.strings.length; d.strings.push(text); byText.set(text, i); } return i; };
+  const fallback = new Map();
+  for (let i = 0; i < d.spawn.length; i++) if (d.strings[d.spawn.loc[i]]) fallback.set(d.spawn.task[i], d.spawn.loc[i]);
+  for (const c of d.custom) {
+    const label = c.future_type ?? c.label ?? c.type_name;
+    if (c.task_id !== undefined && typeof label === 'string' && label) fallback.set(Number(c.task_id), intern(label));
+  }
+  const out = new Int32Array(polls.n);
+  for (let p = 0; p < polls.n; p++) {
+    const l = polls.loc[p];
+    out[p] = d.strings[l] ? l : fallback.get(polls.task[p]) ?? -1;
+  }
+  return out;
 }
 
 export function buildModel(d) {
@@ -169,12 +213,7 @@ export function buildModel(d) {
   const samples = attachSamples(d, polls);
   const wakes = matchWakes(d, polls);
   const symbols = buildSymbols(d);
-  const spawnLoc = taskLabels(d);
-  const customLabels = new Map();
-  for (const c of d.custom) {
-    const label = c.future_type ?? c.label ?? c.type_name;
-    if (c.task_id !== undefined && typeof label === 'string') customLabels.set(Number(c.task_id), label);
-  }
+  const labels = pollLabels(d, polls);
   let t0 = Infinity, t1 = -Infinity;
   const span = (a) => { if (a.length) { for (let i = 0; i < a.length; i++) { const v = a[i]; if (v < t0) t0 = v; if (v > t1) t1 = v; } } };
   span(d.pollStart.ts); span(d.pollEnd.ts); span(d.park.ts); span(d.wake.ts); span(d.sample.ts);
@@ -195,19 +234,18 @@ export function buildModel(d) {
   const wakeTs = new Map();
   for (const [w, idx] of wakeLanes) wakeTs.set(w, gather(d.wake.ts, idx));
 
-  const m = { d, polls, parks, samples, wakes, symbols, spawnLoc, customLabels, t0, t1, workers, wallOffsetMs, wakeTs };
+  const m = { d, polls, parks, samples, wakes, symbols, labels, t0, t1, workers, wallOffsetMs, wakeTs };
   m.drops = lostEvents(d);
   return m;
 }
 
+export function labelText(m, l) {
+  return l >= 0 ? m.d.strings[l] : '(no spawn location)';
+}
+
 export function pollLabel(m, p) {
-  const s = m.d.strings[m.polls.loc[p]];
-  if (s) return s;
-  const task = m.polls.task[p];
-  const c = m.customLabels.get(task);
-  if (c) return c;
-  const l = m.spawnLoc.get(task);
-  return l !== undefined ? m.d.strings[l] : `task ${task}`;
+  const l = m.labels[p];
+  return l >= 0 ? m.d.strings[l] : `task ${m.polls.task[p]}`;
 }
 
 // Frames of a stack, root first, with inlined frames expanded.
@@ -291,17 +329,22 @@ export function summary(m) {
     if (pk) for (let i = 0; i < pk.start.length; i++) parked += pk.end[i] - pk.start[i];
     return { worker: w, polls: n, busy, utilisation: busy / total, parked: parked / total };
   });
-  const byType = new Map();
-  for (let i = 0; i < p.n; i++) {
-    const l = pollLabel(m, i);
-    let e = byType.get(l);
-    if (!e) byType.set(l, (e = { label: l, durs: [], total: 0, tasks: new Set() }));
-    e.durs.push(dur[i]); e.total += dur[i]; e.tasks.add(p.task[i]);
+  // group durations by label with typed arrays: count, offsets, fill, sort
+  const nl = m.d.strings.length + 1; // slot 0 is "unknown" (-1)
+  const counts = new Int32Array(nl + 1), totals = new Float64Array(nl), tasks = new Int32Array(nl);
+  for (let i = 0; i < p.n; i++) { counts[m.labels[i] + 2]++; totals[m.labels[i] + 1] += dur[i]; }
+  for (let k = 0; k < nl; k++) counts[k + 1] += counts[k];
+  const fill = counts.slice(), byLabel = new Float64Array(p.n);
+  for (let i = 0; i < p.n; i++) byLabel[fill[m.labels[i] + 1]++] = dur[i];
+  const P = m.wakes.pollsByTask;
+  for (let t = 0; t + 1 < P.offsets.length; t++) if (P.offsets[t] < P.offsets[t + 1]) tasks[m.labels[P.rows[P.offsets[t]]] + 1]++;
+  const types = [];
+  for (let k = 0; k < nl; k++) {
+    if (counts[k] === counts[k + 1]) continue;
+    const sorted = byLabel.subarray(counts[k], counts[k + 1]).sort();
+    types.push({ label: labelText(m, k - 1), count: sorted.length, total: totals[k], tasks: tasks[k], p50: percentile(sorted, 0.5), p90: percentile(sorted, 0.9), p99: percentile(sorted, 0.99), max: sorted[sorted.length - 1] });
   }
-  const types = [...byType.values()].map((e) => {
-    const s = Float64Array.from(e.durs).sort();
-    return { label: e.label, count: s.length, total: e.total, tasks: e.tasks.size, p50: percentile(s, 0.5), p90: percentile(s, 0.9), p99: percentile(s, 0.99), max: s[s.length - 1] };
-  }).sort((a, b) => b.total - a.total);
+  types.sort((a, b) => b.total - a.total);
   const dropped = m.drops.reduce((a, c) => a + Number(c.lost ?? c.count ?? c.dropped ?? 0), 0);
   return { total, perWorker, types, spawns: m.d.spawn.length, terminates: m.d.terminate.length, dropped, dropEvents: m.drops };
 }
