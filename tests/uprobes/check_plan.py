@@ -113,6 +113,10 @@ def check_common(d, series, what):
     print("# counts: " + ", ".join(f"{k}={v['attached']}/{v['found']}" for k, v in d["counts"].items()))
 
 
+def lay_id(d):
+    return d["task_layout"]["vtable_id_off"] // 8  # any positive offset beyond the header words
+
+
 def check_symbolized(binary, d, series, what, v0):
     check_common(d, series, what)
     disc = d["discovery"]
@@ -129,6 +133,9 @@ def check_symbolized(binary, d, series, what, v0):
        f"{what}: poll labels name the target's own futures")
     boxed = [p for p in polls(d) if p.get("boxed_dyn")]
     ok(boxed, f"{what}: Pin<Box<dyn Future>> tasks flagged for run-time labelling ({len(boxed)})")
+    ok(boxed and all(p["dyn_vtable_hdr_off"] > lay_id(d) for p in boxed),
+       f"{what}: boxed futures' dyn vtable located in the task cell "
+       f"(hdr+{[p['dyn_vtable_hdr_off'] for p in boxed]})", boxed)
     for kind in ("complete", "wake", "park", "unpark_return", "worker_run"):
         ok(d["counts"][kind]["attached"] > 0, f"{what}: {kind} point attached", d.get("missing"))
     ok(d["counts"]["complete"]["found"] >= len(polls(d)) // 2,
@@ -167,6 +174,10 @@ def check_target(plan_dump, series, release, v0, stripped, debug):
         ok(s_offs == rel_offs, f"{series}-stripped: vtable scan finds the same {len(rel_offs)} polls "
            f"(file offsets) as the symbolized build ({len(s_offs)})",
            set(rel_offs) ^ set(s_offs))
+        boxed_rel = sorted((p["file_offset"], p["dyn_vtable_hdr_off"]) for p in polls(d_rel) if p.get("boxed_dyn"))
+        boxed_s = sorted((p["file_offset"], p["dyn_vtable_hdr_off"]) for p in polls(d_s) if p.get("boxed_dyn"))
+        ok(boxed_s == boxed_rel, f"{series}-stripped: the same {len(boxed_rel)} boxed-dyn polls found from code, "
+           f"same vtable offsets", (boxed_rel, boxed_s))
         ok(all(p["label"] == p["vaddr"] for p in polls(d_s)),
            f"{series}-stripped: poll labels are the poll address")
         ok(any(m["kind"] == "park" and "sched_switch" in m["reason"] for m in d_s["missing"]),
