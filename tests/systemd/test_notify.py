@@ -15,7 +15,7 @@ from notifysock import NotifySocket  # noqa: E402
 from sdtest import Tap  # noqa: E402
 
 HARNESS = sys.argv[1]
-tap = Tap(12)
+tap = Tap(13)
 tmp = tempfile.TemporaryDirectory(prefix="d9-notify-")
 base_env = {k: v for k, v in os.environ.items()
             if not k.startswith(("NOTIFY_", "WATCHDOG_", "LISTEN_"))}
@@ -83,4 +83,24 @@ tap.ok("listen_fd=3" in out, "the fd named 'control' (fd 3) is picked", out + er
 tap.ok("LISTEN_FDS=(unset)" in out, "LISTEN_* are removed from the environment for children", out)
 tap.ok(ns.has("READY=1"), "READY=1 also arrives when socket-activated", ns.messages)
 ns.close()
+
+# 5. A passed fd that is not a listening Unix stream socket is refused
+# (-ENOTSOCK = -88) rather than served as if it were the control socket.
+dg = os.path.join(tmp.name, "dgram.sock")
+act = subprocess.Popen(["systemd-socket-activate", "--datagram", "-l", dg, "--fdname=control", HARNESS, "0"],
+                       env=base_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+for _ in range(100):
+    if os.path.exists(dg):
+        break
+    time.sleep(0.05)
+try:
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    c.sendto(b"x", dg)
+    c.close()
+    out, err = act.communicate(timeout=10)
+except (OSError, subprocess.TimeoutExpired) as e:
+    act.kill()
+    out, err = act.communicate()
+    err += str(e)
+tap.ok("listen_fd=-88" in out, "a datagram socket passed as 'control' is refused with -ENOTSOCK", out + err)
 tap.done()
