@@ -25,6 +25,7 @@ static inline void s3env_config(struct s3_config *cfg, const char *bucket)
 static inline uint8_t *read_file(const char *path, size_t *len)
 {
         FILE *f = fopen(path, "rb");
+        *len = 0;
         if (!f)
                 return NULL;
         fseek(f, 0, SEEK_END);
