@@ -19,9 +19,11 @@ struct dec {
         const uint8_t *buf, *end;
         const struct d9_dec_opts *opts;
         struct d9_dec_result *res;
-        struct dec_schema **by_id; /* 65536 entries */
+        /* type_id -> schema, as 256 lazily allocated pages of 256 so that a
+         * decode (fuzzing, crash recovery) does not clear 512 KiB up front. */
+        struct dec_schema **pages[256];
         uint16_t *used_ids;
-        size_t nused;
+        size_t nused, used_cap;
         struct pool strings, stacks;
         uint64_t base;
         struct d9_value *vals;
@@ -42,6 +44,34 @@ static size_t left(const struct dec *d, const uint8_t *p)
         return (size_t)(d->end - p);
 }
 
+static struct dec_schema *schema_get(const struct dec *d, uint16_t id)
+{
+        struct dec_schema **page = d->pages[id >> 8];
+
+        return page ? page[id & 0xff] : NULL;
+}
+
+static int schema_set(struct dec *d, uint16_t id, struct dec_schema *s)
+{
+        struct dec_schema ***page = &d->pages[id >> 8];
+
+        if (!*page && !(*page = calloc(256, sizeof(**page))))
+                return -ENOMEM;
+        if (s && d->nused == d->used_cap) {
+                size_t cap = d->used_cap ? 2 * d->used_cap : 32;
+                uint16_t *u = realloc(d->used_ids, cap * sizeof(*u));
+
+                if (!u)
+                        return -ENOMEM;
+                d->used_ids = u;
+                d->used_cap = cap;
+        }
+        (*page)[id & 0xff] = s;
+        if (s)
+                d->used_ids[d->nused++] = id;
+        return 0;
+}
+
 static void schema_free(struct dec_schema *s)
 {
         if (!s)
@@ -57,8 +87,10 @@ static void schema_free(struct dec_schema *s)
 static void stream_reset(struct dec *d)
 {
         for (size_t i = 0; i < d->nused; i++) {
-                schema_free(d->by_id[d->used_ids[i]]);
-                d->by_id[d->used_ids[i]] = NULL;
+                uint16_t id = d->used_ids[i];
+
+                schema_free(d->pages[id >> 8][id & 0xff]);
+                d->pages[id >> 8][id & 0xff] = NULL;
         }
         d->nused = 0;
         pool_clear(&d->strings);
@@ -147,7 +179,7 @@ static enum dec_status frame_schema(struct dec *d, const uint8_t **pp)
                 names_len += len + 1;
                 p++;
         }
-        old = d->by_id[type_id];
+        old = schema_get(d, type_id);
         if (old) {
                 /* Byte-identical re-registration is allowed (section 3.1). */
                 if (old->raw_len != (size_t)(p - body) || memcmp(old->raw, body, old->raw_len))
@@ -159,8 +191,10 @@ static enum dec_status frame_schema(struct dec *d, const uint8_t **pp)
                 return st;
         s->raw = body;
         s->raw_len = (size_t)(p - body);
-        d->by_id[type_id] = s;
-        d->used_ids[d->nused++] = type_id;
+        if (schema_set(d, type_id, s) < 0) {
+                schema_free(s);
+                return fail(d, body - 1, "out of memory");
+        }
         *pp = p;
         if (d->opts->on_schema) {
                 int r = d->opts->on_schema(&s->pub, d->opts->ctx);
@@ -219,7 +253,7 @@ static enum dec_status frame_event(struct dec *d, const uint8_t **pp, const uint
 
         if (left(d, p) < 2)
                 return DEC_TRUNC;
-        s = d->by_id[get_u16(p)];
+        s = schema_get(d, get_u16(p));
         if (!s)
                 return fail(d, p, "event references an undefined type_id");
         p += 2;
@@ -358,7 +392,7 @@ static enum dec_status frame_annotations(struct dec *d, const uint8_t **pp)
                 return DEC_TRUNC;
         count = get_u16(p);
         p += 2;
-        s = type_id <= UINT16_MAX ? d->by_id[type_id] : NULL;
+        s = type_id <= UINT16_MAX ? schema_get(d, (uint16_t)type_id) : NULL;
         for (uint16_t i = 0; i < count; i++)
                 if ((st = ann_entry(d, &p, s)))
                         return st;
@@ -467,19 +501,13 @@ int d9_decode(const uint8_t *buf, size_t len, const struct d9_dec_opts *opts,
         int r;
 
         *res = (struct d9_dec_result){ 0 };
-        d.by_id = calloc(65536, sizeof(*d.by_id));
-        d.used_ids = malloc(65536 * sizeof(*d.used_ids));
-        if (!d.by_id || !d.used_ids) {
-                free(d.by_id);
-                free(d.used_ids);
-                return -ENOMEM;
-        }
         r = decode_frames(&d);
         stream_reset(&d);
         pool_free(&d.strings);
         pool_free(&d.stacks);
         free(d.vals);
-        free(d.by_id);
+        for (size_t i = 0; i < 256; i++)
+                free(d.pages[i]);
         free(d.used_ids);
         return r;
 }
