@@ -98,6 +98,52 @@ static int note_missing_kinds(struct probe_plan *plan)
         return 0;
 }
 
+/* Runtime flavours the symbols show (multi-thread, current-thread). */
+static void flavours(const struct probe_plan *plan, bool *mt, bool *ct)
+{
+        *mt = probe_plan_count(plan, PROBE_WORKER_RUN, true) > 0;
+        *ct = false;
+        for (size_t i = 0; i < plan->n_points; i++) {
+                const struct probe_point *p = &plan->points[i];
+
+                if ((p->kind != PROBE_PARK && p->kind != PROBE_POLL) || !p->label)
+                        continue;
+                /* A poll label names the runtime only via its scheduler (v0) or a
+                 * runtime-internal task such as multi-thread's worker Launch. */
+                *ct |= p->kind == PROBE_PARK &&
+                       (strstr(p->label, "current_thread") || strstr(p->label, "basic_scheduler"));
+                *mt |= strstr(p->label, "multi_thread") || strstr(p->label, "thread_pool");
+        }
+}
+
+/* bind_inner is generic over the scheduler only: one instance per flavour,
+ * and release builds inline some of them. Say when spawns of a flavour will
+ * not be seen by a probe (the loader then adds the first-sight fallback). */
+static int note_partial_spawn(struct probe_plan *plan)
+{
+        size_t inner = 0, mt_inner = 0, ct_inner = 0;
+        bool mt, ct;
+
+        for (size_t i = 0; i < plan->n_points; i++) {
+                const struct probe_point *p = &plan->points[i];
+
+                if (p->kind != PROBE_SPAWN || !p->label || !strstr(p->label, "bind_inner"))
+                        continue;
+                inner++;
+                mt_inner += strstr(p->label, "multi_thread") != NULL;
+                ct_inner += strstr(p->label, "current_thread") != NULL;
+        }
+        flavours(plan, &mt, &ct);
+        if (!inner || inner >= (size_t)mt + (size_t)ct)
+                return 0;
+        return plan_add_missing(plan, PROBE_SPAWN,
+                                "OwnedTasks::bind_inner found for %zu of %d runtime flavours%s (the others are "
+                                "inlined); fallback for those: first sight of a task id at poll entry",
+                                inner, mt + ct,
+                                mt_inner && !ct_inner ? " (multi-thread only)" :
+                                ct_inner && !mt_inner ? " (current-thread only)" : "");
+}
+
 static void count_routes(struct probe_plan *plan)
 {
         for (size_t i = 0; i < plan->n_points; i++) {
@@ -131,14 +177,10 @@ static bool has_interp(const struct elf_image *img)
 
 static char *describe_shape(const struct elf_image *img, const struct probe_plan *plan)
 {
-        bool mt = probe_plan_count(plan, PROBE_WORKER_RUN, true) > 0;
-        bool ct = false;
         char *s = NULL;
+        bool mt, ct;
 
-        for (size_t i = 0; i < plan->n_points; i++)
-                ct |= plan->points[i].kind == PROBE_PARK && plan->points[i].label &&
-                      (strstr(plan->points[i].label, "current_thread") ||
-                       strstr(plan->points[i].label, "basic_scheduler"));
+        flavours(plan, &mt, &ct);
         asprintf(&s, "%s, %s, %s, %s",
                  !plan->has_symbols ? "flavours unknown" : mt && ct ? "multi-thread+current-thread" :
                  mt ? "multi-thread" : ct ? "current-thread" : "no scheduler symbols",
@@ -188,7 +230,7 @@ static int plan_fill(struct plan_builder *b, struct probe_plan *plan, char **err
         if (b->vs.n == 0 && (r = plan_add_missing(plan, PROBE_POLL, "vtable scan found no task vtables: "
                                                   "task ids cannot be read (vtable_id_off unknown)")) < 0)
                 return r;
-        if ((r = note_missing_kinds(plan)) < 0)
+        if ((r = note_missing_kinds(plan)) < 0 || (r = note_partial_spawn(plan)) < 0)
                 return r;
         plan->shape = describe_shape(b->img, plan);
         return 0;

@@ -69,10 +69,10 @@ static int add_symbol_point(struct plan_builder *b, const struct tokio_rule *rul
         return 0;
 }
 
-/* Drops points of fallback rules whose group also matched a preferred rule
- * (e.g. the worker's Context::park_timeout when Parker::park exists, which
- * would otherwise report every park twice). */
-static void drop_shadowed_fallbacks(struct plan_builder *b)
+/* Keeps, per rule group, only the points of the lowest rank that matched
+ * (e.g. drops the worker's Context::park_timeout when Parker::park exists,
+ * which would otherwise report every park twice). */
+static void drop_shadowed_alternatives(struct plan_builder *b)
 {
         size_t w = 0;
 
@@ -80,10 +80,10 @@ static void drop_shadowed_fallbacks(struct plan_builder *b)
                 const struct tokio_rule *r = b->meta[i].rule;
                 bool shadowed = false;
 
-                for (size_t j = 0; r && r->fallback && r->group && j < b->n && !shadowed; j++) {
+                for (size_t j = 0; r && r->group && j < b->n && !shadowed; j++) {
                         const struct tokio_rule *o = b->meta[j].rule;
 
-                        shadowed = o && !o->fallback && o->group && strcmp(o->group, r->group) == 0;
+                        shadowed = o && o->group && strcmp(o->group, r->group) == 0 && o->rank < r->rank;
                 }
                 if (shadowed) {
                         free(b->pts[i].label);
@@ -122,7 +122,7 @@ int plan_symbol_route(struct plan_builder *b)
                         b->meta[p - b->pts].rule = rule; /* same group as its park */
                 }
         }
-        drop_shadowed_fallbacks(b);
+        drop_shadowed_alternatives(b);
         return 0;
 }
 

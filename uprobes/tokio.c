@@ -18,25 +18,29 @@ static const struct tokio_rule rules[] = {
         /* bind() returns the JoinHandle whose RawTask is the new Header*; when
          * it is inlined (1.24 release), 1.4x's non-generic bind_inner still
          * takes the new Task (a Header*) as its second argument. */
-        { PROBE_SPAWN, "::task::list::OwnedTasks::bind", true, PROBE_ARG_RET, true, "spawn" },
-        { PROBE_SPAWN, "::task::list::OwnedTasks::bind_inner", true, PROBE_ARG1, false, "spawn", true },
+        { PROBE_SPAWN, "::task::list::OwnedTasks::bind", true, PROBE_ARG_RET, true, "spawn", 0 },
+        { PROBE_SPAWN, "::task::list::OwnedTasks::bind_inner", true, PROBE_ARG1, false, "spawn", 1 },
         { PROBE_COMPLETE, "::task::harness::Harness::complete", true, PROBE_ARG0 },
         { PROBE_WAKE, "::task::waker::wake_by_val", true, PROBE_ARG0 },
         { PROBE_WAKE, "::task::waker::wake_by_ref", false, PROBE_ARG0 },
         /* Multi-thread worker sleep: Parker::park[_timeout]; arg0 = &Parker, its
          * first word (the Arc<Inner>) is a per-core key that Unparker shares.
-         * Release builds may inline it into the worker's Context::park_timeout,
-         * whose second argument is the worker's Box<Core>. */
-        { PROBE_PARK, "::multi_thread::park::Parker::park", true, PROBE_ARG0_DEREF, false, "mt-park" },
-        { PROBE_PARK, "::multi_thread::park::Parker::park_timeout", true, PROBE_ARG0_DEREF, false, "mt-park" },
-        { PROBE_PARK, "::thread_pool::park::Parker::park", true, PROBE_ARG0_DEREF, false, "mt-park" },
-        { PROBE_PARK, "::thread_pool::park::Parker::park_timeout", true, PROBE_ARG0_DEREF, false, "mt-park" },
-        { PROBE_PARK, "::multi_thread::worker::Context::park_timeout", true, PROBE_ARG1, false, "mt-park", true },
-        /* Current-thread scheduler sleeps through its Context (arg1 = Box<Core>). */
-        { PROBE_PARK, "::current_thread::Context::park", true, PROBE_ARG1 },
-        { PROBE_PARK, "::current_thread::Context::park_yield", true, PROBE_ARG1 },
-        { PROBE_PARK, "::basic_scheduler::Context::park", true, PROBE_ARG1 },
-        { PROBE_PARK, "::basic_scheduler::Context::park_yield", true, PROBE_ARG1 },
+         * Release builds may inline it into the worker's Context::park_internal
+         * (1.49) or Context::park_timeout (1.2x-1.4x), whose second argument is
+         * the worker's Box<Core>. */
+        { PROBE_PARK, "::multi_thread::park::Parker::park", true, PROBE_ARG0_DEREF, false, "mt-park", 0 },
+        { PROBE_PARK, "::multi_thread::park::Parker::park_timeout", true, PROBE_ARG0_DEREF, false, "mt-park", 0 },
+        { PROBE_PARK, "::thread_pool::park::Parker::park", true, PROBE_ARG0_DEREF, false, "mt-park", 0 },
+        { PROBE_PARK, "::thread_pool::park::Parker::park_timeout", true, PROBE_ARG0_DEREF, false, "mt-park", 0 },
+        { PROBE_PARK, "::multi_thread::worker::Context::park_internal", true, PROBE_ARG1, false, "mt-park", 1 },
+        { PROBE_PARK, "::multi_thread::worker::Context::park_timeout", true, PROBE_ARG1, false, "mt-park", 2 },
+        /* Current-thread scheduler sleeps through its Context (arg1 = Box<Core>):
+         * park and park_yield, which 1.49 routes through park_internal. */
+        { PROBE_PARK, "::current_thread::Context::park_internal", true, PROBE_ARG1, false, "ct-park", 0 },
+        { PROBE_PARK, "::current_thread::Context::park", true, PROBE_ARG1, false, "ct-park", 1 },
+        { PROBE_PARK, "::current_thread::Context::park_yield", true, PROBE_ARG1, false, "ct-park", 1 },
+        { PROBE_PARK, "::basic_scheduler::Context::park", true, PROBE_ARG1, false, "ct-park", 1 },
+        { PROBE_PARK, "::basic_scheduler::Context::park_yield", true, PROBE_ARG1, false, "ct-park", 1 },
         { PROBE_UNPARK, "::multi_thread::park::Unparker::unpark", false, PROBE_ARG0_DEREF },
         { PROBE_UNPARK, "::thread_pool::park::Unparker::unpark", false, PROBE_ARG0_DEREF },
         { PROBE_WORKER_RUN, "::multi_thread::worker::run", true, PROBE_ARG_NONE },

@@ -11,10 +11,11 @@ struct tokio_rule {
         bool essential;         /* attach even if the kernel must single-step it */
         enum probe_arg value_from;
         bool uretprobe;
-        /* Rules sharing a group are alternatives: points from a fallback rule
-         * are dropped when any preferred rule of the group matched. */
+        /* Rules sharing a group are alternatives for the same event: only the
+         * points of the lowest rank that matched are kept (probing a wrapper
+         * and the function it calls would report every event twice). */
         const char *group;
-        bool fallback;
+        int rank;
 };
 
 /* Rule for a generic-stripped name, or NULL. */
