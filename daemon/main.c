@@ -192,7 +192,10 @@ int main(int argc, char **argv)
         if (parse_args(argc, argv, &d.cfg) < 0)
                 return 2;
         gethostname(d.host, sizeof(d.host) - 1);
-        snprintf(d.traces_dir, sizeof(d.traces_dir), "%s/traces", d.cfg.state_dir);
+        if ((size_t)snprintf(d.traces_dir, sizeof(d.traces_dir), "%.3000s/traces", d.cfg.state_dir) >= sizeof(d.traces_dir)) {
+                log_error("state directory path too long");
+                return 2;
+        }
         if ((mkdir(d.cfg.state_dir, 0750) < 0 && errno != EEXIST) ||
             (mkdir(d.traces_dir, 0750) < 0 && errno != EEXIST)) {
                 log_error("cannot create state directory %s: %s", d.traces_dir, strerror(errno));

@@ -78,7 +78,7 @@ static void service_from_exe(const struct d9d *d, const char *exe, char *out, si
                 return;
         }
         base = base ? base + 1 : exe;
-        snprintf(out, len, "%s", *base ? base : "unknown");
+        snprintf(out, len, "%.100s", *base ? base : "unknown");
         /* " (deleted)" and other oddities must not become path components. */
         for (char *c = out; *c; c++)
                 if (*c == '/' || *c == ' ' || *c == '(' || *c == ')')
@@ -128,33 +128,45 @@ static json_t *plan_to_json(const struct session *s)
         return j;
 }
 
-static int session_open_segment(struct session *s)
+struct session_meta {
+        char pid[24], start[24], workers[1024], probes[96];
+        struct d9_kv kv[16];
+        uint32_t n;
+};
+
+/* SegmentMetadataEvent entries (design.md §4). */
+static void session_meta_build(const struct session *s, struct session_meta *m)
 {
         const struct probe_plan *p = s->plan;
-        char pid[24], start[24], workers[1024], probes[96];
-        struct d9_kv meta[16];
-        uint32_t n = 0;
+
+        snprintf(m->pid, sizeof(m->pid), "%d", s->pid);
+        snprintf(m->start, sizeof(m->start), "%llu", (unsigned long long)s->starttime);
+        d9c_format_probes(s->probes, m->probes, sizeof(m->probes));
+        translate_worker_list(&s->tr, m->workers, sizeof(m->workers));
+        m->n = 0;
+        m->kv[m->n++] = (struct d9_kv){ "service", s->service };
+        m->kv[m->n++] = (struct d9_kv){ "host", s->d->host };
+        m->kv[m->n++] = (struct d9_kv){ "pid", m->pid };
+        m->kv[m->n++] = (struct d9_kv){ "start_time", m->start };
+        m->kv[m->n++] = (struct d9_kv){ "exe", s->exe };
+        m->kv[m->n++] = (struct d9_kv){ "probes", m->probes };
+        m->kv[m->n++] = (struct d9_kv){ "d9d_version", D9_VERSION };
+        m->kv[m->n++] = (struct d9_kv){ "runtime.main", m->workers };
+        if (p && p->build_id)
+                m->kv[m->n++] = (struct d9_kv){ "build_id", p->build_id };
+        if (p && p->tokio_version)
+                m->kv[m->n++] = (struct d9_kv){ "tokio_version", p->tokio_version };
+        if (p && p->shape)
+                m->kv[m->n++] = (struct d9_kv){ "tokio_shape", p->shape };
+}
+
+static int session_open_segment(struct session *s)
+{
+        struct session_meta m;
         int r;
 
-        snprintf(pid, sizeof(pid), "%d", s->pid);
-        snprintf(start, sizeof(start), "%llu", (unsigned long long)s->starttime);
-        d9c_format_probes(s->probes, probes, sizeof(probes));
-        translate_worker_list(&s->tr, workers, sizeof(workers));
-        meta[n++] = (struct d9_kv){ "service", s->service };
-        meta[n++] = (struct d9_kv){ "host", s->d->host };
-        meta[n++] = (struct d9_kv){ "pid", pid };
-        meta[n++] = (struct d9_kv){ "start_time", start };
-        meta[n++] = (struct d9_kv){ "exe", s->exe };
-        meta[n++] = (struct d9_kv){ "probes", probes };
-        meta[n++] = (struct d9_kv){ "d9d_version", D9_VERSION };
-        meta[n++] = (struct d9_kv){ "runtime.main", workers };
-        if (p && p->build_id)
-                meta[n++] = (struct d9_kv){ "build_id", p->build_id };
-        if (p && p->tokio_version)
-                meta[n++] = (struct d9_kv){ "tokio_version", p->tokio_version };
-        if (p && p->shape)
-                meta[n++] = (struct d9_kv){ "tokio_shape", p->shape };
-        r = segment_open(&s->seg, meta, n);
+        session_meta_build(s, &m);
+        r = segment_open(&s->seg, m.kv, m.n);
         if (r < 0) {
                 log_error("pid %d: cannot open segment in %s: %s", s->pid, s->seg.dir, strerror(-r));
                 return r;
@@ -163,11 +175,47 @@ static int session_open_segment(struct session *s)
         return translate_set_encoder(&s->tr, s->seg.enc);
 }
 
+/* New workers showed up: restate the metadata (runtime.main) in the same
+ * segment, as dial9 does, in a stream of its own followed by a clock sync. */
+static int session_refresh_metadata(struct session *s)
+{
+        struct session_meta m;
+        int r;
+
+        session_meta_build(s, &m);
+        s->tr.workers_changed = false;
+        r = d9_enc_new_stream(s->seg.enc);
+        if (!r)
+                r = d9_enc_segment_metadata(s->seg.enc, d9_now_ns(), m.kv, m.n);
+        if (!r)
+                r = segment_clock_sync(s->seg.enc);
+        if (!r)
+                r = d9_enc_new_stream(s->seg.enc);
+        return r;
+}
+
+/* Keep the target's mappings: once it has exited they cannot be read, and
+ * the sealer needs them to name the addresses of its last segment. */
+static void session_snapshot_maps(struct session *s)
+{
+        char path[64];
+        char *maps;
+
+        snprintf(path, sizeof(path), "/proc/%d/maps", s->pid);
+        maps = read_proc_text(path);
+        if (maps && *maps) {
+                free(s->maps);
+                s->maps = maps;
+        } else {
+                free(maps);
+        }
+        s->maps_ms = d9_now_ms();
+}
+
 /* Close the open segment and queue it for sealing. */
 static void session_close_segment(struct session *s)
 {
         struct seal_job *job = calloc(1, sizeof(*job));
-        char maps_path[64];
         int r;
 
         if (!job)
@@ -180,8 +228,8 @@ static void session_close_segment(struct session *s)
         if (r < 0)
                 log_error("pid %d: %s ended with a write error: %s", s->pid, job->active, strerror(-r));
         s->tr.enc = NULL;
-        snprintf(maps_path, sizeof(maps_path), "/proc/%d/maps", s->pid);
-        job->maps = read_proc_text(maps_path);
+        session_snapshot_maps(s);
+        job->maps = s->maps ? strdup(s->maps) : NULL;
         job->pid = s->pid;
         job->compression = s->d->cfg.compression;
         job->session_id = s->id;
@@ -303,6 +351,7 @@ static void session_free(struct session *s)
                 probe_plan_free(s->plan);
         json_decref(s->plan_json);
         json_decref(s->sealed_paths);
+        free(s->maps);
         free(s);
 }
 
@@ -352,7 +401,8 @@ int session_start(struct d9d *d, const struct session_request *req, struct sessi
         r = translate_init(&s->tr, s->pid, s->plan, s->probes & D9_PROBES_WAKE);
         if (r < 0)
                 goto fail;
-        snprintf(dir, sizeof(dir), "%s/%s/%d-%llu", d->traces_dir, s->service, s->pid,
+        s->tr.spawn_from_first_poll &= (s->probes & D9_PROBES_SPAWN) != 0;
+        snprintf(dir, sizeof(dir), "%.3800s/%.127s/%d-%llu", d->traces_dir, s->service, s->pid,
                  (unsigned long long)s->starttime);
         r = segment_writer_init(&s->seg, dir);
         if (r == 0)
@@ -369,6 +419,7 @@ int session_start(struct d9d *d, const struct session_request *req, struct sessi
         s->pidfd_w.fn = session_on_pidfd;
         if (s->pidfd_w.fd >= 0)
                 d9d_watch_add(d, &s->pidfd_w, EPOLLIN);
+        session_snapshot_maps(s);
         s->started_ms = s->rate_ms = d9_now_ms();
         s->deadline_ms = req->duration_ms ? s->started_ms + req->duration_ms : 0;
         s->plan_json = plan_to_json(s);
@@ -439,6 +490,8 @@ void session_tick(struct session *s, uint64_t now_ms)
                 session_end(s, "target exited");
                 return;
         }
+        if (now_ms - s->maps_ms >= 2000)
+                session_snapshot_maps(s);
         if (s->deadline_ms && now_ms >= s->deadline_ms) {
                 session_end(s, "duration reached");
                 return;
@@ -447,8 +500,8 @@ void session_tick(struct session *s, uint64_t now_ms)
                 session_rotate(s, "period");
         else if (segment_size(&s->seg) >= s->d->cfg.max_segment_bytes)
                 session_rotate(s, "size");
-        else if (s->tr.workers_changed)
-                session_rotate(s, "new workers: refreshing runtime metadata");
+        else if (s->tr.workers_changed && session_refresh_metadata(s) < 0)
+                session_end(s, "encoder error");
 }
 
 struct session *session_find(struct d9d *d, pid_t pid, bool live_only)

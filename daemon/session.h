@@ -39,6 +39,8 @@ struct session {
         char end_reason[128];
         uint64_t started_ms, deadline_ms; /* deadline 0 = until detached */
 
+        char *maps;                     /* last /proc/PID/maps seen: symbols after exit */
+        uint64_t maps_ms;
         struct probe_plan *plan;
         struct d9_bpf_target *bpf;
         json_t *plan_json;              /* what attached, what is missing and why */

@@ -8,7 +8,9 @@
  *   Polls of Tokio's BlockingTask run on blocking-pool threads: 254.
  *   Everything else is 255.
  * - task ids are read by BPF at poll entry; spawn_loc is the future-type
- *   label of the poll<T,S> instance the probe cookie names.
+ *   label of the poll<T,S> instance the probe cookie names. When the build
+ *   has no spawn probe point (OwnedTasks::bind inlined), a task's spawn is
+ *   reported at the first poll of an id not seen before, as the plan says.
  * - values we cannot observe from outside (local/global queue lengths) are
  *   written as 0, documented in docs/daemon.md. */
 #include <errno.h>
@@ -39,7 +41,13 @@ int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *pla
         tr->threads_cap = 256;
         tr->threads = calloc(tr->threads_cap, sizeof(*tr->threads));
         tr->park_keys = calloc(256, sizeof(*tr->park_keys));
-        return tr->label_atoms && tr->threads && tr->park_keys ? 0 : -ENOMEM;
+        tr->spawn_from_first_poll = true;
+        for (size_t i = 0; plan && i < plan->n_points; i++)
+                if (plan->points[i].kind == PROBE_SPAWN && !plan->points[i].skipped)
+                        tr->spawn_from_first_poll = false;
+        tr->live_cap = 1024;
+        tr->live_tasks = calloc(tr->live_cap, sizeof(*tr->live_tasks));
+        return tr->label_atoms && tr->threads && tr->park_keys && tr->live_tasks ? 0 : -ENOMEM;
 }
 
 void translate_destroy(struct translate *tr)
@@ -47,6 +55,7 @@ void translate_destroy(struct translate *tr)
         free(tr->label_atoms);
         free(tr->threads);
         free(tr->park_keys);
+        free(tr->live_tasks);
         memset(tr, 0, sizeof(*tr));
 }
 
@@ -120,12 +129,83 @@ static uint32_t worker_new(struct translate *tr, uint64_t park_key)
         return tr->n_workers++;
 }
 
-static uint32_t worker_of_key(struct translate *tr, uint64_t park_key)
+#define PROVISIONAL_KEY(tid) (((uint64_t)1 << 63) | (tid))
+
+static uint32_t worker_of_key(struct translate *tr, uint64_t park_key, const struct tr_thread *t)
 {
         for (uint32_t i = 0; i < tr->n_workers; i++)
                 if (tr->park_keys[i] == park_key)
                         return i;
+        /* The thread polled before it first parked: its provisional id
+         * becomes this Parker's id instead of burning a second one. */
+        if (t->worker < tr->n_workers && tr->park_keys[t->worker] == PROVISIONAL_KEY(t->tid)) {
+                tr->park_keys[t->worker] = park_key;
+                return t->worker;
+        }
         return worker_new(tr, park_key);
+}
+
+/* Live task ids: linear probing, deletion by backward shift (no tombstones). */
+static size_t live_home(const struct translate *tr, uint64_t id)
+{
+        return (size_t)((id * 0x9e3779b97f4a7c15ull) >> 20) & (tr->live_cap - 1);
+}
+
+static int live_grow(struct translate *tr);
+
+/* Returns 1 if id was new (and is now recorded), 0 if known, <0 on error. */
+static int live_insert(struct translate *tr, uint64_t id)
+{
+        size_t i;
+
+        if ((tr->live_used + 1) * 2 > tr->live_cap && live_grow(tr) < 0)
+                return -ENOMEM;
+        for (i = live_home(tr, id); tr->live_tasks[i]; i = (i + 1) & (tr->live_cap - 1))
+                if (tr->live_tasks[i] == id)
+                        return 0;
+        tr->live_tasks[i] = id;
+        tr->live_used++;
+        return 1;
+}
+
+static int live_grow(struct translate *tr)
+{
+        uint64_t *old = tr->live_tasks;
+        size_t old_cap = tr->live_cap;
+
+        tr->live_tasks = calloc(old_cap * 2, sizeof(*old));
+        if (!tr->live_tasks) {
+                tr->live_tasks = old;
+                return -ENOMEM;
+        }
+        tr->live_cap = old_cap * 2;
+        tr->live_used = 0;
+        for (size_t i = 0; i < old_cap; i++)
+                if (old[i])
+                        live_insert(tr, old[i]);
+        free(old);
+        return 0;
+}
+
+static void live_remove(struct translate *tr, uint64_t id)
+{
+        size_t mask = tr->live_cap - 1, i = live_home(tr, id), j;
+
+        while (tr->live_tasks[i] && tr->live_tasks[i] != id)
+                i = (i + 1) & mask;
+        if (!tr->live_tasks[i])
+                return;
+        tr->live_tasks[i] = 0;
+        tr->live_used--;
+        for (j = (i + 1) & mask; tr->live_tasks[j]; j = (j + 1) & mask) {
+                size_t h = live_home(tr, tr->live_tasks[j]);
+                /* Move j back into the hole if its home is not in (i, j]. */
+                if ((j > i && (h <= i || h > j)) || (j < i && h <= i && h > j)) {
+                        tr->live_tasks[i] = tr->live_tasks[j];
+                        tr->live_tasks[j] = 0;
+                        i = j;
+                }
+        }
 }
 
 static const char *cookie_label(const struct translate *tr, uint64_t cookie)
@@ -184,7 +264,7 @@ static uint32_t poll_worker(struct translate *tr, struct tr_thread *t, uint64_t 
         if (label && strstr(label, "BlockingTask"))
                 return D9_WORKER_BLOCKING;
         /* A worker that has not parked yet: the thread stands for the worker. */
-        t->worker = worker_new(tr, ((uint64_t)1 << 63) | t->tid);
+        t->worker = worker_new(tr, PROVISIONAL_KEY(t->tid));
         return t->worker;
 }
 
@@ -192,6 +272,13 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
 {
         switch (r->hdr.type) {
         case D9_REC_POLL_START:
+                if (tr->spawn_from_first_poll && r->task_id && live_insert(tr, r->task_id) == 1) {
+                        int e = d9_enc_task_spawn(tr->enc, r->hdr.ts, r->task_id, label_atom(tr, r->cookie),
+                                                  tr->wake_probes);
+                        if (e < 0)
+                                return e;
+                        tr->events++;
+                }
                 return d9_enc_poll_start(tr->enc, r->hdr.ts, poll_worker(tr, t, r->cookie), 0,
                                          r->task_id, label_atom(tr, r->cookie));
         case D9_REC_POLL_END: {
@@ -205,13 +292,15 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
         case D9_REC_SPAWN:
                 return d9_enc_task_spawn(tr->enc, r->hdr.ts, r->task_id, tr->empty_atom, tr->wake_probes);
         default:
+                if (tr->spawn_from_first_poll)
+                        live_remove(tr, r->task_id);
                 return d9_enc_task_terminate(tr->enc, r->hdr.ts, r->task_id);
         }
 }
 
 static int on_park(struct translate *tr, const struct d9_rec_park *r, struct tr_thread *t)
 {
-        uint32_t w = worker_of_key(tr, r->park_key);
+        uint32_t w = worker_of_key(tr, r->park_key, t);
 
         /* A thread that polled before its first park took a provisional id;
          * the Parker key is the real identity from here on. */

@@ -30,6 +30,9 @@ struct translate {
         uint32_t *label_atoms;          /* per plan cookie; UINT32_MAX = not yet */
         size_t n_labels;
         bool wake_probes;               /* TaskSpawnEvent.instrumented */
+        bool spawn_from_first_poll;     /* the plan has no spawn probe (see translate.c) */
+        uint64_t *live_tasks;           /* task ids seen polled and not yet terminated */
+        size_t live_cap, live_used;
 
         struct tr_thread *threads;      /* open addressing, power-of-two size */
         size_t threads_cap, threads_used;

@@ -70,8 +70,17 @@ void d9ctl_print_plan(FILE *out, const json_t *plan)
         json_array_foreach(json_object_get(plan, "missing"), i, item)
                 fprintf(out, "missing: %s: %s\n", json_string_value(json_object_get(item, "kind")),
                         json_string_value(json_object_get(item, "reason")));
-        json_array_foreach(json_object_get(plan, "skipped"), i, item)
+        size_t optional = 0;
+        json_array_foreach(json_object_get(plan, "skipped"), i, item) {
+                const char *why = json_string_value(json_object_get(item, "reason"));
+                /* Alternative poll-end points are listed only in --json. */
+                if (why && strstr(why, "optional poll-end mode")) {
+                        optional++;
+                        continue;
+                }
                 fprintf(out, "skipped: %s %s: %s\n", json_string_value(json_object_get(item, "kind")),
-                        json_string_value(json_object_get(item, "label")),
-                        json_string_value(json_object_get(item, "reason")));
+                        json_string_value(json_object_get(item, "label")), why);
+        }
+        if (optional)
+                fprintf(out, "not used: %zu poll return sites (poll end comes from the next poll or park)\n", optional);
 }

@@ -5,7 +5,8 @@
  * ptrace: the child is forked and blocks on a pipe; d9d plans the probes
  * from CMD's executable file and attaches them with the child's pid as
  * filter (uprobes follow the pid through exec); only then is the child
- * released to exec CMD. */
+ * released to exec CMD. CMD's stdout is sent to stderr so that stdout holds
+ * only the segment paths. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -66,6 +67,9 @@ static pid_t spawn_held(char **cmd, int *go_fd)
                 close(fds[1]);
                 if (read(fds[0], &go, 1) != 1 || go != 'g')
                         _exit(127);
+                /* d9ctl's stdout carries only segment paths: the command's
+                 * own output goes to stderr. */
+                dup2(STDERR_FILENO, STDOUT_FILENO);
                 execvp(cmd[0], cmd);
                 fprintf(stderr, "d9ctl record: cannot run %s: %s\n", cmd[0], strerror(errno));
                 _exit(127);

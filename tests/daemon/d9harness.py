@@ -1,0 +1,185 @@
+"""Shared helpers for the daemon and e2e tests: run a real d9d with a temp
+state dir and socket, drive it with the real d9ctl, run real Tokio targets,
+decode segments with `d9ctl dump`, and print TAP."""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+
+class Tap:
+    def __init__(self):
+        self.n = 0
+        self.failed = 0
+
+    def ok(self, cond, msg, detail=None):
+        self.n += 1
+        if not cond:
+            self.failed += 1
+        print(f"{'' if cond else 'not '}ok {self.n} - {msg}", flush=True)
+        if not cond and detail:
+            for line in str(detail).splitlines()[-30:]:
+                print(f"# {line}", flush=True)
+        return cond
+
+    def done(self):
+        print(f"1..{self.n}", flush=True)
+        sys.exit(1 if self.failed else 0)
+
+    def bail(self, why):
+        print(f"Bail out! {why}", flush=True)
+        sys.exit(1)
+
+
+class D9d:
+    """A d9d process private to one test."""
+
+    def __init__(self, d9d, d9ctl, settings=None, state=None):
+        self.d9d, self.d9ctl = d9d, d9ctl
+        self.tmp = state or tempfile.mkdtemp(prefix="d9d-test-")
+        os.chmod(self.tmp, 0o755)
+        self.sock = os.path.join(self.tmp, "control.sock")
+        self.logpath = os.path.join(self.tmp, "d9d.log")
+        self.settings = dict(settings or {})
+        self.proc = None
+
+    def start(self):
+        args = [self.d9d, "--config", "/dev/null", "--state-dir", self.tmp, "--socket", self.sock, "--foreground"]
+        for k, v in self.settings.items():
+            args += ["--set", f"{k}={v}"]
+        self.log = open(self.logpath, "a")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 15
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("d9d exited at start:\n" + self.logtext())
+            if os.path.exists(self.sock) and self.ctl("list").returncode == 0:
+                return self
+            time.sleep(0.1)
+        raise RuntimeError("d9d did not come up:\n" + self.logtext())
+
+    def logtext(self):
+        with open(self.logpath) as f:
+            return f.read()
+
+    def ctl(self, *args, timeout=120, user=None):
+        cmd = [self.d9ctl, "--socket", self.sock, *args]
+        if user is not None:
+            cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+    def status(self, pid=None):
+        args = ["status", "--json"] + (["--pid", str(pid)] if pid else [])
+        r = self.ctl(*args)
+        return json.loads(r.stdout) if r.returncode == 0 else None
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode if self.proc else None
+
+    def cleanup(self, keep=False):
+        self.stop()
+        if not keep:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def raw_request(self, data, timeout=10):
+        """Send raw bytes on one connection; return the response lines."""
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        s.connect(self.sock)
+        s.sendall(data)
+        buf = b""
+        want = data.count(b"\n")
+        try:
+            while buf.count(b"\n") < want:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+        finally:
+            s.close()
+        return [json.loads(line) for line in buf.decode().splitlines() if line.strip()]
+
+
+def start_target(binary, *args, stdout=subprocess.PIPE):
+    return subprocess.Popen([binary, *args], stdout=stdout, stderr=subprocess.DEVNULL, text=True)
+
+
+def target_truth(proc, timeout=60):
+    out, _ = proc.communicate(timeout=timeout)
+    for line in out.splitlines():
+        if line.startswith("{"):
+            return json.loads(line)
+    return None
+
+
+def dump_summary(d9ctl, path, strict=True):
+    """(ok, {event name: count}, text) from `d9ctl dump --summary`."""
+    args = [d9ctl, "dump", "--summary"] + (["--strict"] if strict else []) + [path]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    counts = {}
+    in_events = False
+    for line in r.stdout.splitlines():
+        if line.startswith("events:"):
+            in_events = True
+            continue
+        m = re.match(r"\s+(\d+)\s+(\S+)$", line)
+        if in_events and m:
+            counts[m.group(2)] = counts.get(m.group(2), 0) + int(m.group(1))
+        elif in_events and not line.startswith(" "):
+            in_events = False
+    return r.returncode == 0, counts, r.stdout + r.stderr
+
+
+def dump_json_lines(d9ctl, path):
+    r = subprocess.run([d9ctl, "dump", "--json", path], capture_output=True, text=True, timeout=120)
+    return r.returncode, r.stdout
+
+
+def metadata_of(d9ctl, path):
+    """The segment's latest SegmentMetadataEvent entries (later ones restate
+    runtime.<name> once workers are known)."""
+    rc, out = dump_json_lines(d9ctl, path)
+    meta = None
+    for line in out.splitlines():
+        if '"SegmentMetadataEvent"' in line:
+            meta = json.loads(line)["fields"]["entries"]
+    return meta
+
+
+def wait_for(cond, timeout, step=0.2):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(step)
+    return cond()
+
+
+def sealed_files(root):
+    out = []
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            if re.match(r"trace\.\d+\.bin(\.zst|\.gz)?$", f):
+                out.append(os.path.join(dirpath, f))
+    return sorted(out)
+
+
+def active_files(root):
+    out = []
+    for dirpath, _, files in os.walk(root):
+        out += [os.path.join(dirpath, f) for f in files if f.endswith(".active")]
+    return sorted(out)

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Sessions of a real d9d tracing a real Tokio target.
+Usage: test_sessions.py D9D D9CTL TARGET MODE
+MODE: rotate-size | rotate-period | budget | crash | target-exit"""
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from d9harness import (D9d, Tap, active_files, dump_summary, metadata_of,  # noqa: E402
+                       sealed_files, start_target, target_truth, wait_for)
+
+D9D, D9CTL, TARGET, MODE = sys.argv[1:5]
+
+
+def check_segments(t, paths, what):
+    """Every segment decodes strictly and starts with metadata + clock sync."""
+    bad = []
+    for p in paths:
+        ok, counts, text = dump_summary(D9CTL, p)
+        if not ok or counts.get("SegmentMetadataEvent", 0) < 1 or counts.get("ClockSyncEvent", 0) < 2:
+            bad.append((p, text[-500:]))
+    t.ok(paths and not bad, f"{what}: all {len(paths)} segments decode strictly with metadata + clock sync", bad)
+
+
+def record(d, pid, duration, out=None):
+    args = ["record", "--pid", str(pid), "--duration", duration] + (["--out", out] if out else [])
+    return d.ctl(*args)
+
+
+def rotate_size(t):
+    d = D9d(D9D, D9CTL, {"max_segment_size": "256K", "rotate_period": "1h", "compression": "none"}).start()
+    tgt = start_target(TARGET, "mixed", "--duration", "6")
+    time.sleep(0.3)
+    r = record(d, tgt.pid, "3s")
+    paths = r.stdout.split()
+    t.ok(r.returncode == 0 and len(paths) >= 3, f"3 s with a 256 KiB limit gives >= 3 segments ({len(paths)})",
+         r.stderr)
+    sizes = [os.path.getsize(p) for p in paths]
+    # Rotation happens after the drain that crossed the limit: a segment may
+    # exceed it by what one drain pass added, never by a whole extra segment.
+    t.ok(all(s < 2 * 256 * 1024 for s in sizes[:-1]), f"segments stay near the size limit: {sizes}")
+    t.ok("rotating segment 0 (size)" in d.logtext(), "d9d logged the size rotation")
+    names = [os.path.basename(p) for p in paths]
+    t.ok(names == [f"trace.{i}.bin" for i in range(len(names))], f"segments numbered 0..N in order: {names}")
+    check_segments(t, paths, "size rotation")
+    target_truth(tgt)
+    d.cleanup(keep=t.failed > 0)
+
+
+def rotate_period(t):
+    d = D9d(D9D, D9CTL, {"rotate_period": "1s"}).start()
+    tgt = start_target(TARGET, "mixed", "--duration", "7")
+    time.sleep(0.3)
+    r = record(d, tgt.pid, "3500ms")
+    paths = r.stdout.split()
+    t.ok(r.returncode == 0 and 3 <= len(paths) <= 5, f"3.5 s with 1 s rotation gives 4 segments ({len(paths)})",
+         r.stderr)
+    t.ok(all(p.endswith(".bin.zst") for p in paths), "sealed with zstd by default")
+    t.ok("(period)" in d.logtext(), "d9d logged the period rotation")
+    check_segments(t, paths, "period rotation")
+    total = sum(dump_summary(D9CTL, p)[1].get("PollStartEvent", 0) for p in paths)
+    t.ok(total > 1000, f"polls are spread over the segments ({total} in total)")
+    target_truth(tgt)
+    d.cleanup(keep=t.failed > 0)
+
+
+def budget(t):
+    d = D9d(D9D, D9CTL, {"rotate_period": "500ms", "disk_budget": "600K"}).start()
+    tgt = start_target(TARGET, "mixed", "--duration", "8")
+    time.sleep(0.3)
+    r = record(d, tgt.pid, "4s")
+    st = d.status()
+    evicted = st["daemon"]["evicted"] if st else -1
+    left = sealed_files(os.path.join(d.tmp, "traces"))
+    total = sum(os.path.getsize(p) for p in left)
+    t.ok(r.returncode == 0, "recording with a tight budget still succeeds", r.stderr)
+    t.ok(evicted > 0, f"status counts evictions ({evicted})")
+    t.ok(total <= 600 * 1024, f"sealed bytes on disk within the 600 KiB budget ({total})")
+    logged = d.logtext().count("disk budget: evicted")
+    t.ok(logged == evicted, f"every eviction logged ({logged} lines for {evicted})")
+    idx = sorted(int(os.path.basename(p).split(".")[1]) for p in left)
+    t.ok(idx and idx == list(range(idx[0], idx[-1] + 1)) and idx[0] > 0,
+         f"the oldest went first: what is left is the newest run {idx}")
+    check_segments(t, left, "after eviction")
+    target_truth(tgt)
+    d.cleanup(keep=t.failed > 0)
+
+
+def crash(t):
+    d = D9d(D9D, D9CTL, {"rotate_period": "1h"}).start()
+    tgt = start_target(TARGET, "mixed", "--duration", "8")
+    time.sleep(0.3)
+    r = d.ctl("attach", "--pid", str(tgt.pid))
+    t.ok(r.returncode == 0, "attached", r.stderr)
+    time.sleep(2)
+    d.stop(signal.SIGKILL)
+    traces = os.path.join(d.tmp, "traces")
+    active = active_files(traces)
+    t.ok(len(active) == 1 and os.path.getsize(active[0]) > 10000,
+         f"kill -9 leaves one .active segment ({[os.path.getsize(a) for a in active]} bytes)")
+    # Make the tear certain: cut the last frame in half.
+    with open(active[0], "r+b") as f:
+        f.truncate(os.path.getsize(active[0]) - 5)
+    ok_torn, _, _ = dump_summary(D9CTL, active[0], strict=True)
+    t.ok(not ok_torn, "the torn segment does not decode strictly before recovery")
+    d2 = D9d(D9D, D9CTL, {"rotate_period": "1h"}, state=d.tmp).start()
+    sealed = wait_for(lambda: sealed_files(traces), 20)
+    t.ok(len(sealed) == 1 and not active_files(traces), f"restart recovered and sealed it: {sealed}")
+    ok, counts, text = dump_summary(D9CTL, sealed[0]) if sealed else (False, {}, "")
+    t.ok(ok and counts.get("PollStartEvent", 0) > 1000, f"recovered segment decodes strictly "
+         f"({counts.get('PollStartEvent', 0)} polls)", text)
+    t.ok("recovery:" in d2.logtext(), "d9d logged the recovery")
+    # The target is still running: a new attach writes a new segment, never reusing the recovered name.
+    r = d2.ctl("record", "--pid", str(tgt.pid), "--duration", "1s")
+    t.ok(r.returncode == 0 and r.stdout.strip().endswith("trace.1.bin.zst"),
+         "re-attach continues numbering in the same pid+starttime folder", r.stdout + r.stderr)
+    target_truth(tgt)
+    d2.cleanup(keep=t.failed > 0)
+
+
+def target_exit(t):
+    d = D9d(D9D, D9CTL).start()
+    tgt = start_target(TARGET, "mixed", "--duration", "2")
+    time.sleep(0.3)
+    t0 = time.time()
+    r = record(d, tgt.pid, "20s")
+    took = time.time() - t0
+    truth = target_truth(tgt)
+    paths = r.stdout.split()
+    t.ok(r.returncode == 0 and paths, "record returns the sealed segments", r.stderr)
+    t.ok(took < 10, f"the session ended with the target, not at the 20 s deadline ({took:.1f} s)")
+    t.ok("target exited" in r.stderr, "d9ctl says the target exited", r.stderr)
+    check_segments(t, paths, "target exit")
+    meta = metadata_of(D9CTL, paths[0]) if paths else None
+    t.ok(meta and meta.get("pid") == str(truth["pid"]) and meta.get("runtime.main"),
+         f"metadata names the pid and its workers: {meta}")
+    st = d.status(tgt.pid)
+    t.ok(st and st["targets"] and st["targets"][0]["state"] == "done", "status shows the session done")
+    # PID reuse cannot mix: the folder is pid-starttime.
+    t.ok(paths and f"/{truth['pid']}-" in paths[0], "segments live under <pid>-<starttime>/")
+    d.cleanup(keep=t.failed > 0)
+
+
+def main():
+    t = Tap()
+    {"rotate-size": rotate_size, "rotate-period": rotate_period, "budget": budget,
+     "crash": crash, "target-exit": target_exit}[MODE](t)
+    t.done()
+
+
+main()

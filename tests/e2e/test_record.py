@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""End to end: a real d9d records a real Tokio target with real BPF and
+the result is checked against the target's own JSON counts.
+Usage: test_record.py D9D D9CTL TARGET MODE
+MODE pid: `d9ctl record --pid <target> --duration 10s` of a running target.
+MODE cmd: `d9ctl record --duration 30s -- TARGET mixed ...` from its first
+instruction, so spawn/terminate counts must match the target's exactly
+(plus the runtime's own few tasks)."""
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
+from d9harness import D9d, Tap, dump_json_lines, dump_summary, metadata_of, start_target, target_truth  # noqa
+
+D9D, D9CTL, TARGET, MODE = sys.argv[1:5]
+WANTED = ["PollStartEvent", "PollEndEvent", "WorkerParkEvent", "WorkerUnparkEvent", "TaskSpawnEvent",
+          "TaskTerminateEvent", "WakeEventEvent", "CpuSampleEvent", "SegmentMetadataEvent", "ClockSyncEvent",
+          "SymbolTableEntry"]
+
+
+def check_common(t, d, paths, truth, counts):
+    t.ok(paths and all(p.startswith(d.out) for p in paths), f"record printed {len(paths)} sealed paths in --out")
+    for name in WANTED:
+        t.ok(counts.get(name, 0) > 0, f"{name} present ({counts.get(name, 0)})")
+    meta = metadata_of(D9CTL, paths[-1])
+    workers = (meta or {}).get("runtime.main", "")
+    t.ok(meta and len(workers.split(",")) == truth["workers"],
+         f"runtime.main lists the target's {truth['workers']} workers: '{workers}'", meta)
+    t.ok(meta and meta.get("tokio_version", "").startswith(truth["tokio"][:4]) and meta.get("build_id")
+         and meta.get("pid") == str(truth["pid"]), "metadata: tokio version, build id, pid", meta)
+    t.ok(abs(counts["PollStartEvent"] - counts["PollEndEvent"]) <= 16,
+         f"every poll start has its end ({counts['PollStartEvent']} vs {counts['PollEndEvent']})")
+    # Both CPU sample sources: 99 Hz on-CPU and off-CPU at sched_switch.
+    src = {0: 0, 1: 0}
+    bad_worker = 0
+    for p in paths:
+        rc, out = dump_json_lines(D9CTL, p)
+        for m in re.finditer(r'"event":"CpuSampleEvent".*?"source":(\d)', out):
+            src[int(m.group(1))] = src.get(int(m.group(1)), 0) + 1
+        for m in re.finditer(r'"event":"PollStartEvent".*?"worker_id":(\d+)', out):
+            w = int(m.group(1))
+            bad_worker += not (w < truth["workers"] or w == 254)
+    t.ok(src[0] > 0 and src[1] > 0, f"CPU samples of both sources (on-CPU {src[0]}, off-CPU {src[1]})")
+    t.ok(bad_worker == 0, "polls run on worker ids of the runtime or the blocking pool (254)")
+    st = d.status(truth["pid"])
+    drops = st["targets"][0]["drops"] if st and st["targets"] else -1
+    t.ok(drops == 0, f"no records dropped ({drops})")
+
+
+def run_pid(t, d):
+    tgt = start_target(TARGET, "mixed", "--duration", "13")
+    time.sleep(0.5)
+    t0 = time.time()
+    r = d.ctl("record", "--pid", str(tgt.pid), "--duration", "10s", "--out", d.out)
+    took = time.time() - t0
+    truth = target_truth(tgt)
+    t.ok(r.returncode == 0, f"record --pid --duration 10s succeeded in {took:.1f} s", r.stderr)
+    paths = r.stdout.split()
+    counts = {}
+    allok = True
+    for p in paths:
+        ok1, c1, text1 = dump_summary(D9CTL, p)
+        allok &= ok1
+        for k, v in c1.items():
+            counts[k] = counts.get(k, 0) + v
+    t.ok(paths and allok, "every sealed segment decodes strictly", r.stderr)
+    check_common(t, d, paths, truth, counts)
+    # 10 of the target's 13 s were recorded: spawns must be in proportion.
+    expect = truth["tasks_spawned"] * 10.0 / truth["duration_s"]
+    t.ok(0.6 * expect <= counts["TaskSpawnEvent"] <= 1.25 * expect,
+         f"spawns {counts['TaskSpawnEvent']} consistent with the target's rate (~{expect:.0f} in 10 s)")
+
+
+def run_cmd(t, d):
+    r = d.ctl("record", "--duration", "30s", "--out", d.out, "--", TARGET, "mixed", "--duration", "4")
+    truth = None
+    for line in r.stderr.splitlines():
+        if line.startswith("{"):
+            truth = json.loads(line)
+    t.ok(r.returncode == 0 and truth, "record -- CMD ran the command and sealed its trace", r.stderr)
+    if not truth:
+        return
+    paths = r.stdout.split()
+    t.ok(all(os.path.exists(p) for p in paths), "stdout holds only segment paths (the command's output went to stderr)",
+         r.stdout)
+    counts = {}
+    allok = True
+    for p in paths:
+        ok1, c1, _ = dump_summary(D9CTL, p)
+        allok &= ok1
+        for k, v in c1.items():
+            counts[k] = counts.get(k, 0) + v
+    t.ok(allok, "every sealed segment decodes strictly")
+    check_common(t, d, paths, truth, counts)
+    spawned = counts.get("TaskSpawnEvent", 0)
+    t.ok(truth["tasks_spawned"] <= spawned <= truth["tasks_spawned"] + 16,
+         f"traced from the first instruction: {spawned} spawns for the target's {truth['tasks_spawned']}")
+    t.ok(abs(counts.get("TaskTerminateEvent", 0) - spawned) <= 16,
+         f"terminations match spawns ({counts.get('TaskTerminateEvent', 0)} vs {spawned})")
+    t.ok("target exited" in r.stderr, "the recording stopped with the command", r.stderr)
+
+
+def main():
+    t = Tap()
+    d = D9d(D9D, D9CTL)
+    d.out = tempfile.mkdtemp(prefix="d9-e2e-out-")
+    try:
+        d.start()
+    except RuntimeError as e:
+        t.bail(str(e))
+    {"pid": run_pid, "cmd": run_cmd}[MODE](t, d)
+    t.ok(d.stop() == 0, "d9d stops cleanly")
+    d.cleanup(keep=t.failed > 0)
+    if t.failed == 0:
+        shutil.rmtree(d.out, ignore_errors=True)
+    t.done()
+
+
+main()
