@@ -161,6 +161,16 @@ int s3_head_object(struct s3_client *c, const char *key, uint64_t *size)
         return err;
 }
 
+int s3_head_object_meta(struct s3_client *c, const char *key, const char *name, char *value,
+                        size_t size)
+{
+        struct s3_request r = { .method = "HEAD", .key = key, .want_meta = name,
+                                .meta_value = value, .meta_size = size };
+        value[0] = 0;
+        int err = s3_request_run(c, &r);
+        return err < 0 ? err : value[0] ? 0 : -ENODATA;
+}
+
 int s3_delete_object(struct s3_client *c, const char *key)
 {
         struct s3_request r = { .method = "DELETE", .key = key };

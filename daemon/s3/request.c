@@ -65,6 +65,11 @@ static size_t on_header(char *line, size_t size, size_t n, void *userdata)
                 snprintf(r->etag, r->etag_size, "%s", v);
         } else if (r->content_length && !strncasecmp(buf, "content-length:", 15)) {
                 *r->content_length = strtoull(buf + 15, NULL, 10);
+        } else if (r->want_meta && !strncasecmp(buf, "x-amz-meta-", 11)) {
+                size_t name_len = strlen(r->want_meta);
+                const char *v = buf + 12 + name_len;
+                if (!strncasecmp(buf + 11, r->want_meta, name_len) && buf[11 + name_len] == ':')
+                        snprintf(r->meta_value, r->meta_size, "%s", v + strspn(v, " "));
         }
         return len;
 }

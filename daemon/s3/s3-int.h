@@ -61,6 +61,9 @@ struct s3_request {
         char *etag;                     /* out: ETag header, if etag_size */
         size_t etag_size;
         uint64_t *content_length;       /* out: Content-Length, if not NULL */
+        const char *want_meta;          /* out: value of x-amz-meta-<want_meta> ... */
+        char *meta_value;               /* ... into meta_value[meta_size] */
+        size_t meta_size;
 };
 
 struct s3_client {

@@ -92,6 +92,9 @@ int s3_put_buffer(struct s3_client *c, const char *key, const void *data, size_t
 int s3_get_object(struct s3_client *c, const char *key, struct s3_buf *out);
 /* -ENOENT when the object does not exist. */
 int s3_head_object(struct s3_client *c, const char *key, uint64_t *size);
+/* Value of the object's x-amz-meta-<name>; -ENODATA when it has none. */
+int s3_head_object_meta(struct s3_client *c, const char *key, const char *name, char *value,
+                        size_t size);
 int s3_delete_object(struct s3_client *c, const char *key);
 int s3_create_bucket(struct s3_client *c);
 

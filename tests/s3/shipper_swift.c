@@ -161,6 +161,16 @@ static void segments_land_under_dial9_keys(struct s3_client *c)
                 ok(stat(paths[i], &sb) == 0, "local %s kept (no delete_after_upload)", paths[i]);
                 bytes += (uint64_t)sb.st_size;
         }
+        static const char *const want[][2] = {
+                { "service", "demo" }, { "host", "test-host" }, { "pid", "4242" },
+                { "boot-id", "abcd-4242" }, { "segment-index", "1" }, { "start-time", "1767322860" },
+        };
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+                char v[128];
+                int r = s3_head_object_meta(c, keys[1], want[i][0], v, sizeof v);
+                ok(r == 0 && !strcmp(v, want[i][1]), "object metadata %s = %s (got %s)", want[i][0],
+                   want[i][1], r == 0 ? v : "nothing");
+        }
         ok(st.bytes_shipped == bytes, "bytes_shipped = %llu", (unsigned long long)st.bytes_shipped);
         ok(count_objects(c, "fleet/a/") == 3, "exactly 3 objects under fleet/a/");
         ok(count_jobs(state) == 0, "no pending jobs left");
