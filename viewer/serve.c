@@ -4,6 +4,7 @@
  *   GET /                      the viewer (index.html from the assets dir)
  *   GET /static/<file>         other viewer assets
  *   GET /api/list              JSON list of segments under the served root
+ *                              (a local folder, or an S3 bucket + prefix)
  *   GET /api/trace?seg=P[&seg=P...]
  *                              raw trace bytes of the segments, decompressed
  *                              and concatenated (valid per trace-format 2.2)
@@ -27,6 +28,7 @@
 #define SERVE_MAX_SEGMENTS 256
 
 struct serve_ctx {
+        struct serve_bucket *bucket; /* bucket mode; else the local root below */
         int rootfd;
         char root_real[PATH_MAX];
         int assetfd;
@@ -124,10 +126,16 @@ static enum MHD_Result serve_asset(struct MHD_Connection *conn, struct serve_ctx
 
 static enum MHD_Result serve_list(struct MHD_Connection *conn, struct serve_ctx *ctx)
 {
-        json_t *list = serve_list_segments(ctx->rootfd);
+        int err = 0;
+        json_t *list = ctx->bucket ? serve_bucket_list(ctx->bucket, &err) : serve_list_segments(ctx->rootfd);
         char *text = list ? json_dumps(list, JSON_COMPACT) : NULL;
 
         json_decref(list);
+        if (!text && ctx->bucket && err != -ENOMEM) {
+                char msg[512];
+                serve_bucket_error(ctx->bucket, msg, sizeof(msg));
+                return reply_error(conn, 502, "cannot list the bucket", msg);
+        }
         if (!text)
                 return reply_error(conn, 500, "cannot list segments", NULL);
         return reply(conn, 200, "application/json", text, strlen(text), 1);
@@ -156,6 +164,19 @@ static enum MHD_Result collect_seg(void *cls, enum MHD_ValueKind kind, const cha
         return MHD_YES;
 }
 
+/* Appends one segment, decompressed, from the local root or the bucket. */
+static int fetch_segment(struct serve_ctx *ctx, const char *path, size_t len, struct serve_buf *body)
+{
+        if (ctx->bucket)
+                return serve_bucket_fetch_append(ctx->bucket, path, len, body, SERVE_MAX_BODY);
+        int fd = serve_path_open(ctx->rootfd, ctx->root_real, path, len);
+        if (fd < 0)
+                return fd;
+        int r = serve_decompress_append(fd, body, SERVE_MAX_BODY);
+        close(fd);
+        return r;
+}
+
 static enum MHD_Result serve_trace(struct MHD_Connection *conn, struct serve_ctx *ctx)
 {
         struct seg_args args = { 0 };
@@ -167,13 +188,18 @@ static enum MHD_Result serve_trace(struct MHD_Connection *conn, struct serve_ctx
         if (args.count == 0)
                 return reply_error(conn, 400, "missing ?seg=PATH", NULL);
         for (int i = 0; i < args.count; i++) {
-                int fd = serve_path_open(ctx->rootfd, ctx->root_real, args.path[i], args.len[i]);
-                if (fd < 0) {
+                int r = fetch_segment(ctx, args.path[i], args.len[i], &body);
+                if (r == -EIO) {
+                        char msg[512];
                         serve_buf_free(&body);
-                        return reply_open_error(conn, fd, args.path[i]);
+                        serve_bucket_error(ctx->bucket, msg, sizeof(msg));
+                        return reply_error(conn, 502, "cannot fetch segment from the bucket", msg);
                 }
-                int r = serve_decompress_append(fd, &body, SERVE_MAX_BODY);
-                close(fd);
+                if (r == -EINVAL || r == -EACCES || r == -ELOOP || r == -EPERM || r == -ENOENT ||
+                    r == -ENOTDIR || r == -EISDIR) {
+                        serve_buf_free(&body);
+                        return reply_open_error(conn, r, args.path[i]);
+                }
                 if (r < 0) {
                         serve_buf_free(&body);
                         return reply_error(conn, r == -EFBIG ? 413 : 422,
@@ -274,11 +300,6 @@ int serve_run(const struct serve_config *cfg)
         sigset_t stop;
         int r;
 
-        if (cfg->bucket) {
-                fprintf(stderr, "d9ctl serve: --bucket is not available in this build "
-                                "(no S3 client yet); use --dir\n");
-                return -EOPNOTSUPP;
-        }
         if (parse_listen(cfg->listen, &addr) < 0) {
                 fprintf(stderr, "d9ctl serve: bad --listen '%s' (want HOST:PORT, e.g. 127.0.0.1:3000)\n",
                         cfg->listen);
@@ -287,7 +308,10 @@ int serve_run(const struct serve_config *cfg)
         if (!is_loopback(&addr))
                 fprintf(stderr, "d9ctl serve: warning: listening on non-loopback %s; traces "
                                 "are readable by anyone who can reach it\n", cfg->listen);
-        r = open_root(cfg->dir, "trace", &ctx.rootfd, ctx.root_real);
+        if (cfg->bucket)
+                r = serve_bucket_open(cfg, &ctx.bucket);
+        else
+                r = open_root(cfg->dir, "trace", &ctx.rootfd, ctx.root_real);
         if (r < 0)
                 return r;
         r = open_root(cfg->assets_dir, "viewer", &ctx.assetfd, ctx.asset_real);
@@ -320,14 +344,17 @@ int serve_run(const struct serve_config *cfg)
         }
         const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
         const char *colon = strrchr(cfg->listen, ':');
-        printf("serving http://%.*s:%u/ from %s\n", (int)(colon - cfg->listen), cfg->listen,
-               info ? info->port : 0, ctx.root_real);
+        printf("serving http://%.*s:%u/ from %s%s%s%s\n", (int)(colon - cfg->listen), cfg->listen,
+               info ? info->port : 0, cfg->bucket ? "s3://" : "",
+               cfg->bucket ? cfg->bucket : ctx.root_real,
+               cfg->bucket && cfg->prefix ? "/" : "", cfg->bucket && cfg->prefix ? cfg->prefix : "");
         fflush(stdout);
 
         wait_for_stop_signal();
         MHD_stop_daemon(d);
         r = 0;
 out:
+        serve_bucket_free(ctx.bucket);
         if (ctx.rootfd >= 0)
                 close(ctx.rootfd);
         if (ctx.assetfd >= 0)

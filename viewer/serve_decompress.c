@@ -124,23 +124,32 @@ static int unzstd_append(const struct serve_buf *in, struct serve_buf *out, size
         return r;
 }
 
+int serve_decompress_bytes(const uint8_t *data, size_t len, struct serve_buf *out, size_t limit)
+{
+        const struct serve_buf in = { (uint8_t *)data, len, len };
+
+        if (len > limit)
+                return -EFBIG;
+        if (len >= 2 && data[0] == 0x1f && data[1] == 0x8b)
+                return gunzip_append(&in, out, limit);
+        if (len >= 4 && memcmp(data, "\x28\xb5\x2f\xfd", 4) == 0)
+                return unzstd_append(&in, out, limit);
+        if (out->len + len > limit)
+                return -EFBIG;
+        if (serve_buf_reserve(out, len) < 0)
+                return -ENOMEM;
+        memcpy(out->data + out->len, data, len);
+        out->len += len;
+        return 0;
+}
+
 int serve_decompress_append(int fd, struct serve_buf *out, size_t limit)
 {
         struct serve_buf in = { 0 };
         int r = read_all(fd, &in, limit);
 
-        if (r == 0) {
-                if (in.len >= 2 && in.data[0] == 0x1f && in.data[1] == 0x8b)
-                        r = gunzip_append(&in, out, limit);
-                else if (in.len >= 4 && memcmp(in.data, "\x28\xb5\x2f\xfd", 4) == 0)
-                        r = unzstd_append(&in, out, limit);
-                else if (serve_buf_reserve(out, in.len) < 0)
-                        r = -ENOMEM;
-                else {
-                        memcpy(out->data + out->len, in.data, in.len);
-                        out->len += in.len;
-                }
-        }
+        if (r == 0)
+                r = serve_decompress_bytes(in.data, in.len, out, limit);
         serve_buf_free(&in);
         return r;
 }

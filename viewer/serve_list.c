@@ -27,7 +27,7 @@ static int has_suffix(const char *s, const char *suffix)
         return n > m && strcmp(s + n - m, suffix) == 0;
 }
 
-static int is_segment_name(const char *name)
+int serve_is_segment_name(const char *name)
 {
         for (size_t i = 0; i < sizeof(segment_suffixes) / sizeof(*segment_suffixes); i++)
                 if (has_suffix(name, segment_suffixes[i]))
@@ -102,20 +102,26 @@ static void describe_layout(json_t *seg, char *path)
         json_object_set_new(seg, "instance", n > 2 ? join_parts(parts, 1, n - 1) : json_string(""));
 }
 
-static int add_segment(json_t *list, const char *rel, const struct stat *st)
+json_t *serve_segment_describe(const char *rel, uint64_t size, int64_t mtime)
 {
         char copy[PATH_MAX];
         json_t *seg = json_pack("{s:s, s:I, s:I, s:s, s:b}", "path", rel,
-                                "size", (json_int_t)st->st_size,
-                                "mtime", (json_int_t)st->st_mtime,
+                                "size", (json_int_t)size,
+                                "mtime", (json_int_t)mtime,
                                 "compression", has_suffix(rel, ".gz") ? "gzip" :
                                                has_suffix(rel, ".zst") ? "zstd" : "none",
                                 "active", has_suffix(rel, ".active"));
         if (!seg)
-                return -ENOMEM;
+                return NULL;
         snprintf(copy, sizeof(copy), "%s", rel);
         describe_layout(seg, copy);
-        return json_array_append_new(list, seg) == 0 ? 0 : -ENOMEM;
+        return seg;
+}
+
+static int add_segment(json_t *list, const char *rel, const struct stat *st)
+{
+        json_t *seg = serve_segment_describe(rel, (uint64_t)st->st_size, st->st_mtime);
+        return seg && json_array_append_new(list, seg) == 0 ? 0 : -ENOMEM;
 }
 
 static int walk(int dirfd, const char *prefix, int depth, json_t *list)
@@ -144,7 +150,7 @@ static int walk(int dirfd, const char *prefix, int depth, json_t *list)
                                          O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                         if (sub >= 0)
                                 r = walk(sub, rel, depth + 1, list);
-                } else if (S_ISREG(st.st_mode) && is_segment_name(de->d_name)) {
+                } else if (S_ISREG(st.st_mode) && serve_is_segment_name(de->d_name)) {
                         r = add_segment(list, rel, &st);
                 }
         }

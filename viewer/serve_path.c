@@ -16,7 +16,7 @@
 
 #include "serve_int.h"
 
-static int path_syntax_ok(const char *rel, size_t len)
+int serve_path_syntax_ok(const char *rel, size_t len)
 {
         if (len == 0 || len >= PATH_MAX || memchr(rel, '\0', len) || strlen(rel) != len)
                 return 0;
@@ -64,7 +64,7 @@ int serve_path_open(int rootfd, const char *root_real, const char *rel, size_t r
         struct stat st;
         int fd, r;
 
-        if (!path_syntax_ok(rel, rel_len))
+        if (!serve_path_syntax_ok(rel, rel_len))
                 return -EINVAL;
         fd = (int)syscall(SYS_openat2, rootfd, rel, &how, sizeof(how));
         if (fd < 0)

@@ -41,10 +41,11 @@ function artifactsDir() {
   return d;
 }
 
-// Starts `d9ctl serve --dir DIR --listen 127.0.0.1:0` and resolves with the
-// URL it prints once listening.
+// Starts `d9ctl serve --dir DIR --listen 127.0.0.1:0` (no --dir when DIR is
+// empty, for --bucket in extraArgs) and resolves with the URL it prints.
 function startServe(dir, extraArgs = []) {
-  const proc = spawn(env('D9CTL'), ['serve', '--dir', dir, '--listen', '127.0.0.1:0', ...extraArgs],
+  const where = dir ? ['--dir', dir] : [];
+  const proc = spawn(env('D9CTL'), ['serve', ...where, '--listen', '127.0.0.1:0', ...extraArgs],
     { env: { ...process.env, D9_VIEWER_DIR: env('D9_VIEWER_DIR') }, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '', err = '';
   proc.stderr.on('data', (b) => { err += b; });
