@@ -405,21 +405,23 @@ static void check_cap_dac_read_search(struct preflight_finding *f, const struct 
 static void check_cap_sys_resource(struct preflight_finding *f, const struct preflight_ctx *ctx,
                                    const struct preflight_report *done)
 {
-        struct rlimit nofile = {};
-        char without[192];
+        struct rlimit nofile;
+        char limit[32] = "unknown", without[192];
 
-        getrlimit(RLIMIT_NOFILE, &nofile);
+        /* A seccomp filter may refuse prlimit64(): then the limit is unknown. */
+        if (getrlimit(RLIMIT_NOFILE, &nofile) == 0)
+                snprintf(limit, sizeof(limit), "%llu", (unsigned long long)nofile.rlim_max);
         snprintf(without, sizeof(without),
-                 "RLIMIT_NOFILE cannot be raised above %llu: per-probe attach stops at about that many probes",
-                 (unsigned long long)nofile.rlim_max);
+                 "RLIMIT_NOFILE cannot be raised above its hard limit (%s): per-probe attach stops at about that many probes",
+                 limit);
         if (has_cap(ctx, CAP_SYS_RESOURCE))
                 finding_set(f, PREFLIGHT_OK, NULL, "CAP_SYS_RESOURCE held");
         else if (done->finding[PREFLIGHT_UPROBE_MULTI].level == PREFLIGHT_OK)
                 /* BPF memory is charged to the cgroup since 5.11, so
                  * RLIMIT_MEMLOCK no longer matters either. */
                 finding_set(f, PREFLIGHT_OK, NULL,
-                            "CAP_SYS_RESOURCE not held; not needed: uprobe_multi needs few fds (RLIMIT_NOFILE %llu)",
-                            (unsigned long long)nofile.rlim_max);
+                            "CAP_SYS_RESOURCE not held; not needed: uprobe_multi needs few fds (RLIMIT_NOFILE %s)",
+                            limit);
         else
                 finding_set(f, PREFLIGHT_DEGRADED, without, "CAP_SYS_RESOURCE not in the effective set");
 }

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""d9d.service's SystemCallFilter= allow list covers what d9d really does:
+run the real d9d under strace while it starts (preflight, BPF load), records
+a real Tokio target with `d9ctl record`, seals and stops on SIGTERM; every
+system call it made must be allowed by the unit's filter, expanded with
+`systemd-analyze syscall-filter` exactly as systemd would."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sdtest import SOURCE_ROOT, Tap  # noqa: E402
+
+D9D, D9CTL, TARGET = sys.argv[1:4]
+_groups = {}
+
+
+def expand(item):
+    """Syscall names of one filter item (a name or a @group, recursively)."""
+    if not item.startswith("@"):
+        return {item}
+    if item not in _groups:
+        out = subprocess.run(["systemd-analyze", "syscall-filter", "--no-pager", item],
+                             capture_output=True, text=True, timeout=30).stdout
+        names = set()
+        for line in out.splitlines()[1:]:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            names |= expand(line.split()[0])
+        _groups[item] = names
+    return _groups[item]
+
+
+def unit_allowed():
+    """Allowed syscalls per the unit's SystemCallFilter= lines, in order."""
+    with open(os.path.join(SOURCE_ROOT, "systemd/d9d.service.in")) as f:
+        lines = re.findall(r"^SystemCallFilter=(.*)$", f.read(), re.M)
+    allowed = set()
+    for value in lines:
+        deny = value.startswith("~")
+        items = set().union(*(expand(i) for i in value.lstrip("~").split()))
+        allowed = allowed - items if deny else allowed | items
+    return lines, allowed
+
+
+tap = Tap(5)
+lines, allowed = unit_allowed()
+tap.ok(lines and not lines[0].startswith("~") and "bpf" in allowed and "perf_event_open" in allowed,
+       f"the unit has an allow list ({len(allowed)} syscalls) with bpf and perf_event_open", lines)
+
+tmp = tempfile.TemporaryDirectory(prefix="d9-syscalls-")
+trace = os.path.join(tmp.name, "strace.out")
+sock = os.path.join(tmp.name, "control.sock")
+strace = subprocess.Popen(["strace", "-f", "-qq", "-o", trace, D9D, "--foreground", "--config", "/dev/null",
+                           "--state-dir", os.path.join(tmp.name, "state"), "--socket", sock],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+for _ in range(300):
+    if os.path.exists(sock):
+        break
+    time.sleep(0.1)
+target = subprocess.Popen([TARGET, "mixed", "--duration", "8"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+time.sleep(0.5)
+r = subprocess.run([D9CTL, "--socket", sock, "record", "--pid", str(target.pid), "--duration", "2s",
+                    "--out", os.path.join(tmp.name, "out")], capture_output=True, text=True, timeout=90)
+target.kill()
+target.wait()
+tap.ok(r.returncode == 0 and r.stdout.strip(), "d9d under strace records a real Tokio target", r.stdout + r.stderr)
+
+children = subprocess.run(["pgrep", "-P", str(strace.pid)], capture_output=True, text=True).stdout.split()
+for pid in children:
+    os.kill(int(pid), signal.SIGTERM)
+try:
+    strace.wait(timeout=60)
+except subprocess.TimeoutExpired:
+    strace.kill()
+    strace.wait()
+err = strace.stderr.read()
+tap.ok(len(children) == 1 and strace.returncode == 0, "d9d stops cleanly on SIGTERM", err)
+
+with open(trace) as f:
+    used = {}
+    for m in re.finditer(r"^\d+\s+(\w+)\(", f.read(), re.M):
+        used[m.group(1)] = used.get(m.group(1), 0) + 1
+# execve is strace starting d9d: systemd's own exec, not d9d's.
+used.pop("execve", None)
+tap.diag("syscalls made: " + " ".join(f"{k}:{v}" for k, v in sorted(used.items(), key=lambda kv: -kv[1])))
+tap.ok({"bpf", "perf_event_open", "epoll_wait"} <= set(used),
+       "the trace covers BPF load/attach and the drain loop", sorted(used))
+denied = sorted(set(used) - allowed)
+tap.ok(not denied, "every syscall d9d made is allowed by the unit's SystemCallFilter=",
+       "denied: " + " ".join(denied))
+tap.done()
