@@ -8,6 +8,8 @@ the target's own process for --pid.
   check_plan.py errors   PLAN_DUMP
   check_plan.py pid      PLAN_DUMP BINARY
   check_plan.py lengths  X86_LENGTHS BINARY
+  check_plan.py mountns  PLAN_DUMP BINARY
+  check_plan.py foreign  PLAN_DUMP BINARY   (a third-party Tokio binary)
 """
 import json
 import os
@@ -237,6 +239,55 @@ def check_pid(plan_dump, binary):
     finish()
 
 
+def check_mountns(plan_dump, binary):
+    """Target runs from a tmpfs mounted only in its own mount namespace: the
+    path does not exist for us, the plan must still open it via /proc."""
+    with tempfile.TemporaryDirectory() as tmp:
+        script = (f"mount -t tmpfs none {tmp} && cp {binary} {tmp}/target && "
+                  f"exec {tmp}/target mixed --flavor current-thread --duration 20")
+        proc = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            exe = ""
+            for _ in range(50):
+                time.sleep(0.1)
+                try:
+                    exe = os.readlink(f"/proc/{proc.pid}/exe")
+                except OSError:
+                    exe = ""
+                if exe.endswith("/target"):
+                    break
+            ok(exe == f"{tmp}/target" and not os.path.exists(exe),
+               f"target runs from a path invisible to us ({exe})", proc.stderr.read1() if proc.poll() else "")
+            d_pid = plan(plan_dump, "--pid", str(proc.pid))
+            d_file = plan(plan_dump, "--exe", binary)
+            ok(d_pid["exe_path"] == f"/proc/{proc.pid}/root{tmp}/target",
+               f"opened through the target's root ({d_pid['exe_path']})")
+            ok([p["file_offset"] for p in d_pid["points"]] == [p["file_offset"] for p in d_file["points"]],
+               "same plan as for the file")
+        finally:
+            proc.kill()
+            proc.wait()
+    finish()
+
+
+def check_foreign(plan_dump, binary):
+    """A real third-party program built with some Tokio we did not choose."""
+    d = plan(plan_dump, "--exe", binary)
+    disc = d["discovery"]
+    print(f"# {binary}: tokio {d['tokio_version']}, {len(polls(d))} polls, {disc['vtables']} vtables, "
+          f"plan {d['elapsed_ms']:.1f} ms, shape: {d['shape']}")
+    print("# counts: " + ", ".join(f"{k}={v['attached']}/{v['found']}" for k, v in d["counts"].items()))
+    ok(len(polls(d)) > 0, "raw::poll instances found")
+    ok(disc["polls_by_scan"] > 0, "vtable scan finds them")
+    if d["has_symbols"]:
+        ok(disc["routes_agree"], f"symbol route == vtable scan ({disc['polls_by_symbols']} vs "
+           f"{disc['polls_by_scan']})", disc)
+        ok(d["counts"]["park"]["attached"] > 0, "a park point found", d["missing"])
+    ok(d["task_layout"]["vtable_id_off"] > 0, "id offset discovered")
+    finish()
+
+
 def objdump_boundaries(binary):
     out = subprocess.run(["objdump", "-d", "-w", "--no-show-raw-insn", "-j", ".text", binary],
                          capture_output=True, text=True, timeout=120).stdout
@@ -298,6 +349,10 @@ if __name__ == "__main__":
             check_errors(sys.argv[2])
         elif mode == "pid" and len(sys.argv) == 4:
             check_pid(*sys.argv[2:])
+        elif mode == "mountns" and len(sys.argv) == 4:
+            check_mountns(*sys.argv[2:])
+        elif mode == "foreign" and len(sys.argv) == 4:
+            check_foreign(*sys.argv[2:])
         elif mode == "lengths" and len(sys.argv) == 4:
             check_lengths(*sys.argv[2:])
         else:
