@@ -48,7 +48,7 @@ def unit_allowed():
     return lines, allowed
 
 
-tap = Tap(5)
+tap = Tap(6)
 lines, allowed = unit_allowed()
 tap.ok(lines and not lines[0].startswith("~") and "bpf" in allowed and "perf_event_open" in allowed,
        f"the unit has an allow list ({len(allowed)} syscalls) with bpf and perf_event_open", lines)
@@ -84,8 +84,9 @@ err = strace.stderr.read()
 tap.ok(len(children) == 1 and strace.returncode == 0, "d9d stops cleanly on SIGTERM", err)
 
 with open(trace) as f:
+    strace_text = f.read()
     used = {}
-    for m in re.finditer(r"^\d+\s+(\w+)\(", f.read(), re.M):
+    for m in re.finditer(r"^\d+\s+(\w+)\(", strace_text, re.M):
         used[m.group(1)] = used.get(m.group(1), 0) + 1
 # execve is strace starting d9d: systemd's own exec, not d9d's.
 used.pop("execve", None)
@@ -95,4 +96,15 @@ tap.ok({"bpf", "perf_event_open", "epoll_wait"} <= set(used),
 denied = sorted(set(used) - allowed)
 tap.ok(not denied, "every syscall d9d made is allowed by the unit's SystemCallFilter=",
        "denied: " + " ".join(denied))
+
+# ProtectSystem=strict leaves d9d only its state and runtime directories
+# (here: the temporary dir holding --state-dir and --socket) to write to.
+WRITES = re.compile(r'^\d+\s+(?:openat\(AT_FDCWD, "([^"]+)", [^)]*O_(?:WRONLY|RDWR|CREAT)[^)]*\)'
+                    r'|(?:mkdir|unlink|rmdir|chmod|rename|bind)\((?:\d+, \{sa_family=AF_UNIX, sun_path=)?"([^"]+)")'
+                    r'.*= (\d+)', re.M)
+written = {m.group(1) or m.group(2) for m in WRITES.finditer(strace_text)}
+outside = sorted(p for p in written
+                 if not p.startswith(tmp.name + "/") and not re.match(r"/proc/(self|thread-self|\d+)/", p))
+tap.ok(any(p.endswith(".bin.zst") for p in written) and not outside, "d9d writes only under its state and socket directories (ProtectSystem=strict)",
+       "written elsewhere: " + " ".join(outside))
 tap.done()
