@@ -54,11 +54,22 @@ enum d9_probe_bits {
         D9_PROBE_ALL = (1u << 7) - 1,
 };
 
-/* A uprobe's BPF cookie is the plan point's cookie in the low 56 bits and,
- * in the top 8, where the program finds the value it is about (a task
- * Header*, or a worker's park key). Records carry the low part only. */
+/* A uprobe's BPF cookie: the plan point's cookie in the low 48 bits, what
+ * the point is (enum d9_point) in bits 48..55, and where the program finds
+ * the value it is about (enum d9_arg: a task Header*, a park key) in the
+ * top 8. Records carry the low part only. */
+#define D9_COOKIE_KIND_SHIFT 48
 #define D9_COOKIE_ARG_SHIFT 56
-#define D9_COOKIE_MASK ((1ull << D9_COOKIE_ARG_SHIFT) - 1)
+#define D9_COOKIE_MASK ((1ull << D9_COOKIE_KIND_SHIFT) - 1)
+enum d9_point {
+        D9_POINT_POLL = 1,      /* raw::poll entry */
+        D9_POINT_POLL_END,      /* its return (uretprobe or return site) */
+        D9_POINT_SPAWN,
+        D9_POINT_TERMINATE,
+        D9_POINT_WAKE,
+        D9_POINT_PARK,
+        D9_POINT_UNPARK,
+};
 enum d9_arg {
         D9_ARG_NONE = 0,
         D9_ARG_RET,             /* rax at a uretprobe */

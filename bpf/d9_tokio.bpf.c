@@ -104,8 +104,7 @@ static __always_inline void d9_close_poll(struct d9_target_cfg *cfg, __u32 tgid,
         th->header = 0;
 }
 
-SEC("uprobe")
-int BPF_UPROBE(d9_poll_start)
+static __always_inline int d9_poll_start(struct pt_regs *ctx)
 {
         __u64 header = d9_point_value(ctx);
         __u32 tgid, tid;
@@ -131,9 +130,8 @@ int BPF_UPROBE(d9_poll_start)
         return 0;
 }
 
-/* Attached as a uretprobe on raw::poll or as uprobes on its return sites. */
-SEC("uprobe")
-int BPF_UPROBE(d9_poll_end)
+/* A uretprobe on raw::poll or a uprobe on one of its return sites. */
+static __always_inline int d9_poll_end(struct pt_regs *ctx)
 {
         __u32 tgid, tid;
         struct d9_target_cfg *cfg = d9_current_target(&tgid, &tid);
@@ -166,20 +164,17 @@ static __always_inline int d9_task_event(struct pt_regs *ctx, __u16 type)
         return 0;
 }
 
-SEC("uprobe")
-int BPF_UPROBE(d9_spawn)
+static __always_inline int d9_spawn(struct pt_regs *ctx)
 {
         return d9_task_event(ctx, D9_REC_SPAWN);
 }
 
-SEC("uprobe")
-int BPF_UPROBE(d9_terminate)
+static __always_inline int d9_terminate(struct pt_regs *ctx)
 {
         return d9_task_event(ctx, D9_REC_TERMINATE);
 }
 
-SEC("uprobe")
-int BPF_UPROBE(d9_wake)
+static __always_inline int d9_wake(struct pt_regs *ctx)
 {
         __u64 header = d9_point_value(ctx);
         __u32 tgid, tid;
@@ -215,8 +210,7 @@ static __always_inline void d9_park_event(struct pt_regs *ctx, __u16 type, struc
         bpf_ringbuf_submit(r, 0);
 }
 
-SEC("uprobe")
-int BPF_UPROBE(d9_park)
+static __always_inline int d9_park(struct pt_regs *ctx)
 {
         __u32 tgid, tid;
         struct d9_target_cfg *cfg = d9_current_target(&tgid, &tid);
@@ -231,9 +225,8 @@ int BPF_UPROBE(d9_park)
         return 0;
 }
 
-/* Attached as a uretprobe on the same park function. */
-SEC("uprobe")
-int BPF_UPROBE(d9_unpark)
+/* A uretprobe on the park function. */
+static __always_inline int d9_unpark(struct pt_regs *ctx)
 {
         __u32 tgid, tid;
         struct d9_target_cfg *cfg = d9_current_target(&tgid, &tid);
@@ -242,5 +235,31 @@ int BPF_UPROBE(d9_unpark)
         if (!cfg || !(th = d9_current_thread()))
                 return 0;
         d9_park_event(ctx, D9_REC_UNPARK, th, cfg, tgid, tid);
+        return 0;
+}
+
+/* One program for every Tokio probe point, so a target needs just two
+ * uprobe_multi links (entries, returns): each link costs a synchronous
+ * RCU-tasks grace period when it is destroyed, and detach must stay fast.
+ * The cookie's kind bits say what the point is. */
+SEC("uprobe")
+int d9_tokio_probe(struct pt_regs *ctx)
+{
+        switch ((bpf_get_attach_cookie(ctx) >> D9_COOKIE_KIND_SHIFT) & 0xff) {
+        case D9_POINT_POLL:
+                return d9_poll_start(ctx);
+        case D9_POINT_POLL_END:
+                return d9_poll_end(ctx);
+        case D9_POINT_SPAWN:
+                return d9_spawn(ctx);
+        case D9_POINT_TERMINATE:
+                return d9_terminate(ctx);
+        case D9_POINT_WAKE:
+                return d9_wake(ctx);
+        case D9_POINT_PARK:
+                return d9_park(ctx);
+        case D9_POINT_UNPARK:
+                return d9_unpark(ctx);
+        }
         return 0;
 }

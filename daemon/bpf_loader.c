@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <linux/perf_event.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -296,20 +297,6 @@ bool d9_bpf_uses_uprobe_multi(const struct d9_bpf *bpf)
 
 /* ---- per target ---------------------------------------------------- */
 
-/* Our own names: the loader links only the plan's types, not uprobes/. */
-static const char *kind_name(enum probe_kind kind)
-{
-        static const char *const names[PROBE_KIND_MAX] = {
-                [PROBE_POLL] = "poll", [PROBE_POLL_RETURN] = "poll-return",
-                [PROBE_SPAWN] = "spawn", [PROBE_COMPLETE] = "complete",
-                [PROBE_WAKE] = "wake", [PROBE_PARK] = "park",
-                [PROBE_UNPARK_RETURN] = "unpark-return", [PROBE_UNPARK] = "unpark",
-                [PROBE_WORKER_RUN] = "worker-run", [PROBE_BLOCK_IN_PLACE] = "block-in-place",
-        };
-
-        return kind > 0 && kind < PROBE_KIND_MAX ? names[kind] : "?";
-}
-
 static int push_link(struct d9_bpf_target *t, struct bpf_link *link)
 {
         if (!link)
@@ -348,72 +335,67 @@ static uint64_t point_arg(const struct probe_point *p)
         }
 }
 
-/* One link: prog at offs[0..n) (uprobe_multi), or one link per point. */
-static int attach_offsets(struct d9_bpf_target *t, const char *path, struct bpf_program *prog,
-                          const unsigned long *offs, const __u64 *cookies, size_t n, bool ret)
+/* The uprobe points of one target, entries and returns apart: each set
+ * becomes one uprobe_multi link (or one link per point without it). */
+struct point_set {
+        unsigned long *offs;
+        __u64 *cookies;
+        size_t n;
+};
+
+static void point_sets_free(struct point_set sets[2])
 {
-        int r = 0;
-
-        if (t->bpf->multi) {
-                LIBBPF_OPTS(bpf_uprobe_multi_opts, mo, .offsets = offs,
-                            .cookies = cookies, .cnt = n, .retprobe = ret);
-
-                return push_link(t, bpf_program__attach_uprobe_multi(prog, t->pid, path,
-                                                                     NULL, &mo));
+        for (int i = 0; i < 2; i++) {
+                free(sets[i].offs);
+                free(sets[i].cookies);
         }
-        for (size_t i = 0; r == 0 && i < n; i++) {
-                LIBBPF_OPTS(bpf_uprobe_opts, uo, .bpf_cookie = cookies[i], .retprobe = ret);
-
-                r = push_link(t, bpf_program__attach_uprobe_opts(prog, t->pid, path, offs[i],
-                                                                 &uo));
-        }
-        return r;
 }
 
-/* Attach prog at every non-skipped point of `kind` whose uretprobe flag is
- * `ret` (or at all of them, as uretprobes, when as_ret: poll end). */
-static int attach_kind_group(struct d9_bpf_target *t, const struct probe_plan *plan,
-                             enum probe_kind kind, struct bpf_program *prog, bool ret,
-                             bool as_ret, char **err)
+/* Add every non-skipped point of `kind` as `what`. Its uretprobe flag
+ * picks the set, unless as_ret forces the return set (poll end by
+ * uretprobe on raw::poll's entry). */
+static void collect(struct point_set sets[2], const struct probe_plan *plan,
+                    enum probe_kind kind, enum d9_point what, bool as_ret)
 {
-        size_t n = 0, cap = plan->n_points ? plan->n_points : 1;
-        unsigned long *offs = calloc(cap, sizeof(*offs));
-        __u64 *cookies = calloc(cap, sizeof(*cookies));
-        int r = 0;
-
-        if (!offs || !cookies) {
-                r = -ENOMEM;
-                goto out;
-        }
         for (size_t i = 0; i < plan->n_points; i++) {
                 const struct probe_point *p = &plan->points[i];
+                struct point_set *set;
 
-                if (p->kind != kind || p->skipped || (!as_ret && p->uretprobe != ret))
+                if (p->kind != kind || p->skipped)
                         continue;
-                offs[n] = p->file_offset;
-                cookies[n++] = (p->cookie & D9_COOKIE_MASK) |
-                               (point_arg(p) << D9_COOKIE_ARG_SHIFT);
+                set = &sets[as_ret || p->uretprobe];
+                set->offs[set->n] = p->file_offset;
+                set->cookies[set->n++] = (p->cookie & D9_COOKIE_MASK) |
+                                         ((__u64)what << D9_COOKIE_KIND_SHIFT) |
+                                         (point_arg(p) << D9_COOKIE_ARG_SHIFT);
         }
-        if (n)
-                r = attach_offsets(t, plan->exe_path, prog, offs, cookies, n, ret || as_ret);
-        if (r < 0)
-                set_err(err, "cannot attach %s%s probes to PID %d (%s): %s",
-                        kind_name(kind), ret || as_ret ? " return" : "", t->pid,
-                        plan->exe_path, strerror(-r));
-        else
-                t->n_attached += n;
-out:
-        free(offs);
-        free(cookies);
-        return r;
 }
 
-static int attach_kind(struct d9_bpf_target *t, const struct probe_plan *plan,
-                       enum probe_kind kind, struct bpf_program *prog, char **err)
+static int attach_set(struct d9_bpf_target *t, const char *path, const struct point_set *set,
+                      bool ret)
 {
-        int r = attach_kind_group(t, plan, kind, prog, false, false, err);
+        struct bpf_program *prog = t->bpf->tokio->progs.d9_tokio_probe;
+        int r = 0;
 
-        return r < 0 ? r : attach_kind_group(t, plan, kind, prog, true, false, err);
+        if (set->n == 0)
+                return 0;
+        if (t->bpf->multi) {
+                LIBBPF_OPTS(bpf_uprobe_multi_opts, mo, .offsets = set->offs,
+                            .cookies = set->cookies, .cnt = set->n, .retprobe = ret);
+
+                r = push_link(t, bpf_program__attach_uprobe_multi(prog, t->pid, path, NULL,
+                                                                  &mo));
+        }
+        for (size_t i = 0; !t->bpf->multi && r == 0 && i < set->n; i++) {
+                LIBBPF_OPTS(bpf_uprobe_opts, uo, .bpf_cookie = set->cookies[i],
+                            .retprobe = ret);
+
+                r = push_link(t, bpf_program__attach_uprobe_opts(prog, t->pid, path,
+                                                                 set->offs[i], &uo));
+        }
+        if (r == 0)
+                t->n_attached += set->n;
+        return r;
 }
 
 static size_t plan_count(const struct probe_plan *plan, enum probe_kind kind)
@@ -438,27 +420,43 @@ static enum d9_poll_end choose_poll_end(const struct probe_plan *plan, unsigned 
 static int attach_uprobes(struct d9_bpf_target *t, const struct probe_plan *plan,
                           unsigned probes, char **err)
 {
-        struct d9_tokio *sk = t->bpf->tokio;
-        int r = 0;
+        /* Each point lands in at most one set, and poll points at most twice. */
+        size_t cap = 2 * plan->n_points + 1;
+        struct point_set sets[2] = {
+                { calloc(cap, sizeof(unsigned long)), calloc(cap, sizeof(__u64)), 0 },
+                { calloc(cap, sizeof(unsigned long)), calloc(cap, sizeof(__u64)), 0 },
+        };
+        int r = -ENOMEM;
 
+        if (!sets[0].offs || !sets[0].cookies || !sets[1].offs || !sets[1].cookies)
+                goto out;
         if (probes & D9_PROBE_POLL) {
-                r = attach_kind(t, plan, PROBE_POLL, sk->progs.d9_poll_start, err);
-                if (r == 0 && t->poll_end == D9_POLL_END_URETPROBE)
-                        r = attach_kind_group(t, plan, PROBE_POLL, sk->progs.d9_poll_end,
-                                              false, true, err);
-                if (r == 0 && t->poll_end == D9_POLL_END_RETSITES)
-                        r = attach_kind(t, plan, PROBE_POLL_RETURN, sk->progs.d9_poll_end, err);
+                collect(sets, plan, PROBE_POLL, D9_POINT_POLL, false);
+                if (t->poll_end == D9_POLL_END_URETPROBE)
+                        collect(sets, plan, PROBE_POLL, D9_POINT_POLL_END, true);
+                if (t->poll_end == D9_POLL_END_RETSITES)
+                        collect(sets, plan, PROBE_POLL_RETURN, D9_POINT_POLL_END, false);
         }
-        if (r == 0 && (probes & D9_PROBE_SPAWN))
-                r = attach_kind(t, plan, PROBE_SPAWN, sk->progs.d9_spawn, err);
-        if (r == 0 && (probes & D9_PROBE_TERMINATE))
-                r = attach_kind(t, plan, PROBE_COMPLETE, sk->progs.d9_terminate, err);
-        if (r == 0 && (probes & D9_PROBE_WAKE))
-                r = attach_kind(t, plan, PROBE_WAKE, sk->progs.d9_wake, err);
-        if (r == 0 && (probes & D9_PROBE_PARK))
-                r = attach_kind(t, plan, PROBE_PARK, sk->progs.d9_park, err);
-        if (r == 0 && (probes & D9_PROBE_PARK))
-                r = attach_kind(t, plan, PROBE_UNPARK_RETURN, sk->progs.d9_unpark, err);
+        if (probes & D9_PROBE_SPAWN)
+                collect(sets, plan, PROBE_SPAWN, D9_POINT_SPAWN, false);
+        if (probes & D9_PROBE_TERMINATE)
+                collect(sets, plan, PROBE_COMPLETE, D9_POINT_TERMINATE, false);
+        if (probes & D9_PROBE_WAKE)
+                collect(sets, plan, PROBE_WAKE, D9_POINT_WAKE, false);
+        if (probes & D9_PROBE_PARK) {
+                collect(sets, plan, PROBE_PARK, D9_POINT_PARK, false);
+                collect(sets, plan, PROBE_UNPARK_RETURN, D9_POINT_UNPARK, false);
+        }
+        /* Returns first: a poll entered between the two attaches must not
+         * miss its end (an end without a start is ignored in BPF). */
+        r = attach_set(t, plan->exe_path, &sets[1], true);
+        if (r == 0)
+                r = attach_set(t, plan->exe_path, &sets[0], false);
+        if (r < 0)
+                set_err(err, "cannot attach %zu Tokio probes to PID %d (%s): %s",
+                        sets[0].n + sets[1].n, t->pid, plan->exe_path, strerror(-r));
+out:
+        point_sets_free(sets);
         return r;
 }
 
@@ -621,6 +619,46 @@ fail:
         return r;
 }
 
+struct link_stripe {
+        struct bpf_link **links;
+        size_t n, first, step;
+};
+
+static void *destroy_stripe(void *arg)
+{
+        struct link_stripe *st = arg;
+
+        for (size_t i = st->first; i < st->n; i += st->step)
+                bpf_link__destroy(st->links[i]);
+        return NULL;
+}
+
+/* Destroying a uprobe link waits for an RCU-tasks grace period (tens of
+ * ms); destroying them from several threads lets the waits overlap, which
+ * keeps detach within its 100 ms budget. */
+static void destroy_links(struct bpf_link **links, size_t n)
+{
+        enum { MAX_THREADS = 16 };
+        struct link_stripe st[MAX_THREADS];
+        pthread_t th[MAX_THREADS];
+        size_t k = n < MAX_THREADS ? n : MAX_THREADS;
+        bool started[MAX_THREADS] = { false };
+
+        for (size_t i = 1; i < k; i++) {
+                st[i] = (struct link_stripe){ links, n, i, k };
+                started[i] = pthread_create(&th[i], NULL, destroy_stripe, &st[i]) == 0;
+        }
+        for (size_t i = 0; i < k; i++) {
+                if (i == 0 || !started[i]) {
+                        st[i] = (struct link_stripe){ links, n, i, k };
+                        destroy_stripe(&st[i]);
+                }
+        }
+        for (size_t i = 1; i < k; i++)
+                if (started[i])
+                        pthread_join(th[i], NULL);
+}
+
 void d9_bpf_detach_target(struct d9_bpf_target *t)
 {
         uint32_t tgid;
@@ -628,8 +666,7 @@ void d9_bpf_detach_target(struct d9_bpf_target *t)
         if (!t)
                 return;
         tgid = (uint32_t)t->pid;
-        for (size_t i = 0; i < t->n_links; i++)
-                bpf_link__destroy(t->links[i]);
+        destroy_links(t->links, t->n_links);
         if (t->slot != UINT32_MAX) {
                 bpf_map__delete_elem(t->bpf->sched->maps.d9_targets, &tgid, sizeof(tgid), 0);
                 bpf_map__delete_elem(t->bpf->sched->maps.d9_rings, &tgid, sizeof(tgid), 0);
