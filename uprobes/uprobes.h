@@ -113,8 +113,9 @@ struct probe_plan {
          * hdr_vtable_off comes from Tokio's #[repr(C)] Header {state, queue_next,
          * vtable, ...} (16 in every 1.x); vtable_id_off is discovered by shape
          * (the middle one of the three offsets after the 7 fn pointers; -1 if no
-         * vtable was found). A poll point's vtable_vaddr + load bias must equal
-         * vt: BPF or d9d can use that as a per-event sanity check. */
+         * vtable was found). A poll point's vtable_vaddr + load bias normally
+         * equals vt, but rustc may emit identical copies of one vtable in several
+         * codegen units (seen in turbo), so a mismatch alone is no error. */
         uint32_t hdr_vtable_off;
         int32_t vtable_id_off;
         int32_t vtable_scheduler_off;
