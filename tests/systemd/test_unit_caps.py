@@ -4,8 +4,10 @@ CapabilityBoundingSet=/AmbientCapabilities=. Prove that set is enough, for
 real: run d9d as an unprivileged uid holding exactly those capabilities
 (setpriv; parsed from the unit, so the test follows the unit), then record a
 real Tokio target with `d9ctl record`: running as d9d's own uid, as another
-uid (root, as on a host where d9d traces other services), and from a private
-0700 directory. The
+uid (root, as on a host where d9d traces other services), from a private
+0700 directory, and from a /tmp that d9d cannot see. Like PrivateTmp=yes,
+d9d runs in its own mount namespace with fresh /tmp and /var/tmp, so its
+state and socket live in the build directory. The
 segments must decode and hold poll events (uprobes) and CPU samples
 (sched_switch + perf sampling)."""
 import os
@@ -18,7 +20,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sdtest import SOURCE_ROOT, Tap  # noqa: E402
+from sdtest import BUILD_ROOT, SOURCE_ROOT, Tap  # noqa: E402
 
 D9D, D9CTL, TARGET = sys.argv[1:4]
 NOBODY = 65534
@@ -65,7 +67,7 @@ def record(tap, sock, target_uid, label, out, exe=TARGET):
            f"{label}: CPU samples recorded ({counts.get('CpuSampleEvent', 0)})", counts)
 
 
-tap = Tap(11)
+tap = Tap(14)
 if os.geteuid() != 0:
     tap.bail("must run as root: it runs d9d under another uid with setpriv")
 bounding, ambient = unit_caps()
@@ -73,7 +75,7 @@ tap.ok(set(bounding) == set(ambient) and "CAP_SYS_ADMIN" not in bounding,
        "the unit grants the same capabilities it bounds, without CAP_SYS_ADMIN", (bounding, ambient))
 tap.diag("capabilities: " + " ".join(bounding))
 
-tmp = tempfile.mkdtemp(prefix="d9-caps-")
+tmp = tempfile.mkdtemp(prefix="d9-caps-", dir=BUILD_ROOT or None)
 os.chmod(tmp, 0o755)
 run = os.path.join(tmp, "run")
 os.mkdir(run)
@@ -81,7 +83,10 @@ os.chown(run, NOBODY, NOBODY)
 sock = os.path.join(run, "control.sock")
 log = open(os.path.join(tmp, "d9d.log"), "w+")
 plus = as_setpriv(bounding)
-d9d = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+private_tmp = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+               'mount -t tmpfs -o mode=1777 tmpfs /tmp && mount -t tmpfs -o mode=1777 tmpfs /var/tmp && exec "$@"',
+               "sh"]
+d9d = subprocess.Popen(private_tmp + ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
                         f"--inh-caps=-all,{plus}", f"--ambient-caps=-all,{as_setpriv(ambient)}",
                         f"--bounding-set=-all,{plus}",
                         D9D, "--foreground", "--config", "/dev/null", "--state-dir", os.path.join(run, "state"),
@@ -92,8 +97,12 @@ for _ in range(150):
     time.sleep(0.1)
 log.seek(0)
 start_log = log.read()
-tap.ok(os.path.exists(sock) and not re.search(r"preflight: \w+: FATAL", start_log),
-       "d9d starts as an unprivileged uid with the unit's capabilities, no fatal preflight finding", start_log)
+if not tap.ok(os.path.exists(sock) and not re.search(r"preflight: \w+: FATAL", start_log),
+              "d9d starts as an unprivileged uid with the unit's capabilities, no fatal preflight finding",
+              start_log):
+    d9d.kill()
+    shutil.rmtree(tmp, ignore_errors=True)
+    tap.bail("d9d did not start")
 
 try:
     record(tap, sock, NOBODY, "target with d9d's uid", os.path.join(tmp, "same"))
@@ -106,6 +115,16 @@ try:
     shutil.copy(TARGET, exe)
     os.chmod(exe, 0o700)
     record(tap, sock, 0, "root target run from a private 0700 directory", os.path.join(tmp, "private"), exe)
+    # A target under the real /tmp, which d9d's private /tmp hides.
+    # It runs as d9d's uid so that only the mount namespace is in question.
+    host_tmp = tempfile.mkdtemp(prefix="d9-hidden-", dir="/tmp")
+    os.chmod(host_tmp, 0o755)
+    try:
+        exe = os.path.join(host_tmp, os.path.basename(TARGET))
+        shutil.copy(TARGET, exe)
+        record(tap, sock, NOBODY, "target run from a /tmp that d9d cannot see", os.path.join(tmp, "hidden"), exe)
+    finally:
+        shutil.rmtree(host_tmp, ignore_errors=True)
 finally:
     d9d.send_signal(signal.SIGTERM)
     try:
