@@ -60,9 +60,10 @@ def check_mixed(binary, series, flavor):
     ok(isinstance(t.get("pid"), int) and t["pid"] > 1, "reports its pid", t)
     ok(duration <= t.get("duration_s", 0) <= duration + 1.5 and wall < duration + 5,
        "ran for about the requested duration", f"{t.get('duration_s')} s, wall {wall:.2f} s")
-    # Busy loops at 0, 1, 2 s (maybe 3 s); 20 ms thread sleeps at 0.5, 1.5, 2.5 s.
-    ok(2 <= t.get("blocking_polls", 0) <= duration + 1, "50 ms busy loop once per second", t)
-    ok(2 <= t.get("sleep_polls", 0) <= duration + 1, "20 ms thread sleep once per second", t)
+    # Busy loops at 0, 1, 2 s; 20 ms thread sleeps at 0.5, 1.5, 2.5 s (one may
+    # slip past the end on a loaded machine, never more than three).
+    ok(2 <= t.get("blocking_polls", 0) <= duration, "50 ms busy loop once per second", t)
+    ok(2 <= t.get("sleep_polls", 0) <= duration, "20 ms thread sleep once per second", t)
     ok(t.get("round_trips", 0) > 100, "channel ping-pong made round trips", t)
     # 10 ms interval + 5 ms sleep loop over 3 s: hundreds, unless timers stall.
     ok(t.get("timers_fired", 0) > 100, "timers fired", t)

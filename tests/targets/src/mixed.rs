@@ -120,8 +120,9 @@ async fn sleeper(truth: Arc<Truth>, deadline: Instant) {
 async fn blocker(truth: Arc<Truth>, deadline: Instant) {
     let mut iv = interval(Duration::from_secs(1));
     iv.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    // A tick due after the deadline must not stretch the run.
-    while timeout_at(deadline, iv.tick()).await.is_ok() {
+    // Stop 100 ms early so a tick due right at the deadline never races it:
+    // a run of D seconds does exactly ceil(D - 0.1) of these.
+    while timeout_at(deadline - Duration::from_millis(100), iv.tick()).await.is_ok() {
         std::hint::black_box(busy_block_50ms());
         truth.blocking_polls.fetch_add(1, Ordering::Relaxed);
     }
@@ -131,8 +132,9 @@ async fn thread_sleeper(truth: Arc<Truth>, deadline: Instant) {
     // Half a second out of phase with the busy loop so the two never overlap.
     let mut iv = interval_at(Instant::now() + Duration::from_millis(500), Duration::from_secs(1));
     iv.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    // A tick due after the deadline must not stretch the run.
-    while timeout_at(deadline, iv.tick()).await.is_ok() {
+    // Stop 100 ms early so a tick due right at the deadline never races it:
+    // a run of D seconds does exactly ceil(D - 0.1) of these.
+    while timeout_at(deadline - Duration::from_millis(100), iv.tick()).await.is_ok() {
         sleep_block_20ms();
         truth.sleep_polls.fetch_add(1, Ordering::Relaxed);
     }
