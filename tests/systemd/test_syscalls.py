@@ -48,7 +48,7 @@ def unit_allowed():
     return lines, allowed
 
 
-tap = Tap(6)
+tap = Tap(9)
 lines, allowed = unit_allowed()
 tap.ok(lines and not lines[0].startswith("~") and "bpf" in allowed and "perf_event_open" in allowed,
        f"the unit has an allow list ({len(allowed)} syscalls) with bpf and perf_event_open", lines)
@@ -107,4 +107,18 @@ outside = sorted(p for p in written
                  if not p.startswith(tmp.name + "/") and not re.match(r"/proc/(self|thread-self|\d+)/", p))
 tap.ok(any(".bin.active" in p for p in written) and not outside, "d9d writes only under its state and socket directories (ProtectSystem=strict)",
        "written elsewhere: " + " ".join(outside))
+
+# The other seccomp-enforced options, checked against what d9d really did.
+calls = re.findall(r"^\d+\s+(\w+)\((.*)$", strace_text, re.M)
+wx = [f"{n}({a[:80]}" for n, a in calls
+      if (n == "mmap" and "PROT_WRITE" in a and "PROT_EXEC" in a)
+      or (n in ("mprotect", "pkey_mprotect") and "PROT_EXEC" in a)]
+tap.ok(not wx, "MemoryDenyWriteExecute=yes holds: no writable+executable or mprotect(PROT_EXEC) mapping", wx)
+families = sorted({m for n, a in calls if n in ("socket", "socketpair") for m in re.findall(r"^(AF_\w+)", a)})
+tap.ok(set(families) <= {"AF_UNIX", "AF_INET", "AF_INET6"},
+       f"RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 holds (used: {' '.join(families)})", families)
+ns = [f"{n}({a[:80]}" for n, a in calls
+      if n in ("unshare", "setns", "personality") or (n.startswith("clone") and "CLONE_NEW" in a)
+      or (n in ("sched_setscheduler", "sched_setattr") and re.search(r"SCHED_(FIFO|RR|DEADLINE)", a))]
+tap.ok(not ns, "RestrictNamespaces, LockPersonality and RestrictRealtime hold: none of their calls made", ns)
 tap.done()
