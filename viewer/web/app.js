@@ -107,7 +107,7 @@ function show(m) {
     const f = { t0: a, t1: b, worker: $('#flame-worker').value, task: task ? Number(task) : NaN, source: $('#flame-source').value };
     const tree = buildFlameTree(m, f);
     flame.setTree(tree);
-    $('#flame-info').textContent = `${tree.value} samples in ${formatDur(b - a)}`;
+    $('#flame-info').textContent = `${tree.value} samples in ${formatDur(b - a)}` + (tree.empty ? ` (${tree.empty} more without a stack)` : '');
   };
   let flameTimer = 0;
   const tl = new Timeline(canvas, m, {

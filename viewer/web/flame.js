@@ -9,11 +9,11 @@ const ROW = 17;
 // filter: { t0, t1, worker ('all' | number), task (NaN = any), source ('0' | '1' | 'all') }
 export function buildFlameTree(m, filter) {
   const S = m.d.sample;
-  const root = { name: 'all', value: 0, children: new Map() };
+  const root = { name: 'all', value: 0, children: new Map(), empty: 0 };
   const stackPaths = new Map(); // stack index -> frames (cached)
   const add = (i) => {
     if (filter.source !== 'all' && S.source[i] !== +filter.source) return;
-    if (S.stack[i] < 0) return;
+    if (S.stack[i] < 0 || !m.d.stacks[S.stack[i]].length) { root.empty++; return; } // nothing to draw
     if (filter.task === filter.task) {
       const p = m.samples.samplePoll[i];
       if (p < 0 || m.polls.task[p] !== filter.task) return;

@@ -42,16 +42,21 @@ export function renderDetails(el, m, p) {
   }
   const samples = m.samples.pollSamples.get(p) || [];
   const S = m.d.sample;
-  const stacks = samples.slice(0, 20).map((i) => {
+  const depth = (i) => (S.stack[i] >= 0 ? m.d.stacks[S.stack[i]].length : 0);
+  // samples with a stack first, CPU before off-CPU, then in time order
+  const shown = samples.slice().sort((a, b) => (!depth(a) - !depth(b)) || (S.source[a] - S.source[b]) || (S.ts[a] - S.ts[b])).slice(0, 20);
+  let nOff = 0;
+  for (const i of samples) nOff += S.source[i] === 1;
+  const stacks = shown.map((i) => {
     const off = S.source[i] === 1;
-    const frames = S.stack[i] >= 0 ? symbolizeStack(m, S.stack[i]) : ['(no stack)'];
+    const frames = depth(i) ? symbolizeStack(m, S.stack[i]) : ['(no stack captured)'];
     const dur = S.dur[i] === S.dur[i] ? ` for ${formatDur(S.dur[i])}` : '';
     return `<div class="${off ? 'offcpu' : 'oncpu'}">${off ? 'off-CPU' : 'CPU'} sample at +${esc(formatDur(S.ts[i] - P.start[p]))}${esc(dur)}</div>` +
       `<pre class="stack">${frames.slice().reverse().map(esc).join('\n')}</pre>`;
   });
   el.innerHTML = `<h3>Poll</h3>${kv(rows)}` +
     `<button type="button" data-flame-task="${P.task[p]}">Flamegraph of task ${esc(P.task[p])}</button>` +
-    `<h3>Stacks inside this poll (${samples.length})</h3>` +
+    `<h3>Stacks inside this poll (${samples.length - nOff} CPU, ${nOff} off-CPU${samples.length > shown.length ? `, ${shown.length} shown` : ''})</h3>` +
     (stacks.length ? `<div class="stacks">${stacks.join('')}</div>` : '<p class="hint">No CPU or off-CPU samples fell inside this poll.</p>');
 }
 
