@@ -25,6 +25,12 @@ void config_defaults(struct d9d_config *cfg)
         cfg->disk_budget_bytes = 1ull << 30;
         cfg->compression = D9_COMPRESS_ZSTD;
         cfg->sample_hz = 99;
+        ship_config_init(&cfg->ship);
+}
+
+void config_free(struct d9d_config *cfg)
+{
+        ship_config_free(&cfg->ship);
 }
 
 const char *compression_suffix(enum d9_compress c)
@@ -107,6 +113,13 @@ int config_set(struct d9d_config *cfg, const char *key, const char *value, const
                         return -EINVAL;
                 cfg->sample_hz = (unsigned)hz;
                 return 0;
+        }
+        if (!strncmp(key, "s3_", 3)) {
+                int r = ship_config_set(&cfg->ship, key, value, why);
+                if (r == 0)
+                        cfg->s3_enabled = true;
+                if (r != -ENOENT)
+                        return r;
         }
         *why = "unknown key";
         return -EINVAL;

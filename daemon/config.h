@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "daemon/ship.h"
 #include "proto/d9proto.h"
 
 struct d9d_config {
@@ -19,11 +20,14 @@ struct d9d_config {
         unsigned sample_hz;             /* on-CPU stack sampling rate */
         char service[128];              /* "" = derive from the executable name */
         bool foreground;
+        bool s3_enabled;                /* some s3_* key was set: ship sealed segments */
+        struct ship_config ship;        /* s3_* keys, see daemon/ship.h */
 };
 
 #define D9D_DEFAULT_CONFIG "/etc/d9d/d9d.conf"
 
 void config_defaults(struct d9d_config *cfg);
+void config_free(struct d9d_config *cfg);
 /* Apply one key = value setting. Returns 0, or -EINVAL with *why set. */
 int config_set(struct d9d_config *cfg, const char *key, const char *value, const char **why);
 /* Read a config file. A missing file is fine only when !required.

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "d9d.h"
+#include "daemon/ship.h"
 #include "log.h"
 #include "proto/d9control.h"
 #include "sealer.h"
@@ -69,6 +70,15 @@ static json_t *cmd_status(struct d9d *d, const struct peer *p, json_t *req)
                         json_array_append_new(arr, session_status_json(s));
         sealer_get_stats(d->sealer, &st);
         json_object_set_new(r, "targets", arr);
+        if (d->shipper) {
+                struct ship_stats ss;
+                shipper_stats(d->shipper, &ss);
+                json_object_set_new(r, "s3", json_pack("{s:I,s:I,s:I,s:I,s:I,s:b,s:s,s:s}",
+                        "queue", (json_int_t)ss.queue_len, "uploads_ok", (json_int_t)ss.uploads_ok,
+                        "uploads_failed", (json_int_t)ss.uploads_failed, "bytes", (json_int_t)ss.bytes_shipped,
+                        "lost", (json_int_t)ss.segments_lost, "breaker_open", ss.breaker_open,
+                        "last_error", ss.last_error, "last_key", ss.last_key));
+        }
         json_object_set_new(r, "daemon", json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:I}", "version", D9_VERSION,
                             "traces_dir", d->traces_dir, "sealed", (json_int_t)st.sealed,
                             "seal_failed", (json_int_t)st.failed, "seal_queue", (json_int_t)st.queued,

@@ -25,6 +25,7 @@ struct d9d {
         struct session *sessions;       /* live and finished sessions, newest first */
         struct sealer *sealer;
         struct control_server *control;
+        struct shipper *shipper;        /* NULL unless s3_* is configured */
         char traces_dir[PATH_MAX];      /* <state_dir>/traces */
         char host[256];
 };

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "d9d.h"
+#include "daemon/ship.h"
 #include "log.h"
 #include "notify.h"
 #include "preflight.h"
@@ -161,9 +162,45 @@ static void shutdown_all(struct d9d *d)
                 session_end(s, "d9d stopping");
         control_server_stop(d->control);
         sealer_stop(d->sealer); /* seals whatever is queued, then joins */
+        if (d->shipper) {
+                /* A short grace period; what is left stays queued on disk. */
+                if (shipper_flush(d->shipper, 5000) < 0)
+                        log_warn("S3 uploads still pending at exit; they resume at the next start");
+                shipper_stop(d->shipper);
+        }
         sessions_free_all(d);
         session_bpf_close();
+        config_free(&d->cfg);
         log_info("stopped");
+}
+
+/* S3 is optional: only when some s3_* key is configured. A half-configured
+ * S3 (no bucket, no credentials) is an error at start, not a silent no-op. */
+static int start_shipper(struct d9d *d)
+{
+        static char ship_dir[PATH_MAX];
+        const char *why = NULL;
+        int r;
+
+        if (!d->cfg.s3_enabled)
+                return 0;
+        r = s3_config_resolve(&d->cfg.ship.s3, &why);
+        if (r < 0) {
+                log_error("S3 shipping configured but unusable: %s", why ? why : strerror(-r));
+                return r;
+        }
+        if (!d->cfg.ship.state_dir) {
+                snprintf(ship_dir, sizeof(ship_dir), "%.3000s/ship", d->cfg.state_dir);
+                d->cfg.ship.state_dir = strdup(ship_dir);
+        }
+        r = shipper_start(&d->cfg.ship, &d->shipper);
+        if (r < 0) {
+                log_error("cannot start the S3 shipper: %s", strerror(-r));
+                return r;
+        }
+        sealer_set_shipper(d->sealer, d->shipper);
+        log_info("shipping sealed segments to s3://%s", d->cfg.ship.s3.bucket);
+        return 0;
 }
 
 static int run_loop(struct d9d *d)
@@ -222,6 +259,9 @@ int main(int argc, char **argv)
                 log_error("cannot start the sealing thread: %s", strerror(-r));
                 return 1;
         }
+        r = start_shipper(&d);
+        if (r < 0)
+                return 1;
         r = recover_active_segments(d.traces_dir, d.sealer, d.cfg.compression);
         if (r < 0)
                 log_error("recovery scan of %s failed: %s", d.traces_dir, strerror(-r));

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "budget.h"
+#include "daemon/ship.h"
 #include "cleanup.h"
 #include "d9d.h"
 #include "log.h"
@@ -34,17 +35,56 @@ struct sealer {
         bool stop;
         struct sealer_stats st;
         void (*on_done)(struct d9d *d, struct seal_job *job);
+        struct shipper *shipper;
 };
+
+void sealer_set_shipper(struct sealer *s, struct shipper *sh)
+{
+        s->shipper = sh;
+}
+
+/* <traces>/<service>/<pid>-<starttime>/trace.N.bin.X: everything the S3 key
+ * needs is in the path, also for segments recovered after a crash. */
+static void ship_sealed(struct shipper *sh, const struct seal_job *job)
+{
+        char path[4096], boot_id[32], *file, *target, *service;
+        unsigned long long starttime = 0;
+        int pid = 0, n;
+
+        snprintf(path, sizeof(path), "%s", job->sealed);
+        file = strrchr(path, '/');
+        if (!file)
+                return;
+        *file++ = 0;
+        target = strrchr(path, '/');
+        if (!target)
+                return;
+        *target++ = 0;
+        service = strrchr(path, '/');
+        if (!service || sscanf(target, "%d-%llu", &pid, &starttime) != 2 || (n = segment_index_of(file)) < 0)
+                return;
+        s3_dial9_boot_id(boot_id, starttime ^ ((uint64_t)pid << 32), pid);
+        struct segment_meta m = {
+                .service = service + 1, .boot_id = boot_id, .pid = pid, .index = (uint64_t)n,
+                .start_realtime_ns = (int64_t)job->start_realtime_ns,
+        };
+        int r = shipper_enqueue(sh, job->sealed, &m);
+        if (r < 0)
+                log_error("cannot queue %s for upload: %s", job->sealed, strerror(-r));
+}
 
 struct addr_set {
         uint64_t *v;
         size_t n, cap;
+        uint64_t first_realtime_ns;
 };
 
 static int collect_addrs(const struct d9_dec_event *ev, void *ctx)
 {
         struct addr_set *set = ctx;
 
+        if (!set->first_realtime_ns && !strcmp(ev->schema->name, "ClockSyncEvent") && ev->values[0].present)
+                set->first_realtime_ns = ev->values[0].u;
         for (uint16_t i = 0; i < ev->schema->nfields; i++) {
                 const struct d9_value *v = &ev->values[i];
                 if (!v->present || (v->type != D9_T_POOLED_STACK && v->type != D9_T_STACK))
@@ -142,6 +182,7 @@ static int symbolize_segment(struct seal_job *job)
                 return r;
         r = d9_decode(raw, len, &opts, &res);
         free(raw);
+        job->start_realtime_ns = set.first_realtime_ns;
         if (r == 0 && set.n) {
                 size_t u = 0;
                 qsort(set.v, set.n, 8, u64_cmp);
@@ -222,6 +263,8 @@ static void *sealer_main(void *arg)
                 else
                         log_info("sealed %s (%llu bytes, %llu symbols)", job->sealed,
                                  (unsigned long long)job->bytes, (unsigned long long)job->symbols);
+                if (!job->error && s->shipper)
+                        ship_sealed(s->shipper, job);
                 struct budget_result br = { 0 };
                 if (s->d->cfg.disk_budget_bytes)
                         budget_enforce(s->d->traces_dir, s->d->cfg.disk_budget_bytes, &br);

@@ -22,9 +22,12 @@ struct seal_job {
         char sealed[4096];
         uint64_t bytes;         /* size of the sealed file */
         uint64_t symbols;
+        uint64_t start_realtime_ns;     /* first ClockSyncEvent, for S3 keys */
         int error;
         struct seal_job *next;
 };
+
+struct shipper;
 
 struct sealer_stats {
         uint64_t sealed, failed, queued;
@@ -41,6 +44,9 @@ void sealer_collect(struct sealer *s, void (*fn)(struct d9d *d, struct seal_job 
 void sealer_get_stats(struct sealer *s, struct sealer_stats *st);
 /* Seal everything still queued, then join the thread. */
 void sealer_stop(struct sealer *s);
+
+/* Hand every sealed segment to the S3 shipper (NULL: keep them local). */
+void sealer_set_shipper(struct sealer *s, struct shipper *sh);
 
 /* The work itself (also used by tests): returns 0 or a negative errno. */
 int seal_segment(struct seal_job *job);
