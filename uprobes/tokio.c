@@ -91,7 +91,11 @@ char *name_strip_generics(const char *name)
         if (name[0] == '<') {
                 size_t close = skip_angle(name, 0);
 
-                if (close && !memmem(name, close, " as ", 4)) {
+                if (close && memmem(name, close, " as ", 4)) {
+                        memcpy(out, name, close); /* trait impls keep their <A as B> */
+                        w = close;
+                        i = close;
+                } else if (close) {
                         char *inner = strndup(name + 1, close - 2);
                         char *si = inner ? name_strip_generics(inner) : NULL;
 

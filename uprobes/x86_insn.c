@@ -46,8 +46,10 @@ static int op1_imm(uint8_t op, int osz, uint8_t modrm_reg)
         case 0x6a: case 0x6b: case 0x80: case 0x83: case 0xa8: case 0xc0: case 0xc1:
         case 0xc6: case 0xcd: case 0xeb:
                 return 1;
-        case 0x68: case 0x69: case 0x81: case 0xa9: case 0xc7: case 0xe8: case 0xe9:
+        case 0x68: case 0x69: case 0x81: case 0xa9: case 0xc7:
                 return z;
+        case 0xe8: case 0xe9: /* near branches: rel32 whatever the operand size */
+                return 4;
         case 0xc2: case 0xca:
                 return 2;
         case 0xc8:

@@ -1,0 +1,130 @@
+/* Unit checks (TAP) for the pieces of uprobes/ whose inputs are easy to write
+ * down: Rust name normalization and the x86 first-instruction classes. The
+ * real-binary tests (check_plan.py) cover the same code on real targets. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokio.h"
+#include "uprobes-int.h"
+
+static int n_tests, n_failed;
+
+static void ok(int cond, const char *name, const char *got)
+{
+        n_tests++;
+        if (!cond)
+                n_failed++;
+        printf("%s %d - %s\n", cond ? "ok" : "not ok", n_tests, name);
+        if (!cond && got)
+                printf("# got: %s\n", got);
+}
+
+static void check_demangle(const char *mangled, const char *want, int want_v0)
+{
+        bool v0;
+        char *got = rust_demangle_normalized(mangled, &v0);
+        char name[160];
+
+        snprintf(name, sizeof(name), "demangle %.60s -> %.60s", mangled, want);
+        ok(got && strcmp(got, want) == 0 && v0 == want_v0, name, got);
+        free(got);
+}
+
+static void check_strip(const char *in, const char *want)
+{
+        char *got = name_strip_generics(in);
+        char name[200];
+
+        snprintf(name, sizeof(name), "strip generics: %.80s -> %.60s", in, want);
+        ok(got && strcmp(got, want) == 0, name, got);
+        free(got);
+}
+
+static void check_arg(const char *in, const char *after, const char *want)
+{
+        char *got = name_first_generic_arg(in, after);
+        char name[200];
+
+        snprintf(name, sizeof(name), "first generic arg of %.40s in %.60s", after, in);
+        ok(got && strcmp(got, want) == 0, name, got);
+        free(got);
+}
+
+static void check_insn(const char *what, const uint8_t *bytes, size_t n, int len, enum probe_insn_class cls)
+{
+        struct x86_insn in;
+        char name[96], got[64];
+
+        x86_decode(bytes, n, &in);
+        snprintf(name, sizeof(name), "insn %s: %d bytes, %s", what, len,
+                 cls == PROBE_INSN_EMULATED ? "emulated" : "single-step");
+        snprintf(got, sizeof(got), "len %d class %d (%s)", in.len, in.cls, in.what);
+        ok(in.len == len && in.cls == cls, name, got);
+}
+
+#define INSN(what, len, cls, ...)                                                   \
+        do {                                                                        \
+                static const uint8_t b_[] = { __VA_ARGS__ };                        \
+                check_insn(what, b_, sizeof(b_), len, cls);                         \
+        } while (0)
+
+int main(void)
+{
+        /* Legacy: hash and LLVM clone suffix go, ".." inside generics stays decoded. */
+        check_demangle("_ZN5tokio7runtime4task3raw4poll17h0094d2c6925f5603E.llvm.9216869784229665726",
+                       "tokio::runtime::task::raw::poll", 0);
+        check_demangle("_ZN4core3ptr51drop_in_place$LT$tokio..runtime..driver..Driver$GT$17hcab244fd23842742E",
+                       "core::ptr::drop_in_place<tokio::runtime::driver::Driver>", 0);
+        /* v0: generics kept, crate disambiguators and clone suffix dropped. */
+        check_demangle("_RNvNtNtNtCs5RdOu2GIbpd_5tokio7runtime4task5waker11wake_by_val.llvm.123",
+                       "tokio::runtime::task::waker::wake_by_val", 1);
+        check_demangle("main", "main", 0);
+        check_demangle("_ZN3foo3barEv", "_ZN3foo3barEv", 0); /* C++, not Rust: left alone */
+
+        check_strip("<tokio::runtime::task::list::OwnedTasks<alloc::sync::Arc<tokio::runtime::scheduler::"
+                    "current_thread::Handle>>>::bind::<uptgt::Custom>",
+                    "tokio::runtime::task::list::OwnedTasks::bind");
+        check_strip("tokio::runtime::task::list::OwnedTasks<S>::bind", "tokio::runtime::task::list::OwnedTasks::bind");
+        check_strip("tokio::runtime::task::raw::poll::<a::F<fn() -> u8>, b::S>", "tokio::runtime::task::raw::poll");
+        check_strip("<tokio::runtime::scheduler::multi_thread::worker::Context>::park_internal",
+                    "tokio::runtime::scheduler::multi_thread::worker::Context::park_internal");
+        check_strip("<a::X as core::future::future::Future>::poll", "<a::X as core::future::future::Future>::poll");
+
+        check_arg("tokio::runtime::task::raw::poll::<uptgt::blocker::{closure#0}, alloc::sync::Arc<h::Handle>>",
+                  "raw::poll", "uptgt::blocker::{closure#0}");
+        check_arg("tokio::runtime::task::raw::poll::<a::F<fn() -> u8, c::D>, b::S>", "raw::poll",
+                  "a::F<fn() -> u8, c::D>");
+        check_arg("core::ptr::drop_in_place<alloc::boxed::Box<tokio::runtime::task::core::Cell<d9::f::{{closure}},"
+                  "alloc::sync::Arc<h::Handle>>>>", "task::core::Cell", "d9::f::{{closure}}");
+
+        ok(label_is_boxed_dyn_future("core::pin::Pin<alloc::boxed::Box<dyn core::future::future::Future<Output = ()>"
+                                     " + core::marker::Send>>"), "Pin<Box<dyn Future>> recognised (v0)", NULL);
+        ok(!label_is_boxed_dyn_future("uptgt::Custom"), "a named future is not boxed", NULL);
+        ok(tokio_rule_match("tokio::runtime::scheduler::current_thread::Context::park_yield")->kind == PROBE_PARK,
+           "current_thread park_yield is a park", NULL);
+        ok(!tokio_rule_match("tokio::runtime::task::raw::RawTask::poll"),
+           "RawTask::poll is not probed (its out-of-line copy never runs)", NULL);
+        ok(!tokio_rule_match("mycrate::task::raw::poll"), "only tokio:: paths match", NULL);
+
+        /* What the kernel emulates (arch/x86/kernel/uprobes.c) and what it steps. */
+        INSN("push %rbp", 1, PROBE_INSN_EMULATED, 0x55);
+        INSN("push %r12", 2, PROBE_INSN_EMULATED, 0x41, 0x54);
+        INSN("jmp rel32", 5, PROBE_INSN_EMULATED, 0xe9, 1, 2, 3, 4);
+        INSN("call rel32", 5, PROBE_INSN_EMULATED, 0xe8, 1, 2, 3, 4);
+        INSN("jne rel32", 6, PROBE_INSN_EMULATED, 0x0f, 0x85, 1, 2, 3, 4);
+        INSN("nopl 0(%rax,%rax)", 5, PROBE_INSN_EMULATED, 0x0f, 0x1f, 0x44, 0, 0);
+        INSN("66 e8 (operand-size prefix)", 6, PROBE_INSN_SSTEP, 0x66, 0xe8, 1, 2, 3, 4);
+        INSN("endbr64", 4, PROBE_INSN_SSTEP, 0xf3, 0x0f, 0x1e, 0xfa);
+        INSN("push $imm8", 2, PROBE_INSN_SSTEP, 0x6a, 0);
+        INSN("sub $0xa0,%rsp", 7, PROBE_INSN_SSTEP, 0x48, 0x81, 0xec, 0xa0, 0, 0, 0);
+        INSN("mov %rdi,%rbx", 3, PROBE_INSN_SSTEP, 0x48, 0x89, 0xfb);
+        INSN("ret", 1, PROBE_INSN_SSTEP, 0xc3);
+        INSN("movabs $imm64,%rax", 10, PROBE_INSN_SSTEP, 0x48, 0xb8, 1, 2, 3, 4, 5, 6, 7, 8);
+        INSN("vmovdqu (%rsi),%ymm0 (VEX)", 4, PROBE_INSN_SSTEP, 0xc5, 0xfe, 0x6f, 0x06);
+        INSN("vpternlogd $0x96 (EVEX)", 7, PROBE_INSN_SSTEP, 0x62, 0xf3, 0x75, 0x48, 0x25, 0xc2, 0x96);
+        INSN("lea 0x20(%rbx),%r15", 4, PROBE_INSN_SSTEP, 0x4c, 0x8d, 0x7b, 0x20);
+
+        printf("1..%d\n", n_tests);
+        return n_failed ? 1 : 0;
+}
