@@ -23,13 +23,21 @@ static int notify_send(const char *msg)
         return r < 0 ? r : 0;
 }
 
-int notify_ready(const char *status)
+/* "<state>\nSTATUS=<first line of status>": STATUS= is one line, and a
+ * newline in it would start a bogus assignment. */
+static int notify_with_status(const char *state, const char *status)
 {
         if (!status)
-                return notify_send("READY=1");
-        int r = sd_notifyf(0, "READY=1\nSTATUS=%s", status);
+                return notify_send(state);
+
+        int r = sd_notifyf(0, "%s\nSTATUS=%.*s", state, (int)strcspn(status, "\n"), status);
 
         return r < 0 ? r : 0;
+}
+
+int notify_ready(const char *status)
+{
+        return notify_with_status("READY=1", status);
 }
 
 int notify_status(const char *fmt, ...)
@@ -40,7 +48,6 @@ int notify_status(const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(line, sizeof(line), fmt, ap);
         va_end(ap);
-        /* STATUS= is one line; a newline would start a bogus assignment. */
         line[strcspn(line, "\n")] = '\0';
 
         int r = sd_notifyf(0, "STATUS=%s", line);
@@ -55,11 +62,7 @@ int notify_watchdog(void)
 
 int notify_stopping(const char *status)
 {
-        if (!status)
-                return notify_send("STOPPING=1");
-        int r = sd_notifyf(0, "STOPPING=1\nSTATUS=%s", status);
-
-        return r < 0 ? r : 0;
+        return notify_with_status("STOPPING=1", status);
 }
 
 uint64_t notify_watchdog_usec(void)

@@ -15,7 +15,7 @@ from notifysock import NotifySocket  # noqa: E402
 from sdtest import Tap  # noqa: E402
 
 HARNESS = sys.argv[1]
-tap = Tap(13)
+tap = Tap(14)
 tmp = tempfile.TemporaryDirectory(prefix="d9-notify-")
 base_env = {k: v for k, v in os.environ.items()
             if not k.startswith(("NOTIFY_", "WATCHDOG_", "LISTEN_"))}
@@ -30,6 +30,8 @@ ns.drain(0.2)
 tap.ok(r.returncode == 0, "harness exits 0 under a notify socket", r.stdout + r.stderr)
 tap.ok(ns.has("READY=1") and ns.has("STATUS=ready"), "READY=1 with its STATUS= arrives", ns.messages)
 tap.ok(ns.has("STATUS=starting 3 pings"), "notify_status() sends a formatted STATUS=", ns.messages)
+tap.ok(ns.has("STATUS=first line only") and not ns.has("MAINPID=1"),
+       "a newline in a status cannot inject another assignment", ns.messages)
 tap.ok(ns.count("WATCHDOG=1") == 3, "one WATCHDOG=1 per timerfd tick", ns.messages)
 tap.ok(ns.has("STOPPING=1") and ns.index("STOPPING=1") > ns.index("READY=1"),
        "STOPPING=1 arrives, after READY=1", ns.messages)
