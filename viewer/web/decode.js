@@ -213,7 +213,7 @@ function newOutput() {
     metadata: [],
     symbols: [],
     custom: [],
-    counts: new Map(),
+    counters: new Map(),
     streams: 0,
     events: 0,
     truncated: false,
@@ -268,7 +268,8 @@ export function decodeTrace(bytes) {
     park: finish(out.tables.park), wake: finish(out.tables.wake), sample: finish(out.tables.sample),
     spawn: finish(out.tables.spawn), terminate: finish(out.tables.terminate), queue: finish(out.tables.queue),
     strings: out.strings.list, stacks: out.stacks.list, clockSyncs: out.clockSyncs,
-    metadata: out.metadata, symbols: out.symbols, custom: out.custom, counts: out.counts,
+    metadata: out.metadata, symbols: out.symbols, custom: out.custom,
+    counts: new Map([...out.counters].map(([k, c]) => [k, c.n])),
     streams: out.streams, events: out.events, truncated: out.truncated, truncatedAt: out.truncatedAt,
     bytes: bytes.length,
   };
@@ -289,7 +290,10 @@ function readSchema(r, st, out) {
     codes.push(code);
   }
   // Pooled strings stay interned indices for the column sinks.
-  st.schemas.set(id, { name, hasTs, fields, codes, sink: makeSink(name, fields, out), vals: new Array(n), custom: !KNOWN.has(name) });
+    // per-name counter object shared by every stream that declares this name
+  let count = out.counters.get(name);
+  if (!count) out.counters.set(name, (count = { n: 0 }));
+  st.schemas.set(id, { name, hasTs, fields, codes, sink: makeSink(name, fields, out), vals: new Array(n), custom: !KNOWN.has(name), count });
 }
 
 function readEvent(r, st, out) {
@@ -325,7 +329,7 @@ function readEvent(r, st, out) {
     }
   }
   out.events++;
-  out.counts.set(s.name, (out.counts.get(s.name) || 0) + 1);
+  s.count.n++;
   if (s.custom) {
     // custom event: resolve pooled strings to text
     const copy = vals.slice();

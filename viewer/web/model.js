@@ -220,8 +220,8 @@ export function buildModel(d) {
   if (t0 === Infinity) { t0 = 0; t1 = 1; }
   if (t1 <= t0) t1 = t0 + 1;
 
-  const workerSet = new Set([...polls.lanes.keys(), ...parks.keys(), ...samples.lanes.keys()]);
-  for (let i = 0; i < d.wake.length; i++) workerSet.add(d.wake.worker[i]);
+  const wakeLanes = byWorker(d.wake);
+  const workerSet = new Set([...polls.lanes.keys(), ...parks.keys(), ...samples.lanes.keys(), ...wakeLanes.keys()]);
   const workers = [...workerSet].sort((a, b) => a - b);
 
   // Wall clock from the earliest ClockSyncEvent: wall = ts + (realtime - ts_sync).
@@ -230,7 +230,6 @@ export function buildModel(d) {
     const c = d.clockSyncs.reduce((a, b) => (b.ts < a.ts ? b : a));
     wallOffsetMs = Number(c.realtime - BigInt(Math.round(c.ts))) / 1e6;
   }
-  const wakeLanes = byWorker(d.wake);
   const wakeTs = new Map();
   for (const [w, idx] of wakeLanes) wakeTs.set(w, gather(d.wake.ts, idx));
 
