@@ -71,6 +71,12 @@ def objdump_at(binary, vaddr, length=16):
 EMULATED = re.compile(r"^(push|jmp|call|j[a-z]+|nop[wl]?|xchg)$")
 
 
+def file_bytes(path, offset, n=16):
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(n)
+
+
 def check_insns(binary, d, what):
     """First instruction of every point: our length == objdump's, and our class
     agrees with the mnemonic (push/jmp/call/jcc/nop emulated, rest stepped)."""
@@ -171,13 +177,17 @@ def check_target(plan_dump, series, release, v0, stripped, debug):
         check_common(d_s, series, f"{series}-stripped")
         ok(not d_s["has_symbols"] and d_s["discovery"]["polls_by_symbols"] == 0,
            f"{series}-stripped: no symbols used")
-        rel_offs = sorted(p["file_offset"] for p in polls(d_rel))
-        s_offs = sorted(p["file_offset"] for p in polls(d_s))
-        ok(s_offs == rel_offs, f"{series}-stripped: vtable scan finds the same {len(rel_offs)} polls "
-           f"(file offsets) as the symbolized build ({len(s_offs)})",
-           set(rel_offs) ^ set(s_offs))
-        boxed_rel = sorted((p["file_offset"], p["dyn_vtable_hdr_off"]) for p in polls(d_rel) if p.get("boxed_dyn"))
-        boxed_s = sorted((p["file_offset"], p["dyn_vtable_hdr_off"]) for p in polls(d_s) if p.get("boxed_dyn"))
+        rel_addrs = sorted(p["vaddr_int"] for p in polls(d_rel))
+        s_addrs = sorted(p["vaddr_int"] for p in polls(d_s))
+        ok(s_addrs == rel_addrs, f"{series}-stripped: vtable scan finds the same {len(rel_addrs)} polls "
+           f"as the symbolized build ({len(s_addrs)})", set(rel_addrs) ^ set(s_addrs))
+        # strip may lay the file out anew: offsets can differ, the code at them must not.
+        same_code = all(file_bytes(release, a["file_offset"]) == file_bytes(sbin, b["file_offset"])
+                        for a, b in zip(sorted(polls(d_rel), key=lambda p: p["vaddr_int"]),
+                                        sorted(polls(d_s), key=lambda p: p["vaddr_int"])))
+        ok(same_code, f"{series}-stripped: each poll's file offset holds the same code as in the release file")
+        boxed_rel = sorted((p["vaddr_int"], p["dyn_vtable_hdr_off"]) for p in polls(d_rel) if p.get("boxed_dyn"))
+        boxed_s = sorted((p["vaddr_int"], p["dyn_vtable_hdr_off"]) for p in polls(d_s) if p.get("boxed_dyn"))
         ok(boxed_s == boxed_rel, f"{series}-stripped: the same {len(boxed_rel)} boxed-dyn polls found from code, "
            f"same vtable offsets", (boxed_rel, boxed_s))
         ok(all(p["label"] == p["vaddr"] for p in polls(d_s)),
