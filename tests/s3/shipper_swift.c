@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon/ship.h"
@@ -188,6 +189,8 @@ static void wrong_secret_keeps_then_restart_resumes(struct s3_client *c)
         shipper_config(&cfg, state, "fleet/b");
         free(cfg.s3.secret_key);
         cfg.s3.secret_key = strdup("wrong-secret");
+        cfg.breaker_threshold = 2;
+        cfg.breaker_cooldown_ms = 60000;
         if (shipper_start(&cfg, &s) < 0)
                 bail("shipper_start");
         for (int i = 0; i < 2; i++) {
@@ -198,7 +201,13 @@ static void wrong_secret_keeps_then_restart_resumes(struct s3_client *c)
         wait_for(s, two_failed, "two failed uploads");
         struct ship_stats st;
         shipper_stats(s, &st);
+        ok(st.breaker_open, "breaker opens after 2 failures in a row");
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         shipper_stop(s);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double stop_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+        ok(stop_s < 5, "shipper_stop does not sit out the 60 s breaker cooldown (%.2f s)", stop_s);
         ok(strstr(st.last_error, "403") && strstr(st.last_error, "SignatureDoesNotMatch") &&
            !strstr(st.last_error, "wrong-secret"),
            "wrong secret: clear error without the secret: %s", st.last_error);
