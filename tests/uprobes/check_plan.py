@@ -226,6 +226,21 @@ def check_errors(plan_dump):
     ok(p.returncode != 0 and "not an ELF file" in p.stderr, "non-ELF file: clear error", p.stderr)
     p = run("--pid", "2")
     ok(p.returncode != 0 and "no executable" in p.stderr, "kernel thread: clear error", p.stderr)
+    # Unprivileged caller, root's process: refused with the reason, not a crash.
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o755)
+        copy = os.path.join(tmp, "plan-dump")
+        shutil.copy(plan_dump, copy)
+        os.chmod(copy, 0o755)
+        victim = subprocess.Popen(["sleep", "30"])
+        try:
+            p = subprocess.run(["runuser", "-u", "nobody", "--", copy, "--pid", str(victim.pid)],
+                               capture_output=True, text=True, timeout=30)
+        finally:
+            victim.kill()
+            victim.wait()
+        ok(p.returncode == 1 and "permission denied" in p.stderr and p.stderr.count("\n") == 1,
+           "no permission: one-line error, non-zero exit", p.stderr)
     p = run("--pid", "abc")
     ok(p.returncode == 2 and "invalid PID" in p.stderr, "bad PID argument: usage error", p.stderr)
     finish()
