@@ -54,7 +54,12 @@ function startServe(dir, extraArgs = []) {
     proc.stdout.on('data', (b) => {
       out += b;
       const m = /serving (http:\/\/\S+)/.exec(out);
-      if (m) { clearTimeout(timer); resolve({ url: m[1], proc, stop: () => proc.kill('SIGTERM') }); }
+      if (m) {
+        clearTimeout(timer);
+        // anything the server logged (sanitizer reports included) ends up in the test log
+        proc.on('exit', () => { if (err.trim()) console.log(`# d9ctl serve stderr: ${err.trim().split('\n').join('\n# ')}`); });
+        resolve({ url: m[1], proc, stop: () => proc.kill('SIGTERM') });
+      }
     });
     proc.on('exit', (code) => { clearTimeout(timer); reject(new Error(`d9ctl serve exited ${code}: ${err}`)); });
   });
