@@ -3,10 +3,13 @@
 run the real d9d under strace while it starts (preflight, BPF load), records
 a real Tokio target with `d9ctl record`, seals and stops on SIGTERM; every
 system call it made must be allowed by the unit's filter, expanded with
-`systemd-analyze syscall-filter` exactly as systemd would."""
+`systemd-analyze syscall-filter` exactly as systemd would. Run under
+tests/s3/swift-harness (D9_S3_* set), d9d also ships the segments to a real
+S3 endpoint on loopback, so libcurl's calls are covered too."""
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -48,7 +51,8 @@ def unit_allowed():
     return lines, allowed
 
 
-tap = Tap(9)
+S3 = os.environ.get("D9_S3_ENDPOINT")
+tap = Tap(10 if S3 else 9)
 lines, allowed = unit_allowed()
 tap.ok(lines and not lines[0].startswith("~") and "bpf" in allowed and "perf_event_open" in allowed,
        f"the unit has an allow list ({len(allowed)} syscalls) with bpf and perf_event_open", lines)
@@ -56,8 +60,26 @@ tap.ok(lines and not lines[0].startswith("~") and "bpf" in allowed and "perf_eve
 tmp = tempfile.TemporaryDirectory(prefix="d9-syscalls-")
 trace = os.path.join(tmp.name, "strace.out")
 sock = os.path.join(tmp.name, "control.sock")
+def loopback_name(endpoint):
+    """The endpoint with the host name instead of 127.0.0.1 when that name
+    resolves to loopback only, so d9d goes through getaddrinfo() as with a
+    real S3 host name, yet never leaves the machine."""
+    name = socket.gethostname()
+    try:
+        addrs = {a[4][0] for a in socket.getaddrinfo(name, None)}
+    except OSError:
+        return endpoint
+    return endpoint.replace("127.0.0.1", name) if addrs and all(a.startswith("127.") for a in addrs) else endpoint
+
+
+s3_args = []
+if S3:
+    s3_args = [f"--set={k}={v}" for k, v in (
+        ("s3_bucket", "d9-syscalls"), ("s3_endpoint", loopback_name(S3)), ("s3_region", os.environ["D9_S3_REGION"]),
+        ("s3_access_key_id", os.environ["D9_S3_ACCESS_KEY"]),
+        ("s3_secret_access_key", os.environ["D9_S3_SECRET_KEY"]))]
 strace = subprocess.Popen(["strace", "-f", "-qq", "-o", trace, D9D, "--foreground", "--config", "/dev/null",
-                           "--state-dir", os.path.join(tmp.name, "state"), "--socket", sock],
+                           "--state-dir", os.path.join(tmp.name, "state"), "--socket", sock, *s3_args],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 for _ in range(300):
     if os.path.exists(sock):
@@ -71,6 +93,15 @@ r = subprocess.run([D9CTL, "--socket", sock, "record", "--pid", str(target.pid),
 target.kill()
 target.wait()
 tap.ok(r.returncode == 0 and r.stdout.strip(), "d9d under strace records a real Tokio target", r.stdout + r.stderr)
+if S3:
+    # A job file per sealed segment stays until S3 confirmed the upload.
+    ship = os.path.join(tmp.name, "state", "ship")
+    for _ in range(300):
+        pending = [f for f in os.listdir(ship) if f.endswith(".job")] if os.path.isdir(ship) else ["?"]
+        if not pending:
+            break
+        time.sleep(0.1)
+    tap.ok(not pending, "every sealed segment was uploaded to S3 (no pending job left)", pending)
 
 children = subprocess.run(["pgrep", "-P", str(strace.pid)], capture_output=True, text=True).stdout.split()
 for pid in children:
