@@ -149,7 +149,10 @@ function installUi() {
   $('#show-browser').addEventListener('click', () => listSegments());
   $('#open-selected').addEventListener('click', () => {
     const paths = [...document.querySelectorAll('#segments input:checked')].map((c) => c.value);
-    if (paths.length) { location.hash = paths.map((p) => `seg=${encodeURIComponent(p)}`).join('&'); }
+    if (!paths.length) return;
+    const hash = paths.map((p) => `seg=${encodeURIComponent(p)}`).join('&');
+    if (location.hash.slice(1) === hash) openFromHash(); // no hashchange event for the same hash
+    else location.hash = hash;
   });
   document.addEventListener('dragover', (e) => { e.preventDefault(); document.body.classList.add('dragging'); });
   document.addEventListener('dragleave', (e) => { if (!e.relatedTarget) document.body.classList.remove('dragging'); });
