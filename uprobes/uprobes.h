@@ -140,6 +140,10 @@ size_t probe_plan_count(const struct probe_plan *plan, enum probe_kind kind, boo
 char *probe_plan_to_json(const struct probe_plan *plan);
 void probe_plan_print(const struct probe_plan *plan, FILE *out, bool all_points);
 
+/* `PROG (--pid PID | --exe PATH) [--json] [--all]`: prints the plan; returns
+ * the exit status (0, 1 on failure with one line on stderr, 2 on usage). */
+int probe_plan_cli(int argc, char **argv, const char *prog);
+
 /* Build the plan for a running process. Returns 0 or a negative errno; on
  * error, *err_msg (if non-NULL) receives a malloc'd one-line explanation. */
 int probe_plan_for_pid(pid_t pid, struct probe_plan **out, char **err_msg);

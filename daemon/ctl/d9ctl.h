@@ -17,3 +17,4 @@ int cmd_detach(int argc, char **argv);
 int cmd_list(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_record(int argc, char **argv);
+int cmd_plan(int argc, char **argv);

@@ -14,6 +14,7 @@ static const struct d9ctl_command commands[] = {
         { "detach", cmd_detach, "detach --pid N  stop tracing it and seal its segment" },
         { "list", cmd_list, "list  targets being traced" },
         { "status", cmd_status, "status [--pid N] [--json]  events/s, drops, bytes, segments, probe plan" },
+        { "plan", cmd_plan, "plan (--pid N | --exe PATH) [--json] [--all]  probe plan for a Tokio binary (local)" },
         { "record", cmd_record, "record --pid N --duration D [--out DIR] [--probes LIST] | record --duration D [--out DIR] -- CMD [ARGS]" },
         { NULL, NULL, NULL },
 };

@@ -10,6 +10,7 @@ the target's own process for --pid.
   check_plan.py lengths  X86_LENGTHS BINARY
   check_plan.py mountns  PLAN_DUMP BINARY
   check_plan.py foreign  PLAN_DUMP BINARY   (a third-party Tokio binary)
+  check_plan.py d9ctl    PLAN_DUMP D9CTL BINARY
 """
 import json
 import os
@@ -313,6 +314,19 @@ def check_foreign(plan_dump, binary):
     finish()
 
 
+def check_d9ctl(plan_dump, d9ctl, binary):
+    """`d9ctl plan` is the same command line as plan-dump."""
+    a = plan(plan_dump, "--exe", binary)
+    p = subprocess.run([d9ctl, "plan", "--json", "--exe", binary], capture_output=True, text=True, timeout=60)
+    ok(p.returncode == 0, "d9ctl plan --exe exits 0", p.stderr)
+    b = json.loads(p.stdout) if p.returncode == 0 else {}
+    ok(a["points"] == b.get("points") and a["missing"] == b.get("missing"), "same plan as plan-dump")
+    p = subprocess.run([d9ctl, "plan", "--exe", "/bin/true"], capture_output=True, text=True, timeout=60)
+    ok(p.returncode == 1 and p.stderr.startswith("d9ctl plan: ") and "not a Tokio binary" in p.stderr,
+       "d9ctl plan: one-line error for a non-Tokio binary", p.stderr)
+    finish()
+
+
 def objdump_boundaries(binary):
     out = subprocess.run(["objdump", "-d", "-w", "--no-show-raw-insn", "-j", ".text", binary],
                          capture_output=True, text=True, timeout=120).stdout
@@ -376,6 +390,8 @@ if __name__ == "__main__":
             check_pid(*sys.argv[2:])
         elif mode == "mountns" and len(sys.argv) == 4:
             check_mountns(*sys.argv[2:])
+        elif mode == "d9ctl" and len(sys.argv) == 5:
+            check_d9ctl(*sys.argv[2:])
         elif mode == "foreign" and len(sys.argv) == 4:
             check_foreign(*sys.argv[2:])
         elif mode == "lengths" and len(sys.argv) == 4:
