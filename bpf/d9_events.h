@@ -54,13 +54,16 @@ enum d9_probe_bits {
         D9_PROBE_ALL = (1u << 7) - 1,
 };
 
-/* A uprobe's BPF cookie: the plan point's cookie in the low 48 bits, what
- * the point is (enum d9_point) in bits 48..55, and where the program finds
- * the value it is about (enum d9_arg: a task Header*, a park key) in the
- * top 8. Records carry the low part only. */
+/* A uprobe's BPF cookie: the plan point's cookie in the low 32 bits; for a
+ * poll of a `Pin<Box<dyn Future>>` task, the offset from the Header* of the
+ * boxed future's dyn vtable pointer in bits 32..47 (0: not boxed); what the
+ * point is (enum d9_point) in bits 48..55; where the program finds the
+ * value it is about (enum d9_arg: a task Header*, a park key) in the top 8.
+ * Records carry the low 32 bits only. */
+#define D9_COOKIE_DYN_SHIFT 32
 #define D9_COOKIE_KIND_SHIFT 48
 #define D9_COOKIE_ARG_SHIFT 56
-#define D9_COOKIE_MASK ((1ull << D9_COOKIE_KIND_SHIFT) - 1)
+#define D9_COOKIE_MASK ((1ull << D9_COOKIE_DYN_SHIFT) - 1)
 enum d9_point {
         D9_POINT_POLL = 1,      /* raw::poll entry */
         D9_POINT_POLL_END,      /* its return (uretprobe or return site) */
@@ -103,6 +106,9 @@ struct d9_rec_task {
         d9_u64 start_ts;        /* POLL_END: the matching POLL_START's ts */
         d9_u32 why;             /* POLL_END: enum d9_poll_end_why */
         d9_u32 _pad;
+        d9_u64 future_poll;     /* POLL_START of a boxed dyn future: the
+                                 * concrete future's poll fn (runtime address,
+                                 * to symbolize); else 0 */
 };
 
 /* WAKE: woken task and, if the waking thread was polling, the waker. */
@@ -163,5 +169,5 @@ struct d9_target_cfg {
         d9_u64 header_vtable_off;
         d9_u64 vtable_id_off_slot;
         d9_u32 entry_only;      /* close polls at next poll/park */
-        d9_u32 _pad;
+        d9_u32 dyn_poll_slot;   /* Future::poll's slot in a Rust dyn vtable */
 };

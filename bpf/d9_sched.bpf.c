@@ -55,7 +55,7 @@ static __always_inline void d9_switch_in(struct task_struct *next)
                 d9_fill_hdr(&r->hdr, D9_REC_OFFCPU, tid, tgid);
                 r->off_ts = th->off_ts;
                 r->prev_state = th->off_state;
-                bpf_ringbuf_submit(r, 0);
+                d9_submit(tgid, r);
         }
         th->off_ts = 0;
 }
@@ -85,7 +85,7 @@ int BPF_PROG(d9_sched_wakeup, struct task_struct *p)
         d9_fill_hdr(&r->hdr, D9_REC_WAKEUP, p->pid, tgid);
         r->waker_tid = (__u32)waker;
         r->waker_tgid = waker >> 32;
-        bpf_ringbuf_submit(r, 0);
+        d9_submit(tgid, r);
         return 0;
 }
 
@@ -108,7 +108,7 @@ int d9_cpu_sample(struct bpf_perf_event_data *ctx)
          * sample hit a syscall or interrupt of this thread. */
         ip = ctx->regs.ip;
         r->ip = ip < (1ull << 47) ? ip : 0;
-        bpf_ringbuf_submit(r, 0);
+        d9_submit(tgid, r);
         return 0;
 }
 
@@ -126,7 +126,8 @@ static __always_inline void d9_proc_event(struct task_struct *p, __u16 type)
         d9_fill_hdr(&r->hdr, type, p->pid, tgid);
         r->exit_code = type == D9_REC_EXIT ? p->exit_code : 0;
         r->_pad = 0;
-        bpf_ringbuf_submit(r, 0);
+        /* The consumer should learn at once that the target is gone. */
+        bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
 }
 
 /* Only the leader's exit ends the process (other threads come and go). */

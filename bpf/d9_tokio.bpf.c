@@ -68,6 +68,23 @@ static __always_inline __u64 d9_point_cookie(struct pt_regs *ctx)
         return bpf_get_attach_cookie(ctx) & D9_COOKIE_MASK;
 }
 
+/* For a poll of a Pin<Box<dyn Future>> task: the concrete future's poll
+ * function, read through the box's dyn vtable (its pointer sits at the
+ * offset the plan found in the poll's code), so the poll can be labelled
+ * with the real future, not "a boxed future". 0 if not boxed. */
+static __always_inline __u64 d9_boxed_future_poll(struct pt_regs *ctx,
+                                                  const struct d9_target_cfg *cfg,
+                                                  __u64 header)
+{
+        __u64 off = (bpf_get_attach_cookie(ctx) >> D9_COOKIE_DYN_SHIFT) & 0xffff;
+        __u64 vtable = 0, fn = 0;
+
+        if (!off || bpf_probe_read_user(&vtable, sizeof(vtable), (void *)(header + off)))
+                return 0;
+        bpf_probe_read_user(&fn, sizeof(fn), (void *)(vtable + 8 * (__u64)cfg->dyn_poll_slot));
+        return fn;
+}
+
 static __always_inline struct d9_target_cfg *d9_current_target(__u32 *tgid, __u32 *tid)
 {
         __u64 id = bpf_get_current_pid_tgid();
@@ -98,7 +115,7 @@ static __always_inline void d9_close_poll(struct d9_target_cfg *cfg, __u32 tgid,
                 r->header = th->header;
                 r->start_ts = th->poll_ts;
                 r->why = why;
-                bpf_ringbuf_submit(r, 0);
+                d9_submit(tgid, r);
         }
         th->task_id = 0;
         th->header = 0;
@@ -125,7 +142,8 @@ static __always_inline int d9_poll_start(struct pt_regs *ctx)
                 r->task_id = th->task_id;
                 r->cookie = th->cookie;
                 r->header = th->header;
-                bpf_ringbuf_submit(r, 0);
+                r->future_poll = d9_boxed_future_poll(ctx, cfg, header);
+                d9_submit(tgid, r);
         }
         return 0;
 }
@@ -160,7 +178,7 @@ static __always_inline int d9_task_event(struct pt_regs *ctx, __u16 type)
         r->header = header;
         r->task_id = d9_task_id(cfg, header);
         r->cookie = d9_point_cookie(ctx);
-        bpf_ringbuf_submit(r, 0);
+        d9_submit(tgid, r);
         return 0;
 }
 
@@ -190,7 +208,7 @@ static __always_inline int d9_wake(struct pt_regs *ctx)
         r->woken_task_id = d9_task_id(cfg, header);
         r->waker_task_id = th->task_id;
         r->cookie = d9_point_cookie(ctx);
-        bpf_ringbuf_submit(r, 0);
+        d9_submit(tgid, r);
         return 0;
 }
 
@@ -207,7 +225,7 @@ static __always_inline void d9_park_event(struct pt_regs *ctx, __u16 type, struc
         r->cpu_ns = BPF_CORE_READ(task, se.sum_exec_runtime);
         r->run_delay_ns = BPF_CORE_READ(task, sched_info.run_delay);
         r->cookie = d9_point_cookie(ctx);
-        bpf_ringbuf_submit(r, 0);
+        d9_submit(tgid, r);
 }
 
 static __always_inline int d9_park(struct pt_regs *ctx)

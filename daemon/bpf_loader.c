@@ -335,6 +335,14 @@ static uint64_t point_arg(const struct probe_point *p)
         }
 }
 
+/* A boxed dyn future's vtable offset, for poll entries that have one. */
+static uint64_t point_dyn_off(const struct probe_point *p, enum d9_point what)
+{
+        if (what != D9_POINT_POLL || !p->boxed_dyn || p->dyn_vtable_hdr_off > 0xffff)
+                return 0;
+        return p->dyn_vtable_hdr_off;
+}
+
 /* The uprobe points of one target, entries and returns apart: each set
  * becomes one uprobe_multi link (or one link per point without it). */
 struct point_set {
@@ -366,6 +374,7 @@ static void collect(struct point_set sets[2], const struct probe_plan *plan,
                 set = &sets[as_ret || p->uretprobe];
                 set->offs[set->n] = p->file_offset;
                 set->cookies[set->n++] = (p->cookie & D9_COOKIE_MASK) |
+                                         (point_dyn_off(p, what) << D9_COOKIE_DYN_SHIFT) |
                                          ((__u64)what << D9_COOKIE_KIND_SHIFT) |
                                          (point_arg(p) << D9_COOKIE_ARG_SHIFT);
         }
@@ -523,6 +532,7 @@ static int install_target(struct d9_bpf_target *t, const struct probe_plan *plan
                 .slot = t->slot,
                 .probes = o->probes,
                 .entry_only = t->poll_end == D9_POLL_END_ENTRY_ONLY,
+                .dyn_poll_slot = plan ? plan->dyn_future_poll_slot : 0,
         };
         uint32_t tgid = (uint32_t)t->pid;
         int r;
@@ -694,7 +704,13 @@ int d9_bpf_target_consume(struct d9_bpf_target *t)
 
 int d9_bpf_target_poll(struct d9_bpf_target *t, int timeout_ms)
 {
-        return ring_buffer__poll(t->rb, timeout_ms);
+        int woken = ring_buffer__poll(t->rb, timeout_ms), more;
+
+        /* BPF wakes us only when D9_WAKEUP_BYTES are pending: drain the rest. */
+        if (woken < 0 && woken != -EINTR)
+                return woken;
+        more = ring_buffer__consume(t->rb);
+        return more < 0 ? more : (woken > 0 ? woken : 0) + more;
 }
 
 int d9_bpf_target_drops(const struct d9_bpf_target *t, uint64_t *dropped)

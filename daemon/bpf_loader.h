@@ -6,7 +6,10 @@
  * own ring buffer in the d9_rings map-in-map, and the Tokio uprobes of its
  * probe plan with a pid filter. Records arrive through the callback given
  * at attach time whenever the caller drains (d9_bpf_target_consume, after
- * epoll on d9_bpf_target_epoll_fd). Record layouts: bpf/d9_events.h.
+ * epoll on d9_bpf_target_epoll_fd). BPF wakes that fd only once 64 KiB of
+ * records are pending (a wakeup per record would cost the traced machine a
+ * context switch each), so also drain on a timer (<= 100 ms), as
+ * d9_bpf_target_poll does. Record layouts: bpf/d9_events.h.
  *
  * Everything created here is named d9_*; after d9_bpf_detach_target and
  * d9_bpf_close no program, link or map of ours remains. Functions return
@@ -81,7 +84,7 @@ void d9_bpf_detach_target(struct d9_bpf_target *t);
 int d9_bpf_target_epoll_fd(const struct d9_bpf_target *t);
 /* Drain without waiting; returns records consumed or negative errno. */
 int d9_bpf_target_consume(struct d9_bpf_target *t);
-/* Wait up to timeout_ms for records, then drain. */
+/* Wait up to timeout_ms for a wakeup, then drain whatever is pending. */
 int d9_bpf_target_poll(struct d9_bpf_target *t, int timeout_ms);
 /* Records lost because this target's ring was full (summed over CPUs). */
 int d9_bpf_target_drops(const struct d9_bpf_target *t, uint64_t *dropped);
