@@ -59,6 +59,17 @@ static inline uint8_t *put_u64(uint8_t *p, uint64_t v)
 
 static inline uint8_t *put_uleb(uint8_t *p, uint64_t v)
 {
+        /* Worker ids, queue lengths and most task ids take one or two bytes:
+         * straight-line code for those keeps the event fast paths branch-light. */
+        if (d9_likely(v < 0x80)) {
+                *p = (uint8_t)v;
+                return p + 1;
+        }
+        if (v < 0x4000) {
+                p[0] = (uint8_t)(v | 0x80);
+                p[1] = (uint8_t)(v >> 7);
+                return p + 2;
+        }
         while (v >= 0x80) {
                 *p++ = (uint8_t)(v | 0x80);
                 v >>= 7;

@@ -231,8 +231,13 @@ int d9_enc_cpu_sample(struct d9_enc *e, uint64_t ts, uint64_t worker_id,
 
 int d9_enc_task_dump(struct d9_enc *e, uint64_t ts, uint64_t task_id, uint32_t callchain)
 {
-        const struct d9_enc_value v[] = { V_U(task_id), V_ATOM(callchain) };
+        uint8_t *p;
 
+        if (enc_atom_live(e, callchain) && (p = enc_fast_begin(e, D9_S_TASK_DUMP, ts)) != NULL) {
+                p = put_uleb(p, task_id);
+                return enc_fast_end(e, put_u32(p, e->atoms[callchain].pool_id));
+        }
+        const struct d9_enc_value v[] = { V_U(task_id), V_ATOM(callchain) };
         return d9_enc_event(e, D9_S_TASK_DUMP, ts, v);
 }
 
