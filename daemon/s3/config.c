@@ -93,7 +93,9 @@ static int set_number(struct s3_config *cfg, const char *key, const char *value,
         }
         if (parse_size(value, &n) < 0)
                 return *why = "expected a size such as 64M", -EINVAL;
-        if (!strcmp(key, "s3_part_size")) {
+        if (!strcmp(key, "s3_max_upload_rate")) {
+                cfg->max_upload_rate = n;
+        } else if (!strcmp(key, "s3_part_size")) {
                 if (n < S3_MIN_PART_SIZE)
                         return *why = "s3_part_size must be at least 5M (S3's minimum part size)", -EINVAL;
                 cfg->part_size = n;
@@ -135,7 +137,7 @@ int s3_config_set(struct s3_config *cfg, const char *key, const char *value, con
         if (!strcmp(key, "s3_path_style"))
                 return parse_bool(value, &cfg->path_style) < 0 ? (*why = "expected yes or no", -EINVAL) : 0;
         if (!strcmp(key, "s3_multipart_threshold") || !strcmp(key, "s3_part_size") ||
-            !strcmp(key, "s3_timeout"))
+            !strcmp(key, "s3_timeout") || !strcmp(key, "s3_max_upload_rate"))
                 return set_number(cfg, key, value, why);
         return -ENOENT;
 }

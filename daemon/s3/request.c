@@ -244,6 +244,8 @@ static int perform(struct s3_client *c, const struct s3_request *r, const char *
         curl_easy_setopt(h, CURLOPT_TIMEOUT, c->cfg.timeout_s);
         curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
         curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 30L);
+        if (c->cfg.max_upload_rate) /* keeps shipping from starving the traced service's traffic */
+                curl_easy_setopt(h, CURLOPT_MAX_SEND_SPEED_LARGE, (curl_off_t)c->cfg.max_upload_rate);
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, body);
         curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);

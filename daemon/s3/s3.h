@@ -29,6 +29,7 @@ struct s3_config {
         uint64_t multipart_threshold; /* files >= this go multipart */
         uint64_t part_size;           /* bytes per part (last may be less) */
         long timeout_s;               /* whole-request timeout */
+        uint64_t max_upload_rate;     /* bytes/s per request, 0 = unlimited */
 };
 
 #define S3_DEFAULT_MULTIPART_THRESHOLD (64ull << 20)
@@ -40,8 +41,8 @@ void s3_config_free(struct s3_config *cfg);
 /* Apply one d9d.conf setting. Keys: s3_bucket, s3_prefix, s3_region,
  * s3_endpoint, s3_path_style (yes/no), s3_access_key_id,
  * s3_secret_access_key, s3_session_token, s3_profile, s3_instance,
- * s3_multipart_threshold and s3_part_size (K/M/G suffixes), s3_timeout
- * (seconds). Returns 0, -ENOENT for a key that is not an S3 key (so the
+ * s3_multipart_threshold, s3_part_size and s3_max_upload_rate (bytes/s;
+ * K/M/G suffixes), s3_timeout (seconds). Returns 0, -ENOENT for a key that is not an S3 key (so the
  * caller can try its own keys), or -EINVAL with *why set. */
 int s3_config_set(struct s3_config *cfg, const char *key, const char *value, const char **why);
 /* Fill in credentials not given in the config file: first the environment

@@ -281,6 +281,44 @@ static void outage_loses_and_duplicates_nothing(struct s3_client *c)
         ship_config_free(&cfg);
 }
 
+/* The proxy dies while a (rate-limited, ~2 s) PUT is on the wire. */
+static void interrupted_upload_completes(struct s3_client *c)
+{
+        char dir[128], state[128], path[200], cmd[512];
+        struct ship_config cfg;
+        struct shipper *s;
+        struct ship_stats st;
+        snprintf(dir, sizeof dir, "%s/cut", work);
+        snprintf(state, sizeof state, "%s/cut-state", work);
+        snprintf(path, sizeof path, "%s/trace.7.bin", dir);
+        snprintf(cmd, sizeof cmd, "mkdir -p %s && gzip -dc %s > %s", dir, fixture, path);
+        if (system(cmd) != 0)
+                bail("%s", cmd);
+        shipper_config(&cfg, state, "fleet/e");
+        cfg.s3.max_upload_rate = 2 << 20;
+        if (shipper_start(&cfg, &s) < 0)
+                bail("shipper_start");
+        struct segment_meta m = meta_for(7);
+        shipper_enqueue(s, path, &m);
+        usleep(700000);
+        shipper_stats(s, &st);
+        ok(st.uploads_ok == 0 && st.uploads_failed == 0 && st.queue_len == 1,
+           "4 MB upload at 2 MB/s still in flight after 0.7 s");
+        harness_cmd("proxy-stop");
+        wait_for(s, one_failed, "the interrupted upload to fail");
+        shipper_stats(s, &st);
+        ok(st.uploads_ok == 0, "interrupted upload reported as failed: %s", st.last_error);
+        ok(count_jobs(state) == 1 && access(path, F_OK) == 0, "segment and job kept");
+        harness_cmd("proxy-start");
+        ok(shipper_flush(s, 90000) == 0, "upload completes once the proxy is back");
+        shipper_stats(s, &st);
+        shipper_stop(s);
+        ok(st.uploads_ok == 1 && count_objects(c, "fleet/e/") == 1, "exactly one object");
+        ok(object_matches(c, "fleet/e/2026-01-02/0307/demo/test-host/abcd-4242/1767323220-7.bin", path),
+           "and it is byte-identical to the segment");
+        ship_config_free(&cfg);
+}
+
 static void delete_after_upload(struct s3_client *c)
 {
         char dir[128], state[128], path[200];
@@ -343,6 +381,7 @@ int main(int argc, char **argv)
         wrong_secret_keeps_then_restart_resumes(c);
         delete_after_upload(c);
         outage_loses_and_duplicates_nothing(c);
+        interrupted_upload_completes(c);
         s3_client_free(c);
         s3_config_free(&cfg);
         sh("rm -rf %s", work);
