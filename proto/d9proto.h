@@ -5,7 +5,8 @@
  * raw / gzip / zstd input, and whole-file compression helpers.
  *
  * All functions returning int return 0 (or a non-negative value where noted)
- * on success and a negative errno on failure. */
+ * on success and a negative errno on failure. An encoder belongs to one
+ * thread at a time; the decoder and the compression helpers are reentrant. */
 #pragma once
 
 #include <stdbool.h>
