@@ -295,7 +295,7 @@ static int session_attach_bpf(struct session *s, char **why)
         int r;
 
         if (!shared_bpf) {
-                struct d9_bpf_opts bo = { .sample_hz = s->d->cfg.sample_hz };
+                struct d9_bpf_opts bo = { .sample_hz = s->d->cfg.sample_hz, .ring_bytes = s->d->cfg.ring_bytes };
                 r = d9_bpf_open(&bo, &shared_bpf);
                 if (r < 0) {
                         *why = dupf("cannot load d9's BPF programs: %s (see d9d's preflight log)", strerror(-r));
