@@ -22,11 +22,6 @@
 #include "uprobes/uprobes.h"
 
 #define FINISHED_KEPT 64
-/* Task-id read (design.md §3): the Header's vtable pointer is at +0x10 and
- * the vtable's id_offset field at +72 in every Tokio release we measured;
- * the id offset itself is read from the vtable at run time. */
-#define TOKIO_HEADER_VTABLE_OFF 0x10
-#define TOKIO_VTABLE_ID_OFF_SLOT 72
 
 static struct d9_bpf *shared_bpf;
 static uint64_t next_session_id = 1;
@@ -287,8 +282,7 @@ static int session_attach_bpf(struct session *s, char **why)
 {
         struct d9_bpf_target_opts to = {
                 .probes = (unsigned)s->probes,
-                .header_vtable_off = TOKIO_HEADER_VTABLE_OFF,
-                .vtable_id_off_slot = TOKIO_VTABLE_ID_OFF_SLOT,
+                /* Task-id layout: 0 = the plan's (uprobes reads it from the binary). */
                 .on_record = on_ring_record,
                 .ctx = s,
         };

@@ -11,6 +11,9 @@
  *   label of the poll<T,S> instance the probe cookie names. When the build
  *   has no spawn probe point (OwnedTasks::bind inlined), a task's spawn is
  *   reported at the first poll of an id not seen before, as the plan says.
+ * - a task whose future is a `Pin<Box<dyn Future>>` is labelled with the
+ *   name of the concrete future's poll fn (BPF reads it from the box's
+ *   vtable), symbolized once per address from the target's own ELF.
  * - values we cannot observe from outside (local/global queue lengths) are
  *   written as 0, documented in docs/daemon.md. */
 #include <errno.h>
@@ -21,6 +24,7 @@
 #include <unistd.h>
 
 #include "bpf/d9_events.h"
+#include "symbolize.h"
 #include "translate.h"
 #include "uprobes/uprobes.h"
 
@@ -56,6 +60,10 @@ void translate_destroy(struct translate *tr)
         free(tr->threads);
         free(tr->park_keys);
         free(tr->live_tasks);
+        for (size_t i = 0; i < tr->n_dyn; i++)
+                free(tr->dyn[i].name);
+        free(tr->dyn);
+        symbolizer_free(tr->sym);
         memset(tr, 0, sizeof(*tr));
 }
 
@@ -67,6 +75,8 @@ int translate_set_encoder(struct translate *tr, struct d9_enc *enc)
         memset(tr->label_atoms, 0xff, (tr->n_labels ? tr->n_labels : 1) * sizeof(*tr->label_atoms));
         for (size_t i = 0; i < tr->threads_cap; i++)
                 tr->threads[i].name_atom = D9_NO_ATOM;
+        for (size_t i = 0; i < tr->n_dyn; i++)
+                tr->dyn[i].atom = D9_NO_ATOM;
         r = d9_enc_declare(enc, &lost_schema);
         if (r < 0)
                 return r;
@@ -230,6 +240,48 @@ static uint32_t label_atom(struct translate *tr, uint64_t cookie)
         return atom;
 }
 
+#define MAX_DYN_LABELS 1024
+
+/* Label of a boxed future by its concrete poll fn; falls back to the
+ * poll<T,S> instance's label when the address has no symbol. */
+static uint32_t poll_label_atom(struct translate *tr, uint64_t cookie, uint64_t future_poll)
+{
+        struct tr_dyn *e = NULL;
+
+        if (!future_poll)
+                return label_atom(tr, cookie);
+        for (size_t i = 0; i < tr->n_dyn; i++)
+                if (tr->dyn[i].addr == future_poll)
+                        e = &tr->dyn[i];
+        if (!e && tr->n_dyn < MAX_DYN_LABELS) {
+                struct tr_dyn *more = realloc(tr->dyn, (tr->n_dyn + 1) * sizeof(*more));
+                uint64_t size;
+                const char *name;
+
+                if (!more)
+                        return label_atom(tr, cookie);
+                tr->dyn = more;
+                if (!tr->sym_tried) {
+                        char path[64];
+                        char *maps;
+
+                        tr->sym_tried = true;
+                        snprintf(path, sizeof(path), "/proc/%d/maps", tr->pid);
+                        maps = read_proc_text(path);
+                        tr->sym = symbolizer_new(tr->pid, maps);
+                        free(maps);
+                }
+                name = tr->sym ? symbolizer_lookup(tr->sym, future_poll, &size) : NULL;
+                e = &tr->dyn[tr->n_dyn++];
+                *e = (struct tr_dyn){ future_poll, name ? strdup(name) : NULL, D9_NO_ATOM };
+        }
+        if (!e || !e->name)
+                return label_atom(tr, cookie);
+        if (e->atom == D9_NO_ATOM && d9_enc_intern_string(tr->enc, e->name, strlen(e->name), &e->atom) < 0)
+                return label_atom(tr, cookie);
+        return e->atom;
+}
+
 static uint32_t thread_name_atom(struct translate *tr, struct tr_thread *t)
 {
         if (!t->name_read) {
@@ -273,14 +325,14 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
         switch (r->hdr.type) {
         case D9_REC_POLL_START:
                 if (tr->spawn_from_first_poll && r->task_id && live_insert(tr, r->task_id) == 1) {
-                        int e = d9_enc_task_spawn(tr->enc, r->hdr.ts, r->task_id, label_atom(tr, r->cookie),
-                                                  tr->wake_probes);
+                        int e = d9_enc_task_spawn(tr->enc, r->hdr.ts, r->task_id,
+                                                  poll_label_atom(tr, r->cookie, r->future_poll), tr->wake_probes);
                         if (e < 0)
                                 return e;
                         tr->events++;
                 }
                 return d9_enc_poll_start(tr->enc, r->hdr.ts, poll_worker(tr, t, r->cookie), 0,
-                                         r->task_id, label_atom(tr, r->cookie));
+                                         r->task_id, poll_label_atom(tr, r->cookie, r->future_poll));
         case D9_REC_POLL_END: {
                 uint32_t w = t->worker;
                 if (w == D9_WORKER_NONE) {

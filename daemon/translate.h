@@ -21,6 +21,13 @@ struct tr_thread {
         char name[16];
 };
 
+/* A boxed `dyn Future` seen in a poll: its concrete poll fn, named. */
+struct tr_dyn {
+        uint64_t addr;
+        char *name;
+        uint32_t atom;
+};
+
 struct translate {
         pid_t pid;
         const struct probe_plan *plan;
@@ -31,6 +38,10 @@ struct translate {
         size_t n_labels;
         bool wake_probes;               /* TaskSpawnEvent.instrumented */
         bool spawn_from_first_poll;     /* the plan has no spawn probe (see translate.c) */
+        struct tr_dyn *dyn;             /* boxed futures' concrete poll fns */
+        size_t n_dyn;
+        struct symbolizer *sym;         /* target's symbols, loaded on first boxed poll */
+        bool sym_tried;
         uint64_t *live_tasks;           /* task ids seen polled and not yet terminated */
         size_t live_cap, live_used;
 

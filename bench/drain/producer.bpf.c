@@ -44,6 +44,7 @@ static __always_inline int emit_task(__u16 type, __u64 n)
         r->start_ts = 0;
         r->why = 0;
         r->_pad = 0;
+        r->future_poll = 0;
         bpf_ringbuf_submit(r, 0);
         return 0;
 }

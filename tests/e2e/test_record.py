@@ -27,7 +27,7 @@ def check_common(t, d, paths, truth, counts):
     for name in WANTED:
         t.ok(counts.get(name, 0) > 0, f"{name} present ({counts.get(name, 0)})")
     # One JSON dump per segment serves the metadata, sample-source and worker checks.
-    meta, src, bad_worker = None, {0: 0, 1: 0}, 0
+    meta, src, bad_worker, boxed, erased = None, {0: 0, 1: 0}, 0, 0, 0
     ok_workers = {str(w) for w in range(truth["workers"])} | {"254"}
     for p in paths:
         rc, out = dump_json_lines(D9CTL, p)
@@ -38,6 +38,8 @@ def check_common(t, d, paths, truth, counts):
             elif line.startswith('{"event":"PollStartEvent"'):
                 i = line.find('"worker_id":') + 12
                 bad_worker += line[i:line.find(",", i)] not in ok_workers
+                boxed += '"spawn_loc":"d9_target::mixed::boxed_' in line
+                erased += "dyn core::future::future::Future" in line
             elif line.startswith('{"event":"SegmentMetadataEvent"'):
                 meta = json.loads(line)["fields"]["entries"]
     workers = (meta or {}).get("runtime.main", "")
@@ -49,6 +51,9 @@ def check_common(t, d, paths, truth, counts):
          f"every poll start has its end ({counts['PollStartEvent']} vs {counts['PollEndEvent']})")
     # Both CPU sample sources: 99 Hz on-CPU and off-CPU at sched_switch.
     t.ok(src[0] > 0 and src[1] > 0, f"CPU samples of both sources (on-CPU {src[0]}, off-CPU {src[1]})")
+    t.ok(truth["boxed_tasks"] == 0 or (boxed > 0 and erased == 0),
+         f"boxed dyn futures are labelled by their concrete future ({boxed} polls), never by the erased type"
+         f" ({erased})")
     t.ok(bad_worker == 0, f"polls run on worker ids of the runtime or the blocking pool (254): {bad_worker} others")
     st = d.status(truth["pid"])
     drops = st["targets"][0]["drops"] if st and st["targets"] else -1
