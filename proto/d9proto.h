@@ -53,7 +53,10 @@ void d9_enc_free(struct d9_enc *enc);
 /* Output goes to buf[0..cap). With a flush function the encoder hands full
  * buffers to it; without one an event that does not fit returns -ENOSPC and
  * writes nothing: take the bytes with d9_enc_output() and d9_enc_drain().
- * cap must be at least 256 bytes; an event larger than cap fails with -E2BIG. */
+ * cap must be at least 256 bytes; an event larger than cap fails with -E2BIG.
+ * Bytes still pending in the previous buffer are dropped: flush first. The
+ * next event after this call starts a new stream (header included), so a
+ * segment rotation is just d9_enc_flush() + d9_enc_set_output(). */
 void d9_enc_set_output(struct d9_enc *enc, uint8_t *buf, size_t cap,
                        d9_enc_flush_fn flush, void *ctx);
 const uint8_t *d9_enc_output(const struct d9_enc *enc, size_t *len);

@@ -46,6 +46,10 @@ void d9_enc_set_output(struct d9_enc *e, uint8_t *buf, size_t cap,
         e->pos = 0;
         e->flush = flush;
         e->flush_ctx = ctx;
+        /* A new destination is usually a new file, which must start with a
+         * header: the next event opens a stream. */
+        e->in_stream = false;
+        e->gen++;
 }
 
 const uint8_t *d9_enc_output(const struct d9_enc *e, size_t *len)
