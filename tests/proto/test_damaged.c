@@ -125,6 +125,44 @@ static void corrupt_bytes(void)
         ok(d9_decode(buf, ex_len + 0x68 - 0x22, NULL, &res) == 0, "byte-identical schema re-registration is accepted");
 }
 
+static int last_annotation_check;
+
+static int check_annotations(const struct d9_dec_event *ev, void *ctx)
+{
+        const struct d9_dec_schema *s = ev->schema;
+
+        if (ev->offset == ex_len + 2 * 25) /* the event after both annotation frames */
+                last_annotation_check = s->nannotations == 1 && s->annotations[0].field_index == 0 &&
+                                        !strcmp(s->annotations[0].key, "unit") &&
+                                        !strcmp(s->annotations[0].value, "ns");
+        return 0;
+}
+
+/* 0x06 frames: attached to a known schema, ignored for an unknown type_id. */
+static void annotation_frames(void)
+{
+        static const uint8_t ann[] = { 0x06, 0x01 /* LEB128 type_id 1 */, 0x01, 0x00, 0x00, 0x00,
+                                       0x04, 0x00, 'u', 'n', 'i', 't', 0x02, 0x00, 0x00, 0x00, 'n', 's',
+                                       0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00 };
+        uint8_t buf[600];
+        size_t n = ex_len;
+        struct d9_dec_result res;
+
+        memcpy(buf, ex, ex_len);
+        memcpy(buf + n, ann, 18);
+        memcpy(buf + n + 18, "\x02\x01\x00\x00\x00\x00\x03", 7); /* pad to 25 with an event */
+        n += 25;
+        memcpy(buf + n, ann, 18);
+        buf[n + 1] = 0x4d; /* type_id 77: not declared */
+        memcpy(buf + n + 18, "\x02\x01\x00\x00\x00\x00\x03", 7);
+        n += 25;
+        memcpy(buf + n, "\x02\x01\x00\x00\x00\x00\x03", 7);
+        n += 7;
+        ok(d9_decode(buf, n, &(struct d9_dec_opts){ .strict = true, .on_event = check_annotations }, &res) == 0 &&
+           res.events == 5 && res.consumed == n, "annotation frames decode, unknown type_id ignored (%s)", res.error);
+        ok(last_annotation_check == 1, "the annotation (field 0, unit=ns) is attached to PollEndEvent's schema");
+}
+
 static bool single_gzip_member(const uint8_t *gz, size_t len)
 {
         z_stream zs = { 0 };
@@ -220,6 +258,7 @@ int main(void)
         ok(ex_len == 165, "example file is 165 bytes");
         truncation_at_every_byte();
         corrupt_bytes();
+        annotation_frames();
         compressed_input();
         compress_files();
         return tap_done();
