@@ -2,6 +2,7 @@
  * PUT, GET, HEAD, DELETE, CreateBucket and ListObjectsV2. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,8 +52,17 @@ static int parse_endpoint(struct s3_client *c)
         return *c->host ? 0 : -EINVAL;
 }
 
+static void curl_init_once(void)
+{
+        curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
 int s3_client_new(const struct s3_config *cfg, struct s3_client **out)
 {
+        /* curl_easy_init() would do this implicitly, but not safely when the
+         * shipper and `d9ctl serve` threads create clients at the same time. */
+        static pthread_once_t once = PTHREAD_ONCE_INIT;
+        pthread_once(&once, curl_init_once);
         struct s3_client *c = calloc(1, sizeof *c);
         if (!c)
                 return -ENOMEM;

@@ -100,8 +100,13 @@ int s3_list(struct s3_client *c, const char *prefix, const char *delimiter, size
         int more;
         *out = (struct s3_listing){ 0 };
         do {
-                struct s3_query q[4] = { { "list-type", "2" } };
+                struct s3_query q[5] = { { "list-type", "2" } };
+                char page[16];
                 size_t n = 1;
+                if (c->cfg.list_page_size) {
+                        snprintf(page, sizeof page, "%u", c->cfg.list_page_size);
+                        q[n++] = (struct s3_query){ "max-keys", page };
+                }
                 if (prefix && *prefix)
                         q[n++] = (struct s3_query){ "prefix", prefix };
                 if (delimiter && *delimiter)

@@ -89,12 +89,12 @@ static int cmp_query(const void *a, const void *b)
  * both use it. */
 static int canonical_query(const struct s3_request *r, char *out, size_t size)
 {
-        char items[MAX_QUERY][1100], *sorted[MAX_QUERY];
+        char items[MAX_QUERY][2200], *sorted[MAX_QUERY];
         size_t len = 0;
         if (r->n_query > MAX_QUERY)
                 return -E2BIG;
         for (size_t i = 0; i < r->n_query; i++) {
-                char name[128], value[960];
+                char name[128], value[2048]; /* continuation tokens are opaque and long */
                 if (s3_uri_encode(r->query[i].name, 0, name, sizeof name) < 0 ||
                     s3_uri_encode(r->query[i].value ? r->query[i].value : "", 0, value,
                                   sizeof value) < 0)
@@ -265,8 +265,8 @@ static int perform(struct s3_client *c, const struct s3_request *r, const char *
 
 int s3_request_run(struct s3_client *c, const struct s3_request *r)
 {
-        char uri[4096], host[512], query[8192], payload_hash[65], amz_date[17], auth[4096];
-        char url[16384], meta_names[MAX_HEADERS][160];
+        char uri[4096], host[512], query[MAX_QUERY * 2200], payload_hash[65], amz_date[17], auth[4096];
+        char url[4096 + 512 + MAX_QUERY * 2200 + 16], meta_names[MAX_HEADERS][160];
         struct sigv4_header h[MAX_HEADERS];
         struct s3_buf scratch = { 0 };
         c->last_status = 0;

@@ -30,6 +30,7 @@ struct s3_config {
         uint64_t part_size;           /* bytes per part (last may be less) */
         long timeout_s;               /* whole-request timeout */
         uint64_t max_upload_rate;     /* bytes/s per request, 0 = unlimited */
+        unsigned list_page_size;      /* keys per LIST request, 0 = server default (1000) */
 };
 
 #define S3_DEFAULT_MULTIPART_THRESHOLD (64ull << 20)
