@@ -432,12 +432,30 @@ fail:
         return r < 0 ? r : -EIO;
 }
 
+static void session_account_drops(struct session *s)
+{
+        uint64_t dropped = 0;
+
+        if (!s->bpf || d9_bpf_target_drops(s->bpf, &dropped) < 0 || dropped <= s->drops_reported)
+                return;
+        if (s->tr.enc && translate_lost(&s->tr, d9_now_ns(), dropped - s->drops_reported, "ring") == 0)
+                s->drops_reported = dropped;
+        if (dropped > s->drops && d9_now_ms() - s->drops_logged_ms >= 10000) {
+                s->drops_logged_ms = d9_now_ms();
+                log_warn("pid %d: ring buffer full, %llu records lost so far", s->pid, (unsigned long long)dropped);
+        }
+        s->drops = dropped;
+}
+
 void session_end(struct session *s, const char *reason)
 {
         if (s->state != SESSION_RECORDING)
                 return;
         if (s->bpf) {
                 d9d_watch_del(s->d, &s->ring_w);
+                /* Last drops go into this segment: the counters die with the target. */
+                d9_bpf_target_consume(s->bpf);
+                session_account_drops(s);
                 d9_bpf_detach_target(s->bpf); /* drains what is left into the segment */
                 s->bpf = NULL;
         }
@@ -453,19 +471,6 @@ void session_end(struct session *s, const char *reason)
                 s->state = SESSION_DONE;
         log_info("pid %d: session ended (%s): %llu events, %llu drops", s->pid, reason,
                  (unsigned long long)s->tr.events, (unsigned long long)s->drops);
-}
-
-static void session_account_drops(struct session *s)
-{
-        uint64_t dropped = 0;
-
-        if (!s->bpf || d9_bpf_target_drops(s->bpf, &dropped) < 0 || dropped <= s->drops_reported)
-                return;
-        if (s->tr.enc && translate_lost(&s->tr, d9_now_ns(), dropped - s->drops_reported, "ring") == 0)
-                s->drops_reported = dropped;
-        if (dropped > s->drops)
-                log_warn("pid %d: ring buffer full, %llu records lost so far", s->pid, (unsigned long long)dropped);
-        s->drops = dropped;
 }
 
 void session_tick(struct session *s, uint64_t now_ms)

@@ -49,6 +49,7 @@ struct session {
 
         /* Counters for status. */
         uint64_t events, bytes_sealed, drops, drops_reported;
+        uint64_t drops_logged_ms;       /* drop warnings: at most one per 10 s */
         uint64_t rate_events, rate_ms;  /* events at the last rate sample */
         double events_per_s;
         unsigned segments_sealed, segments_pending;

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Sessions of a real d9d tracing a real Tokio target.
 Usage: test_sessions.py D9D D9CTL TARGET MODE
-MODE: rotate-size | rotate-period | budget | crash | target-exit"""
+MODE: rotate-size | rotate-period | budget | crash | target-exit | drops"""
+import json
 import os
 import signal
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from d9harness import (D9d, Tap, active_files, dump_summary, metadata_of,  # noqa: E402
+from d9harness import (D9d, Tap, active_files, dump_json_lines, dump_summary, metadata_of,  # noqa: E402
                        sealed_files, start_target, target_truth, wait_for)
 
 D9D, D9CTL, TARGET, MODE = sys.argv[1:5]
@@ -143,10 +144,36 @@ def target_exit(t):
     d.cleanup(keep=t.failed > 0)
 
 
+def drops(t):
+    # A 64 KiB ring cannot hold what a busy target produces between drains.
+    d = D9d(D9D, D9CTL, {"ring_size": "64K"}).start()
+    tgt = start_target(TARGET, "mixed", "--duration", "5")
+    time.sleep(0.3)
+    r = record(d, tgt.pid, "2s")
+    target_truth(tgt)
+    paths = r.stdout.split()
+    st = d.status(tgt.pid)
+    drops = st["targets"][0]["drops"] if st and st["targets"] else 0
+    t.ok(r.returncode == 0 and drops > 0, f"a 64 KiB ring overflows and status counts the drops ({drops})", r.stderr)
+    lost = 0
+    for p in paths:
+        rc, out = dump_json_lines(D9CTL, p)
+        for line in out.splitlines():
+            if line.startswith('{"event":"D9LostEventsEvent"'):
+                ev = json.loads(line)
+                lost += int(ev["fields"]["lost"])
+                src = ev["fields"]["source"]
+    t.ok(lost == drops, f"D9LostEventsEvent records in the trace add up to the same count ({lost})")
+    t.ok(lost == 0 or src == "ring", "lost events name their source")
+    t.ok("records lost" in d.logtext(), "d9d logged the loss")
+    check_segments(t, paths, "with drops")
+    d.cleanup(keep=t.failed > 0)
+
+
 def main():
     t = Tap()
     {"rotate-size": rotate_size, "rotate-period": rotate_period, "budget": budget,
-     "crash": crash, "target-exit": target_exit}[MODE](t)
+     "crash": crash, "target-exit": target_exit, "drops": drops}[MODE](t)
     t.done()
 
 
