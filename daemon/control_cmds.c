@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "d9d.h"
 #include "daemon/ship.h"
@@ -110,6 +111,13 @@ static json_t *cmd_attach(struct d9d *d, const struct peer *p, json_t *req)
         if (exe && (!json_is_string(exe) || json_string_value(exe)[0] != '/'))
                 return d9c_error("\"exe\" must be an absolute path");
         sr.exe = exe ? json_string_value(exe) : NULL;
+        if (sr.exe && p->uid != 0) {
+                struct stat st;
+                /* d9d reads the file as root: a user may only name one they can read. */
+                if (stat(sr.exe, &st) < 0 || !S_ISREG(st.st_mode) ||
+                    !((st.st_mode & S_IROTH) || (st.st_uid == p->uid && (st.st_mode & S_IRUSR))))
+                        return d9c_error("permission denied: %s is not a file you can read", sr.exe);
+        }
         if (d->stopping)
                 return d9c_error("d9d is shutting down");
         r = session_start(d, &sr, &s, &why);

@@ -3,6 +3,7 @@
 line and bad arguments are each answered with an error line while d9d keeps
 serving; a non-root peer may trace its own process but is refused for
 another uid's. Usage: test_control.py D9D D9CTL"""
+import json
 import os
 import subprocess
 import sys
@@ -62,6 +63,18 @@ def main():
         t.ok(r.returncode == 0 and str(nobody_proc.pid) in r.stdout, "its list shows its own target", r.stdout)
         r = d.ctl("detach", "--pid", str(nobody_proc.pid), user=NOBODY)
         t.ok(r.returncode == 0, "and it may detach it", r.stderr)
+        secret = os.path.join(d.tmp, "secret-exe")
+        with open(secret, "w") as f:
+            f.write("not for uid 65534")
+        os.chmod(secret, 0o600)
+        req = json.dumps({"v": 1, "cmd": "attach", "pid": nobody_proc.pid, "exe": secret})
+        r = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable,
+                            "-c", "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
+                            "s.sendall(sys.argv[2].encode()+b'\\n'); print(s.recv(65536).decode())", d.sock, req],
+                           capture_output=True, text=True, timeout=30)
+        resp = json.loads(r.stdout) if r.stdout.strip() else {}
+        t.ok(resp.get("ok") is False and "permission denied" in resp.get("error", ""),
+             "a non-root peer cannot make d9d read an executable it cannot read", r.stdout + r.stderr)
         r = d.ctl("attach", "--pid", str(root_proc.pid), "--probes", "sched,cpu", "--duration", "1s")
         t.ok(r.returncode == 0, "root may attach to any process", r.stderr)
         r = d.ctl("attach", "--pid", str(root_proc.pid), "--probes", "sched,cpu")
