@@ -3,7 +3,7 @@
 // flamegraph together. State for tests and benchmarks is in window.d9.
 
 import { decodeTrace, decompressFile, concatBytes } from './decode.js';
-import { buildModel, formatDur, workerName } from './model.js';
+import { buildModel, formatCount, formatDur, workerName } from './model.js';
 import { Timeline } from './timeline.js';
 import { Flamegraph, buildFlameTree } from './flame.js';
 import { renderDetails, renderNavigators } from './panels.js';
@@ -54,7 +54,7 @@ async function openBytes(bytes, what, t0) {
   T.render = performance.now() - t;
   T.total = performance.now() - t0;
   window.d9.events = decoded.events;
-  status(`${what}: ${decoded.events.toLocaleString('en')} events, ${m.polls.n.toLocaleString('en')} polls, ${formatDur(m.t1 - m.t0)}` +
+  status(`${what}: ${formatCount(decoded.events)} events, ${formatCount(m.polls.n)} polls, ${formatDur(m.t1 - m.t0)}` +
     (decoded.truncated ? ' (truncated tail ignored)' : '') + ` · opened in ${(T.total / 1000).toFixed(2)} s`);
   setState('ready');
 }

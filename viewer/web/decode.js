@@ -10,23 +10,27 @@ const MAX_CUSTOM_KEPT = 20000;
 
 export class TraceError extends Error {}
 
-// A growable column backed by a typed array.
-class Column {
-  constructor(Type) { this.Type = Type; this.a = new Type(1024); this.n = 0; }
-  push(v) {
-    if (this.n === this.a.length) {
-      const b = new this.Type(this.a.length * 2);
-      b.set(this.a);
-      this.a = b;
+// A growable column backed by a typed array. One class per element type, so
+// every push site stays monomorphic (this is the decoder's hottest call).
+function columnClass(Type) {
+  return class {
+    constructor() { this.a = new Type(1024); this.n = 0; }
+    push(v) {
+      if (this.n === this.a.length) {
+        const b = new Type(this.a.length * 2);
+        b.set(this.a);
+        this.a = b;
+      }
+      this.a[this.n++] = v;
     }
-    this.a[this.n++] = v;
-  }
-  done() { return this.a.subarray(0, this.n); }
+    done() { return this.a.subarray(0, this.n); }
+  };
 }
+const COLUMN_CLASSES = new Map([Float64Array, Int32Array, Uint8Array].map((T) => [T, columnClass(T)]));
 
 function table(spec) {
   const t = {};
-  for (const [k, T] of Object.entries(spec)) t[k] = new Column(T);
+  for (const [k, T] of Object.entries(spec)) t[k] = new (COLUMN_CLASSES.get(T))();
   return t;
 }
 

@@ -13,15 +13,30 @@ function sortedOrder(ts, idx) {
   return idx;
 }
 
-// Groups row indices of a table by worker, each group sorted by time.
+// Groups row indices of a table by worker, each group sorted by time. Worker
+// ids are small (255 = other), so counting uses a plain array.
 function byWorker(t) {
-  const groups = new Map();
-  const counts = new Map();
-  for (let i = 0; i < t.length; i++) counts.set(t.worker[i], (counts.get(t.worker[i]) || 0) + 1);
-  for (const [w, n] of counts) groups.set(w, { idx: new Uint32Array(n), n: 0 });
-  for (let i = 0; i < t.length; i++) { const g = groups.get(t.worker[i]); g.idx[g.n++] = i; }
+  let max = 0;
+  for (let i = 0; i < t.length; i++) {
+    const w = t.worker[i];
+    if (w < 0 || w >= 1 << 20) return byWorkerSparse(t);
+    if (w > max) max = w;
+  }
+  const counts = new Int32Array(max + 1);
+  for (let i = 0; i < t.length; i++) counts[t.worker[i]]++;
+  const groups = [];
+  for (let w = 0; w <= max; w++) groups[w] = counts[w] ? { idx: new Uint32Array(counts[w]), n: 0 } : null;
+  for (let i = 0; i < t.length; i++) { const g = groups[t.worker[i]]; g.idx[g.n++] = i; }
   const out = new Map();
-  for (const [w, g] of groups) out.set(w, sortedOrder(t.ts, g.idx));
+  for (let w = 0; w <= max; w++) if (groups[w]) out.set(w, sortedOrder(t.ts, groups[w].idx));
+  return out;
+}
+
+function byWorkerSparse(t) {
+  const lists = new Map();
+  for (let i = 0; i < t.length; i++) { let l = lists.get(t.worker[i]); if (!l) lists.set(t.worker[i], (l = [])); l.push(i); }
+  const out = new Map();
+  for (const [w, l] of [...lists].sort((a, b) => a[0] - b[0])) out.set(w, sortedOrder(t.ts, Uint32Array.from(l)));
   return out;
 }
 
@@ -129,14 +144,45 @@ function mergeByTime(lists, ts) {
   return out;
 }
 
-// Buckets time-ordered rows by task (dense task numbers), keeping time order.
-function bucketByTask(order, taskOf, dense) {
-  const counts = new Int32Array(dense.size + 1);
-  for (let i = 0; i < order.length; i++) { const k = dense.get(taskOf[order[i]]); if (k !== undefined) counts[k + 1]++; }
-  for (let k = 0; k < dense.size; k++) counts[k + 1] += counts[k];
+// Dense task numbers (0..ntasks-1) for a column of task ids, -1 for ids not
+// in `known` (when given). Task ids are Tokio's sequential counters, so a
+// direct table over [min, max] usually works; a Map is the fallback.
+function denseTasks(polls, wakes) {
+  let lo = Infinity, hi = -Infinity, integral = true;
+  for (let i = 0; i < polls.n; i++) { const v = polls.task[i]; if (v < lo) lo = v; if (v > hi) hi = v; if (v !== Math.floor(v)) integral = false; }
+  const pollDense = new Int32Array(polls.n), wakeDense = new Int32Array(wakes.length);
+  let count = 0;
+  if (integral && polls.n && hi - lo < 1 << 24) {
+    const table = new Int32Array(hi - lo + 1).fill(-1);
+    for (let i = 0; i < polls.n; i++) {
+      const k = polls.task[i] - lo;
+      if (table[k] < 0) table[k] = count++;
+      pollDense[i] = table[k];
+    }
+    for (let i = 0; i < wakes.length; i++) {
+      const k = wakes.woken[i] - lo;
+      wakeDense[i] = k >= 0 && k <= hi - lo && k === Math.floor(k) ? table[k] : -1;
+    }
+  } else {
+    const map = new Map();
+    for (let i = 0; i < polls.n; i++) {
+      let k = map.get(polls.task[i]);
+      if (k === undefined) map.set(polls.task[i], (k = count++));
+      pollDense[i] = k;
+    }
+    for (let i = 0; i < wakes.length; i++) wakeDense[i] = map.get(wakes.woken[i]) ?? -1;
+  }
+  return { count, pollDense, wakeDense };
+}
+
+// Buckets time-ordered rows by dense task number, keeping time order.
+function bucketByTask(order, denseOf, ntasks) {
+  const counts = new Int32Array(ntasks + 1);
+  for (let i = 0; i < order.length; i++) { const k = denseOf[order[i]]; if (k >= 0) counts[k + 1]++; }
+  for (let k = 0; k < ntasks; k++) counts[k + 1] += counts[k];
   const offsets = counts.slice();
-  const rows = new Uint32Array(counts[dense.size]);
-  for (let i = 0; i < order.length; i++) { const k = dense.get(taskOf[order[i]]); if (k !== undefined) rows[counts[k]++] = order[i]; }
+  const rows = new Uint32Array(counts[ntasks]);
+  for (let i = 0; i < order.length; i++) { const k = denseOf[order[i]]; if (k >= 0) rows[counts[k]++] = order[i]; }
   return { offsets, rows };
 }
 
@@ -147,17 +193,16 @@ function matchWakes(d, polls) {
   const W = d.wake;
   const wakeOf = new Int32Array(polls.n).fill(-1);
   const delay = new Float64Array(polls.n).fill(NaN);
-  const dense = new Map();
-  for (let p = 0; p < polls.n; p++) if (!dense.has(polls.task[p])) dense.set(polls.task[p], dense.size);
+  const dense = denseTasks(polls, W);
   const pollOrder = mergeByTime([...polls.lanes.values()].map((l) => {
     const a = new Uint32Array(l.last - l.first);
     for (let i = 0; i < a.length; i++) a[i] = l.first + i;
     return a;
   }), polls.start);
   const wakeOrder = mergeByTime([...byWorker(W).values()], W.ts);
-  const P = bucketByTask(pollOrder, polls.task, dense);
-  const K = bucketByTask(wakeOrder, W.woken, dense);
-  for (let t = 0; t < dense.size; t++) {
+  const P = bucketByTask(pollOrder, dense.pollDense, dense.count);
+  const K = bucketByTask(wakeOrder, dense.wakeDense, dense.count);
+  for (let t = 0; t < dense.count; t++) {
     let k = K.offsets[t];
     const kEnd = K.offsets[t + 1];
     for (let j = P.offsets[t]; j < P.offsets[t + 1] && k < kEnd; j++) {
@@ -174,7 +219,7 @@ function matchWakes(d, polls) {
       }
     }
   }
-  return { wakeOf, delay, tasks: dense, pollsByTask: P };
+  return { wakeOf, delay, pollsByTask: P };
 }
 
 function buildSymbols(d) {
@@ -264,6 +309,11 @@ export function workerName(w) {
   return `worker ${w}`;
 }
 
+// 1234567 -> "1,234,567" (Intl's first use costs ~100 ms of ICU start-up)
+export function formatCount(n) {
+  return String(n).replace(/\B(?=(\d{3})+(?!\d))/g, ',');
+}
+
 export function formatDur(ns) {
   if (!isFinite(ns)) return '–';
   if (ns < 1e3) return `${ns.toFixed(0)} ns`;
@@ -280,16 +330,39 @@ export function formatTime(m, ts) {
   return d.toISOString().replace('T', ' ').replace('Z', '') + String(Math.floor(frac)).padStart(3, '0') + ' UTC';
 }
 
-// Indices of the k largest values of a (skipping NaN), largest first.
+// Indices of the k largest values of a (skipping NaN), largest first: one
+// pass with a size-k min-heap, so most elements cost one comparison.
 export function topK(a, k, filter) {
-  const idx = [];
-  for (let i = 0; i < a.length; i++) if (a[i] === a[i] && (!filter || filter(i))) idx.push(i);
-  if (idx.length > k * 8) {
-    const vals = Float64Array.from(idx, (i) => a[i]).sort();
-    const cut = vals[vals.length - k];
-    return idx.filter((i) => a[i] >= cut).sort((x, y) => a[y] - a[x]).slice(0, k);
+  const heap = [];
+  const less = (x, y) => a[x] < a[y];
+  const down = (i) => {
+    for (;;) {
+      const l = 2 * i + 1, r = l + 1;
+      let m = i;
+      if (l < heap.length && less(heap[l], heap[m])) m = l;
+      if (r < heap.length && less(heap[r], heap[m])) m = r;
+      if (m === i) return;
+      [heap[i], heap[m]] = [heap[m], heap[i]];
+      i = m;
+    }
+  };
+  for (let i = 0; i < a.length; i++) {
+    const v = a[i];
+    if (v !== v || (heap.length === k && v <= a[heap[0]]) || (filter && !filter(i))) continue;
+    if (heap.length < k) {
+      heap.push(i);
+      for (let j = heap.length - 1; j > 0;) {
+        const p = (j - 1) >> 1;
+        if (!less(heap[j], heap[p])) break;
+        [heap[j], heap[p]] = [heap[p], heap[j]];
+        j = p;
+      }
+    } else {
+      heap[0] = i;
+      down(0);
+    }
   }
-  return idx.sort((x, y) => a[y] - a[x]).slice(0, k);
+  return heap.sort((x, y) => a[y] - a[x]);
 }
 
 export function pollDurations(m) {

@@ -1,7 +1,7 @@
 // Side panels: poll details, the navigators (longest polls, blocking calls,
 // wake delays, busiest future types) and the summary.
 
-import { formatDur, formatTime, pollDurations, pollLabel, summary, symbolizeStack, topK, workerName } from './model.js';
+import { formatCount, formatDur, formatTime, pollDurations, pollLabel, summary, symbolizeStack, topK, workerName } from './model.js';
 
 const LIST_LEN = 50;
 
@@ -92,11 +92,11 @@ export function renderNavigators(root, m) {
 function renderSummary(el, m, s) {
   const d = m.d;
   const rows = [
-    ['events', d.events.toLocaleString('en')],
+    ['events', formatCount(d.events)],
     ['streams', d.streams],
     ['span', esc(formatDur(s.total))],
     ['start', esc(formatTime(m, m.t0))],
-    ['polls', m.polls.n.toLocaleString('en')],
+    ['polls', formatCount(m.polls.n)],
     ['tasks spawned', `<span class="spawns">${s.spawns}</span>`],
     ['tasks terminated', `<span class="terminates">${s.terminates}</span>`],
     ['CPU / off-CPU samples', `${countSource(d, 0)} / ${countSource(d, 1)}`],
