@@ -124,8 +124,8 @@ static json_t *plan_to_json(const struct session *s)
 }
 
 struct session_meta {
-        char pid[24], start[24], workers[1024], probes[96];
-        struct d9_kv kv[16];
+        char pid[24], start[24], workers[1024], probes[96], plan[512];
+        struct d9_kv kv[20];
         uint32_t n;
 };
 
@@ -145,6 +145,21 @@ static void session_meta_build(const struct session *s, struct session_meta *m)
         m->kv[m->n++] = (struct d9_kv){ "start_time", m->start };
         m->kv[m->n++] = (struct d9_kv){ "exe", s->exe };
         m->kv[m->n++] = (struct d9_kv){ "probes", m->probes };
+        if (p) {
+                /* Which probe points attached, by kind: "poll=28,complete=26,...". */
+                unsigned count[PROBE_KIND_MAX] = { 0 };
+                size_t off = 0;
+
+                for (size_t i = 0; i < p->n_points; i++)
+                        if (!p->points[i].skipped && p->points[i].kind < PROBE_KIND_MAX)
+                                count[p->points[i].kind]++;
+                m->plan[0] = 0;
+                for (int k = 1; k < PROBE_KIND_MAX && off < sizeof(m->plan); k++)
+                        if (count[k])
+                                off += (size_t)snprintf(m->plan + off, sizeof(m->plan) - off, "%s%s=%u",
+                                                        off ? "," : "", probe_kind_name((enum probe_kind)k), count[k]);
+                m->kv[m->n++] = (struct d9_kv){ "probe_plan", m->plan };
+        }
         m->kv[m->n++] = (struct d9_kv){ "d9d_version", D9_VERSION };
         m->kv[m->n++] = (struct d9_kv){ "runtime.main", m->workers };
         if (p && p->build_id)
