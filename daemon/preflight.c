@@ -18,6 +18,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -103,12 +104,16 @@ __attribute__((noinline, used)) int preflight_uprobe_target(int x)
 }
 
 /* File and file offset of preflight_uprobe_target(), from /proc/self/maps:
- * uprobes are placed by (inode, offset), exactly as for a Tokio target. */
+ * uprobes are placed by (inode, offset), exactly as for a Tokio target. When
+ * the function is in our executable the probe names it /proc/self/exe, which
+ * resolves even when a sandbox hides the path maps shows (PrivateTmp). */
 static void uprobe_target_locate(struct preflight_ctx *ctx)
 {
         uintptr_t addr = (uintptr_t)&preflight_uprobe_target;
         FILE *maps = fopen("/proc/self/maps", "re");
         char line[4096 + 128];
+        struct stat exe;
+        bool have_exe = stat("/proc/self/exe", &exe) == 0;
 
         ctx->exe_err = ENOENT;
         if (!maps) {
@@ -116,14 +121,17 @@ static void uprobe_target_locate(struct preflight_ctx *ctx)
                 return;
         }
         while (fgets(line, sizeof(line), maps)) {
-                unsigned long start, end, off;
+                unsigned long start, end, off, ino;
+                unsigned dev_major, dev_minor;
                 int path_at = 0;
 
-                if (sscanf(line, "%lx-%lx %*s %lx %*s %*s %n", &start, &end, &off, &path_at) < 3 ||
-                    path_at == 0 || addr < start || addr >= end)
+                if (sscanf(line, "%lx-%lx %*s %lx %x:%x %lu %n", &start, &end, &off, &dev_major,
+                           &dev_minor, &ino, &path_at) < 6 || path_at == 0 || addr < start || addr >= end)
                         continue;
                 line[strcspn(line, "\n")] = '\0';
-                snprintf(ctx->exe_path, sizeof(ctx->exe_path), "%s", line + path_at);
+                bool in_exe = have_exe && exe.st_ino == ino && exe.st_dev == makedev(dev_major, dev_minor);
+
+                snprintf(ctx->exe_path, sizeof(ctx->exe_path), "%s", in_exe ? "/proc/self/exe" : line + path_at);
                 ctx->exe_off = addr - start + off;
                 ctx->exe_err = ctx->exe_path[0] == '/' ? 0 : ENOENT;
                 break;

@@ -4,8 +4,10 @@ full root, exactly d9d.service's set as a non-root user (the claim that the
 unit grants enough), and none at all (it must say what is missing)."""
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sdtest import SOURCE_ROOT, Tap  # noqa: E402
@@ -27,7 +29,7 @@ def run(prefix):
     return r, levels
 
 
-tap = Tap(9)
+tap = Tap(10)
 if os.geteuid() != 0:
     tap.bail("must run as root: the test drops capabilities with setpriv")
 
@@ -54,4 +56,16 @@ tap.ok(lv.get("ringbuf") == "FATAL" and "needs CAP_BPF" in r.stdout,
 line = next((l for l in r.stdout.splitlines() if "preflight: cap_bpf:" in l), "")
 tap.ok("CAP_BPF" in line and "nothing can be traced" in line,
        "the CAP_BPF line names what is missing and what d9d does without it", line or r.stdout)
+
+# The probe must not depend on the path maps shows: with PrivateTmp the
+# executable's directory may be hidden from d9d itself.
+hidden = tempfile.mkdtemp(prefix="d9-preflight-", dir="/tmp")
+try:
+    shutil.copy(REPORT, hidden)
+    r, lv = run(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                 f"cd {hidden} && mount -t tmpfs tmpfs /tmp && exec ./{os.path.basename(REPORT)}", "sh"])
+finally:
+    shutil.rmtree(hidden, ignore_errors=True)
+tap.ok(r.returncode == 0 and lv.get("uprobe_multi") == "ok" and lv.get("uprobe") == "ok",
+       "uprobe checks work when the executable's path is hidden (PrivateTmp)", r.stdout + r.stderr)
 tap.done()
