@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """End to end: a real d9d records a real Tokio target with real BPF and
 the result is checked against the target's own JSON counts.
-Usage: test_record.py D9D D9CTL TARGET MODE
+Usage: test_record.py D9D D9CTL TARGET MODE [FLAVOR]
 MODE pid: `d9ctl record --pid <target> --duration 10s` of a running target.
 MODE cmd: `d9ctl record --duration 30s -- TARGET mixed ...` from its first
 instruction, so spawn/terminate counts must match the target's exactly
@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from d9harness import D9d, Tap, dump_json_lines, dump_summary, start_target, target_truth  # noqa
 
 D9D, D9CTL, TARGET, MODE = sys.argv[1:5]
+FLAVOR = sys.argv[5] if len(sys.argv) > 5 else "multi-thread"
 WANTED = ["PollStartEvent", "PollEndEvent", "WorkerParkEvent", "WorkerUnparkEvent", "TaskSpawnEvent",
           "TaskTerminateEvent", "WakeEventEvent", "CpuSampleEvent", "SegmentMetadataEvent", "ClockSyncEvent",
           "SymbolTableEntry"]
@@ -85,7 +86,8 @@ def run_pid(t, d):
 
 
 def run_cmd(t, d):
-    r = d.ctl("record", "--duration", "30s", "--out", d.out, "--", TARGET, "mixed", "--duration", "4")
+    r = d.ctl("record", "--duration", "30s", "--out", d.out, "--", TARGET, "mixed", "--flavor", FLAVOR,
+              "--duration", "4")
     truth = None
     for line in r.stderr.splitlines():
         if line.startswith("{"):
