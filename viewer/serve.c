@@ -17,9 +17,11 @@
 #include <microhttpd.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "serve.h"
@@ -33,6 +35,7 @@ struct serve_ctx {
         char root_real[PATH_MAX];
         int assetfd;
         char asset_real[PATH_MAX];
+        bool loopback; /* listening on loopback only: insist on a loopback Host */
 };
 
 const char *serve_default_assets_dir(void)
@@ -55,6 +58,10 @@ static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, const
         MHD_add_response_header(resp, "Content-Type", type);
         MHD_add_response_header(resp, "Cache-Control", "no-store");
         MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+        /* the viewer needs nothing from the network but this server */
+        MHD_add_response_header(resp, "Content-Security-Policy",
+                                "default-src 'self'; img-src 'self' data:; object-src 'none'; "
+                                "base-uri 'none'; frame-ancestors 'none'");
         enum MHD_Result r = MHD_queue_response(conn, status, resp);
         MHD_destroy_response(resp);
         return r;
@@ -211,6 +218,32 @@ static enum MHD_Result serve_trace(struct MHD_Connection *conn, struct serve_ctx
         return reply(conn, 200, "application/octet-stream", body.data, body.len, 1);
 }
 
+/* A loopback server must still refuse requests addressed to another name:
+ * a web page can rebind its own DNS name to 127.0.0.1 and would otherwise
+ * read the traces through the victim's browser (DNS rebinding). */
+static bool host_is_loopback(const char *host)
+{
+        char name[256];
+        size_t n;
+
+        if (!host)
+                return true; /* HTTP/1.0 without Host: not a browser */
+        if (host[0] == '[') {
+                const char *end = strchr(host, ']');
+                n = end ? (size_t)(end - host + 1) : strlen(host);
+        } else {
+                n = strcspn(host, ":");
+        }
+        if (n == 0 || n >= sizeof(name))
+                return false;
+        memcpy(name, host, n);
+        name[n] = '\0';
+        if (strcasecmp(name, "localhost") == 0 || strcmp(name, "[::1]") == 0)
+                return true;
+        struct in_addr a;
+        return inet_pton(AF_INET, name, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
 static enum MHD_Result handle_request(void *cls, struct MHD_Connection *conn, const char *url,
                                       const char *method, const char *version,
                                       const char *upload_data, size_t *upload_data_size,
@@ -220,6 +253,10 @@ static enum MHD_Result handle_request(void *cls, struct MHD_Connection *conn, co
 
         if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
                 return reply_error(conn, 405, "only GET is supported", NULL);
+        const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+        if (ctx->loopback && !host_is_loopback(host))
+                return reply_error(conn, 403, "Host is not a loopback name (DNS rebinding guard); "
+                                              "use http://127.0.0.1:PORT/", host);
         if (strcmp(url, "/") == 0 || strcmp(url, "/index.html") == 0)
                 return serve_asset(conn, ctx, "index.html");
         if (strncmp(url, "/static/", 8) == 0)
@@ -305,7 +342,8 @@ int serve_run(const struct serve_config *cfg)
                         cfg->listen);
                 return -EINVAL;
         }
-        if (!is_loopback(&addr))
+        ctx.loopback = is_loopback(&addr);
+        if (!ctx.loopback)
                 fprintf(stderr, "d9ctl serve: warning: listening on non-loopback %s; traces "
                                 "are readable by anyone who can reach it\n", cfg->listen);
         if (cfg->bucket)

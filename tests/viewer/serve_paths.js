@@ -8,14 +8,14 @@ const zlib = require('zlib');
 const { execFileSync, spawnSync } = require('child_process');
 const t = require('./lib');
 
-function get(base, rawPath, method = 'GET') {
+function get(base, rawPath, method = 'GET', headers = {}) {
   const u = new URL(base);
   return new Promise((resolve, reject) => {
     // http.request sends the path byte-for-byte: no client-side normalisation
-    const req = http.request({ host: u.hostname, port: u.port, path: rawPath, method }, (res) => {
+    const req = http.request({ host: u.hostname, port: u.port, path: rawPath, method, headers }, (res) => {
       const chunks = [];
       res.on('data', (c) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode, body: Buffer.concat(chunks) }));
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) }));
     });
     req.on('error', reject);
     req.end();
@@ -41,7 +41,7 @@ async function main() {
   fs.symlinkSync(path.join(outside, 'secret.bin'), path.join(seg, 'escape.bin'));
   fs.symlinkSync('../../../outside', path.join(seg, 'outdir'));
 
-  t.plan(21);
+  t.plan(23);
   const bad = spawnSync(process.env.D9CTL, ['serve'], { encoding: 'utf8' });
   t.ok(bad.status === 2 && bad.stderr.trim().split('\n').length === 1, 'serve without --dir/--bucket fails with one line', bad.stderr);
   const badListen = spawnSync(process.env.D9CTL, ['serve', '--dir', root, '--listen', 'nonsense'], { encoding: 'utf8', env: { ...process.env } });
@@ -87,6 +87,11 @@ async function main() {
     t.ok(r.status === 200 && /<canvas id="timeline"/.test(r.body), 'serves the viewer page at /');
     r = await get(srv.url, '/api/list', 'POST');
     t.ok(r.status === 405, 'non-GET requests get 405');
+    r = await get(srv.url, '/api/list', 'GET', { Host: `rebind.example:${new URL(srv.url).port}` });
+    t.ok(r.status === 403 && !r.body.includes('segments'), 'a non-loopback Host header is refused (DNS rebinding)', r.status);
+    r = await get(srv.url, '/', 'GET', { Host: `localhost:${new URL(srv.url).port}` });
+    t.ok(r.status === 200 && /default-src 'self'/.test(r.headers['content-security-policy']),
+      'localhost is accepted as Host; pages carry a self-only Content-Security-Policy', JSON.stringify(r.headers));
   } finally {
     srv.stop();
     fs.rmSync(top, { recursive: true, force: true });
