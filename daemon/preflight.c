@@ -140,7 +140,7 @@ static void uprobe_target_locate(struct preflight_ctx *ctx)
 }
 
 static void check_btf(struct preflight_finding *f, const struct preflight_ctx *ctx,
-                       const struct preflight_report *done)
+                      const struct preflight_report *done)
 {
         static const char path[] = "/sys/kernel/btf/vmlinux";
         struct stat st;
@@ -300,7 +300,7 @@ static int uprobe_multi_attach_once(const struct preflight_ctx *ctx)
 }
 
 static void check_uprobe_multi(struct preflight_finding *f, const struct preflight_ctx *ctx,
-                       const struct preflight_report *done)
+                               const struct preflight_report *done)
 {
         static const char fallback[] =
                 "attaching one uprobe per probe point: slower attach and one fd per probe";
