@@ -98,7 +98,7 @@ function show(m) {
   $('#browser').hidden = true;
   $('#main').hidden = false;
   // a fresh canvas drops the previous trace's listeners
-  if (current) { const old = $('#timeline'); old.replaceWith(old.cloneNode()); }
+  if (current) { const old = $('#timeline'); old.replaceWith(old.cloneNode()); for (const e of document.querySelectorAll('.tl-tip')) e.remove(); }
   const canvas = $('#timeline');
   const flame = current?.flame || new Flamegraph($('#flame'));
   const refreshFlame = () => {

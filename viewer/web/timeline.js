@@ -3,7 +3,7 @@
 // per-lane arrays, so a frame costs O(pixels x log n) however many events the
 // trace holds: zoom and pan stay smooth on millions of events.
 
-import { lowerBound, workerName, formatDur, formatTime } from './model.js';
+import { lowerBound, workerName, formatDur, formatTime, pollLabel } from './model.js';
 
 const GUTTER = 84, AXIS = 22, LANE = 40;
 const POLL_Y = 6, POLL_H = 18, PARK_Y = 26, PARK_H = 4, MARK_Y = 31, MARK_H = 7;
@@ -248,7 +248,24 @@ export class Timeline {
       if (p >= 0) { this.selectedPoll = p; this.requestDraw(); this.hooks.onSelectPoll(p); }
       else if (this.sel) { this.sel = null; this.requestDraw(); this.hooks.onRangeChange?.(); }
     });
+    this.tip = document.createElement('div');
+    this.tip.className = 'tl-tip';
+    this.tip.hidden = true;
+    this.c.parentElement.append(this.tip);
+    this.c.addEventListener('mousemove', (e) => { if (!drag) this.hover(cx(e), cy(e)); });
+    this.c.addEventListener('mouseleave', () => { this.tip.hidden = true; });
     this.c.addEventListener('dblclick', () => { this.sel = null; this.setView(this.m.t0, this.m.t1); });
+  }
+
+  // Tooltip for the poll under the pointer.
+  hover(x, y) {
+    const p = this.hitPoll(x, y);
+    if (p < 0) { this.tip.hidden = true; return; }
+    const P = this.m.polls;
+    this.tip.textContent = `${formatDur(P.end[p] - P.start[p])} · task ${P.task[p]} · ${pollLabel(this.m, p)}`;
+    this.tip.style.left = `${Math.min(x + 12, this.w - 320)}px`;
+    this.tip.style.top = `${this.c.offsetTop + y + 14}px`;
+    this.tip.hidden = false;
   }
 
   // Range the flamegraph uses: the shift-selected range, else the view.
