@@ -18,8 +18,10 @@ async function main() {
     await t.shot(page, 'recording-longest-poll');
 
     // The 50 ms blocking polls lead "longest polls", labelled by their future.
-    const top = await page.$$eval('#tab-longest li', (els) => els.slice(0, 4).map((e) => e.textContent));
-    t.ok(top.length === 4 && top.every((x) => /blocker/.test(x)), 'the four longest polls are the blocker future', top.join('\n'));
+    // (On a loaded machine a preempted ordinary poll can slip in between.)
+    const top = await page.$$eval('#tab-longest li', (els) => els.slice(0, 6).map((e) => e.textContent));
+    const blockers = top.filter((x) => /blocker/.test(x)).length;
+    t.ok(blockers >= 3 && /blocker/.test(top[0] + top[1]), `the blocker future's polls lead the longest polls (${blockers} of the top 6)`, top.join('\n'));
 
     // Clicking them shows the stacks captured inside; the busy one names
     // busy_block_50ms.
