@@ -5,7 +5,9 @@
  * the returns live in the jump target; we follow leading jumps, then walk the
  * body (bounded by its symbol size) with the length decoder. A `jmp` that
  * leaves the body is a tail call: the poll also ends there and a ret-site
- * probe would miss it, so such polls are reported as incomplete.
+ * probe would miss it, so such polls are reported as incomplete. Indirect
+ * jumps are taken to be jump tables inside the body (LLVM's switch lowering),
+ * not tail calls.
  *
  * Every point added here is `skipped`: `ret` is single-stepped by the kernel
  * (~15x an emulated probe), so the default poll end is entry-only (the next
