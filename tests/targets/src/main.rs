@@ -70,7 +70,8 @@ fn main() {
         args::Mode::Load => rt.block_on(load::run(&args)),
         args::Mode::Mixed => rt.block_on(mixed::run(&args)),
     };
-    // Shutting down waits for nothing: every workload has already ended.
+    // A server's connection tasks may outlive its duration while a client
+    // stays connected; they hold nothing worth waiting for.
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
     if let Err(e) = result {
         eprintln!("d9-target: {e}");
