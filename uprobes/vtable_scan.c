@@ -47,10 +47,62 @@ static int reloc_push(struct reloc_list *l, uint64_t where, uint64_t value)
         return 0;
 }
 
+#ifndef DT_RELRSZ
+#define DT_RELRSZ 35
+#define DT_RELR 36
+#endif
+
+/* A relocation table from the dynamic segment (DT_RELA/DT_RELASZ, ...), for
+ * binaries whose section headers were removed (sstrip and the like). */
+static const uint8_t *dynamic_table(const struct elf_image *img, int64_t tag_addr, int64_t tag_size,
+                                    size_t *size)
+{
+        uint64_t addr = 0, sz = 0;
+        size_t n;
+
+        if (elf_getphdrnum(img->elf, &n) < 0)
+                return NULL;
+        for (size_t i = 0; i < n; i++) {
+                GElf_Phdr ph;
+
+                if (!gelf_getphdr(img->elf, (int)i, &ph) || ph.p_type != PT_DYNAMIC)
+                        continue;
+                for (uint64_t off = 0; off + 16 <= ph.p_filesz; off += 16) {
+                        const uint8_t *e = elf_vaddr_bytes(img, ph.p_vaddr + off, 16);
+                        int64_t tag;
+                        uint64_t val;
+
+                        if (!e)
+                                break;
+                        memcpy(&tag, e, 8);
+                        memcpy(&val, e + 8, 8);
+                        if (tag == DT_NULL)
+                                break;
+                        if (tag == tag_addr)
+                                addr = val;
+                        else if (tag == tag_size)
+                                sz = val;
+                }
+        }
+        if (!addr || !sz)
+                return NULL;
+        *size = sz;
+        return elf_vaddr_bytes(img, addr, sz);
+}
+
+/* Section by name, else the dynamic segment's entry for the same table. */
+static const uint8_t *reloc_table(const struct elf_image *img, const char *section, int64_t tag_addr,
+                                  int64_t tag_size, size_t *size)
+{
+        const uint8_t *d = elf_section_data(img, section, size, NULL);
+
+        return d ? d : dynamic_table(img, tag_addr, tag_size, size);
+}
+
 static int collect_rela(const struct elf_image *img, struct reloc_list *l)
 {
         size_t size;
-        const uint8_t *d = elf_section_data(img, ".rela.dyn", &size, NULL);
+        const uint8_t *d = reloc_table(img, ".rela.dyn", DT_RELA, DT_RELASZ, &size);
 
         if (!d)
                 return 0;
@@ -81,7 +133,7 @@ static int relr_apply(const struct elf_image *img, struct reloc_list *l, uint64_
 static int collect_relr(const struct elf_image *img, struct reloc_list *l)
 {
         size_t size;
-        const uint8_t *d = elf_section_data(img, ".relr.dyn", &size, NULL);
+        const uint8_t *d = reloc_table(img, ".relr.dyn", DT_RELR, DT_RELRSZ, &size);
         uint64_t base = 0;
 
         if (!d)
@@ -282,7 +334,7 @@ int vtable_scan_run(const struct elf_image *img, struct vtable_scan *vs)
                 r = collect_relr(img, &l);
         if (r == 0 && l.n) {
                 qsort(l.r, l.n, sizeof(*l.r), by_where);
-                vs->method = elf_section_data(img, ".relr.dyn", &(size_t){ 0 }, NULL) ?
+                vs->method = reloc_table(img, ".relr.dyn", DT_RELR, DT_RELRSZ, &(size_t){ 0 }) ?
                         "relr.dyn" : "rela.dyn";
                 r = scan_relocs(img, &l, vs);
         } else if (r == 0) {

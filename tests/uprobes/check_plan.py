@@ -201,6 +201,18 @@ def check_target(plan_dump, series, release, v0, stripped, debug):
            f"{series}-stripped: missing park reported with the sched_switch fallback")
         check_insns(sbin, d_s, f"{series}-stripped")
 
+        # Section headers removed too (sstrip-like): relocations come from
+        # PT_DYNAMIC, the build-id from PT_NOTE.
+        raw = bytearray(open(sbin, "rb").read())
+        raw[0x28:0x30] = bytes(8)   # e_shoff
+        raw[0x3c:0x40] = bytes(4)   # e_shnum, e_shstrndx
+        nosh = os.path.join(alone, "no-section-headers")
+        with open(nosh, "wb") as f:
+            f.write(raw)
+        d_n = plan(plan_dump, "--exe", nosh)
+        ok(sorted(p["vaddr_int"] for p in polls(d_n)) == s_addrs and d_n["build_id"] == d_s["build_id"],
+           f"{series}-stripped without section headers: same {len(s_addrs)} polls, same build-id")
+
         # With its debug file under the .gnu_debuglink name: symbols come back.
         shutil.copy(debug, tmp)
         shutil.copy(stripped, tmp)
