@@ -84,7 +84,7 @@ async function launchBrowser() {
       '--disable-background-networking', '--disable-component-update', '--disable-sync'],
   });
   const close = async () => { await ctx.close(); fs.rmSync(userData, { recursive: true, force: true }); };
-  return { ctx, close };
+  return { ctx, close, userData };
 }
 
 // Opens URL and waits until the viewer reports 'ready' or 'error'.
