@@ -342,6 +342,69 @@ static void remove_copy(char *dst)
         free(dst);
 }
 
+/* Load address of the target's executable (PIE: its first mapping). */
+static uint64_t exe_base(pid_t pid)
+{
+        char path[64], line[512];
+        unsigned long long lo = 0, off = 1;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+        f = fopen(path, "r");
+        while (f && fgets(line, sizeof(line), f))
+                if (sscanf(line, "%llx-%*x %*s %llx", &lo, &off) == 2 && off == 0 &&
+                    strstr(line, "d9-target"))
+                        break;
+        if (f)
+                fclose(f);
+        return off == 0 ? lo : 0;
+}
+
+/* The function symbol (nm -C) containing a link-time address, malloc'd. */
+static char *symbol_at(const char *exe, uint64_t vaddr)
+{
+        char cmd[4200], line[4096], best[4096] = "";
+        unsigned long long a, best_a = 0;
+        char type;
+        FILE *f;
+
+        snprintf(cmd, sizeof(cmd), "nm -C --defined-only '%s' 2>/dev/null", exe);
+        f = popen(cmd, "r");
+        while (f && fgets(line, sizeof(line), f)) {
+                int n = 0;
+
+                if (sscanf(line, "%llx %c %n", &a, &type, &n) < 2 || (type != 't' && type != 'T'))
+                        continue;
+                if (a <= vaddr && a >= best_a) {
+                        best_a = a;
+                        snprintf(best, sizeof(best), "%s", line + n);
+                }
+        }
+        if (f)
+                pclose(f);
+        best[strcspn(best, "\n")] = 0;
+        return strdup(best);
+}
+
+/* With symbols, every concrete future read through a box's dyn vtable
+ * must be one of the target's own async blocks, not some other code. */
+static void check_boxed_symbols(const struct stats *s, const char *exe, uint64_t base)
+{
+        size_t ok = 0;
+
+        for (size_t i = 0; i < s->n_boxed_fns; i++) {
+                char *sym = symbol_at(exe, s->boxed_fns[i] - base);
+
+                tap_diag("boxed future poll fn %#llx = %s", (unsigned long long)s->boxed_fns[i],
+                         sym ? sym : "?");
+                ok += sym && strstr(sym, "d9_target::") != NULL;
+                free(sym);
+        }
+        tap_ok(s->n_boxed_fns > 0 && ok == s->n_boxed_fns,
+               "every boxed future's poll fn symbolizes to the target's own future (%zu/%zu)",
+               ok, s->n_boxed_fns);
+}
+
 static enum d9_poll_end parse_poll_end(const char *s)
 {
         if (!strcmp(s, "entry"))
@@ -428,6 +491,7 @@ int main(int argc, char **argv)
         char *err = NULL;
         uint64_t drops = 0;
         enum d9_poll_end mode;
+        uint64_t base = 0;
         char *copy = NULL;
         bool alone = false;
         int a = 1, r;
@@ -471,6 +535,7 @@ int main(int argc, char **argv)
         r = d9_bpf_attach_target(bpf, target.pid, plan, &to, &t, &err);
         if (!tap_ok(r == 0, "attach to PID %d%s%s", target.pid, err ? ": " : "", err ? err : ""))
                 goto out;
+        base = exe_base(target.pid);
         tap_diag("%zu probe points attached in %.2f ms, poll end mode %d",
                  d9_bpf_target_n_attached(t), d9_bpf_target_attach_ns(t) / 1e6,
                  (int)d9_bpf_target_poll_end(t));
@@ -488,6 +553,8 @@ int main(int argc, char **argv)
                        s.starts);
         } else if (tap_ok(truth != NULL, "target printed its JSON truth")) {
                 check_results(&s, plan, mode, truth, drops);
+                if (plan->has_symbols && !plan->debug_file && s.n_boxed_fns)
+                        check_boxed_symbols(&s, argv[a], base);
         }
         json_decref(truth);
 out:
