@@ -39,6 +39,7 @@ enum d9_rec_type {
         D9_REC_WAKEUP,          /* sched_wakeup of a target thread */
         D9_REC_EXIT,            /* the target's leader thread exited */
         D9_REC_EXEC,            /* the target exec'd: its probes are gone */
+        D9_REC_STACK,           /* raw stack of the next SAMPLE/OFFCPU (d9_stack.bpf.h) */
         D9_REC_TYPE_MAX,
 };
 
@@ -134,7 +135,7 @@ struct d9_rec_park {
 struct d9_rec_offcpu {
         struct d9_rec_hdr hdr;
         d9_u64 off_ts;
-        d9_u64 stack_id;        /* reserved for stack capture (0 = none) */
+        d9_u64 stack_id;        /* its D9_REC_STACK (0 = none) */
         d9_u32 prev_state;      /* task state at switch-out (0 = preempted) */
         d9_u32 _pad;
 };
@@ -143,7 +144,7 @@ struct d9_rec_offcpu {
 struct d9_rec_sample {
         struct d9_rec_hdr hdr;
         d9_u64 ip;              /* user IP if the sample hit user mode, else 0 */
-        d9_u64 stack_id;        /* reserved for stack capture (0 = none) */
+        d9_u64 stack_id;        /* its D9_REC_STACK (0 = none) */
 };
 
 /* WAKEUP: a target thread was made runnable (sched_wakeup). */
@@ -160,6 +161,58 @@ struct d9_rec_proc {
         d9_u32 _pad;
 };
 
+/* Stack capture (bpf/d9_stack.bpf.h, daemon/unwind.c, docs/stacks.md).
+ * A STACK record carries what user space needs to unwind without frame
+ * pointers: the thread's user registers, the top of its user stack
+ * (variable length, from regs[D9_DW_RSP] up) and the kernel frames. It is
+ * written right before the SAMPLE or OFFCPU record of the same thread that
+ * names it by stack_id. */
+#define D9_STACK_USER_MAX 16384 /* bytes of user stack a record may carry */
+#define D9_STACK_KERN_MAX 32    /* kernel frames */
+#define D9_STACK_NREGS 17       /* x86-64 DWARF regs 0..16 (16 = rip) */
+#define D9_DW_RBP 6
+#define D9_DW_RSP 7
+#define D9_DW_RIP 16
+
+enum d9_stack_bits {
+        D9_STACK_CPU = 1u << 0,         /* stacks for CPU samples */
+        D9_STACK_OFFCPU = 1u << 1,      /* stacks for off-CPU intervals */
+        D9_STACK_FP = 1u << 2,          /* binary has frame pointers: walk
+                                         * them in BPF, copy no stack */
+};
+
+struct d9_stack_cfg {
+        d9_u32 flags;           /* enum d9_stack_bits; 0 = no stacks */
+        d9_u32 user_bytes;      /* user stack bytes copied (<= D9_STACK_USER_MAX) */
+        d9_u32 offcpu_min_us;   /* off-CPU intervals shorter get no stack */
+        d9_u32 offcpu_per_sec;  /* per-thread token bucket: rate ... */
+        d9_u32 offcpu_burst;    /* ... and burst of off-CPU stacks */
+        d9_u32 _pad;
+};
+
+/* STACK record flags. */
+enum d9_stack_rec_bits {
+        D9_SREC_USER_FP = 1u << 0,      /* data[] holds user IPs from the
+                                         * frame-pointer walk, not raw stack */
+        D9_SREC_NO_REGS = 1u << 1,      /* no user registers (kernel thread) */
+        D9_SREC_KERN_IN_BPF = 1u << 2,  /* kern[] was walked from inside the
+                                         * BPF program (switch-out): it starts
+                                         * with BPF and tracepoint frames */
+};
+
+struct d9_rec_stack {
+        struct d9_rec_hdr hdr;
+        d9_u64 stack_id;        /* != 0; the SAMPLE/OFFCPU record's stack_id */
+        d9_u64 regs[D9_STACK_NREGS];
+        d9_u32 flags;           /* enum d9_stack_rec_bits */
+        d9_u32 n_kern;          /* valid entries in kern[] */
+        d9_u32 user_len;        /* valid bytes in data[] */
+        d9_u32 _pad;
+        d9_u64 kern[D9_STACK_KERN_MAX];
+        d9_u8 data[D9_STACK_USER_MAX]; /* only user_len bytes are written */
+};
+#define D9_REC_STACK_FIXED __builtin_offsetof(struct d9_rec_stack, data)
+
 /* Per-target config, map d9_targets keyed by tgid (written by the loader).
  * The task-id read is *(u64*)(hdr + *(u64*)(*(u64*)(hdr + vtable_off)
  * + id_off_slot)): both offsets come from the probe plan, never from BPF. */
@@ -170,4 +223,5 @@ struct d9_target_cfg {
         d9_u64 vtable_id_off_slot;
         d9_u32 entry_only;      /* close polls at next poll/park */
         d9_u32 dyn_poll_slot;   /* Future::poll's slot in a Rust dyn vtable */
+        struct d9_stack_cfg stack;
 };

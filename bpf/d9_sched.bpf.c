@@ -12,6 +12,7 @@
  * Filtering is by tgid in d9_targets, so other processes never produce a
  * record; their cost is one hash lookup per event. */
 #include "d9_maps.bpf.h"
+#include "d9_stack.bpf.h"
 
 static __always_inline struct d9_target_cfg *d9_target_with(__u32 tgid, __u32 bit)
 {
@@ -23,9 +24,10 @@ static __always_inline struct d9_target_cfg *d9_target_with(__u32 tgid, __u32 bi
 /* Remember when a target thread left the CPU ... */
 static __always_inline void d9_switch_out(struct task_struct *prev, __u32 state)
 {
+        struct d9_target_cfg *cfg = d9_target_with(prev->tgid, D9_PROBE_SCHED);
         struct d9_thread *th;
 
-        if (!d9_target_with(prev->tgid, D9_PROBE_SCHED))
+        if (!cfg)
                 return;
         th = bpf_task_storage_get(&d9_threads, prev, 0,
                                   BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -33,6 +35,7 @@ static __always_inline void d9_switch_out(struct task_struct *prev, __u32 state)
                 return;
         th->off_ts = bpf_ktime_get_ns();
         th->off_state = state;
+        d9_stack_switch_out(cfg, prev);
 }
 
 /* ... and write the whole off-CPU interval when it comes back, so one
@@ -43,18 +46,21 @@ static __always_inline void d9_switch_in(struct task_struct *next)
         struct d9_target_cfg *cfg = d9_target_with(tgid, D9_PROBE_SCHED);
         struct d9_rec_offcpu *r;
         struct d9_thread *th;
+        __u64 stack_id;
 
         if (!cfg)
                 return;
         th = bpf_task_storage_get(&d9_threads, next, 0, 0);
         if (!th || !th->off_ts)
                 return;
+        stack_id = d9_stack_switch_in(cfg, next, th->off_ts);
         r = d9_reserve(cfg, tgid, sizeof(*r));
         if (r) {
                 __builtin_memset(r, 0, sizeof(*r));
                 d9_fill_hdr(&r->hdr, D9_REC_OFFCPU, tid, tgid);
                 r->off_ts = th->off_ts;
                 r->prev_state = th->off_state;
+                r->stack_id = stack_id;
                 d9_submit(tgid, r);
         }
         th->off_ts = 0;
@@ -96,10 +102,11 @@ int d9_cpu_sample(struct bpf_perf_event_data *ctx)
         __u32 tgid = id >> 32;
         struct d9_target_cfg *cfg = d9_target_with(tgid, D9_PROBE_CPU);
         struct d9_rec_sample *r;
-        __u64 ip;
+        __u64 ip, stack_id;
 
         if (!cfg)
                 return 0;
+        stack_id = d9_stack_sample(ctx, cfg, tgid, (__u32)id);
         r = D9_RESERVE_CUR(cfg, tgid, (__u32)id, D9_REC_CPU_SAMPLE,
                            struct d9_rec_sample);
         if (!r)
@@ -108,6 +115,7 @@ int d9_cpu_sample(struct bpf_perf_event_data *ctx)
          * sample hit a syscall or interrupt of this thread. */
         ip = ctx->regs.ip;
         r->ip = ip < (1ull << 47) ? ip : 0;
+        r->stack_id = stack_id;
         d9_submit(tgid, r);
         return 0;
 }

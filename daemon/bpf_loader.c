@@ -533,6 +533,7 @@ static int install_target(struct d9_bpf_target *t, const struct probe_plan *plan
                 .probes = o->probes,
                 .entry_only = t->poll_end == D9_POLL_END_ENTRY_ONLY,
                 .dyn_poll_slot = plan ? plan->dyn_future_poll_slot : 0,
+                .stack = o->stack,
         };
         uint32_t tgid = (uint32_t)t->pid;
         int r;

@@ -63,6 +63,8 @@ struct d9_bpf_target_opts {
          * hdr_vtable_off / vtable_id_off. */
         uint64_t header_vtable_off;
         uint64_t vtable_id_off_slot;
+        /* Stack capture (docs/stacks.md); all zero: no stacks. */
+        struct d9_stack_cfg stack;
         d9_bpf_record_fn on_record;
         void *ctx;
 };

@@ -1,0 +1,260 @@
+/* d9_stack.bpf.h: user and kernel stacks for CPU samples and off-CPU
+ * intervals, included by d9_sched.bpf.c.
+ *
+ * Release Rust has no frame pointers, so the kernel's own user-stack walk
+ * stops after a frame or two. Like `perf --call-graph dwarf`, we copy what
+ * an .eh_frame unwinder needs: the user registers (task_pt_regs: for a
+ * thread in a syscall or interrupted by the perf timer these are the user
+ * registers at kernel entry) and the top of the user stack; d9d unwinds it
+ * (daemon/unwind.c). Kernel frames come from the kernel's walker.
+ *
+ * Cost bounds (all in d9_stack_cfg, set per target by user space):
+ * - user_bytes: the copy per stack;
+ * - off-CPU: the stack must be taken at switch-OUT (at switch-in the
+ *   blocked frames are gone), but is only worth emitting for long
+ *   intervals. So switch-out copies it into the thread's storage (only if
+ *   the thread's token bucket would allow one), and switch-in emits it
+ *   when the interval was >= offcpu_min_us and takes the token.
+ * Records are written with bpf_ringbuf_output: a ring reservation must
+ * have a constant size and the copied length is only known afterwards. */
+#pragma once
+
+#include "d9_maps.bpf.h"
+
+#define D9_STACK_CHUNK 512
+
+/* A CPU sample's stack is built here: too big for the BPF stack. */
+struct {
+        __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+        __uint(max_entries, 1);
+        __type(key, __u32);
+        __type(value, struct d9_rec_stack);
+} d9_stack_scratch SEC(".maps");
+
+/* Per-CPU sequence for stack ids (the CPU number is in the low bits). */
+struct {
+        __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+        __uint(max_entries, 1);
+        __type(key, __u32);
+        __type(value, __u64);
+} d9_stack_seq SEC(".maps");
+
+/* Per target thread: its stack at the last switch-out, and the GCRA state
+ * (theoretical arrival time) of its off-CPU stack token bucket. */
+struct d9_stack_thread {
+        __u64 tat;
+        __u32 have;             /* rec holds the last switch-out's stack */
+        __u32 _pad;
+        struct d9_rec_stack rec;
+};
+
+struct {
+        __uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+        __uint(map_flags, BPF_F_NO_PREALLOC);
+        __type(key, int);
+        __type(value, struct d9_stack_thread);
+} d9_stack_threads SEC(".maps");
+
+static __always_inline __u64 d9_stack_next_id(void)
+{
+        __u32 zero = 0;
+        __u64 *seq = bpf_map_lookup_elem(&d9_stack_seq, &zero);
+
+        if (!seq)
+                return 0;
+        *seq += 1;
+        return (*seq << 10) | (bpf_get_smp_processor_id() & 1023);
+}
+
+/* The rec was built but the ring had no room: count it like any drop. */
+static __always_inline void d9_stack_count_drop(const struct d9_target_cfg *cfg)
+{
+        __u32 slot = cfg->slot;
+        __u64 *drops = bpf_map_lookup_elem(&d9_drops, &slot);
+
+        if (drops)
+                (*drops)++;
+}
+
+static __always_inline void d9_stack_regs(struct d9_rec_stack *s, struct pt_regs *regs)
+{
+        /* x86-64 DWARF register numbers. */
+        s->regs[0] = regs->ax;
+        s->regs[1] = regs->dx;
+        s->regs[2] = regs->cx;
+        s->regs[3] = regs->bx;
+        s->regs[4] = regs->si;
+        s->regs[5] = regs->di;
+        s->regs[6] = regs->bp;
+        s->regs[7] = regs->sp;
+        s->regs[8] = regs->r8;
+        s->regs[9] = regs->r9;
+        s->regs[10] = regs->r10;
+        s->regs[11] = regs->r11;
+        s->regs[12] = regs->r12;
+        s->regs[13] = regs->r13;
+        s->regs[14] = regs->r14;
+        s->regs[15] = regs->r15;
+        s->regs[16] = regs->ip;
+}
+
+/* Copy up to `want` bytes from sp up. bpf_probe_read_user is all or
+ * nothing, and the window may run past the top of the thread's stack
+ * mapping: copy in chunks, then finer pieces at the end, and keep what
+ * was readable. Returns the bytes copied. */
+static __always_inline __u32 d9_stack_copy_user(__u8 *dst, __u64 sp, __u32 want)
+{
+        __u32 got = 0, piece;
+        int i;
+
+        for (i = 0; i < D9_STACK_USER_MAX / D9_STACK_CHUNK; i++) {
+                if (got + D9_STACK_CHUNK > want)
+                        break;
+                if (bpf_probe_read_user(dst + got, D9_STACK_CHUNK, (void *)(sp + got)))
+                        break;
+                got += D9_STACK_CHUNK;
+        }
+        for (piece = D9_STACK_CHUNK / 2; piece >= 8; piece /= 2) {
+                if (got > D9_STACK_USER_MAX - D9_STACK_CHUNK || got + piece > want)
+                        continue;
+                if (bpf_probe_read_user(dst + got, piece, (void *)(sp + got)) == 0)
+                        got += piece;
+        }
+        return got;
+}
+
+/* Registers and user part of s for `task` (the current thread). */
+static __always_inline void d9_stack_fill_user(struct d9_rec_stack *s,
+                                               const struct d9_target_cfg *cfg,
+                                               struct task_struct *task)
+{
+        struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+        __u32 want = cfg->stack.user_bytes;
+        long n;
+
+        s->flags = 0;
+        s->user_len = 0;
+        s->_pad = 0;
+        if (!regs) {
+                s->flags = D9_SREC_NO_REGS;
+                return;
+        }
+        d9_stack_regs(s, regs);
+        if (cfg->stack.flags & D9_STACK_FP) {
+                /* Frame pointers: the kernel's walk is exact and cheap. */
+                n = bpf_get_task_stack(task, s->data, D9_STACK_USER_MAX, BPF_F_USER_STACK);
+                s->flags = D9_SREC_USER_FP;
+                s->user_len = n > 0 ? (__u32)n : 0;
+                return;
+        }
+        if (want > D9_STACK_USER_MAX)
+                want = D9_STACK_USER_MAX;
+        s->user_len = d9_stack_copy_user(s->data, s->regs[D9_DW_RSP], want);
+}
+
+static __always_inline __u64 d9_stack_output(const struct d9_target_cfg *cfg, __u32 tgid,
+                                             __u32 tid, struct d9_rec_stack *s)
+{
+        void *ring = bpf_map_lookup_elem(&d9_rings, &tgid);
+        __u64 size = D9_REC_STACK_FIXED + (__u64)s->user_len;
+
+        if (!ring)
+                return 0;
+        if (size > sizeof(*s))
+                size = sizeof(*s);
+        d9_fill_hdr(&s->hdr, D9_REC_STACK, tid, tgid);
+        s->stack_id = d9_stack_next_id();
+        if (!s->stack_id)
+                return 0;
+        if (bpf_ringbuf_output(ring, s, size, BPF_RB_NO_WAKEUP)) {
+                d9_stack_count_drop(cfg);
+                return 0;
+        }
+        return s->stack_id;
+}
+
+/* perf CPU-clock sample of the current thread: write its STACK record and
+ * return the id for the SAMPLE record (0: no stack). */
+static __always_inline __u64 d9_stack_sample(struct bpf_perf_event_data *ctx,
+                                             const struct d9_target_cfg *cfg,
+                                             __u32 tgid, __u32 tid)
+{
+        __u32 zero = 0;
+        struct d9_rec_stack *s;
+        long n;
+
+        if (!(cfg->stack.flags & D9_STACK_CPU))
+                return 0;
+        s = bpf_map_lookup_elem(&d9_stack_scratch, &zero);
+        if (!s)
+                return 0;
+        d9_stack_fill_user(s, cfg, bpf_get_current_task_btf());
+        /* Empty when the timer hit user mode. */
+        n = bpf_get_stack(ctx, s->kern, sizeof(s->kern), 0);
+        s->n_kern = n > 0 ? (__u32)n / 8 : 0;
+        return d9_stack_output(cfg, tgid, tid, s);
+}
+
+/* GCRA: may the thread emit an off-CPU stack at `now`? */
+static __always_inline bool d9_stack_token_ok(const struct d9_stack_thread *st,
+                                              const struct d9_target_cfg *cfg, __u64 now)
+{
+        __u64 interval, burst;
+
+        if (!cfg->stack.offcpu_per_sec)
+                return true;
+        interval = 1000000000ull / cfg->stack.offcpu_per_sec;
+        burst = cfg->stack.offcpu_burst ? cfg->stack.offcpu_burst : 1;
+        return now + (burst - 1) * interval >= st->tat;
+}
+
+static __always_inline void d9_stack_token_take(struct d9_stack_thread *st,
+                                                const struct d9_target_cfg *cfg, __u64 now)
+{
+        if (!cfg->stack.offcpu_per_sec)
+                return;
+        st->tat = (st->tat > now ? st->tat : now) + 1000000000ull / cfg->stack.offcpu_per_sec;
+}
+
+/* sched_switch, prev (still current): keep its stack for switch-in. */
+static __always_inline void d9_stack_switch_out(const struct d9_target_cfg *cfg,
+                                                struct task_struct *prev)
+{
+        struct d9_stack_thread *st;
+        long n;
+
+        if (!(cfg->stack.flags & D9_STACK_OFFCPU))
+                return;
+        st = bpf_task_storage_get(&d9_stack_threads, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+        if (!st)
+                return;
+        st->have = 0;
+        if (!d9_stack_token_ok(st, cfg, bpf_ktime_get_ns()))
+                return;
+        d9_stack_fill_user(&st->rec, cfg, prev);
+        n = bpf_get_task_stack(prev, st->rec.kern, sizeof(st->rec.kern), 0);
+        st->rec.n_kern = n > 0 ? (__u32)n / 8 : 0;
+        st->rec.flags |= D9_SREC_KERN_IN_BPF;
+        st->have = 1;
+}
+
+/* sched_switch, next: emit the stack of its switch-out if the interval
+ * was long enough; returns the id for the OFFCPU record (0: none). */
+static __always_inline __u64 d9_stack_switch_in(const struct d9_target_cfg *cfg,
+                                                struct task_struct *next, __u64 off_ts)
+{
+        struct d9_stack_thread *st;
+        __u64 now;
+
+        if (!(cfg->stack.flags & D9_STACK_OFFCPU))
+                return 0;
+        st = bpf_task_storage_get(&d9_stack_threads, next, 0, 0);
+        if (!st || !st->have)
+                return 0;
+        st->have = 0;
+        now = bpf_ktime_get_ns();
+        if (now - off_ts < (__u64)cfg->stack.offcpu_min_us * 1000)
+                return 0;
+        d9_stack_token_take(st, cfg, now);
+        return d9_stack_output(cfg, next->tgid, next->pid, &st->rec);
+}

@@ -1,0 +1,319 @@
+/* unwind.c: .eh_frame unwinding of BPF stack snapshots with libdwfl.
+ *
+ * The Dwfl of a target is built once from /proc/PID/maps and re-reported
+ * when a pc falls outside every known module (a dlopen, a JIT region). Its
+ * "process" is attached with our own thread callbacks: the single thread is
+ * the sample being unwound, its registers are the ones BPF captured, and
+ * its memory is the stack copy. Reads outside the copy that look like
+ * stack fail (the live stack has moved on since the sample); other reads
+ * (rare: CFI expressions reading data) go to /proc/PID/mem. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <elfutils/libdwfl.h>
+#include <libiberty/demangle.h>
+
+#include "bpf/d9_events.h"
+#include "cleanup.h"
+#include "unwind.h"
+
+/* Thread stacks are at most this big (glibc's default is 8 MiB): a read
+ * this close above sp that misses the copy is stale stack, not data. */
+#define STACK_SPAN (8ull << 20)
+
+struct unwinder {
+        pid_t pid;
+        Dwfl *dwfl;
+        Dwfl_Callbacks callbacks;
+        char *debug_file;
+        int mem_fd;
+        uint32_t max_frames;
+        uint64_t budget_ns, window_ns, window_start, window_used;
+        uint64_t last_report_ns;
+        /* The sample being unwound. */
+        const struct d9_rec_stack *rec;
+        uint64_t *out;
+        size_t n_out, cap_out, n_user;
+        char *name;                     /* last unwinder_addr_name result */
+        struct unwind_stats stats;
+};
+
+/* libdwfl's find_debuginfo callback gets no context pointer; every libdwfl
+ * call that may reach it is made from this file with `active` set. */
+static __thread struct unwinder *active;
+
+static uint64_t now_ns(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname,
+                          GElf_Addr base, const char *file_name, const char *debuglink_file,
+                          GElf_Word debuglink_crc, char **debuginfo_file_name)
+{
+        struct unwinder *u = active;
+        char exe[64], real[4096];
+        ssize_t n;
+
+        snprintf(exe, sizeof(exe), "/proc/%d/exe", u ? u->pid : 0);
+        if (u && u->debug_file && file_name && (n = readlink(exe, real, sizeof(real) - 1)) > 0) {
+                real[n] = 0;
+                if (!strcmp(real, file_name)) {
+                        int fd = open(u->debug_file, O_RDONLY | O_CLOEXEC);
+                        if (fd >= 0) {
+                                *debuginfo_file_name = strdup(u->debug_file);
+                                return fd;
+                        }
+                }
+        }
+        return dwfl_standard_find_debuginfo(mod, userdata, modname, base, file_name,
+                                            debuglink_file, debuglink_crc, debuginfo_file_name);
+}
+
+static pid_t next_thread(Dwfl *dwfl, void *arg, void **thread_argp)
+{
+        struct unwinder *u = arg;
+
+        (void)dwfl;
+        if (*thread_argp || !u->rec)
+                return 0;
+        *thread_argp = u;
+        return (pid_t)u->rec->hdr.tid;
+}
+
+static bool get_thread(Dwfl *dwfl, pid_t tid, void *arg, void **thread_argp)
+{
+        struct unwinder *u = arg;
+
+        (void)dwfl;
+        *thread_argp = u;
+        return u->rec && (pid_t)u->rec->hdr.tid == tid;
+}
+
+static bool memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void *arg)
+{
+        struct unwinder *u = arg;
+        const struct d9_rec_stack *r = u->rec;
+        uint64_t sp = r->regs[D9_DW_RSP];
+
+        (void)dwfl;
+        if (addr >= sp && addr - sp + sizeof(*result) <= r->user_len) {
+                memcpy(result, r->data + (addr - sp), sizeof(*result));
+                return true;
+        }
+        if (addr + 4096 >= sp && addr < sp + STACK_SPAN)
+                return false;
+        return pread(u->mem_fd, result, sizeof(*result), (off_t)addr) == sizeof(*result);
+}
+
+static bool set_initial_registers(Dwfl_Thread *thread, void *arg)
+{
+        struct unwinder *u = arg;
+        Dwarf_Word regs[D9_STACK_NREGS];
+
+        for (int i = 0; i < D9_STACK_NREGS; i++)
+                regs[i] = u->rec->regs[i];
+        dwfl_thread_state_register_pc(thread, regs[D9_DW_RIP]);
+        return dwfl_thread_state_registers(thread, 0, D9_STACK_NREGS, regs);
+}
+
+static const Dwfl_Thread_Callbacks thread_callbacks = {
+        .next_thread = next_thread,
+        .get_thread = get_thread,
+        .memory_read = memory_read,
+        .set_initial_registers = set_initial_registers,
+};
+
+static int report_modules(struct unwinder *u)
+{
+        int r;
+
+        dwfl_report_begin(u->dwfl);
+        r = dwfl_linux_proc_report(u->dwfl, u->pid);
+        dwfl_report_end(u->dwfl, NULL, NULL);
+        u->last_report_ns = now_ns();
+        u->stats.reports++;
+        return r > 0 ? -r : r < 0 ? -EIO : 0;
+}
+
+int unwinder_new(pid_t pid, const struct unwind_opts *opts, struct unwinder **out)
+{
+        static const struct unwind_opts none;
+        struct unwinder *u = calloc(1, sizeof(*u));
+        char path[64];
+        int r;
+
+        if (!u)
+                return -ENOMEM;
+        if (!opts)
+                opts = &none;
+        u->pid = pid;
+        u->max_frames = opts->max_frames ? opts->max_frames : 64;
+        u->budget_ns = (opts->budget_us ? opts->budget_us : 20000) * 1000ull;
+        u->window_ns = (opts->window_ms ? opts->window_ms : 100) * 1000000ull;
+        u->debug_file = opts->debug_file ? strdup(opts->debug_file) : NULL;
+        snprintf(path, sizeof(path), "/proc/%d/mem", pid);
+        u->mem_fd = open(path, O_RDONLY | O_CLOEXEC);
+        u->callbacks.find_elf = dwfl_linux_proc_find_elf;
+        u->callbacks.find_debuginfo = find_debuginfo;
+        u->dwfl = dwfl_begin(&u->callbacks);
+        if (u->mem_fd < 0 || !u->dwfl || (opts->debug_file && !u->debug_file)) {
+                r = u->mem_fd < 0 ? -errno : -ENOMEM;
+                unwinder_free(u);
+                return r;
+        }
+        active = u;
+        r = report_modules(u);
+        if (r == 0 && !dwfl_attach_state(u->dwfl, NULL, pid, &thread_callbacks, u))
+                r = -EINVAL;
+        active = NULL;
+        if (r < 0) {
+                unwinder_free(u);
+                return r;
+        }
+        *out = u;
+        return 0;
+}
+
+void unwinder_free(struct unwinder *u)
+{
+        if (!u)
+                return;
+        if (u->dwfl)
+                dwfl_end(u->dwfl);
+        if (u->mem_fd >= 0)
+                close(u->mem_fd);
+        free(u->debug_file);
+        free(u->name);
+        free(u);
+}
+
+static int frame_cb(Dwfl_Frame *frame, void *arg)
+{
+        struct unwinder *u = arg;
+        Dwarf_Addr pc;
+        bool activation;
+
+        if (!dwfl_frame_pc(frame, &pc, &activation))
+                return DWARF_CB_ABORT;
+        if (u->n_user == u->max_frames) {
+                u->stats.truncated++;
+                return DWARF_CB_ABORT;
+        }
+        if (u->n_out == u->cap_out || pc == 0)
+                return DWARF_CB_ABORT;
+        u->out[u->n_out++] = activation ? pc : pc - 1;
+        u->n_user++;
+        return DWARF_CB_OK;
+}
+
+/* The time window's budget: true if this record may be unwound. */
+static bool budget_allows(struct unwinder *u, uint64_t now)
+{
+        if (now - u->window_start >= u->window_ns) {
+                u->window_start = now;
+                u->window_used = 0;
+        }
+        return u->window_used < u->budget_ns;
+}
+
+static void unwind_user(struct unwinder *u)
+{
+        uint64_t pc = u->rec->regs[D9_DW_RIP];
+
+        if (!dwfl_addrmodule(u->dwfl, pc) && now_ns() - u->last_report_ns > 1000000000ull)
+                report_modules(u);
+        /* Stops with an error at the outermost frame or where CFI or the
+         * copy runs out; the frames so far are the result either way. */
+        dwfl_getthread_frames(u->dwfl, (pid_t)u->rec->hdr.tid, frame_cb, u);
+}
+
+/* A kernel stack walked from inside the BPF program starts with the
+ * walker, the JIT'd program (in the module area) and the two tracepoint
+ * frames that called it (bpf_trace_runN, __traceiter_*): not the
+ * thread's. Returns how many leading frames to skip. */
+static uint32_t bpf_frames(const struct d9_rec_stack *rec)
+{
+        const uint64_t modules = 0xffffffffa0000000ull, modules_end = 0xffffffffff000000ull;
+
+        if (!(rec->flags & D9_SREC_KERN_IN_BPF))
+                return 0;
+        for (uint32_t i = 0; i < rec->n_kern && i < 8; i++)
+                if (rec->kern[i] >= modules && rec->kern[i] < modules_end)
+                        return i + 3 < rec->n_kern ? i + 3 : rec->n_kern;
+        return 0;
+}
+
+int unwinder_stack(struct unwinder *u, const struct d9_rec_stack *rec, size_t size,
+                   uint64_t *out, size_t cap, uint32_t *n_kern)
+{
+        uint64_t start = now_ns(), spent;
+
+        if (size < D9_REC_STACK_FIXED || rec->n_kern > D9_STACK_KERN_MAX ||
+            size < D9_REC_STACK_FIXED + rec->user_len)
+                return -EBADMSG;
+        if (!budget_allows(u, start)) {
+                u->stats.over_budget++;
+                return -EBUSY;
+        }
+        u->out = out;
+        u->cap_out = cap;
+        u->n_out = 0;
+        u->n_user = 0;
+        for (uint32_t i = bpf_frames(rec); i < rec->n_kern && u->n_out < cap; i++)
+                out[u->n_out++] = rec->kern[i];
+        if (n_kern)
+                *n_kern = (uint32_t)u->n_out;
+        if (rec->flags & D9_SREC_USER_FP) {
+                const uint64_t *ips = (const uint64_t *)(const void *)rec->data;
+                for (uint32_t i = 0; i < rec->user_len / 8 && u->n_out < cap && ips[i]; i++)
+                        out[u->n_out++] = ips[i];
+        } else if (!(rec->flags & D9_SREC_NO_REGS)) {
+                u->rec = rec;
+                active = u;
+                unwind_user(u);
+                active = NULL;
+                u->rec = NULL;
+        }
+        spent = now_ns() - start;
+        u->window_used += spent;
+        u->stats.ns += spent;
+        u->stats.stacks++;
+        u->stats.frames += u->n_user;
+        return (int)u->n_out;
+}
+
+void unwinder_get_stats(const struct unwinder *u, struct unwind_stats *st)
+{
+        *st = u->stats;
+}
+
+const char *unwinder_addr_name(struct unwinder *u, uint64_t addr)
+{
+        Dwfl_Module *mod;
+        const char *raw = NULL;
+        GElf_Off off;
+        GElf_Sym sym;
+
+        active = u;
+        mod = dwfl_addrmodule(u->dwfl, addr);
+        if (mod)
+                raw = dwfl_module_addrinfo(mod, addr, &off, &sym, NULL, NULL, NULL);
+        active = NULL;
+        if (!raw)
+                return NULL;
+        free(u->name);
+        u->name = cplus_demangle(raw, DMGL_PARAMS | DMGL_AUTO);
+        if (!u->name)
+                u->name = strdup(raw);
+        return u->name;
+}

@@ -1,0 +1,305 @@
+/* stack_unwind: issue 5's must-show on a real release Tokio target (no
+ * frame pointers), through the BPF loader and daemon/unwind.c directly.
+ *
+ * Runs TARGET `mixed` (50 ms busy_block_50ms polls and 20 ms
+ * sleep_block_20ms polls, once per second each), attaches sched + CPU
+ * sampling with stack capture, unwinds every STACK record while the target
+ * runs and names the frames. Checks:
+ *  - CPU samples inside busy_block_50ms: >= 5 user frames, every user frame
+ *    named, through raw::poll up to the worker loop;
+ *  - off-CPU stacks of the sleeping task (thread_sleeper): the sleep
+ *    syscall (libc or kernel nanosleep), the app frame and raw::poll;
+ *  - every SAMPLE/OFFCPU stack_id had its STACK record; nothing dropped.
+ * With --debug-file F (stripped target), names come from F.
+ * With --sealer-names, the user frames of busy stacks must also resolve
+ * with daemon/symbolize.c, the sealer's SymbolTableEntry symbolizer.
+ *
+ * usage: stack_unwind [--debug-file F] [--sealer-names] [--user-bytes N]
+ *                     TARGET ARGS... */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "harness.h"
+#include "symbolize.h"
+#include "unwind.h"
+
+#define MAX_FRAMES 128
+#define MAX_TIDS 64
+
+struct pending {
+        uint32_t tid;
+        uint64_t id;
+        int n;                  /* frames, or negative errno */
+        uint32_t n_kern;
+        uint64_t frames[MAX_FRAMES];
+};
+
+struct run {
+        pid_t pid;
+        struct unwinder *uw;
+        struct symbolizer *sealer_sym;  /* kernel names; user names too with --sealer-names */
+        bool sealer_names;
+        struct pending pend[MAX_TIDS];
+        size_t n_pend;
+        unsigned long stacks, samples, offcpu, missing, unwind_err;
+        unsigned long busy, busy_good, sleep, sleep_good, sealer_bad;
+        bool shown_busy, shown_sleep, shown_bad;
+};
+
+static struct pending *pending_of(struct run *r, uint32_t tid)
+{
+        for (size_t i = 0; i < r->n_pend; i++)
+                if (r->pend[i].tid == tid)
+                        return &r->pend[i];
+        if (r->n_pend == MAX_TIDS)
+                return NULL;
+        r->pend[r->n_pend].tid = tid;
+        return &r->pend[r->n_pend++];
+}
+
+static const char *kernel_name(struct run *r, uint64_t addr)
+{
+        uint64_t size;
+        const char *n = r->sealer_sym ? symbolizer_lookup(r->sealer_sym, addr, &size) : NULL;
+        return n ? n : "?";
+}
+
+/* Names of p's frames into names[] (user frames via the unwinder). Returns
+ * the number of user frames without a name. */
+static int name_frames(struct run *r, const struct pending *p, char names[][160])
+{
+        int unnamed = 0;
+
+        for (int i = 0; i < p->n; i++) {
+                const char *n = (uint32_t)i < p->n_kern ? kernel_name(r, p->frames[i])
+                                                        : unwinder_addr_name(r->uw, p->frames[i]);
+                if (!n && (uint32_t)i >= p->n_kern)
+                        unnamed++;
+                snprintf(names[i], 160, "%s", n ? n : "?");
+        }
+        return unnamed;
+}
+
+static bool any_has(char names[][160], int from, int to, const char *needle)
+{
+        for (int i = from; i < to; i++)
+                if (strstr(names[i], needle))
+                        return true;
+        return false;
+}
+
+static void show(const char *what, const struct pending *p, char names[][160])
+{
+        tap_diag("%s stack (%d frames, %u kernel):", what, p->n, p->n_kern);
+        for (int i = 0; i < p->n; i++)
+                tap_diag("  #%-2d %#018llx %s", i, (unsigned long long)p->frames[i], names[i]);
+}
+
+/* The worker's own loop, in both flavours and both Tokio series. */
+static bool has_worker_loop(char names[][160], int from, int to)
+{
+        return any_has(names, from, to, "worker::run") || any_has(names, from, to, "Context::run") ||
+               any_has(names, from, to, "current_thread::") || any_has(names, from, to, "block_on");
+}
+
+static void check_busy(struct run *r, const struct pending *p, char names[][160], int unnamed)
+{
+        int user = p->n - (int)p->n_kern;
+        bool ok = user >= 5 && unnamed == 0 && any_has(names, (int)p->n_kern, p->n, "raw::poll") &&
+                  has_worker_loop(names, (int)p->n_kern, p->n);
+
+        r->busy++;
+        r->busy_good += ok;
+        if ((!ok && !r->shown_bad) || (ok && !r->shown_busy)) {
+                show(ok ? "busy (good)" : "busy (BAD)", p, names);
+                r->shown_busy |= ok;
+                r->shown_bad |= !ok;
+        }
+        /* Rust frames of the target itself (the sealer reads no libc
+         * debug info, so libc internals may stay unnamed there). */
+        for (int i = (int)p->n_kern; r->sealer_names && i < p->n; i++) {
+                if (!strstr(names[i], "::"))
+                        continue;
+                uint64_t size;
+                const char *s = symbolizer_lookup(r->sealer_sym, p->frames[i], &size);
+                if (!s || strcmp(s, names[i])) {
+                        if (r->sealer_bad++ == 0)
+                                tap_diag("sealer symbolizer: %#llx -> %s (unwinder: %s)",
+                                         (unsigned long long)p->frames[i], s ? s : "NULL", names[i]);
+                }
+        }
+}
+
+/* sleep_block_20ms ends in a tail call (jmp) to std::thread::sleep, so
+ * it has no frame of its own: the app frame is its caller, the
+ * thread_sleeper task in d9_target::mixed. */
+static void check_sleep(struct run *r, const struct pending *p, char names[][160])
+{
+        bool syscall = any_has(names, 0, p->n, "nanosleep");
+        bool ok = syscall && any_has(names, (int)p->n_kern, p->n, "std::thread::") &&
+                  any_has(names, (int)p->n_kern, p->n, "raw::poll") &&
+                  has_worker_loop(names, (int)p->n_kern, p->n);
+
+        r->sleep++;
+        r->sleep_good += ok;
+        if (!r->shown_sleep || (!ok && !r->shown_bad)) {
+                show(ok ? "off-CPU sleep (good)" : "off-CPU sleep (BAD)", p, names);
+                r->shown_sleep = true;
+                r->shown_bad |= !ok;
+        }
+}
+
+/* A SAMPLE or OFFCPU record: its stack is the tid's pending STACK. */
+static void on_owner(struct run *r, uint32_t tid, uint64_t stack_id, bool cpu)
+{
+        static char names[MAX_FRAMES][160];
+        struct pending *p;
+        int unnamed;
+
+        if (!stack_id)
+                return;
+        p = pending_of(r, tid);
+        if (!p || p->id != stack_id) {
+                r->missing++;
+                return;
+        }
+        p->id = 0;
+        if (p->n < 0)
+                return;
+        unnamed = name_frames(r, p, names);
+        if (getenv("STACK_UNWIND_SHOW_ALL"))
+                show(cpu ? "cpu" : "off-cpu", p, names);
+        if (cpu && any_has(names, (int)p->n_kern, p->n, "busy_block_50ms"))
+                check_busy(r, p, names, unnamed);
+        if (!cpu && any_has(names, (int)p->n_kern, p->n, "thread_sleeper"))
+                check_sleep(r, p, names);
+}
+
+static int on_record(void *ctx, const void *rec, size_t size)
+{
+        struct run *r = ctx;
+        const struct d9_rec_hdr *h = rec;
+
+        if (h->tgid != (uint32_t)r->pid)
+                return 0;
+        if (h->type == D9_REC_STACK) {
+                const struct d9_rec_stack *s = rec;
+                struct pending *p = pending_of(r, h->tid);
+                if (!p)
+                        return 0;
+                r->stacks++;
+                p->id = s->stack_id;
+                p->n = unwinder_stack(r->uw, s, size, p->frames, MAX_FRAMES, &p->n_kern);
+                if (p->n < 0)
+                        r->unwind_err++;
+        } else if (h->type == D9_REC_CPU_SAMPLE) {
+                r->samples++;
+                on_owner(r, h->tid, ((const struct d9_rec_sample *)rec)->stack_id, true);
+        } else if (h->type == D9_REC_OFFCPU) {
+                r->offcpu++;
+                on_owner(r, h->tid, ((const struct d9_rec_offcpu *)rec)->stack_id, false);
+        }
+        return 0;
+}
+
+int main(int argc, char **argv)
+{
+        struct d9_bpf_opts bo = { .sample_hz = 99 };
+        struct d9_bpf_target_opts to = {
+                .probes = D9_PROBE_SCHED | D9_PROBE_CPU,
+                .stack = { .flags = D9_STACK_CPU | D9_STACK_OFFCPU, .user_bytes = 8192,
+                           /* Rate high enough that the sleeps are not
+                            * crowded out by worker parks: the limit itself
+                            * is measured by bench/stacks. */
+                           .offcpu_min_us = 5000, .offcpu_per_sec = 200, .offcpu_burst = 50 },
+                .on_record = on_record,
+        };
+        struct unwind_opts uo = { .budget_us = 1000000 };     /* the test wants every stack */
+        struct run run = { 0 };
+        struct d9_bpf_target *t = NULL;
+        struct d9_bpf *bpf = NULL;
+        struct unwind_stats st;
+        struct child target;
+        bool sealer_names = false;
+        uint64_t drops = 0;
+        char *err = NULL;
+        int a = 1, r;
+
+        for (; a < argc && !strncmp(argv[a], "--", 2); a++) {
+                if (!strcmp(argv[a], "--debug-file") && a + 1 < argc)
+                        uo.debug_file = argv[++a];
+                else if (!strcmp(argv[a], "--sealer-names"))
+                        sealer_names = true;
+                else if (!strcmp(argv[a], "--user-bytes") && a + 1 < argc)
+                        to.stack.user_bytes = (uint32_t)atoi(argv[++a]);
+                else
+                        break;
+        }
+        if (a >= argc) {
+                fprintf(stderr, "usage: stack_unwind [--debug-file F] [--sealer-names] TARGET ARGS...\n");
+                return 2;
+        }
+        r = d9_bpf_open(&bo, &bpf);
+        if (r < 0) {
+                printf("Bail out! d9_bpf_open: %s\n", strerror(-r));
+                return 1;
+        }
+        if (child_start(&target, argv + a, true) < 0) {
+                printf("Bail out! cannot start %s\n", argv[a]);
+                return 1;
+        }
+        run.pid = target.pid;
+        run.sealer_names = sealer_names;
+        to.ctx = &run;
+        /* The target waits (--start-delay) before its workload: attach now. */
+        r = d9_bpf_attach_target(bpf, target.pid, NULL, &to, &t, &err);
+        if (r == 0)
+                r = unwinder_new(target.pid, &uo, &run.uw);
+        if (r < 0) {
+                printf("Bail out! attach/unwinder for %d: %s %s\n", target.pid, strerror(-r),
+                       err ? err : "");
+                child_kill(&target);
+                return 1;
+        }
+        {
+                char path[64];
+                snprintf(path, sizeof(path), "/proc/%d/maps", target.pid);
+                char *maps = read_proc_text(path);
+                run.sealer_sym = symbolizer_new(target.pid, sealer_names ? maps : NULL);
+                free(maps);
+        }
+        r = drain_until_exit(t, &target);
+        d9_bpf_target_drops(t, &drops);
+        d9_bpf_detach_target(t);
+        d9_bpf_close(bpf);
+        free(child_read_all(&target));
+        unwinder_get_stats(run.uw, &st);
+        tap_diag("records: %lu stacks, %lu samples, %lu off-CPU; unwind %.1f us/stack, "
+                 "%.1f frames/stack, %llu reports, %llu truncated",
+                 run.stacks, run.samples, run.offcpu,
+                 st.stacks ? (double)st.ns / 1e3 / (double)st.stacks : 0.0,
+                 st.stacks ? (double)st.frames / (double)st.stacks : 0.0,
+                 (unsigned long long)st.reports, (unsigned long long)st.truncated);
+        tap_ok(r >= 0 && target.reaped && WIFEXITED(target.status) && WEXITSTATUS(target.status) == 0,
+               "target ran to completion while traced");
+        tap_ok(run.stacks > 0 && run.missing == 0 && run.unwind_err == 0 && drops == 0,
+               "every sample's stack arrived and unwound (stacks %lu, missing %lu, errors %lu, drops %llu)",
+               run.stacks, run.missing, run.unwind_err, (unsigned long long)drops);
+        tap_ok(run.busy >= 2 && run.busy_good * 10 >= run.busy * 9,
+               "CPU samples in busy_block_50ms unwind through raw::poll to the worker loop, "
+               ">= 5 frames, all named (%lu of %lu)", run.busy_good, run.busy);
+        tap_ok(run.sleep >= 1 && run.sleep_good * 10 >= run.sleep * 9,
+               "off-CPU stacks of the sleeping task show nanosleep, std::thread::sleep, raw::poll, "
+               "the worker loop "
+               "(%lu of %lu)", run.sleep_good, run.sleep);
+        if (sealer_names)
+                tap_ok(run.sealer_bad == 0, "the sealer's symbolizer names the same user frames "
+                       "(%lu mismatches)", run.sealer_bad);
+        symbolizer_free(run.sealer_sym);
+        unwinder_free(run.uw);
+        tap_done_plan();
+        return tap_done();
+}
