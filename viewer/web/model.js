@@ -91,12 +91,22 @@ function buildParks(d) {
   const lanes = new Map();
   for (const [w, idx] of byWorker(P)) {
     const s = [], e = [];
-    let parkedAt = -1;
+    let parkedAt = -1, unpark = -1, activeWall = 0, activeCpu = 0;
     for (const i of idx) {
-      if (P.park[i]) parkedAt = P.ts[i];
-      else if (parkedAt >= 0) { s.push(parkedAt); e.push(P.ts[i]); parkedAt = -1; }
+      if (P.park[i]) {
+        parkedAt = P.ts[i];
+        // active interval unpark..park: thread CPU time over wall time
+        if (unpark >= 0 && P.cpu[i] === P.cpu[i] && P.cpu[unpark] === P.cpu[unpark]) {
+          activeWall += P.ts[i] - P.ts[unpark];
+          activeCpu += Math.max(0, P.cpu[i] - P.cpu[unpark]);
+        }
+        unpark = -1;
+      } else {
+        if (parkedAt >= 0) { s.push(parkedAt); e.push(P.ts[i]); parkedAt = -1; }
+        unpark = i;
+      }
     }
-    lanes.set(w, { start: Float64Array.from(s), end: Float64Array.from(e) });
+    lanes.set(w, { start: Float64Array.from(s), end: Float64Array.from(e), cpuRatio: activeWall > 0 ? Math.min(1, activeCpu / activeWall) : NaN });
   }
   return lanes;
 }
@@ -399,7 +409,7 @@ export function summary(m) {
     const pk = m.parks.get(w);
     let parked = 0;
     if (pk) for (let i = 0; i < pk.start.length; i++) parked += pk.end[i] - pk.start[i];
-    return { worker: w, polls: n, busy, utilisation: busy / total, parked: parked / total };
+    return { worker: w, polls: n, busy, utilisation: busy / total, parked: parked / total, cpuWhileActive: pk ? pk.cpuRatio : NaN };
   });
   // group durations by label with typed arrays: count, offsets, fill, sort
   const nl = m.d.strings.length + 1; // slot 0 is "unknown" (-1)

@@ -103,8 +103,8 @@ function renderSummary(el, m, s) {
     ['events lost (d9d)', `<b class="dropped">${s.dropped}</b>${s.dropEvents.length ? ` in ${s.dropEvents.length} report(s)` : ''}`],
   ];
   if (d.truncated) rows.push(['note', `last frame truncated at byte ${d.truncatedAt} (segment still being written?)`]);
-  const workers = `<h3>Workers</h3><table><tr><th>lane</th><th class="num">polls</th><th class="num">busy</th><th class="num">polling</th><th class="num">parked</th></tr>` +
-    s.perWorker.map((w) => `<tr><td>${esc(workerName(w.worker))}</td><td class="num">${w.polls}</td><td class="num">${esc(formatDur(w.busy))}</td><td class="num">${(100 * w.utilisation).toFixed(1)}%</td><td class="num">${(100 * w.parked).toFixed(1)}%</td></tr>`).join('') + '</table>';
+  const workers = `<h3>Workers</h3><table><tr><th>lane</th><th class="num">polls</th><th class="num">busy</th><th class="num">polling</th><th class="num">parked</th><th class="num" title="thread CPU time / wall time between unpark and park">CPU when active</th></tr>` +
+    s.perWorker.map((w) => `<tr><td>${esc(workerName(w.worker))}</td><td class="num">${w.polls}</td><td class="num">${esc(formatDur(w.busy))}</td><td class="num">${(100 * w.utilisation).toFixed(1)}%</td><td class="num">${(100 * w.parked).toFixed(1)}%</td><td class="num">${w.cpuWhileActive === w.cpuWhileActive ? (100 * w.cpuWhileActive).toFixed(0) + '%' : '–'}</td></tr>`).join('') + '</table>';
   const types = `<h3>Poll duration by future type</h3><table><tr><th>future type</th><th class="num">n</th><th class="num">p50</th><th class="num">p90</th><th class="num">p99</th><th class="num">max</th></tr>` +
     s.types.slice(0, 30).map((t) => `<tr><td title="${esc(t.label)}">${esc(shortLabel(t.label))}</td><td class="num">${t.count}</td>${[t.p50, t.p90, t.p99, t.max].map((v) => `<td class="num">${esc(formatDur(v))}</td>`).join('')}</tr>`).join('') + '</table>';
   const drops = s.dropEvents.length ? `<h3>Loss reports</h3><pre class="stack">${s.dropEvents.slice(0, 50).map((e) => esc(JSON.stringify(e, (k, v) => (typeof v === 'bigint' ? v.toString() : v)))).join('\n')}</pre>` : '';
