@@ -13,7 +13,6 @@
 #include <dirent.h>
 
 #include <bpf/bpf.h>
-#include <jansson.h>
 
 static int tap_n, tap_failed;
 
@@ -204,33 +203,4 @@ int bpf_count_alive(const struct bpf_ids *ids)
                 usleep(100 * 1000);
         }
         return count_alive_once(ids, true);
-}
-
-/* Objects named d9_* anywhere on the system (bpftool prog|map show). */
-int count_d9_named(const char *what)
-{
-        char cmd[128];
-        json_error_t jerr;
-        json_t *all, *obj;
-        const char *name;
-        size_t i;
-        int n = 0;
-        FILE *f;
-
-        snprintf(cmd, sizeof(cmd), "bpftool -j %s show 2>/dev/null", what);
-        f = popen(cmd, "r");
-        if (!f)
-                return -errno;
-        all = json_loadf(f, 0, &jerr);
-        pclose(f);
-        if (!json_is_array(all)) {
-                json_decref(all);
-                return -EIO;
-        }
-        json_array_foreach(all, i, obj) {
-                name = json_string_value(json_object_get(obj, "name"));
-                n += name && !strncmp(name, "d9_", 3);
-        }
-        json_decref(all);
-        return n;
 }

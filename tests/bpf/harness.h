@@ -43,5 +43,3 @@ struct bpf_ids {
 };
 int bpf_snapshot_self(struct bpf_ids *ids);
 int bpf_count_alive(const struct bpf_ids *ids);
-/* Programs or maps (`what`) named d9_* system-wide. */
-int count_d9_named(const char *what);
