@@ -195,9 +195,6 @@ enum d9_stack_rec_bits {
         D9_SREC_USER_FP = 1u << 0,      /* data[] holds user IPs from the
                                          * frame-pointer walk, not raw stack */
         D9_SREC_NO_REGS = 1u << 1,      /* no user registers (kernel thread) */
-        D9_SREC_KERN_IN_BPF = 1u << 2,  /* kern[] was walked from inside the
-                                         * BPF program (switch-out): it starts
-                                         * with BPF and tracepoint frames */
 };
 
 struct d9_rec_stack {

@@ -35,7 +35,7 @@ static __always_inline void d9_switch_out(struct task_struct *prev, __u32 state)
                 return;
         th->off_ts = bpf_ktime_get_ns();
         th->off_state = state;
-        d9_stack_switch_out(cfg, prev);
+        d9_stack_switch_out(cfg, prev, state);
 }
 
 /* ... and write the whole off-CPU interval when it comes back, so one

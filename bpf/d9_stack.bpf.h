@@ -10,11 +10,13 @@
  *
  * Cost bounds (all in d9_stack_cfg, set per target by user space):
  * - user_bytes: the copy per stack;
- * - off-CPU: the stack must be taken at switch-OUT (at switch-in the
- *   blocked frames are gone), but is only worth emitting for long
- *   intervals. So switch-out copies it into the thread's storage (only if
- *   the thread's token bucket would allow one), and switch-in emits it
- *   when the interval was >= offcpu_min_us and takes the token.
+ * - off-CPU: the user stack must be copied at switch-OUT (switch-in runs
+ *   in the previous thread's address space, and its user memory can't be
+ *   read from there), but is only worth emitting for long intervals. So
+ *   switch-out copies it into the thread's storage (only if the thread
+ *   blocks and its token bucket would allow one), and switch-in walks the
+ *   kernel stack and emits both when the interval was >= offcpu_min_us,
+ *   taking the token.
  * Records are written with bpf_ringbuf_output: a ring reservation must
  * have a constant size and the copied length is only known afterwards. */
 #pragma once
@@ -216,14 +218,17 @@ static __always_inline void d9_stack_token_take(struct d9_stack_thread *st,
         st->tat = (st->tat > now ? st->tat : now) + 1000000000ull / cfg->stack.offcpu_per_sec;
 }
 
-/* sched_switch, prev (still current): keep its stack for switch-in. */
+/* sched_switch, prev (still current): keep its user stack for switch-in.
+ * Only for a thread that blocks (state != 0): a preempted one waits in
+ * the run queue, and where it was running is what CPU samples show. This
+ * copy is paid on every such switch, so the kernel walk is left to
+ * switch-in, where the sleeping thread's kernel stack is still intact. */
 static __always_inline void d9_stack_switch_out(const struct d9_target_cfg *cfg,
-                                                struct task_struct *prev)
+                                                struct task_struct *prev, __u32 state)
 {
         struct d9_stack_thread *st;
-        long n;
 
-        if (!(cfg->stack.flags & D9_STACK_OFFCPU))
+        if (!(cfg->stack.flags & D9_STACK_OFFCPU) || !state)
                 return;
         st = bpf_task_storage_get(&d9_stack_threads, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
         if (!st)
@@ -232,9 +237,6 @@ static __always_inline void d9_stack_switch_out(const struct d9_target_cfg *cfg,
         if (!d9_stack_token_ok(st, cfg, bpf_ktime_get_ns()))
                 return;
         d9_stack_fill_user(&st->rec, cfg, prev);
-        n = bpf_get_task_stack(prev, st->rec.kern, sizeof(st->rec.kern), 0);
-        st->rec.n_kern = n > 0 ? (__u32)n / 8 : 0;
-        st->rec.flags |= D9_SREC_KERN_IN_BPF;
         st->have = 1;
 }
 
@@ -245,6 +247,7 @@ static __always_inline __u64 d9_stack_switch_in(const struct d9_target_cfg *cfg,
 {
         struct d9_stack_thread *st;
         __u64 now;
+        long n;
 
         if (!(cfg->stack.flags & D9_STACK_OFFCPU))
                 return 0;
@@ -256,5 +259,8 @@ static __always_inline __u64 d9_stack_switch_in(const struct d9_target_cfg *cfg,
         if (now - off_ts < (__u64)cfg->stack.offcpu_min_us * 1000)
                 return 0;
         d9_stack_token_take(st, cfg, now);
+        /* next has not run since it blocked: this is its blocked stack. */
+        n = bpf_get_task_stack(next, st->rec.kern, sizeof(st->rec.kern), 0);
+        st->rec.n_kern = n > 0 ? (__u32)n / 8 : 0;
         return d9_stack_output(cfg, next->tgid, next->pid, &st->rec);
 }

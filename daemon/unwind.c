@@ -237,22 +237,6 @@ static void unwind_user(struct unwinder *u)
         dwfl_getthread_frames(u->dwfl, (pid_t)u->rec->hdr.tid, frame_cb, u);
 }
 
-/* A kernel stack walked from inside the BPF program starts with the
- * walker, the JIT'd program (in the module area) and the two tracepoint
- * frames that called it (bpf_trace_runN, __traceiter_*): not the
- * thread's. Returns how many leading frames to skip. */
-static uint32_t bpf_frames(const struct d9_rec_stack *rec)
-{
-        const uint64_t modules = 0xffffffffa0000000ull, modules_end = 0xffffffffff000000ull;
-
-        if (!(rec->flags & D9_SREC_KERN_IN_BPF))
-                return 0;
-        for (uint32_t i = 0; i < rec->n_kern && i < 8; i++)
-                if (rec->kern[i] >= modules && rec->kern[i] < modules_end)
-                        return i + 3 < rec->n_kern ? i + 3 : rec->n_kern;
-        return 0;
-}
-
 int unwinder_stack(struct unwinder *u, const struct d9_rec_stack *rec, size_t size,
                    uint64_t *out, size_t cap, uint32_t *n_kern)
 {
@@ -269,7 +253,7 @@ int unwinder_stack(struct unwinder *u, const struct d9_rec_stack *rec, size_t si
         u->cap_out = cap;
         u->n_out = 0;
         u->n_user = 0;
-        for (uint32_t i = bpf_frames(rec); i < rec->n_kern && u->n_out < cap; i++)
+        for (uint32_t i = 0; i < rec->n_kern && u->n_out < cap; i++)
                 out[u->n_out++] = rec->kern[i];
         if (n_kern)
                 *n_kern = (uint32_t)u->n_out;

@@ -40,8 +40,7 @@ int unwinder_new(pid_t pid, const struct unwind_opts *opts, struct unwinder **ou
 void unwinder_free(struct unwinder *u);
 
 /* Frames of one STACK record (size bytes as read from the ring), leaf
- * first: kernel frames (without the BPF/tracepoint frames of a switch-out
- * walk), then user frames. A caller's frame is given as
+ * first: kernel frames, then user frames. A caller's frame is given as
  * its return address - 1 (inside the call), the leaf as its exact pc.
  * Returns the number of frames written to out (<= cap), -EBUSY if the
  * budget is used up (counted in over_budget), -EBADMSG for a short record. */
