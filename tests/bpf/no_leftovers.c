@@ -2,10 +2,11 @@
  * test suite ran is still alive at its end. meson runs `--snapshot` first
  * and `--check` last (priorities), each alone: the snapshot records the
  * highest program and map ids (ids only grow), the check looks at every
- * newer object. Objects of processes that were already running (a d9d
- * someone left behind) are not ours to judge; a d9d left running by a
- * test of this suite is a leak and fails here. (On a shared machine, a
- * process started by someone else during the suite is counted too.) A live link holds its
+ * newer object. Objects held only by processes that cannot be the
+ * suite's (older than it, or with a living parent outside the test
+ * runner: other users of a shared machine) are not ours to judge; a d9d
+ * left running by any test of the run (a descendant of the runner, or an
+ * orphan) is a leak and fails here. A live link holds its
  * program, so no program means no link either. On failure it lists what
  * is left.
  * usage: no_leftovers --snapshot FILE | --check FILE */
@@ -39,45 +40,81 @@ static unsigned long long start_ticks(const char *pid)
         return t;
 }
 
-/* Does a process started before `since` hold BPF object `id` (key is
- * "prog_id:" or "map_id:")? Such objects belong to something that was
- * running before the suite (another user of this machine), not to it. */
-static bool held_by_older_process(const char *key, __u32 id, unsigned long long since)
+static pid_t parent_of(pid_t pid)
+{
+        char path[64], buf[1024], *p;
+        int ppid = 0;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        f = fopen(path, "r");
+        if (!f)
+                return 0;
+        if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')))
+                sscanf(p + 2, "%*c %d", &ppid);
+        fclose(f);
+        return ppid;
+}
+
+/* Could this process be something the suite left behind: a descendant of
+ * the test runner (our parent), or an orphan? Processes with a living
+ * parent outside the runner belong to other users of the machine. */
+static bool maybe_ours(pid_t pid, unsigned long long since)
+{
+        char name[32];
+        pid_t runner = getppid(), p = parent_of(pid);
+
+        snprintf(name, sizeof(name), "%d", (int)pid);
+        if (start_ticks(name) < since)
+                return false;
+        if (p == 1)
+                return true;
+        for (int depth = 0; p > 1 && depth < 64; depth++, p = parent_of(p))
+                if (p == runner)
+                        return true;
+        return false;
+}
+
+/* Is BPF object `id` (key "prog_id:" or "map_id:") held only by processes
+ * that cannot be the suite's leftovers? An object nobody holds counts as
+ * a leak (it would have to be pinned). */
+static bool held_only_by_others(const char *key, __u32 id, unsigned long long since)
 {
         DIR *proc = opendir("/proc");
         struct dirent *de;
-        bool older = false;
+        int holders = 0, ours = 0;
 
-        while (proc && !older && (de = readdir(proc))) {
+        while (proc && (de = readdir(proc))) {
                 char path[600], line[128];
+                bool holds = false;
                 DIR *fds;
 
                 if (de->d_name[0] < '0' || de->d_name[0] > '9')
                         continue;
                 snprintf(path, sizeof(path), "/proc/%s/fdinfo", de->d_name);
                 fds = opendir(path);
-                for (struct dirent *fd; fds && !older && (fd = readdir(fds));) {
+                for (struct dirent *fd; fds && !holds && (fd = readdir(fds));) {
                         FILE *f;
 
                         snprintf(path, sizeof(path), "/proc/%s/fdinfo/%s", de->d_name, fd->d_name);
                         f = fopen(path, "r");
                         while (f && fgets(line, sizeof(line), f))
                                 if (!strncmp(line, key, strlen(key)) &&
-                                    (__u32)strtoul(line + strlen(key), NULL, 10) == id) {
-                                        unsigned long long t = start_ticks(de->d_name);
-
-                                        older |= t && t < since;
-                                        break;
-                                }
+                                    (__u32)strtoul(line + strlen(key), NULL, 10) == id)
+                                        holds = true;
                         if (f)
                                 fclose(f);
                 }
                 if (fds)
                         closedir(fds);
+                if (holds) {
+                        holders++;
+                        ours += maybe_ours(atoi(de->d_name), since);
+                }
         }
         if (proc)
                 closedir(proc);
-        return older;
+        return holders > 0 && ours == 0;
 }
 
 typedef int (*next_id_fn)(__u32 start, __u32 *next);
@@ -92,8 +129,7 @@ static __u32 max_id(next_id_fn next)
         return id;
 }
 
-/* d9_* objects with an id above `after`, except those held by a process
- * older than the suite. */
+/* d9_* objects with an id above `after` that the suite may have left. */
 static int count_new_d9(next_id_fn next, fd_by_id_fn get_fd, bool prog, __u32 after,
                         unsigned long long since, bool report)
 {
@@ -113,10 +149,10 @@ static int count_new_d9(next_id_fn next, fd_by_id_fn get_fd, bool prog, __u32 af
                     !strncmp(prog ? pi.name : mi.name, "d9_", 3)) {
                         close(fd);
                         fd = -1;
-                        if (!held_by_older_process(prog ? "prog_id:" : "map_id:", n, since)) {
+                        if (!held_only_by_others(prog ? "prog_id:" : "map_id:", n, since)) {
                                 if (report)
-                                        tap_diag("left: %s id %u %s (no holder, or one "
-                                                 "started during the suite)",
+                                        tap_diag("left: %s id %u %s (no holder, or a "
+                                                 "process the suite left behind)",
                                                  prog ? "prog" : "map", n,
                                                  prog ? pi.name : mi.name);
                                 count++;
