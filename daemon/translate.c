@@ -25,6 +25,7 @@
 
 #include "bpf/d9_events.h"
 #include "symbolize.h"
+#include "unwind.h"
 #include "translate.h"
 #include "uprobes/uprobes.h"
 
@@ -57,9 +58,12 @@ int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *pla
 void translate_destroy(struct translate *tr)
 {
         free(tr->label_atoms);
+        for (size_t i = 0; tr->threads && i < tr->threads_cap; i++)
+                free(tr->threads[i].frames);
         free(tr->threads);
         free(tr->park_keys);
         free(tr->live_tasks);
+        unwinder_free(tr->unw);
         for (size_t i = 0; i < tr->n_dyn; i++)
                 free(tr->dyn[i].name);
         free(tr->dyn);
@@ -366,6 +370,44 @@ static int on_park(struct translate *tr, const struct d9_rec_park *r, struct tr_
         return d9_enc_worker_unpark(tr->enc, r->hdr.ts, w, 0, r->cpu_ns, wait, r->hdr.tid);
 }
 
+#define MAX_FRAMES (D9_STACK_KERN_MAX + 96)
+
+/* A STACK record comes right before the SAMPLE/OFFCPU record of the same
+ * thread that names it: unwind it now and keep the frames on the thread. */
+static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_t size, struct tr_thread *t)
+{
+        uint32_t n_kern;
+        int n;
+
+        if (!tr->unw_tried) {
+                tr->unw_tried = true;
+                if (unwinder_new(tr->pid, NULL, &tr->unw) < 0)
+                        tr->unw = NULL;
+        }
+        if (!t->frames)
+                t->frames = malloc(MAX_FRAMES * sizeof(*t->frames));
+        if (!tr->unw || !t->frames || (n = unwinder_stack(tr->unw, rec, size, t->frames, MAX_FRAMES, &n_kern)) <= 0) {
+                tr->stacks_failed++;
+                return;
+        }
+        tr->stacks++;
+        t->stack_id = rec->stack_id;
+        t->n_frames = (uint32_t)n;
+}
+
+/* Callchain atom for a sample that names stack_id; fallback: [ip] or empty. */
+static uint32_t sample_stack(struct translate *tr, struct tr_thread *t, uint64_t stack_id, uint64_t ip)
+{
+        uint32_t atom;
+
+        if (stack_id && t->stack_id == stack_id && t->n_frames &&
+            d9_enc_intern_stack(tr->enc, t->frames, t->n_frames, &atom) == 0)
+                return atom;
+        if (ip && d9_enc_intern_stack(tr->enc, &ip, 1, &atom) == 0)
+                return atom;
+        return tr->empty_stack;
+}
+
 int translate_record(struct translate *tr, const void *rec, size_t size)
 {
         const struct d9_rec_hdr *h = rec;
@@ -410,20 +452,20 @@ int translate_record(struct translate *tr, const void *rec, size_t size)
                 if (size < sizeof(*o))
                         return -EBADMSG;
                 r = d9_enc_cpu_sample(tr->enc, o->off_ts, t->worker, h->tid, 1, D9_NO_ATOM,
-                                      tr->empty_stack, h->cpu);
+                                      sample_stack(tr, t, o->stack_id, 0), h->cpu);
                 break;
         }
         case D9_REC_CPU_SAMPLE: {
                 const struct d9_rec_sample *s = rec;
-                uint32_t stack = tr->empty_stack;
                 if (size < sizeof(*s))
                         return -EBADMSG;
-                if (s->ip && d9_enc_intern_stack(tr->enc, &s->ip, 1, &stack) < 0)
-                        stack = tr->empty_stack;
                 r = d9_enc_cpu_sample(tr->enc, h->ts, t->worker, h->tid, 0, thread_name_atom(tr, t),
-                                      stack, h->cpu);
+                                      sample_stack(tr, t, s->stack_id, s->ip), h->cpu);
                 break;
         }
+        case D9_REC_STACK:
+                on_stack(tr, rec, size, t);
+                return 0;
         case D9_REC_EXIT:
                 tr->exited++;
                 return 0;

@@ -19,6 +19,9 @@ struct tr_thread {
         uint32_t name_atom;
         bool name_read;
         char name[16];
+        uint64_t stack_id;              /* the STACK record last unwound here */
+        uint64_t *frames;               /* its frames, kernel first, leaf first */
+        uint32_t n_frames;
 };
 
 /* A boxed `dyn Future` seen in a poll: its concrete poll fn, named. */
@@ -41,6 +44,9 @@ struct translate {
         struct tr_dyn *dyn;             /* boxed futures' concrete poll fns */
         size_t n_dyn;
         struct symbolizer *sym;         /* target's symbols, loaded on first boxed poll */
+        struct unwinder *unw;           /* user stacks, created on the first STACK record */
+        bool unw_tried;
+        uint64_t stacks, stacks_failed; /* STACK records unwound / not */
         bool sym_tried;
         uint64_t *live_tasks;           /* task ids seen polled and not yet terminated */
         size_t live_cap, live_used;

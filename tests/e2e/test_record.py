@@ -29,6 +29,7 @@ def check_common(t, d, paths, truth, counts):
         t.ok(counts.get(name, 0) > 0, f"{name} present ({counts.get(name, 0)})")
     # One JSON dump per segment serves the metadata, sample-source and worker checks.
     meta, src, bad_worker, boxed, erased = None, {0: 0, 1: 0}, 0, 0, 0
+    deep, tokio_syms = 0, 0
     ok_workers = {str(w) for w in range(truth["workers"])} | {"254"}
     for p in paths:
         rc, out = dump_json_lines(D9CTL, p)
@@ -36,11 +37,14 @@ def check_common(t, d, paths, truth, counts):
             if line.startswith('{"event":"CpuSampleEvent"'):
                 i = line.find('"source":')
                 src[int(line[i + 9])] = src.get(int(line[i + 9]), 0) + 1
+                deep += line[i + 9] == "0" and line.count('"0x') >= 4
             elif line.startswith('{"event":"PollStartEvent"'):
                 i = line.find('"worker_id":') + 12
                 bad_worker += line[i:line.find(",", i)] not in ok_workers
                 boxed += '"spawn_loc":"d9_target::mixed::boxed_' in line
                 erased += "dyn core::future::future::Future" in line
+            elif line.startswith('{"event":"SymbolTableEntry"'):
+                tokio_syms += '"symbol_name":"tokio::' in line
             elif line.startswith('{"event":"SegmentMetadataEvent"'):
                 meta = json.loads(line)["fields"]["entries"]
     workers = (meta or {}).get("runtime.main", "")
@@ -52,6 +56,9 @@ def check_common(t, d, paths, truth, counts):
          f"every poll start has its end ({counts['PollStartEvent']} vs {counts['PollEndEvent']})")
     # Both CPU sample sources: 99 Hz on-CPU and off-CPU at sched_switch.
     t.ok(src[0] > 0 and src[1] > 0, f"CPU samples of both sources (on-CPU {src[0]}, off-CPU {src[1]})")
+    # Release Rust has no frame pointers: deep stacks mean .eh_frame unwinding worked.
+    t.ok(deep > 0 and tokio_syms > 0, f"on-CPU samples carry unwound user stacks ({deep} with >= 4 frames) "
+         f"and the sealer named Tokio functions in them ({tokio_syms} symbols)")
     t.ok(truth["boxed_tasks"] == 0 or (boxed > 0 and erased == 0),
          f"boxed dyn futures are labelled by their concrete future ({boxed} polls), never by the erased type"
          f" ({erased})")
