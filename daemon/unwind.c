@@ -226,11 +226,17 @@ static bool budget_allows(struct unwinder *u, uint64_t now)
         return u->window_used < u->budget_ns;
 }
 
+/* A pc outside every known module means the maps changed (a process
+ * traced from exec loads its libraries after we first looked; dlopen):
+ * look again, but at most every REREPORT_NS, since each look parses
+ * /proc/PID/maps. */
+#define REREPORT_NS (50 * 1000000ull)
+
 static void unwind_user(struct unwinder *u)
 {
         uint64_t pc = u->rec->regs[D9_DW_RIP];
 
-        if (!dwfl_addrmodule(u->dwfl, pc) && now_ns() - u->last_report_ns > 1000000000ull)
+        if (!dwfl_addrmodule(u->dwfl, pc) && now_ns() - u->last_report_ns > REREPORT_NS)
                 report_modules(u);
         /* Stops with an error at the outermost frame or where CFI or the
          * copy runs out; the frames so far are the result either way. */
