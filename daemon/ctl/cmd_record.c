@@ -195,9 +195,8 @@ static json_t *wait_sealed(json_int_t session, int pid, pid_t child)
 
 static int usage_error(const char *msg)
 {
-        fprintf(stderr, "d9ctl record: %s\n"
-                "usage: d9ctl record --pid N --duration D [--out DIR] [--probes LIST]\n"
-                "       d9ctl record --duration D [--out DIR] [--probes LIST] -- CMD [ARGS]\n", msg);
+        fprintf(stderr, "d9ctl record: %s (usage: record --pid N --duration D [--out DIR] [--probes LIST], "
+                "or record --duration D [--out DIR] -- CMD [ARGS])\n", msg);
         return 2;
 }
 
