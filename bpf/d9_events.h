@@ -187,7 +187,10 @@ struct d9_stack_cfg {
         d9_u32 offcpu_min_us;   /* off-CPU intervals shorter get no stack */
         d9_u32 offcpu_per_sec;  /* per-thread token bucket: rate ... */
         d9_u32 offcpu_burst;    /* ... and burst of off-CPU stacks */
-        d9_u32 _pad;
+        d9_u32 offcpu_copies_per_sec; /* per-thread bucket (same burst) for
+                                 * the switch-out copies themselves, which
+                                 * are paid before the interval's length is
+                                 * known; 0: copy at every blocking switch */
 };
 
 /* STACK record flags. */

@@ -16,7 +16,9 @@
  *   switch-out copies it into the thread's storage (only if the thread
  *   blocks and its token bucket would allow one), and switch-in walks the
  *   kernel stack and emits both when the interval was >= offcpu_min_us,
- *   taking the token.
+ *   taking the token. The copies themselves, paid on every blocking
+ *   switch, have their own bucket (offcpu_copies_per_sec): off-CPU stacks
+ *   are then a sample of the long intervals, at a bounded cost.
  * Records are written with bpf_ringbuf_output: a ring reservation must
  * have a constant size and the copied length is only known afterwards. */
 #pragma once
@@ -45,6 +47,7 @@ struct {
  * (theoretical arrival time) of its off-CPU stack token bucket. */
 struct d9_stack_thread {
         __u64 tat;
+        __u64 copy_tat;         /* GCRA state of the copy bucket */
         __u32 have;             /* rec holds the last switch-out's stack */
         __u32 _pad;
         struct d9_rec_stack rec;
@@ -197,25 +200,24 @@ static __always_inline __u64 d9_stack_sample(struct bpf_perf_event_data *ctx,
         return d9_stack_output(cfg, tgid, tid, s);
 }
 
-/* GCRA: may the thread emit an off-CPU stack at `now`? */
-static __always_inline bool d9_stack_token_ok(const struct d9_stack_thread *st,
+/* GCRA bucket of `per_sec` with the configured burst: is a token there at
+ * `now`? (per_sec 0: no limit.) */
+static __always_inline bool d9_stack_token_ok(__u64 tat, __u32 per_sec,
                                               const struct d9_target_cfg *cfg, __u64 now)
 {
         __u64 interval, burst;
 
-        if (!cfg->stack.offcpu_per_sec)
+        if (!per_sec)
                 return true;
-        interval = 1000000000ull / cfg->stack.offcpu_per_sec;
+        interval = 1000000000ull / per_sec;
         burst = cfg->stack.offcpu_burst ? cfg->stack.offcpu_burst : 1;
-        return now + (burst - 1) * interval >= st->tat;
+        return now + (burst - 1) * interval >= tat;
 }
 
-static __always_inline void d9_stack_token_take(struct d9_stack_thread *st,
-                                                const struct d9_target_cfg *cfg, __u64 now)
+static __always_inline void d9_stack_token_take(__u64 *tat, __u32 per_sec, __u64 now)
 {
-        if (!cfg->stack.offcpu_per_sec)
-                return;
-        st->tat = (st->tat > now ? st->tat : now) + 1000000000ull / cfg->stack.offcpu_per_sec;
+        if (per_sec)
+                *tat = (*tat > now ? *tat : now) + 1000000000ull / per_sec;
 }
 
 /* sched_switch, prev (still current): keep its user stack for switch-in.
@@ -227,6 +229,7 @@ static __always_inline void d9_stack_switch_out(const struct d9_target_cfg *cfg,
                                                 struct task_struct *prev, __u32 state)
 {
         struct d9_stack_thread *st;
+        __u64 now;
 
         if (!(cfg->stack.flags & D9_STACK_OFFCPU) || !state)
                 return;
@@ -234,8 +237,11 @@ static __always_inline void d9_stack_switch_out(const struct d9_target_cfg *cfg,
         if (!st)
                 return;
         st->have = 0;
-        if (!d9_stack_token_ok(st, cfg, bpf_ktime_get_ns()))
+        now = bpf_ktime_get_ns();
+        if (!d9_stack_token_ok(st->tat, cfg->stack.offcpu_per_sec, cfg, now) ||
+            !d9_stack_token_ok(st->copy_tat, cfg->stack.offcpu_copies_per_sec, cfg, now))
                 return;
+        d9_stack_token_take(&st->copy_tat, cfg->stack.offcpu_copies_per_sec, now);
         d9_stack_fill_user(&st->rec, cfg, prev);
         st->have = 1;
 }
@@ -258,7 +264,7 @@ static __always_inline __u64 d9_stack_switch_in(const struct d9_target_cfg *cfg,
         now = bpf_ktime_get_ns();
         if (now - off_ts < (__u64)cfg->stack.offcpu_min_us * 1000)
                 return 0;
-        d9_stack_token_take(st, cfg, now);
+        d9_stack_token_take(&st->tat, cfg->stack.offcpu_per_sec, now);
         /* next has not run since it blocked: this is its blocked stack. */
         n = bpf_get_task_stack(next, st->rec.kern, sizeof(st->rec.kern), 0);
         st->rec.n_kern = n > 0 ? (__u32)n / 8 : 0;
