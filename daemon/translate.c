@@ -377,7 +377,7 @@ static int on_park(struct translate *tr, const struct d9_rec_park *r, struct tr_
 static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_t size, struct tr_thread *t)
 {
         uint32_t n_kern;
-        int n;
+        int n = 0;
 
         if (!tr->unw_tried) {
                 tr->unw_tried = true;
@@ -388,8 +388,13 @@ static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_
                 t->frames = malloc(MAX_FRAMES * sizeof(*t->frames));
         if (!tr->unw || !t->frames || (n = unwinder_stack(tr->unw, rec, size, t->frames, MAX_FRAMES, &n_kern)) <= 0) {
                 tr->stacks_failed++;
+                /* Over the unwind budget (daemon/unwind.h): dropped, and
+                 * said so in the trace with the next stack that unwinds. */
+                tr->stacks_lost += n == -EBUSY;
                 return;
         }
+        if (tr->stacks_lost && translate_lost(tr, rec->hdr.ts, tr->stacks_lost, "stack_unwind") == 0)
+                tr->stacks_lost = 0;
         tr->stacks++;
         t->stack_id = rec->stack_id;
         t->n_frames = (uint32_t)n;

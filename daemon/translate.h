@@ -47,6 +47,8 @@ struct translate {
         struct unwinder *unw;           /* user stacks, created on the first STACK record */
         bool unw_tried;
         uint64_t stacks, stacks_failed; /* STACK records unwound / not */
+        uint64_t stacks_lost;           /* over the unwind budget, not yet in a
+                                         * D9LostEventsEvent */
         bool sym_tried;
         uint64_t *live_tasks;           /* task ids seen polled and not yet terminated */
         size_t live_cap, live_used;
