@@ -81,27 +81,29 @@ static __always_inline void d9_stack_count_drop(const struct d9_target_cfg *cfg)
                 (*drops)++;
 }
 
-static __always_inline void d9_stack_regs(struct d9_rec_stack *s, struct pt_regs *regs)
-{
-        /* x86-64 DWARF register numbers. */
-        s->regs[0] = regs->ax;
-        s->regs[1] = regs->dx;
-        s->regs[2] = regs->cx;
-        s->regs[3] = regs->bx;
-        s->regs[4] = regs->si;
-        s->regs[5] = regs->di;
-        s->regs[6] = regs->bp;
-        s->regs[7] = regs->sp;
-        s->regs[8] = regs->r8;
-        s->regs[9] = regs->r9;
-        s->regs[10] = regs->r10;
-        s->regs[11] = regs->r11;
-        s->regs[12] = regs->r12;
-        s->regs[13] = regs->r13;
-        s->regs[14] = regs->r14;
-        s->regs[15] = regs->r15;
-        s->regs[16] = regs->ip;
-}
+/* x86-64 DWARF register numbers. A macro, not a function: for the perf
+ * context the fields must be loaded at constant offsets from ctx (the
+ * verifier rejects a derived ctx pointer). */
+#define D9_STACK_REGS(s, r)                                                   \
+        do {                                                                  \
+                (s)->regs[0] = (r).ax;                                        \
+                (s)->regs[1] = (r).dx;                                        \
+                (s)->regs[2] = (r).cx;                                        \
+                (s)->regs[3] = (r).bx;                                        \
+                (s)->regs[4] = (r).si;                                        \
+                (s)->regs[5] = (r).di;                                        \
+                (s)->regs[6] = (r).bp;                                        \
+                (s)->regs[7] = (r).sp;                                        \
+                (s)->regs[8] = (r).r8;                                        \
+                (s)->regs[9] = (r).r9;                                        \
+                (s)->regs[10] = (r).r10;                                      \
+                (s)->regs[11] = (r).r11;                                      \
+                (s)->regs[12] = (r).r12;                                      \
+                (s)->regs[13] = (r).r13;                                      \
+                (s)->regs[14] = (r).r14;                                      \
+                (s)->regs[15] = (r).r15;                                      \
+                (s)->regs[16] = (r).ip;                                       \
+        } while (0)
 
 /* Copy up to `want` bytes from sp up. bpf_probe_read_user is all or
  * nothing, and the window may run past the top of the thread's stack
@@ -128,23 +130,27 @@ static __always_inline __u32 d9_stack_copy_user(__u8 *dst, __u64 sp, __u32 want)
         return got;
 }
 
-/* Registers and user part of s for `task` (the current thread). */
+/* User part of s for `task` (the current thread). have_regs: the caller
+ * already put the user registers in s, else they come from task_pt_regs. */
 static __always_inline void d9_stack_fill_user(struct d9_rec_stack *s,
                                                const struct d9_target_cfg *cfg,
-                                               struct task_struct *task)
+                                               struct task_struct *task, bool have_regs)
 {
-        struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
         __u32 want = cfg->stack.user_bytes;
+        struct pt_regs *regs;
         long n;
 
         s->flags = 0;
         s->user_len = 0;
         s->_pad = 0;
-        if (!regs) {
-                s->flags = D9_SREC_NO_REGS;
-                return;
+        if (!have_regs) {
+                regs = (struct pt_regs *)bpf_task_pt_regs(task);
+                if (!regs) {
+                        s->flags = D9_SREC_NO_REGS;
+                        return;
+                }
+                D9_STACK_REGS(s, *regs);
         }
-        d9_stack_regs(s, regs);
         if (cfg->stack.flags & D9_STACK_FP) {
                 /* Frame pointers: the kernel's walk is exact and cheap. */
                 n = bpf_get_task_stack(task, s->data, D9_STACK_USER_MAX, BPF_F_USER_STACK);
@@ -193,7 +199,15 @@ static __always_inline __u64 d9_stack_sample(struct bpf_perf_event_data *ctx,
         s = bpf_map_lookup_elem(&d9_stack_scratch, &zero);
         if (!s)
                 return 0;
-        d9_stack_fill_user(s, cfg, bpf_get_current_task_btf());
+        /* Timer in user mode: the sampled registers themselves (seen to
+         * differ from task_pt_regs around uprobe single-steps); in the
+         * kernel: the user registers saved at kernel entry. */
+        if (ctx->regs.ip < (1ull << 47)) {
+                D9_STACK_REGS(s, ctx->regs);
+                d9_stack_fill_user(s, cfg, bpf_get_current_task_btf(), true);
+        } else {
+                d9_stack_fill_user(s, cfg, bpf_get_current_task_btf(), false);
+        }
         /* Empty when the timer hit user mode. */
         n = bpf_get_stack(ctx, s->kern, sizeof(s->kern), 0);
         s->n_kern = n > 0 ? (__u32)n / 8 : 0;
@@ -242,7 +256,7 @@ static __always_inline void d9_stack_switch_out(const struct d9_target_cfg *cfg,
             !d9_stack_token_ok(st->copy_tat, cfg->stack.offcpu_copies_per_sec, cfg, now))
                 return;
         d9_stack_token_take(&st->copy_tat, cfg->stack.offcpu_copies_per_sec, now);
-        d9_stack_fill_user(&st->rec, cfg, prev);
+        d9_stack_fill_user(&st->rec, cfg, prev, false);
         st->have = 1;
 }
 

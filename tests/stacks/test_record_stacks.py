@@ -82,7 +82,7 @@ def main():
             else:
                 continue
             kind = (src, ok)
-            if kind not in shown:
+            if kind not in shown or (not ok and os.environ.get("SHOW_ALL_BAD")):
                 shown.add(kind)
                 print(f"# source {src} {'good' if ok else 'BAD'}:")
                 for i, n in enumerate(named):
