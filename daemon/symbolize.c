@@ -1,8 +1,10 @@
 /* symbolize.c: turn callchain addresses into names at seal time. Every
  * executable mapping of the target is mapped back to its ELF file; the
  * file offset becomes a link-time address through the PT_LOAD headers and
- * is looked up in the sorted function symbols. Rust names (legacy and v0)
- * are demangled with libiberty. */
+ * is looked up in the sorted function symbols. A file without .symtab
+ * (stripped) takes its symbols from its separate debug file, found by the
+ * same lookup the probe planner uses (uprobes_debug_file_for). Rust names
+ * (legacy and v0) are demangled with libiberty. */
 #include <errno.h>
 #include <fcntl.h>
 #include <gelf.h>
@@ -17,6 +19,7 @@
 
 #include "cleanup.h"
 #include "symbolize.h"
+#include "uprobes/uprobes.h"
 
 #define KERNEL_MIN 0xffff800000000000ull
 
@@ -88,15 +91,18 @@ static int sym_cmp(const void *a, const void *b)
         return x->addr < y->addr ? -1 : x->addr > y->addr;
 }
 
-static void elf_collect_syms(Elf *elf, struct elf_syms *es)
+/* Appends the function symbols of elf to es; true if it has a .symtab. */
+static bool elf_collect_syms(Elf *elf, struct elf_syms *es)
 {
         Elf_Scn *scn = NULL;
         GElf_Shdr sh;
-        size_t cap = 0;
+        size_t cap = es->n;
+        bool has_symtab = false;
 
         while ((scn = elf_nextscn(elf, scn))) {
                 if (!gelf_getshdr(scn, &sh) || (sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM))
                         continue;
+                has_symtab |= sh.sh_type == SHT_SYMTAB;
                 Elf_Data *data = elf_getdata(scn, NULL);
                 size_t count = sh.sh_entsize ? sh.sh_size / sh.sh_entsize : 0;
                 for (size_t i = 0; data && i < count; i++) {
@@ -109,18 +115,38 @@ static void elf_collect_syms(Elf *elf, struct elf_syms *es)
                         if (es->n == cap) {
                                 struct sym *more = realloc(es->syms, (cap = cap ? cap * 2 : 1024) * sizeof(*more));
                                 if (!more)
-                                        return;
+                                        return has_symtab;
                                 es->syms = more;
                         }
                         es->syms[es->n++] = (struct sym){ s.st_value, s.st_size, strdup(name), false };
                 }
         }
-        qsort(es->syms, es->n, sizeof(*es->syms), sym_cmp);
+        return has_symtab;
+}
+
+/* Stripped file: .dynsym names little of a Rust binary, so read the .symtab
+ * of its debug file. Its symbol values are the same link-time addresses,
+ * and the PT_LOAD headers of the file itself keep mapping offsets to them. */
+static void debug_file_syms(const char *opened, const char *root, struct elf_syms *es)
+{
+        char *dbg = uprobes_debug_file_for(opened, root);
+        int fd = dbg ? open(dbg, O_RDONLY | O_CLOEXEC) : -1;
+        Elf *elf;
+
+        free(dbg);
+        if (fd < 0)
+                return;
+        elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+        if (elf) {
+                elf_collect_syms(elf, es);
+                elf_end(elf);
+        }
+        close(fd);
 }
 
 static struct elf_syms *elf_load(pid_t pid, const char *path)
 {
-        char via_root[PATH_MAX + 64];
+        char via_root[PATH_MAX + 64], root[64];
         struct elf_syms *es = calloc(1, sizeof(*es));
         Elf *elf;
         size_t nph = 0;
@@ -129,10 +155,14 @@ static struct elf_syms *elf_load(pid_t pid, const char *path)
         if (!es)
                 return NULL;
         es->path = strdup(path);
-        snprintf(via_root, sizeof(via_root), "/proc/%d/root%s", pid, path);
+        snprintf(root, sizeof(root), "/proc/%d/root", pid);
+        snprintf(via_root, sizeof(via_root), "%s%s", root, path);
         fd = open(via_root, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
+        if (fd < 0) {
+                /* The target is gone: its files are looked up in our namespace. */
+                root[0] = 0;
                 fd = open(path, O_RDONLY | O_CLOEXEC);
+        }
         if (fd < 0)
                 return es; /* no symbols: addresses stay hex */
         elf_version(EV_CURRENT);
@@ -144,7 +174,9 @@ static struct elf_syms *elf_load(pid_t pid, const char *path)
                         if (gelf_getphdr(elf, (int)i, &ph) && ph.p_type == PT_LOAD)
                                 es->loads[es->n_loads++] = ph;
                 }
-                elf_collect_syms(elf, es);
+                if (!elf_collect_syms(elf, es))
+                        debug_file_syms(root[0] ? via_root : path, root, es);
+                qsort(es->syms, es->n, sizeof(*es->syms), sym_cmp);
         }
         if (elf)
                 elf_end(elf);

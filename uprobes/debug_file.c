@@ -70,3 +70,15 @@ char *debug_file_find(const struct elf_image *img, const char *root)
         asprintf(&p, "%s/usr/lib/debug%s/%s", root, dir_in_root, link);
         return try_path(p, id);
 }
+
+char *uprobes_debug_file_for(const char *path, const char *root)
+{
+        struct elf_image *img = NULL;
+        char *found;
+
+        if (elf_image_open(path, &img, NULL) < 0)
+                return NULL;
+        found = debug_file_find(img, root ? root : "");
+        elf_image_free(img);
+        return found;
+}

@@ -154,3 +154,10 @@ int probe_plan_for_file(const char *path, struct probe_plan **out, char **err_ms
 void probe_plan_free(struct probe_plan *plan);
 
 const char *probe_kind_name(enum probe_kind kind);
+
+/* Separate debug file for the ELF file at path (malloc'd), or NULL: the
+ * lookup the plan uses (build-id under <root>/usr/lib/debug/.build-id/,
+ * then .gnu_debuglink next to the file, in .debug/, under
+ * <root>/usr/lib/debug/<dir>/), rejecting a build-id mismatch. path must
+ * already carry the root prefix; root is "" for our own mount namespace. */
+char *uprobes_debug_file_for(const char *path, const char *root);
