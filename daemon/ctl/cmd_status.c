@@ -25,6 +25,25 @@ static void print_target(const json_t *t)
         d9ctl_print_plan(stdout, json_object_get(t, "probe_plan"));
 }
 
+/* The S3 shipper's counters; absent when no bucket is configured. */
+static void print_shipper(json_t *s3)
+{
+        const char *err;
+
+        if (!s3)
+                return;
+        printf("s3: %lld queued, %lld uploaded (%lld bytes), %lld failed attempts, %lld lost%s\n",
+               (long long)json_integer_value(json_object_get(s3, "queue")),
+               (long long)json_integer_value(json_object_get(s3, "uploads_ok")),
+               (long long)json_integer_value(json_object_get(s3, "bytes")),
+               (long long)json_integer_value(json_object_get(s3, "uploads_failed")),
+               (long long)json_integer_value(json_object_get(s3, "lost")),
+               json_is_true(json_object_get(s3, "breaker_open")) ? ", circuit open" : "");
+        err = json_string_value(json_object_get(s3, "last_error"));
+        if (err && *err)
+                printf("  last error: %s\n", err);
+}
+
 int cmd_status(int argc, char **argv)
 {
         static const struct option opts[] = {
@@ -61,6 +80,7 @@ int cmd_status(int argc, char **argv)
                        (long long)json_integer_value(json_object_get(dm, "sealed")),
                        (long long)json_integer_value(json_object_get(dm, "seal_queue")),
                        (long long)json_integer_value(json_object_get(dm, "evicted")));
+                print_shipper(json_object_get(resp, "s3"));
                 json_array_foreach(json_object_get(resp, "targets"), i, t)
                         print_target(t);
         }

@@ -46,6 +46,9 @@ def main():
            % truth["pid"])
     t.ok(re.match(pat, key), f"object key follows dial9's layout: {key}")
     t.ok(s3 and s3.get("uploads_failed") == 0 and s3.get("lost") == 0, "no failed uploads, nothing lost", s3)
+    text = d.ctl("status").stdout
+    t.ok(re.search(r"^s3: 0 queued, %d uploaded \(\d+ bytes\), 0 failed attempts, 0 lost$" % s3.get("uploads_ok", -1),
+                   text, re.M) if s3 else False, "d9ctl status shows queue, uploads and bytes shipped", text)
     t.ok("shipping sealed segments to s3://d9-e2e" in d.logtext(), "d9d logged that it ships to the bucket")
     t.ok(d.stop() == 0, "d9d stops cleanly")
     d.cleanup(keep=t.failed > 0)
