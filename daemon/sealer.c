@@ -330,6 +330,19 @@ void sealer_submit(struct sealer *s, struct seal_job *job)
         pthread_mutex_unlock(&s->lock);
 }
 
+static struct seal_job *seal_jobs_reverse(struct seal_job *list)
+{
+        struct seal_job *rev = NULL;
+
+        while (list) {
+                struct seal_job *next = list->next;
+                list->next = rev;
+                rev = list;
+                list = next;
+        }
+        return rev;
+}
+
 void sealer_collect(struct sealer *s, void (*fn)(struct d9d *d, struct seal_job *job))
 {
         struct seal_job *done;
@@ -338,6 +351,9 @@ void sealer_collect(struct sealer *s, void (*fn)(struct d9d *d, struct seal_job 
         done = s->done;
         s->done = NULL;
         pthread_mutex_unlock(&s->lock);
+        /* The sealer thread pushes finished jobs on a stack; hand them on in
+         * the order they were sealed so `record` lists segments in order. */
+        done = seal_jobs_reverse(done);
         while (done) {
                 struct seal_job *next = done->next;
                 if (fn)
