@@ -1,15 +1,14 @@
 /* Segment decompression for d9ctl serve: sealed segments are zstd (d9d's
- * default) or gzip (dial9-compatible); the browser gets raw trace bytes.
- * Kept behind serve_decompress_append() so it can move onto proto/'s helpers
- * once those exist. Multi-member gzip and multi-frame zstd are accepted. */
+ * default) or gzip (dial9-compatible); the browser gets raw trace bytes,
+ * several segments appended into one body. Decoding is proto's
+ * d9_decompress(); this file only reads and appends. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
-#include <zstd.h>
 
+#include "proto/d9proto.h"
 #include "serve_int.h"
 
 int serve_buf_reserve(struct serve_buf *b, size_t extra)
@@ -55,92 +54,26 @@ static int read_all(int fd, struct serve_buf *in, size_t limit)
         }
 }
 
-static int gunzip_append(const struct serve_buf *in, struct serve_buf *out, size_t limit)
-{
-        z_stream zs = { 0 };
-        int zr = Z_OK, r = 0;
-
-        if (inflateInit2(&zs, 15 + 16) != Z_OK)
-                return -ENOMEM;
-        zs.next_in = in->data;
-        zs.avail_in = (uInt)in->len; /* read_all caps input below 4 GiB via limit */
-        while (zs.avail_in > 0) {
-                if (out->len >= limit) {
-                        r = -EFBIG;
-                        break;
-                }
-                if (serve_buf_reserve(out, 1 << 18) < 0) {
-                        r = -ENOMEM;
-                        break;
-                }
-                zs.next_out = out->data + out->len;
-                zs.avail_out = (uInt)(out->cap - out->len);
-                zr = inflate(&zs, Z_NO_FLUSH);
-                out->len = out->cap - zs.avail_out;
-                if (zr == Z_STREAM_END) {
-                        inflateReset(&zs); /* next gzip member, if any */
-                        continue;
-                }
-                if (zr != Z_OK) {
-                        r = -EBADMSG;
-                        break;
-                }
-        }
-        if (r == 0 && zr != Z_STREAM_END)
-                r = -EBADMSG; /* truncated member */
-        inflateEnd(&zs);
-        return r;
-}
-
-static int unzstd_append(const struct serve_buf *in, struct serve_buf *out, size_t limit)
-{
-        ZSTD_DStream *ds = ZSTD_createDStream();
-        ZSTD_inBuffer zin = { in->data, in->len, 0 };
-        size_t zr = 1;
-        int r = 0;
-
-        if (!ds)
-                return -ENOMEM;
-        while (zin.pos < zin.size) {
-                if (out->len >= limit) {
-                        r = -EFBIG;
-                        break;
-                }
-                if (serve_buf_reserve(out, 1 << 18) < 0) {
-                        r = -ENOMEM;
-                        break;
-                }
-                ZSTD_outBuffer zout = { out->data + out->len, out->cap - out->len, 0 };
-                zr = ZSTD_decompressStream(ds, &zout, &zin);
-                out->len += zout.pos;
-                if (ZSTD_isError(zr)) {
-                        r = -EBADMSG;
-                        break;
-                }
-        }
-        if (r == 0 && zr != 0)
-                r = -EBADMSG; /* input ended inside a frame */
-        ZSTD_freeDStream(ds);
-        return r;
-}
-
 int serve_decompress_bytes(const uint8_t *data, size_t len, struct serve_buf *out, size_t limit)
 {
-        const struct serve_buf in = { (uint8_t *)data, len, len };
+        uint8_t *raw = NULL;
+        size_t raw_len = 0;
+        int r;
 
-        if (len > limit)
+        if (out->len >= limit)
                 return -EFBIG;
-        if (len >= 2 && data[0] == 0x1f && data[1] == 0x8b)
-                return gunzip_append(&in, out, limit);
-        if (len >= 4 && memcmp(data, "\x28\xb5\x2f\xfd", 4) == 0)
-                return unzstd_append(&in, out, limit);
-        if (out->len + len > limit)
-                return -EFBIG;
-        if (serve_buf_reserve(out, len) < 0)
-                return -ENOMEM;
-        memcpy(out->data + out->len, data, len);
-        out->len += len;
-        return 0;
+        r = d9_decompress(data, len, limit - out->len, &raw, &raw_len);
+        if (r == -EPIPE)
+                r = -EBADMSG; /* truncated member or frame: corrupt for the browser too */
+        if (r < 0)
+                return r;
+        r = serve_buf_reserve(out, raw_len);
+        if (r == 0) {
+                memcpy(out->data + out->len, raw, raw_len);
+                out->len += raw_len;
+        }
+        free(raw);
+        return r;
 }
 
 int serve_decompress_append(int fd, struct serve_buf *out, size_t limit)
