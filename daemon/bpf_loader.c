@@ -562,7 +562,9 @@ static int check_request(pid_t pid, const struct probe_plan *plan,
         unsigned uprobe_bits = D9_PROBE_PARK | D9_PROBE_POLL | D9_PROBE_SPAWN |
                                D9_PROBE_WAKE | D9_PROBE_TERMINATE;
 
-        if (pid <= 0 || kill(pid, 0) < 0) {
+        /* EPERM means the process exists but belongs to another user: d9d
+         * running as its own user with CAP_SYS_PTRACE may still trace it. */
+        if (pid <= 0 || (kill(pid, 0) < 0 && errno == ESRCH)) {
                 set_err(err, "no such process: PID %d", (int)pid);
                 return -ESRCH;
         }
