@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Runs the decoder fuzzer for a bounded time on the build-time seed corpus.
-# usage: test_fuzz.sh FUZZER SEED_DIR SECONDS
+# Makes the seed corpus (from the dial9 fixture and our own encoder), then
+# runs the decoder fuzzer on it for a bounded time.
+# usage: test_fuzz.sh FUZZER SEED_GENERATOR FIXTURE SEED_DIR SECONDS
 set -uo pipefail
-fuzzer=$1 seeds=$2 secs=$3
-[ -d "$seeds" ] && [ -n "$(ls -A "$seeds")" ] || { echo "Bail out! seed corpus $seeds is missing"; exit 1; }
+fuzzer=$1 seed_gen=$2 fixture=$3 seeds=$4 secs=$5
+[ -f "$fixture" ] || { echo "Bail out! dial9 fixture $fixture is missing (shared/ must sit beside the checkout)"; exit 1; }
+"$seed_gen" "$fixture" "$seeds" "$seeds.stamp" >/dev/null || { echo "Bail out! making the seed corpus failed"; exit 1; }
+[ -n "$(ls -A "$seeds")" ] || { echo "Bail out! seed corpus $seeds is empty"; exit 1; }
 work=$(mktemp -d /tmp/d9fuzz.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 # New inputs go to $work; the seeds stay untouched. -timeout catches hangs,
