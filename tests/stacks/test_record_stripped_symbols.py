@@ -24,12 +24,17 @@ D9D, D9CTL, STRIPPED, DEBUG = sys.argv[1:5]
 
 
 def debuglink(path):
-    out = subprocess.run(["readelf", "--string-dump=.gnu_debuglink", path],
-                         capture_output=True, text=True).stdout
-    for line in out.splitlines():
-        if line.strip().startswith("[") and "]" in line:
-            return line.split("]", 1)[1].strip()
-    return None
+    """The file name in .gnu_debuglink: NUL-terminated, then padding and a
+    CRC32 whose bytes are arbitrary, so read the section as bytes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        sect = os.path.join(tmp, "debuglink")
+        r = subprocess.run(["objcopy", "--dump-section", f".gnu_debuglink={sect}", path, os.path.join(tmp, "copy")],
+                           capture_output=True)
+        if r.returncode != 0 or not os.path.exists(sect):
+            return None
+        with open(sect, "rb") as f:
+            name = f.read().split(b"\0", 1)[0]
+    return name.decode() or None
 
 
 def segment(path):
