@@ -64,6 +64,13 @@ class D9d:
             time.sleep(0.1)
         raise RuntimeError("d9d did not come up:\n" + self.logtext())
 
+    def start_or_bail(self, tap):
+        """start(), ending the TAP run with a Bail out! if d9d does not come up."""
+        try:
+            return self.start()
+        except RuntimeError as e:
+            tap.bail(str(e))
+
     def logtext(self):
         with open(self.logpath) as f:
             return f.read()

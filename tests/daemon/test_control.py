@@ -18,10 +18,7 @@ NOBODY = 65534
 def main():
     t = Tap()
     d = D9d(sys.argv[1], sys.argv[2], {"socket_mode": "0666"})
-    try:
-        d.start()
-    except RuntimeError as e:
-        t.bail(str(e))
+    d.start_or_bail(t)
     ping = b'{"v":1,"cmd":"ping"}\n'
     cases = [
         (b"{this is not json\n", "malformed JSON"),

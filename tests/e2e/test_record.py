@@ -126,10 +126,7 @@ def main():
     t = Tap()
     d = D9d(D9D, D9CTL)
     d.out = tempfile.mkdtemp(prefix="d9-e2e-out-")
-    try:
-        d.start()
-    except RuntimeError as e:
-        t.bail(str(e))
+    d.start_or_bail(t)
     {"pid": run_pid, "cmd": run_cmd}[MODE](t, d)
     t.ok(d.stop() == 0, "d9d stops cleanly")
     d.cleanup(keep=t.failed > 0)

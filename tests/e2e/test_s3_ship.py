@@ -24,10 +24,7 @@ def main():
         "s3_secret_access_key": env["D9_S3_SECRET_KEY"], "s3_prefix": "e2e", "s3_instance": "testhost",
         "rotate_period": "1s",
     })
-    try:
-        d.start()
-    except RuntimeError as e:
-        t.bail(str(e))
+    d.start_or_bail(t)
     tgt = start_target(TARGET, "mixed", "--duration", "5")
     time.sleep(0.3)
     r = d.ctl("record", "--pid", str(tgt.pid), "--duration", "2500ms")

@@ -52,10 +52,7 @@ def main():
     t = Tap()
     d = D9d(D9D, D9CTL)
     d.out = tempfile.mkdtemp(prefix="d9-stacks-out-")
-    try:
-        d.start()
-    except RuntimeError as e:
-        t.bail(str(e))
+    d.start_or_bail(t)
     r = d.ctl("record", "--duration", "30s", "--out", d.out, "--", TARGET, "mixed", "--duration", "4")
     paths = r.stdout.split()
     t.ok(r.returncode == 0 and paths, f"record -- CMD sealed {len(paths)} segments", r.stderr)

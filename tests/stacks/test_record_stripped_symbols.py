@@ -82,10 +82,7 @@ def main():
 
     d = D9d(D9D, D9CTL)
     d.out = tempfile.mkdtemp(prefix="d9-stripped-out-")
-    try:
-        d.start()
-    except RuntimeError as e:
-        t.bail(str(e))
+    d.start_or_bail(t)
 
     syms, chains = record(t, d, os.path.join(with_dbg, name), "debug file beside the copy")
     busy = [c for c in chains if any("busy_block_50ms" in syms.get(a, "") for a in c)]
