@@ -53,6 +53,9 @@ enum d9_probe_bits {
         D9_PROBE_WAKE = 1u << 5,
         D9_PROBE_TERMINATE = 1u << 6,
         D9_PROBE_ALL = (1u << 7) - 1,
+        /* sched_wakeup records: not part of ALL, since no dial9 event
+         * comes from them and they double the ring traffic of SCHED. */
+        D9_PROBE_WAKEUPS = 1u << 7,
 };
 
 /* A uprobe's BPF cookie: the plan point's cookie in the low 32 bits; for a
@@ -187,10 +190,7 @@ struct d9_stack_cfg {
         d9_u32 offcpu_min_us;   /* off-CPU intervals shorter get no stack */
         d9_u32 offcpu_per_sec;  /* per-thread token bucket: rate ... */
         d9_u32 offcpu_burst;    /* ... and burst of off-CPU stacks */
-        d9_u32 offcpu_copies_per_sec; /* per-thread bucket (same burst) for
-                                 * the switch-out copies themselves, which
-                                 * are paid before the interval's length is
-                                 * known; 0: copy at every blocking switch */
+        d9_u32 _pad;
 };
 
 /* STACK record flags. */
@@ -224,4 +224,13 @@ struct d9_target_cfg {
         d9_u32 entry_only;      /* close polls at next poll/park */
         d9_u32 dyn_poll_slot;   /* Future::poll's slot in a Rust dyn vtable */
         struct d9_stack_cfg stack;
+        d9_u64 offcpu_min_ns;   /* shorter off-CPU intervals are only
+                                 * counted (d9_offcpu_short), not recorded */
+};
+
+/* Per target slot and CPU (map d9_offcpu_short): the off-CPU intervals
+ * below offcpu_min_ns, which get no record of their own. */
+struct d9_offcpu_short {
+        d9_u64 count;
+        d9_u64 ns;              /* their summed length */
 };

@@ -2,9 +2,11 @@
  * targets (loaded and attached once by d9_bpf_open).
  *
  * - tp_btf/sched_switch: off-CPU intervals of target threads (dial9
- *   CpuSample source 1); without Tokio symbols user space also derives a
- *   worker's park/unpark from these.
- * - tp_btf/sched_wakeup: who made a target thread runnable.
+ *   CpuSample source 1), those shorter than the target's offcpu_min_ns
+ *   only counted; without Tokio symbols a worker's park/unpark can be
+ *   derived from these.
+ * - tp_btf/sched_wakeup: who made a target thread runnable (only with
+ *   D9_PROBE_WAKEUPS: nothing in the dial9 trace comes from it).
  * - perf_event CPU-clock: on-CPU samples of target threads (source 0).
  * - sched_process_exit / sched_process_exec: the target went away or
  *   replaced its image (its uprobes no longer mean anything).
@@ -35,34 +37,131 @@ static __always_inline void d9_switch_out(struct task_struct *prev, __u32 state)
                 return;
         th->off_ts = bpf_ktime_get_ns();
         th->off_state = state;
-        d9_stack_switch_out(cfg, prev, state);
 }
 
-/* ... and write the whole off-CPU interval when it comes back, so one
- * record carries both ends. */
+/* Off-CPU intervals below the target's offcpu_min_ns, per target slot and
+ * CPU: counted and summed instead of recorded, so a server that blocks
+ * for microseconds a hundred thousand times a second does not pay a ring
+ * record (and d9d a decoded event) for each. Read by user space with the
+ * ring drops and written into the trace. */
+struct {
+        __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+        __uint(max_entries, D9_MAX_TARGETS);
+        __type(key, __u32);
+        __type(value, struct d9_offcpu_short);
+} d9_offcpu_short SEC(".maps");
+
+static __always_inline void d9_count_short(const struct d9_target_cfg *cfg, __u64 ns)
+{
+        __u32 slot = cfg->slot;
+        struct d9_offcpu_short *c = bpf_map_lookup_elem(&d9_offcpu_short, &slot);
+
+        if (c) {
+                c->count++;
+                c->ns += ns;
+        }
+}
+
+static __always_inline void d9_offcpu_write(const struct d9_target_cfg *cfg, __u32 tgid, __u32 tid,
+                                            __u64 off_ts, __u64 on_ts, __u32 state, __u64 stack_id)
+{
+        struct d9_rec_offcpu *r = d9_reserve(cfg, tgid, sizeof(*r));
+
+        if (!r)
+                return;
+        __builtin_memset(r, 0, sizeof(*r));
+        d9_fill_hdr(&r->hdr, D9_REC_OFFCPU, tid, tgid);
+        r->hdr.ts = on_ts;
+        r->off_ts = off_ts;
+        r->prev_state = state;
+        r->stack_id = stack_id;
+        d9_submit(tgid, r);
+}
+
+/* An off-CPU interval whose record waits for the thread's user stack:
+ * written by d9_offcpu_resumed, in the thread, as it returns to user
+ * space. Keyed by tid; the entry lives from switch-in to that moment. */
+struct d9_offcpu_pending {
+        struct bpf_task_work tw;
+        __u64 off_ts;
+        __u64 on_ts;
+        __u32 off_state;
+        __u32 tgid;
+};
+
+struct {
+        __uint(type, BPF_MAP_TYPE_HASH);
+        __uint(map_flags, BPF_F_NO_PREALLOC);
+        __uint(max_entries, 65536);
+        __type(key, __u32);
+        __type(value, struct d9_offcpu_pending);
+} d9_offcpu_pending SEC(".maps");
+
+static int d9_offcpu_resumed(struct bpf_map *map, void *key, void *value)
+{
+        struct task_struct *task = bpf_get_current_task_btf();
+        struct d9_offcpu_pending *p = value;
+        struct d9_target_cfg *cfg;
+        __u32 tid = *(__u32 *)key;
+        __u64 stack_id = 0;
+
+        cfg = d9_target_of(p->tgid);
+        if (cfg) {
+                if (task->pid == tid)
+                        stack_id = d9_stack_offcpu_user(cfg, task, p->tgid, tid);
+                d9_offcpu_write(cfg, p->tgid, tid, p->off_ts, p->on_ts, p->off_state, stack_id);
+        }
+        bpf_map_delete_elem(&d9_offcpu_pending, &tid);
+        return 0;
+}
+
+/* A long blocking interval that gets a stack: keep its kernel stack now
+ * and leave the record to d9_offcpu_resumed. False: write it now, without
+ * a stack (no token, no task_work in this kernel, one already pending). */
+static __always_inline bool d9_offcpu_defer(const struct d9_target_cfg *cfg, struct task_struct *next,
+                                            const struct d9_thread *th, __u64 now)
+{
+        struct d9_offcpu_pending init = {}, *p;
+        __u32 tid = next->pid;
+
+        if (!bpf_ksym_exists(bpf_task_work_schedule_resume_impl) || !th->off_state ||
+            !d9_stack_offcpu_begin(cfg, next, now - th->off_ts))
+                return false;
+        if (bpf_map_update_elem(&d9_offcpu_pending, &tid, &init, BPF_NOEXIST))
+                return false;
+        p = bpf_map_lookup_elem(&d9_offcpu_pending, &tid);
+        if (!p)
+                return false;
+        p->off_ts = th->off_ts;
+        p->on_ts = now;
+        p->off_state = th->off_state;
+        p->tgid = next->tgid;
+        if (bpf_task_work_schedule_resume_impl(next, &p->tw, &d9_offcpu_pending, d9_offcpu_resumed, NULL)) {
+                bpf_map_delete_elem(&d9_offcpu_pending, &tid);
+                return false;
+        }
+        return true;
+}
+
+/* ... and account for the whole interval when it comes back: a short one
+ * is only counted, a long one becomes one record carrying both ends. */
 static __always_inline void d9_switch_in(struct task_struct *next)
 {
         __u32 tgid = next->tgid, tid = next->pid;
         struct d9_target_cfg *cfg = d9_target_with(tgid, D9_PROBE_SCHED);
-        struct d9_rec_offcpu *r;
         struct d9_thread *th;
-        __u64 stack_id;
+        __u64 now;
 
         if (!cfg)
                 return;
         th = bpf_task_storage_get(&d9_threads, next, 0, 0);
         if (!th || !th->off_ts)
                 return;
-        stack_id = d9_stack_switch_in(cfg, next, th->off_ts);
-        r = d9_reserve(cfg, tgid, sizeof(*r));
-        if (r) {
-                __builtin_memset(r, 0, sizeof(*r));
-                d9_fill_hdr(&r->hdr, D9_REC_OFFCPU, tid, tgid);
-                r->off_ts = th->off_ts;
-                r->prev_state = th->off_state;
-                r->stack_id = stack_id;
-                d9_submit(tgid, r);
-        }
+        now = bpf_ktime_get_ns();
+        if (now - th->off_ts < cfg->offcpu_min_ns)
+                d9_count_short(cfg, now - th->off_ts);
+        else if (!d9_offcpu_defer(cfg, next, th, now))
+                d9_offcpu_write(cfg, tgid, tid, th->off_ts, now, th->off_state, 0);
         th->off_ts = 0;
 }
 
@@ -79,7 +178,7 @@ SEC("tp_btf/sched_wakeup")
 int BPF_PROG(d9_sched_wakeup, struct task_struct *p)
 {
         __u32 tgid = p->tgid;
-        struct d9_target_cfg *cfg = d9_target_with(tgid, D9_PROBE_SCHED);
+        struct d9_target_cfg *cfg = d9_target_with(tgid, D9_PROBE_WAKEUPS);
         __u64 waker = bpf_get_current_pid_tgid();
         struct d9_rec_wakeup *r;
 

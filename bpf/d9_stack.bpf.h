@@ -10,15 +10,14 @@
  *
  * Cost bounds (all in d9_stack_cfg, set per target by user space):
  * - user_bytes: the copy per stack;
- * - off-CPU: the user stack must be copied at switch-OUT (switch-in runs
- *   in the previous thread's address space, and its user memory can't be
- *   read from there), but is only worth emitting for long intervals. So
- *   switch-out copies it into the thread's storage (only if the thread
- *   blocks and its token bucket would allow one), and switch-in walks the
- *   kernel stack and emits both when the interval was >= offcpu_min_us,
- *   taking the token. The copies themselves, paid on every blocking
- *   switch, have their own bucket (offcpu_copies_per_sec): off-CPU stacks
- *   are then a sample of the long intervals, at a bounded cost.
+ * - off-CPU: only worth a stack when the interval was long, which is
+ *   known at switch-in; but switch-in runs in the previous thread's
+ *   address space, where the sleeping thread's user memory can't be read.
+ *   Copying at every switch-out instead cost a busy server ~6 % of its
+ *   CPU. So switch-in (d9_stack_offcpu_begin) takes a token and the
+ *   kernel stack, and the user part is read by a task_work callback in the
+ *   thread itself on its way back to user space (d9_sched.bpf.c), before
+ *   any of its user code runs: the same stack it blocked with.
  * Records are written with bpf_ringbuf_output: a ring reservation must
  * have a constant size and the copied length is only known afterwards. */
 #pragma once
@@ -43,13 +42,11 @@ struct {
         __type(value, __u64);
 } d9_stack_seq SEC(".maps");
 
-/* Per target thread: its stack at the last switch-out, and the GCRA state
- * (theoretical arrival time) of its off-CPU stack token bucket. */
+/* Per target thread: the off-CPU stack being assembled (kernel part at
+ * switch-in, user part on resume), and the GCRA state (theoretical arrival
+ * time) of its off-CPU stack token bucket. */
 struct d9_stack_thread {
         __u64 tat;
-        __u64 copy_tat;         /* GCRA state of the copy bucket */
-        __u32 have;             /* rec holds the last switch-out's stack */
-        __u32 _pad;
         struct d9_rec_stack rec;
 };
 
@@ -234,53 +231,44 @@ static __always_inline void d9_stack_token_take(__u64 *tat, __u32 per_sec, __u64
                 *tat = (*tat > now ? *tat : now) + 1000000000ull / per_sec;
 }
 
-/* sched_switch, prev (still current): keep its user stack for switch-in.
- * Only for a thread that blocks (state != 0): a preempted one waits in
- * the run queue, and where it was running is what CPU samples show. This
- * copy is paid on every such switch, so the kernel walk is left to
- * switch-in, where the sleeping thread's kernel stack is still intact. */
-static __always_inline void d9_stack_switch_out(const struct d9_target_cfg *cfg,
-                                                struct task_struct *prev, __u32 state)
-{
-        struct d9_stack_thread *st;
-        __u64 now;
-
-        if (!(cfg->stack.flags & D9_STACK_OFFCPU) || !state)
-                return;
-        st = bpf_task_storage_get(&d9_stack_threads, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-        if (!st)
-                return;
-        st->have = 0;
-        now = bpf_ktime_get_ns();
-        if (!d9_stack_token_ok(st->tat, cfg->stack.offcpu_per_sec, cfg, now) ||
-            !d9_stack_token_ok(st->copy_tat, cfg->stack.offcpu_copies_per_sec, cfg, now))
-                return;
-        d9_stack_token_take(&st->copy_tat, cfg->stack.offcpu_copies_per_sec, now);
-        d9_stack_fill_user(&st->rec, cfg, prev, false);
-        st->have = 1;
-}
-
-/* sched_switch, next: emit the stack of its switch-out if the interval
- * was long enough; returns the id for the OFFCPU record (0: none). */
-static __always_inline __u64 d9_stack_switch_in(const struct d9_target_cfg *cfg,
-                                                struct task_struct *next, __u64 off_ts)
+/* sched_switch, next (not running yet) after a blocking interval: if it
+ * was long enough and the thread's bucket has a token, take the token and
+ * keep the sleeping thread's kernel stack, which is intact until it runs.
+ * True: the caller must have the user part read once the thread resumes
+ * (d9_stack_offcpu_user). */
+static __always_inline bool d9_stack_offcpu_begin(const struct d9_target_cfg *cfg,
+                                                  struct task_struct *next, __u64 off_ns)
 {
         struct d9_stack_thread *st;
         __u64 now;
         long n;
 
-        if (!(cfg->stack.flags & D9_STACK_OFFCPU))
-                return 0;
-        st = bpf_task_storage_get(&d9_stack_threads, next, 0, 0);
-        if (!st || !st->have)
-                return 0;
-        st->have = 0;
+        if (!(cfg->stack.flags & D9_STACK_OFFCPU) ||
+            off_ns < (__u64)cfg->stack.offcpu_min_us * 1000)
+                return false;
+        st = bpf_task_storage_get(&d9_stack_threads, next, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+        if (!st)
+                return false;
         now = bpf_ktime_get_ns();
-        if (now - off_ts < (__u64)cfg->stack.offcpu_min_us * 1000)
-                return 0;
+        if (!d9_stack_token_ok(st->tat, cfg->stack.offcpu_per_sec, cfg, now))
+                return false;
         d9_stack_token_take(&st->tat, cfg->stack.offcpu_per_sec, now);
-        /* next has not run since it blocked: this is its blocked stack. */
         n = bpf_get_task_stack(next, st->rec.kern, sizeof(st->rec.kern), 0);
         st->rec.n_kern = n > 0 ? (__u32)n / 8 : 0;
-        return d9_stack_output(cfg, next->tgid, next->pid, &st->rec);
+        return true;
+}
+
+/* In the thread itself, on its way back to user space after such an
+ * interval: its user registers and stack are still those of the moment it
+ * blocked. Writes the STACK record; returns its id (0: none). */
+static __always_inline __u64 d9_stack_offcpu_user(const struct d9_target_cfg *cfg,
+                                                  struct task_struct *task,
+                                                  __u32 tgid, __u32 tid)
+{
+        struct d9_stack_thread *st = bpf_task_storage_get(&d9_stack_threads, task, 0, 0);
+
+        if (!st)
+                return 0;
+        d9_stack_fill_user(&st->rec, cfg, task, false);
+        return d9_stack_output(cfg, tgid, tid, &st->rec);
 }

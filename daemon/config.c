@@ -29,6 +29,9 @@ void config_defaults(struct d9d_config *cfg)
          * target costs d9d twice this in RSS: 2 MiB keeps 8 targets under
          * 64 MiB and still holds ~35 ms of a 1 M records/s target. */
         cfg->ring_bytes = 2ull << 20;
+        /* A busy server blocks for microseconds thousands of times a
+         * second; recording each costs it more than the 2 % we allow. */
+        cfg->offcpu_min_us = 1000;
         ship_config_init(&cfg->ship);
 }
 
@@ -114,6 +117,10 @@ int config_set(struct d9d_config *cfg, const char *key, const char *value, const
                 else
                         return -EINVAL;
                 return 0;
+        }
+        if (!strcmp(key, "offcpu_min")) {
+                *why = "expected a duration up to 10s such as 1ms or 500us (0: record every off-CPU interval)";
+                return d9_parse_offcpu_min_us(value, &cfg->offcpu_min_us) < 0 ? -EINVAL : 0;
         }
         if (!strcmp(key, "sample_rate")) {
                 char *end;

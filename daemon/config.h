@@ -19,6 +19,7 @@ struct d9d_config {
         enum d9_compress compression;
         unsigned sample_hz;             /* on-CPU stack sampling rate */
         uint64_t ring_bytes;            /* per-target BPF ring buffer (power of 2) */
+        uint64_t offcpu_min_us;         /* shorter off-CPU intervals: counted, not recorded */
         char service[128];              /* "" = derive from the executable name */
         bool foreground;
         bool s3_enabled;                /* some s3_* key was set: ship sealed segments */

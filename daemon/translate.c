@@ -35,6 +35,15 @@ static const struct d9_field_def lost_fields[] = {
 };
 static const struct d9_schema_def lost_schema = { "D9LostEventsEvent", 2, lost_fields };
 
+/* Off-CPU intervals below the session's minimum since the last such event:
+ * not recorded one by one, but not hidden either. */
+static const struct d9_field_def offcpu_short_fields[] = {
+        { "intervals", D9_T_VARINT },
+        { "total_ns", D9_T_VARINT },
+        { "min_ns", D9_T_VARINT },
+};
+static const struct d9_schema_def offcpu_short_schema = { "D9ShortOffCpuEvent", 3, offcpu_short_fields };
+
 int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *plan, bool wake_probes)
 {
         memset(tr, 0, sizeof(*tr));
@@ -85,6 +94,10 @@ int translate_set_encoder(struct translate *tr, struct d9_enc *enc)
         if (r < 0)
                 return r;
         tr->lost_schema = r;
+        r = d9_enc_declare(enc, &offcpu_short_schema);
+        if (r < 0)
+                return r;
+        tr->offcpu_short_schema = r;
         r = d9_enc_intern_string(enc, "", 0, &tr->empty_atom);
         if (!r)
                 r = d9_enc_intern_stack(enc, NULL, 0, &tr->empty_stack);
@@ -495,6 +508,18 @@ int translate_lost(struct translate *tr, uint64_t ts, uint64_t lost, const char 
         int r = d9_enc_intern_string(tr->enc, source, strlen(source), &v[1].atom);
 
         return r < 0 ? r : d9_enc_event(tr->enc, tr->lost_schema, ts, v);
+}
+
+int translate_offcpu_short(struct translate *tr, uint64_t ts, uint64_t intervals, uint64_t total_ns,
+                           uint64_t min_ns)
+{
+        struct d9_enc_value v[3] = {
+                { .present = true, .u = intervals },
+                { .present = true, .u = total_ns },
+                { .present = true, .u = min_ns },
+        };
+
+        return d9_enc_event(tr->enc, tr->offcpu_short_schema, ts, v);
 }
 
 void translate_worker_list(const struct translate *tr, char *buf, size_t len)

@@ -36,6 +36,7 @@ struct translate {
         const struct probe_plan *plan;
         struct d9_enc *enc;             /* current segment's encoder */
         int lost_schema;                /* D9LostEventsEvent handle in enc */
+        int offcpu_short_schema;        /* D9ShortOffCpuEvent handle in enc */
         uint32_t empty_atom, empty_stack;
         uint32_t *label_atoms;          /* per plan cookie; UINT32_MAX = not yet */
         size_t n_labels;
@@ -74,5 +75,9 @@ int translate_set_encoder(struct translate *tr, struct d9_enc *enc);
 int translate_record(struct translate *tr, const void *rec, size_t size);
 /* Record `lost` dropped records as a D9LostEventsEvent. */
 int translate_lost(struct translate *tr, uint64_t ts, uint64_t lost, const char *source);
+/* `intervals` off-CPU intervals, together `total_ns` long, each shorter
+ * than `min_ns` and so not recorded: a D9ShortOffCpuEvent. */
+int translate_offcpu_short(struct translate *tr, uint64_t ts, uint64_t intervals, uint64_t total_ns,
+                           uint64_t min_ns);
 /* "0,1,2" for runtime.<name>: worker ids seen so far. */
 void translate_worker_list(const struct translate *tr, char *buf, size_t len);

@@ -165,6 +165,20 @@ int d9_parse_duration_ms(const char *s, uint64_t *ms)
         return parse_scaled(s, ms, u, k, 4, 1000);
 }
 
+int d9_parse_offcpu_min_us(const char *s, uint64_t *us)
+{
+        static const char *const u[] = { "us", "ms", "s" };
+        static const uint64_t k[] = { 1, 1000, 1000000 };
+        uint64_t v;
+        int r = parse_scaled(s, &v, u, k, 3, 1);
+
+        if (r == 0 && v > D9_OFFCPU_MIN_US_MAX)
+                r = -ERANGE;
+        if (r == 0)
+                *us = v;
+        return r;
+}
+
 int d9_parse_size(const char *s, uint64_t *bytes)
 {
         static const char *const u[] = { "K", "M", "G", "T", "k", "KiB", "MiB", "GiB" };

@@ -53,6 +53,10 @@ void d9c_format_probes(int mask, char *buf, size_t len);
 
 /* "10s", "250ms", "5m", "1h", bare number = seconds. */
 int d9_parse_duration_ms(const char *s, uint64_t *ms);
+/* Off-CPU intervals shorter than this are counted, not recorded: "500us",
+ * "1ms", "0" (record all), bare number = microseconds; at most 10 s. */
+#define D9_OFFCPU_MIN_US_MAX 10000000ull
+int d9_parse_offcpu_min_us(const char *s, uint64_t *us);
 /* "4096", "64K", "64M", "1G" (powers of 1024). */
 int d9_parse_size(const char *s, uint64_t *bytes);
 

@@ -15,15 +15,16 @@ int cmd_attach(int argc, char **argv)
                 { "pid", required_argument, NULL, 'p' },
                 { "duration", required_argument, NULL, 'd' },
                 { "probes", required_argument, NULL, 'P' },
+                { "offcpu-min", required_argument, NULL, 'O' },
                 { "json", no_argument, NULL, 'j' },
                 {},
         };
         json_t *req = d9c_request("attach"), *resp;
-        uint64_t ms;
+        uint64_t ms, us;
         bool as_json = false;
         int opt, pid = 0;
 
-        while ((opt = getopt_long(argc, argv, "p:d:P:j", opts, NULL)) != -1) {
+        while ((opt = getopt_long(argc, argv, "p:d:P:O:j", opts, NULL)) != -1) {
                 switch (opt) {
                 case 'p':
                         if ((pid = d9ctl_parse_pid("attach", optarg)) < 0)
@@ -42,6 +43,13 @@ int cmd_attach(int argc, char **argv)
                                 goto bad;
                         }
                         json_object_set_new(req, "probes", json_string(optarg));
+                        break;
+                case 'O':
+                        if (d9_parse_offcpu_min_us(optarg, &us) < 0) {
+                                fprintf(stderr, "d9ctl attach: bad --offcpu-min '%s' (e.g. 1ms, 500us, 0 = every interval; at most 10s)\n", optarg);
+                                goto bad;
+                        }
+                        json_object_set_new(req, "offcpu_min_us", json_integer((json_int_t)us));
                         break;
                 case 'j':
                         as_json = true;

@@ -195,7 +195,7 @@ static json_t *wait_sealed(json_int_t session, int pid, pid_t child)
 
 static int usage_error(const char *msg)
 {
-        fprintf(stderr, "d9ctl record: %s (usage: record --pid N --duration D [--out DIR] [--probes LIST], "
+        fprintf(stderr, "d9ctl record: %s (usage: record --pid N --duration D [--out DIR] [--probes LIST] [--offcpu-min D], "
                 "or record --duration D [--out DIR] -- CMD [ARGS])\n", msg);
         return 2;
 }
@@ -207,16 +207,18 @@ int cmd_record(int argc, char **argv)
                 { "duration", required_argument, NULL, 'd' },
                 { "out", required_argument, NULL, 'o' },
                 { "probes", required_argument, NULL, 'P' },
+                { "offcpu-min", required_argument, NULL, 'O' },
                 {},
         };
         const char *out_dir = NULL, *probes = "all";
         char exe[PATH_MAX];
-        uint64_t ms = 0;
+        uint64_t ms = 0, offcpu_min_us = 0;
+        bool offcpu_min_set = false;
         int opt, pid = 0, go_fd = -1, rc;
         pid_t child = 0;
         json_t *req, *resp, *final;
 
-        while ((opt = getopt_long(argc, argv, "+p:d:o:P:", opts, NULL)) != -1) {
+        while ((opt = getopt_long(argc, argv, "+p:d:o:P:O:", opts, NULL)) != -1) {
                 switch (opt) {
                 case 'p':
                         if ((pid = d9ctl_parse_pid("record", optarg)) < 0)
@@ -231,6 +233,11 @@ int cmd_record(int argc, char **argv)
                         if (d9c_parse_probes(optarg, NULL) < 0)
                                 return usage_error("bad --probes (any of sched,cpu,park,poll,spawn,wake,terminate or all)");
                         probes = optarg;
+                        break;
+                case 'O':
+                        if (d9_parse_offcpu_min_us(optarg, &offcpu_min_us) < 0)
+                                return usage_error("bad --offcpu-min (e.g. 1ms, 500us, 0 = every interval; at most 10s)");
+                        offcpu_min_set = true;
                         break;
                 default: return usage_error("unknown option");
                 }
@@ -258,6 +265,8 @@ int cmd_record(int argc, char **argv)
         json_object_set_new(req, "pid", json_integer(pid));
         json_object_set_new(req, "duration_ms", json_integer((json_int_t)ms));
         json_object_set_new(req, "probes", json_string(probes));
+        if (offcpu_min_set)
+                json_object_set_new(req, "offcpu_min_us", json_integer((json_int_t)offcpu_min_us));
         signal(SIGINT, on_interrupt);
         signal(SIGTERM, on_interrupt);
         resp = d9ctl_call(req);

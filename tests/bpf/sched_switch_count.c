@@ -51,7 +51,7 @@ int main(int argc, char **argv)
         struct counts counts = { 0 };
         struct child target, noise;
         struct d9_bpf_opts bo = { .no_cpu_sampling = true };
-        struct d9_bpf_target_opts to = { .probes = D9_PROBE_SCHED,
+        struct d9_bpf_target_opts to = { .probes = D9_PROBE_SCHED | D9_PROBE_WAKEUPS,
                                          .on_record = on_record, .ctx = &counts };
         struct d9_bpf *bpf = NULL;
         struct d9_bpf_target *t = NULL;
@@ -63,7 +63,7 @@ int main(int argc, char **argv)
                 fprintf(stderr, "usage: %s TARGET [ARGS...]\n", argv[0]);
                 return 2;
         }
-        tap_plan(6);
+        tap_plan(7);
         r = d9_bpf_open(&bo, &bpf);
         if (!tap_ok(r == 0, "BPF programs load (%s)", strerror(-r)))
                 return tap_done();
@@ -88,6 +88,8 @@ int main(int argc, char **argv)
                  (unsigned long long)drops);
         tap_ok(counts.offcpu > 0, "target threads' sched_switch seen (%lu off-CPU records)",
                counts.offcpu);
+        tap_ok(counts.wakeups > 0, "target threads' sched_wakeup seen when asked for (%lu records)",
+               counts.wakeups);
         tap_ok(counts.other_tgid == 0 && counts.noise_seen == 0 && counts.bad_size == 0,
                "no other process's switches recorded");
         /* The snapshot must see our objects, or the leak check proves nothing. */

@@ -9,7 +9,7 @@
  *
  * usage: stack_hold --pid PID [--stacks on|off|cpu|offcpu] [--user-bytes N]
  *                   [--offcpu-min-us N] [--offcpu-rate N] [--offcpu-burst N]
- *                   [--offcpu-copies N] */
+ */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -90,8 +90,6 @@ static int parse_args(int argc, char **argv, pid_t *pid, struct d9_stack_cfg *sc
                         sc->offcpu_min_us = (uint32_t)n;
                 else if (!strcmp(k, "--offcpu-rate"))
                         sc->offcpu_per_sec = (uint32_t)n;
-                else if (!strcmp(k, "--offcpu-copies"))
-                        sc->offcpu_copies_per_sec = (uint32_t)n;
                 else if (!strcmp(k, "--offcpu-burst"))
                         sc->offcpu_burst = (uint32_t)n;
                 else
@@ -120,7 +118,7 @@ int main(int argc, char **argv)
 
         if (parse_args(argc, argv, &h.pid, &to.stack) < 0) {
                 fprintf(stderr, "usage: stack_hold --pid PID [--stacks on|off|cpu|offcpu] [--user-bytes N] "
-                        "[--offcpu-min-us N] [--offcpu-rate N] [--offcpu-burst N] [--offcpu-copies N]\n");
+                        "[--offcpu-min-us N] [--offcpu-rate N] [--offcpu-burst N]\n");
                 return 2;
         }
         to.ctx = &h;
