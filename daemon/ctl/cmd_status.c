@@ -21,6 +21,12 @@ static void print_target(const json_t *t)
                (long long)json_integer_value(json_object_get(t, "bytes")),
                (long long)json_integer_value(json_object_get(t, "segments")),
                (long long)json_integer_value(json_object_get(t, "segments_pending")));
+        const json_t *sh = json_object_get(t, "offcpu_short");
+        if (sh)
+                printf("  off-CPU intervals under %lld us: %lld (%.1f ms in all), counted not recorded\n",
+                       (long long)json_integer_value(json_object_get(sh, "min_us")),
+                       (long long)json_integer_value(json_object_get(sh, "intervals")),
+                       (double)json_integer_value(json_object_get(sh, "total_ns")) / 1e6);
         printf("  dir %s\n", json_string_value(json_object_get(t, "dir")));
         d9ctl_print_plan(stdout, json_object_get(t, "probe_plan"));
 }
