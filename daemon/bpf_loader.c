@@ -40,7 +40,26 @@ struct d9_bpf {
         size_t ring_bytes;
         int ring_tmpl_fd;
         bool slot_used[D9_MAX_TARGETS];
+        struct teardown *teardowns;     /* released targets whose links are still going */
 };
+
+/* The slow half of a detach: destroying the uprobe links (each waits for
+ * an RCU-tasks grace period, tens of ms). It runs on its own thread once
+ * the target records nothing more, so a detach returns without waiting for
+ * it. The slot stays taken until the thread is done, so a new target can
+ * never share drop counters with links still alive. */
+struct teardown {
+        struct teardown *next;
+        pthread_t th;
+        bool started;                   /* th is joinable */
+        bool done;                      /* set by th (atomic) */
+        pid_t pid;
+        uint32_t slot;                  /* UINT32_MAX until the target lets go */
+        struct bpf_link **links;
+        size_t n_links;
+};
+
+static void teardowns_reap(struct d9_bpf *bpf, bool wait_all, pid_t pid);
 
 struct d9_bpf_target {
         struct d9_bpf *bpf;
@@ -53,6 +72,7 @@ struct d9_bpf_target {
         size_t n_attached;
         enum d9_poll_end poll_end;
         uint64_t attach_ns;
+        struct teardown *td;            /* set once stopped */
         d9_bpf_record_fn on_record;
         void *ctx;
 };
@@ -279,6 +299,7 @@ void d9_bpf_close(struct d9_bpf *bpf)
 {
         if (!bpf)
                 return;
+        teardowns_reap(bpf, true, 0);
         for (size_t i = 0; i < bpf->n_sched_links; i++)
                 bpf_link__destroy(bpf->sched_links[i]);
         for (size_t i = 0; i < bpf->n_perf_fds; i++)
@@ -607,8 +628,16 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
         t->poll_end = choose_poll_end(plan, o->probes, o->poll_end);
         t->on_record = o->on_record;
         t->ctx = o->ctx;
+        /* Links of an earlier session on this pid may still be going away:
+         * they would feed the new config (with their own probe set). */
+        teardowns_reap(bpf, false, pid);
         r = alloc_slot(bpf, &t->slot);
+        if (r == -ENOSPC && bpf->teardowns) {
+                teardowns_reap(bpf, true, 0);
+                r = alloc_slot(bpf, &t->slot);
+        }
         if (r < 0) {
+
                 set_err(err, "cannot trace PID %d: already %d targets", (int)pid,
                         D9_MAX_TARGETS);
                 goto fail;
@@ -647,8 +676,8 @@ static void *destroy_stripe(void *arg)
 }
 
 /* Destroying a uprobe link waits for an RCU-tasks grace period (tens of
- * ms); destroying them from several threads lets the waits overlap, which
- * keeps detach within its 100 ms budget. */
+ * ms); destroying them from several threads lets the waits overlap, so a
+ * teardown costs one grace period, not one per link. */
 static void destroy_links(struct bpf_link **links, size_t n)
 {
         enum { MAX_THREADS = 16 };
@@ -672,6 +701,99 @@ static void destroy_links(struct bpf_link **links, size_t n)
                         pthread_join(th[i], NULL);
 }
 
+static void *teardown_run(void *arg)
+{
+        struct teardown *td = arg;
+
+        destroy_links(td->links, td->n_links);
+        __atomic_store_n(&td->done, true, __ATOMIC_RELEASE);
+        return NULL;
+}
+
+/* Main thread only (like every slot_used access): join, give the slot back. */
+static void teardown_finish(struct d9_bpf *bpf, struct teardown *td)
+{
+        if (td->started)
+                pthread_join(td->th, NULL);
+        if (td->slot != UINT32_MAX)
+                bpf->slot_used[td->slot] = false;
+        free(td->links);
+        free(td);
+}
+
+/* Finish the teardowns that are done; also wait for those of `pid` (> 0),
+ * or for all of them with wait_all. */
+static void teardowns_reap(struct d9_bpf *bpf, bool wait_all, pid_t pid)
+{
+        for (struct teardown **pp = &bpf->teardowns; *pp;) {
+                struct teardown *td = *pp;
+
+                if (wait_all || td->pid == pid || __atomic_load_n(&td->done, __ATOMIC_ACQUIRE)) {
+                        *pp = td->next;
+                        teardown_finish(bpf, td);
+                        continue;
+                }
+                pp = &td->next;
+        }
+}
+
+size_t d9_bpf_teardowns_pending(struct d9_bpf *bpf)
+{
+        size_t n = 0;
+
+        if (!bpf)
+                return 0;
+        teardowns_reap(bpf, false, 0);
+        for (struct teardown *td = bpf->teardowns; td; td = td->next)
+                n++;
+        return n;
+}
+
+void d9_bpf_wait_teardowns(struct d9_bpf *bpf)
+{
+        if (bpf)
+                teardowns_reap(bpf, true, 0);
+}
+
+int d9_bpf_target_stop(struct d9_bpf_target *t)
+{
+        uint32_t tgid = (uint32_t)t->pid;
+        struct teardown *td;
+
+        if (t->td)
+                return 0;
+        teardowns_reap(t->bpf, false, 0);       /* earlier ones, if done */
+        td = calloc(1, sizeof(*td));
+        if (!td)
+                return -ENOMEM;
+        td->pid = t->pid;
+        td->slot = UINT32_MAX;
+        td->links = t->links;
+        td->n_links = t->n_links;
+        t->links = NULL;
+        t->n_links = t->cap_links = 0;
+        t->td = td;
+        /* Every program looks the config up first: without it they write
+         * nothing more for this pid (links or not). */
+        if (t->slot != UINT32_MAX)
+                bpf_map__delete_elem(t->bpf->sched->maps.d9_targets, &tgid, sizeof(tgid), 0);
+        /* The links are dead weight from here on; their grace periods run
+         * while this thread waits for its own below. */
+        td->started = pthread_create(&td->th, NULL, teardown_run, td) == 0;
+        if (!td->started) {
+                destroy_links(td->links, td->n_links);
+                td->done = true;
+        }
+        /* The kernel answers a delete from a map-in-map only after
+         * synchronize_rcu(): no program that still saw the config is
+         * running, so every record it reserved is now submitted. */
+        if (t->slot != UINT32_MAX)
+                bpf_map__delete_elem(t->bpf->sched->maps.d9_rings, &tgid, sizeof(tgid), 0);
+        if (t->rb)
+                ring_buffer__consume(t->rb);
+        return 0;
+}
+
 void d9_bpf_detach_target(struct d9_bpf_target *t)
 {
         uint32_t tgid;
@@ -679,11 +801,19 @@ void d9_bpf_detach_target(struct d9_bpf_target *t)
         if (!t)
                 return;
         tgid = (uint32_t)t->pid;
-        destroy_links(t->links, t->n_links);
-        if (t->slot != UINT32_MAX) {
-                bpf_map__delete_elem(t->bpf->sched->maps.d9_targets, &tgid, sizeof(tgid), 0);
-                bpf_map__delete_elem(t->bpf->sched->maps.d9_rings, &tgid, sizeof(tgid), 0);
-                t->bpf->slot_used[t->slot] = false;
+        if (t->td) {
+                /* Stopped: the links die on their own thread; the slot is
+                 * released with them (teardowns_reap). */
+                t->td->slot = t->slot;
+                t->td->next = t->bpf->teardowns;
+                t->bpf->teardowns = t->td;
+        } else {
+                destroy_links(t->links, t->n_links);
+                if (t->slot != UINT32_MAX) {
+                        bpf_map__delete_elem(t->bpf->sched->maps.d9_targets, &tgid, sizeof(tgid), 0);
+                        bpf_map__delete_elem(t->bpf->sched->maps.d9_rings, &tgid, sizeof(tgid), 0);
+                        t->bpf->slot_used[t->slot] = false;
+                }
         }
         if (t->rb) {
                 ring_buffer__consume(t->rb);

@@ -11,8 +11,9 @@
  * context switch each), so also drain on a timer (<= 100 ms), as
  * d9_bpf_target_poll does. Record layouts: bpf/d9_events.h.
  *
- * Everything created here is named d9_*; after d9_bpf_detach_target and
- * d9_bpf_close no program, link or map of ours remains. Functions return
+ * Everything created here is named d9_*; after d9_bpf_detach_target (and,
+ * for a stopped target, its background teardown) and d9_bpf_close no
+ * program, link or map of ours remains. Functions return
  * 0 or a negative errno. */
 #pragma once
 
@@ -80,8 +81,21 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
                          const struct d9_bpf_target_opts *opts,
                          struct d9_bpf_target **out, char **err);
 
-/* Drains what is left, then removes everything of this target. */
+/* Stop recording: the target's config and ring leave the maps (the latter
+ * waits for an RCU grace period, ≈ 10 ms, so that no program is still
+ * writing) and the ring is drained; its links start going away on a
+ * thread of their own. Drop counts stay readable until the detach. */
+int d9_bpf_target_stop(struct d9_bpf_target *t);
+/* Drains what is left, then removes everything of this target. After
+ * d9_bpf_target_stop this returns at once: the link teardown finishes in
+ * the background (d9_bpf_teardowns_pending), and the slot and the pid are
+ * reused only once it has (a new attach to the pid waits for it). */
 void d9_bpf_detach_target(struct d9_bpf_target *t);
+/* Background teardowns not finished yet (finished ones are reaped). */
+size_t d9_bpf_teardowns_pending(struct d9_bpf *bpf);
+/* Wait until every background teardown is done; d9_bpf_close does too. */
+void d9_bpf_wait_teardowns(struct d9_bpf *bpf);
+
 
 int d9_bpf_target_epoll_fd(const struct d9_bpf_target *t);
 /* Drain without waiting; returns records consumed or negative errno. */

@@ -80,10 +80,12 @@ static json_t *cmd_status(struct d9d *d, const struct peer *p, json_t *req)
                         "lost", (json_int_t)ss.segments_lost, "breaker_open", ss.breaker_open,
                         "last_error", ss.last_error, "last_key", ss.last_key));
         }
-        json_object_set_new(r, "daemon", json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:I}", "version", D9_VERSION,
+        json_object_set_new(r, "daemon", json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I}", "version", D9_VERSION,
                             "traces_dir", d->traces_dir, "sealed", (json_int_t)st.sealed,
                             "seal_failed", (json_int_t)st.failed, "seal_queue", (json_int_t)st.queued,
-                            "evicted", (json_int_t)st.evicted, "evicted_bytes", (json_int_t)st.evicted_bytes));
+                            "evicted", (json_int_t)st.evicted, "evicted_bytes", (json_int_t)st.evicted_bytes,
+                            /* detached targets whose uprobe links are still going away */
+                            "bpf_teardowns_pending", (json_int_t)session_bpf_teardowns_pending()));
         return r;
 }
 

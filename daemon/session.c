@@ -475,10 +475,14 @@ void session_end(struct session *s, const char *reason)
                 return;
         if (s->bpf) {
                 d9d_watch_del(s->d, &s->ring_w);
-                /* Last drops go into this segment: the counters die with the target. */
-                d9_bpf_target_consume(s->bpf);
+                /* Stop first (the programs write nothing more, the ring is
+                 * drained into this segment), count the last drops, then let
+                 * the links go in the background: the caller need not wait
+                 * for their grace periods. */
+                if (d9_bpf_target_stop(s->bpf) < 0)
+                        d9_bpf_target_consume(s->bpf);
                 session_account_drops(s);
-                d9_bpf_detach_target(s->bpf); /* drains what is left into the segment */
+                d9_bpf_detach_target(s->bpf);
                 s->bpf = NULL;
         }
         if (s->pidfd_w.fd >= 0) {
@@ -592,8 +596,17 @@ void sessions_free_all(struct d9d *d)
         }
 }
 
+size_t session_bpf_teardowns_pending(void)
+{
+        return d9_bpf_teardowns_pending(shared_bpf);
+}
+
 void session_bpf_close(void)
 {
+        size_t n = d9_bpf_teardowns_pending(shared_bpf);
+
+        if (n)
+                log_info("waiting for the uprobe links of %zu detached target(s) to go", n);
         d9_bpf_close(shared_bpf);
         shared_bpf = NULL;
 }

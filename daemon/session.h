@@ -78,5 +78,8 @@ void session_on_sealed(struct d9d *d, struct seal_job *job);
 /* Drop finished sessions beyond the most recent few. */
 void sessions_prune(struct d9d *d);
 void sessions_free_all(struct d9d *d);
-/* The shared BPF objects, opened on first attach. */
+/* Detached targets whose BPF links are still being destroyed. */
+size_t session_bpf_teardowns_pending(void);
+/* The shared BPF objects, opened on first attach; waits for the pending
+ * teardowns. */
 void session_bpf_close(void);
