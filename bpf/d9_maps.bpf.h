@@ -71,11 +71,19 @@ static __always_inline struct d9_target_cfg *d9_target_of(__u32 tgid)
         return bpf_map_lookup_elem(&d9_targets, &tgid);
 }
 
-/* Reserve a record of `size` in the target's ring, or count a drop. */
-static __always_inline void *d9_reserve(const struct d9_target_cfg *cfg,
-                                        __u32 tgid, __u64 size)
+/* The target's ring. A program that writes several records looks it up
+ * once and passes it to d9_ring_reserve/d9_ring_submit: each lookup is a
+ * hash walk (bench/hitcost), paid on the traced thread. */
+static __always_inline void *d9_ring_of(__u32 tgid)
 {
-        void *ring = bpf_map_lookup_elem(&d9_rings, &tgid);
+        return bpf_map_lookup_elem(&d9_rings, &tgid);
+}
+
+/* Reserve a record of `size` in `ring`, or count a drop (also when the
+ * target has no ring). */
+static __always_inline void *d9_ring_reserve(void *ring, const struct d9_target_cfg *cfg,
+                                             __u64 size)
+{
         void *rec = NULL;
         __u32 slot = cfg->slot;
         __u64 *drops;
@@ -90,40 +98,70 @@ static __always_inline void *d9_reserve(const struct d9_target_cfg *cfg,
         return NULL;
 }
 
-/* Submit without waking the consumer for every record: a wakeup per
- * record costs the traced machine a context switch each (measured: it
- * dominates sched-only tracing). The consumer is woken once enough is
- * pending, and drains on a timer besides (d9_bpf_target_poll). */
+/* Submit without waking the consumer for every record: a wakeup costs the
+ * traced thread an irq_work (a self-IPI, a VM exit here): measured ≈ 0.4–
+ * 0.8 µs per record, more than the record itself (bench/hitcost). The
+ * consumer drains on a timer (d9_bpf_target_poll) and is woken when 64 KiB
+ * are pending, but only by the records that end just past a 64 KiB
+ * boundary of the producer position, not by every record after the
+ * threshold: a consumer that lags (a saturated machine) would otherwise
+ * cost one wakeup per record until it catches up. Between two boundaries
+ * the pending data grows by 64 KiB, so a sleeping consumer is woken with
+ * at most 128 KiB pending. The window must be at least the largest record
+ * submitted here (records through bpf_ringbuf_output never wake). */
 #define D9_WAKEUP_BYTES (64 * 1024)
+#define D9_WAKEUP_WINDOW 128
 
-static __always_inline void d9_submit(__u32 tgid, void *rec)
+static __always_inline void d9_ring_submit(void *ring, void *rec)
 {
-        void *ring = bpf_map_lookup_elem(&d9_rings, &tgid);
         __u64 flags = BPF_RB_NO_WAKEUP;
 
-        if (ring && bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) >= D9_WAKEUP_BYTES)
+        if (ring && (bpf_ringbuf_query(ring, BPF_RB_PROD_POS) & (D9_WAKEUP_BYTES - 1)) <
+                            D9_WAKEUP_WINDOW &&
+            bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) >= D9_WAKEUP_BYTES)
                 flags = BPF_RB_FORCE_WAKEUP;
         bpf_ringbuf_submit(rec, flags);
 }
 
-static __always_inline void d9_fill_hdr(struct d9_rec_hdr *h, __u16 type,
-                                        __u32 tid, __u32 tgid)
+/* The same for a program that writes one record. */
+static __always_inline void *d9_reserve(const struct d9_target_cfg *cfg, __u32 tgid, __u64 size)
+{
+        return d9_ring_reserve(d9_ring_of(tgid), cfg, size);
+}
+
+static __always_inline void d9_submit(__u32 tgid, void *rec)
+{
+        d9_ring_submit(d9_ring_of(tgid), rec);
+}
+
+static __always_inline void d9_fill_hdr_ts(struct d9_rec_hdr *h, __u16 type, __u32 tid,
+                                           __u32 tgid, __u64 ts)
 {
         h->type = type;
         h->cpu = bpf_get_smp_processor_id();
         h->tid = tid;
         h->tgid = tgid;
         h->_pad = 0;
-        h->ts = bpf_ktime_get_ns();
+        h->ts = ts;
 }
 
-/* Reserve + header for the current thread, in one go. */
-#define D9_RESERVE_CUR(cfg, tgid, tid, type, T)                               \
+static __always_inline void d9_fill_hdr(struct d9_rec_hdr *h, __u16 type,
+                                        __u32 tid, __u32 tgid)
+{
+        d9_fill_hdr_ts(h, type, tid, tgid, bpf_ktime_get_ns());
+}
+
+/* Reserve + zero + header (time ts) in `ring`, for the current thread. */
+#define D9_RING_RESERVE_CUR(ring, cfg, tgid, tid, type, T, ts)                \
         ({                                                                    \
-                T *__r = d9_reserve(cfg, tgid, sizeof(T));                    \
+                T *__r = d9_ring_reserve(ring, cfg, sizeof(T));               \
                 if (__r) {                                                    \
                         __builtin_memset(__r, 0, sizeof(T));                  \
-                        d9_fill_hdr(&__r->hdr, type, tid, tgid);              \
+                        d9_fill_hdr_ts(&__r->hdr, type, tid, tgid, ts);       \
                 }                                                             \
                 __r;                                                          \
         })
+
+/* Reserve + header for the current thread, in one go. */
+#define D9_RESERVE_CUR(cfg, tgid, tid, type, T)                               \
+        D9_RING_RESERVE_CUR(d9_ring_of(tgid), cfg, tgid, tid, type, T, bpf_ktime_get_ns())

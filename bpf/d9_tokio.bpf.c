@@ -24,6 +24,19 @@
  * fails the user-memory read) rather than producing wrong records. */
 #include "d9_maps.bpf.h"
 
+/* What every hit needs, looked up once at its start (bench/hitcost: each
+ * map lookup, clock read or cookie read is paid on the traced thread, and
+ * a poll start in entry-only mode writes two records). */
+struct d9_hit {
+        struct pt_regs *ctx;
+        struct d9_target_cfg *cfg;
+        struct d9_thread *th;   /* only for the kinds that need it */
+        void *ring;
+        __u64 cookie;           /* the whole attach cookie */
+        __u64 ts;               /* one clock read: all records of a hit share it */
+        __u32 tgid, tid;
+};
+
 /* id = *(u64*)(hdr + *(u64*)(*(u64*)(hdr + vtable_off) + id_off_slot)).
  * Both offsets come from the plan through d9_targets. */
 static __always_inline __u64 d9_task_id(const struct d9_target_cfg *cfg, __u64 hdr)
@@ -44,215 +57,140 @@ static __always_inline __u64 d9_task_id(const struct d9_target_cfg *cfg, __u64 h
 }
 
 /* The value this attachment is about, as the plan said (cookie top bits). */
-static __always_inline __u64 d9_point_value(struct pt_regs *ctx)
+static __always_inline __u64 d9_point_value(const struct d9_hit *h)
 {
-        __u64 how = bpf_get_attach_cookie(ctx) >> D9_COOKIE_ARG_SHIFT, v = 0;
+        __u64 v = 0;
 
-        switch (how) {
+        switch (h->cookie >> D9_COOKIE_ARG_SHIFT) {
         case D9_ARG_RET:
-                return PT_REGS_RC(ctx);
+                return PT_REGS_RC(h->ctx);
         case D9_ARG_0:
-                return PT_REGS_PARM1(ctx);
+                return PT_REGS_PARM1(h->ctx);
         case D9_ARG_1:
-                return PT_REGS_PARM2(ctx);
+                return PT_REGS_PARM2(h->ctx);
         case D9_ARG_0_DEREF:
-                bpf_probe_read_user(&v, sizeof(v), (void *)PT_REGS_PARM1(ctx));
+                bpf_probe_read_user(&v, sizeof(v), (void *)PT_REGS_PARM1(h->ctx));
                 return v;
         default:
                 return 0;
         }
 }
 
-static __always_inline __u64 d9_point_cookie(struct pt_regs *ctx)
-{
-        return bpf_get_attach_cookie(ctx) & D9_COOKIE_MASK;
-}
-
 /* For a poll of a Pin<Box<dyn Future>> task: the concrete future's poll
  * function, read through the box's dyn vtable (its pointer sits at the
  * offset the plan found in the poll's code), so the poll can be labelled
  * with the real future, not "a boxed future". 0 if not boxed. */
-static __always_inline __u64 d9_boxed_future_poll(struct pt_regs *ctx,
-                                                  const struct d9_target_cfg *cfg,
-                                                  __u64 header)
+static __always_inline __u64 d9_boxed_future_poll(const struct d9_hit *h, __u64 header)
 {
-        __u64 off = (bpf_get_attach_cookie(ctx) >> D9_COOKIE_DYN_SHIFT) & 0xffff;
+        __u64 off = (h->cookie >> D9_COOKIE_DYN_SHIFT) & 0xffff;
         __u64 vtable = 0, fn = 0;
 
         if (!off || bpf_probe_read_user(&vtable, sizeof(vtable), (void *)(header + off)))
                 return 0;
-        bpf_probe_read_user(&fn, sizeof(fn), (void *)(vtable + 8 * (__u64)cfg->dyn_poll_slot));
+        bpf_probe_read_user(&fn, sizeof(fn),
+                            (void *)(vtable + 8 * (__u64)h->cfg->dyn_poll_slot));
         return fn;
 }
 
-static __always_inline struct d9_target_cfg *d9_current_target(__u32 *tgid, __u32 *tid)
-{
-        __u64 id = bpf_get_current_pid_tgid();
-
-        *tgid = id >> 32;
-        *tid = (__u32)id;
-        return d9_target_of(*tgid);
-}
-
-static __always_inline struct d9_thread *d9_current_thread(void)
-{
-        return bpf_task_storage_get(&d9_threads, bpf_get_current_task_btf(), 0,
-                                    BPF_LOCAL_STORAGE_GET_F_CREATE);
-}
+#define D9_HIT_RESERVE(h, type, T) \
+        D9_RING_RESERVE_CUR((h)->ring, (h)->cfg, (h)->tgid, (h)->tid, type, T, (h)->ts)
 
 /* Write POLL_END for the poll open on this thread, and forget it. */
-static __always_inline void d9_close_poll(struct d9_target_cfg *cfg, __u32 tgid,
-                                          __u32 tid, struct d9_thread *th, __u32 why)
+static __always_inline void d9_close_poll(const struct d9_hit *h, __u32 why)
 {
+        struct d9_thread *th = h->th;
         struct d9_rec_task *r;
 
         if (!th->task_id && !th->header)
                 return;
-        r = D9_RESERVE_CUR(cfg, tgid, tid, D9_REC_POLL_END, struct d9_rec_task);
+        r = D9_HIT_RESERVE(h, D9_REC_POLL_END, struct d9_rec_task);
         if (r) {
                 r->task_id = th->task_id;
                 r->cookie = th->cookie;
                 r->header = th->header;
                 r->start_ts = th->poll_ts;
                 r->why = why;
-                d9_submit(tgid, r);
+                d9_ring_submit(h->ring, r);
         }
         th->task_id = 0;
         th->header = 0;
 }
 
-static __always_inline int d9_poll_start(struct pt_regs *ctx)
+static __always_inline int d9_poll_start(const struct d9_hit *h)
 {
-        __u64 header = d9_point_value(ctx);
-        __u32 tgid, tid;
-        struct d9_target_cfg *cfg = d9_current_target(&tgid, &tid);
-        struct d9_thread *th;
+        __u64 header = d9_point_value(h);
+        struct d9_thread *th = h->th;
         struct d9_rec_task *r;
 
-        if (!cfg || !(th = d9_current_thread()))
-                return 0;
-        if (cfg->entry_only)
-                d9_close_poll(cfg, tgid, tid, th, D9_END_NEXT_POLL);
-        r = D9_RESERVE_CUR(cfg, tgid, tid, D9_REC_POLL_START, struct d9_rec_task);
+        if (h->cfg->entry_only)
+                d9_close_poll(h, D9_END_NEXT_POLL);
         th->header = header;
-        th->task_id = d9_task_id(cfg, header);
-        th->cookie = d9_point_cookie(ctx);
-        th->poll_ts = r ? r->hdr.ts : bpf_ktime_get_ns();
+        th->task_id = d9_task_id(h->cfg, header);
+        th->cookie = h->cookie & D9_COOKIE_MASK;
+        th->poll_ts = h->ts;
+        r = D9_HIT_RESERVE(h, D9_REC_POLL_START, struct d9_rec_task);
         if (r) {
                 r->task_id = th->task_id;
                 r->cookie = th->cookie;
-                r->header = th->header;
-                r->future_poll = d9_boxed_future_poll(ctx, cfg, header);
-                d9_submit(tgid, r);
+                r->header = header;
+                r->future_poll = d9_boxed_future_poll(h, header);
+                d9_ring_submit(h->ring, r);
         }
-        return 0;
-}
-
-/* A uretprobe on raw::poll or a uprobe on one of its return sites. */
-static __always_inline int d9_poll_end(struct pt_regs *ctx)
-{
-        __u32 tgid, tid;
-        struct d9_target_cfg *cfg = d9_current_target(&tgid, &tid);
-        struct d9_thread *th;
-
-        if (!cfg || !(th = d9_current_thread()))
-                return 0;
-        d9_close_poll(cfg, tgid, tid, th, D9_END_RETURN);
         return 0;
 }
 
 /* Spawn (header = bind's return value, or bind_inner's argument) and
  * terminate (header = arg0 of complete). */
-static __always_inline int d9_task_event(struct pt_regs *ctx, __u16 type)
+static __always_inline int d9_task_event(const struct d9_hit *h, __u16 type)
 {
-        __u64 header = d9_point_value(ctx);
-        __u32 tgid, tid;
-        struct d9_target_cfg *cfg = d9_current_target(&tgid, &tid);
-        struct d9_rec_task *r;
+        __u64 header = d9_point_value(h);
+        struct d9_rec_task *r = D9_HIT_RESERVE(h, type, struct d9_rec_task);
 
-        if (!cfg)
-                return 0;
-        r = D9_RESERVE_CUR(cfg, tgid, tid, type, struct d9_rec_task);
         if (!r)
                 return 0;
         r->header = header;
-        r->task_id = d9_task_id(cfg, header);
-        r->cookie = d9_point_cookie(ctx);
-        d9_submit(tgid, r);
+        r->task_id = d9_task_id(h->cfg, header);
+        r->cookie = h->cookie & D9_COOKIE_MASK;
+        d9_ring_submit(h->ring, r);
         return 0;
 }
 
-static __always_inline int d9_spawn(struct pt_regs *ctx)
+static __always_inline int d9_wake(const struct d9_hit *h)
 {
-        return d9_task_event(ctx, D9_REC_SPAWN);
-}
+        __u64 header = d9_point_value(h);
+        struct d9_rec_wake *r = D9_HIT_RESERVE(h, D9_REC_WAKE, struct d9_rec_wake);
 
-static __always_inline int d9_terminate(struct pt_regs *ctx)
-{
-        return d9_task_event(ctx, D9_REC_TERMINATE);
-}
-
-static __always_inline int d9_wake(struct pt_regs *ctx)
-{
-        __u64 header = d9_point_value(ctx);
-        __u32 tgid, tid;
-        struct d9_target_cfg *cfg = d9_current_target(&tgid, &tid);
-        struct d9_thread *th;
-        struct d9_rec_wake *r;
-
-        if (!cfg || !(th = d9_current_thread()))
-                return 0;
-        r = D9_RESERVE_CUR(cfg, tgid, tid, D9_REC_WAKE, struct d9_rec_wake);
         if (!r)
                 return 0;
-        r->woken_task_id = d9_task_id(cfg, header);
-        r->waker_task_id = th->task_id;
-        r->cookie = d9_point_cookie(ctx);
-        d9_submit(tgid, r);
+        r->woken_task_id = d9_task_id(h->cfg, header);
+        r->waker_task_id = h->th->task_id;
+        r->cookie = h->cookie & D9_COOKIE_MASK;
+        d9_ring_submit(h->ring, r);
         return 0;
 }
 
-static __always_inline void d9_park_event(struct pt_regs *ctx, __u16 type, struct d9_thread *th,
-                                          struct d9_target_cfg *cfg, __u32 tgid, __u32 tid)
+/* The thread's CPU time and run-queue wait so far. task is a trusted BTF
+ * pointer: plain (CO-RE relocated) loads, not a probe_read each. */
+static __always_inline void d9_park_event(const struct d9_hit *h, __u16 type)
 {
         struct task_struct *task = bpf_get_current_task_btf();
-        struct d9_rec_park *r;
+        struct d9_rec_park *r = D9_HIT_RESERVE(h, type, struct d9_rec_park);
 
-        r = D9_RESERVE_CUR(cfg, tgid, tid, type, struct d9_rec_park);
         if (!r)
                 return;
-        r->park_key = th->park_key;
-        r->cpu_ns = BPF_CORE_READ(task, se.sum_exec_runtime);
-        r->run_delay_ns = BPF_CORE_READ(task, sched_info.run_delay);
-        r->cookie = d9_point_cookie(ctx);
-        d9_submit(tgid, r);
+        r->park_key = h->th->park_key;
+        r->cpu_ns = task->se.sum_exec_runtime;
+        r->run_delay_ns = task->sched_info.run_delay;
+        r->cookie = h->cookie & D9_COOKIE_MASK;
+        d9_ring_submit(h->ring, r);
 }
 
-static __always_inline int d9_park(struct pt_regs *ctx)
+static __always_inline int d9_park(const struct d9_hit *h)
 {
-        __u32 tgid, tid;
-        struct d9_target_cfg *cfg = d9_current_target(&tgid, &tid);
-        struct d9_thread *th;
-
-        if (!cfg || !(th = d9_current_thread()))
-                return 0;
-        if (cfg->entry_only)
-                d9_close_poll(cfg, tgid, tid, th, D9_END_PARK);
-        th->park_key = d9_point_value(ctx);
-        d9_park_event(ctx, D9_REC_PARK, th, cfg, tgid, tid);
-        return 0;
-}
-
-/* A uretprobe on the park function. */
-static __always_inline int d9_unpark(struct pt_regs *ctx)
-{
-        __u32 tgid, tid;
-        struct d9_target_cfg *cfg = d9_current_target(&tgid, &tid);
-        struct d9_thread *th;
-
-        if (!cfg || !(th = d9_current_thread()))
-                return 0;
-        d9_park_event(ctx, D9_REC_UNPARK, th, cfg, tgid, tid);
+        if (h->cfg->entry_only)
+                d9_close_poll(h, D9_END_PARK);
+        h->th->park_key = d9_point_value(h);
+        d9_park_event(h, D9_REC_PARK);
         return 0;
 }
 
@@ -263,21 +201,46 @@ static __always_inline int d9_unpark(struct pt_regs *ctx)
 SEC("uprobe")
 int d9_tokio_probe(struct pt_regs *ctx)
 {
-        switch ((bpf_get_attach_cookie(ctx) >> D9_COOKIE_KIND_SHIFT) & 0xff) {
+        __u64 id = bpf_get_current_pid_tgid();
+        struct d9_hit h = {
+                .ctx = ctx,
+                .cookie = bpf_get_attach_cookie(ctx),
+                .tgid = id >> 32,
+                .tid = (__u32)id,
+        };
+        __u32 kind = (h.cookie >> D9_COOKIE_KIND_SHIFT) & 0xff;
+
+        h.cfg = d9_target_of(h.tgid);
+        if (!h.cfg)
+                return 0;
+        /* Spawn and terminate are the only kinds without thread state. */
+        if (kind != D9_POINT_SPAWN && kind != D9_POINT_TERMINATE) {
+                h.th = bpf_task_storage_get(&d9_threads, bpf_get_current_task_btf(), 0,
+                                            BPF_LOCAL_STORAGE_GET_F_CREATE);
+                if (!h.th)
+                        return 0;
+        }
+        h.ring = d9_ring_of(h.tgid);
+        h.ts = bpf_ktime_get_ns();
+        switch (kind) {
         case D9_POINT_POLL:
-                return d9_poll_start(ctx);
+                return d9_poll_start(&h);
         case D9_POINT_POLL_END:
-                return d9_poll_end(ctx);
+                /* A uretprobe on raw::poll or a uprobe on one of its return sites. */
+                d9_close_poll(&h, D9_END_RETURN);
+                return 0;
         case D9_POINT_SPAWN:
-                return d9_spawn(ctx);
+                return d9_task_event(&h, D9_REC_SPAWN);
         case D9_POINT_TERMINATE:
-                return d9_terminate(ctx);
+                return d9_task_event(&h, D9_REC_TERMINATE);
         case D9_POINT_WAKE:
-                return d9_wake(ctx);
+                return d9_wake(&h);
         case D9_POINT_PARK:
-                return d9_park(ctx);
+                return d9_park(&h);
         case D9_POINT_UNPARK:
-                return d9_unpark(ctx);
+                /* A uretprobe on the park function. */
+                d9_park_event(&h, D9_REC_UNPARK);
+                return 0;
         }
         return 0;
 }
