@@ -6,13 +6,24 @@
  * the sample being unwound, its registers are the ones BPF captured, and
  * its memory is the stack copy. Reads outside the copy that look like
  * stack fail (the live stack has moved on since the sample); other reads
- * (rare: CFI expressions reading data) go to /proc/PID/mem. */
+ * (rare: CFI expressions reading data) go to /proc/PID/mem.
+ *
+ * Memory (docs/stacks.md): a Dwfl is per address space, but the ELF files
+ * behind it are not. Targets running the same executable, and every
+ * target's libc and ld.so, share one libelf handle per file (elf_shares),
+ * so .eh_frame and the section tables are mapped and read once, not once
+ * per target. Unwinding never loads DWARF debug info: libdwfl falls back
+ * to .debug_frame when .eh_frame has no answer (the outermost frame of
+ * every stack), and getting there decompresses all of the debug file's
+ * sections (about 1 MiB per target for libc's) to find a table that
+ * Rust and Debian binaries do not ship anyway. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,6 +37,21 @@
 /* Thread stacks are at most this big (glibc's default is 8 MiB): a read
  * this close above sp that misses the copy is stale stack, not data. */
 #define STACK_SPAN (8ull << 20)
+
+/* One opened ELF file, shared by every unwinder whose target maps it. */
+struct elf_share {
+        dev_t dev;
+        ino_t ino;
+        off_t size;
+        struct timespec mtime;
+        int fd;
+        Elf *elf;                       /* our reference; each module holds another */
+        unsigned users;                 /* unwinders holding it */
+        struct elf_share *next;
+};
+
+/* Unwinders live on the drain thread only, so this list needs no lock. */
+static struct elf_share *elf_shares;
 
 struct unwinder {
         pid_t pid;
@@ -41,6 +67,9 @@ struct unwinder {
         uint64_t *out;
         size_t n_out, cap_out, n_user;
         char *name;                     /* last unwinder_addr_name result */
+        bool unwinding;                 /* inside dwfl_getthread_frames */
+        struct elf_share **held;        /* shares this unwinder took a user on */
+        size_t n_held;
         struct unwind_stats stats;
 };
 
@@ -56,6 +85,96 @@ static uint64_t now_ns(void)
         return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+static struct elf_share *elf_share_find(const struct stat *st)
+{
+        for (struct elf_share *e = elf_shares; e; e = e->next)
+                if (e->dev == st->st_dev && e->ino == st->st_ino && e->size == st->st_size &&
+                    e->mtime.tv_sec == st->st_mtim.tv_sec && e->mtime.tv_nsec == st->st_mtim.tv_nsec)
+                        return e;
+        return NULL;
+}
+
+/* The share for the file open on fd, created if new (taking fd), or NULL
+ * (fd left to the caller). */
+static struct elf_share *elf_share_get(int fd)
+{
+        struct elf_share *e;
+        struct stat st;
+        Elf *elf;
+
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+                return NULL;
+        e = elf_share_find(&st);
+        if (e) {
+                close(fd);
+                return e;
+        }
+        /* libdwfl's own way of opening a module (a private mapping). */
+        elf = elf_begin(fd, ELF_C_READ_MMAP_PRIVATE, NULL);
+        if (!elf || elf_kind(elf) != ELF_K_ELF || !(e = calloc(1, sizeof(*e)))) {
+                elf_end(elf);
+                return NULL;
+        }
+        *e = (struct elf_share){ st.st_dev, st.st_ino, st.st_size, st.st_mtim, fd, elf, 0, elf_shares };
+        elf_shares = e;
+        return e;
+}
+
+static void elf_share_put(struct elf_share *e)
+{
+        struct elf_share **p;
+
+        if (e->users && --e->users)
+                return;
+        for (p = &elf_shares; *p != e; p = &(*p)->next)
+                ;
+        *p = e->next;
+        elf_end(e->elf);
+        close(e->fd);
+        free(e);
+}
+
+/* Take a user on e for u (once per unwinder). */
+static int unwinder_hold(struct unwinder *u, struct elf_share *e)
+{
+        struct elf_share **more;
+
+        for (size_t i = 0; i < u->n_held; i++)
+                if (u->held[i] == e)
+                        return 0;
+        more = realloc(u->held, (u->n_held + 1) * sizeof(*more));
+        if (!more)
+                return -ENOMEM;
+        u->held = more;
+        u->held[u->n_held++] = e;
+        e->users++;
+        return 0;
+}
+
+/* libdwfl's /proc/PID/maps lookup, then the file's shared handle instead
+ * of a new one: libdwfl takes a reference (elf_begin with a ref) and
+ * drops it in dwfl_end. */
+static int find_elf(Dwfl_Module *mod, void **userdata, const char *modname, Dwarf_Addr base,
+                    char **file_name, Elf **elfp)
+{
+        struct unwinder *u = active;
+        int fd = dwfl_linux_proc_find_elf(mod, userdata, modname, base, file_name, elfp);
+        struct elf_share *e;
+
+        if (fd < 0 || *elfp || !u)
+                return fd;
+        e = elf_share_get(fd);
+        if (!e)
+                return fd;
+        if (unwinder_hold(u, e) < 0) {
+                if (!e->users)
+                        elf_share_put(e);       /* just made: nobody else has it */
+                return -1;
+        }
+        *elfp = elf_begin(-1, ELF_C_READ_MMAP_PRIVATE, e->elf);
+        return -1;
+}
+
 static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname,
                           GElf_Addr base, const char *file_name, const char *debuglink_file,
                           GElf_Word debuglink_crc, char **debuginfo_file_name)
@@ -64,6 +183,11 @@ static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname
         char exe[64], real[4096];
         ssize_t n;
 
+        /* See the top of this file: CFI comes from .eh_frame only. libdwfl
+         * remembers the failure for DWARF, not for symbols, so names
+         * (unwinder_addr_name) still find the debug file. */
+        if (u && u->unwinding)
+                return -1;
         snprintf(exe, sizeof(exe), "/proc/%d/exe", u ? u->pid : 0);
         if (u && u->debug_file && file_name && (n = readlink(exe, real, sizeof(real) - 1)) > 0) {
                 real[n] = 0;
@@ -163,7 +287,7 @@ int unwinder_new(pid_t pid, const struct unwind_opts *opts, struct unwinder **ou
         u->debug_file = opts->debug_file ? strdup(opts->debug_file) : NULL;
         snprintf(path, sizeof(path), "/proc/%d/mem", pid);
         u->mem_fd = open(path, O_RDONLY | O_CLOEXEC);
-        u->callbacks.find_elf = dwfl_linux_proc_find_elf;
+        u->callbacks.find_elf = find_elf;
         u->callbacks.find_debuginfo = find_debuginfo;
         u->dwfl = dwfl_begin(&u->callbacks);
         if (u->mem_fd < 0 || !u->dwfl || (opts->debug_file && !u->debug_file)) {
@@ -190,6 +314,9 @@ void unwinder_free(struct unwinder *u)
                 return;
         if (u->dwfl)
                 dwfl_end(u->dwfl);
+        for (size_t i = 0; i < u->n_held; i++)
+                elf_share_put(u->held[i]);
+        free(u->held);
         if (u->mem_fd >= 0)
                 close(u->mem_fd);
         free(u->debug_file);
@@ -240,7 +367,9 @@ static void unwind_user(struct unwinder *u)
                 report_modules(u);
         /* Stops with an error at the outermost frame or where CFI or the
          * copy runs out; the frames so far are the result either way. */
+        u->unwinding = true;
         dwfl_getthread_frames(u->dwfl, (pid_t)u->rec->hdr.tid, frame_cb, u);
+        u->unwinding = false;
 }
 
 int unwinder_stack(struct unwinder *u, const struct d9_rec_stack *rec, size_t size,
