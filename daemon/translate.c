@@ -259,6 +259,78 @@ static uint32_t label_atom(struct translate *tr, uint64_t cookie)
 
 #define MAX_DYN_LABELS 1024
 
+/* A boxed future's poll fn is named from the symbols of the one file
+ * mapped at its address (the executable, nearly always), not of every
+ * library: the table is ~1 MiB per target otherwise. The symbolizer is
+ * dropped once no new address came for SYM_IDLE_NS of trace time (names
+ * already found stay in tr->dyn); a new address loads it again. */
+#define SYM_IDLE_NS (5 * 1000000000ull)
+
+/* The lines of maps whose path is the file mapped at addr, or NULL;
+ * [*lo, *hi) spans those lines' mappings. */
+static char *maps_of_file_at(const char *maps, uint64_t addr, uint64_t *lo, uint64_t *hi)
+{
+        const char *line, *path = NULL, *nl;
+        size_t path_len = 0, used = 0;
+        char *out;
+
+        for (line = maps; line && *line && !path; line = nl ? nl + 1 : NULL) {
+                unsigned long long start, end;
+                int at = 0;
+
+                nl = strchr(line, '\n');
+                if (sscanf(line, "%llx-%llx %*s %*s %*s %*s %n", &start, &end, &at) == 2 && at &&
+                    line[at] == '/' && addr >= start && addr < end) {
+                        path = line + at;
+                        path_len = nl ? (size_t)(nl - path) : strlen(path);
+                }
+        }
+        if (!path || !(out = malloc(strlen(maps) + 1)))
+                return NULL;
+        *lo = UINT64_MAX;
+        *hi = 0;
+        for (line = maps; line && *line; line = nl ? nl + 1 : NULL) {
+                unsigned long long start, end;
+                size_t len, tail;
+
+                nl = strchr(line, '\n');
+                len = nl ? (size_t)(nl - line) + 1 : strlen(line);
+                tail = path_len + (nl ? 1 : 0);
+                if (len > tail && line[len - tail - 1] == ' ' && !memcmp(line + len - tail, path, path_len) &&
+                    sscanf(line, "%llx-%llx", &start, &end) == 2) {
+                        memcpy(out + used, line, len);
+                        used += len;
+                        *lo = start < *lo ? start : *lo;
+                        *hi = end > *hi ? end : *hi;
+                }
+        }
+        out[used] = 0;
+        return out;
+}
+
+/* Name of the function at addr in the target, or NULL. */
+static const char *dyn_lookup(struct translate *tr, uint64_t addr)
+{
+        uint64_t size;
+
+        tr->sym_used_ts = tr->last_ts;
+        if (!tr->sym || addr < tr->sym_lo || addr >= tr->sym_hi) {
+                char path[64];
+                char *maps, *file_maps;
+
+                snprintf(path, sizeof(path), "/proc/%d/maps", tr->pid);
+                maps = read_proc_text(path);
+                file_maps = maps ? maps_of_file_at(maps, addr, &tr->sym_lo, &tr->sym_hi) : NULL;
+                free(maps);
+                if (!file_maps)
+                        return NULL;
+                symbolizer_free(tr->sym);
+                tr->sym = symbolizer_new(tr->pid, file_maps);
+                free(file_maps);
+        }
+        return tr->sym ? symbolizer_lookup(tr->sym, addr, &size) : NULL;
+}
+
 /* Label of a boxed future by its concrete poll fn; falls back to the
  * poll<T,S> instance's label when the address has no symbol. */
 static uint32_t poll_label_atom(struct translate *tr, uint64_t cookie, uint64_t future_poll)
@@ -272,23 +344,12 @@ static uint32_t poll_label_atom(struct translate *tr, uint64_t cookie, uint64_t 
                         e = &tr->dyn[i];
         if (!e && tr->n_dyn < MAX_DYN_LABELS) {
                 struct tr_dyn *more = realloc(tr->dyn, (tr->n_dyn + 1) * sizeof(*more));
-                uint64_t size;
                 const char *name;
 
                 if (!more)
                         return label_atom(tr, cookie);
                 tr->dyn = more;
-                if (!tr->sym_tried) {
-                        char path[64];
-                        char *maps;
-
-                        tr->sym_tried = true;
-                        snprintf(path, sizeof(path), "/proc/%d/maps", tr->pid);
-                        maps = read_proc_text(path);
-                        tr->sym = symbolizer_new(tr->pid, maps);
-                        free(maps);
-                }
-                name = tr->sym ? symbolizer_lookup(tr->sym, future_poll, &size) : NULL;
+                name = dyn_lookup(tr, future_poll);
                 e = &tr->dyn[tr->n_dyn++];
                 *e = (struct tr_dyn){ future_poll, name ? strdup(name) : NULL, D9_NO_ATOM };
         }
@@ -439,6 +500,10 @@ int translate_record(struct translate *tr, const void *rec, size_t size)
                 tr->first_ts = h->ts;
         if (h->ts > tr->last_ts)
                 tr->last_ts = h->ts;
+        if (tr->sym && tr->last_ts - tr->sym_used_ts > SYM_IDLE_NS) {
+                symbolizer_free(tr->sym);
+                tr->sym = NULL;
+        }
         t = thread_get(tr, h->tid);
         if (!t)
                 return -ENOMEM;

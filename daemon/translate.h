@@ -44,13 +44,15 @@ struct translate {
         bool spawn_from_first_poll;     /* the plan has no spawn probe (see translate.c) */
         struct tr_dyn *dyn;             /* boxed futures' concrete poll fns */
         size_t n_dyn;
-        struct symbolizer *sym;         /* target's symbols, loaded on first boxed poll */
+        struct symbolizer *sym;         /* symbols of one target file, loaded for a new
+                                         * boxed poll fn, dropped when idle */
+        uint64_t sym_lo, sym_hi;        /* where that file is mapped */
+        uint64_t sym_used_ts;
         struct unwinder *unw;           /* user stacks, created on the first STACK record */
         bool unw_tried;
         uint64_t stacks, stacks_failed; /* STACK records unwound / not */
         uint64_t stacks_lost;           /* over the unwind budget, not yet in a
                                          * D9LostEventsEvent */
-        bool sym_tried;
         uint64_t *live_tasks;           /* task ids seen polled and not yet terminated */
         size_t live_cap, live_used;
 
