@@ -10,11 +10,15 @@
  *   1. the floor: a uprobe with no program, with an empty program (classic
  *      and uprobe_multi), a uretprobe, a 5-byte nop, a single-stepped insn;
  *   2. d9's real program (bpf/d9_tokio.bpf.c, attached by the real loader
- *      through a hand-made probe plan) per kind of hit;
+ *      through a hand-made probe plan) per kind of hit, with a consumer
+ *      that keeps up and one that lags, and with a second thread on the
+ *      other CPU writing the same ring;
  *   3. the pieces that program is made of (bench/hitcost/helpers.bpf.c).
  * usage (root): hitcost [calls]       (default 100000 per measurement) */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
 #include <linux/perf_event.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -351,6 +355,29 @@ static void add_point(struct probe_plan *plan, hc_fn fn, enum probe_kind kind,
         p->uretprobe = ret;
 }
 
+/* The same hit on the other CPU at the same time: both write one ring, as
+ * two Tokio workers do. */
+static volatile int rival_stop;
+
+static void pin_to_cpu(int cpu)
+{
+        cpu_set_t set;
+
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        sched_setaffinity(0, sizeof(set), &set);
+}
+
+static void *rival_thread(void *fn)
+{
+        void (*volatile call)(void *) = (hc_fn)fn;
+
+        pin_to_cpu(1);
+        while (!rival_stop)
+                call(fake_header);
+        return NULL;
+}
+
 static void part_d9(long drain_every)
 {
         struct probe_point pts[8];
@@ -419,6 +446,29 @@ static void part_d9(long drain_every)
                 printf("%-46s %9.0f %9.0f %9.0f %6.2f %.2f%s\n", kinds[i].what, ns, pns,
                        ns - pns * hits, hits, (double)recs / (double)(n_calls / 5 * 5),
                        counts.bad_id ? " (wrong task ids!)" : "");
+        }
+        if (drain_every < 1000 && sysconf(_SC_NPROCESSORS_ONLN) > 1) {
+                struct drain d = { drain_d9, t };
+                double base, ns;
+                pthread_t rival;
+                cpu_set_t all;
+
+                sched_getaffinity(0, sizeof(all), &all);
+                pin_to_cpu(0);
+                rival_stop = 0;
+                if (pthread_create(&rival, NULL, rival_thread, (void *)hc_poll) == 0) {
+                        base = median_ns_per_call(hc_fn_push, NULL, NULL);
+                        ns = median_ns_per_call(hc_poll, fake_header, &d) - base;
+                        rival_stop = 1;
+                        pthread_join(rival, NULL);
+                        /* No program time here: bpf_stats would mix in the
+                         * rival's runs, preempted by whatever else runs on
+                         * its CPU. */
+                        printf("%-46s %9.0f %9s %9s %6s %s\n",
+                               "poll start, same on the other CPU at once", ns, "-", "-", "1.00",
+                               "2.00 (one ring, two writers)");
+                }
+                sched_setaffinity(0, sizeof(all), &all);
         }
         batch_calls = 2000;
         d9_bpf_detach_target(t);
