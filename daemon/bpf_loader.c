@@ -502,20 +502,46 @@ static int alloc_slot(struct d9_bpf *bpf, uint32_t *slot)
         return -ENOSPC;
 }
 
-static int zero_drops(struct d9_bpf *bpf, uint32_t slot)
+/* A per-CPU counter map's row for one target slot: zeroed at attach (the
+ * slot may have served an earlier target), summed over CPUs when read. */
+static int percpu_row_zero(struct bpf_map *map, uint32_t slot)
 {
+        size_t size = bpf_map__value_size(map);
         int ncpu = libbpf_num_possible_cpus();
-        uint64_t *zeros;
+        void *zeros;
         int r;
 
         if (ncpu < 0)
                 return ncpu;
-        zeros = calloc((size_t)ncpu, sizeof(*zeros));
+        zeros = calloc((size_t)ncpu, size);
         if (!zeros)
                 return -ENOMEM;
-        r = bpf_map__update_elem(bpf->sched->maps.d9_drops, &slot, sizeof(slot), zeros,
-                                 (size_t)ncpu * sizeof(*zeros), BPF_ANY);
+        r = bpf_map__update_elem(map, &slot, sizeof(slot), zeros, (size_t)ncpu * size, BPF_ANY);
         free(zeros);
+        return r;
+}
+
+/* Sums n_cols u64 columns of the row over CPUs into sum[]. */
+static int percpu_row_sum(struct bpf_map *map, uint32_t slot, uint64_t *sum, size_t n_cols)
+{
+        size_t size = bpf_map__value_size(map);
+        int ncpu = libbpf_num_possible_cpus();
+        uint64_t *v;
+        int r;
+
+        if (ncpu < 0)
+                return ncpu;
+        if (size != n_cols * sizeof(*v))
+                return -EINVAL;
+        v = calloc((size_t)ncpu, size);
+        if (!v)
+                return -ENOMEM;
+        r = bpf_map__lookup_elem(map, &slot, sizeof(slot), v, (size_t)ncpu * size, 0);
+        memset(sum, 0, size);
+        for (int i = 0; r == 0 && i < ncpu; i++)
+                for (size_t c = 0; c < n_cols; c++)
+                        sum[c] += v[(size_t)i * n_cols + c];
+        free(v);
         return r;
 }
 
@@ -555,6 +581,7 @@ static int install_target(struct d9_bpf_target *t, const struct probe_plan *plan
                 .entry_only = t->poll_end == D9_POLL_END_ENTRY_ONLY,
                 .dyn_poll_slot = plan ? plan->dyn_future_poll_slot : 0,
                 .stack = o->stack,
+                .offcpu_min_ns = o->offcpu_min_ns,
         };
         uint32_t tgid = (uint32_t)t->pid;
         int r;
@@ -567,7 +594,9 @@ static int install_target(struct d9_bpf_target *t, const struct probe_plan *plan
         t->rb = ring_buffer__new(t->ring_fd, deliver_record, t, NULL);
         if (!t->rb)
                 return -errno;
-        r = zero_drops(bpf, t->slot);
+        r = percpu_row_zero(bpf->sched->maps.d9_drops, t->slot);
+        if (r == 0)
+                r = percpu_row_zero(bpf->sched->maps.d9_offcpu_short, t->slot);
         if (r == 0)
                 r = bpf_map__update_elem(bpf->sched->maps.d9_rings, &tgid, sizeof(tgid),
                                          &t->ring_fd, sizeof(t->ring_fd), BPF_NOEXIST);
@@ -637,7 +666,6 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
                 r = alloc_slot(bpf, &t->slot);
         }
         if (r < 0) {
-
                 set_err(err, "cannot trace PID %d: already %d targets", (int)pid,
                         D9_MAX_TARGETS);
                 goto fail;
@@ -848,21 +876,16 @@ int d9_bpf_target_poll(struct d9_bpf_target *t, int timeout_ms)
 
 int d9_bpf_target_drops(const struct d9_bpf_target *t, uint64_t *dropped)
 {
-        int ncpu = libbpf_num_possible_cpus();
-        uint64_t *v;
-        int r;
+        return percpu_row_sum(t->bpf->sched->maps.d9_drops, t->slot, dropped, 1);
+}
 
-        if (ncpu < 0)
-                return ncpu;
-        v = calloc((size_t)ncpu, sizeof(*v));
-        if (!v)
-                return -ENOMEM;
-        r = bpf_map__lookup_elem(t->bpf->sched->maps.d9_drops, &t->slot, sizeof(t->slot), v,
-                                 (size_t)ncpu * sizeof(*v), 0);
-        *dropped = 0;
-        for (int i = 0; r == 0 && i < ncpu; i++)
-                *dropped += v[i];
-        free(v);
+int d9_bpf_target_offcpu_short(const struct d9_bpf_target *t, struct d9_offcpu_short *sum)
+{
+        uint64_t v[2];
+        int r = percpu_row_sum(t->bpf->sched->maps.d9_offcpu_short, t->slot, v, 2);
+
+        sum->count = v[0];
+        sum->ns = v[1];
         return r;
 }
 

@@ -66,6 +66,9 @@ struct d9_bpf_target_opts {
         uint64_t vtable_id_off_slot;
         /* Stack capture (docs/stacks.md); all zero: no stacks. */
         struct d9_stack_cfg stack;
+        /* Off-CPU intervals shorter than this are counted, not recorded
+         * (0: every one is recorded). */
+        uint64_t offcpu_min_ns;
         d9_bpf_record_fn on_record;
         void *ctx;
 };
@@ -96,7 +99,6 @@ size_t d9_bpf_teardowns_pending(struct d9_bpf *bpf);
 /* Wait until every background teardown is done; d9_bpf_close does too. */
 void d9_bpf_wait_teardowns(struct d9_bpf *bpf);
 
-
 int d9_bpf_target_epoll_fd(const struct d9_bpf_target *t);
 /* Drain without waiting; returns records consumed or negative errno. */
 int d9_bpf_target_consume(struct d9_bpf_target *t);
@@ -104,6 +106,9 @@ int d9_bpf_target_consume(struct d9_bpf_target *t);
 int d9_bpf_target_poll(struct d9_bpf_target *t, int timeout_ms);
 /* Records lost because this target's ring was full (summed over CPUs). */
 int d9_bpf_target_drops(const struct d9_bpf_target *t, uint64_t *dropped);
+/* Off-CPU intervals shorter than the target's offcpu_min_ns: not
+ * recorded, only counted here (summed over CPUs). */
+int d9_bpf_target_offcpu_short(const struct d9_bpf_target *t, struct d9_offcpu_short *sum);
 /* Which poll-end mode was chosen, and how many probe points attached. */
 enum d9_poll_end d9_bpf_target_poll_end(const struct d9_bpf_target *t);
 size_t d9_bpf_target_n_attached(const struct d9_bpf_target *t);

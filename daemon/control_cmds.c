@@ -93,7 +93,7 @@ static json_t *cmd_attach(struct d9d *d, const struct peer *p, json_t *req)
 {
         struct session_request sr = { .peer_uid = p->uid };
         json_t *dur = json_object_get(req, "duration_ms"), *probes = json_object_get(req, "probes");
-        json_t *exe = json_object_get(req, "exe");
+        json_t *exe = json_object_get(req, "exe"), *offcpu = json_object_get(req, "offcpu_min_us");
         struct session *s;
         const char *bad = NULL;
         char *why = NULL;
@@ -104,6 +104,11 @@ static json_t *cmd_attach(struct d9d *d, const struct peer *p, json_t *req)
         if (dur && (!json_is_integer(dur) || json_integer_value(dur) < 0))
                 return d9c_error("\"duration_ms\" must be a non-negative integer");
         sr.duration_ms = dur ? (uint64_t)json_integer_value(dur) : 0;
+        if (offcpu && (!json_is_integer(offcpu) || json_integer_value(offcpu) < 0 ||
+                       (uint64_t)json_integer_value(offcpu) > D9_OFFCPU_MIN_US_MAX))
+                return d9c_error("\"offcpu_min_us\" must be an integer from 0 to %llu",
+                                 (unsigned long long)D9_OFFCPU_MIN_US_MAX);
+        sr.offcpu_min_us = offcpu ? json_integer_value(offcpu) : -1;
         if (probes && !json_is_string(probes))
                 return d9c_error("\"probes\" must be a string");
         sr.probes = d9c_parse_probes(probes ? json_string_value(probes) : NULL, &bad);

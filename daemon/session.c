@@ -305,6 +305,7 @@ static int session_attach_bpf(struct session *s, char **why)
                                  (s->probes & D9_PROBES_SCHED ? D9_STACK_OFFCPU : 0),
                         .user_bytes = 8192, .offcpu_min_us = 5000, .offcpu_per_sec = 200, .offcpu_burst = 50,
                 },
+                .offcpu_min_ns = s->offcpu_min_us * 1000,
                 .on_record = on_ring_record,
                 .ctx = s,
         };
@@ -391,6 +392,7 @@ int session_start(struct d9d *d, const struct session_request *req, struct sessi
         s->pidfd_w.fd = -1;
         s->seg.fd = -1;
         s->probes = req->probes;
+        s->offcpu_min_us = req->offcpu_min_us >= 0 ? (uint64_t)req->offcpu_min_us : d->cfg.offcpu_min_us;
         s->expect_exec = req->exe != NULL;
         s->id = next_session_id++;
         s->sealed_paths = json_array();
@@ -469,6 +471,20 @@ static void session_account_drops(struct session *s)
         s->drops = dropped;
 }
 
+static void session_account_short_offcpu(struct session *s)
+{
+        struct d9_offcpu_short now, *was = &s->offcpu_short_reported;
+
+        if (!s->bpf || d9_bpf_target_offcpu_short(s->bpf, &now) < 0)
+                return;
+        s->offcpu_short = now;
+        if (now.count <= was->count || !s->tr.enc)
+                return;
+        if (translate_offcpu_short(&s->tr, d9_now_ns(), now.count - was->count, now.ns - was->ns,
+                                   s->offcpu_min_us * 1000) == 0)
+                *was = now;
+}
+
 void session_end(struct session *s, const char *reason)
 {
         if (s->state != SESSION_RECORDING)
@@ -482,6 +498,7 @@ void session_end(struct session *s, const char *reason)
                 if (d9_bpf_target_stop(s->bpf) < 0)
                         d9_bpf_target_consume(s->bpf);
                 session_account_drops(s);
+                session_account_short_offcpu(s);
                 d9_bpf_detach_target(s->bpf);
                 s->bpf = NULL;
         }
@@ -506,6 +523,7 @@ void session_tick(struct session *s, uint64_t now_ms)
         /* Pick up what arrived since the last wakeup before judging time. */
         d9_bpf_target_consume(s->bpf);
         session_account_drops(s);
+        session_account_short_offcpu(s);
         if (now_ms > s->rate_ms) {
                 s->events_per_s = (double)(s->tr.events - s->rate_events) * 1000.0 / (double)(now_ms - s->rate_ms);
                 s->rate_events = s->tr.events;
@@ -544,14 +562,16 @@ static const char *state_name(enum session_state st)
 
 json_t *session_status_json(const struct session *s)
 {
-        json_t *j = json_pack("{s:I,s:i,s:I,s:s,s:s,s:s,s:f,s:I,s:I,s:I,s:i,s:i,s:O,s:O,s:I,s:s}",
+        json_t *j = json_pack("{s:I,s:i,s:I,s:s,s:s,s:s,s:f,s:I,s:I,s:I,s:i,s:i,s:O,s:O,s:I,s:s,s:{s:I,s:I,s:I}}",
                 "session", (json_int_t)s->id, "pid", s->pid, "starttime", (json_int_t)s->starttime,
                 "service", s->service, "state", state_name(s->state), "dir", s->seg.dir,
                 "events_per_s", s->events_per_s, "events", (json_int_t)s->tr.events,
                 "drops", (json_int_t)s->drops, "bytes", (json_int_t)(s->bytes_sealed + segment_size(&s->seg)),
                 "segments", s->segments_sealed, "segments_pending", s->segments_pending,
                 "sealed", s->sealed_paths, "probe_plan", s->plan_json ? s->plan_json : json_null(),
-                "records", (json_int_t)s->tr.records, "end_reason", s->end_reason);
+                "records", (json_int_t)s->tr.records, "end_reason", s->end_reason,
+                "offcpu_short", "min_us", (json_int_t)s->offcpu_min_us,
+                "intervals", (json_int_t)s->offcpu_short.count, "total_ns", (json_int_t)s->offcpu_short.ns);
         return j;
 }
 

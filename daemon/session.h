@@ -11,6 +11,7 @@
 #include "d9d.h"
 #include "segment.h"
 #include "translate.h"
+#include "d9_events.h"
 
 struct probe_plan;
 struct d9_bpf_target;
@@ -34,6 +35,7 @@ struct session {
         char service[128];
         char exe[4096];
         int probes;                     /* enum d9_probe_group mask asked for */
+        uint64_t offcpu_min_us;         /* shorter off-CPU intervals only counted */
         bool expect_exec;               /* record -- CMD: the child execs once after attach */
         enum session_state state;
         char end_reason[128];
@@ -49,6 +51,7 @@ struct session {
 
         /* Counters for status. */
         uint64_t events, bytes_sealed, drops, drops_reported;
+        struct d9_offcpu_short offcpu_short, offcpu_short_reported;
         uint64_t drops_logged_ms;       /* drop warnings: at most one per 10 s */
         uint64_t rate_events, rate_ms;  /* events at the last rate sample */
         double events_per_s;
@@ -61,6 +64,7 @@ struct session_request {
         const char *exe;                /* plan from this file (target has not exec'd yet) */
         int probes;
         uint64_t duration_ms;
+        int64_t offcpu_min_us;          /* < 0: d9d's configured default */
         uid_t peer_uid;
 };
 
