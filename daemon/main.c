@@ -4,6 +4,7 @@
  * everything before exiting. */
 #include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@
 #include "session.h"
 
 #define TICK_MS 250
+#define TRIM_TICKS 40   /* 10 s */
 
 static void on_signal(struct d9d *d, struct d9_watch *w, uint32_t events)
 {
@@ -49,6 +51,12 @@ static void on_tick(struct d9d *d, struct d9_watch *w, uint32_t events)
                 live += s->state == SESSION_RECORDING;
         }
         sessions_prune(d);
+        /* Sealing (symbols, compression) runs in the sealer thread's own
+         * malloc arena, which keeps ~10 MiB it no longer uses after each
+         * segment; give free pages back every TRIM_TICKS (a few ms at most). */
+        static unsigned ticks;
+        if (++ticks % TRIM_TICKS == 0)
+                malloc_trim(0);
         static unsigned last_live = ~0u;
         if (live != last_live) {
                 notify_status("tracing %u target%s", live, live == 1 ? "" : "s");
@@ -219,6 +227,17 @@ static int run_loop(struct d9d *d)
         return 0;
 }
 
+/* glibc raises its mmap threshold (up to 32 MiB) after a big buffer is
+ * freed, after which big buffers come from the arenas and their pages stay
+ * with d9d; a fixed threshold hands them back at free(). The teardown
+ * threads (bpf_loader.c) would each get an arena of their own: 4 is enough
+ * for the drain loop, the sealer and them. */
+static void malloc_tune(void)
+{
+        mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+        mallopt(M_ARENA_MAX, 4);
+}
+
 int main(int argc, char **argv)
 {
         static struct d9d d;
@@ -226,6 +245,7 @@ int main(int argc, char **argv)
         struct preflight_report pf;
         int r;
 
+        malloc_tune();
         if (parse_args(argc, argv, &d.cfg) < 0)
                 return 2;
         gethostname(d.host, sizeof(d.host) - 1);
