@@ -59,17 +59,25 @@ static __always_inline __u64 d9_task_id(const struct d9_target_cfg *cfg, __u64 h
 /* The value this attachment is about, as the plan said (cookie top bits). */
 static __always_inline __u64 d9_point_value(const struct d9_hit *h)
 {
-        __u64 v = 0;
+        __u64 rc = PT_REGS_RC(h->ctx), arg0 = PT_REGS_PARM1(h->ctx);
+        __u64 arg1 = PT_REGS_PARM2(h->ctx), v = 0;
 
+        /* Three plain loads, pinned: left to itself clang may turn the
+         * switch into one load from ctx + a chosen offset, which the
+         * verifier rejects ("dereference of modified ctx ptr"); seen when
+         * the code around it changed. */
+        barrier_var(rc);
+        barrier_var(arg0);
+        barrier_var(arg1);
         switch (h->cookie >> D9_COOKIE_ARG_SHIFT) {
         case D9_ARG_RET:
-                return PT_REGS_RC(h->ctx);
+                return rc;
         case D9_ARG_0:
-                return PT_REGS_PARM1(h->ctx);
+                return arg0;
         case D9_ARG_1:
-                return PT_REGS_PARM2(h->ctx);
+                return arg1;
         case D9_ARG_0_DEREF:
-                bpf_probe_read_user(&v, sizeof(v), (void *)PT_REGS_PARM1(h->ctx));
+                bpf_probe_read_user(&v, sizeof(v), (void *)arg0);
                 return v;
         default:
                 return 0;
