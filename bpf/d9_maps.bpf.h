@@ -99,8 +99,8 @@ static __always_inline void *d9_ring_reserve(void *ring, const struct d9_target_
 }
 
 /* Submit without waking the consumer for every record: a wakeup costs the
- * traced thread an irq_work (a self-IPI, a VM exit here): measured ≈ 0.4–
- * 0.8 µs per record, more than the record itself (bench/hitcost). The
+ * traced thread an irq_work (a self-interrupt), measured ≈ 0.5–1 µs per
+ * record, more than the record itself (bench/hitcost). The
  * consumer drains on a timer (d9_bpf_target_poll) and is woken when 64 KiB
  * are pending, but only by the records that end just past a 64 KiB
  * boundary of the producer position, not by every record after the
