@@ -1,7 +1,10 @@
 /* control_server.c: the control socket. Accepts d9ctl connections, splits
  * their input into lines, answers each line with one JSON line. A client
  * that sends garbage gets an error and stays connected; a line longer than
- * D9_CONTROL_MAX_LINE is refused and skipped up to its newline. */
+ * D9_CONTROL_MAX_LINE is refused and skipped up to its newline. Replies
+ * (a status of many sessions can exceed the socket buffer) are queued and
+ * sent as the peer reads; one that lets more than MAX_PENDING_REPLY bytes
+ * pile up is disconnected rather than allowed to hold d9d's memory. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -18,6 +21,8 @@
 #include "notify.h"
 #include "proto/d9control.h"
 
+#define MAX_PENDING_REPLY (16u << 20)
+
 struct control_client {
         struct d9_watch w;
         struct control_server *cs;
@@ -26,6 +31,8 @@ struct control_client {
         char *buf;
         size_t used;
         bool skipping;          /* discarding the rest of an oversized line */
+        char *out;              /* reply bytes not sent yet: out[out_off..out_len) */
+        size_t out_len, out_off;
 };
 
 struct control_server {
@@ -46,7 +53,35 @@ static void client_free(struct control_client *c)
         d9d_watch_del(c->cs->d, &c->w);
         close(c->w.fd);
         free(c->buf);
+        free(c->out);
         free(c);
+}
+
+static void client_drop(struct control_client *c)
+{
+        c->skipping = true;
+        shutdown(c->w.fd, SHUT_RDWR);   /* recv sees the end and frees it */
+}
+
+/* Send what the socket takes; watch for room while anything is left. */
+static void client_flush(struct control_client *c)
+{
+        while (c->out_off < c->out_len) {
+                ssize_t n = send(c->w.fd, c->out + c->out_off, c->out_len - c->out_off,
+                                 MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno == EAGAIN)
+                        break;
+                if (n <= 0) {
+                        client_drop(c);
+                        return;
+                }
+                c->out_off += (size_t)n;
+        }
+        if (c->out_off == c->out_len)
+                c->out_off = c->out_len = 0;
+        d9d_watch_mod(c->cs->d, &c->w, c->out_len ? EPOLLIN | EPOLLOUT : EPOLLIN);
 }
 
 static void client_reply(struct control_client *c, json_t *resp)
@@ -55,10 +90,24 @@ static void client_reply(struct control_client *c, json_t *resp)
         _cleanup_free_ char *line = d9c_encode_line(resp, &len);
 
         json_decref(resp);
-        /* Replies are small; a peer that does not read them loses its connection
-         * rather than blocking the drain loop. */
-        if (line && send(c->w.fd, line, len, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)len)
-                c->skipping = true, shutdown(c->w.fd, SHUT_RDWR);
+        if (!line || c->out_len - c->out_off + len > MAX_PENDING_REPLY) {
+                client_drop(c);
+                return;
+        }
+        if (c->out_off) {
+                memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
+                c->out_len -= c->out_off;
+                c->out_off = 0;
+        }
+        char *more = realloc(c->out, c->out_len + len);
+        if (!more) {
+                client_drop(c);
+                return;
+        }
+        c->out = more;
+        memcpy(c->out + c->out_len, line, len);
+        c->out_len += len;
+        client_flush(c);
 }
 
 static void client_handle_line(struct control_client *c, char *line, size_t len)
@@ -100,6 +149,8 @@ static void client_on_io(struct d9d *d, struct d9_watch *w, uint32_t events)
 {
         struct control_client *c = (struct control_client *)w;
 
+        if (events & EPOLLOUT)
+                client_flush(c);
         for (;;) {
                 ssize_t r = recv(w->fd, c->buf + c->used, D9_CONTROL_MAX_LINE - c->used, MSG_DONTWAIT);
 

@@ -31,6 +31,7 @@ struct d9d {
 };
 
 int d9d_watch_add(struct d9d *d, struct d9_watch *w, uint32_t events);
+int d9d_watch_mod(struct d9d *d, struct d9_watch *w, uint32_t events);
 void d9d_watch_del(struct d9d *d, struct d9_watch *w);
 uint64_t d9_now_ms(void);       /* CLOCK_MONOTONIC, milliseconds */
 uint64_t d9_now_ns(void);

@@ -5,6 +5,7 @@ serving; a non-root peer may trace its own process but is refused for
 another uid's. Usage: test_control.py D9D D9CTL"""
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -42,6 +43,27 @@ def main():
          "a 200 KiB line is refused as too long", resp)
     t.ok(len(resp) == 2 and resp[1].get("ok") is True, "the request after the huge line is served", resp)
     t.ok(d.proc.poll() is None and d.ctl("list").returncode == 0, "d9d still alive and serving new connections")
+    # Replies larger than the socket buffer (a status of many sessions):
+    # 20000 pipelined status requests, ~4 MB of replies, read only a second
+    # after all were sent.
+    n, err = 0, ""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(30)
+            s.connect(d.sock)
+            s.sendall(b'{"v":1,"cmd":"status"}\n' * 20000)
+            time.sleep(1)
+            buf = b""
+            while buf.count(b"\n") < 20000:
+                chunk = s.recv(1 << 20)
+                if not chunk:
+                    break
+                buf += chunk
+            n = sum(1 for line in buf.splitlines() if json.loads(line).get("ok") is True)
+    except OSError as e:
+        err = str(e)
+    t.ok(n == 20000, f"20000 pipelined status requests all answered though the replies exceed the socket buffer ({n})",
+         err)
 
     # Peer credentials: nobody vs root's process, and nobody's own process.
     root_proc = subprocess.Popen(["sleep", "30"])

@@ -188,31 +188,36 @@ def offcpu_events(paths):
 def offcpu_min(t):
     # d9d's setting (2 ms here) against --offcpu-min 0 on the same workload.
     d = D9d(D9D, D9CTL, {"offcpu_min": "2ms"}).start()
-    tgt = start_target(TARGET, "mixed", "--duration", "6")
-    time.sleep(0.3)
-    runs = {}
-    for label, extra in (("2ms", []), ("0", ["--offcpu-min", "0"])):
-        r = d.ctl("record", "--pid", str(tgt.pid), "--duration", "2s", "--probes", "sched,cpu", *extra)
-        st = d.status(tgt.pid)
-        short_st = st["targets"][0]["offcpu_short"] if st and st["targets"] else {}
-        samples, short = offcpu_events(r.stdout.split())
-        runs[label] = (r, short_st, samples, short)
-        t.ok(r.returncode == 0, f"record with minimum {label} works", r.stderr)
-    target_truth(tgt)
-    r, short_st, samples, short = runs["2ms"]
-    total = sum(e["intervals"] for e in short)
-    t.ok(short_st.get("min_us") == 2000 and short_st.get("intervals", 0) > 0,
-         f"status: minimum 2000 us from d9d.conf, {short_st.get('intervals')} shorter intervals counted")
-    t.ok(total == short_st.get("intervals"),
-         f"D9ShortOffCpuEvents in the trace add up to status's count ({total} vs {short_st.get('intervals')})")
-    t.ok(all(e["min_ns"] == 2000000 and e["total_ns"] < e["intervals"] * 2000000 for e in short),
-         f"each D9ShortOffCpuEvent names the 2 ms minimum and sums intervals below it ({len(short)} events)")
-    r0, short_st0, samples0, short0 = runs["0"]
-    t.ok(not short0 and short_st0.get("min_us") == 0 and short_st0.get("intervals") == 0,
-         "with --offcpu-min 0 nothing is counted as short: every interval is a record")
-    t.ok(samples0 > 2 * samples,
-         f"recording every interval gives many more off-CPU samples ({samples0}) than the 2 ms minimum ({samples})")
-    d.cleanup(keep=t.failed > 0)
+    tgt = None
+    try:
+        tgt = start_target(TARGET, "mixed", "--duration", "6")
+        time.sleep(0.3)
+        runs = {}
+        for label, extra in (("2ms", []), ("0", ["--offcpu-min", "0"])):
+            r = d.ctl("record", "--pid", str(tgt.pid), "--duration", "2s", "--probes", "sched,cpu", *extra)
+            st = d.status(tgt.pid)
+            short_st = st["targets"][0]["offcpu_short"] if st and st["targets"] else {}
+            samples, short = offcpu_events(r.stdout.split())
+            runs[label] = (r, short_st, samples, short)
+            t.ok(r.returncode == 0, f"record with minimum {label} works", r.stderr)
+        target_truth(tgt)
+        r, short_st, samples, short = runs["2ms"]
+        total = sum(e["intervals"] for e in short)
+        t.ok(short_st.get("min_us") == 2000 and short_st.get("intervals", 0) > 0,
+             f"status: minimum 2000 us from d9d.conf, {short_st.get('intervals')} shorter intervals counted")
+        t.ok(total == short_st.get("intervals"),
+             f"D9ShortOffCpuEvents in the trace add up to status's count ({total} vs {short_st.get('intervals')})")
+        t.ok(all(e["min_ns"] == 2000000 and e["total_ns"] < e["intervals"] * 2000000 for e in short),
+             f"each D9ShortOffCpuEvent names the 2 ms minimum and sums intervals below it ({len(short)} events)")
+        r0, short_st0, samples0, short0 = runs["0"]
+        t.ok(not short0 and short_st0.get("min_us") == 0 and short_st0.get("intervals") == 0,
+             "with --offcpu-min 0 nothing is counted as short: every interval is a record")
+        t.ok(samples0 > 2 * samples,
+             f"recording every interval gives many more off-CPU samples ({samples0}) than the 2 ms minimum ({samples})")
+    finally:
+        if tgt and tgt.poll() is None:
+            tgt.kill()
+        d.cleanup(keep=t.failed > 0)
 
 
 def main():
