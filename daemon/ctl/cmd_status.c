@@ -86,6 +86,9 @@ int cmd_status(int argc, char **argv)
                        (long long)json_integer_value(json_object_get(dm, "sealed")),
                        (long long)json_integer_value(json_object_get(dm, "seal_queue")),
                        (long long)json_integer_value(json_object_get(dm, "evicted")));
+                if (json_integer_value(json_object_get(dm, "bpf_teardowns_pending")))
+                        printf("  %lld detached target(s) still removing their uprobes\n",
+                               (long long)json_integer_value(json_object_get(dm, "bpf_teardowns_pending")));
                 print_shipper(json_object_get(resp, "s3"));
                 json_array_foreach(json_object_get(resp, "targets"), i, t)
                         print_target(t);
