@@ -34,33 +34,7 @@
 #include "bpf_loader.h"
 #include "helpers.skel.h"
 #include "hitcost.h"
-#include "uprobes/uprobes.h"
-
-#define PROBE_FN(name, body)                                                                \
-        __asm__(".text\n.globl " #name "\n.type " #name ",@function\n.p2align 4\n" #name   \
-                ":\n" body "\n.size " #name ", .-" #name "\n")
-
-/* Tokio's raw::poll, wake_by_val, complete and park all start with push
- * (an emulated instruction): so do these. */
-PROBE_FN(hc_fn_push, "push %rbp\npop %rbp\nret");
-PROBE_FN(hc_fn_nop5, ".byte 0x0f,0x1f,0x44,0x00,0x00\nret");
-PROBE_FN(hc_fn_mov, "mov %rdi,%rax\nret");
-PROBE_FN(hc_poll, "push %rbp\npop %rbp\nret");
-PROBE_FN(hc_wake, "push %rbp\npop %rbp\nret");
-PROBE_FN(hc_complete, "push %rbp\npop %rbp\nret");
-PROBE_FN(hc_park, "push %rbp\npop %rbp\nret");
-PROBE_FN(hc_bind, "push %rbp\nmov %rdi,%rax\npop %rbp\nret");
-
-void hc_fn_push(void *), hc_fn_nop5(void *), hc_fn_mov(void *), hc_poll(void *),
-        hc_wake(void *), hc_complete(void *), hc_park(void *), hc_bind(void *);
-
-typedef void (*hc_fn)(void *);
-
-/* A fake Tokio task: Header* -> vtable at +16, id offset in the vtable at
- * +72, id 42 at +32 (the layout the 1.24 plan finds). */
-static uint64_t fake_vtable[16] = { [9] = 32 };
-static uint64_t fake_header[8];
-static uint64_t park_key = 0x5eed;
+#include "synth.h"
 
 static char exe[4096];
 static long n_calls = 100000;
@@ -75,25 +49,6 @@ static double thread_cpu_ns(void)
         return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-/* File offset of a function of this binary, from /proc/self/maps. */
-static uint64_t file_offset_of(hc_fn fn)
-{
-        uint64_t addr = (uint64_t)(uintptr_t)fn, lo, hi, pgoff;
-        FILE *f = fopen("/proc/self/maps", "re");
-        char line[512];
-
-        while (f && fgets(line, sizeof(line), f))
-                if (sscanf(line, "%" SCNx64 "-%" SCNx64 " %*s %" SCNx64, &lo, &hi, &pgoff) == 3 &&
-                    addr >= lo && addr < hi) {
-                        fclose(f);
-                        return addr - lo + pgoff;
-                }
-        if (f)
-                fclose(f);
-        fprintf(stderr, "hitcost: %p not in /proc/self/maps\n", (void *)fn);
-        exit(1);
-}
-
 /* What to do between batches of calls (drain a ring), not timed. */
 struct drain {
         int (*fn)(void *ctx);
@@ -101,7 +56,7 @@ struct drain {
 };
 
 /* CPU ns per call of fn(arg): calls in batches, draining between. */
-static double ns_per_call(hc_fn fn, void *arg, long calls, const struct drain *d)
+static double ns_per_call(synth_fn fn, void *arg, long calls, const struct drain *d)
 {
         void (*volatile call)(void *) = fn;
         double total = 0;
@@ -128,7 +83,7 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* Median of 5 measurements: the machine is shared. */
-static double median_ns_per_call(hc_fn fn, void *arg, const struct drain *d)
+static double median_ns_per_call(synth_fn fn, void *arg, const struct drain *d)
 {
         double v[5];
 
@@ -152,7 +107,7 @@ static int prog_stats(int prog_fd, uint64_t *run_ns, uint64_t *runs)
 }
 
 /* Program ns per run and runs per call, with bpf_stats on for this run only. */
-static int prog_ns_per_run(int prog_fd, hc_fn fn, void *arg, const struct drain *d,
+static int prog_ns_per_run(int prog_fd, synth_fn fn, void *arg, const struct drain *d,
                            double *ns, double *runs_per_call)
 {
         uint64_t t0, r0, t1, r1;
@@ -185,13 +140,13 @@ static int uprobe_pmu_type(void)
 }
 
 /* A bare uprobe: a perf counter, no BPF at all (the trap alone). */
-static double bare_uprobe_cost(hc_fn fn, double base)
+static double bare_uprobe_cost(synth_fn fn, double base)
 {
         struct perf_event_attr attr = {
                 .size = sizeof(attr),
                 .type = (uint32_t)uprobe_pmu_type(),
                 .config1 = (uint64_t)(uintptr_t)exe,
-                .config2 = file_offset_of(fn),
+                .config2 = synth_file_offset(fn),
         };
         int fd = (int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
         double ns;
@@ -205,9 +160,9 @@ static double bare_uprobe_cost(hc_fn fn, double base)
         return ns;
 }
 
-static struct bpf_link *attach_multi(struct bpf_program *prog, hc_fn fn, bool ret)
+static struct bpf_link *attach_multi(struct bpf_program *prog, synth_fn fn, bool ret)
 {
-        unsigned long off = file_offset_of(fn);
+        unsigned long off = synth_file_offset(fn);
         LIBBPF_OPTS(bpf_uprobe_multi_opts, mo, .offsets = &off, .cnt = 1, .retprobe = ret);
         struct bpf_link *l = bpf_program__attach_uprobe_multi(prog, getpid(), exe, NULL, &mo);
 
@@ -223,7 +178,7 @@ static struct bpf_link *attach_multi(struct bpf_program *prog, hc_fn fn, bool re
  * (the x86 "optimized uprobe" of 6.18+, entered by the uprobe syscall)? */
 static bool nop5_optimized(void)
 {
-        const uint8_t *code = (const uint8_t *)(uintptr_t)hc_fn_nop5;
+        const uint8_t *code = (const uint8_t *)(uintptr_t)synth_nop5;
         FILE *f = fopen("/proc/self/maps", "re");
         bool tramp = false;
         char line[512];
@@ -244,20 +199,20 @@ static void part_floor(struct helpers_bpf *skel)
 {
         struct bpf_program *empty = skel->progs.hc_empty;
         int efd = bpf_program__fd(empty);
-        double base_push = median_ns_per_call(hc_fn_push, NULL, NULL);
-        double base_nop5 = median_ns_per_call(hc_fn_nop5, NULL, NULL);
-        double base_mov = median_ns_per_call(hc_fn_mov, NULL, NULL);
+        double base_push = median_ns_per_call(synth_push, NULL, NULL);
+        double base_nop5 = median_ns_per_call(synth_nop5, NULL, NULL);
+        double base_mov = median_ns_per_call(synth_mov, NULL, NULL);
         double ns, pns, hits;
         struct bpf_link *l;
         bool opt;
 
         printf("\n1. The floor: one hit with nothing or an empty BPF program\n");
         printf("%-46s %9s %9s %9s %6s\n", "probe", "ns/call", "prog ns", "rest ns", "hits");
-        print_row("uprobe, no BPF (perf counter), push %rbp", bare_uprobe_cost(hc_fn_push, base_push),
+        print_row("uprobe, no BPF (perf counter), push %rbp", bare_uprobe_cost(synth_push, base_push),
                   0, 1);
 
         {
-                unsigned long off = file_offset_of(hc_fn_push);
+                unsigned long off = synth_file_offset(synth_push);
                 LIBBPF_OPTS(bpf_uprobe_opts, uo);
 
                 l = bpf_program__attach_uprobe_opts(skel->progs.hc_empty_classic, getpid(), exe,
@@ -266,39 +221,39 @@ static void part_floor(struct helpers_bpf *skel)
                         fprintf(stderr, "hitcost: classic uprobe attach: %s\n", strerror(errno));
                         exit(1);
                 }
-                ns = median_ns_per_call(hc_fn_push, NULL, NULL) - base_push;
-                prog_ns_per_run(bpf_program__fd(skel->progs.hc_empty_classic), hc_fn_push, NULL,
+                ns = median_ns_per_call(synth_push, NULL, NULL) - base_push;
+                prog_ns_per_run(bpf_program__fd(skel->progs.hc_empty_classic), synth_push, NULL,
                                 NULL, &pns, &hits);
                 print_row("empty BPF, classic uprobe, push %rbp", ns, pns, hits);
                 bpf_link__destroy(l);
         }
 
-        l = attach_multi(empty, hc_fn_push, false);
-        ns = median_ns_per_call(hc_fn_push, NULL, NULL) - base_push;
-        prog_ns_per_run(efd, hc_fn_push, NULL, NULL, &pns, &hits);
+        l = attach_multi(empty, synth_push, false);
+        ns = median_ns_per_call(synth_push, NULL, NULL) - base_push;
+        prog_ns_per_run(efd, synth_push, NULL, NULL, &pns, &hits);
         print_row("empty BPF, uprobe_multi, push %rbp", ns, pns, hits);
         bpf_link__destroy(l);
 
-        l = attach_multi(empty, hc_fn_push, true);
-        ns = median_ns_per_call(hc_fn_push, NULL, NULL) - base_push;
-        prog_ns_per_run(efd, hc_fn_push, NULL, NULL, &pns, &hits);
+        l = attach_multi(empty, synth_push, true);
+        ns = median_ns_per_call(synth_push, NULL, NULL) - base_push;
+        prog_ns_per_run(efd, synth_push, NULL, NULL, &pns, &hits);
         print_row("empty BPF, uprobe_multi uretprobe, push %rbp", ns, pns, hits);
         bpf_link__destroy(l);
 
-        l = attach_multi(empty, hc_fn_nop5, false);
-        ns_per_call(hc_fn_nop5, NULL, 1000, NULL); /* first hits: the kernel may optimize */
+        l = attach_multi(empty, synth_nop5, false);
+        ns_per_call(synth_nop5, NULL, 1000, NULL); /* first hits: the kernel may optimize */
         usleep(100000);
         opt = nop5_optimized();
-        ns = median_ns_per_call(hc_fn_nop5, NULL, NULL) - base_nop5;
-        prog_ns_per_run(efd, hc_fn_nop5, NULL, NULL, &pns, &hits);
+        ns = median_ns_per_call(synth_nop5, NULL, NULL) - base_nop5;
+        prog_ns_per_run(efd, synth_nop5, NULL, NULL, &pns, &hits);
         print_row(opt ? "empty BPF, uprobe_multi, nop5 (optimized: call)"
                       : "empty BPF, uprobe_multi, nop5 (not optimized)",
                   ns, pns, hits);
         bpf_link__destroy(l);
 
-        l = attach_multi(empty, hc_fn_mov, false);
-        ns = median_ns_per_call(hc_fn_mov, NULL, NULL) - base_mov;
-        prog_ns_per_run(efd, hc_fn_mov, NULL, NULL, &pns, &hits);
+        l = attach_multi(empty, synth_mov, false);
+        ns = median_ns_per_call(synth_mov, NULL, NULL) - base_mov;
+        prog_ns_per_run(efd, synth_mov, NULL, NULL, &pns, &hits);
         print_row("empty BPF, uprobe_multi, mov (single-stepped)", ns, pns, hits);
         bpf_link__destroy(l);
 }
@@ -318,7 +273,7 @@ static int count_record(void *ctx, const void *rec, size_t size)
         if (h->type < D9_REC_TYPE_MAX)
                 c->by_type[h->type]++;
         if ((h->type == D9_REC_POLL_START || h->type == D9_REC_TERMINATE) &&
-            ((const struct d9_rec_task *)rec)->task_id != 42)
+            ((const struct d9_rec_task *)rec)->task_id != SYNTH_TASK_ID)
                 c->bad_id++;
         return 0;
 }
@@ -342,19 +297,6 @@ static int find_prog_fd(const char *name)
         return -1;
 }
 
-static void add_point(struct probe_plan *plan, hc_fn fn, enum probe_kind kind,
-                      enum probe_arg from, bool ret)
-{
-        struct probe_point *p = &plan->points[plan->n_points];
-
-        p->file_offset = file_offset_of(fn);
-        p->kind = kind;
-        p->cookie = plan->n_points++;
-        p->insn = PROBE_INSN_EMULATED;
-        p->value_from = from;
-        p->uretprobe = ret;
-}
-
 /* The same hit on the other CPU at the same time: both write one ring, as
  * two Tokio workers do. */
 static volatile int rival_stop;
@@ -370,20 +312,18 @@ static void pin_to_cpu(int cpu)
 
 static void *rival_thread(void *fn)
 {
-        void (*volatile call)(void *) = (hc_fn)fn;
+        void (*volatile call)(void *) = (synth_fn)fn;
 
         pin_to_cpu(1);
         while (!rival_stop)
-                call(fake_header);
+                call(synth_header());
         return NULL;
 }
 
 static void part_d9(long drain_every)
 {
         struct probe_point pts[8];
-        struct probe_plan plan = {
-                .exe_path = exe, .points = pts, .hdr_vtable_off = 16, .vtable_id_off = 72,
-        };
+        struct probe_plan plan;
         struct d9_counts counts;
         struct d9_bpf_opts bo = { .no_cpu_sampling = true };
         struct d9_bpf_target_opts to = {
@@ -393,29 +333,23 @@ static void part_d9(long drain_every)
                 .on_record = count_record,
                 .ctx = &counts,
         };
-        static const struct {
+        const struct {
                 const char *what;
-                hc_fn fn;
+                synth_fn fn;
                 void *arg;
         } kinds[] = {
-                { "poll start (entry-only: closes the last one)", hc_poll, fake_header },
-                { "wake", hc_wake, fake_header },
-                { "terminate", hc_complete, fake_header },
-                { "spawn (uretprobe on bind)", hc_bind, fake_header },
-                { "park + unpark (entry + uretprobe)", hc_park, &park_key },
+                { "poll start (entry-only: closes the last one)", synth_poll, synth_header() },
+                { "wake", synth_wake, synth_header() },
+                { "terminate", synth_complete, synth_header() },
+                { "spawn (uretprobe on bind)", synth_bind, synth_header() },
+                { "park + unpark (entry + uretprobe)", synth_park, synth_park_key() },
         };
         struct d9_bpf *bpf = NULL;
         struct d9_bpf_target *t = NULL;
         char *err = NULL;
         int prog_fd;
 
-        memset(pts, 0, sizeof(pts));
-        add_point(&plan, hc_poll, PROBE_POLL, PROBE_ARG0, false);
-        add_point(&plan, hc_wake, PROBE_WAKE, PROBE_ARG0, false);
-        add_point(&plan, hc_complete, PROBE_COMPLETE, PROBE_ARG0, false);
-        add_point(&plan, hc_bind, PROBE_SPAWN, PROBE_ARG_RET, true);
-        add_point(&plan, hc_park, PROBE_PARK, PROBE_ARG0_DEREF, false);
-        add_point(&plan, hc_park, PROBE_UNPARK_RETURN, PROBE_ARG_NONE, true);
+        synth_plan(&plan, pts, exe);
         if (d9_bpf_open(&bo, &bpf) < 0 ||
             d9_bpf_attach_target(bpf, getpid(), &plan, &to, &t, &err) < 0) {
                 fprintf(stderr, "hitcost: d9 attach: %s\n", err ? err : "d9_bpf_open failed");
@@ -435,7 +369,7 @@ static void part_d9(long drain_every)
                 unsigned long recs = 0;
 
                 /* The bare call, measured with the probe attached elsewhere. */
-                base = median_ns_per_call(hc_fn_push, NULL, NULL);
+                base = median_ns_per_call(synth_push, NULL, NULL);
                 memset(&counts, 0, sizeof(counts));
                 ns = median_ns_per_call(kinds[i].fn, kinds[i].arg, &d) - base;
                 d9_bpf_target_consume(t);
@@ -456,9 +390,9 @@ static void part_d9(long drain_every)
                 sched_getaffinity(0, sizeof(all), &all);
                 pin_to_cpu(0);
                 rival_stop = 0;
-                if (pthread_create(&rival, NULL, rival_thread, (void *)hc_poll) == 0) {
-                        base = median_ns_per_call(hc_fn_push, NULL, NULL);
-                        ns = median_ns_per_call(hc_poll, fake_header, &d) - base;
+                if (pthread_create(&rival, NULL, rival_thread, (void *)synth_poll) == 0) {
+                        base = median_ns_per_call(synth_push, NULL, NULL);
+                        ns = median_ns_per_call(synth_poll, synth_header(), &d) - base;
                         rival_stop = 1;
                         pthread_join(rival, NULL);
                         /* No program time here: bpf_stats would mix in the
@@ -516,8 +450,8 @@ static void part_pieces(struct helpers_bpf *skel)
                 fprintf(stderr, "hitcost: ring_buffer__new: %s\n", strerror(errno));
                 exit(1);
         }
-        l = attach_multi(skel->progs.hc_empty, hc_fn_push, false);
-        prog_ns_per_run(bpf_program__fd(skel->progs.hc_empty), hc_fn_push, NULL, NULL, &empty_ns,
+        l = attach_multi(skel->progs.hc_empty, synth_push, false);
+        prog_ns_per_run(bpf_program__fd(skel->progs.hc_empty), synth_push, NULL, NULL, &empty_ns,
                         &hits);
         bpf_link__destroy(l);
         printf("\n3. The pieces of a program: ns each (bpf_stats run time of %d repeats, minus the "
@@ -525,8 +459,8 @@ static void part_pieces(struct helpers_bpf *skel)
         for (size_t i = 0; i < sizeof(pieces) / sizeof(pieces[0]); i++) {
                 double ns;
 
-                l = attach_multi(pieces[i].prog, hc_fn_push, false);
-                prog_ns_per_run(bpf_program__fd(pieces[i].prog), hc_fn_push, NULL, &d, &ns, &hits);
+                l = attach_multi(pieces[i].prog, synth_push, false);
+                prog_ns_per_run(bpf_program__fd(pieces[i].prog), synth_push, NULL, &d, &ns, &hits);
                 bpf_link__destroy(l);
                 printf("%-46s %9.1f\n", pieces[i].what, (ns - empty_ns) / D9HC_REPS);
         }
@@ -563,14 +497,12 @@ int main(int argc, char **argv)
                 return 1;
         }
         exe[n] = 0;
-        fake_header[2] = (uint64_t)(uintptr_t)fake_vtable;
-        fake_header[4] = 42;
         skel = helpers_bpf__open();
         if (!skel) {
                 fprintf(stderr, "hitcost: open BPF: %s\n", strerror(errno));
                 return 1;
         }
-        skel->rodata->hc_addr = (uint64_t)(uintptr_t)fake_header;
+        skel->rodata->hc_addr = (uint64_t)(uintptr_t)synth_header();
         if (helpers_bpf__load(skel) < 0 || helpers_setup(skel) < 0) {
                 fprintf(stderr, "hitcost: load BPF: %s\n", strerror(errno));
                 helpers_bpf__destroy(skel);
