@@ -5,8 +5,11 @@
  * ours, so the fields can be pinned down one by one: the task id read
  * through the vtable, cookies, the entry-only poll end (why, start_ts, the
  * timestamp it shares with the poll that closes it), park keys, waker ids,
- * spawn through a uretprobe, and no drops. */
+ * spawn through a uretprobe, and no drops; and how often a consumer that
+ * does not drain is woken (once per 64 KiB, not once per record). */
+#include <bpf/bpf.h>
 #include <stdio.h>
+#include <sys/epoll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -112,6 +115,48 @@ static void check_poll_run(size_t from)
                        "the poll it ends");
 }
 
+/* The target's ring: the one BPF ringbuf map named d9_ring this process holds. */
+static int find_ring_fd(void)
+{
+        for (int fd = 3; fd < 1024; fd++) {
+                struct bpf_map_info info;
+                uint32_t len = sizeof(info);
+
+                memset(&info, 0, sizeof(info));
+                if (bpf_map_get_info_by_fd(fd, &info, &len) == 0 &&
+                    info.type == BPF_MAP_TYPE_RINGBUF && !strcmp(info.name, "d9_ring"))
+                        return fd;
+        }
+        return -1;
+}
+
+/* Poll hits without draining; an edge-triggered epoll on the ring sees one
+ * event per wakeup the BPF side sends. Each poll start writes 2 records of
+ * 72 + 8 bytes. */
+static void check_wakeups(struct d9_bpf_target *t)
+{
+        const size_t calls = 4000, bytes = calls * 2 * 80;
+        struct epoll_event ev = { .events = EPOLLIN | EPOLLET };
+        int ring = find_ring_fd(), ep = epoll_create1(EPOLL_CLOEXEC);
+        size_t wakeups = 0;
+
+        d9_bpf_target_consume(t);
+        if (!tap_ok(ring >= 0 && ep >= 0 && epoll_ctl(ep, EPOLL_CTL_ADD, ring, &ev) == 0,
+                    "edge-triggered epoll on the target's ring"))
+                return;
+        epoll_wait(ep, &ev, 1, 0);
+        for (size_t i = 0; i < calls; i++) {
+                synth_poll(synth_header());
+                wakeups += epoll_wait(ep, &ev, 1, 0) == 1;
+        }
+        /* One boundary per 64 KiB, each hit by at most two records. */
+        tap_ok(wakeups >= 1 && wakeups <= 2 * (bytes / (64 * 1024)) + 2,
+               "a consumer that does not drain is woken %zu times for %zu KiB of records "
+               "(once per 64 KiB, not per record)", wakeups, bytes / 1024);
+        close(ep);
+        d9_bpf_target_consume(t);
+}
+
 int main(void)
 {
         struct d9_bpf_opts bo = { .no_cpu_sampling = true };
@@ -131,7 +176,7 @@ int main(void)
         size_t first_run;
         void *hdr = synth_header();
 
-        tap_plan(14);
+        tap_plan(16);
         my_tid = (uint32_t)gettid();
         if (n < 0)
                 return 1;
@@ -161,6 +206,7 @@ int main(void)
         check_poll_run(first_run);
         d9_bpf_target_drops(t, &drops);
         tap_ok(drops == 0, "no drops (%llu)", (unsigned long long)drops);
+        check_wakeups(t);
         d9_bpf_detach_target(t);
         d9_bpf_close(bpf);
         free(err);
