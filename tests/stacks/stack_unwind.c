@@ -15,9 +15,13 @@
  * stacks over the budget are refused and counted, none lost silently.
  * With --sealer-names, the user frames of busy stacks must also resolve
  * with daemon/symbolize.c, the sealer's SymbolTableEntry symbolizer.
+ * With --swap-unwinder, a second unwinder of the same process shares the
+ * first one's ELF files (daemon/unwind.c keeps one handle per file); the
+ * first is freed after SWAP_AFTER stacks and the second unwinds and names
+ * the rest: the shared handles outlive the unwinder that opened them.
  *
  * usage: stack_unwind [--debug-file F] [--sealer-names] [--tiny-budget]
- *                     [--user-bytes N]
+ *                     [--user-bytes N] [--swap-unwinder]
  *                     TARGET ARGS... */
 #include <errno.h>
 #include <stdio.h>
@@ -31,6 +35,7 @@
 
 #define MAX_FRAMES 128
 #define MAX_TIDS 64
+#define SWAP_AFTER 10
 
 struct pending {
         uint32_t tid;
@@ -43,6 +48,8 @@ struct pending {
 struct run {
         pid_t pid;
         struct unwinder *uw;
+        struct unwinder *uw_next;       /* --swap-unwinder: takes over from uw */
+        unsigned long stacks_swapped;   /* stacks unwound by it */
         struct symbolizer *sealer_sym;  /* kernel names; user names too with --sealer-names */
         bool sealer_names;
         struct pending pend[MAX_TIDS];
@@ -194,6 +201,14 @@ static int on_record(void *ctx, const void *rec, size_t size)
                 if (!p)
                         return 0;
                 r->stacks++;
+                if (r->uw_next && r->stacks == SWAP_AFTER + 1) {
+                        unwinder_free(r->uw);
+                        r->uw = r->uw_next;
+                        r->uw_next = NULL;
+                        r->stacks_swapped = 1;
+                } else if (r->stacks_swapped) {
+                        r->stacks_swapped++;
+                }
                 p->id = s->stack_id;
                 p->n = unwinder_stack(r->uw, s, size, p->frames, MAX_FRAMES, &p->n_kern);
                 if (p->n < 0)
@@ -226,7 +241,7 @@ int main(int argc, char **argv)
         struct d9_bpf *bpf = NULL;
         struct unwind_stats st;
         struct child target;
-        bool sealer_names = false, tiny_budget = false;
+        bool sealer_names = false, tiny_budget = false, swap = false;
         uint64_t drops = 0;
         char *err = NULL;
         int a = 1, r;
@@ -238,6 +253,8 @@ int main(int argc, char **argv)
                         sealer_names = true;
                 else if (!strcmp(argv[a], "--tiny-budget"))
                         uo.budget_us = 1, tiny_budget = true;
+                else if (!strcmp(argv[a], "--swap-unwinder"))
+                        swap = true;
                 else if (!strcmp(argv[a], "--user-bytes") && a + 1 < argc)
                         to.stack.user_bytes = (uint32_t)atoi(argv[++a]);
                 else
@@ -263,6 +280,8 @@ int main(int argc, char **argv)
         r = d9_bpf_attach_target(bpf, target.pid, NULL, &to, &t, &err);
         if (r == 0)
                 r = unwinder_new(target.pid, &uo, &run.uw);
+        if (r == 0 && swap)
+                r = unwinder_new(target.pid, &uo, &run.uw_next);
         if (r < 0) {
                 printf("Bail out! attach/unwinder for %d: %s %s\n", target.pid, strerror(-r),
                        err ? err : "");
@@ -310,11 +329,16 @@ int main(int argc, char **argv)
                "off-CPU stacks of the sleeping task show nanosleep, std::thread::sleep, raw::poll, "
                "the worker loop "
                "(%lu of %lu)", run.sleep_good, run.sleep);
+        if (swap)
+                tap_ok(!run.uw_next && run.stacks_swapped >= 10,
+                       "the second unwinder, sharing the first one's ELF files, unwound %lu stacks "
+                       "after the first was freed", run.stacks_swapped);
         if (sealer_names)
                 tap_ok(run.sealer_bad == 0, "the sealer's symbolizer names the same user frames "
                        "(%lu mismatches)", run.sealer_bad);
 out:
         symbolizer_free(run.sealer_sym);
+        unwinder_free(run.uw_next);
         unwinder_free(run.uw);
         tap_done_plan();
         return tap_done();
