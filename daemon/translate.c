@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "bpf/d9_events.h"
+#include "log.h"
 #include "symbolize.h"
 #include "unwind.h"
 #include "translate.h"
@@ -445,6 +446,7 @@ static int on_park(struct translate *tr, const struct d9_rec_park *r, struct tr_
 }
 
 #define MAX_FRAMES (D9_STACK_KERN_MAX + 96)
+#define UNW_RETRY_NS (100 * 1000000ull)
 
 /* A STACK record comes right before the SAMPLE/OFFCPU record of the same
  * thread that names it: unwind it now and keep the frames on the thread. */
@@ -453,10 +455,21 @@ static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_
         uint32_t n_kern;
         int n = 0;
 
-        if (!tr->unw_tried) {
-                tr->unw_tried = true;
-                if (unwinder_new(tr->pid, NULL, &tr->unw) < 0)
+        /* A target traced from exec can send its first stacks while its
+         * maps are still being replaced, and unwinder_new then fails:
+         * try again later (100 ms, doubling up to 12.8 s) instead of giving
+         * up on the session's stacks. */
+        if (!tr->unw && rec->hdr.ts >= tr->unw_retry_ts) {
+                int r = unwinder_new(tr->pid, NULL, &tr->unw);
+
+                if (r < 0) {
                         tr->unw = NULL;
+                        if (!tr->unw_fails)
+                                log_warn("pid %d: cannot read its modules to unwind stacks (%s), trying again",
+                                         (int)tr->pid, strerror(-r));
+                        tr->unw_retry_ts = rec->hdr.ts + (UNW_RETRY_NS << (tr->unw_fails < 7 ? tr->unw_fails : 7));
+                        tr->unw_fails++;
+                }
         }
         if (!t->frames)
                 t->frames = malloc(MAX_FRAMES * sizeof(*t->frames));

@@ -49,7 +49,8 @@ struct translate {
         uint64_t sym_lo, sym_hi;        /* where that file is mapped */
         uint64_t sym_used_ts;
         struct unwinder *unw;           /* user stacks, created on the first STACK record */
-        bool unw_tried;
+        uint64_t unw_retry_ts;          /* creation failed: not before this record time */
+        uint32_t unw_fails;
         uint64_t stacks, stacks_failed; /* STACK records unwound / not */
         uint64_t stacks_lost;           /* over the unwind budget, not yet in a
                                          * D9LostEventsEvent */
