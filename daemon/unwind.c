@@ -1,7 +1,7 @@
 /* unwind.c: .eh_frame unwinding of BPF stack snapshots with libdwfl.
  *
- * The Dwfl of a target is built once from /proc/PID/maps and re-reported
- * when a pc falls outside every known module (a dlopen, a JIT region). Its
+ * The Dwfl of a target is built from /proc/PID/maps and built again when
+ * a pc falls outside every known module (an exec, a dlopen, a JIT region). Its
  * "process" is attached with our own thread callbacks: the single thread is
  * the sample being unwound, its registers are the ones BPF captured, and
  * its memory is the stack copy. Reads outside the copy that look like
@@ -257,16 +257,37 @@ static const Dwfl_Thread_Callbacks thread_callbacks = {
         .set_initial_registers = set_initial_registers,
 };
 
-static int report_modules(struct unwinder *u)
+/* A new Dwfl from /proc/PID/maps, attached to our thread callbacks,
+ * replacing u->dwfl on success. Never a re-report into the old one:
+ * dwfl_attach_state borrows the first module's backend (Ebl), and a
+ * re-report that drops that module (the image an exec replaced) would
+ * leave the Dwfl using it after it was freed. The ELF files stay open in
+ * elf_shares, so this reads the maps, not the files. */
+static int dwfl_load(struct unwinder *u)
 {
+        Dwfl *dwfl = dwfl_begin(&u->callbacks);
+        Dwfl *old = u->dwfl;
         int r;
 
-        dwfl_report_begin(u->dwfl);
-        r = dwfl_linux_proc_report(u->dwfl, u->pid);
-        dwfl_report_end(u->dwfl, NULL, NULL);
+        if (!dwfl)
+                return -ENOMEM;
+        u->dwfl = dwfl;
+        dwfl_report_begin(dwfl);
+        r = dwfl_linux_proc_report(dwfl, u->pid);
+        dwfl_report_end(dwfl, NULL, NULL);
+        r = r > 0 ? -r : r < 0 ? -EIO : 0;
+        if (r == 0 && !dwfl_attach_state(dwfl, NULL, u->pid, &thread_callbacks, u))
+                r = -EINVAL;
         u->last_report_ns = now_ns();
         u->stats.reports++;
-        return r > 0 ? -r : r < 0 ? -EIO : 0;
+        if (r < 0) {
+                dwfl_end(dwfl);
+                u->dwfl = old;
+                return r;
+        }
+        if (old)
+                dwfl_end(old);
+        return 0;
 }
 
 int unwinder_new(pid_t pid, const struct unwind_opts *opts, struct unwinder **out)
@@ -289,16 +310,13 @@ int unwinder_new(pid_t pid, const struct unwind_opts *opts, struct unwinder **ou
         u->mem_fd = open(path, O_RDONLY | O_CLOEXEC);
         u->callbacks.find_elf = find_elf;
         u->callbacks.find_debuginfo = find_debuginfo;
-        u->dwfl = dwfl_begin(&u->callbacks);
-        if (u->mem_fd < 0 || !u->dwfl || (opts->debug_file && !u->debug_file)) {
+        if (u->mem_fd < 0 || (opts->debug_file && !u->debug_file)) {
                 r = u->mem_fd < 0 ? -errno : -ENOMEM;
                 unwinder_free(u);
                 return r;
         }
         active = u;
-        r = report_modules(u);
-        if (r == 0 && !dwfl_attach_state(u->dwfl, NULL, pid, &thread_callbacks, u))
-                r = -EINVAL;
+        r = dwfl_load(u);
         active = NULL;
         if (r < 0) {
                 unwinder_free(u);
@@ -364,7 +382,7 @@ static void unwind_user(struct unwinder *u)
         uint64_t pc = u->rec->regs[D9_DW_RIP];
 
         if (!dwfl_addrmodule(u->dwfl, pc) && now_ns() - u->last_report_ns > REREPORT_NS)
-                report_modules(u);
+                dwfl_load(u);
         /* Stops with an error at the outermost frame or where CFI or the
          * copy runs out; the frames so far are the result either way. */
         u->unwinding = true;
