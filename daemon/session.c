@@ -510,6 +510,8 @@ void session_end(struct session *s, const char *reason)
         s->state = SESSION_SEALING;
         snprintf(s->end_reason, sizeof(s->end_reason), "%s", reason);
         session_close_segment(s);
+        /* Finished sessions stay listed (up to FINISHED_KEPT) for status. */
+        translate_release(&s->tr);
         if (!s->segments_pending)
                 s->state = SESSION_DONE;
         log_info("pid %d: session ended (%s): %llu events, %llu drops", s->pid, reason,

@@ -81,6 +81,19 @@ void translate_destroy(struct translate *tr)
         memset(tr, 0, sizeof(*tr));
 }
 
+void translate_release(struct translate *tr)
+{
+        struct translate counters = {
+                .pid = tr->pid, .first_ts = tr->first_ts, .last_ts = tr->last_ts,
+                .events = tr->events, .records = tr->records, .exited = tr->exited,
+                .exec_seen = tr->exec_seen, .error = tr->error,
+                .stacks = tr->stacks, .stacks_failed = tr->stacks_failed,
+        };
+
+        translate_destroy(tr);
+        *tr = counters;
+}
+
 int translate_set_encoder(struct translate *tr, struct d9_enc *enc)
 {
         int r;

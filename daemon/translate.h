@@ -72,6 +72,9 @@ struct translate {
 
 int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *plan, bool wake_probes);
 void translate_destroy(struct translate *tr);
+/* The session is over: free the unwinder, symbols and per-thread state,
+ * keep the counters status shows. No record may follow. */
+void translate_release(struct translate *tr);
 /* Switch to a new segment's encoder: interned atoms belong to the old one. */
 int translate_set_encoder(struct translate *tr, struct d9_enc *enc);
 /* One record from the ring. Returns 0 or a negative errno. */
