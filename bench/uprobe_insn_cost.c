@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "uprobes-int.h"
+#include "uprobe_pmu.h"
 
 /* Each probe target: a global function whose first instruction is the one
  * under test, written in assembly so the compiler cannot change it. */
@@ -67,33 +68,6 @@ static double ns_per_call(void (*fn)(void), long calls)
         return (now_ns() - t0) / (double)calls;
 }
 
-static int uprobe_pmu_type(void)
-{
-        FILE *f = fopen("/sys/bus/event_source/devices/uprobe/type", "re");
-        int type = -1;
-
-        if (f) {
-                if (fscanf(f, "%d", &type) != 1)
-                        type = -1;
-                fclose(f);
-        }
-        return type;
-}
-
-static int open_uprobe(int type, const char *path, uint64_t offset)
-{
-        struct perf_event_attr attr = {
-                .size = sizeof(attr),
-                .type = (uint32_t)type,
-                .config1 = (uint64_t)(uintptr_t)path,   /* uprobe_path */
-                .config2 = offset,                      /* probe_offset */
-                .disabled = 1,
-                .exclude_kernel = 0,
-        };
-
-        return (int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
-}
-
 int main(int argc, char **argv)
 {
         long calls = argc > 1 ? atol(argv[1]) : 200000;
@@ -130,7 +104,7 @@ int main(int argc, char **argv)
                 }
                 x86_decode(code, 8, &in);
                 double bare = ns_per_call(targets[i].fn, calls);
-                fd = open_uprobe(type, exe, off);
+                fd = uprobe_pmu_open(exe, off, true);
                 if (fd < 0) {
                         fprintf(stderr, "uprobe-insn-cost: perf_event_open(%s): %s\n", targets[i].name,
                                 strerror(errno));

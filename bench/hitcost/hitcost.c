@@ -35,6 +35,7 @@
 #include "helpers.skel.h"
 #include "hitcost.h"
 #include "synth.h"
+#include "uprobe_pmu.h"
 
 static char exe[4096];
 static long n_calls = 100000;
@@ -126,29 +127,10 @@ static int prog_ns_per_run(int prog_fd, synth_fn fn, void *arg, const struct dra
 
 /* --- part 1: the floor ------------------------------------------------- */
 
-static int uprobe_pmu_type(void)
-{
-        FILE *f = fopen("/sys/bus/event_source/devices/uprobe/type", "re");
-        int type = -1;
-
-        if (f) {
-                if (fscanf(f, "%d", &type) != 1)
-                        type = -1;
-                fclose(f);
-        }
-        return type;
-}
-
 /* A bare uprobe: a perf counter, no BPF at all (the trap alone). */
 static double bare_uprobe_cost(synth_fn fn, double base)
 {
-        struct perf_event_attr attr = {
-                .size = sizeof(attr),
-                .type = (uint32_t)uprobe_pmu_type(),
-                .config1 = (uint64_t)(uintptr_t)exe,
-                .config2 = synth_file_offset(fn),
-        };
-        int fd = (int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+        int fd = uprobe_pmu_open(exe, synth_file_offset(fn), false);
         double ns;
 
         if (fd < 0) {
