@@ -161,7 +161,3 @@ static __always_inline void d9_fill_hdr(struct d9_rec_hdr *h, __u16 type,
                 }                                                             \
                 __r;                                                          \
         })
-
-/* Reserve + header for the current thread, in one go. */
-#define D9_RESERVE_CUR(cfg, tgid, tid, type, T)                               \
-        D9_RING_RESERVE_CUR(d9_ring_of(tgid), cfg, tgid, tid, type, T, bpf_ktime_get_ns())

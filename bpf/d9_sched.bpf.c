@@ -65,17 +65,16 @@ static __always_inline void d9_count_short(const struct d9_target_cfg *cfg, __u6
 static __always_inline void d9_offcpu_write(const struct d9_target_cfg *cfg, __u32 tgid, __u32 tid,
                                             __u64 off_ts, __u64 on_ts, __u32 state, __u64 stack_id)
 {
-        struct d9_rec_offcpu *r = d9_reserve(cfg, tgid, sizeof(*r));
+        void *ring = d9_ring_of(tgid);
+        struct d9_rec_offcpu *r = D9_RING_RESERVE_CUR(ring, cfg, tgid, tid, D9_REC_OFFCPU,
+                                                      struct d9_rec_offcpu, on_ts);
 
         if (!r)
                 return;
-        __builtin_memset(r, 0, sizeof(*r));
-        d9_fill_hdr(&r->hdr, D9_REC_OFFCPU, tid, tgid);
-        r->hdr.ts = on_ts;
         r->off_ts = off_ts;
         r->prev_state = state;
         r->stack_id = stack_id;
-        d9_submit(tgid, r);
+        d9_ring_submit(ring, r);
 }
 
 /* An off-CPU interval whose record waits for the thread's user stack:
@@ -125,7 +124,7 @@ static __always_inline bool d9_offcpu_defer(const struct d9_target_cfg *cfg, str
         __u32 tid = next->pid;
 
         if (!bpf_ksym_exists(bpf_task_work_schedule_resume_impl) || !th->off_state ||
-            !d9_stack_offcpu_begin(cfg, next, now - th->off_ts))
+            !d9_stack_offcpu_begin(cfg, next, now - th->off_ts, now))
                 return false;
         if (bpf_map_update_elem(&d9_offcpu_pending, &tid, &init, BPF_NOEXIST))
                 return false;
@@ -202,12 +201,14 @@ int d9_cpu_sample(struct bpf_perf_event_data *ctx)
         struct d9_target_cfg *cfg = d9_target_with(tgid, D9_PROBE_CPU);
         struct d9_rec_sample *r;
         __u64 ip, stack_id;
+        void *ring;
 
         if (!cfg)
                 return 0;
         stack_id = d9_stack_sample(ctx, cfg, tgid, (__u32)id);
-        r = D9_RESERVE_CUR(cfg, tgid, (__u32)id, D9_REC_CPU_SAMPLE,
-                           struct d9_rec_sample);
+        ring = d9_ring_of(tgid);
+        r = D9_RING_RESERVE_CUR(ring, cfg, tgid, (__u32)id, D9_REC_CPU_SAMPLE,
+                                struct d9_rec_sample, bpf_ktime_get_ns());
         if (!r)
                 return 0;
         /* x86-64 user addresses are the lower half; a kernel IP means the
@@ -215,7 +216,7 @@ int d9_cpu_sample(struct bpf_perf_event_data *ctx)
         ip = ctx->regs.ip;
         r->ip = ip < (1ull << 47) ? ip : 0;
         r->stack_id = stack_id;
-        d9_submit(tgid, r);
+        d9_ring_submit(ring, r);
         return 0;
 }
 

@@ -237,10 +237,10 @@ static __always_inline void d9_stack_token_take(__u64 *tat, __u32 per_sec, __u64
  * True: the caller must have the user part read once the thread resumes
  * (d9_stack_offcpu_user). */
 static __always_inline bool d9_stack_offcpu_begin(const struct d9_target_cfg *cfg,
-                                                  struct task_struct *next, __u64 off_ns)
+                                                  struct task_struct *next, __u64 off_ns,
+                                                  __u64 now)
 {
         struct d9_stack_thread *st;
-        __u64 now;
         long n;
 
         if (!(cfg->stack.flags & D9_STACK_OFFCPU) ||
@@ -249,7 +249,6 @@ static __always_inline bool d9_stack_offcpu_begin(const struct d9_target_cfg *cf
         st = bpf_task_storage_get(&d9_stack_threads, next, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
         if (!st)
                 return false;
-        now = bpf_ktime_get_ns();
         if (!d9_stack_token_ok(st->tat, cfg->stack.offcpu_per_sec, cfg, now))
                 return false;
         d9_stack_token_take(&st->tat, cfg->stack.offcpu_per_sec, now);
