@@ -485,6 +485,13 @@ static void session_account_short_offcpu(struct session *s)
                 *was = now;
 }
 
+/* The target's BPF counters, into status and the trace. */
+static void session_account_bpf_counters(struct session *s)
+{
+        session_account_drops(s);
+        session_account_short_offcpu(s);
+}
+
 void session_end(struct session *s, const char *reason)
 {
         if (s->state != SESSION_RECORDING)
@@ -497,8 +504,7 @@ void session_end(struct session *s, const char *reason)
                  * for their grace periods. */
                 if (d9_bpf_target_stop(s->bpf) < 0)
                         d9_bpf_target_consume(s->bpf);
-                session_account_drops(s);
-                session_account_short_offcpu(s);
+                session_account_bpf_counters(s);
                 d9_bpf_detach_target(s->bpf);
                 s->bpf = NULL;
         }
@@ -524,8 +530,7 @@ void session_tick(struct session *s, uint64_t now_ms)
                 return;
         /* Pick up what arrived since the last wakeup before judging time. */
         d9_bpf_target_consume(s->bpf);
-        session_account_drops(s);
-        session_account_short_offcpu(s);
+        session_account_bpf_counters(s);
         if (now_ms > s->rate_ms) {
                 s->events_per_s = (double)(s->tr.events - s->rate_events) * 1000.0 / (double)(now_ms - s->rate_ms);
                 s->rate_events = s->tr.events;

@@ -37,6 +37,18 @@ json_t *d9ctl_call(json_t *req)
         return resp;
 }
 
+int64_t d9ctl_parse_offcpu_min(const char *cmd, const char *arg)
+{
+        uint64_t us;
+
+        if (d9_parse_offcpu_min_us(arg, &us) < 0) {
+                fprintf(stderr, "d9ctl %s: bad --offcpu-min '%s' (e.g. 1ms, 500us, 0 = every interval; at most 10s)\n",
+                        cmd, arg);
+                return -1;
+        }
+        return (int64_t)us;
+}
+
 int d9ctl_parse_pid(const char *cmd, const char *arg)
 {
         char *end;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 
 /* Send req (consumed) to d9d and return its successful response. On any
@@ -12,3 +13,5 @@ json_t *d9ctl_call(json_t *req);
 void d9ctl_print_plan(FILE *out, const json_t *plan);
 /* Parse "--pid N" style values; prints a one-line error and returns -1 on junk. */
 int d9ctl_parse_pid(const char *cmd, const char *arg);
+/* --offcpu-min for `cmd`: microseconds, or -1 after a one-line error. */
+int64_t d9ctl_parse_offcpu_min(const char *cmd, const char *arg);

@@ -20,7 +20,8 @@ int cmd_attach(int argc, char **argv)
                 {},
         };
         json_t *req = d9c_request("attach"), *resp;
-        uint64_t ms, us;
+        uint64_t ms;
+        int64_t us;
         bool as_json = false;
         int opt, pid = 0;
 
@@ -45,10 +46,8 @@ int cmd_attach(int argc, char **argv)
                         json_object_set_new(req, "probes", json_string(optarg));
                         break;
                 case 'O':
-                        if (d9_parse_offcpu_min_us(optarg, &us) < 0) {
-                                fprintf(stderr, "d9ctl attach: bad --offcpu-min '%s' (e.g. 1ms, 500us, 0 = every interval; at most 10s)\n", optarg);
+                        if ((us = d9ctl_parse_offcpu_min("attach", optarg)) < 0)
                                 goto bad;
-                        }
                         json_object_set_new(req, "offcpu_min_us", json_integer((json_int_t)us));
                         break;
                 case 'j':

@@ -212,8 +212,8 @@ int cmd_record(int argc, char **argv)
         };
         const char *out_dir = NULL, *probes = "all";
         char exe[PATH_MAX];
-        uint64_t ms = 0, offcpu_min_us = 0;
-        bool offcpu_min_set = false;
+        uint64_t ms = 0;
+        int64_t offcpu_min_us = -1;     /* -1: d9d's own setting */
         int opt, pid = 0, go_fd = -1, rc;
         pid_t child = 0;
         json_t *req, *resp, *final;
@@ -235,9 +235,8 @@ int cmd_record(int argc, char **argv)
                         probes = optarg;
                         break;
                 case 'O':
-                        if (d9_parse_offcpu_min_us(optarg, &offcpu_min_us) < 0)
-                                return usage_error("bad --offcpu-min (e.g. 1ms, 500us, 0 = every interval; at most 10s)");
-                        offcpu_min_set = true;
+                        if ((offcpu_min_us = d9ctl_parse_offcpu_min("record", optarg)) < 0)
+                                return 2;
                         break;
                 default: return usage_error("unknown option");
                 }
@@ -265,7 +264,7 @@ int cmd_record(int argc, char **argv)
         json_object_set_new(req, "pid", json_integer(pid));
         json_object_set_new(req, "duration_ms", json_integer((json_int_t)ms));
         json_object_set_new(req, "probes", json_string(probes));
-        if (offcpu_min_set)
+        if (offcpu_min_us >= 0)
                 json_object_set_new(req, "offcpu_min_us", json_integer((json_int_t)offcpu_min_us));
         signal(SIGINT, on_interrupt);
         signal(SIGTERM, on_interrupt);
