@@ -777,12 +777,6 @@ size_t d9_bpf_teardowns_pending(struct d9_bpf *bpf)
         return n;
 }
 
-void d9_bpf_wait_teardowns(struct d9_bpf *bpf)
-{
-        if (bpf)
-                teardowns_reap(bpf, true, 0);
-}
-
 int d9_bpf_target_stop(struct d9_bpf_target *t)
 {
         uint32_t tgid = (uint32_t)t->pid;

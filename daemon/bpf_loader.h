@@ -96,8 +96,7 @@ int d9_bpf_target_stop(struct d9_bpf_target *t);
 void d9_bpf_detach_target(struct d9_bpf_target *t);
 /* Background teardowns not finished yet (finished ones are reaped). */
 size_t d9_bpf_teardowns_pending(struct d9_bpf *bpf);
-/* Wait until every background teardown is done; d9_bpf_close does too. */
-void d9_bpf_wait_teardowns(struct d9_bpf *bpf);
+/* (d9_bpf_close waits for the pending ones.) */
 
 int d9_bpf_target_epoll_fd(const struct d9_bpf_target *t);
 /* Drain without waiting; returns records consumed or negative errno. */
