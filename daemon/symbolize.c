@@ -199,32 +199,44 @@ static struct elf_syms *elf_get(struct symbolizer *s, const char *path)
         return es;
 }
 
-static void parse_maps(struct symbolizer *s, const char *text)
+/* An executable mapping of a file, from one line of /proc/PID/maps. */
+struct maps_line {
+        unsigned long long start, end, offset;
+        const char *path;
+        size_t path_len;
+};
+
+static bool maps_exec_line(const char *line, struct maps_line *m)
 {
-        const char *line = text;
+        char perms[8];
+        int path_at = 0;
 
-        while (line && *line) {
-                unsigned long long start, end, off;
-                char perms[8];
-                int path_at = 0;
+        if (sscanf(line, "%llx-%llx %7s %llx %*s %*u %n", &m->start, &m->end, perms, &m->offset, &path_at) != 4 ||
+            !path_at || perms[2] != 'x' || line[path_at] != '/')
+                return false;
+        const char *nl = strchr(line + path_at, '\n');
+        m->path = line + path_at;
+        m->path_len = nl ? (size_t)(nl - m->path) : strlen(m->path);
+        return true;
+}
 
-                if (sscanf(line, "%llx-%llx %7s %llx %*s %*u %n", &start, &end, perms, &off, &path_at) == 4 &&
-                    path_at && perms[2] == 'x' && line[path_at] == '/') {
-                        const char *nl = strchr(line + path_at, '\n');
-                        size_t len = nl ? (size_t)(nl - line - path_at) : strlen(line + path_at);
-                        char path[PATH_MAX];
-                        struct mapping *more = realloc(s->maps, (s->n_maps + 1) * sizeof(*more));
+/* Every executable file mapping, or only those of the file `only`. */
+static void parse_maps(struct symbolizer *s, const char *text, const struct maps_line *only)
+{
+        for (const char *line = text; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+                struct maps_line m;
+                char path[PATH_MAX];
 
-                        if (len < sizeof(path) && more) {
-                                memcpy(path, line + path_at, len);
-                                path[len] = 0;
-                                s->maps = more;
-                                s->maps[s->n_maps++] = (struct mapping){ start, end, off, elf_get(s, path) };
-                        }
-                }
-                line = strchr(line, '\n');
-                if (line)
-                        line++;
+                if (!maps_exec_line(line, &m) || m.path_len >= sizeof(path) ||
+                    (only && (m.path_len != only->path_len || memcmp(m.path, only->path, m.path_len))))
+                        continue;
+                struct mapping *more = realloc(s->maps, (s->n_maps + 1) * sizeof(*more));
+                if (!more)
+                        continue;
+                memcpy(path, m.path, m.path_len);
+                path[m.path_len] = 0;
+                s->maps = more;
+                s->maps[s->n_maps++] = (struct mapping){ m.start, m.end, m.offset, elf_get(s, path) };
         }
 }
 
@@ -236,7 +248,30 @@ struct symbolizer *symbolizer_new(pid_t pid, const char *maps_text)
                 return NULL;
         s->pid = pid;
         if (maps_text)
-                parse_maps(s, maps_text);
+                parse_maps(s, maps_text, NULL);
+        return s;
+}
+
+struct symbolizer *symbolizer_new_for_file_at(pid_t pid, const char *maps_text, uint64_t addr,
+                                              uint64_t *lo, uint64_t *hi)
+{
+        struct maps_line file = { 0 };
+        struct symbolizer *s;
+
+        for (const char *line = maps_text; line && *line && !file.path;
+             line = strchr(line, '\n'), line = line ? line + 1 : NULL)
+                if (!maps_exec_line(line, &file) || addr < file.start || addr >= file.end)
+                        file.path = NULL;
+        if (!file.path || !(s = calloc(1, sizeof(*s))))
+                return NULL;
+        s->pid = pid;
+        parse_maps(s, maps_text, &file);
+        *lo = UINT64_MAX;
+        *hi = 0;
+        for (size_t i = 0; i < s->n_maps; i++) {
+                *lo = s->maps[i].start < *lo ? s->maps[i].start : *lo;
+                *hi = s->maps[i].end > *hi ? s->maps[i].end : *hi;
+        }
         return s;
 }
 

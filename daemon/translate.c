@@ -280,48 +280,6 @@ static uint32_t label_atom(struct translate *tr, uint64_t cookie)
  * already found stay in tr->dyn); a new address loads it again. */
 #define SYM_IDLE_NS (5 * 1000000000ull)
 
-/* The lines of maps whose path is the file mapped at addr, or NULL;
- * [*lo, *hi) spans those lines' mappings. */
-static char *maps_of_file_at(const char *maps, uint64_t addr, uint64_t *lo, uint64_t *hi)
-{
-        const char *line, *path = NULL, *nl;
-        size_t path_len = 0, used = 0;
-        char *out;
-
-        for (line = maps; line && *line && !path; line = nl ? nl + 1 : NULL) {
-                unsigned long long start, end;
-                int at = 0;
-
-                nl = strchr(line, '\n');
-                if (sscanf(line, "%llx-%llx %*s %*s %*s %*s %n", &start, &end, &at) == 2 && at &&
-                    line[at] == '/' && addr >= start && addr < end) {
-                        path = line + at;
-                        path_len = nl ? (size_t)(nl - path) : strlen(path);
-                }
-        }
-        if (!path || !(out = malloc(strlen(maps) + 1)))
-                return NULL;
-        *lo = UINT64_MAX;
-        *hi = 0;
-        for (line = maps; line && *line; line = nl ? nl + 1 : NULL) {
-                unsigned long long start, end;
-                size_t len, tail;
-
-                nl = strchr(line, '\n');
-                len = nl ? (size_t)(nl - line) + 1 : strlen(line);
-                tail = path_len + (nl ? 1 : 0);
-                if (len > tail && line[len - tail - 1] == ' ' && !memcmp(line + len - tail, path, path_len) &&
-                    sscanf(line, "%llx-%llx", &start, &end) == 2) {
-                        memcpy(out + used, line, len);
-                        used += len;
-                        *lo = start < *lo ? start : *lo;
-                        *hi = end > *hi ? end : *hi;
-                }
-        }
-        out[used] = 0;
-        return out;
-}
-
 /* Name of the function at addr in the target, or NULL. */
 static const char *dyn_lookup(struct translate *tr, uint64_t addr)
 {
@@ -329,18 +287,18 @@ static const char *dyn_lookup(struct translate *tr, uint64_t addr)
 
         tr->sym_used_ts = tr->last_ts;
         if (!tr->sym || addr < tr->sym_lo || addr >= tr->sym_hi) {
+                struct symbolizer *found;
                 char path[64];
-                char *maps, *file_maps;
+                char *maps;
 
                 snprintf(path, sizeof(path), "/proc/%d/maps", tr->pid);
                 maps = read_proc_text(path);
-                file_maps = maps ? maps_of_file_at(maps, addr, &tr->sym_lo, &tr->sym_hi) : NULL;
+                found = maps ? symbolizer_new_for_file_at(tr->pid, maps, addr, &tr->sym_lo, &tr->sym_hi) : NULL;
                 free(maps);
-                if (!file_maps)
+                if (!found)
                         return NULL;
                 symbolizer_free(tr->sym);
-                tr->sym = symbolizer_new(tr->pid, file_maps);
-                free(file_maps);
+                tr->sym = found;
         }
         return tr->sym ? symbolizer_lookup(tr->sym, addr, &size) : NULL;
 }
