@@ -38,12 +38,6 @@ struct serve_ctx {
         bool loopback; /* listening on loopback only: insist on a loopback Host */
 };
 
-const char *serve_default_assets_dir(void)
-{
-        const char *env = getenv("D9_VIEWER_DIR");
-        return env && *env ? env : D9_VIEWER_INSTALL_DIR;
-}
-
 static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, const char *type,
                              void *data, size_t len, int owned)
 {
@@ -305,13 +299,14 @@ static int is_loopback(const struct sockaddr_storage *ss)
         return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)ss)->sin6_addr);
 }
 
-static int open_root(const char *path, const char *what, int *fd, char real[PATH_MAX])
+static int open_root(const char *path, const char *what, const char *hint, int *fd,
+                     char real[PATH_MAX])
 {
         *fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (*fd < 0 || !realpath(path, real)) {
                 int r = -errno;
-                fprintf(stderr, "d9ctl serve: cannot open %s directory %s: %s\n", what, path,
-                        strerror(errno));
+                fprintf(stderr, "d9ctl serve: cannot open %s directory %s: %s%s\n", what, path,
+                        strerror(errno), hint);
                 if (*fd >= 0)
                         close(*fd);
                 return r;
@@ -349,10 +344,13 @@ int serve_run(const struct serve_config *cfg)
         if (cfg->bucket)
                 r = serve_bucket_open(cfg, &ctx.bucket);
         else
-                r = open_root(cfg->dir, "trace", &ctx.rootfd, ctx.root_real);
+                r = open_root(cfg->dir, "trace", "", &ctx.rootfd, ctx.root_real);
         if (r < 0)
                 return r;
-        r = open_root(cfg->assets_dir, "viewer", &ctx.assetfd, ctx.asset_real);
+        r = open_root(cfg->assets_dir, "viewer",
+                      " (meson install puts the viewer there; or set D9_VIEWER_DIR to a source "
+                      "tree's viewer/web)",
+                      &ctx.assetfd, ctx.asset_real);
         if (r < 0)
                 goto out;
         if (faccessat(ctx.assetfd, "index.html", R_OK, 0) < 0) {

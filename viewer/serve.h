@@ -12,8 +12,9 @@ struct serve_config {
         const char *assets_dir; /* directory holding index.html & co. */
 };
 
-/* Directory of the viewer's static files: $D9_VIEWER_DIR if set, else the
- * install path compiled in by meson. */
+/* Directory of the viewer's static files: $D9_VIEWER_DIR if set; the source
+ * tree's viewer/web when this d9ctl is the one in its meson build tree; else
+ * the install path (DATADIR/d9d/viewer). */
 const char *serve_default_assets_dir(void);
 
 /* Runs the server until SIGINT/SIGTERM. Prints "serving http://HOST:PORT/"
