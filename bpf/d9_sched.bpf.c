@@ -253,3 +253,17 @@ int BPF_PROG(d9_proc_exec, struct task_struct *p)
         d9_proc_event(p, D9_REC_EXEC);
         return 0;
 }
+
+/* The maps above are keyed by the kernel's tgid (task->tgid, the initial
+ * pid namespace's number). A d9d in a child pid namespace (a container,
+ * systemd-nspawn) only knows its own number for a target; iterating the
+ * target's tasks through a pidfd prints the kernel's. */
+SEC("iter/task")
+int d9_kernel_tgid(struct bpf_iter__task *ctx)
+{
+        struct task_struct *task = ctx->task;
+
+        if (task)
+                BPF_SEQ_PRINTF(ctx->meta->seq, "%d\n", task->tgid);
+        return 0;
+}

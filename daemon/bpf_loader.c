@@ -22,6 +22,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "bpf_pidns.h"
 #include "d9_sched.skel.h"
 #include "d9_tokio.skel.h"
 #include "uprobes/uprobes.h"
@@ -63,7 +64,8 @@ static void teardowns_reap(struct d9_bpf *bpf, bool wait_all, pid_t pid);
 
 struct d9_bpf_target {
         struct d9_bpf *bpf;
-        pid_t pid;
+        pid_t pid;                      /* in d9d's pid namespace: attach, /proc */
+        uint32_t kernel_tgid;           /* task->tgid: the key of every BPF map */
         uint32_t slot;
         int ring_fd;
         struct ring_buffer *rb;
@@ -583,7 +585,7 @@ static int install_target(struct d9_bpf_target *t, const struct probe_plan *plan
                 .stack = o->stack,
                 .offcpu_min_ns = o->offcpu_min_ns,
         };
-        uint32_t tgid = (uint32_t)t->pid;
+        uint32_t tgid = t->kernel_tgid;
         int r;
 
         layout_of(plan, o, &cfg);
@@ -668,6 +670,12 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
         if (r < 0) {
                 set_err(err, "cannot trace PID %d: already %d targets", (int)pid,
                         D9_MAX_TARGETS);
+                goto fail;
+        }
+        r = d9_bpf_kernel_tgid(bpf->sched, pid, &t->kernel_tgid);
+        if (r < 0) {
+                set_err(err, "cannot find the kernel's pid of PID %d (d9d in a pid namespace): %s",
+                        (int)pid, strerror(-r));
                 goto fail;
         }
         r = install_target(t, plan, o);
@@ -779,7 +787,7 @@ size_t d9_bpf_teardowns_pending(struct d9_bpf *bpf)
 
 int d9_bpf_target_stop(struct d9_bpf_target *t)
 {
-        uint32_t tgid = (uint32_t)t->pid;
+        uint32_t tgid = t->kernel_tgid;
         struct teardown *td;
 
         if (t->td)
@@ -822,7 +830,7 @@ void d9_bpf_detach_target(struct d9_bpf_target *t)
 
         if (!t)
                 return;
-        tgid = (uint32_t)t->pid;
+        tgid = t->kernel_tgid;
         if (t->td) {
                 /* Stopped: the links die on their own thread; the slot is
                  * released with them (teardowns_reap). */
