@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# `systemctl start d9d` for real: boots ROOT (a fresh Debian 12 root in which
+# scripts/test has built d9d and its Tokio targets) with systemd as PID 1
+# under systemd-nspawn, `meson install`s d9d into it, and drives the installed
+# unit the way the docs tell a user to: systemctl start, d9ctl as a member of
+# group d9d (attach, record, list), the watchdog restarting a wedged d9d, and
+# systemctl stop sealing the open segment. TAP on stdout.
+#
+#   tests/systemd/boot_in_nspawn.sh ROOT
+#
+# Why nspawn: these machines have no systemd as PID 1. nspawn gives the root
+# its own PID 1 (systemd) and pid namespace on the real kernel; d9d needs
+# BPF and perf_event_open in it, hence --capability=all and those two system
+# calls added to nspawn's filter (the d9d unit then applies its own,
+# narrower sandbox inside).
+set -uo pipefail
+root=$(realpath "$1")
+machine=d9ci-$$
+n=0 failed=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+not_ok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n - $1"; [ -n "${2:-}" ] && sed 's/^/# /' <<<"$2"; }
+check() { if eval "$2"; then ok "$1"; else not_ok "$1" "${3:-}"; fi; }
+bail() { echo "Bail out! $*"; exit 1; }
+
+target=/work/d9d/build/tests/targets/d9-target-1.43-release
+[ -x "$root$target" ] || bail "$target missing in $root (run scripts/test in the root first)"
+command -v systemd-nspawn >/dev/null || bail "systemd-nspawn missing (Debian package systemd-container)"
+
+# Install into the root's /usr/local, as docs/service.md tells a user to; a
+# drop-in shortens the watchdog so that its restart is seen within seconds.
+chroot "$root" meson install -C /work/d9d/build --no-rebuild --quiet >/tmp/d9-nspawn-install.log 2>&1 ||
+        bail "meson install in the root failed: $(tail -3 /tmp/d9-nspawn-install.log)"
+mkdir -p "$root/etc/systemd/system/d9d.service.d"
+printf '[Service]\nWatchdogSec=4s\n' >"$root/etc/systemd/system/d9d.service.d/ci-watchdog.conf"
+cp "$root$target" "$root/usr/local/bin/d9-demo-target"
+
+log=$(mktemp)
+systemd-nspawn -q -D "$root" --boot --register=no --keep-unit --machine="$machine" \
+        --capability=all --system-call-filter='bpf perf_event_open' --console=passive >"$log" 2>&1 &
+nspawn=$!
+cleanup() {
+        [ -n "${leader:-}" ] && nsenter -t "$leader" -a systemctl poweroff >/dev/null 2>&1
+        for _ in $(seq 100); do kill -0 "$nspawn" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$nspawn" 2>/dev/null
+        wait "$nspawn" 2>/dev/null
+        rm -f "$log"
+}
+trap cleanup EXIT
+
+leader=
+for _ in $(seq 100); do
+        leader=$(pgrep -P "$nspawn" -x systemd || true)
+        [ -n "$leader" ] && break
+        sleep 0.1
+done
+[ -n "$leader" ] || bail "systemd did not start in the container: $(cat "$log")"
+ct() { nsenter -t "$leader" -a "$@"; }
+state=
+for _ in $(seq 120); do
+        state=$(ct systemctl is-system-running 2>/dev/null)
+        case $state in running|degraded) break ;; esac
+        sleep 0.5
+done
+check "the root boots with systemd as PID 1 (is-system-running: $state)" \
+        '[ "$state" = running ] || [ "$state" = degraded ]' "$(ct systemctl --failed --no-pager 2>&1)"
+check "sysusers created group d9d from the installed sysusers.d" 'ct getent group d9d >/dev/null'
+ct useradd -m -G d9d sre 2>/dev/null
+as_sre() { ct runuser -u sre -- "$@"; }
+show() { ct systemctl show d9d -p "$1" --value; }
+
+ct systemctl start d9d
+check "systemctl start d9d: active once d9d said READY=1 (Type=notify)" \
+        '[ "$(show ActiveState)" = active ] && [ "$(show Type)" = notify ]' "$(ct journalctl -u d9d --no-pager | tail -5)"
+check "d9d's STATUS= reached systemd" '[ -n "$(show StatusText)" ]'
+ping1=$(show WatchdogTimestampMonotonic); sleep 3; ping2=$(show WatchdogTimestampMonotonic)
+check "systemd sees watchdog pings (WatchdogSec=$(show WatchdogUSec), last ping moved $ping1 -> $ping2)" \
+        '[ "$ping2" -gt "$ping1" ]'
+check "d9ctl list works for a member of group d9d" 'as_sre d9ctl list >/dev/null'
+check "man d9ctl finds the installed page" 'ct man -P cat d9ctl 2>/dev/null | grep -q attach'
+
+as_sre bash -c 'd9-demo-target mixed --duration 25 >/dev/null 2>&1 &'
+pid=
+for _ in $(seq 50); do pid=$(ct pgrep -u sre -x d9-demo-target || true); [ -n "$pid" ] && break; sleep 0.1; done
+[ -n "$pid" ] || bail "the demo target did not start in the container"
+rec=$(as_sre d9ctl record --pid "$pid" --duration 4s 2>&1)
+seg=$(grep -m1 '\.bin' <<<"$rec")
+check "d9ctl record --pid as sre seals a segment" '[ -n "$seg" ] && ct test -s "$seg"' "$rec"
+polls=$(as_sre d9ctl dump --summary "$seg" 2>/dev/null | awk '$2 == "PollStartEvent" { print $1; exit }')
+check "the recorded segment holds the target's polls (${polls:-none})" '[ "${polls:-0}" -gt 100 ]' \
+        "$(as_sre d9ctl dump --summary "$seg" 2>&1 | head -20)"
+
+# A wedged d9d (stopped main loop) is killed and restarted by the watchdog.
+old=$(show MainPID)
+ct kill -STOP "$old"
+for _ in $(seq 100); do
+        new=$(show MainPID)
+        [ "$new" != "$old" ] && [ "$new" != 0 ] && [ "$(show ActiveState)" = active ] && break
+        sleep 0.2
+done
+check "the watchdog restarts a wedged d9d (pid $old -> $new, NRestarts=$(show NRestarts))" \
+        '[ "$new" != "$old" ] && [ "$(show NRestarts)" -ge 1 ]' "$(ct journalctl -u d9d --no-pager | tail -8)"
+check "systemd logged the watchdog timeout" 'ct journalctl -u d9d --no-pager | grep -q "Watchdog timeout"'
+
+att=$(as_sre d9ctl attach --pid "$pid" 2>&1); rc=$?
+check "d9ctl attach --pid as sre after the restart" '[ $rc = 0 ]' "$att"
+sleep 2
+dir=$(as_sre d9ctl status --pid "$pid" 2>/dev/null | awk '$1 == "dir" { print $2; exit }')
+main=$(show MainPID)
+ct systemctl stop d9d
+check "systemctl stop d9d exits cleanly (Result=$(show Result), status $(show ExecMainStatus))" \
+        '[ "$(show Result)" = success ] && [ "$(show ExecMainStatus)" = 0 ] && [ "$(show ActiveState)" = inactive ]' \
+        "$(ct journalctl -u d9d --no-pager | tail -8)"
+check "stopping sealed the attached session's segment in $dir" \
+        '[ -n "$dir" ] && ct journalctl _PID="$main" --no-pager | grep -q "sealed $dir/"' \
+        "$(ct journalctl _PID="$main" --no-pager | tail -5)"
+echo "1..$n"
+[ "$failed" = 0 ]
