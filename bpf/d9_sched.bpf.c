@@ -15,6 +15,7 @@
  * record; their cost is one hash lookup per event. */
 #include "d9_maps.bpf.h"
 #include "d9_stack.bpf.h"
+#include "d9_task_work.bpf.h"
 
 static __always_inline struct d9_target_cfg *d9_target_with(__u32 tgid, __u32 bit)
 {

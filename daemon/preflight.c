@@ -41,6 +41,7 @@ static const char *const check_names[PREFLIGHT_NR] = {
         [PREFLIGHT_RINGBUF] = "ringbuf",
         [PREFLIGHT_UPROBE_MULTI] = "uprobe_multi",
         [PREFLIGHT_UPROBE] = "uprobe",
+        [PREFLIGHT_TASK_WORK] = "task_work",
         [PREFLIGHT_CAP_BPF] = "cap_bpf",
         [PREFLIGHT_CAP_PERFMON] = "cap_perfmon",
         [PREFLIGHT_CAP_SYS_ADMIN] = "cap_sys_admin",
@@ -494,6 +495,31 @@ static void check_perf_event_paranoid(struct preflight_finding *f, const struct 
                             "%d and no CAP_PERFMON", paranoid);
 }
 
+/* The off-CPU program declares the kfunc weak and tests bpf_ksym_exists(),
+ * so it loads on kernels without it; this says what is lost there. */
+static void check_task_work(struct preflight_finding *f, const struct preflight_ctx *ctx,
+                            const struct preflight_report *done)
+{
+        static const char kfunc[] = "bpf_task_work_schedule_resume_impl";
+        struct btf *btf = btf__load_vmlinux_btf();
+
+        if (libbpf_get_error(btf)) {
+                finding_set(f, PREFLIGHT_DEGRADED, "off-CPU intervals are recorded without user stacks",
+                            "no kernel BTF to look up %s in", kfunc);
+                return;
+        }
+        bool found = btf__find_by_name_kind(btf, kfunc, BTF_KIND_FUNC) > 0;
+        btf__free(btf);
+        if (found)
+                finding_set(f, PREFLIGHT_OK, NULL, "kfunc %s present: long off-CPU intervals get user stacks",
+                            kfunc);
+        else
+                finding_set(f, PREFLIGHT_DEGRADED,
+                            "off-CPU intervals are recorded without user stacks (they are read by a task_work "
+                            "as the thread returns to user space; Linux >= 6.18)",
+                            "kfunc %s not in this kernel", kfunc);
+}
+
 typedef void (*check_fn)(struct preflight_finding *f, const struct preflight_ctx *ctx,
                          const struct preflight_report *done);
 
@@ -503,6 +529,7 @@ static const check_fn checks[PREFLIGHT_NR] = {
         [PREFLIGHT_RINGBUF] = check_ringbuf,
         [PREFLIGHT_UPROBE_MULTI] = check_uprobe_multi,
         [PREFLIGHT_UPROBE] = check_uprobe,
+        [PREFLIGHT_TASK_WORK] = check_task_work,
         [PREFLIGHT_CAP_BPF] = check_cap_bpf,
         [PREFLIGHT_CAP_PERFMON] = check_cap_perfmon,
         [PREFLIGHT_CAP_SYS_ADMIN] = check_cap_sys_admin,

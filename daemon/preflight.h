@@ -12,6 +12,7 @@ enum preflight_check {
         PREFLIGHT_RINGBUF,            /* BPF_MAP_TYPE_RINGBUF */
         PREFLIGHT_UPROBE_MULTI,       /* BPF_TRACE_UPROBE_MULTI links (Linux >= 6.6) */
         PREFLIGHT_UPROBE,             /* one uprobe perf event per probe point */
+        PREFLIGHT_TASK_WORK,          /* bpf_task_work kfunc (Linux >= 6.18) */
         PREFLIGHT_CAP_BPF,
         PREFLIGHT_CAP_PERFMON,
         PREFLIGHT_CAP_SYS_ADMIN,

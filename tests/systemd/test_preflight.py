@@ -29,13 +29,13 @@ def run(prefix):
     return r, levels
 
 
-tap = Tap(10)
+tap = Tap(11)
 if os.geteuid() != 0:
     tap.bail("must run as root: the test drops capabilities with setpriv")
 
 r, lv = run([])
 tap.ok(r.returncode == 0, "as root: no fatal finding", r.stdout + r.stderr)
-for check in ("btf", "ringbuf", "uprobe_multi", "uprobe"):
+for check in ("btf", "ringbuf", "uprobe_multi", "uprobe", "task_work"):
     tap.ok(lv.get(check) == "ok", f"as root: {check} works on this kernel", r.stdout)
 
 plus, caps = unit_caps()
@@ -44,7 +44,7 @@ as_unit = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
            f"--inh-caps=-all,{plus}", f"--ambient-caps=-all,{plus}", f"--bounding-set=-all,{plus}"]
 r, lv = run(as_unit)
 bad = {k: v for k, v in lv.items() if v != "ok"}
-tap.ok(r.returncode == 0 and not bad and len(lv) == 12,
+tap.ok(r.returncode == 0 and not bad and len(lv) == 13,
        "non-root with exactly d9d.service's capabilities: every check ok", r.stdout + r.stderr)
 
 r, lv = run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--bounding-set=-all",
