@@ -33,6 +33,9 @@ chroot "$root" meson install -C /work/d9d/build --no-rebuild --quiet >/tmp/d9-ns
 mkdir -p "$root/etc/systemd/system/d9d.service.d"
 printf '[Service]\nWatchdogSec=4s\n' >"$root/etc/systemd/system/d9d.service.d/ci-watchdog.conf"
 cp "$root$target" "$root/usr/local/bin/d9-demo-target"
+# rsyslog (pulled in by swift for the S3 tests) spins on /proc/kmsg inside
+# nspawn; journald is the log this test reads.
+ln -sf /dev/null "$root/etc/systemd/system/rsyslog.service"
 
 log=$(mktemp)
 systemd-nspawn -q -D "$root" --boot --register=no --keep-unit --machine="$machine" \
@@ -40,7 +43,10 @@ systemd-nspawn -q -D "$root" --boot --register=no --keep-unit --machine="$machin
 nspawn=$!
 cleanup() {
         [ -n "${leader:-}" ] && nsenter -t "$leader" -a systemctl poweroff >/dev/null 2>&1
-        for _ in $(seq 100); do kill -0 "$nspawn" 2>/dev/null || break; sleep 0.1; done
+        for _ in $(seq 300); do kill -0 "$nspawn" 2>/dev/null || break; sleep 0.1; done
+        # Killing the container's PID 1 ends its whole pid namespace; killing
+        # only nspawn would leave that systemd running on the host.
+        [ -n "${leader:-}" ] && kill -9 "$leader" 2>/dev/null
         kill -9 "$nspawn" 2>/dev/null
         wait "$nspawn" 2>/dev/null
         rm -f "$log"
