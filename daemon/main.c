@@ -18,6 +18,7 @@
 
 #include "d9d.h"
 #include "daemon/ship.h"
+#include "kallsyms.h"
 #include "log.h"
 #include "notify.h"
 #include "preflight.h"
@@ -55,8 +56,11 @@ static void on_tick(struct d9d *d, struct d9_watch *w, uint32_t events)
          * malloc arena, which keeps ~10 MiB it no longer uses after each
          * segment; give free pages back every TRIM_TICKS (a few ms at most). */
         static unsigned ticks;
-        if (++ticks % TRIM_TICKS == 0)
+        if (++ticks % TRIM_TICKS == 0) {
+                /* Kept across seals (the default rotation is 60 s). */
+                ksyms_drop_idle(150);
                 malloc_trim(0);
+        }
         static unsigned last_live = ~0u;
         if (live != last_live) {
                 notify_status("tracing %u target%s", live, live == 1 ? "" : "s");

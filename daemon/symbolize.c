@@ -18,6 +18,7 @@
 #include <libiberty/demangle.h>
 
 #include "cleanup.h"
+#include "kallsyms.h"
 #include "symbolize.h"
 #include "uprobes/uprobes.h"
 
@@ -48,8 +49,7 @@ struct symbolizer {
         size_t n_maps;
         struct elf_syms **elfs;
         size_t n_elfs;
-        struct sym *ksyms;      /* loaded on the first kernel address */
-        size_t n_ksyms;
+        struct ksyms *ksyms;    /* shared table, taken on the first kernel address */
         bool ksyms_tried;
 };
 
@@ -275,31 +275,6 @@ struct symbolizer *symbolizer_new_for_file_at(pid_t pid, const char *maps_text, 
         return s;
 }
 
-static void load_kallsyms(struct symbolizer *s)
-{
-        _cleanup_fclose_ FILE *f = fopen("/proc/kallsyms", "re");
-        char line[512];
-        size_t cap = 0;
-
-        s->ksyms_tried = true;
-        while (f && fgets(line, sizeof(line), f)) {
-                unsigned long long addr;
-                char type, name[256];
-
-                if (sscanf(line, "%llx %c %255s", &addr, &type, name) != 3 || !addr ||
-                    (type != 't' && type != 'T'))
-                        continue;
-                if (s->n_ksyms == cap) {
-                        struct sym *more = realloc(s->ksyms, (cap = cap ? cap * 2 : 65536) * sizeof(*more));
-                        if (!more)
-                                break;
-                        s->ksyms = more;
-                }
-                s->ksyms[s->n_ksyms++] = (struct sym){ addr, 0, strdup(name), true };
-        }
-        qsort(s->ksyms, s->n_ksyms, sizeof(*s->ksyms), sym_cmp);
-}
-
 static struct sym *sym_find(struct sym *syms, size_t n, uint64_t addr)
 {
         size_t lo = 0, hi = n;
@@ -332,11 +307,12 @@ const char *symbolizer_lookup(struct symbolizer *s, uint64_t addr, uint64_t *siz
         struct sym *sym;
 
         if (addr >= KERNEL_MIN) {
-                if (!s->ksyms_tried)
-                        load_kallsyms(s);
-                sym = sym_find(s->ksyms, s->n_ksyms, addr);
+                if (!s->ksyms_tried) {
+                        s->ksyms = ksyms_get();
+                        s->ksyms_tried = true;
+                }
                 *size = 0;
-                return sym ? sym->name : NULL;
+                return ksyms_lookup(s->ksyms, addr);
         }
         for (size_t i = 0; i < s->n_maps; i++) {
                 struct mapping *m = &s->maps[i];
@@ -376,7 +352,8 @@ void symbolizer_free(struct symbolizer *s)
                 free(s->elfs[i]->path);
                 free(s->elfs[i]);
         }
-        syms_free(s->ksyms, s->n_ksyms);
+        if (s->ksyms)
+                ksyms_put(s->ksyms);
         free(s->elfs);
         free(s->maps);
         free(s);

@@ -13,6 +13,7 @@
 
 #include "budget.h"
 #include "config.h"
+#include "kallsyms.h"
 #include "proto/d9control.h"
 #include "proto/d9proto.h"
 #include "recover.h"
@@ -286,6 +287,46 @@ static void test_budget(void)
         ok(access(p, F_OK) == 0, "budget: .active files are never evicted");
 }
 
+/* Address of a text symbol as /proc/kallsyms shows it (0: hidden or absent). */
+static unsigned long long kallsyms_addr_of(const char *want)
+{
+        FILE *f = fopen("/proc/kallsyms", "re");
+        char line[512], name[256], type;
+        unsigned long long addr, found = 0;
+
+        while (f && !found && fgets(line, sizeof(line), f))
+                if (sscanf(line, "%llx %c %255s", &addr, &type, name) == 3 && strcmp(name, want) == 0)
+                        found = addr;
+        if (f)
+                fclose(f);
+        return found;
+}
+
+/* The sealer's kernel names come from one shared table, read once. */
+static void test_kernel_symbols_shared(void)
+{
+        unsigned long long sched = kallsyms_addr_of("schedule");
+        struct symbolizer *a = symbolizer_new(getpid(), NULL), *b = symbolizer_new(getpid(), NULL);
+        uint64_t size;
+
+        ok(sched != 0, "/proc/kallsyms shows schedule's address (root)");
+        const char *na = symbolizer_lookup(a, sched + 1, &size);
+        const char *nb = symbolizer_lookup(b, sched + 1, &size);
+        ok(na && strcmp(na, "schedule") == 0, "a kernel pc inside schedule is named schedule (%s)",
+           na ? na : "NULL");
+        ok(na && na == nb, "two symbolizers share one kernel symbol table (same name storage)");
+        symbolizer_free(a);
+        struct ksyms *k = ksyms_get();
+        ok(k && ksyms_lookup(k, sched) == nb, "the table outlives a symbolizer that used it");
+        ksyms_put(k);
+        symbolizer_free(b);
+        ksyms_drop_idle(0);
+        k = ksyms_get();
+        const char *nc = ksyms_lookup(k, sched);
+        ok(nc && strcmp(nc, "schedule") == 0, "after an idle drop the table is read again");
+        ksyms_put(k);
+}
+
 int main(void)
 {
         snprintf(tmpdir, sizeof(tmpdir), "/tmp/d9d-test-core.XXXXXX");
@@ -301,6 +342,7 @@ int main(void)
         test_rotation_index();
         test_recovery();
         test_budget();
+        test_kernel_symbols_shared();
         printf("1..%d\n", n_test);
         char cmd[300];
         snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
