@@ -12,6 +12,7 @@ const char *d9ctl_socket_path(void);
 
 int cmd_serve(int argc, char **argv);
 int cmd_dump(int argc, char **argv);
+int cmd_report(int argc, char **argv);
 int cmd_attach(int argc, char **argv);
 int cmd_detach(int argc, char **argv);
 int cmd_list(int argc, char **argv);

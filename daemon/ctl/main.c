@@ -9,6 +9,7 @@
 
 static const struct d9ctl_command commands[] = {
         { "serve", cmd_serve, "serve [--dir DIR | --bucket B ...] [--listen HOST:PORT]  browse traces in the web viewer" },
+        { "report", cmd_report, "report [--json] [--top N] SEGMENT...|DIR...  longest polls, blocking calls, wake delays, worker shares" },
         { "dump", cmd_dump, "dump [--summary | --json] [--strict] FILE...  print trace files (raw, .gz, .zst)" },
         { "attach", cmd_attach, "attach --pid N [--duration D] [--probes LIST] [--json]  start tracing a process" },
         { "detach", cmd_detach, "detach --pid N  stop tracing it and seal its segment" },

@@ -1,0 +1,529 @@
+/* report.c: the collecting pass and the analysis of d9ctl report.
+ *
+ * What it reads (docs/daemon.md, "What the trace holds"): PollStart/PollEnd
+ * per worker (a poll is open on a worker until its end), WorkerPark/Unpark,
+ * WakeEvent (woken task id), CpuSampleEvent (source 0 = running, 1 =
+ * descheduled; worker_id says which worker's thread), SymbolTableEntry
+ * (names for callchain addresses), D9LostEventsEvent and D9ShortOffCpuEvent
+ * (what the trace does not hold). A sample belongs to the poll open on its
+ * worker at its timestamp, as dial9's readers attach them. */
+#include "report.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "d9proto.h"
+
+#define NWORKERS 256          /* worker ids are u8-sized: 254 blocking, 255 other */
+#define MAX_FRAMES 48
+#define MIN_POLL_NS 1000000u  /* polls kept for the lists: >= 1 ms */
+#define MAX_KEPT 1000000      /* bound on kept polls and samples; the rest counted */
+#define KERNEL_MIN 0xffff800000000000ull /* callchains: kernel frames first */
+
+struct poll {
+        uint64_t start, end, task;
+        uint8_t worker;
+        char *future; /* interned in the report's string list */
+};
+
+struct sample {
+        uint64_t ts;
+        uint8_t worker, source;
+        uint8_t n;
+        uint64_t frames[MAX_FRAMES];
+};
+
+struct symbol {
+        uint64_t addr;
+        char *name;
+};
+
+struct wake {
+        uint64_t delay, task, woken_at;
+        uint8_t worker;
+        char *future;
+};
+
+struct worker {
+        bool seen, in_poll, parked;
+        uint64_t poll_start, poll_task, park_start;
+        char *poll_future;
+        uint64_t busy_ns, parked_ns, polls, sched_wait_ns;
+};
+
+/* task id -> time of its first wake since its last poll (0 = none). */
+struct wake_slot {
+        uint64_t task, ts;
+};
+
+struct report {
+        unsigned top;
+        struct worker w[NWORKERS];
+        struct poll *polls;
+        size_t npolls, cap_polls, polls_dropped;
+        struct sample *samples;
+        size_t nsamples, cap_samples, samples_dropped;
+        struct symbol *syms;
+        size_t nsyms, cap_syms;
+        struct wake *wakes; /* the top longest, sorted descending */
+        size_t nwakes;
+        struct wake_slot *slots;
+        size_t nslots, used_slots;
+        char **strings;
+        size_t nstrings, cap_strings;
+        uint64_t first_ts, last_ts, total_polls, lost, short_offcpu, short_offcpu_ns;
+        unsigned segments;
+        json_t *meta;
+};
+
+static const struct d9_value *field(const struct d9_dec_event *ev, const char *name)
+{
+        for (uint16_t i = 0; i < ev->schema->nfields; i++)
+                if (!strcmp(ev->schema->fields[i].name, name))
+                        return ev->values[i].present ? &ev->values[i] : NULL;
+        return NULL;
+}
+
+static uint64_t field_u(const struct d9_dec_event *ev, const char *name)
+{
+        const struct d9_value *v = field(ev, name);
+        return v ? v->u : 0;
+}
+
+static bool grow(void **p, size_t *cap, size_t need, size_t size)
+{
+        if (need <= *cap)
+                return true;
+        size_t n = *cap ? *cap * 2 : 1024;
+        void *q = realloc(*p, n * size);
+        if (!q)
+                return false;
+        *p = q;
+        *cap = n;
+        return true;
+}
+
+/* Future types repeat in every poll: one copy each (a linear scan of the
+ * last few hits would miss; the list is small, a few hundred types). */
+static char *intern(struct report *r, const struct d9_value *v)
+{
+        if (!v || !v->resolved)
+                return NULL;
+        for (size_t i = r->nstrings; i-- > 0;)
+                if (strlen(r->strings[i]) == v->str.len && !memcmp(r->strings[i], v->str.p, v->str.len))
+                        return r->strings[i];
+        if (!grow((void **)&r->strings, &r->cap_strings, r->nstrings + 1, sizeof(char *)))
+                return NULL;
+        char *s = strndup(v->str.p, v->str.len);
+        if (s)
+                r->strings[r->nstrings++] = s;
+        return s;
+}
+
+static struct wake_slot *slot_of(struct report *r, uint64_t task, bool insert)
+{
+        if (insert && (r->used_slots + 1) * 2 > r->nslots) {
+                size_t n = r->nslots ? r->nslots * 2 : 4096;
+                struct wake_slot *s = calloc(n, sizeof(*s));
+                if (!s)
+                        return NULL;
+                for (size_t i = 0; i < r->nslots; i++) {
+                        if (!r->slots[i].task)
+                                continue;
+                        size_t j = (r->slots[i].task * 0x9e3779b97f4a7c15ull) & (n - 1);
+                        while (s[j].task)
+                                j = (j + 1) & (n - 1);
+                        s[j] = r->slots[i];
+                }
+                free(r->slots);
+                r->slots = s;
+                r->nslots = n;
+        }
+        if (!r->nslots || !task)
+                return NULL;
+        size_t j = (task * 0x9e3779b97f4a7c15ull) & (r->nslots - 1);
+        while (r->slots[j].task && r->slots[j].task != task)
+                j = (j + 1) & (r->nslots - 1);
+        if (!r->slots[j].task) {
+                if (!insert)
+                        return NULL;
+                r->slots[j].task = task;
+                r->used_slots++;
+        }
+        return &r->slots[j];
+}
+
+static void keep_wake(struct report *r, const struct wake *w)
+{
+        if (r->nwakes == r->top && (r->top == 0 || w->delay <= r->wakes[r->nwakes - 1].delay))
+                return;
+        size_t i = r->nwakes < r->top ? r->nwakes++ : r->nwakes - 1;
+        while (i > 0 && r->wakes[i - 1].delay < w->delay) {
+                r->wakes[i] = r->wakes[i - 1];
+                i--;
+        }
+        r->wakes[i] = *w;
+}
+
+static void on_poll_start(struct report *r, const struct d9_dec_event *ev)
+{
+        uint8_t id = (uint8_t)field_u(ev, "worker_id");
+        struct worker *w = &r->w[id];
+        uint64_t task = field_u(ev, "task_id");
+
+        w->seen = true;
+        w->in_poll = true;
+        w->poll_start = ev->ts;
+        w->poll_task = task;
+        w->poll_future = intern(r, field(ev, "spawn_loc"));
+        r->total_polls++;
+        w->polls++;
+        struct wake_slot *s = slot_of(r, task, false);
+        if (s && s->ts) {
+                struct wake wk = { ev->ts - s->ts, task, s->ts, id, w->poll_future };
+                if (ev->ts >= s->ts)
+                        keep_wake(r, &wk);
+                s->ts = 0;
+        }
+}
+
+static void on_poll_end(struct report *r, const struct d9_dec_event *ev)
+{
+        struct worker *w = &r->w[(uint8_t)field_u(ev, "worker_id")];
+
+        if (!w->in_poll || ev->ts < w->poll_start)
+                return;
+        uint64_t d = ev->ts - w->poll_start;
+        w->in_poll = false;
+        w->busy_ns += d;
+        if (d < MIN_POLL_NS)
+                return;
+        if (r->npolls >= MAX_KEPT ||
+            !grow((void **)&r->polls, &r->cap_polls, r->npolls + 1, sizeof(*r->polls))) {
+                r->polls_dropped++;
+                return;
+        }
+        r->polls[r->npolls++] = (struct poll){ w->poll_start, ev->ts, w->poll_task,
+                                               (uint8_t)(w - r->w), w->poll_future };
+}
+
+static void on_park(struct report *r, const struct d9_dec_event *ev, bool park)
+{
+        struct worker *w = &r->w[(uint8_t)field_u(ev, "worker_id")];
+
+        w->seen = true;
+        if (park) {
+                w->parked = true;
+                w->park_start = ev->ts;
+        } else if (w->parked && ev->ts >= w->park_start) {
+                w->parked = false;
+                w->parked_ns += ev->ts - w->park_start;
+                w->sched_wait_ns += field_u(ev, "sched_wait_ns");
+        }
+}
+
+static void on_wake(struct report *r, const struct d9_dec_event *ev)
+{
+        struct wake_slot *s = slot_of(r, field_u(ev, "woken_task_id"), true);
+
+        if (s && !s->ts)
+                s->ts = ev->ts;
+}
+
+static void on_sample(struct report *r, const struct d9_dec_event *ev)
+{
+        const struct d9_value *chain = field(ev, "callchain");
+
+        if (r->nsamples >= MAX_KEPT ||
+            !grow((void **)&r->samples, &r->cap_samples, r->nsamples + 1, sizeof(*r->samples))) {
+                r->samples_dropped++;
+                return;
+        }
+        struct sample *s = &r->samples[r->nsamples++];
+        s->ts = ev->ts;
+        s->worker = (uint8_t)field_u(ev, "worker_id");
+        s->source = (uint8_t)field_u(ev, "source");
+        s->n = 0;
+        for (uint32_t i = 0; chain && i < chain->stack.n && s->n < MAX_FRAMES; i++)
+                s->frames[s->n++] = d9_value_stack_addr(chain, i);
+}
+
+static void on_symbol(struct report *r, const struct d9_dec_event *ev)
+{
+        const struct d9_value *name = field(ev, "symbol_name");
+
+        if (!name || !name->resolved || field_u(ev, "inline_depth") ||
+            !grow((void **)&r->syms, &r->cap_syms, r->nsyms + 1, sizeof(*r->syms)))
+                return;
+        char *s = strndup(name->str.p, name->str.len);
+        if (s)
+                r->syms[r->nsyms++] = (struct symbol){ field_u(ev, "addr"), s };
+}
+
+static void on_metadata(struct report *r, const struct d9_dec_event *ev)
+{
+        const struct d9_value *m = field(ev, "entries");
+        struct d9_value_iter it;
+        struct d9_value k, v;
+
+        if (!m)
+                return;
+        d9_value_iter_init(&it, m);
+        while (d9_value_iter_next(&it, &k) && d9_value_iter_next(&it, &v)) {
+                char *key = strndup(k.str.p, k.str.len);
+                if (key)
+                        json_object_set_new(r->meta, key, json_stringn(v.str.p, v.str.len));
+                free(key);
+        }
+}
+
+static int on_event(const struct d9_dec_event *ev, void *ctx)
+{
+        struct report *r = ctx;
+        const char *name = ev->schema->name;
+
+        if (ev->has_timestamp && ev->ts) {
+                if (!r->first_ts || ev->ts < r->first_ts)
+                        r->first_ts = ev->ts;
+                if (ev->ts > r->last_ts)
+                        r->last_ts = ev->ts;
+        }
+        if (!strcmp(name, "PollStartEvent"))
+                on_poll_start(r, ev);
+        else if (!strcmp(name, "PollEndEvent"))
+                on_poll_end(r, ev);
+        else if (!strcmp(name, "WorkerParkEvent"))
+                on_park(r, ev, true);
+        else if (!strcmp(name, "WorkerUnparkEvent"))
+                on_park(r, ev, false);
+        else if (!strcmp(name, "WakeEventEvent"))
+                on_wake(r, ev);
+        else if (!strcmp(name, "CpuSampleEvent"))
+                on_sample(r, ev);
+        else if (!strcmp(name, "SymbolTableEntry"))
+                on_symbol(r, ev);
+        else if (!strcmp(name, "SegmentMetadataEvent"))
+                on_metadata(r, ev);
+        else if (!strcmp(name, "D9LostEventsEvent"))
+                r->lost += field_u(ev, "lost");
+        else if (!strcmp(name, "D9ShortOffCpuEvent")) {
+                r->short_offcpu += field_u(ev, "intervals");
+                r->short_offcpu_ns += field_u(ev, "total_ns");
+        }
+        return 0;
+}
+
+struct report *report_new(unsigned top)
+{
+        struct report *r = calloc(1, sizeof(*r));
+
+        if (!r)
+                return NULL;
+        r->top = top;
+        r->wakes = calloc(top ? top : 1, sizeof(*r->wakes));
+        r->meta = json_object();
+        if (!r->wakes || !r->meta) {
+                report_free(r);
+                return NULL;
+        }
+        return r;
+}
+
+void report_free(struct report *r)
+{
+        if (!r)
+                return;
+        for (size_t i = 0; i < r->nstrings; i++)
+                free(r->strings[i]);
+        for (size_t i = 0; i < r->nsyms; i++)
+                free(r->syms[i].name);
+        free(r->strings);
+        free(r->syms);
+        free(r->polls);
+        free(r->samples);
+        free(r->wakes);
+        free(r->slots);
+        json_decref(r->meta);
+        free(r);
+}
+
+int report_add_file(struct report *r, const char *path, char *why, size_t why_len)
+{
+        struct d9_dec_opts opts = { .strict = false, .on_event = on_event, .ctx = r };
+        struct d9_dec_result res = { 0 };
+        enum d9_compress kind;
+        uint8_t *buf;
+        size_t len;
+        int e = d9_read_trace_file(path, &buf, &len, &kind);
+
+        if (e < 0) {
+                snprintf(why, why_len, "%s: cannot read: %s", path, strerror(-e));
+                return e;
+        }
+        /* A poll or park open at the end of the previous segment continues
+         * in this one only if the writer said so; d9d restarts them. */
+        for (int i = 0; i < NWORKERS; i++)
+                r->w[i].in_poll = r->w[i].parked = false;
+        e = d9_decode(buf, len, &opts, &res);
+        free(buf);
+        if (e == -EBADMSG)
+                snprintf(why, why_len, "%s: corrupt trace at offset %zu: %s", path, res.error_offset,
+                         res.error);
+        else if (e < 0)
+                snprintf(why, why_len, "%s: %s", path, strerror(-e));
+        else
+                r->segments++;
+        return e;
+}
+
+/* ---- analysis ------------------------------------------------------------ */
+
+static int sym_cmp(const void *a, const void *b)
+{
+        const struct symbol *x = a, *y = b;
+        return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+static int sample_cmp(const void *a, const void *b)
+{
+        const struct sample *x = a, *y = b;
+        if (x->worker != y->worker)
+                return x->worker < y->worker ? -1 : 1;
+        return x->ts < y->ts ? -1 : x->ts > y->ts;
+}
+
+static int poll_cmp_desc(const void *a, const void *b)
+{
+        const struct poll *x = a, *y = b;
+        uint64_t dx = x->end - x->start, dy = y->end - y->start;
+        return dx < dy ? 1 : dx > dy ? -1 : 0;
+}
+
+static const char *sym_name(const struct report *r, uint64_t addr)
+{
+        struct symbol key = { .addr = addr };
+        const struct symbol *s = bsearch(&key, r->syms, r->nsyms, sizeof(key), sym_cmp);
+        return s ? s->name : NULL;
+}
+
+/* Frames leaf first, named where the segment names them. */
+static json_t *stack_json(const struct report *r, const struct sample *s)
+{
+        json_t *a = json_array();
+        char hex[32];
+
+        for (uint8_t i = 0; i < s->n; i++) {
+                const char *n = sym_name(r, s->frames[i]);
+                if (!n) {
+                        snprintf(hex, sizeof(hex), "0x%llx", (unsigned long long)s->frames[i]);
+                        n = hex;
+                }
+                json_array_append_new(a, json_string(n));
+        }
+        return a;
+}
+
+/* The samples of worker w in [from, to): indexes into the sorted array. */
+static size_t first_sample(const struct report *r, uint8_t w, uint64_t from)
+{
+        size_t lo = 0, hi = r->nsamples;
+
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                const struct sample *s = &r->samples[mid];
+                if (s->worker < w || (s->worker == w && s->ts < from))
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return lo;
+}
+
+static json_t *poll_json(const struct report *r, const struct poll *p, int source, const struct sample **picked)
+{
+        size_t on = 0, off = 0;
+        const struct sample *first_on = NULL, *first_off = NULL;
+
+        for (size_t i = first_sample(r, p->worker, p->start);
+             i < r->nsamples && r->samples[i].worker == p->worker && r->samples[i].ts < p->end; i++) {
+                const struct sample *s = &r->samples[i];
+                if (s->source == 0) {
+                        on++;
+                        /* The deepest stack says most about what ran. */
+                        if (!first_on || s->n > first_on->n)
+                                first_on = s;
+                } else {
+                        off++;
+                        if (!first_off || s->n > first_off->n)
+                                first_off = s;
+                }
+        }
+        *picked = source == 0 ? first_on : first_off;
+        unsigned kernel = 0;
+        while (*picked && kernel < (*picked)->n && (*picked)->frames[kernel] >= KERNEL_MIN)
+                kernel++;
+        json_t *o = json_pack("{s:I, s:I, s:i, s:I, s:s?, s:I, s:I}", "start_ns", (json_int_t)p->start,
+                              "duration_ns", (json_int_t)(p->end - p->start), "worker", (int)p->worker,
+                              "task", (json_int_t)p->task, "future", p->future, "cpu_samples",
+                              (json_int_t)on, "offcpu_samples", (json_int_t)off);
+        if (*picked) {
+                json_object_set_new(o, "stack", stack_json(r, *picked));
+                json_object_set_new(o, "kernel_frames", json_integer(kernel));
+        }
+        return o;
+}
+
+json_t *report_result(struct report *r)
+{
+        qsort(r->syms, r->nsyms, sizeof(*r->syms), sym_cmp);
+        qsort(r->samples, r->nsamples, sizeof(*r->samples), sample_cmp);
+        qsort(r->polls, r->npolls, sizeof(*r->polls), poll_cmp_desc);
+
+        json_t *longest = json_array(), *blocking = json_array(), *wakes = json_array();
+        for (size_t i = 0; i < r->npolls; i++) {
+                const struct sample *s;
+                if (json_array_size(longest) < r->top)
+                        json_array_append_new(longest, poll_json(r, &r->polls[i], 0, &s));
+                /* A poll that was descheduled with a stack: the blocking call. */
+                if (json_array_size(blocking) < r->top) {
+                        json_t *b = poll_json(r, &r->polls[i], 1, &s);
+                        if (s && s->n)
+                                json_array_append_new(blocking, b);
+                        else
+                                json_decref(b);
+                }
+        }
+        for (size_t i = 0; i < r->nwakes; i++) {
+                const struct wake *w = &r->wakes[i];
+                json_array_append_new(wakes, json_pack("{s:I, s:I, s:I, s:i, s:s?}", "delay_ns",
+                                                       (json_int_t)w->delay, "woken_at_ns",
+                                                       (json_int_t)w->woken_at, "task", (json_int_t)w->task,
+                                                       "worker", (int)w->worker, "future", w->future));
+        }
+        uint64_t span = r->last_ts > r->first_ts ? r->last_ts - r->first_ts : 0;
+        json_t *workers = json_array();
+        for (int i = 0; i < NWORKERS; i++) {
+                const struct worker *w = &r->w[i];
+                if (!w->seen)
+                        continue;
+                json_array_append_new(workers, json_pack("{s:i, s:I, s:I, s:I, s:I, s:f, s:f}", "worker", i,
+                        "polls", (json_int_t)w->polls, "busy_ns", (json_int_t)w->busy_ns, "parked_ns",
+                        (json_int_t)w->parked_ns, "sched_wait_ns", (json_int_t)w->sched_wait_ns,
+                        "busy_share", span ? (double)w->busy_ns / (double)span : 0.0,
+                        "parked_share", span ? (double)w->parked_ns / (double)span : 0.0));
+        }
+        json_t *missing = json_pack("{s:I, s:I, s:I, s:I, s:I}", "lost_events", (json_int_t)r->lost,
+                                    "short_offcpu_intervals", (json_int_t)r->short_offcpu,
+                                    "short_offcpu_ns", (json_int_t)r->short_offcpu_ns,
+                                    "polls_not_kept", (json_int_t)r->polls_dropped,
+                                    "samples_not_kept", (json_int_t)r->samples_dropped);
+        return json_pack("{s:i, s:I, s:I, s:I, s:O, s:o, s:o, s:o, s:o, s:o}", "segments", (int)r->segments,
+                         "span_ns", (json_int_t)span, "polls", (json_int_t)r->total_polls,
+                         "polls_over_1ms", (json_int_t)(r->npolls + r->polls_dropped), "metadata", r->meta,
+                         "longest_polls", longest, "blocking_in_polls", blocking, "longest_wake_to_poll",
+                         wakes, "workers", workers, "missing", missing);
+}

@@ -1,0 +1,122 @@
+/* report_text.c: the one-screen text form of d9ctl report's JSON document. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "report.h"
+
+#define FRAMES_SHOWN 6
+
+static double ms(const json_t *o, const char *key)
+{
+        return (double)json_integer_value(json_object_get(o, key)) / 1e6;
+}
+
+/* The kernel's leaf frame (where the thread sat), then the user frames,
+ * named ones only (unnamed ones would push the callers off the line), then
+ * how many were left out. */
+static void print_stack(FILE *out, const json_t *p)
+{
+        const json_t *stack = json_object_get(p, "stack");
+        size_t n = json_array_size(stack), kernel = (size_t)json_integer_value(json_object_get(p, "kernel_frames"));
+        size_t shown = 0;
+
+        if (!n) {
+                fputs("(no stack)", out);
+                return;
+        }
+        if (kernel)
+                fprintf(out, "[kernel %s] ", json_string_value(json_array_get(stack, 0)));
+        for (size_t i = kernel; i < n && shown < FRAMES_SHOWN; i++) {
+                const char *s = json_string_value(json_array_get(stack, i));
+                if (!s || !strncmp(s, "0x", 2))
+                        continue;
+                fprintf(out, "%s%s", shown ? " <- " : "", s);
+                shown++;
+        }
+        if (!shown)
+                fprintf(out, "(%zu unnamed user frames)", n - kernel);
+        else if (shown + kernel < n)
+                fprintf(out, " (+%zu)", n - kernel - shown);
+}
+
+static void print_polls(FILE *out, const char *title, const json_t *list, const char *samples_key)
+{
+        size_t i;
+        const json_t *p;
+
+        fprintf(out, "\n%s\n", title);
+        if (!json_array_size(list)) {
+                fputs("  none\n", out);
+                return;
+        }
+        json_array_foreach(list, i, p) {
+                const char *future = json_string_value(json_object_get(p, "future"));
+                fprintf(out, "  %9.3f ms  worker %-3d task %-8" JSON_INTEGER_FORMAT " %s\n", ms(p, "duration_ns"),
+                        (int)json_integer_value(json_object_get(p, "worker")),
+                        json_integer_value(json_object_get(p, "task")), future ? future : "(unknown future)");
+                fprintf(out, "               %" JSON_INTEGER_FORMAT " %s: ",
+                        json_integer_value(json_object_get(p, samples_key)),
+                        !strcmp(samples_key, "cpu_samples") ? "CPU samples" : "off-CPU samples");
+                print_stack(out, p);
+                fputc('\n', out);
+        }
+}
+
+void report_print_text(FILE *out, const json_t *doc)
+{
+        const json_t *meta = json_object_get(doc, "metadata"), *v, *list;
+        const char *service = json_string_value(json_object_get(meta, "service"));
+        const char *pid = json_string_value(json_object_get(meta, "pid"));
+        size_t i;
+
+        fprintf(out, "d9ctl report: %d segment%s, %.3f s", (int)json_integer_value(json_object_get(doc, "segments")),
+                json_integer_value(json_object_get(doc, "segments")) == 1 ? "" : "s",
+                (double)json_integer_value(json_object_get(doc, "span_ns")) / 1e9);
+        if (service)
+                fprintf(out, ", %s", service);
+        if (pid)
+                fprintf(out, " (pid %s)", pid);
+        fprintf(out, "; %" JSON_INTEGER_FORMAT " polls, %" JSON_INTEGER_FORMAT " of 1 ms or more\n",
+                json_integer_value(json_object_get(doc, "polls")),
+                json_integer_value(json_object_get(doc, "polls_over_1ms")));
+
+        print_polls(out, "Longest polls (what ran: the deepest CPU sample inside the poll)",
+                    json_object_get(doc, "longest_polls"), "cpu_samples");
+        print_polls(out, "Blocking inside polls (the poll's thread was descheduled here)",
+                    json_object_get(doc, "blocking_in_polls"), "offcpu_samples");
+
+        fputs("\nLongest wake-to-poll delays\n", out);
+        list = json_object_get(doc, "longest_wake_to_poll");
+        if (!json_array_size(list))
+                fputs("  none (no wake events in the trace)\n", out);
+        json_array_foreach(list, i, v) {
+                const char *future = json_string_value(json_object_get(v, "future"));
+                fprintf(out, "  %9.3f ms  worker %-3d task %-8" JSON_INTEGER_FORMAT " %s\n", ms(v, "delay_ns"),
+                        (int)json_integer_value(json_object_get(v, "worker")),
+                        json_integer_value(json_object_get(v, "task")), future ? future : "(unknown future)");
+        }
+
+        fputs("\nWorkers (share of the recording)\n  worker  polls      busy   parked  other  sched wait\n", out);
+        json_array_foreach(json_object_get(doc, "workers"), i, v) {
+                double busy = json_real_value(json_object_get(v, "busy_share")) * 100;
+                double parked = json_real_value(json_object_get(v, "parked_share")) * 100;
+                double other = 100 - busy - parked;
+                fprintf(out, "  %-6d  %-9" JSON_INTEGER_FORMAT " %5.1f%%  %6.1f%%  %5.1f%%  %8.3f ms\n",
+                        (int)json_integer_value(json_object_get(v, "worker")),
+                        json_integer_value(json_object_get(v, "polls")), busy, parked, other < 0 ? 0 : other,
+                        ms(v, "sched_wait_ns"));
+        }
+
+        const json_t *m = json_object_get(doc, "missing");
+        fprintf(out, "\nNot in the trace: %" JSON_INTEGER_FORMAT " events lost (ring full), %" JSON_INTEGER_FORMAT
+                " off-CPU intervals under the recording minimum (%.3f ms in all)",
+                json_integer_value(json_object_get(m, "lost_events")),
+                json_integer_value(json_object_get(m, "short_offcpu_intervals")), ms(m, "short_offcpu_ns"));
+        if (json_integer_value(json_object_get(m, "polls_not_kept")) ||
+            json_integer_value(json_object_get(m, "samples_not_kept")))
+                fprintf(out, "; over this report's bound: %" JSON_INTEGER_FORMAT " long polls, %" JSON_INTEGER_FORMAT
+                        " samples not analysed", json_integer_value(json_object_get(m, "polls_not_kept")),
+                        json_integer_value(json_object_get(m, "samples_not_kept")));
+        fputs("\n", out);
+}
