@@ -416,7 +416,11 @@ int session_start(struct d9d *d, const struct session_request *req, struct sessi
         r = session_plan(s, req, why);
         if (r < 0)
                 goto fail;
-        r = translate_init(&s->tr, s->pid, s->plan, s->probes & D9_PROBES_WAKE);
+        /* What the trace claims follows what attaches, not what was asked
+         * for: a stripped build has no wake or park point to attach. */
+        r = translate_init(&s->tr, s->pid, s->plan,
+                           (s->probes & D9_PROBES_WAKE) && s->plan && probe_plan_count(s->plan, PROBE_WAKE, false),
+                           (s->probes & D9_PROBES_PARK) && s->plan && probe_plan_count(s->plan, PROBE_PARK, false));
         if (r < 0)
                 goto fail;
         s->tr.spawn_from_first_poll &= (s->probes & D9_PROBES_SPAWN) != 0;

@@ -141,6 +141,11 @@ int plan_vtable_route(struct plan_builder *b)
                 p->sources |= PROBE_FROM_VTABLE_SCAN;
                 if (!p->vtable_vaddr)
                         p->vtable_vaddr = v->vaddr;
+                /* Shape, not names: a zero-sized scheduler is Tokio's
+                 * BlockingSchedule (every other scheduler is a handle). */
+                if (b->vs.id_slot >= 0 && b->vs.scheduler_slot >= 0 &&
+                    v->off[b->vs.scheduler_slot - 7] == v->off[b->vs.id_slot - 7])
+                        p->blocking_task = true;
         }
         return 0;
 }
@@ -255,6 +260,8 @@ int plan_label_polls(struct plan_builder *b)
                 if (!p->label && asprintf(&p->label, "0x%" PRIx64, p->vaddr) < 0)
                         return -ENOMEM;
                 p->boxed_dyn |= label_is_boxed_dyn_future(p->label);
+                /* Symbol-only points (no vtable found for them). */
+                p->blocking_task |= !p->vtable_vaddr && strstr(p->label, "BlockingTask") != NULL;
         }
         return 0;
 }
