@@ -141,10 +141,12 @@ int plan_vtable_route(struct plan_builder *b)
                 p->sources |= PROBE_FROM_VTABLE_SCAN;
                 if (!p->vtable_vaddr)
                         p->vtable_vaddr = v->vaddr;
-                /* Shape, not names: a zero-sized scheduler is Tokio's
-                 * BlockingSchedule (every other scheduler is a handle). */
+                /* Shape, not names: every runtime scheduler (multi-thread,
+                 * current-thread, LocalSet) is one Arc, 8 bytes before the
+                 * id; BlockingSchedule is not: zero-sized (1.24), or hooks
+                 * (16 bytes, 1.43), or a Handle with test-util. */
                 if (b->vs.id_slot >= 0 && b->vs.scheduler_slot >= 0 &&
-                    v->off[b->vs.scheduler_slot - 7] == v->off[b->vs.id_slot - 7])
+                    v->off[b->vs.id_slot - 7] - v->off[b->vs.scheduler_slot - 7] != 8)
                         p->blocking_task = true;
         }
         return 0;

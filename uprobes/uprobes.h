@@ -88,9 +88,10 @@ struct probe_point {
          * (with boxed_dyn) on stripped binaries when the code shows the pattern. */
         uint32_t dyn_vtable_hdr_off;
         /* PROBE_POLL of a blocking-pool task (spawn_blocking, a worker's own
-         * launch): its scheduler is zero-sized (BlockingSchedule), so the
-         * vtable's scheduler and id offsets are equal; or, without a vtable,
-         * the symbol names BlockingTask. Such polls never make their thread a
+         * launch): its scheduler (BlockingSchedule) is not the one Arc every
+         * runtime scheduler is, so the vtable's id offset is not its
+         * scheduler offset + 8; or, without a vtable, the symbol names
+         * BlockingTask. Such polls never make their thread a
          * worker (daemon/translate.c). */
         bool blocking_task;
 };
