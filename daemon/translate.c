@@ -4,9 +4,11 @@
  * decide an identity). Identity rules (docs/probe-plan.md, "Worker
  * identity"; trace-format.md §8):
  * - a poll of a blocking-pool task (the plan's blocking_task: Tokio's
- *   zero-sized BlockingSchedule, found from the vtable's shape) is on lane
- *   254 wherever it runs, and never makes its thread a worker. A worker's
- *   own launch is such a task, and so is every spawn_blocking job.
+ *   BlockingSchedule, told from the vtable's shape) is a
+ *   D9BlockingPollEvent, not a poll on a worker lane, wherever it runs,
+ *   and never makes its thread a worker. A worker's own launch is such a
+ *   task, and so is every spawn_blocking job. Samples of blocking-pool
+ *   threads are on 254, as dial9 writes them.
  * - a thread becomes a worker when it polls a runtime task (any other
  *   poll) or parks a worker's core. With park probes a worker is the core
  *   its park key names, not a thread (block_in_place moves a core to
@@ -57,6 +59,19 @@ static const struct d9_field_def offcpu_short_fields[] = {
         { "min_ns", D9_T_VARINT },
 };
 static const struct d9_schema_def offcpu_short_schema = { "D9ShortOffCpuEvent", 3, offcpu_short_fields };
+
+/* A blocking-pool task's poll (a spawn_blocking job), written at its end.
+ * dial9 records polls of runtime tasks on workers only and its viewer draws
+ * a lane per worker id seen in poll and park events, so these are not
+ * PollStart/PollEnd on 254 (a "Worker 254" lane) but an event of their own;
+ * dial9's readers skip it, d9's keep it. start = ts - duration_ns. */
+static const struct d9_field_def blocking_fields[] = {
+        { "task_id", D9_T_VARINT },
+        { "spawn_loc", D9_T_POOLED_STRING },
+        { "tid", D9_T_VARINT },
+        { "duration_ns", D9_T_VARINT },
+};
+static const struct d9_schema_def blocking_schema = { "D9BlockingPollEvent", 4, blocking_fields };
 
 int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *plan, bool wake_probes,
                    bool park_probes)
@@ -127,6 +142,10 @@ int translate_set_encoder(struct translate *tr, struct d9_enc *enc)
         if (r < 0)
                 return r;
         tr->offcpu_short_schema = r;
+        r = d9_enc_declare(enc, &blocking_schema);
+        if (r < 0)
+                return r;
+        tr->blocking_schema = r;
         r = d9_enc_intern_string(enc, "", 0, &tr->empty_atom);
         if (!r)
                 r = d9_enc_intern_stack(enc, NULL, 0, &tr->empty_stack);
@@ -409,6 +428,19 @@ static uint32_t poll_worker(struct translate *tr, struct tr_thread *t, uint64_t 
         return t->worker;
 }
 
+static int blocking_poll_end(struct translate *tr, struct tr_thread *t, uint64_t ts)
+{
+        struct d9_enc_value v[4] = {
+                { .present = true, .u = t->blocking_task },
+                { .present = true, .atom = poll_label_atom(tr, t->blocking_cookie, t->blocking_future) },
+                { .present = true, .u = t->tid },
+                { .present = true, .u = ts >= t->blocking_ts ? ts - t->blocking_ts : 0 },
+        };
+
+        return d9_enc_event(tr->enc, tr->blocking_schema, ts, v);
+}
+
+/* Returns 1 when the record writes no event. */
 static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_thread *t)
 {
         switch (r->hdr.type) {
@@ -423,22 +455,33 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                 /* A poll still open here never got its end (it began before
                  * the attach, or a worker's launch poll that encloses all of
                  * its task polls): closed now, so no lane stays open. */
-                if (t->poll_worker != D9_WORKER_NONE) {
+                if (t->poll_worker < D9_WORKER_BLOCKING) {
                         int e = d9_enc_poll_end(tr->enc, r->hdr.ts, t->poll_worker);
                         if (e < 0)
                                 return e;
                         tr->events++;
                 }
                 t->poll_worker = poll_worker(tr, t, r->cookie);
+                if (t->poll_worker == D9_WORKER_BLOCKING) {
+                        t->pool_thread |= t->worker == D9_WORKER_NONE;
+                        t->blocking_ts = r->hdr.ts;
+                        t->blocking_task = r->task_id;
+                        t->blocking_cookie = r->cookie;
+                        t->blocking_future = r->future_poll;
+                        return 1;
+                }
                 return d9_enc_poll_start(tr->enc, r->hdr.ts, t->poll_worker, 0,
                                          r->task_id, poll_label_atom(tr, r->cookie, r->future_poll));
         case D9_REC_POLL_END: {
-                /* The lane its start was on; a poll that started before
-                 * the attach has no start here: take its cookie's lane. */
-                uint32_t w = t->poll_worker != D9_WORKER_NONE ? t->poll_worker :
-                             cookie_is_blocking(tr, r->cookie) ? D9_WORKER_BLOCKING : t->worker;
+                uint32_t w = t->poll_worker;
+
                 t->poll_worker = D9_WORKER_NONE;
-                return d9_enc_poll_end(tr->enc, r->hdr.ts, w);
+                if (w == D9_WORKER_BLOCKING)
+                        return blocking_poll_end(tr, t, r->hdr.ts);
+                /* A poll that started before the attach has no start here. */
+                if (w == D9_WORKER_NONE && (cookie_is_blocking(tr, r->cookie) || t->worker == D9_WORKER_NONE))
+                        return 1;
+                return d9_enc_poll_end(tr->enc, r->hdr.ts, w != D9_WORKER_NONE ? w : t->worker);
         }
         case D9_REC_SPAWN:
                 return d9_enc_task_spawn(tr->enc, r->hdr.ts, r->task_id, tr->empty_atom, tr->wake_probes);
@@ -472,6 +515,13 @@ static int on_park(struct translate *tr, const struct d9_rec_park *r, struct tr_
         return d9_enc_worker_unpark(tr->enc, r->hdr.ts, w, 0, r->cpu_ns, wait, r->hdr.tid);
 }
 
+/* A sample's worker_id: its worker, else 254 for a blocking-pool thread
+ * (as dial9 marks them), else 255. */
+static uint32_t sample_lane(const struct tr_thread *t)
+{
+        return t->worker != D9_WORKER_NONE ? t->worker : t->pool_thread ? D9_WORKER_BLOCKING : D9_WORKER_NONE;
+}
+
 /* Callchain atom for a sample that names stack_id; fallback: [ip] or empty. */
 static uint32_t sample_stack(struct translate *tr, struct tr_thread *t, uint64_t stack_id, uint64_t ip);
 
@@ -481,7 +531,7 @@ static uint32_t sample_stack(struct translate *tr, struct tr_thread *t, uint64_t
  * wanted the CPU. The scheduler wait is not in this record: 0. */
 static int on_offcpu(struct translate *tr, const struct d9_rec_offcpu *o, struct tr_thread *t)
 {
-        int r = d9_enc_cpu_sample(tr->enc, o->off_ts, t->worker, o->hdr.tid, 1, D9_NO_ATOM,
+        int r = d9_enc_cpu_sample(tr->enc, o->off_ts, sample_lane(t), o->hdr.tid, 1, D9_NO_ATOM,
                                   sample_stack(tr, t, o->stack_id, 0), o->hdr.cpu);
 
         if (r < 0 || !tr->park_from_sched || t->worker >= D9_WORKER_BLOCKING ||
@@ -578,6 +628,8 @@ int translate_record(struct translate *tr, const void *rec, size_t size)
                 if (size < sizeof(struct d9_rec_task))
                         return -EBADMSG;
                 r = on_task(tr, rec, t);
+                if (r == 1)
+                        return 0;
                 break;
         case D9_REC_WAKE: {
                 const struct d9_rec_wake *w = rec;
@@ -604,7 +656,7 @@ int translate_record(struct translate *tr, const void *rec, size_t size)
                 const struct d9_rec_sample *s = rec;
                 if (size < sizeof(*s))
                         return -EBADMSG;
-                r = d9_enc_cpu_sample(tr->enc, h->ts, t->worker, h->tid, 0, thread_name_atom(tr, t),
+                r = d9_enc_cpu_sample(tr->enc, h->ts, sample_lane(t), h->tid, 0, thread_name_atom(tr, t),
                                       sample_stack(tr, t, s->stack_id, s->ip), h->cpu);
                 break;
         }

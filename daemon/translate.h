@@ -17,6 +17,11 @@ struct tr_thread {
         uint32_t worker;                /* D9_WORKER_NONE until the thread polls a
                                          * runtime task or parks a worker's core */
         uint32_t poll_worker;           /* lane of its open poll, D9_WORKER_NONE if none */
+        bool pool_thread;               /* has run blocking-pool tasks (samples: 254) */
+        uint64_t blocking_ts;           /* its open blocking-pool poll: start, */
+        uint64_t blocking_task;         /* task id, */
+        uint64_t blocking_cookie;       /* and label (cookie, boxed poll fn) */
+        uint64_t blocking_future;
         uint64_t park_run_delay;        /* run_delay at the last park */
         uint32_t name_atom;
         bool name_read;
@@ -39,6 +44,7 @@ struct translate {
         struct d9_enc *enc;             /* current segment's encoder */
         int lost_schema;                /* D9LostEventsEvent handle in enc */
         int offcpu_short_schema;        /* D9ShortOffCpuEvent handle in enc */
+        int blocking_schema;            /* D9BlockingPollEvent handle in enc */
         uint32_t empty_atom, empty_stack;
         uint32_t *label_atoms;          /* per plan cookie; UINT32_MAX = not yet */
         size_t n_labels;

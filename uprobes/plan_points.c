@@ -230,24 +230,85 @@ static char *first_non_runtime(const char *name)
         return is_runtime_crate(name) ? NULL : strdup(name);
 }
 
+/* The future's own poll fn, as legacy symbols name it: an async fn or block
+ * (`crate::f::{{closure}}`) or a hand-written `<X as Future>::poll`. */
+static char *future_poll_name(const char *name)
+{
+        size_t n = strlen(name);
+
+        if (is_runtime_crate(name))
+                return NULL;
+        if ((n > 13 && !strcmp(name + n - 13, "::{{closure}}")) || strstr(name, " as core::future::future::Future>::poll"))
+                return strdup(name);
+        return NULL;
+}
+
+/* T from the drop glue a vtable's siblings (dealloc, shutdown, ...) call. */
+static char *drop_glue_label(struct plan_builder *b, const struct task_vtable *v)
+{
+        for (int slot = 2; slot < 7; slot++) {
+                char *t = scan_callees(b, v->fn[slot], future_from_drop_glue);
+
+                if (t)
+                        return t;
+        }
+        return NULL;
+}
+
+/* "A | B (one poll instance serves 2 future types)" when several vtables
+ * share this poll and their drop glue names different types; else NULL. */
+static char *shared_instance_label(struct plan_builder *b, const struct probe_point *p)
+{
+        char *joined = NULL;
+        size_t types = 0;
+
+        for (size_t i = 0; i < b->vs.n; i++) {
+                char *t, *more;
+
+                if (b->vs.v[i].fn[0] != p->vaddr || !(t = drop_glue_label(b, &b->vs.v[i])))
+                        continue;
+                if (joined && strstr(joined, t)) {
+                        free(t);
+                        continue;
+                }
+                more = NULL;
+                if (asprintf(&more, "%s%s%s", joined ? joined : "", joined ? " | " : "", t) < 0)
+                        more = NULL;
+                free(t);
+                free(joined);
+                joined = more;
+                types++;
+                if (!joined)
+                        return NULL;
+        }
+        if (types < 2) {
+                free(joined);
+                return NULL;
+        }
+        char *label = NULL;
+        if (asprintf(&label, "%s (one poll instance serves %zu future types)", joined, types) < 0)
+                label = NULL;
+        free(joined);
+        return label;
+}
+
 /* Legacy mangling has no generic arguments, so `raw::poll<T,S>` does not
- * name T. Its vtable siblings (dealloc, shutdown, ...) call drop glue whose
- * legacy name does spell out `Cell<T, S>`: take T from there. Failing that,
- * the future's own poll (`crate::f::{{closure}}`) may be an out-of-line call
- * from the harness. */
+ * name T. Best: the future's own poll fn that this instance calls (the
+ * harness calls it directly). Drop glue names T too (`drop_in_place<...
+ * Cell<T, S>>`), but identical glue of two futures with the same layout is
+ * merged by the compiler and keeps one name: mixed's thread_sleeper task
+ * was labelled blocker that way. So the glue is the fallback, and when
+ * several vtables really share one poll instance the label lists them all. */
 static char *legacy_label(struct plan_builder *b, const struct probe_point *p)
 {
-        for (size_t i = 0; i < b->vs.n && p->vtable_vaddr; i++) {
-                if (b->vs.v[i].vaddr != p->vtable_vaddr)
-                        continue;
-                for (int slot = 2; slot < 7; slot++) {
-                        char *t = scan_callees(b, b->vs.v[i].fn[slot], future_from_drop_glue);
+        char *t = shared_instance_label(b, p);
 
-                        if (t)
-                                return t;
-                }
-        }
-        return scan_callees(b, p->vaddr, first_non_runtime);
+        if (!t)
+                t = scan_callees(b, p->vaddr, future_poll_name);
+        for (size_t i = 0; !t && i < b->vs.n && p->vtable_vaddr; i++)
+                if (b->vs.v[i].vaddr == p->vtable_vaddr)
+                        t = drop_glue_label(b, &b->vs.v[i]);
+        return t ? t : scan_callees(b, p->vaddr, first_non_runtime);
 }
 
 int plan_label_polls(struct plan_builder *b)

@@ -33,8 +33,10 @@ static void plan_init(void)
 }
 
 struct lane_log {
-        int poll_start[256], poll_end[256], park[256], unpark[256];
+        int poll_start[256], poll_end[256], park[256], unpark[256], samples[256];
         int spawns, spawns_instrumented;
+        int blocking_polls;             /* D9BlockingPollEvent */
+        uint64_t blocking_ns;           /* their summed duration */
         /* Park/unpark order per lane: 'p' / 'u', for the alternation check. */
         char order[256][64];
 };
@@ -63,6 +65,11 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
         const char *n = ev->schema->name;
         uint64_t w = field_u(ev, "worker_id");
 
+        if (!strcmp(n, "D9BlockingPollEvent")) {
+                l->blocking_polls++;
+                l->blocking_ns += field_u(ev, "duration_ns");
+                return 0;
+        }
         if (!strcmp(n, "TaskSpawnEvent")) {
                 l->spawns++;
                 l->spawns_instrumented += field_u(ev, "instrumented") == 1;
@@ -78,6 +85,8 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
                 l->park[w]++, order_push(l->order[w], 'p');
         else if (!strcmp(n, "WorkerUnparkEvent"))
                 l->unpark[w]++, order_push(l->order[w], 'u');
+        else if (!strcmp(n, "CpuSampleEvent"))
+                l->samples[w]++;
         return 0;
 }
 
@@ -137,6 +146,14 @@ static void offcpu(struct run *r, uint32_t tid, uint32_t prev_state)
         translate_record(&r->tr, &o, sizeof(o));
 }
 
+static void sample(struct run *r, uint32_t tid)
+{
+        struct d9_rec_sample smp = { .ip = 0x1234 };
+
+        hdr(&smp.hdr, r, D9_REC_CPU_SAMPLE, tid);
+        translate_record(&r->tr, &smp, sizeof(smp));
+}
+
 static void run_end(struct run *r, struct lane_log *l, char *workers, size_t len)
 {
         struct d9_dec_opts opts = { .strict = true, .on_event = on_event, .ctx = l };
@@ -166,7 +183,7 @@ static int polls_off(const struct lane_log *l, int from)
 /* Stripped build, no park probes: blocking threads (spawn_blocking jobs,
  * one thread per job, coming and going) interleaved with two workers'
  * polls. Workers are the threads that poll runtime tasks; blocking jobs
- * are on 254 and mint no worker. */
+ * are D9BlockingPollEvents (no "Worker 254" lane) and mint no worker. */
 static void test_blocking_pool_never_workers(void)
 {
         struct lane_log l;
@@ -178,20 +195,26 @@ static void test_blocking_pool_never_workers(void)
                 poll(&r, 101, C_TASK, 1 + round, true);
                 poll(&r, 200 + round, C_BLOCKING, 1000 + round, false); /* a job starts... */
                 poll(&r, 102, C_TASK2, 2 + round, true);
+                sample(&r, 200 + round);
                 if (round % 3 == 0) {
                         struct d9_rec_task end = { .task_id = 1000 + round, .cookie = C_BLOCKING };
                         hdr(&end.hdr, &r, D9_REC_POLL_END, 200 + round); /* ... and ends, interleaved */
                         translate_record(&r.tr, &end, sizeof(end));
                 }
         }
+        sample(&r, 101);
         run_end(&r, &l, workers, sizeof(workers));
         ok(!strcmp(workers, "0,1"), "stripped, 50 blocking threads: runtime.main is the 2 workers ('%s')", workers);
-        ok(l.poll_start[254] == 50 && polls_off(&l, 2) == 0,
-           "every spawn_blocking job is on the blocking lane (%d of 50), none on a minted worker (%d)",
+        ok(l.poll_start[254] == 0 && l.poll_end[254] == 0 && polls_off(&l, 2) == 0,
+           "no spawn_blocking job is a poll on a worker lane, 254 included (%d on 254, %d on minted ids)",
            l.poll_start[254], polls_off(&l, 2));
-        ok(l.poll_start[0] == 50 && l.poll_start[1] == 50, "runtime-task polls on workers 0 and 1 (%d, %d)",
-           l.poll_start[0], l.poll_start[1]);
-        ok(l.poll_end[254] == 17, "ends of blocking jobs on the blocking lane too (%d of 17)", l.poll_end[254]);
+        ok(l.poll_start[0] == 50 && l.poll_start[1] == 50 && l.poll_end[0] == 50 && l.poll_end[1] == 50,
+           "runtime-task polls on workers 0 and 1 (%d, %d), each ended", l.poll_start[0], l.poll_start[1]);
+        ok(l.blocking_polls == 17 && l.blocking_ns == 17 * 4000 /* 4 records of 1 us each in between */,
+           "each ended job is one D9BlockingPollEvent with its duration (%d of 17, %llu ns)", l.blocking_polls,
+           (unsigned long long)l.blocking_ns);
+        ok(l.samples[254] == 50 && l.samples[0] == 1, "samples of blocking threads on 254 (%d), of a worker on it (%d)",
+           l.samples[254], l.samples[0]);
         ok(l.spawns_instrumented == 0 && l.spawns > 0,
            "no wake probe attached: no TaskSpawnEvent says instrumented (%d of %d)", l.spawns_instrumented, l.spawns);
 }
@@ -215,8 +238,10 @@ static void test_launch_poll_does_not_decide(void)
         }
         run_end(&r, &l, workers, sizeof(workers));
         ok(!strcmp(workers, "0,1"), "launch polls then task polls: runtime.main '0,1' ('%s')", workers);
-        ok(l.poll_start[254] == 3 && l.poll_end[254] == 3,
-           "launch and blocking polls on 254, each closed (%d starts, %d ends)", l.poll_start[254], l.poll_end[254]);
+        ok(l.poll_start[254] == 0 && l.blocking_polls == 1 && l.poll_start[0] == 10 && l.poll_end[0] == 10 &&
+           l.poll_start[1] == 10 && l.poll_end[1] == 10,
+           "launch polls (never ended) write nothing, the ended blocking poll one event (%d), task polls "
+           "balanced (%d/%d, %d/%d)", l.blocking_polls, l.poll_start[0], l.poll_end[0], l.poll_start[1], l.poll_end[1]);
         ok(l.spawns_instrumented == l.spawns && l.spawns > 0, "wake probes attached: spawns say instrumented (%d of %d)",
            l.spawns_instrumented, l.spawns);
 }
@@ -332,9 +357,9 @@ static void test_current_thread(void)
                 poll(&r, 1, C_TASK, 1, true);
         }
         run_end(&r, &l, workers, sizeof(workers));
-        ok(!strcmp(workers, "0") && l.poll_start[0] == 33 && l.poll_start[254] == 33,
-           "current-thread + 33 blocking threads: runtime.main '%s', %d polls on the worker, %d on 254", workers,
-           l.poll_start[0], l.poll_start[254]);
+        ok(!strcmp(workers, "0") && l.poll_start[0] == 33 && l.blocking_polls == 33 && l.poll_start[254] == 0,
+           "current-thread + 33 blocking threads: runtime.main '%s', %d polls on the worker, %d blocking-pool polls",
+           workers, l.poll_start[0], l.blocking_polls);
 }
 
 int main(void)

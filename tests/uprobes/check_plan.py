@@ -142,6 +142,12 @@ def check_symbolized(binary, d, series, what, v0):
     ok(not raw, f"{what}: all labels demangled and normalized (no hash, no .llvm suffix)", raw[:5])
     hexl = [p["label"] for p in polls(d) if p["label"].startswith("0x")]
     ok(not hexl, f"{what}: every poll labelled with its future type", hexl[:5])
+    # Each of mixed's async fns is one future type per runtime flavour: its own
+    # label on exactly its own polls (thread_sleeper and blocker share merged
+    # drop glue, which once named both "blocker").
+    for fn in ("blocker", "thread_sleeper", "sleeper", "ticker"):
+        mine = [p["label"] for p in polls(d) if re.search(rf"mixed::{fn}::\{{+closure", p["label"])]
+        ok(len(mine) == 2, f"{what}: mixed::{fn} labels exactly its 2 poll instances (one per flavour)", mine)
     ok(any("d9_target::" in p["label"] for p in polls(d)),
        f"{what}: poll labels name the target's own futures")
     boxed = [p for p in polls(d) if p.get("boxed_dyn")]
