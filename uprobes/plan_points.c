@@ -301,14 +301,26 @@ static char *shared_instance_label(struct plan_builder *b, const struct probe_po
  * several vtables really share one poll instance the label lists them all. */
 static char *legacy_label(struct plan_builder *b, const struct probe_point *p)
 {
-        char *t = shared_instance_label(b, p);
+        char *t = shared_instance_label(b, p), *own, *glue = NULL;
 
-        if (!t)
-                t = scan_callees(b, p->vaddr, future_poll_name);
-        for (size_t i = 0; !t && i < b->vs.n && p->vtable_vaddr; i++)
+        if (t)
+                return t;
+        own = scan_callees(b, p->vaddr, future_poll_name);
+        for (size_t i = 0; i < b->vs.n && p->vtable_vaddr && !glue; i++)
                 if (b->vs.v[i].vaddr == p->vtable_vaddr)
-                        t = drop_glue_label(b, &b->vs.v[i]);
-        return t ? t : scan_callees(b, p->vaddr, first_non_runtime);
+                        glue = drop_glue_label(b, &b->vs.v[i]);
+        /* The glue's name says more when it wraps the fn this poll calls
+         * (BlockingTask<F> calling F); when it names another future, it is
+         * that future's merged glue: the poll's own callee is right. */
+        if (own && glue && strstr(glue, own)) {
+                free(own);
+                return glue;
+        }
+        if (own || glue) {
+                free(own ? glue : NULL);
+                return own ? own : glue;
+        }
+        return scan_callees(b, p->vaddr, first_non_runtime);
 }
 
 int plan_label_polls(struct plan_builder *b)
