@@ -80,6 +80,43 @@ static void service_from_exe(const struct d9d *d, const char *exe, char *out, si
                         *c = '_';
 }
 
+/* Which probe set a plan kind belongs to (0: none attaches it). */
+static int kind_probe_bit(enum probe_kind k)
+{
+        switch (k) {
+        case PROBE_POLL: case PROBE_POLL_RETURN: return D9_PROBES_POLL;
+        case PROBE_SPAWN: return D9_PROBES_SPAWN;
+        case PROBE_COMPLETE: return D9_PROBES_TERMINATE;
+        case PROBE_WAKE: return D9_PROBES_WAKE;
+        case PROBE_PARK: case PROBE_UNPARK_RETURN: return D9_PROBES_PARK;
+        default: return 0;
+        }
+}
+
+/* What feeds each dial9 event in this session: an attached probe, a
+ * derivation translate really does, or nothing. */
+static json_t *routes_json(const struct session *s)
+{
+        const struct probe_plan *p = s->plan;
+        bool sched = s->probes & D9_PROBES_SCHED;
+        bool has[PROBE_KIND_MAX] = { false };
+
+        for (size_t i = 0; p && i < p->n_points; i++)
+                if (!p->points[i].skipped && (s->probes & kind_probe_bit(p->points[i].kind)))
+                        has[p->points[i].kind] = true;
+        return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s}",
+                "poll", has[PROBE_POLL] ? "uprobe raw::poll (plan points)" : "none",
+                "spawn", has[PROBE_SPAWN] ? "uprobe OwnedTasks::bind" :
+                         has[PROBE_POLL] && (s->probes & D9_PROBES_SPAWN) ? "first poll of a new task id" : "none",
+                "terminate", has[PROBE_COMPLETE] ? "uprobe Harness::complete" : "none",
+                "wake", has[PROBE_WAKE] ? "uprobe waker::wake_by_val" : "none",
+                "park", has[PROBE_PARK] ? "uprobe worker park function" :
+                        sched && has[PROBE_POLL] ? "sched_switch: worker switch-out with no poll open" : "none",
+                "unpark", has[PROBE_PARK] ? "uretprobe worker park function" :
+                          sched && has[PROBE_POLL] ? "sched_switch: that worker's switch-in" : "none",
+                "blocking_pool", has[PROBE_POLL] ? "D9BlockingPollEvent: polls of blocking_task vtables" : "none");
+}
+
 static json_t *plan_to_json(const struct session *s)
 {
         json_t *j = json_object(), *attached = json_object(), *missing = json_array(), *skipped = json_array();
@@ -112,12 +149,16 @@ static json_t *plan_to_json(const struct session *s)
                                 pt->label ? pt->label : "", "reason", pt->skip_reason ? pt->skip_reason : ""));
                         continue;
                 }
+                /* Counted only when its probe set is on. */
+                if (!(s->probes & kind_probe_bit(pt->kind)))
+                        continue;
                 json_t *n = json_object_get(attached, kind);
                 json_object_set_new(attached, kind, json_integer(n ? json_integer_value(n) + 1 : 1));
         }
         for (size_t i = 0; i < p->n_missing; i++)
                 json_array_append_new(missing, json_pack("{s:s,s:s}", "kind", probe_kind_name(p->missing[i].kind),
                                                          "reason", p->missing[i].reason ? p->missing[i].reason : ""));
+        json_object_set_new(j, "routes", routes_json(s));
         if (s->bpf)
                 json_object_set_new(j, "uprobes_attached", json_integer((json_int_t)d9_bpf_target_n_attached(s->bpf)));
         return j;
@@ -416,7 +457,11 @@ int session_start(struct d9d *d, const struct session_request *req, struct sessi
         r = session_plan(s, req, why);
         if (r < 0)
                 goto fail;
-        r = translate_init(&s->tr, s->pid, s->plan, s->probes & D9_PROBES_WAKE);
+        /* What the trace claims follows what attaches, not what was asked
+         * for: a stripped build has no wake or park point to attach. */
+        r = translate_init(&s->tr, s->pid, s->plan,
+                           (s->probes & D9_PROBES_WAKE) && s->plan && probe_plan_count(s->plan, PROBE_WAKE, false),
+                           (s->probes & D9_PROBES_PARK) && s->plan && probe_plan_count(s->plan, PROBE_PARK, false));
         if (r < 0)
                 goto fail;
         s->tr.spawn_from_first_poll &= (s->probes & D9_PROBES_SPAWN) != 0;

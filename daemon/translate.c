@@ -1,12 +1,27 @@
 /* translate.c: BPF records -> dial9 events.
  *
- * Identity rules (trace-format.md §8):
- * - worker ids: a worker is the core a Parker key names, not a thread
- *   (block_in_place moves a worker to another thread). Ids are handed out in
- *   the order workers are first seen parking; a thread that polls before
- *   any park (or without park probes) gets the next id at its first poll.
- *   Polls of Tokio's BlockingTask run on blocking-pool threads: 254.
- *   Everything else is 255.
+ * A pure function of the record stream and the plan (no /proc or ELF reads
+ * decide an identity). Identity rules (docs/probe-plan.md, "Worker
+ * identity"; trace-format.md §8):
+ * - a poll of a blocking-pool task (the plan's blocking_task: Tokio's
+ *   BlockingSchedule, told from the vtable's shape) is a
+ *   D9BlockingPollEvent, not a poll on a worker lane, wherever it runs,
+ *   and never makes its thread a worker. A worker's own launch is such a
+ *   task, and so is every spawn_blocking job. Samples of blocking-pool
+ *   threads are on 254, as dial9 writes them.
+ * - a thread becomes a worker when it polls a runtime task (any other
+ *   poll) or parks a worker's core. With park probes a worker is the core
+ *   its park key names, not a thread (block_in_place moves a core to
+ *   another thread): a thread that polls before its first park holds an id
+ *   until that park; if the core turns out to be known already, the id is
+ *   given back and the next new core reuses it, so ids never outnumber
+ *   cores plus threads not yet seen parking. Without park probes a worker
+ *   is its thread. Thread names, first sight of a tid or the order threads
+ *   show up never decide a worker.
+ * - a current-thread runtime: the thread that polls its tasks is its worker.
+ * - parks without park probes: a worker thread's voluntary off-CPU
+ *   interval (sched_switch, prev_state != running) with no poll open is a
+ *   park at switch-out and an unpark at switch-in.
  * - task ids are read by BPF at poll entry; spawn_loc is the future-type
  *   label of the poll<T,S> instance the probe cookie names. When the build
  *   has no spawn probe point (OwnedTasks::bind inlined), a task's spawn is
@@ -45,12 +60,27 @@ static const struct d9_field_def offcpu_short_fields[] = {
 };
 static const struct d9_schema_def offcpu_short_schema = { "D9ShortOffCpuEvent", 3, offcpu_short_fields };
 
-int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *plan, bool wake_probes)
+/* A blocking-pool task's poll (a spawn_blocking job), written at its end.
+ * dial9 records polls of runtime tasks on workers only and its viewer draws
+ * a lane per worker id seen in poll and park events, so these are not
+ * PollStart/PollEnd on 254 (a "Worker 254" lane) but an event of their own;
+ * dial9's readers skip it, d9's keep it. start = ts - duration_ns. */
+static const struct d9_field_def blocking_fields[] = {
+        { "task_id", D9_T_VARINT },
+        { "spawn_loc", D9_T_POOLED_STRING },
+        { "tid", D9_T_VARINT },
+        { "duration_ns", D9_T_VARINT },
+};
+static const struct d9_schema_def blocking_schema = { "D9BlockingPollEvent", 4, blocking_fields };
+
+int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *plan, bool wake_probes,
+                   bool park_probes)
 {
         memset(tr, 0, sizeof(*tr));
         tr->pid = pid;
         tr->plan = plan;
         tr->wake_probes = wake_probes;
+        tr->park_from_sched = !park_probes;
         tr->n_labels = plan ? plan->n_points : 0;
         tr->label_atoms = calloc(tr->n_labels ? tr->n_labels : 1, sizeof(*tr->label_atoms));
         tr->threads_cap = 256;
@@ -112,6 +142,10 @@ int translate_set_encoder(struct translate *tr, struct d9_enc *enc)
         if (r < 0)
                 return r;
         tr->offcpu_short_schema = r;
+        r = d9_enc_declare(enc, &blocking_schema);
+        if (r < 0)
+                return r;
+        tr->blocking_schema = r;
         r = d9_enc_intern_string(enc, "", 0, &tr->empty_atom);
         if (!r)
                 r = d9_enc_intern_stack(enc, NULL, 0, &tr->empty_stack);
@@ -147,6 +181,7 @@ static struct tr_thread *thread_slot(struct translate *tr, uint32_t tid)
                 i = (i + 1) & mask;
         if (!tr->threads[i].tid) {
                 tr->threads[i] = (struct tr_thread){ .tid = tid, .worker = D9_WORKER_NONE,
+                                                     .poll_worker = D9_WORKER_NONE,
                                                      .name_atom = D9_NO_ATOM };
                 tr->threads_used++;
         }
@@ -160,26 +195,47 @@ static struct tr_thread *thread_get(struct translate *tr, uint32_t tid)
         return thread_slot(tr, tid);
 }
 
+#define PROVISIONAL_KEY(tid) (((uint64_t)1 << 63) | (tid))
+#define FREE_KEY UINT64_MAX
+
 static uint32_t worker_new(struct translate *tr, uint64_t park_key)
 {
+        tr->workers_changed = true;
+        /* An id given back (see worker_of_key) is used again first. */
+        for (uint32_t i = 0; i < tr->n_workers; i++) {
+                if (tr->park_keys[i] == FREE_KEY) {
+                        tr->park_keys[i] = park_key;
+                        return i;
+                }
+        }
         /* Ids above 253 would collide with the sentinels. */
         if (tr->n_workers >= 254)
                 return D9_WORKER_NONE;
         tr->park_keys[tr->n_workers] = park_key;
-        tr->workers_changed = true;
         return tr->n_workers++;
 }
 
-#define PROVISIONAL_KEY(tid) (((uint64_t)1 << 63) | (tid))
-
-static uint32_t worker_of_key(struct translate *tr, uint64_t park_key, const struct tr_thread *t)
+static bool holds_provisional(const struct translate *tr, const struct tr_thread *t)
 {
-        for (uint32_t i = 0; i < tr->n_workers; i++)
-                if (tr->park_keys[i] == park_key)
-                        return i;
-        /* The thread polled before it first parked: its provisional id
-         * becomes this Parker's id instead of burning a second one. */
-        if (t->worker < tr->n_workers && tr->park_keys[t->worker] == PROVISIONAL_KEY(t->tid)) {
+        return t->worker < tr->n_workers && tr->park_keys[t->worker] == PROVISIONAL_KEY(t->tid);
+}
+
+static uint32_t worker_of_key(struct translate *tr, uint64_t park_key, struct tr_thread *t)
+{
+        for (uint32_t i = 0; i < tr->n_workers; i++) {
+                if (tr->park_keys[i] != park_key)
+                        continue;
+                /* The thread held an id only until it showed which core it
+                 * drives, and that core already has one: give it back. */
+                if (holds_provisional(tr, t) && t->worker != i) {
+                        tr->park_keys[t->worker] = FREE_KEY;
+                        tr->workers_changed = true;
+                }
+                return i;
+        }
+        /* The thread polled before it first parked: its id becomes this
+         * core's id instead of burning a second one. */
+        if (holds_provisional(tr, t)) {
                 tr->park_keys[t->worker] = park_key;
                 return t->worker;
         }
@@ -357,19 +413,34 @@ static uint32_t thread_name_atom(struct translate *tr, struct tr_thread *t)
         return t->name_atom;
 }
 
+static bool cookie_is_blocking(const struct translate *tr, uint64_t cookie)
+{
+        return tr->plan && cookie < tr->n_labels && tr->plan->points[cookie].blocking_task;
+}
+
+/* The lane a poll starts on (rules at the top of this file). */
 static uint32_t poll_worker(struct translate *tr, struct tr_thread *t, uint64_t cookie)
 {
-        const char *label = cookie_label(tr, cookie);
-
-        if (t->worker != D9_WORKER_NONE)
-                return t->worker;
-        if (label && strstr(label, "BlockingTask"))
+        if (cookie_is_blocking(tr, cookie))
                 return D9_WORKER_BLOCKING;
-        /* A worker that has not parked yet: the thread stands for the worker. */
-        t->worker = worker_new(tr, PROVISIONAL_KEY(t->tid));
+        if (t->worker == D9_WORKER_NONE)
+                t->worker = worker_new(tr, PROVISIONAL_KEY(t->tid));
         return t->worker;
 }
 
+static int blocking_poll_end(struct translate *tr, struct tr_thread *t, uint64_t ts)
+{
+        struct d9_enc_value v[4] = {
+                { .present = true, .u = t->blocking_task },
+                { .present = true, .atom = poll_label_atom(tr, t->blocking_cookie, t->blocking_future) },
+                { .present = true, .u = t->tid },
+                { .present = true, .u = ts >= t->blocking_ts ? ts - t->blocking_ts : 0 },
+        };
+
+        return d9_enc_event(tr->enc, tr->blocking_schema, ts, v);
+}
+
+/* Returns 1 when the record writes no event. */
 static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_thread *t)
 {
         switch (r->hdr.type) {
@@ -381,15 +452,36 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                                 return e;
                         tr->events++;
                 }
-                return d9_enc_poll_start(tr->enc, r->hdr.ts, poll_worker(tr, t, r->cookie), 0,
+                /* A poll still open here never got its end (it began before
+                 * the attach, or a worker's launch poll that encloses all of
+                 * its task polls): closed now, so no lane stays open. */
+                if (t->poll_worker < D9_WORKER_BLOCKING) {
+                        int e = d9_enc_poll_end(tr->enc, r->hdr.ts, t->poll_worker);
+                        if (e < 0)
+                                return e;
+                        tr->events++;
+                }
+                t->poll_worker = poll_worker(tr, t, r->cookie);
+                if (t->poll_worker == D9_WORKER_BLOCKING) {
+                        t->pool_thread |= t->worker == D9_WORKER_NONE;
+                        t->blocking_ts = r->hdr.ts;
+                        t->blocking_task = r->task_id;
+                        t->blocking_cookie = r->cookie;
+                        t->blocking_future = r->future_poll;
+                        return 1;
+                }
+                return d9_enc_poll_start(tr->enc, r->hdr.ts, t->poll_worker, 0,
                                          r->task_id, poll_label_atom(tr, r->cookie, r->future_poll));
         case D9_REC_POLL_END: {
-                uint32_t w = t->worker;
-                if (w == D9_WORKER_NONE) {
-                        const char *label = cookie_label(tr, r->cookie);
-                        w = label && strstr(label, "BlockingTask") ? D9_WORKER_BLOCKING : w;
-                }
-                return d9_enc_poll_end(tr->enc, r->hdr.ts, w);
+                uint32_t w = t->poll_worker;
+
+                t->poll_worker = D9_WORKER_NONE;
+                if (w == D9_WORKER_BLOCKING)
+                        return blocking_poll_end(tr, t, r->hdr.ts);
+                /* A poll that started before the attach has no start here. */
+                if (w == D9_WORKER_NONE && (cookie_is_blocking(tr, r->cookie) || t->worker == D9_WORKER_NONE))
+                        return 1;
+                return d9_enc_poll_end(tr->enc, r->hdr.ts, w != D9_WORKER_NONE ? w : t->worker);
         }
         case D9_REC_SPAWN:
                 return d9_enc_task_spawn(tr->enc, r->hdr.ts, r->task_id, tr->empty_atom, tr->wake_probes);
@@ -402,7 +494,14 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
 
 static int on_park(struct translate *tr, const struct d9_rec_park *r, struct tr_thread *t)
 {
-        uint32_t w = worker_of_key(tr, r->park_key, t);
+        uint32_t w;
+
+        /* An unreadable key names no core: the thread keeps what it was. */
+        if (!r->park_key && t->worker == D9_WORKER_NONE)
+                return 1;
+        w = r->park_key ? worker_of_key(tr, r->park_key, t) : t->worker;
+        /* In entry-only mode BPF closed the thread's poll before this park. */
+        t->poll_worker = D9_WORKER_NONE;
 
         /* A thread that polled before its first park took a provisional id;
          * the Parker key is the real identity from here on. */
@@ -414,6 +513,37 @@ static int on_park(struct translate *tr, const struct d9_rec_park *r, struct tr_
         uint64_t wait = t->park_run_delay && r->run_delay_ns >= t->park_run_delay ?
                         r->run_delay_ns - t->park_run_delay : 0;
         return d9_enc_worker_unpark(tr->enc, r->hdr.ts, w, 0, r->cpu_ns, wait, r->hdr.tid);
+}
+
+/* A sample's worker_id: its worker, else 254 for a blocking-pool thread
+ * (as dial9 marks them), else 255. */
+static uint32_t sample_lane(const struct tr_thread *t)
+{
+        return t->worker != D9_WORKER_NONE ? t->worker : t->pool_thread ? D9_WORKER_BLOCKING : D9_WORKER_NONE;
+}
+
+/* Callchain atom for a sample that names stack_id; fallback: [ip] or empty. */
+static uint32_t sample_stack(struct translate *tr, struct tr_thread *t, uint64_t stack_id, uint64_t ip);
+
+/* An off-CPU sample; without park probes, a worker's voluntary sleep
+ * outside a poll is also its park (at switch-out) and unpark (at
+ * switch-in). Preemption (prev_state 0) is not a park: the worker still
+ * wanted the CPU. The scheduler wait is not in this record: 0. */
+static int on_offcpu(struct translate *tr, const struct d9_rec_offcpu *o, struct tr_thread *t)
+{
+        int r = d9_enc_cpu_sample(tr->enc, o->off_ts, sample_lane(t), o->hdr.tid, 1, D9_NO_ATOM,
+                                  sample_stack(tr, t, o->stack_id, 0), o->hdr.cpu);
+
+        if (r < 0 || !tr->park_from_sched || t->worker >= D9_WORKER_BLOCKING ||
+            t->poll_worker != D9_WORKER_NONE || o->prev_state == 0)
+                return r;
+        tr->events++;
+        r = d9_enc_worker_park(tr->enc, o->off_ts, t->worker, 0, 0, o->hdr.tid);
+        if (r < 0)
+                return r;
+        tr->events++;
+        tr->sched_parks++;
+        return d9_enc_worker_unpark(tr->enc, o->hdr.ts, t->worker, 0, 0, 0, o->hdr.tid);
 }
 
 #define MAX_FRAMES (D9_STACK_KERN_MAX + 96)
@@ -458,7 +588,6 @@ static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_
         t->n_frames = (uint32_t)n;
 }
 
-/* Callchain atom for a sample that names stack_id; fallback: [ip] or empty. */
 static uint32_t sample_stack(struct translate *tr, struct tr_thread *t, uint64_t stack_id, uint64_t ip)
 {
         uint32_t atom;
@@ -499,6 +628,8 @@ int translate_record(struct translate *tr, const void *rec, size_t size)
                 if (size < sizeof(struct d9_rec_task))
                         return -EBADMSG;
                 r = on_task(tr, rec, t);
+                if (r == 1)
+                        return 0;
                 break;
         case D9_REC_WAKE: {
                 const struct d9_rec_wake *w = rec;
@@ -513,20 +644,19 @@ int translate_record(struct translate *tr, const void *rec, size_t size)
                 if (size < sizeof(struct d9_rec_park))
                         return -EBADMSG;
                 r = on_park(tr, rec, t);
+                if (r == 1)
+                        return 0;
                 break;
-        case D9_REC_OFFCPU: {
-                const struct d9_rec_offcpu *o = rec;
-                if (size < sizeof(*o))
+        case D9_REC_OFFCPU:
+                if (size < sizeof(struct d9_rec_offcpu))
                         return -EBADMSG;
-                r = d9_enc_cpu_sample(tr->enc, o->off_ts, t->worker, h->tid, 1, D9_NO_ATOM,
-                                      sample_stack(tr, t, o->stack_id, 0), h->cpu);
+                r = on_offcpu(tr, rec, t);
                 break;
-        }
         case D9_REC_CPU_SAMPLE: {
                 const struct d9_rec_sample *s = rec;
                 if (size < sizeof(*s))
                         return -EBADMSG;
-                r = d9_enc_cpu_sample(tr->enc, h->ts, t->worker, h->tid, 0, thread_name_atom(tr, t),
+                r = d9_enc_cpu_sample(tr->enc, h->ts, sample_lane(t), h->tid, 0, thread_name_atom(tr, t),
                                       sample_stack(tr, t, s->stack_id, s->ip), h->cpu);
                 break;
         }
@@ -574,8 +704,13 @@ int translate_offcpu_short(struct translate *tr, uint64_t ts, uint64_t intervals
 void translate_worker_list(const struct translate *tr, char *buf, size_t len)
 {
         size_t off = 0;
+        bool first = true;
 
         buf[0] = 0;
-        for (uint32_t i = 0; i < tr->n_workers && off + 8 < len; i++)
-                off += (size_t)snprintf(buf + off, len - off, "%s%u", i ? "," : "", i);
+        for (uint32_t i = 0; i < tr->n_workers && off + 8 < len; i++) {
+                if (tr->park_keys[i] == FREE_KEY)
+                        continue;
+                off += (size_t)snprintf(buf + off, len - off, "%s%u", first ? "" : ",", i);
+                first = false;
+        }
 }

@@ -14,7 +14,14 @@ struct probe_plan;
 
 struct tr_thread {
         uint32_t tid;                   /* 0 = empty slot */
-        uint32_t worker;                /* D9_WORKER_NONE until known */
+        uint32_t worker;                /* D9_WORKER_NONE until the thread polls a
+                                         * runtime task or parks a worker's core */
+        uint32_t poll_worker;           /* lane of its open poll, D9_WORKER_NONE if none */
+        bool pool_thread;               /* has run blocking-pool tasks (samples: 254) */
+        uint64_t blocking_ts;           /* its open blocking-pool poll: start, */
+        uint64_t blocking_task;         /* task id, */
+        uint64_t blocking_cookie;       /* and label (cookie, boxed poll fn) */
+        uint64_t blocking_future;
         uint64_t park_run_delay;        /* run_delay at the last park */
         uint32_t name_atom;
         bool name_read;
@@ -37,11 +44,14 @@ struct translate {
         struct d9_enc *enc;             /* current segment's encoder */
         int lost_schema;                /* D9LostEventsEvent handle in enc */
         int offcpu_short_schema;        /* D9ShortOffCpuEvent handle in enc */
+        int blocking_schema;            /* D9BlockingPollEvent handle in enc */
         uint32_t empty_atom, empty_stack;
         uint32_t *label_atoms;          /* per plan cookie; UINT32_MAX = not yet */
         size_t n_labels;
         bool wake_probes;               /* TaskSpawnEvent.instrumented */
         bool spawn_from_first_poll;     /* the plan has no spawn probe (see translate.c) */
+        bool park_from_sched;           /* no park probe attached: parks are a worker's
+                                         * voluntary off-CPU intervals outside a poll */
         struct tr_dyn *dyn;             /* boxed futures' concrete poll fns */
         size_t n_dyn;
         struct symbolizer *sym;         /* symbols of one target file, loaded for a new
@@ -59,18 +69,23 @@ struct translate {
 
         struct tr_thread *threads;      /* open addressing, power-of-two size */
         size_t threads_cap, threads_used;
-        uint64_t *park_keys;            /* index = worker id */
-        uint32_t n_workers;
+        uint64_t *park_keys;            /* index = worker id; FREE_KEY: id free again */
+        uint32_t n_workers;             /* ids handed out (free ones included) */
         bool workers_changed;           /* metadata needs a runtime.<name> refresh */
 
         uint64_t first_ts, last_ts;
         uint64_t events;                /* dial9 events written */
         uint64_t records;               /* BPF records seen */
         uint64_t exited, exec_seen;     /* EXIT / EXEC records */
+        uint64_t sched_parks;           /* parks derived from off-CPU records */
         int error;                      /* first encoder error */
 };
 
-int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *plan, bool wake_probes);
+/* wake_probes: wake points really attached (TaskSpawnEvent.instrumented);
+ * park_probes: park points really attached (else parks come from the
+ * scheduler's off-CPU records, see translate.c). */
+int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *plan, bool wake_probes,
+                   bool park_probes);
 void translate_destroy(struct translate *tr);
 /* The session is over: free the unwinder, symbols and per-thread state,
  * keep the counters status shows. No record may follow. */
@@ -85,5 +100,6 @@ int translate_lost(struct translate *tr, uint64_t ts, uint64_t lost, const char 
  * than `min_ns` and so not recorded: a D9ShortOffCpuEvent. */
 int translate_offcpu_short(struct translate *tr, uint64_t ts, uint64_t intervals, uint64_t total_ns,
                            uint64_t min_ns);
-/* "0,1,2" for runtime.<name>: worker ids seen so far. */
+/* "0,1,2" for runtime.<name>: the worker ids in use (an id a thread held
+ * only until its first park showed it drives a known core is not). */
 void translate_worker_list(const struct translate *tr, char *buf, size_t len);

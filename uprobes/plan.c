@@ -69,15 +69,18 @@ static int by_kind_addr(const void *a, const void *b)
 /* Why a kind has no point: depends on whether symbols were there at all. */
 static int note_missing_kinds(struct probe_plan *plan)
 {
+        /* Each says what d9d really does instead (daemon/translate.c). */
         static const char *const fallback[PROBE_KIND_MAX] = {
                 [PROBE_SPAWN] = "spawn = first sight of a task id at poll entry",
-                [PROBE_COMPLETE] = "complete is not observable; last poll of a task id",
-                [PROBE_WAKE] = "wakes are not observable",
-                [PROBE_PARK] = "park from sched_switch of worker threads",
-                [PROBE_UNPARK_RETURN] = "unpark from sched_wakeup of worker threads",
-                [PROBE_UNPARK] = "wake target from sched_wakeup",
-                [PROBE_WORKER_RUN] = "worker threads = threads that run polls",
-                [PROBE_BLOCK_IN_PLACE] = "block_in_place is not observable",
+                [PROBE_COMPLETE] = "none: no terminate events",
+                [PROBE_WAKE] = "none: no wake events (TaskSpawnEvent.instrumented is false)",
+                [PROBE_PARK] = "park = a worker thread's voluntary switch-out (sched_switch) with no poll "
+                               "open; needs the sched probes, intervals under the off-CPU minimum are only counted",
+                [PROBE_UNPARK_RETURN] = "unpark = that thread's switch-in (sched_switch); no CPU time or "
+                                        "scheduler wait in these events",
+                [PROBE_UNPARK] = "none needed: d9d writes no event from it",
+                [PROBE_WORKER_RUN] = "none needed: a worker thread is one that polls runtime tasks",
+                [PROBE_BLOCK_IN_PLACE] = "none: block_in_place is not observable",
         };
 
         for (int k = PROBE_SPAWN; k < PROBE_KIND_MAX; k++) {
@@ -142,6 +145,26 @@ static int note_partial_spawn(struct probe_plan *plan)
                                 inner, mt + ct,
                                 mt_inner && !ct_inner ? " (multi-thread only)" :
                                 ct_inner && !mt_inner ? " (current-thread only)" : "");
+}
+
+/* Kinds found but not attached by d9d: the plan says so instead of
+ * counting them as attached (worker_run still tells the flavour). */
+static int skip_unattached_kinds(struct plan_builder *b)
+{
+        for (size_t i = 0; i < b->n; i++) {
+                struct probe_point *p = &b->pts[i];
+                const char *why = p->kind == PROBE_UNPARK ? "d9d writes no event from it" :
+                                  p->kind == PROBE_WORKER_RUN ? "worker threads are told by the tasks they poll" :
+                                  p->kind == PROBE_BLOCK_IN_PLACE ? "d9d writes no event from it" : NULL;
+
+                if (!why || p->skipped)
+                        continue;
+                p->skipped = true;
+                free(p->skip_reason);
+                if (asprintf(&p->skip_reason, "found, not attached: %s", why) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
 }
 
 static void count_routes(struct probe_plan *plan)
@@ -218,7 +241,7 @@ static int plan_fill(struct plan_builder *b, struct probe_plan *plan, char **err
         }
         plan_find_dyn_futures(b);
         if ((r = plan_label_polls(b)) < 0 || (r = plan_return_sites(b, plan)) < 0 ||
-            (r = plan_classify(b)) < 0)
+            (r = plan_classify(b)) < 0 || (r = skip_unattached_kinds(b)) < 0)
                 return r;
         qsort(b->pts, b->n, sizeof(*b->pts), by_kind_addr);
         for (size_t i = 0; i < b->n; i++)

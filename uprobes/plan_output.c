@@ -53,6 +53,8 @@ static json_t *point_json(const struct probe_point *p)
                 json_object_set_new(o, "vtable_vaddr", json_string(hex[1]));
         if (p->kind == PROBE_POLL_RETURN)
                 json_object_set_new(o, "func_vaddr", json_integer((json_int_t)p->func_vaddr));
+        if (p->blocking_task)
+                json_object_set_new(o, "blocking_task", json_true());
         if (p->boxed_dyn) {
                 json_object_set_new(o, "boxed_dyn", json_true());
                 json_object_set_new(o, "dyn_vtable_hdr_off", json_integer(p->dyn_vtable_hdr_off));
@@ -147,10 +149,11 @@ void probe_plan_print(const struct probe_plan *plan, FILE *out, bool all_points)
 
                 if (!all_points && p->kind == PROBE_POLL_RETURN)
                         continue;
-                fprintf(out, "%5" PRIu64 " %-14s off=0x%-8" PRIx64 " %-11s %-12s%s %s%s%s", p->cookie,
+                fprintf(out, "%5" PRIu64 " %-14s off=0x%-8" PRIx64 " %-11s %-12s%s %s%s%s%s", p->cookie,
                         probe_kind_name(p->kind), p->file_offset, insn_class_name(p->insn),
                         p->insn_desc ? p->insn_desc : "-", p->uretprobe ? " (ret)" : "",
-                        p->label ? p->label : "-", p->skipped ? "  [skipped: " : "",
+                        p->label ? p->label : "-", p->blocking_task ? "  [blocking pool]" : "",
+                        p->skipped ? "  [skipped: " : "",
                         p->skipped ? p->skip_reason : "");
                 fputs(p->skipped ? "]\n" : "\n", out);
         }

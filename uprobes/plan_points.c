@@ -141,6 +141,13 @@ int plan_vtable_route(struct plan_builder *b)
                 p->sources |= PROBE_FROM_VTABLE_SCAN;
                 if (!p->vtable_vaddr)
                         p->vtable_vaddr = v->vaddr;
+                /* Shape, not names: every runtime scheduler (multi-thread,
+                 * current-thread, LocalSet) is one Arc, 8 bytes before the
+                 * id; BlockingSchedule is not: zero-sized (1.24), or hooks
+                 * (16 bytes, 1.43), or a Handle with test-util. */
+                if (b->vs.id_slot >= 0 && b->vs.scheduler_slot >= 0 &&
+                    v->off[b->vs.id_slot - 7] - v->off[b->vs.scheduler_slot - 7] != 8)
+                        p->blocking_task = true;
         }
         return 0;
 }
@@ -223,22 +230,95 @@ static char *first_non_runtime(const char *name)
         return is_runtime_crate(name) ? NULL : strdup(name);
 }
 
+/* The future's own poll fn, as legacy symbols name it: an async fn or block
+ * (`crate::f::{{closure}}`) or a hand-written `<X as Future>::poll`. */
+static char *future_poll_name(const char *name)
+{
+        size_t n = strlen(name);
+
+        if (is_runtime_crate(name))
+                return NULL;
+        if ((n > 13 && !strcmp(name + n - 13, "::{{closure}}")) || strstr(name, " as core::future::future::Future>::poll"))
+                return strdup(name);
+        return NULL;
+}
+
+/* T from the drop glue a vtable's siblings (dealloc, shutdown, ...) call. */
+static char *drop_glue_label(struct plan_builder *b, const struct task_vtable *v)
+{
+        for (int slot = 2; slot < 7; slot++) {
+                char *t = scan_callees(b, v->fn[slot], future_from_drop_glue);
+
+                if (t)
+                        return t;
+        }
+        return NULL;
+}
+
+/* "A | B (one poll instance serves 2 future types)" when several vtables
+ * share this poll and their drop glue names different types; else NULL. */
+static char *shared_instance_label(struct plan_builder *b, const struct probe_point *p)
+{
+        char *joined = NULL;
+        size_t types = 0;
+
+        for (size_t i = 0; i < b->vs.n; i++) {
+                char *t, *more;
+
+                if (b->vs.v[i].fn[0] != p->vaddr || !(t = drop_glue_label(b, &b->vs.v[i])))
+                        continue;
+                if (joined && strstr(joined, t)) {
+                        free(t);
+                        continue;
+                }
+                more = NULL;
+                if (asprintf(&more, "%s%s%s", joined ? joined : "", joined ? " | " : "", t) < 0)
+                        more = NULL;
+                free(t);
+                free(joined);
+                joined = more;
+                types++;
+                if (!joined)
+                        return NULL;
+        }
+        if (types < 2) {
+                free(joined);
+                return NULL;
+        }
+        char *label = NULL;
+        if (asprintf(&label, "%s (one poll instance serves %zu future types)", joined, types) < 0)
+                label = NULL;
+        free(joined);
+        return label;
+}
+
 /* Legacy mangling has no generic arguments, so `raw::poll<T,S>` does not
- * name T. Its vtable siblings (dealloc, shutdown, ...) call drop glue whose
- * legacy name does spell out `Cell<T, S>`: take T from there. Failing that,
- * the future's own poll (`crate::f::{{closure}}`) may be an out-of-line call
- * from the harness. */
+ * name T. Best: the future's own poll fn that this instance calls (the
+ * harness calls it directly). Drop glue names T too (`drop_in_place<...
+ * Cell<T, S>>`), but identical glue of two futures with the same layout is
+ * merged by the compiler and keeps one name: mixed's thread_sleeper task
+ * was labelled blocker that way. So the glue is the fallback, and when
+ * several vtables really share one poll instance the label lists them all. */
 static char *legacy_label(struct plan_builder *b, const struct probe_point *p)
 {
-        for (size_t i = 0; i < b->vs.n && p->vtable_vaddr; i++) {
-                if (b->vs.v[i].vaddr != p->vtable_vaddr)
-                        continue;
-                for (int slot = 2; slot < 7; slot++) {
-                        char *t = scan_callees(b, b->vs.v[i].fn[slot], future_from_drop_glue);
+        char *t = shared_instance_label(b, p), *own, *glue = NULL;
 
-                        if (t)
-                                return t;
-                }
+        if (t)
+                return t;
+        own = scan_callees(b, p->vaddr, future_poll_name);
+        for (size_t i = 0; i < b->vs.n && p->vtable_vaddr && !glue; i++)
+                if (b->vs.v[i].vaddr == p->vtable_vaddr)
+                        glue = drop_glue_label(b, &b->vs.v[i]);
+        /* The glue's name says more when it wraps the fn this poll calls
+         * (BlockingTask<F> calling F); when it names another future, it is
+         * that future's merged glue: the poll's own callee is right. */
+        if (own && glue && strstr(glue, own)) {
+                free(own);
+                return glue;
+        }
+        if (own || glue) {
+                free(own ? glue : NULL);
+                return own ? own : glue;
         }
         return scan_callees(b, p->vaddr, first_non_runtime);
 }
@@ -255,6 +335,8 @@ int plan_label_polls(struct plan_builder *b)
                 if (!p->label && asprintf(&p->label, "0x%" PRIx64, p->vaddr) < 0)
                         return -ENOMEM;
                 p->boxed_dyn |= label_is_boxed_dyn_future(p->label);
+                /* Symbol-only points (no vtable found for them). */
+                p->blocking_task |= !p->vtable_vaddr && strstr(p->label, "BlockingTask") != NULL;
         }
         return 0;
 }

@@ -87,6 +87,13 @@ struct probe_point {
          * concrete_poll - load bias symbolizes to `<X as Future>::poll`. Also set
          * (with boxed_dyn) on stripped binaries when the code shows the pattern. */
         uint32_t dyn_vtable_hdr_off;
+        /* PROBE_POLL of a blocking-pool task (spawn_blocking, a worker's own
+         * launch): its scheduler (BlockingSchedule) is not the one Arc every
+         * runtime scheduler is, so the vtable's id offset is not its
+         * scheduler offset + 8; or, without a vtable, the symbol names
+         * BlockingTask. Such polls never make their thread a
+         * worker (daemon/translate.c). */
+        bool blocking_task;
 };
 
 /* Something the plan wanted and did not find, with why. */

@@ -176,7 +176,7 @@ int main(int argc, char **argv)
                 fprintf(stderr, "drain_bench: cannot load the BPF producer: %s\n", strerror(errno));
                 return 1;
         }
-        if (segment_writer_init(&c.seg, dir) < 0 || translate_init(&c.tr, getpid(), fake_plan(), true) < 0 ||
+        if (segment_writer_init(&c.seg, dir) < 0 || translate_init(&c.tr, getpid(), fake_plan(), true, true) < 0 ||
             segment_open(&c.seg, c.meta, 1) < 0 || translate_set_encoder(&c.tr, c.seg.enc) < 0) {
                 fprintf(stderr, "drain_bench: cannot open a segment in %s\n", dir);
                 return 1;

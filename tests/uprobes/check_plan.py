@@ -142,6 +142,12 @@ def check_symbolized(binary, d, series, what, v0):
     ok(not raw, f"{what}: all labels demangled and normalized (no hash, no .llvm suffix)", raw[:5])
     hexl = [p["label"] for p in polls(d) if p["label"].startswith("0x")]
     ok(not hexl, f"{what}: every poll labelled with its future type", hexl[:5])
+    # Each of mixed's async fns is one future type per runtime flavour: its own
+    # label on exactly its own polls (thread_sleeper and blocker share merged
+    # drop glue, which once named both "blocker").
+    for fn in ("blocker", "thread_sleeper", "sleeper", "ticker"):
+        mine = [p["label"] for p in polls(d) if re.search(rf"mixed::{fn}::\{{+closure", p["label"])]
+        ok(len(mine) == 2, f"{what}: mixed::{fn} labels exactly its 2 poll instances (one per flavour)", mine)
     ok(any("d9_target::" in p["label"] for p in polls(d)),
        f"{what}: poll labels name the target's own futures")
     boxed = [p for p in polls(d) if p.get("boxed_dyn")]
@@ -149,8 +155,14 @@ def check_symbolized(binary, d, series, what, v0):
     ok(boxed and all(p["dyn_vtable_hdr_off"] > lay_id(d) for p in boxed),
        f"{what}: boxed futures' dyn vtable located in the task cell "
        f"(hdr+{[p['dyn_vtable_hdr_off'] for p in boxed]})", boxed)
-    for kind in ("complete", "wake", "park", "unpark_return", "worker_run"):
+    for kind in ("complete", "wake", "park", "unpark_return"):
         ok(d["counts"][kind]["attached"] > 0, f"{what}: {kind} point attached", d.get("missing"))
+    # Found but never attached by d9d: the plan must not count them as attached.
+    for kind in ("worker_run", "unpark", "block_in_place"):
+        ok(d["counts"][kind]["attached"] == 0 and all("not attached" in (p.get("skip_reason") or "")
+                                                        for p in d["points"] if p["kind"] == kind),
+           f"{what}: {kind} found ({d['counts'][kind]['found']}) and said not attached")
+    ok(d["counts"]["worker_run"]["found"] > 0, f"{what}: worker_run found (it tells the flavour)")
     ok(d["counts"]["complete"]["found"] >= len(polls(d)) // 2,
        f"{what}: instance counts plausible (complete {d['counts']['complete']['found']} vs poll {len(polls(d))})")
     park = [p for p in d["points"] if p["kind"] == "park"]
@@ -197,6 +209,14 @@ def check_target(plan_dump, series, release, v0, stripped, debug):
            f"same vtable offsets", (boxed_rel, boxed_s))
         ok(all(p["label"] == p["vaddr"] for p in polls(d_s)),
            f"{series}-stripped: poll labels are the poll address")
+        # Blocking-pool tasks from the vtable's shape alone: the same polls the
+        # symbolized build names BlockingTask<...>.
+        blk_rel = sorted(p["vaddr_int"] for p in polls(d_rel) if "BlockingTask<" in p["label"])
+        blk_s = sorted(p["vaddr_int"] for p in polls(d_s) if p.get("blocking_task"))
+        ok(blk_rel and blk_s == blk_rel and
+           all(bool(p.get("blocking_task")) == ("BlockingTask<" in p["label"]) for p in polls(d_rel)),
+           f"{series}-stripped: the {len(blk_rel)} blocking-pool polls found from the vtable shape, "
+           f"the same the symbols name BlockingTask", (blk_rel, blk_s))
         ok(any(m["kind"] == "park" and "sched_switch" in m["reason"] for m in d_s["missing"]),
            f"{series}-stripped: missing park reported with the sched_switch fallback")
         check_insns(sbin, d_s, f"{series}-stripped")

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-pub const USAGE: &str = "usage: d9-target server|load|mixed [--flavor multi-thread|current-thread] \
-[--workers N] [--listen ADDR] [--connect ADDR] [--conns N] [--duration SECS] \
+pub const USAGE: &str = "usage: d9-target server|load|mixed|pool [--flavor multi-thread|current-thread] \
+[--workers N] [--thread-name NAME] [--listen ADDR] [--connect ADDR] [--conns N] [--duration SECS] \
 [--start-delay SECS] [--wait-stdin]";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -11,6 +11,7 @@ pub enum Mode {
     Server,
     Load,
     Mixed,
+    Pool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -32,6 +33,9 @@ pub struct Args {
     pub mode: Mode,
     pub flavor: Flavor,
     pub workers: usize,
+    /// Name of every runtime thread (workers and blocking pool), as
+    /// `Builder::thread_name` sets it; None: Tokio's default.
+    pub thread_name: Option<String>,
     pub listen: String,
     pub connect: String,
     pub conns: usize,
@@ -60,6 +64,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         Some("server") => Mode::Server,
         Some("load") => Mode::Load,
         Some("mixed") => Mode::Mixed,
+        Some("pool") => Mode::Pool,
         Some(m) => return Err(format!("unknown mode '{m}'")),
         None => return Err("missing mode".into()),
     };
@@ -67,6 +72,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         mode,
         flavor: Flavor::MultiThread,
         workers: 2,
+        thread_name: None,
         listen: "127.0.0.1:0".into(),
         connect: String::new(),
         conns: 4,
@@ -89,6 +95,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
                 }
             }
             "--workers" => a.workers = parse_count(&flag, &v)?,
+            "--thread-name" => a.thread_name = Some(v),
             "--listen" => a.listen = v,
             "--connect" => a.connect = v,
             "--conns" => a.conns = parse_count(&flag, &v)?,

@@ -8,6 +8,7 @@
 mod args;
 mod load;
 mod mixed;
+mod pool;
 mod server;
 
 use args::{Args, Flavor};
@@ -29,6 +30,14 @@ fn build_runtime(args: &Args) -> std::io::Result<tokio::runtime::Runtime> {
         }
         Flavor::CurrentThread => tokio::runtime::Builder::new_current_thread(),
     };
+    if let Some(name) = &args.thread_name {
+        b.thread_name(name.clone());
+    }
+    // Pool mode: blocking threads retire soon after their job, so they come
+    // and go all the time (Tokio's default keeps them 10 s).
+    if args.mode == args::Mode::Pool {
+        b.thread_keep_alive(std::time::Duration::from_millis(300));
+    }
     b.enable_all().build()
 }
 
@@ -69,6 +78,7 @@ fn main() {
         args::Mode::Server => rt.block_on(server::run(&args)),
         args::Mode::Load => rt.block_on(load::run(&args)),
         args::Mode::Mixed => rt.block_on(mixed::run(&args)),
+        args::Mode::Pool => rt.block_on(pool::run(&args)),
     };
     // A server's connection tasks may outlive its duration while a client
     // stays connected; they hold nothing worth waiting for.

@@ -1,0 +1,376 @@
+/* translate's identity rules (daemon/translate.c, docs/probe-plan.md "Worker
+ * identity"), each fed a synthetic d9_rec_* stream and checked on the
+ * decoded dial9 events: which lane every poll, park and unpark lands on,
+ * and what runtime.<name> lists. The orders are the ones that broke on
+ * production binaries: attach mid-run (polls before any park), records of
+ * several threads interleaved, blocking-pool threads coming and going,
+ * a worker whose core first shows up under another thread. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "bpf/d9_events.h"
+#include "proto/d9proto.h"
+#include "translate.h"
+#include "uprobes/uprobes.h"
+#include "../proto/tap.h"
+
+/* Cookies of the fake plan. */
+enum { C_TASK, C_TASK2, C_BLOCKING, C_LAUNCH, C_PARK, N_POINTS };
+
+static struct probe_point points[N_POINTS];
+static struct probe_plan plan = { .points = points, .n_points = N_POINTS };
+
+static void plan_init(void)
+{
+        points[C_TASK] = (struct probe_point){ .kind = PROBE_POLL, .cookie = C_TASK, .label = (char *)"app::serve" };
+        points[C_TASK2] = (struct probe_point){ .kind = PROBE_POLL, .cookie = C_TASK2, .label = (char *)"0x41ec0" };
+        /* Stripped: the label says nothing, the flag (vtable shape) does. */
+        points[C_BLOCKING] = (struct probe_point){ .kind = PROBE_POLL, .cookie = C_BLOCKING,
+                                                   .label = (char *)"0x6b050", .blocking_task = true };
+        points[C_LAUNCH] = (struct probe_point){ .kind = PROBE_POLL, .cookie = C_LAUNCH,
+                                                 .label = (char *)"0x6b4d0", .blocking_task = true };
+        points[C_PARK] = (struct probe_point){ .kind = PROBE_PARK, .cookie = C_PARK, .label = (char *)"park" };
+}
+
+struct lane_log {
+        int poll_start[256], poll_end[256], park[256], unpark[256], samples[256];
+        int spawns, spawns_instrumented;
+        int blocking_polls;             /* D9BlockingPollEvent */
+        uint64_t blocking_ns;           /* their summed duration */
+        /* Park/unpark order per lane: 'p' / 'u', for the alternation check. */
+        char order[256][64];
+};
+
+static uint64_t field_u(const struct d9_dec_event *ev, const char *name)
+{
+        for (uint16_t i = 0; i < ev->schema->nfields; i++)
+                if (!strcmp(ev->schema->fields[i].name, name))
+                        return ev->values[i].type == D9_T_BOOL ? ev->values[i].b : ev->values[i].u;
+        return UINT64_MAX;
+}
+
+static void order_push(char *s, char c)
+{
+        size_t n = strlen(s);
+
+        if (n + 1 < 64) {
+                s[n] = c;
+                s[n + 1] = 0;
+        }
+}
+
+static int on_event(const struct d9_dec_event *ev, void *ctx)
+{
+        struct lane_log *l = ctx;
+        const char *n = ev->schema->name;
+        uint64_t w = field_u(ev, "worker_id");
+
+        if (!strcmp(n, "D9BlockingPollEvent")) {
+                l->blocking_polls++;
+                l->blocking_ns += field_u(ev, "duration_ns");
+                return 0;
+        }
+        if (!strcmp(n, "TaskSpawnEvent")) {
+                l->spawns++;
+                l->spawns_instrumented += field_u(ev, "instrumented") == 1;
+                return 0;
+        }
+        if (w > 255)
+                return 0;
+        if (!strcmp(n, "PollStartEvent"))
+                l->poll_start[w]++;
+        else if (!strcmp(n, "PollEndEvent"))
+                l->poll_end[w]++;
+        else if (!strcmp(n, "WorkerParkEvent"))
+                l->park[w]++, order_push(l->order[w], 'p');
+        else if (!strcmp(n, "WorkerUnparkEvent"))
+                l->unpark[w]++, order_push(l->order[w], 'u');
+        else if (!strcmp(n, "CpuSampleEvent"))
+                l->samples[w]++;
+        return 0;
+}
+
+struct run {
+        struct translate tr;
+        struct d9_enc *enc;
+        uint8_t *buf;
+        size_t cap;
+        uint64_t ts;
+};
+
+static void run_start(struct run *r, bool wake_probes, bool park_probes)
+{
+        memset(r, 0, sizeof(*r));
+        r->cap = 1 << 22;
+        r->buf = malloc(r->cap);
+        d9_enc_new(&r->enc);
+        d9_enc_set_output(r->enc, r->buf, r->cap, NULL, NULL);
+        translate_init(&r->tr, 1, &plan, wake_probes, park_probes);
+        translate_set_encoder(&r->tr, r->enc);
+        r->ts = 1000000;
+}
+
+static void hdr(struct d9_rec_hdr *h, struct run *r, uint16_t type, uint32_t tid)
+{
+        *h = (struct d9_rec_hdr){ .type = type, .tid = tid, .tgid = 1, .ts = r->ts += 1000 };
+}
+
+static void poll(struct run *r, uint32_t tid, uint64_t cookie, uint64_t task, bool end)
+{
+        struct d9_rec_task t = { .task_id = task, .cookie = cookie };
+
+        hdr(&t.hdr, r, D9_REC_POLL_START, tid);
+        translate_record(&r->tr, &t, sizeof(t));
+        if (end) {
+                hdr(&t.hdr, r, D9_REC_POLL_END, tid);
+                translate_record(&r->tr, &t, sizeof(t));
+        }
+}
+
+static void park(struct run *r, uint32_t tid, uint64_t key)
+{
+        struct d9_rec_park p = { .park_key = key, .cookie = C_PARK };
+
+        hdr(&p.hdr, r, D9_REC_PARK, tid);
+        translate_record(&r->tr, &p, sizeof(p));
+        hdr(&p.hdr, r, D9_REC_UNPARK, tid);
+        translate_record(&r->tr, &p, sizeof(p));
+}
+
+static void offcpu(struct run *r, uint32_t tid, uint32_t prev_state)
+{
+        struct d9_rec_offcpu o = { .prev_state = prev_state };
+
+        o.off_ts = r->ts + 1;
+        hdr(&o.hdr, r, D9_REC_OFFCPU, tid);
+        translate_record(&r->tr, &o, sizeof(o));
+}
+
+static void sample(struct run *r, uint32_t tid)
+{
+        struct d9_rec_sample smp = { .ip = 0x1234 };
+
+        hdr(&smp.hdr, r, D9_REC_CPU_SAMPLE, tid);
+        translate_record(&r->tr, &smp, sizeof(smp));
+}
+
+static void run_end(struct run *r, struct lane_log *l, char *workers, size_t len)
+{
+        struct d9_dec_opts opts = { .strict = true, .on_event = on_event, .ctx = l };
+        struct d9_dec_result res;
+        const uint8_t *out;
+        size_t n;
+
+        memset(l, 0, sizeof(*l));
+        translate_worker_list(&r->tr, workers, len);
+        out = d9_enc_output(r->enc, &n);
+        if (d9_decode(out, n, &opts, &res) < 0)
+                printf("# decode failed: %s\n", res.error);
+        translate_destroy(&r->tr);
+        d9_enc_free(r->enc);
+        free(r->buf);
+}
+
+static int polls_off(const struct lane_log *l, int from)
+{
+        int n = 0;
+
+        for (int w = from; w < 254; w++)
+                n += l->poll_start[w];
+        return n;
+}
+
+/* Stripped build, no park probes: blocking threads (spawn_blocking jobs,
+ * one thread per job, coming and going) interleaved with two workers'
+ * polls. Workers are the threads that poll runtime tasks; blocking jobs
+ * are D9BlockingPollEvents (no "Worker 254" lane) and mint no worker. */
+static void test_blocking_pool_never_workers(void)
+{
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r, false, false);
+        for (int round = 0; round < 50; round++) {
+                poll(&r, 101, C_TASK, 1 + round, true);
+                poll(&r, 200 + round, C_BLOCKING, 1000 + round, false); /* a job starts... */
+                poll(&r, 102, C_TASK2, 2 + round, true);
+                sample(&r, 200 + round);
+                if (round % 3 == 0) {
+                        struct d9_rec_task end = { .task_id = 1000 + round, .cookie = C_BLOCKING };
+                        hdr(&end.hdr, &r, D9_REC_POLL_END, 200 + round); /* ... and ends, interleaved */
+                        translate_record(&r.tr, &end, sizeof(end));
+                }
+        }
+        sample(&r, 101);
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!strcmp(workers, "0,1"), "stripped, 50 blocking threads: runtime.main is the 2 workers ('%s')", workers);
+        ok(l.poll_start[254] == 0 && l.poll_end[254] == 0 && polls_off(&l, 2) == 0,
+           "no spawn_blocking job is a poll on a worker lane, 254 included (%d on 254, %d on minted ids)",
+           l.poll_start[254], polls_off(&l, 2));
+        ok(l.poll_start[0] == 50 && l.poll_start[1] == 50 && l.poll_end[0] == 50 && l.poll_end[1] == 50,
+           "runtime-task polls on workers 0 and 1 (%d, %d), each ended", l.poll_start[0], l.poll_start[1]);
+        ok(l.blocking_polls == 17 && l.blocking_ns == 17 * 4000 /* 4 records of 1 us each in between */,
+           "each ended job is one D9BlockingPollEvent with its duration (%d of 17, %llu ns)", l.blocking_polls,
+           (unsigned long long)l.blocking_ns);
+        ok(l.samples[254] == 50 && l.samples[0] == 1, "samples of blocking threads on 254 (%d), of a worker on it (%d)",
+           l.samples[254], l.samples[0]);
+        ok(l.spawns_instrumented == 0 && l.spawns > 0,
+           "no wake probe attached: no TaskSpawnEvent says instrumented (%d of %d)", l.spawns_instrumented, l.spawns);
+}
+
+/* A worker thread's own launch (a blocking-pool task enclosing all of its
+ * polls, traced from exec with uretprobes: its end never comes) is not
+ * what makes it a worker, and its open poll is closed at the next one. */
+static void test_launch_poll_does_not_decide(void)
+{
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r, true, false);
+        poll(&r, 101, C_LAUNCH, 900, false);
+        poll(&r, 102, C_LAUNCH, 901, false);
+        poll(&r, 301, C_BLOCKING, 902, true); /* a blocking-only thread */
+        for (int i = 0; i < 10; i++) {
+                poll(&r, 101, C_TASK, 1, true);
+                poll(&r, 102, C_TASK, 2, true);
+        }
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!strcmp(workers, "0,1"), "launch polls then task polls: runtime.main '0,1' ('%s')", workers);
+        ok(l.poll_start[254] == 0 && l.blocking_polls == 1 && l.poll_start[0] == 10 && l.poll_end[0] == 10 &&
+           l.poll_start[1] == 10 && l.poll_end[1] == 10,
+           "launch polls (never ended) write nothing, the ended blocking poll one event (%d), task polls "
+           "balanced (%d/%d, %d/%d)", l.blocking_polls, l.poll_start[0], l.poll_end[0], l.poll_start[1], l.poll_end[1]);
+        ok(l.spawns_instrumented == l.spawns && l.spawns > 0, "wake probes attached: spawns say instrumented (%d of %d)",
+           l.spawns_instrumented, l.spawns);
+}
+
+/* Attach mid-run with park probes: both workers poll before their first
+ * park, their records interleaved; then a third thread runs worker 0's
+ * core (block_in_place) and polls before it parks with that core's key. */
+static void test_park_keys_mid_run(void)
+{
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r, true, true);
+        poll(&r, 101, C_TASK, 1, true);
+        poll(&r, 102, C_TASK, 2, true);
+        poll(&r, 101, C_TASK, 3, true);
+        park(&r, 102, 0xB000);
+        park(&r, 101, 0xA000);
+        poll(&r, 102, C_TASK, 4, true);
+        /* Core A moves to thread 103; 101 runs blocking code inline. */
+        poll(&r, 103, C_TASK, 5, true);
+        park(&r, 103, 0xA000);
+        poll(&r, 103, C_TASK, 6, true);
+        park(&r, 103, 0xA000);
+        /* A park whose key BPF could not read names no core. */
+        park(&r, 104, 0);
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!strcmp(workers, "0,1"), "mid-run, interleaved, core moved to a new thread: runtime.main '0,1' ('%s')",
+           workers);
+        ok(l.park[0] == 3 && l.park[1] == 1 && l.park[255] == 0 && l.park[2] == 0,
+           "parks by core: worker 0 x3, worker 1 x1 (%d, %d), none elsewhere", l.park[0], l.park[1]);
+        ok(!strcmp(l.order[0], "pupupu") && !strcmp(l.order[1], "pu"), "park/unpark alternate ('%s', '%s')",
+           l.order[0], l.order[1]);
+}
+
+/* The id a thread held until its first park is reused by the next core,
+ * so the ids stay dense. */
+static void test_given_back_id_is_reused(void)
+{
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r, true, true);
+        poll(&r, 101, C_TASK, 1, true); /* 0: provisional for 101 */
+        park(&r, 101, 0xA000);          /* 0 = core A */
+        poll(&r, 103, C_TASK, 2, true); /* 1: provisional for 103 */
+        park(&r, 103, 0xA000);          /* core A again: 1 given back */
+        park(&r, 102, 0xB000);          /* new core B takes 1 again */
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!strcmp(workers, "0,1"), "a given-back id is reused by the next core: '%s'", workers);
+        ok(l.park[1] == 1 && l.park[0] == 2 && l.park[2] == 0, "core B parks on 1 (%d), core A on 0 (%d)", l.park[1],
+           l.park[0]);
+}
+
+/* No park probes (stripped): a worker's voluntary sleep outside a poll is
+ * a park and an unpark; preemption, sleep inside a poll, and blocking-pool
+ * threads are not. */
+static void test_parks_from_sched_switch(void)
+{
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r, false, false);
+        poll(&r, 101, C_TASK, 1, true);
+        offcpu(&r, 101, 1);     /* idle: park */
+        offcpu(&r, 101, 0);     /* preempted: not a park */
+        poll(&r, 101, C_TASK, 2, false);
+        offcpu(&r, 101, 1);     /* std::thread::sleep inside a poll: not a park */
+        struct d9_rec_task end = { .task_id = 2, .cookie = C_TASK };
+        hdr(&end.hdr, &r, D9_REC_POLL_END, 101);
+        translate_record(&r.tr, &end, sizeof(end));
+        offcpu(&r, 101, 1);     /* idle again: park */
+        poll(&r, 201, C_BLOCKING, 3, true);
+        offcpu(&r, 201, 1);     /* blocking thread idle: no worker park */
+        offcpu(&r, 999, 1);     /* a thread never seen polling */
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.park[0] == 2 && l.unpark[0] == 2 && !strcmp(l.order[0], "pupu"),
+           "worker 0: 2 parks from idle switch-outs, alternating ('%s')", l.order[0]);
+        ok(l.park[254] == 0 && l.park[255] == 0, "no park for blocking or unknown threads (%d, %d)", l.park[254],
+           l.park[255]);
+        ok(!strcmp(workers, "0"), "one worker ('%s')", workers);
+}
+
+/* With park probes attached, off-CPU records are samples only. */
+static void test_no_sched_parks_with_probes(void)
+{
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r, true, true);
+        poll(&r, 101, C_TASK, 1, true);
+        park(&r, 101, 0xA000);
+        offcpu(&r, 101, 1);
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.park[0] == 1, "park probes attached: only their parks (%d)", l.park[0]);
+}
+
+/* Current-thread runtime: the one thread polling tasks is the worker; the
+ * blocking pool's threads are not, however many there are. */
+static void test_current_thread(void)
+{
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r, false, false);
+        for (int i = 0; i < 33; i++) {
+                poll(&r, 300 + i, C_BLOCKING, 500 + i, true);
+                poll(&r, 1, C_TASK, 1, true);
+        }
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!strcmp(workers, "0") && l.poll_start[0] == 33 && l.blocking_polls == 33 && l.poll_start[254] == 0,
+           "current-thread + 33 blocking threads: runtime.main '%s', %d polls on the worker, %d blocking-pool polls",
+           workers, l.poll_start[0], l.blocking_polls);
+}
+
+int main(void)
+{
+        plan_init();
+        test_blocking_pool_never_workers();
+        test_launch_poll_does_not_decide();
+        test_park_keys_mid_run();
+        test_given_back_id_is_reused();
+        test_parks_from_sched_switch();
+        test_no_sched_parks_with_probes();
+        test_current_thread();
+        return tap_done();
+}

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""A stripped target built like production (every runtime thread named
+tokio-rt-worker, a steady stream of spawn_blocking jobs, some 1-5 s, so
+blocking threads come and go) attached mid-run while two CPU hogs compete
+for both cores: runtime.main lists exactly the real workers, no blocking
+job is ever a poll on a worker lane, the 50 ms busy polls are on a real
+worker, blocking jobs are D9BlockingPollEvents, and parks come from
+sched_switch (a stripped build has no park symbol) alternating with
+unparks per worker.
+Usage: test_blocking_pool.py D9D D9CTL STRIPPED_TARGET [TRIES]"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
+from d9harness import D9d, Tap, dump_json_lines, start_target, target_truth  # noqa
+
+D9D, D9CTL, TARGET = sys.argv[1:4]
+TRIES = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+
+
+def events_of(paths):
+    for p in paths:
+        rc, out = dump_json_lines(D9CTL, p)
+        for line in out.splitlines():
+            if line.startswith("{"):
+                yield json.loads(line)
+
+
+def one_try(t, d, binary, n):
+    hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(2)]
+    try:
+        tgt = start_target(binary, "pool", "--thread-name", "tokio-rt-worker", "--duration", "14")
+        time.sleep(1.5)  # mid-run: workers parked and polling, blocking threads alive
+        r = d.ctl("record", "--pid", str(tgt.pid), "--duration", "8s", "--out", d.out)
+        truth = target_truth(tgt)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    t.ok(r.returncode == 0 and truth, f"try {n}: record --pid of the stripped pool target under 2 CPU hogs", r.stderr)
+    if not truth:
+        return
+    workers = truth["workers"]
+    meta, open_poll, polls, long_on_worker, busy_on_worker = None, {}, 0, [], 0
+    blocking, long_blocking, lanes_bad = 0, 0, 0
+    order = {}
+    for ev in events_of(r.stdout.split()):
+        name, f, ts = ev.get("event"), ev.get("fields", {}), ev.get("ts", 0)
+        if name == "SegmentMetadataEvent":
+            meta = f.get("entries")
+        elif name == "PollStartEvent":
+            w = f["worker_id"]
+            lanes_bad += not 0 <= w < workers
+            open_poll[w] = ts
+            polls += 1
+        elif name == "PollEndEvent":
+            w = f["worker_id"]
+            if w in open_poll:
+                dur = ts - open_poll.pop(w)
+                if dur >= 900_000_000:
+                    long_on_worker.append((w, dur))
+                busy_on_worker += 40_000_000 <= dur < 900_000_000
+        elif name == "D9BlockingPollEvent":
+            blocking += 1
+            long_blocking += f["duration_ns"] >= 900_000_000
+        elif name in ("WorkerParkEvent", "WorkerUnparkEvent"):
+            order.setdefault(f["worker_id"], []).append("p" if name == "WorkerParkEvent" else "u")
+    listed = (meta or {}).get("runtime.main", "")
+    t.ok(listed == ",".join(str(i) for i in range(workers)),
+         f"try {n}: runtime.main is the {workers} real workers: '{listed}'", meta)
+    t.ok(polls > 0 and lanes_bad == 0, f"try {n}: every one of {polls} polls is on a real worker ({lanes_bad} not)")
+    t.ok(not long_on_worker, f"try {n}: no poll on a worker lasts a blocking job's 1-5 s", long_on_worker[:5])
+    t.ok(busy_on_worker >= 4, f"try {n}: the 50 ms busy polls are on real workers ({busy_on_worker} polls of "
+         f">= 40 ms in 8 s, target did {truth['busy_polls']} in {truth['duration_s']:.0f} s)")
+    t.ok(blocking >= 40 and long_blocking >= 1,
+         f"try {n}: spawn_blocking jobs are blocking-pool polls ({blocking}, {long_blocking} of >= 0.9 s; "
+         f"target ran {truth['blocking_jobs']} in {truth['duration_s']:.0f} s)")
+    alternate = all(all(a != b for a, b in zip(seq, seq[1:])) for seq in order.values())
+    t.ok(set(order) == set(range(workers)) and all(len(s) >= 4 for s in order.values()) and alternate,
+         f"try {n}: parks from sched_switch on each worker, alternating with unparks "
+         f"({ {w: len(s) for w, s in order.items()} })")
+
+
+def main():
+    t = Tap()
+    tmp = tempfile.mkdtemp(prefix="d9-pool-")
+    # Alone in a directory: no debug file next to it, as shipped.
+    binary = os.path.join(tmp, "service")
+    shutil.copy(TARGET, binary)
+    d = D9d(D9D, D9CTL)
+    d.out = tempfile.mkdtemp(prefix="d9-pool-out-")
+    d.start_or_bail(t)
+    r = subprocess.run([D9CTL, "plan", "--exe", binary], capture_output=True, text=True)
+    t.ok(r.returncode == 0 and "stripped" in r.stdout and "[blocking pool]" in r.stdout,
+         "plan: stripped build, blocking-pool polls told from the task vtables", r.stdout[-2000:])
+    for n in range(1, TRIES + 1):
+        one_try(t, d, binary, n)
+    t.ok(d.stop() == 0, "d9d stops cleanly")
+    d.cleanup(keep=t.failed > 0)
+    if t.failed == 0:
+        shutil.rmtree(d.out, ignore_errors=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+    t.done()
+
+
+main()
