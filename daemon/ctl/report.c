@@ -71,6 +71,9 @@ struct report {
         size_t nsyms, cap_syms;
         struct wake *wakes; /* the top longest, sorted descending */
         size_t nwakes;
+        struct poll *jobs;  /* blocking-pool jobs: the top longest, descending */
+        size_t njobs;
+        uint64_t total_jobs;
         struct wake_slot *slots;
         size_t nslots, used_slots;
         char **strings;
@@ -167,6 +170,24 @@ static void keep_wake(struct report *r, const struct wake *w)
                 i--;
         }
         r->wakes[i] = *w;
+}
+
+/* D9BlockingPollEvent: a spawn_blocking job, written at its end. */
+static void on_blocking_poll(struct report *r, const struct d9_dec_event *ev)
+{
+        uint64_t d = field_u(ev, "duration_ns");
+        struct poll p = { ev->ts > d ? ev->ts - d : 0, ev->ts, field_u(ev, "task_id"), 254,
+                          intern(r, field(ev, "spawn_loc")) };
+
+        r->total_jobs++;
+        if (r->njobs == r->top && (r->top == 0 || d <= r->jobs[r->njobs - 1].end - r->jobs[r->njobs - 1].start))
+                return;
+        size_t i = r->njobs < r->top ? r->njobs++ : r->njobs - 1;
+        while (i > 0 && r->jobs[i - 1].end - r->jobs[i - 1].start < d) {
+                r->jobs[i] = r->jobs[i - 1];
+                i--;
+        }
+        r->jobs[i] = p;
 }
 
 static void on_poll_start(struct report *r, const struct d9_dec_event *ev)
@@ -300,6 +321,8 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
                 on_park(r, ev, true);
         else if (!strcmp(name, "WorkerUnparkEvent"))
                 on_park(r, ev, false);
+        else if (!strcmp(name, "D9BlockingPollEvent"))
+                on_blocking_poll(r, ev);
         else if (!strcmp(name, "WakeEventEvent"))
                 on_wake(r, ev);
         else if (!strcmp(name, "CpuSampleEvent"))
@@ -325,8 +348,9 @@ struct report *report_new(unsigned top)
                 return NULL;
         r->top = top;
         r->wakes = calloc(top ? top : 1, sizeof(*r->wakes));
+        r->jobs = calloc(top ? top : 1, sizeof(*r->jobs));
         r->meta = json_object();
-        if (!r->wakes || !r->meta) {
+        if (!r->wakes || !r->jobs || !r->meta) {
                 report_free(r);
                 return NULL;
         }
@@ -346,6 +370,7 @@ void report_free(struct report *r)
         free(r->polls);
         free(r->samples);
         free(r->wakes);
+        free(r->jobs);
         free(r->slots);
         json_decref(r->meta);
         free(r);
@@ -504,6 +529,13 @@ json_t *report_result(struct report *r)
                                                        (json_int_t)w->woken_at, "task", (json_int_t)w->task,
                                                        "worker", (int)w->worker, "future", w->future));
         }
+        json_t *jobs = json_array();
+        for (size_t i = 0; i < r->njobs; i++) {
+                const struct poll *p = &r->jobs[i];
+                json_array_append_new(jobs, json_pack("{s:I, s:I, s:I, s:s?}", "start_ns", (json_int_t)p->start,
+                                                      "duration_ns", (json_int_t)(p->end - p->start), "task",
+                                                      (json_int_t)p->task, "future", p->future));
+        }
         uint64_t span = r->last_ts > r->first_ts ? r->last_ts - r->first_ts : 0;
         json_t *workers = json_array();
         for (int i = 0; i < NWORKERS; i++) {
@@ -521,9 +553,10 @@ json_t *report_result(struct report *r)
                                     "short_offcpu_ns", (json_int_t)r->short_offcpu_ns,
                                     "polls_not_kept", (json_int_t)r->polls_dropped,
                                     "samples_not_kept", (json_int_t)r->samples_dropped);
-        return json_pack("{s:i, s:I, s:I, s:I, s:O, s:o, s:o, s:o, s:o, s:o}", "segments", (int)r->segments,
+        return json_pack("{s:i, s:I, s:I, s:I, s:I, s:O, s:o, s:o, s:o, s:o, s:o, s:o}", "segments", (int)r->segments,
                          "span_ns", (json_int_t)span, "polls", (json_int_t)r->total_polls,
-                         "polls_over_1ms", (json_int_t)(r->npolls + r->polls_dropped), "metadata", r->meta,
+                         "polls_over_1ms", (json_int_t)(r->npolls + r->polls_dropped),
+                         "blocking_pool_jobs", (json_int_t)r->total_jobs, "metadata", r->meta,
                          "longest_polls", longest, "blocking_in_polls", blocking, "longest_wake_to_poll",
-                         wakes, "workers", workers, "missing", missing);
+                         wakes, "longest_blocking_pool_jobs", jobs, "workers", workers, "missing", missing);
 }

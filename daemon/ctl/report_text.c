@@ -97,6 +97,17 @@ void report_print_text(FILE *out, const json_t *doc)
                         json_integer_value(json_object_get(v, "task")), future ? future : "(unknown future)");
         }
 
+        fprintf(out, "\nLongest blocking-pool jobs (spawn_blocking and the like: not on a worker; %" JSON_INTEGER_FORMAT
+                " in all)\n", json_integer_value(json_object_get(doc, "blocking_pool_jobs")));
+        list = json_object_get(doc, "longest_blocking_pool_jobs");
+        if (!json_array_size(list))
+                fputs("  none\n", out);
+        json_array_foreach(list, i, v) {
+                const char *future = json_string_value(json_object_get(v, "future"));
+                fprintf(out, "  %9.3f ms  task %-8" JSON_INTEGER_FORMAT " %s\n", ms(v, "duration_ns"),
+                        json_integer_value(json_object_get(v, "task")), future ? future : "(unknown future)");
+        }
+
         fputs("\nWorkers (share of the recording)\n  worker  polls      busy   parked  other  sched wait\n", out);
         json_array_foreach(json_object_get(doc, "workers"), i, v) {
                 double busy = json_real_value(json_object_get(v, "busy_share")) * 100;

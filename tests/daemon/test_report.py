@@ -83,6 +83,17 @@ def main():
     t.ok(dirr.returncode == 0 and dirr.stdout == txt.stdout, "a directory stands for its segments in order",
          dirr.stderr)
 
+    # The pool mode's spawn_blocking jobs (some 1-5 s) are listed apart,
+    # never as polls on a worker.
+    r2 = d.ctl("record", "--duration", "40s", "--out", out + "/pool", "--", TARGET, "pool", "--duration", "4")
+    pool = json.loads(report("--json", *r2.stdout.split()).stdout or "{}") if r2.returncode == 0 else {}
+    jobs = pool.get("longest_blocking_pool_jobs", [])
+    t.ok(jobs and jobs[0]["duration_ns"] >= 0.9e9 and "BlockingTask" in (jobs[0].get("future") or ""),
+         f"blocking-pool jobs listed apart ({pool.get('blocking_pool_jobs')}, longest "
+         f"{jobs[0]['duration_ns'] / 1e6 if jobs else 0:.0f} ms)", r2.stderr + json.dumps(jobs[:2]))
+    t.ok(pool and all(p["duration_ns"] < 0.9e9 for p in pool.get("longest_polls", [])),
+         "no blocking job shows as a worker's poll", json.dumps(pool.get("longest_polls", [])[:2]))
+
     bad = os.path.join(out, "not-a-trace.bin")
     with open(bad, "wb") as f:
         f.write(b"\x00" * 64)
