@@ -1,14 +1,12 @@
-/* Segment decompression for d9ctl serve: sealed segments are zstd (d9d's
- * default) or gzip (dial9-compatible); the browser gets raw trace bytes,
- * several segments appended into one body. Decoding is proto's
- * d9_decompress(); this file only reads and appends. */
+/* Growable byte buffers for d9ctl serve, and reading a small file whole
+ * (viewer assets). Segments are not read this way: serve_stream.c
+ * decompresses them as they are sent. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "proto/d9proto.h"
 #include "serve_int.h"
 
 int serve_buf_reserve(struct serve_buf *b, size_t extra)
@@ -32,11 +30,12 @@ void serve_buf_free(struct serve_buf *b)
         *b = (struct serve_buf){ 0 };
 }
 
-static int read_all(int fd, struct serve_buf *in, size_t limit)
+int serve_read_all(int fd, struct serve_buf *in, size_t limit)
 {
         struct stat st;
 
-        if (fstat(fd, &st) == 0 && st.st_size > 0 && serve_buf_reserve(in, (size_t)st.st_size + 1) < 0)
+        if (fstat(fd, &st) == 0 && st.st_size > 0 && (size_t)st.st_size <= limit &&
+            serve_buf_reserve(in, (size_t)st.st_size + 1) < 0)
                 return -ENOMEM;
         for (;;) {
                 if (in->len >= limit)
@@ -52,37 +51,4 @@ static int read_all(int fd, struct serve_buf *in, size_t limit)
                         return 0;
                 in->len += (size_t)n;
         }
-}
-
-int serve_decompress_bytes(const uint8_t *data, size_t len, struct serve_buf *out, size_t limit)
-{
-        uint8_t *raw = NULL;
-        size_t raw_len = 0;
-        int r;
-
-        if (out->len >= limit)
-                return -EFBIG;
-        r = d9_decompress(data, len, limit - out->len, &raw, &raw_len);
-        if (r == -EPIPE)
-                r = -EBADMSG; /* truncated member or frame: corrupt for the browser too */
-        if (r < 0)
-                return r;
-        r = serve_buf_reserve(out, raw_len);
-        if (r == 0) {
-                memcpy(out->data + out->len, raw, raw_len);
-                out->len += raw_len;
-        }
-        free(raw);
-        return r;
-}
-
-int serve_decompress_append(int fd, struct serve_buf *out, size_t limit)
-{
-        struct serve_buf in = { 0 };
-        int r = read_all(fd, &in, limit);
-
-        if (r == 0)
-                r = serve_decompress_bytes(in.data, in.len, out, limit);
-        serve_buf_free(&in);
-        return r;
 }
