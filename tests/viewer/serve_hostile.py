@@ -82,6 +82,11 @@ def main():
         f.write("not a trace")
     with open(os.path.join(seg_dir, "ship.key"), "w") as f:
         f.write("SECRET")
+    zst = subprocess.run(["zstd", "-q", "-c"], input=raw, capture_output=True, check=True).stdout
+    with open(os.path.join(seg_dir, "trace.2.bin.zst"), "wb") as f:
+        f.write(zst[:len(zst) // 2])
+    with open(os.path.join(seg_dir, "trace.3.bin.gz"), "wb") as f:
+        f.write(gzip.compress(raw[:1000]) + gzip.compress(raw[1000:]))
     bomb = os.path.join(seg_dir, "trace.1.bin.zst")
     bomb_size = zstd_bomb(bomb, 4)
     print(f"# zstd bomb: {bomb_size} bytes -> 4 GiB")
@@ -116,6 +121,11 @@ def main():
         t.ok(st == 200 and body == raw, "the cookie alone is enough for the viewer's own requests")
         st, body, _ = http(port, seg, auth)
         t.ok(st == 200 and body == raw, "a Bearer token works for scripts")
+
+        st, body, _ = http(port, "/api/trace?seg=svc/4242-1/trace.2.bin.zst", auth)
+        t.ok(st == 422 and b"corrupt" in body, "a truncated zstd segment gets 422 before any body", (st, body[:100]))
+        st, body, _ = http(port, "/api/trace?seg=svc/4242-1/trace.3.bin.gz&seg=svc/4242-1/trace.0.bin.gz", auth)
+        t.ok(st == 200 and body == raw + raw, "a two-member gzip and a second segment stream out byte-identical")
 
         # seg= serves trace files only.
         for p in ("svc/notes.txt", "svc/4242-1/ship.key"):
