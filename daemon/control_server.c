@@ -442,7 +442,7 @@ static void server_on_sweep(struct d9d *d, struct d9_watch *w, uint32_t events)
  * directory, a symlink, another d9d's live socket - is refused, since
  * unlinking it would lose data or cut that daemon off from its clients
  * with its programs still attached. */
-static int clear_stale_socket(const char *path, const struct sockaddr_un *sa)
+static int clear_stale_socket(const char *path, const struct sockaddr_un *sa, const char **why)
 {
         struct stat st;
         int fd, r;
@@ -450,7 +450,7 @@ static int clear_stale_socket(const char *path, const struct sockaddr_un *sa)
         if (lstat(path, &st) < 0)
                 return errno == ENOENT ? 0 : -errno;
         if (!S_ISSOCK(st.st_mode)) {
-                log_error("%s exists and is not a socket; refusing to replace it", path);
+                *why = "it exists and is not a socket; refusing to replace it";
                 return -EEXIST;
         }
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -462,12 +462,12 @@ static int clear_stale_socket(const char *path, const struct sockaddr_un *sa)
                 log_info("removing stale socket %s", path);
                 return unlink(path) < 0 && errno != ENOENT ? -errno : 0;
         }
-        log_error("%s is the socket of a running daemon (%s); refusing to replace it", path,
-                  r ? strerror(-r) : "it accepts connections");
+        /* accepted, or a full backlog (EAGAIN): someone listens there */
+        *why = "it is the socket of a running daemon; refusing to replace it";
         return -EADDRINUSE;
 }
 
-static int bind_socket(const char *path, mode_t mode)
+static int bind_socket(const char *path, mode_t mode, const char **why)
 {
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
         _cleanup_free_ char *dir = strdup(path);
@@ -483,7 +483,7 @@ static int bind_socket(const char *path, mode_t mode)
                         return -errno;
         }
         memcpy(sa.sun_path, path, strlen(path) + 1);
-        r = clear_stale_socket(path, &sa);
+        r = clear_stale_socket(path, &sa, why);
         if (r < 0)
                 return r;
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -542,10 +542,12 @@ int control_server_start(struct d9d *d, struct control_server **out)
         cs->kick_w.fd = cs->sweep_w.fd = cs->reserve_fd = -1;
         fd = notify_listen_fd("control");
         if (fd == -ENOENT) {
-                fd = bind_socket(d->cfg.socket_path, d->cfg.socket_mode);
+                const char *why = NULL;
+
+                fd = bind_socket(d->cfg.socket_path, d->cfg.socket_mode, &why);
                 cs->owns_path = fd >= 0;
                 if (fd < 0)
-                        log_error("cannot listen on %s: %s", d->cfg.socket_path, strerror(-fd));
+                        log_error("cannot listen on %s: %s", d->cfg.socket_path, why ? why : strerror(-fd));
         } else if (fd >= 0) {
                 log_info("control socket inherited from the service manager");
         }

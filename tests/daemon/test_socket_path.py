@@ -21,7 +21,7 @@ def start_second(sock):
     try:
         r = subprocess.run([D9D, "--config", "/dev/null", "--state-dir", state, "--socket", sock, "--foreground"],
                            capture_output=True, text=True, timeout=15)
-        return r.returncode, [line for line in (r.stdout + r.stderr).splitlines() if "refusing" in line]
+        return r.returncode, [line for line in (r.stdout + r.stderr).splitlines() if "error" in line]
     except subprocess.TimeoutExpired:
         return None, ["still running after 15 s: it took the path over"]
     finally:
