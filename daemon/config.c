@@ -20,6 +20,9 @@ void config_defaults(struct d9d_config *cfg)
         /* Who may connect is decided by the file mode; what they may do is
          * decided per request from SO_PEERCRED. */
         cfg->socket_mode = 0660;
+        /* d9ctl sends its request at once and reads the answer: only a
+         * client holding a connection open for nothing waits this long. */
+        cfg->control_idle_ms = 30 * 1000;
         cfg->rotate_period_ms = 60 * 1000;
         cfg->max_segment_bytes = 64ull << 20;
         cfg->disk_budget_bytes = 1ull << 30;
@@ -74,6 +77,13 @@ int config_set(struct d9d_config *cfg, const char *key, const char *value, const
                 if (*end || !*value || m > 0777)
                         return -EINVAL;
                 cfg->socket_mode = (unsigned)m;
+                return 0;
+        }
+        if (!strcmp(key, "control_idle_timeout")) {
+                *why = "expected a duration between 100ms and 1h such as 30s";
+                if (d9_parse_duration_ms(value, &v) < 0 || v < 100 || v > 3600 * 1000)
+                        return -EINVAL;
+                cfg->control_idle_ms = v;
                 return 0;
         }
         if (!strcmp(key, "service"))

@@ -13,6 +13,7 @@ struct d9d_config {
         char state_dir[PATH_MAX];       /* segments go to <state_dir>/traces */
         char socket_path[PATH_MAX];
         unsigned socket_mode;           /* permission bits of the socket we bind */
+        uint64_t control_idle_ms;       /* close control connections idle this long */
         uint64_t rotate_period_ms;
         uint64_t max_segment_bytes;
         uint64_t disk_budget_bytes;     /* 0 = unlimited */

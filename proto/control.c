@@ -228,10 +228,17 @@ json_t *d9c_call(int fd, const json_t *req, int *err)
         char *line = d9c_encode_line(req, &len), *buf;
         json_t *resp = NULL;
 
-        *err = line ? write_all(fd, line, len) : -ENOMEM;
+        int sent = line ? write_all(fd, line, len) : -ENOMEM;
+
         free(line);
-        if (*err)
+        /* A peer that refuses a connection (d9d at its connection or
+         * descriptor limits) writes one error line and closes before reading
+         * the request: that line is still there to read. */
+        if (sent < 0 && sent != -EPIPE && sent != -ECONNRESET) {
+                *err = sent;
                 return NULL;
+        }
+        *err = 0;
         buf = malloc(cap);
         for (;;) {
                 if (!buf) {
@@ -242,7 +249,7 @@ json_t *d9c_call(int fd, const json_t *req, int *err)
                 if (r < 0 && errno == EINTR)
                         continue;
                 if (r <= 0) {
-                        *err = r < 0 ? -errno : -ECONNRESET;
+                        *err = sent < 0 ? sent : r < 0 ? -errno : -ECONNRESET;
                         break;
                 }
                 used += (size_t)r;

@@ -293,7 +293,15 @@ enum d9_compress d9_compress_detect(const uint8_t *buf, size_t len);
 int d9_decompress(const uint8_t *in, size_t len, size_t max_out,
                   uint8_t **out, size_t *out_len);
 
-/* Reads a trace file of any of the three kinds into a malloc'ed raw buffer. */
+/* The most raw bytes a compressed trace of in_len bytes may expand to.
+ * Segments compress 3-20x; a "bomb" (a few KiB that expand to GiB) is cut
+ * off here instead of taking the reader's memory. */
+#define D9_DECOMPRESS_RATIO 256u
+#define D9_DECOMPRESS_MIN_CAP ((size_t)64 << 20)
+size_t d9_decompress_cap(size_t in_len);
+
+/* Reads a trace file of any of the three kinds into a malloc'ed raw buffer;
+ * compressed input expanding beyond d9_decompress_cap() is -EFBIG. */
 int d9_read_trace_file(const char *path, uint8_t **out, size_t *out_len,
                        enum d9_compress *kind);
 

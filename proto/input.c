@@ -150,6 +150,14 @@ int d9_decompress(const uint8_t *in, size_t len, size_t max_out, uint8_t **out, 
         return 0;
 }
 
+size_t d9_decompress_cap(size_t in_len)
+{
+        if (in_len > SIZE_MAX / D9_DECOMPRESS_RATIO)
+                return SIZE_MAX;
+        return in_len * D9_DECOMPRESS_RATIO > D9_DECOMPRESS_MIN_CAP ? in_len * D9_DECOMPRESS_RATIO
+                                                                    : D9_DECOMPRESS_MIN_CAP;
+}
+
 static int read_all(const char *path, uint8_t **out, size_t *len)
 {
         int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -206,7 +214,7 @@ int d9_read_trace_file(const char *path, uint8_t **out, size_t *out_len, enum d9
                 *out_len = len;
                 return 0;
         }
-        r = d9_decompress(file, len, SIZE_MAX, out, out_len);
+        r = d9_decompress(file, len, d9_decompress_cap(len), out, out_len);
         free(file);
         return r;
 }

@@ -1,5 +1,7 @@
-/* d9ctl serve: HTTP front of the trace browser (libmicrohttpd, one thread
- * per connection so a large decompression does not stall other requests).
+/* d9ctl serve: HTTP front of the trace browser (libmicrohttpd, epoll and a
+ * small pool of threads: an idle or slow connection costs a socket and a
+ * few KiB, not a thread; each times out after SERVE_CONN_TIMEOUT_S).
+ * Every request needs the token printed at start (serve_auth.c).
  *
  *   GET /                      the viewer (index.html from the assets dir)
  *   GET /static/<file>         other viewer assets
@@ -22,23 +24,39 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "serve.h"
 #include "serve_int.h"
 
-#define SERVE_MAX_SEGMENTS 256
+#define SERVE_THREADS 4
+#define SERVE_CONN_TIMEOUT_S 15u
+#define SERVE_MAX_CONNS 8192u
 
-struct serve_ctx {
-        struct serve_bucket *bucket; /* bucket mode; else the local root below */
-        int rootfd;
-        char root_real[PATH_MAX];
-        int assetfd;
-        char asset_real[PATH_MAX];
-        bool loopback; /* listening on loopback only: insist on a loopback Host */
-};
+enum MHD_Result serve_queue(struct serve_req *rq, unsigned status, const char *type,
+                            struct MHD_Response *resp)
+{
+        char cookie[128];
 
-static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, const char *type,
+        MHD_add_response_header(resp, "Content-Type", type);
+        MHD_add_response_header(resp, "Cache-Control", "no-store");
+        MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+        MHD_add_response_header(resp, "Referrer-Policy", "no-referrer"); /* the token is in the URL */
+        /* the viewer needs nothing from the network but this server */
+        MHD_add_response_header(resp, "Content-Security-Policy",
+                                "default-src 'self'; img-src 'self' data:; object-src 'none'; "
+                                "base-uri 'none'; frame-ancestors 'none'");
+        if (rq->set_cookie) {
+                serve_auth_cookie_header(&rq->ctx->auth, cookie, sizeof(cookie));
+                MHD_add_response_header(resp, MHD_HTTP_HEADER_SET_COOKIE, cookie);
+        }
+        enum MHD_Result r = MHD_queue_response(rq->conn, status, resp);
+        MHD_destroy_response(resp);
+        return r;
+}
+
+static enum MHD_Result reply(struct serve_req *rq, unsigned status, const char *type,
                              void *data, size_t len, int owned)
 {
         struct MHD_Response *resp = owned
@@ -49,44 +67,34 @@ static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, const
                         free(data);
                 return MHD_NO;
         }
-        MHD_add_response_header(resp, "Content-Type", type);
-        MHD_add_response_header(resp, "Cache-Control", "no-store");
-        MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
-        /* the viewer needs nothing from the network but this server */
-        MHD_add_response_header(resp, "Content-Security-Policy",
-                                "default-src 'self'; img-src 'self' data:; object-src 'none'; "
-                                "base-uri 'none'; frame-ancestors 'none'");
-        enum MHD_Result r = MHD_queue_response(conn, status, resp);
-        MHD_destroy_response(resp);
-        return r;
+        return serve_queue(rq, status, type, resp);
 }
 
-static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned status, const char *what,
-                                   const char *path)
+enum MHD_Result serve_reply_error(struct serve_req *rq, unsigned status, const char *what,
+                                  const char *path)
 {
         char msg[PATH_MAX + 128];
         int n = snprintf(msg, sizeof(msg), "%s%s%s\n", what, path ? ": " : "", path ? path : "");
-        return reply(conn, status, "text/plain; charset=utf-8", msg,
+        return reply(rq, status, "text/plain; charset=utf-8", msg,
                      (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1, 0);
 }
 
-/* Maps serve_path_open()'s errors to an HTTP status and message. */
-static enum MHD_Result reply_open_error(struct MHD_Connection *conn, int err, const char *path)
+enum MHD_Result serve_reply_open_error(struct serve_req *rq, int err, const char *path)
 {
         switch (err) {
         case -EINVAL:
-                return reply_error(conn, 400, "bad path (must be relative, without '..')", path);
+                return serve_reply_error(rq, 400, "bad path (must be relative, without '..')", path);
         case -EACCES:
         case -ELOOP:
         case -EPERM:
-                return reply_error(conn, 403, "path leaves the served directory", path);
+                return serve_reply_error(rq, 403, "path leaves the served directory", path);
         case -ENOENT:
         case -ENOTDIR:
-                return reply_error(conn, 404, "no such segment", path);
+                return serve_reply_error(rq, 404, "no such segment", path);
         case -EISDIR:
-                return reply_error(conn, 400, "path is a directory", path);
+                return serve_reply_error(rq, 400, "path is a directory", path);
         default:
-                return reply_error(conn, 500, strerror(-err), path);
+                return serve_reply_error(rq, 500, strerror(-err), path);
         }
 }
 
@@ -106,27 +114,28 @@ static const char *content_type_for(const char *name)
         return "application/octet-stream";
 }
 
-static enum MHD_Result serve_asset(struct MHD_Connection *conn, struct serve_ctx *ctx,
-                                   const char *name)
+static enum MHD_Result serve_asset(struct serve_req *rq, const char *name)
 {
+        struct serve_ctx *ctx = rq->ctx;
         struct serve_buf body = { 0 };
         int fd = serve_path_open(ctx->assetfd, ctx->asset_real, name, strlen(name));
         int r;
 
         if (fd < 0)
-                return reply_open_error(conn, fd, name);
+                return serve_reply_open_error(rq, fd, name);
         /* assets are never compressed on disk, so this is a plain read */
-        r = serve_decompress_append(fd, &body, SERVE_MAX_BODY);
+        r = serve_read_all(fd, &body, SERVE_MAX_OBJECT);
         close(fd);
         if (r < 0) {
                 serve_buf_free(&body);
-                return reply_error(conn, 500, "cannot read asset", name);
+                return serve_reply_error(rq, 500, "cannot read asset", name);
         }
-        return reply(conn, 200, content_type_for(name), body.data, body.len, 1);
+        return reply(rq, 200, content_type_for(name), body.data, body.len, 1);
 }
 
-static enum MHD_Result serve_list(struct MHD_Connection *conn, struct serve_ctx *ctx)
+static enum MHD_Result serve_list(struct serve_req *rq)
 {
+        struct serve_ctx *ctx = rq->ctx;
         int err = 0;
         json_t *list = ctx->bucket ? serve_bucket_list(ctx->bucket, &err) : serve_list_segments(ctx->rootfd);
         char *text = list ? json_dumps(list, JSON_COMPACT) : NULL;
@@ -135,81 +144,11 @@ static enum MHD_Result serve_list(struct MHD_Connection *conn, struct serve_ctx 
         if (!text && ctx->bucket && err != -ENOMEM) {
                 char msg[512];
                 serve_bucket_error(ctx->bucket, msg, sizeof(msg));
-                return reply_error(conn, 502, "cannot list the bucket", msg);
+                return serve_reply_error(rq, 502, "cannot list the bucket", msg);
         }
         if (!text)
-                return reply_error(conn, 500, "cannot list segments", NULL);
-        return reply(conn, 200, "application/json", text, strlen(text), 1);
-}
-
-struct seg_args {
-        const char *path[SERVE_MAX_SEGMENTS];
-        size_t len[SERVE_MAX_SEGMENTS];
-        int count;
-        int overflow;
-};
-
-static enum MHD_Result collect_seg(void *cls, enum MHD_ValueKind kind, const char *key,
-                                   size_t key_size, const char *value, size_t value_size)
-{
-        struct seg_args *args = cls;
-
-        if (strcmp(key, "seg") != 0)
-                return MHD_YES;
-        if (args->count == SERVE_MAX_SEGMENTS) {
-                args->overflow = 1;
-                return MHD_NO;
-        }
-        args->path[args->count] = value ? value : "";
-        args->len[args->count++] = value ? value_size : 0;
-        return MHD_YES;
-}
-
-/* Appends one segment, decompressed, from the local root or the bucket. */
-static int fetch_segment(struct serve_ctx *ctx, const char *path, size_t len, struct serve_buf *body)
-{
-        if (ctx->bucket)
-                return serve_bucket_fetch_append(ctx->bucket, path, len, body, SERVE_MAX_BODY);
-        int fd = serve_path_open(ctx->rootfd, ctx->root_real, path, len);
-        if (fd < 0)
-                return fd;
-        int r = serve_decompress_append(fd, body, SERVE_MAX_BODY);
-        close(fd);
-        return r;
-}
-
-static enum MHD_Result serve_trace(struct MHD_Connection *conn, struct serve_ctx *ctx)
-{
-        struct seg_args args = { 0 };
-        struct serve_buf body = { 0 };
-
-        MHD_get_connection_values_n(conn, MHD_GET_ARGUMENT_KIND, collect_seg, &args);
-        if (args.overflow)
-                return reply_error(conn, 400, "too many segments in one request", NULL);
-        if (args.count == 0)
-                return reply_error(conn, 400, "missing ?seg=PATH", NULL);
-        for (int i = 0; i < args.count; i++) {
-                int r = fetch_segment(ctx, args.path[i], args.len[i], &body);
-                if (r == -EIO) {
-                        char msg[512];
-                        serve_buf_free(&body);
-                        serve_bucket_error(ctx->bucket, msg, sizeof(msg));
-                        return reply_error(conn, 502, "cannot fetch segment from the bucket", msg);
-                }
-                if (r == -EINVAL || r == -EACCES || r == -ELOOP || r == -EPERM || r == -ENOENT ||
-                    r == -ENOTDIR || r == -EISDIR) {
-                        serve_buf_free(&body);
-                        return reply_open_error(conn, r, args.path[i]);
-                }
-                if (r < 0) {
-                        serve_buf_free(&body);
-                        return reply_error(conn, r == -EFBIG ? 413 : 422,
-                                           r == -EBADMSG ? "corrupt compressed segment"
-                                           : r == -EFBIG ? "segments too large to serve together"
-                                           : strerror(-r), args.path[i]);
-                }
-        }
-        return reply(conn, 200, "application/octet-stream", body.data, body.len, 1);
+                return serve_reply_error(rq, 500, "cannot list segments", NULL);
+        return reply(rq, 200, "application/json", text, strlen(text), 1);
 }
 
 /* A loopback server must still refuse requests addressed to another name:
@@ -243,23 +182,34 @@ static enum MHD_Result handle_request(void *cls, struct MHD_Connection *conn, co
                                       const char *upload_data, size_t *upload_data_size,
                                       void **con_cls)
 {
+        struct serve_req rq = { .conn = conn, .ctx = cls };
         struct serve_ctx *ctx = cls;
 
         if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-                return reply_error(conn, 405, "only GET is supported", NULL);
+                return serve_reply_error(&rq, 405, "only GET is supported", NULL);
         const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
         if (ctx->loopback && !host_is_loopback(host))
-                return reply_error(conn, 403, "Host is not a loopback name (DNS rebinding guard); "
-                                              "use http://127.0.0.1:PORT/", host);
+                return serve_reply_error(&rq, 403, "Host is not a loopback name (DNS rebinding guard); "
+                                                   "use http://127.0.0.1:PORT/", host);
+        switch (serve_auth_check(&ctx->auth, conn)) {
+        case SERVE_AUTH_DENIED:
+                return serve_reply_error(&rq, 401, "missing or wrong token: open the URL with ?token= "
+                                                   "that d9ctl serve printed when it started", NULL);
+        case SERVE_AUTH_SET_COOKIE:
+                rq.set_cookie = true;
+                break;
+        case SERVE_AUTH_OK:
+                break;
+        }
         if (strcmp(url, "/") == 0 || strcmp(url, "/index.html") == 0)
-                return serve_asset(conn, ctx, "index.html");
+                return serve_asset(&rq, "index.html");
         if (strncmp(url, "/static/", 8) == 0)
-                return serve_asset(conn, ctx, url + 8);
+                return serve_asset(&rq, url + 8);
         if (strcmp(url, "/api/list") == 0)
-                return serve_list(conn, ctx);
+                return serve_list(&rq);
         if (strcmp(url, "/api/trace") == 0)
-                return serve_trace(conn, ctx);
-        return reply_error(conn, 404, "not found", url);
+                return serve_trace(&rq);
+        return serve_reply_error(&rq, 404, "not found", url);
 }
 
 /* "HOST:PORT" or "[V6]:PORT" -> socket address. */
@@ -312,6 +262,27 @@ static int open_root(const char *path, const char *what, const char *hint, int *
                 return r;
         }
         return 0;
+}
+
+/* As many connections as descriptors allow (raised to the hard limit):
+ * slow or idle clients hold one each until they time out, so the bound is
+ * what keeps them from starving the real ones, not a small number. */
+static unsigned connection_limit(void)
+{
+        struct rlimit rl;
+        unsigned n = 256;
+
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+                if (rl.rlim_cur < rl.rlim_max && rl.rlim_cur < SERVE_MAX_CONNS + 64) {
+                        rl.rlim_cur = rl.rlim_max < SERVE_MAX_CONNS + 64 ? rl.rlim_max : SERVE_MAX_CONNS + 64;
+                        setrlimit(RLIMIT_NOFILE, &rl);
+                        getrlimit(RLIMIT_NOFILE, &rl);
+                }
+                /* each request keeps one segment open besides its socket */
+                if (rl.rlim_cur > 128)
+                        n = (unsigned)((rl.rlim_cur - 64) / 2 < SERVE_MAX_CONNS ? (rl.rlim_cur - 64) / 2 : SERVE_MAX_CONNS);
+        }
+        return n;
 }
 
 static void wait_for_stop_signal(void)
@@ -367,11 +338,18 @@ int serve_run(const struct serve_config *cfg)
         sigaddset(&stop, SIGTERM);
         pthread_sigmask(SIG_BLOCK, &stop, NULL);
 
-        unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                         MHD_USE_ERROR_LOG | (addr.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+        r = serve_auth_init(&ctx.auth);
+        if (r < 0) {
+                fprintf(stderr, "d9ctl serve: cannot make a token: %s\n", strerror(-r));
+                goto out;
+        }
+        unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG |
+                         (addr.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
         struct MHD_Daemon *d = MHD_start_daemon(flags, 0, NULL, NULL, handle_request, &ctx,
                                                 MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                                                MHD_OPTION_CONNECTION_TIMEOUT, 120u,
+                                                MHD_OPTION_THREAD_POOL_SIZE, (unsigned)SERVE_THREADS,
+                                                MHD_OPTION_CONNECTION_LIMIT, connection_limit(),
+                                                MHD_OPTION_CONNECTION_TIMEOUT, SERVE_CONN_TIMEOUT_S,
                                                 MHD_OPTION_END);
         if (!d) {
                 r = -EADDRNOTAVAIL;
@@ -380,8 +358,8 @@ int serve_run(const struct serve_config *cfg)
         }
         const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
         const char *colon = strrchr(cfg->listen, ':');
-        printf("serving http://%.*s:%u/ from %s%s%s%s\n", (int)(colon - cfg->listen), cfg->listen,
-               info ? info->port : 0, cfg->bucket ? "s3://" : "",
+        printf("serving http://%.*s:%u/?token=%s from %s%s%s%s\n", (int)(colon - cfg->listen), cfg->listen,
+               info ? info->port : 0, ctx.auth.token, cfg->bucket ? "s3://" : "",
                cfg->bucket ? cfg->bucket : ctx.root_real,
                cfg->bucket && cfg->prefix ? "/" : "", cfg->bucket && cfg->prefix ? cfg->prefix : "");
         fflush(stdout);

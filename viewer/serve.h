@@ -17,7 +17,8 @@ struct serve_config {
  * the install path (DATADIR/d9d/viewer). */
 const char *serve_default_assets_dir(void);
 
-/* Runs the server until SIGINT/SIGTERM. Prints "serving http://HOST:PORT/"
- * on stdout once listening. Returns 0 or a negative errno; failures are
+/* Runs the server until SIGINT/SIGTERM. Prints "serving
+ * http://HOST:PORT/?token=T" on stdout once listening; every request needs
+ * that token (viewer/serve_auth.c). Returns 0 or a negative errno; failures are
  * reported on stderr with context. */
 int serve_run(const struct serve_config *cfg);

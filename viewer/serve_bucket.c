@@ -121,8 +121,7 @@ json_t *serve_bucket_list(struct serve_bucket *b, int *err)
         return json_pack("{s:o}", "segments", list);
 }
 
-int serve_bucket_fetch_append(struct serve_bucket *b, const char *rel, size_t rel_len,
-                              struct serve_buf *out, size_t limit)
+int serve_bucket_fetch(struct serve_bucket *b, const char *rel, size_t rel_len, struct serve_buf *out)
 {
         struct s3_buf obj = { 0 };
         char key[PATH_MAX];
@@ -136,10 +135,16 @@ int serve_bucket_fetch_append(struct serve_bucket *b, const char *rel, size_t re
         pthread_mutex_lock(&b->lock);
         r = s3_get_object(b->client, key, &obj);
         pthread_mutex_unlock(&b->lock);
-        if (r == 0)
-                r = serve_decompress_bytes(obj.data, obj.len, out, limit);
-        else if (r != -ENOENT)
+        if (r == 0 && obj.len > SERVE_MAX_OBJECT)
+                r = -EFBIG;
+        else if (r == 0) {
+                /* the object's buffer becomes the caller's */
+                out->data = (uint8_t *)obj.data;
+                out->len = out->cap = obj.len;
+                obj.data = NULL;
+        } else if (r != -ENOENT) {
                 r = -EIO;
+        }
         s3_buf_free(&obj);
         return r;
 }

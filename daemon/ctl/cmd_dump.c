@@ -261,6 +261,12 @@ static int dump_file(struct dump *d, const char *path, bool strict)
                         kind == D9_COMPRESS_GZIP ? "gzip" : "zstd");
                 return 1;
         }
+        if (r == -EFBIG) {
+                fprintf(stderr, "d9ctl: %s: expands to more than %ux its size (at least %zu MiB): "
+                                "not a trace segment, not decompressed\n",
+                        path, D9_DECOMPRESS_RATIO, D9_DECOMPRESS_MIN_CAP >> 20);
+                return 1;
+        }
         if (r < 0) {
                 fprintf(stderr, "d9ctl: %s: cannot read: %s\n", path, strerror(-r));
                 return 1;

@@ -65,6 +65,13 @@ function startServe(dir, extraArgs = []) {
   });
 }
 
+// The token d9ctl serve printed (in its URL) as a header for scripted
+// requests; browsers get the cookie from the first page instead.
+function authHeaders(url) {
+  const token = new URL(url).searchParams.get('token');
+  return token ? { Authorization: `Bearer ${token}` } : {};
+}
+
 function playwright() {
   const p = path.join(__dirname, 'node_modules', 'playwright-core');
   if (!fs.existsSync(p)) bail(`playwright-core not installed in ${p}: run scripts/bootstrap (scripts/bootstrap.d/20-viewer-npm)`);
@@ -146,4 +153,4 @@ async function checkRecordingView(page, label, expect = {}) {
   return facts;
 }
 
-module.exports = { plan, ok, bail, done, env, tmpdir, fixturePath, artifactsDir, startServe, launchBrowser, openViewer, shot, checkRecordingView };
+module.exports = { authHeaders, plan, ok, bail, done, env, tmpdir, fixturePath, artifactsDir, startServe, launchBrowser, openViewer, shot, checkRecordingView };

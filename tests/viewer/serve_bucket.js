@@ -45,7 +45,7 @@ function s3put(key, file) {
 function get(base, rawPath) {
   const u = new URL(base);
   return new Promise((resolve, reject) => {
-    http.get({ host: u.hostname, port: u.port, path: rawPath }, (res) => {
+    http.get({ host: u.hostname, port: u.port, path: rawPath, headers: t.authHeaders(base) }, (res) => {
       const chunks = [];
       res.on('data', (c) => chunks.push(c));
       res.on('end', () => resolve({ status: res.statusCode, body: Buffer.concat(chunks) }));

@@ -10,6 +10,7 @@ const t = require('./lib');
 
 function get(base, rawPath, method = 'GET', headers = {}) {
   const u = new URL(base);
+  headers = { ...t.authHeaders(base), ...headers };
   return new Promise((resolve, reject) => {
     // http.request sends the path byte-for-byte: no client-side normalisation
     const req = http.request({ host: u.hostname, port: u.port, path: rawPath, method, headers }, (res) => {
