@@ -481,9 +481,12 @@ static int attach_uprobes(struct d9_bpf_target *t, const struct probe_plan *plan
         }
         /* Returns first: a poll entered between the two attaches must not
          * miss its end (an end without a start is ignored in BPF). */
-        r = attach_set(t, plan->exe_path, &sets[1], true);
+        /* The planned inode itself (see probe_plan.exe_fd), not a path. */
+        const char *path = plan->attach_path ? plan->attach_path : plan->exe_path;
+
+        r = attach_set(t, path, &sets[1], true);
         if (r == 0)
-                r = attach_set(t, plan->exe_path, &sets[0], false);
+                r = attach_set(t, path, &sets[0], false);
         if (r < 0)
                 set_err(err, "cannot attach %zu Tokio probes to PID %d (%s): %s",
                         sets[0].n + sets[1].n, t->pid, plan->exe_path, strerror(-r));

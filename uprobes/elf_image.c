@@ -33,7 +33,10 @@ static int load_segments(struct elf_image *img)
         return img->n_segs ? 0 : -ENOEXEC;
 }
 
-int elf_image_open(const char *path, struct elf_image **out, char **err_msg)
+/* Takes fd over. The ELF is read from a sealed copy (d9_target_file_copy):
+ * the owner of the file can truncate or rewrite it while we look, and a
+ * mapping of the file itself would then fault (SIGBUS) inside libelf. */
+int elf_image_open_fd(int fd, const char *path, struct elf_image **out, char **err_msg)
 {
         struct elf_image *img;
         GElf_Ehdr eh;
@@ -41,14 +44,20 @@ int elf_image_open(const char *path, struct elf_image **out, char **err_msg)
 
         elf_version(EV_CURRENT);
         img = calloc(1, sizeof(*img));
-        if (!img)
+        if (!img) {
+                close(fd);
                 return -ENOMEM;
-        img->fd = open(path, O_RDONLY | O_CLOEXEC);
+        }
+        img->fd = d9_target_file_copy(fd);
+        close(fd);
         img->path = strdup(path);
         if (img->fd < 0) {
-                r = -errno;
+                r = img->fd;
                 if (err_msg)
-                        asprintf(err_msg, "cannot open %s: %s", path, strerror(-r));
+                        asprintf(err_msg, r == -EBADFD ? "%s is not a regular file" :
+                                 r == -EFBIG ? "%s is larger than d9d reads (1 GiB)" :
+                                 r == -ENODATA ? "%s changed while being read" : "cannot read %s: %s",
+                                 path, strerror(-r));
                 elf_image_free(img);
                 return r;
         }
@@ -78,6 +87,19 @@ int elf_image_open(const char *path, struct elf_image **out, char **err_msg)
         img->has_sections = elf_getshdrstrndx(img->elf, &img->shstrndx) == 0;
         *out = img;
         return 0;
+}
+
+int elf_image_open(const char *path, struct elf_image **out, char **err_msg)
+{
+        int fd = d9_target_file_open(path);
+
+        if (fd < 0) {
+                if (err_msg)
+                        asprintf(err_msg, fd == -EBADFD ? "%s is not a regular file" : "cannot open %s: %s",
+                                 path, strerror(-fd));
+                return fd;
+        }
+        return elf_image_open_fd(fd, path, out, err_msg);
 }
 
 void elf_image_free(struct elf_image *img)

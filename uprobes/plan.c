@@ -3,10 +3,12 @@
  * symbols the vtable scan cross-checks them, without symbols it is all there
  * is), then orders the points and fills in what is missing and why. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "plan-int.h"
 
@@ -259,7 +261,8 @@ static int plan_fill(struct plan_builder *b, struct probe_plan *plan, char **err
         return 0;
 }
 
-static int plan_build(const char *path, const char *root, struct probe_plan **out, char **err_msg)
+/* Takes fd over: the plan keeps it (exe_fd) for the attach. */
+static int plan_build(int fd, const char *path, const char *root, struct probe_plan **out, char **err_msg)
 {
         struct plan_builder b = { 0 };
         struct probe_plan *plan;
@@ -270,10 +273,17 @@ static int plan_build(const char *path, const char *root, struct probe_plan **ou
         if (err_msg)
                 *err_msg = NULL;
         plan = calloc(1, sizeof(*plan));
-        if (!plan)
+        if (!plan) {
+                close(fd);
                 return -ENOMEM;
+        }
+        plan->exe_fd = fd;
         plan->exe_path = strdup(path);
-        r = elf_image_open(path, &b.img, err_msg);
+        r = asprintf(&plan->attach_path, "/proc/self/fd/%d", fd) < 0 ? -ENOMEM : 0;
+        if (r == 0) {
+                int copy = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+                r = copy < 0 ? -errno : elf_image_open_fd(copy, path, &b.img, err_msg);
+        }
         if (r == 0)
                 r = symtab_load(b.img, root, &b.st);
         if (r == 0)
@@ -291,6 +301,8 @@ static int plan_build(const char *path, const char *root, struct probe_plan **ou
         symtab_free(&b.st);
         vtable_scan_free(&b.vs);
         elf_image_free(b.img);
+        if (r == -E2BIG && err_msg && !*err_msg)
+                asprintf(err_msg, "%s has more function symbols than d9d reads (4M)", path);
         if (r < 0) {
                 if (err_msg && !*err_msg)
                         asprintf(err_msg, "cannot build a probe plan for %s: %s", path, strerror(-r));
@@ -305,22 +317,44 @@ static int plan_build(const char *path, const char *root, struct probe_plan **ou
 
 int probe_plan_for_file(const char *path, struct probe_plan **out, char **err_msg)
 {
-        return plan_build(path, "", out, err_msg);
+        int fd = d9_target_file_open(path);
+
+        if (err_msg)
+                *err_msg = NULL;
+        if (fd < 0) {
+                if (err_msg)
+                        asprintf(err_msg, fd == -EBADFD ? "%s is not a regular file" : "cannot open %s: %s",
+                                 path, strerror(-fd));
+                return fd;
+        }
+        return plan_build(fd, path, "", out, err_msg);
+}
+
+int probe_plan_for_fd(int fd, const char *display, struct probe_plan **out, char **err_msg)
+{
+        if (err_msg)
+                *err_msg = NULL;
+        return plan_build(fd, display, "", out, err_msg);
 }
 
 int probe_plan_for_pid(pid_t pid, struct probe_plan **out, char **err_msg)
 {
+        return probe_plan_for_pidfd(-1, pid, out, err_msg);
+}
+
+int probe_plan_for_pidfd(int pidfd, pid_t pid, struct probe_plan **out, char **err_msg)
+{
         _cleanup_free_ char *path = NULL;
         char root[64];
-        int r;
+        int r, fd;
 
         if (err_msg)
                 *err_msg = NULL;
-        r = target_exe_path(pid, &path, err_msg);
-        if (r < 0)
-                return r;
+        fd = target_exe_open(pidfd, pid, &path, err_msg);
+        if (fd < 0)
+                return fd;
         snprintf(root, sizeof(root), "/proc/%d/root", pid);
-        r = plan_build(path, root, out, err_msg);
+        r = plan_build(fd, path, root, out, err_msg);
         if (r < 0 && err_msg && *err_msg) {
                 char *with_pid = NULL;
 
@@ -346,6 +380,9 @@ void probe_plan_free(struct probe_plan *plan)
                 free(plan->missing[i].reason);
         free(plan->points);
         free(plan->missing);
+        if (plan->exe_fd > 0)
+                close(plan->exe_fd);
+        free(plan->attach_path);
         free(plan->exe_path);
         free(plan->build_id);
         free(plan->tokio_version);

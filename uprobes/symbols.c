@@ -9,8 +9,19 @@
 
 #include "uprobes-int.h"
 
+/* Bounds on what one (possibly hostile) file can make us allocate: a crafted
+ * 250 KB ELF whose symbols all point at one huge string would otherwise cost
+ * gigabytes of copies and seconds of demangling. Real Rust names stay far
+ * below the length cap; the largest binaries seen have ~1M symbols. */
+#define SYM_NAME_MAX 4096
+#define SYMS_MAX (4u << 20)
+
 static int add_sym(struct symtab *st, size_t *cap, uint64_t vaddr, uint64_t size, const char *raw)
 {
+        if (strnlen(raw, SYM_NAME_MAX + 1) > SYM_NAME_MAX)
+                return 0;
+        if (st->n >= SYMS_MAX)
+                return -E2BIG;
         if (st->n == *cap) {
                 size_t ncap = *cap ? *cap * 2 : 4096;
                 struct func_sym *n = realloc(st->syms, ncap * sizeof(*n));

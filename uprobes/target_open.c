@@ -1,51 +1,28 @@
-/* target_open: turn a PID into a path we can open and attach to, whatever
- * mount namespace the target lives in.
+/* target_open: from a pidfd to the executable file the process runs.
  *
- * /proc/PID/exe opens the very file the process runs (even from another mount
- * namespace, even if deleted or replaced on disk), so it is the primary route.
- * The path reported in the plan prefers /proc/PID/root/<exe> when that names
- * the same inode, because it keeps the executable's real name for humans and
- * for finding debug files next to it. /proc/PID/map_files is the fallback for
- * when the exe link cannot be followed (e.g. some LSM setups). */
+ * The pidfd is taken before anything else is looked at; /proc/PID/exe is
+ * opened (the kernel follows that link to the very inode being run, even
+ * from another mount namespace, even deleted or replaced on disk), and only
+ * then is the pidfd checked: if the process behind it is still alive, the
+ * PID was not recycled in between and the file is its executable. No path a
+ * user can write is opened here. The name reported in the plan prefers
+ * /proc/PID/root/<exe> when that is the same inode, because it keeps the
+ * executable's real name and directory for humans and for finding debug
+ * files next to it (those are opened with d9_target_file_open). */
 #include <errno.h>
-#include <inttypes.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "uprobes-int.h"
 
-static bool same_inode(const char *a, const char *b)
+int pidfd_alive(int pidfd)
 {
-        struct stat sa, sb;
-
-        return stat(a, &sa) == 0 && stat(b, &sb) == 0 &&
-               sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
-/* First mapping of the executable in /proc/PID/maps, as a map_files path. */
-static char *map_files_path(pid_t pid, const char *exe)
-{
-        char maps[64], line[4096], *found = NULL;
-        FILE *f;
-
-        snprintf(maps, sizeof(maps), "/proc/%d/maps", pid);
-        f = fopen(maps, "re");
-        if (!f)
-                return NULL;
-        while (!found && fgets(line, sizeof(line), f)) {
-                uint64_t lo, hi;
-                char *path = strchr(line, '/');
-
-                if (!path || sscanf(line, "%" SCNx64 "-%" SCNx64, &lo, &hi) != 2)
-                        continue;
-                path[strcspn(path, "\n")] = 0;
-                if (strcmp(path, exe) == 0)
-                        asprintf(&found, "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, pid, lo, hi);
-        }
-        fclose(f);
-        return found;
+        return syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) < 0 ? -errno : 0;
 }
 
 static int explain_errno(pid_t pid, int r, char **err_msg)
@@ -57,53 +34,84 @@ static int explain_errno(pid_t pid, int r, char **err_msg)
         else if (r == -EACCES || r == -EPERM)
                 asprintf(err_msg, "permission denied reading /proc/%d/exe "
                          "(run as root or with CAP_SYS_PTRACE)", pid);
+        else if (r == -EBADFD)
+                asprintf(err_msg, "PID %d's executable is not a regular file", pid);
+        else if (r == -EFBIG)
+                asprintf(err_msg, "PID %d's executable is larger than d9d reads (1 GiB)", pid);
         else
                 asprintf(err_msg, "cannot read /proc/%d/exe: %s", pid, strerror(-r));
         return r;
 }
 
-int target_exe_path(pid_t pid, char **path, char **err_msg)
+static char *display_name(pid_t pid, int fd)
 {
-        char link[64], proc_dir[64], exe[4096];
+        char link[64], exe[4096], *rooted = NULL;
+        struct stat a, b;
         ssize_t n;
+        int other;
+
+        snprintf(link, sizeof(link), "/proc/%d/exe", pid);
+        n = readlink(link, exe, sizeof(exe) - 1);
+        if (n > 0 && exe[0] == '/') {
+                exe[n] = 0;
+                if (asprintf(&rooted, "/proc/%d/root%s", pid, exe) < 0)
+                        rooted = NULL;
+                other = rooted ? d9_target_file_open(rooted) : -1;
+                if (other >= 0 && fstat(other, &a) == 0 && fstat(fd, &b) == 0 &&
+                    a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+                        close(other);
+                        return rooted;
+                }
+                if (other >= 0)
+                        close(other);
+                free(rooted);
+        }
+        return strdup(link);
+}
+
+int target_exe_open(int pidfd, pid_t pid, char **display, char **err_msg)
+{
+        char link[64];
+        struct stat st;
+        int own = -1, fd, r;
 
         if (pid <= 0) {
                 if (err_msg)
                         asprintf(err_msg, "invalid PID %d", pid);
                 return -EINVAL;
         }
-        snprintf(proc_dir, sizeof(proc_dir), "/proc/%d", pid);
-        if (access(proc_dir, F_OK) < 0)
-                return explain_errno(pid, -errno, err_msg);
+        if (pidfd < 0) {
+                own = pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+                if (pidfd < 0)
+                        return explain_errno(pid, -errno, err_msg);
+        }
         snprintf(link, sizeof(link), "/proc/%d/exe", pid);
-        n = readlink(link, exe, sizeof(exe) - 1);
-        if (n < 0) {
-                int r = -errno;
-
-                if (r == -ENOENT && access(proc_dir, F_OK) == 0) {
-                        if (err_msg)
-                                asprintf(err_msg, "PID %d has no executable (kernel thread or zombie)", pid);
-                        return -ENOEXEC;
-                }
-                return explain_errno(pid, r, err_msg);
+        fd = open(link, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+        r = fd < 0 ? -errno : 0;
+        if (r == -ENOENT && pidfd_alive(pidfd) == 0) {
+                if (err_msg)
+                        asprintf(err_msg, "PID %d has no executable (kernel thread or zombie)", pid);
+                r = -ENOEXEC;
+                goto out;
         }
-        exe[n] = 0;
-
-        char *rooted = NULL;
-        asprintf(&rooted, "/proc/%d/root%s", pid, exe);
-        if (rooted && same_inode(rooted, link)) {
-                *path = rooted;
-                return 0;
-        }
-        free(rooted);
-        if (access(link, R_OK) == 0) {
-                *path = strdup(link);
-                return *path ? 0 : -ENOMEM;
-        }
-        *path = map_files_path(pid, exe);
-        if (*path && access(*path, R_OK) == 0)
-                return 0;
-        free(*path);
-        *path = NULL;
-        return explain_errno(pid, -EACCES, err_msg);
+        if (r == 0 && pidfd_alive(pidfd) < 0)
+                r = -ESRCH;     /* exited: the file may be a newer process's */
+        if (r == 0 && fstat(fd, &st) < 0)
+                r = -errno;
+        if (r == 0 && !S_ISREG(st.st_mode))
+                r = -EBADFD;
+        if (r == 0 && (uint64_t)st.st_size > D9_TARGET_FILE_MAX)
+                r = -EFBIG;
+        if (r == 0)
+                *display = display_name(pid, fd);
+        if (r == 0 && !*display)
+                r = -ENOMEM;
+        if (r < 0)
+                explain_errno(pid, r, err_msg);
+out:
+        if (r < 0 && fd >= 0)
+                close(fd);
+        if (own >= 0)
+                close(own);
+        return r < 0 ? r : fd;
 }

@@ -36,7 +36,10 @@ struct elf_image {
         bool has_sections;
 };
 
+/* Opens path with d9_target_file_open (no symlink, regular, size-capped). */
 int elf_image_open(const char *path, struct elf_image **out, char **err_msg);
+/* Same from an open file, which it takes over (closed in all cases). */
+int elf_image_open_fd(int fd, const char *path, struct elf_image **out, char **err_msg);
 void elf_image_free(struct elf_image *img);
 /* File offset of a link-time address inside a PT_LOAD segment; -ERANGE if none. */
 int elf_vaddr_to_offset(const struct elf_image *img, uint64_t vaddr, uint64_t *offset);
@@ -56,7 +59,13 @@ char *elf_debuglink(const struct elf_image *img);
 
 /* ---- target_open.c: from a PID to a readable executable path ------------ */
 
-int target_exe_path(pid_t pid, char **path, char **err_msg);
+/* Opens the executable of the process behind pidfd (PID pid in our
+ * namespace) through /proc/PID/exe, checks the pidfd still names a live
+ * process afterwards, and names it (*display: /proc/PID/root/<exe> when that
+ * is the same inode, for debug-file lookups, else /proc/PID/exe). pidfd < 0:
+ * one is taken here first. Returns the fd or a negative errno. */
+int target_exe_open(int pidfd, pid_t pid, char **display, char **err_msg);
+
 
 /* ---- debug_file.c: separate debug info ---------------------------------- */
 

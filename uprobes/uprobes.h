@@ -104,6 +104,11 @@ struct probe_missing {
 
 struct probe_plan {
         char *exe_path;         /* path that was opened (e.g. /proc/PID/root/...) */
+        /* The planned file itself, open (-1 for plans from a path): uprobes
+         * attach to /proc/self/fd/<exe_fd>, the very inode that was read,
+         * never to a path someone could swap in the meantime. */
+        int exe_fd;
+        char *attach_path;
         char *build_id;         /* hex, or NULL */
         char *tokio_version;    /* from .rodata crate paths, or NULL */
         char *shape;            /* e.g. "multi-thread+current-thread, symbols, v0" */
@@ -159,6 +164,34 @@ int probe_plan_for_pid(pid_t pid, struct probe_plan **out, char **err_msg);
 int probe_plan_for_file(const char *path, struct probe_plan **out, char **err_msg);
 
 void probe_plan_free(struct probe_plan *plan);
+
+/* The same for the executable of the process behind pidfd (pid is its PID
+ * in our namespace): /proc/PID/exe is opened, then the pidfd is checked to
+ * still name a live process, so the file cannot belong to a recycled PID. */
+int probe_plan_for_pidfd(int pidfd, pid_t pid, struct probe_plan **out, char **err_msg);
+
+/* Same for an already open file (taken over: closed by the plan), e.g. the
+ * executable a d9ctl record child opened with its own permissions. */
+int probe_plan_for_fd(int fd, const char *display, struct probe_plan **out, char **err_msg);
+
+/* ---- target_file.c: reading files a target or user controls ------------ */
+
+#define D9_TARGET_FILE_MAX (1ull << 30) /* larger "executables" are refused */
+
+/* Open path (a "/proc/PID/root/" prefix is resolved inside that root) for
+ * reading: no final symlink, no magic links, no blocking on FIFOs or
+ * devices, regular files of at most D9_TARGET_FILE_MAX bytes. Returns an fd
+ * or a negative errno (-EBADFD: not a regular file, -EFBIG: too large). */
+int d9_target_file_open(const char *path);
+int d9_target_file_openat(int dirfd, const char *path, bool in_root);
+/* A sealed in-memory copy of the regular file open on fd (fd unchanged):
+ * safe to mmap (the copy cannot shrink); -ENODATA if fd shrank meanwhile. */
+int d9_target_file_copy(int fd);
+/* 0 if the process behind pidfd has not exited (so its PID is still its
+ * own), else a negative errno. */
+int pidfd_alive(int pidfd);
+/* d9_target_file_open then d9_target_file_copy. */
+int d9_target_file_open_copy(const char *path);
 
 const char *probe_kind_name(enum probe_kind kind);
 
