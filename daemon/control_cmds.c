@@ -1,10 +1,12 @@
 /* control_cmds.c: what each control request does. Authorization happens
  * here, per request, from the peer's SO_PEERCRED uid: root may trace any
- * process; anyone else only processes running under their own uid. */
+ * process; anyone else only processes running under their own uid. A
+ * session belongs to the peer that started it: only that uid (and root)
+ * lists, queries or detaches it, so a session root started on a user's
+ * process is neither visible to nor detachable by that user. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "d9d.h"
 #include "daemon/ship.h"
@@ -20,7 +22,7 @@ struct peer {
 
 static bool peer_may_see(const struct peer *p, const struct session *s)
 {
-        return p->uid == 0 || p->uid == s->uid;
+        return p->uid == 0 || p->uid == s->starter_uid;
 }
 
 static int req_pid(json_t *req, pid_t *pid)
@@ -94,6 +96,7 @@ static json_t *cmd_attach(struct d9d *d, const struct peer *p, json_t *req)
         struct session_request sr = { .peer_uid = p->uid };
         json_t *dur = json_object_get(req, "duration_ms"), *probes = json_object_get(req, "probes");
         json_t *exe = json_object_get(req, "exe"), *offcpu = json_object_get(req, "offcpu_min_us");
+        json_t *exe_fd = json_object_get(req, "exe_fd");
         struct session *s;
         const char *bad = NULL;
         char *why = NULL;
@@ -117,14 +120,18 @@ static json_t *cmd_attach(struct d9d *d, const struct peer *p, json_t *req)
                                  json_string_value(probes));
         if (exe && (!json_is_string(exe) || json_string_value(exe)[0] != '/'))
                 return d9c_error("\"exe\" must be an absolute path");
+        /* d9d never opens a path a client names with its own rights: only root
+         * may name one. Others pass "exe_fd", a descriptor their target
+         * process opened itself (d9ctl record), reopened via /proc/PID/fd. */
+        if (exe && p->uid != 0)
+                return d9c_error("permission denied: \"exe\" paths are taken from root only (send \"exe_fd\")");
+        if (exe_fd && (!json_is_integer(exe_fd) || json_integer_value(exe_fd) < 0 ||
+                       json_integer_value(exe_fd) > 0x7fffffff))
+                return d9c_error("\"exe_fd\" must be a non-negative integer");
+        if (exe && exe_fd)
+                return d9c_error("give \"exe\" or \"exe_fd\", not both");
         sr.exe = exe ? json_string_value(exe) : NULL;
-        if (sr.exe && p->uid != 0) {
-                struct stat st;
-                /* d9d reads the file as root: a user may only name one they can read. */
-                if (stat(sr.exe, &st) < 0 || !S_ISREG(st.st_mode) ||
-                    !((st.st_mode & S_IROTH) || (st.st_uid == p->uid && (st.st_mode & S_IRUSR))))
-                        return d9c_error("permission denied: %s is not a file you can read", sr.exe);
-        }
+        sr.exe_fd = exe_fd ? (int)json_integer_value(exe_fd) : -1;
         if (d->stopping)
                 return d9c_error("d9d is shutting down");
         r = session_start(d, &sr, &s, &why);
@@ -147,10 +154,9 @@ static json_t *cmd_detach(struct d9d *d, const struct peer *p, json_t *req)
         if (req_pid(req, &pid) < 0)
                 return d9c_error("detach needs \"pid\": a positive integer");
         s = session_find(d, pid, true);
-        if (!s)
-                return d9c_error("pid %d is not being traced", pid);
-        if (!peer_may_see(p, s))
-                return d9c_error("permission denied: pid %d belongs to uid %u", pid, (unsigned)s->uid);
+        /* Another uid's session gets the same answer as none at all. */
+        if (!s || !peer_may_see(p, s))
+                return d9c_error("pid %d is not being traced by you", pid);
         session_end(s, "detached");
         json_t *ok = d9c_ok();
         json_object_set_new(ok, "target", session_status_json(s));

@@ -296,14 +296,71 @@ static void session_rotate(struct session *s, const char *why)
                 session_end(s, "cannot open a new segment");
 }
 
+/* The credential lines of /proc/PID/status (ids, groups, capability sets). */
+static char *read_creds(int status_fd)
+{
+        char buf[8192], *out = NULL, *line, *save = NULL;
+        size_t len = 0;
+        ssize_t n = pread(status_fd, buf, sizeof(buf) - 1, 0);
+        FILE *f;
+
+        if (n <= 0)
+                return NULL;
+        buf[n] = 0;
+        f = open_memstream(&out, &len);
+        if (!f)
+                return NULL;
+        for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+                if (!strncmp(line, "Uid:", 4) || !strncmp(line, "Gid:", 4) || !strncmp(line, "Groups:", 7) ||
+                    !strncmp(line, "Cap", 3) || !strncmp(line, "NoNewPrivs:", 11))
+                        fprintf(f, "%s\n", line);
+        fclose(f);
+        return out;
+}
+
+/* The rule perf and ptrace follow: a peer other than root traces a process
+ * only while it runs with the credentials it had at attach. A setuid, setgid
+ * or file-capabilities exec (or any credential change) ends the session. */
+static bool session_gained_privileges(struct session *s)
+{
+        _cleanup_free_ char *now = NULL;
+
+        if (s->status_fd < 0 || s->privileged)
+                return s->privileged;
+        now = read_creds(s->status_fd);
+        /* Unreadable: exited (the pidfd ends the session) or now beyond us. */
+        if (now && s->creds && !strcmp(now, s->creds))
+                return false;
+        if (!now && pidfd_alive(s->pidfd_w.fd) < 0)
+                return false;
+        s->privileged = true;
+        return true;
+}
+
 static int on_ring_record(void *ctx, const void *rec, size_t size)
 {
         struct session *s = ctx;
+        unsigned execs = s->tr.exec_seen;
 
+        if (s->privileged) {
+                s->discarded++;
+                return 0;
+        }
         if (!s->tr.enc)
                 return 0;
         translate_record(&s->tr, rec, size);
+        /* After an exec nothing more is recorded until the credentials are
+         * checked again (a negative return stops this drain). */
+        if (s->tr.exec_seen != execs && session_gained_privileges(s))
+                return -1;
         return 0;
+}
+
+static void session_end_privileged(struct session *s)
+{
+        log_warn("pid %d: gained privileges (setuid/setgid/capabilities exec or credential change); "
+                 "session of uid %u ended", s->pid, (unsigned)s->starter_uid);
+        session_end(s, "target gained privileges (setuid/setgid/capabilities exec or credential change)");
 }
 
 static void session_on_ring(struct d9d *d, struct d9_watch *w, uint32_t events)
@@ -312,7 +369,12 @@ static void session_on_ring(struct d9d *d, struct d9_watch *w, uint32_t events)
 
         if (s->state != SESSION_RECORDING)
                 return;
-        d9_bpf_target_consume(s->bpf);
+        if (!session_gained_privileges(s))
+                d9_bpf_target_consume(s->bpf);
+        if (s->privileged) {
+                session_end_privileged(s);
+                return;
+        }
         if (s->tr.error) {
                 log_error("pid %d: encoding failed: %s", s->pid, strerror(-s->tr.error));
                 session_end(s, "encoder error");
@@ -372,6 +434,26 @@ static int session_attach_bpf(struct session *s, char **why)
         return d9d_watch_add(s->d, &s->ring_w, EPOLLIN);
 }
 
+/* The file the target has open as fd (d9ctl record: the command's
+ * executable, opened by the user's own process with the user's rights),
+ * reopened through /proc/PID/fd/N; the pidfd check after the open makes sure
+ * that PID still is the target. Returns an fd or a negative errno. */
+static int open_target_fd(struct session *s, int fd_in_target)
+{
+        char path[64];
+        int fd;
+
+        snprintf(path, sizeof(path), "/proc/%d/fd/%d", s->pid, fd_in_target);
+        fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+                return -errno;
+        if (pidfd_alive(s->pidfd_w.fd) < 0) {
+                close(fd);
+                return -ESRCH;
+        }
+        return fd;
+}
+
 static int session_plan(struct session *s, const struct session_request *req, char **why)
 {
         const int tokio = D9_PROBES_PARK | D9_PROBES_POLL | D9_PROBES_SPAWN | D9_PROBES_WAKE | D9_PROBES_TERMINATE;
@@ -380,7 +462,12 @@ static int session_plan(struct session *s, const struct session_request *req, ch
 
         if (!(s->probes & tokio))
                 return 0;
-        r = req->exe ? probe_plan_for_file(req->exe, &s->plan, &err) : probe_plan_for_pid(s->pid, &s->plan, &err);
+        if (req->exe_fd >= 0)
+                r = probe_plan_for_fd(open_target_fd(s, req->exe_fd), s->exe, &s->plan, &err);
+        else if (req->exe)
+                r = probe_plan_for_file(req->exe, &s->plan, &err);
+        else
+                r = probe_plan_for_pidfd(s->pidfd_w.fd, s->pid, &s->plan, &err);
         if (r < 0) {
                 *why = err ? err : dupf("no probe plan for pid %d: %s", s->pid, strerror(-r));
                 if (err && *why != err)
@@ -403,6 +490,9 @@ static void session_free(struct session *s)
                 d9_bpf_detach_target(s->bpf);
         if (s->pidfd_w.fd >= 0)
                 close(s->pidfd_w.fd);
+        if (s->status_fd >= 0)
+                close(s->status_fd);
+        free(s->creds);
         segment_writer_destroy(&s->seg);
         translate_destroy(&s->tr);
         if (s->plan)
@@ -431,13 +521,27 @@ int session_start(struct d9d *d, const struct session_request *req, struct sessi
         s->d = d;
         s->pid = req->pid;
         s->pidfd_w.fd = -1;
+        s->status_fd = -1;
         s->seg.fd = -1;
         s->probes = req->probes;
         s->offcpu_min_us = req->offcpu_min_us >= 0 ? (uint64_t)req->offcpu_min_us : d->cfg.offcpu_min_us;
-        s->expect_exec = req->exe != NULL;
+        s->expect_exec = req->exe != NULL || req->exe_fd >= 0;
+        s->starter_uid = req->peer_uid;
         s->id = next_session_id++;
         s->sealed_paths = json_array();
-        r = read_proc_identity(req->pid, &s->starttime, &s->uid);
+        /* The pidfd first: every check below is about the process behind it,
+         * and pidfd_alive() after each read proves the PID was not reused. */
+        s->pidfd_w.fd = (int)syscall(SYS_pidfd_open, s->pid, 0);
+        r = s->pidfd_w.fd < 0 ? -ESRCH : read_proc_identity(req->pid, &s->starttime, &s->uid);
+        if (r == 0 && req->peer_uid != 0) {
+                snprintf(exe_link, sizeof(exe_link), "/proc/%d/status", req->pid);
+                s->status_fd = open(exe_link, O_RDONLY | O_CLOEXEC);
+                s->creds = s->status_fd >= 0 ? read_creds(s->status_fd) : NULL;
+                if (!s->creds)
+                        r = -ESRCH;
+        }
+        if (r == 0 && pidfd_alive(s->pidfd_w.fd) < 0)
+                r = -ESRCH;
         if (r < 0) {
                 *why = dupf("no process with pid %d", req->pid);
                 goto fail;
@@ -448,7 +552,10 @@ int session_start(struct d9d *d, const struct session_request *req, struct sessi
                 r = -EPERM;
                 goto fail;
         }
-        snprintf(exe_link, sizeof(exe_link), "/proc/%d/exe", req->pid);
+        if (req->exe_fd >= 0)
+                snprintf(exe_link, sizeof(exe_link), "/proc/%d/fd/%d", req->pid, req->exe_fd);
+        else
+                snprintf(exe_link, sizeof(exe_link), "/proc/%d/exe", req->pid);
         if (req->exe)
                 snprintf(s->exe, sizeof(s->exe), "%s", req->exe);
         else if ((n = readlink(exe_link, s->exe, sizeof(s->exe) - 1)) > 0)
@@ -475,13 +582,17 @@ int session_start(struct d9d *d, const struct session_request *req, struct sessi
                 goto fail;
         }
         r = session_attach_bpf(s, why);
+        if (r == 0 && pidfd_alive(s->pidfd_w.fd) < 0) {
+                /* Exited during the attach: the PID filter could now match a
+                 * process that is not the one checked above. */
+                *why = dupf("pid %d exited while being attached", req->pid);
+                r = -ESRCH;
+        }
         if (r < 0)
                 goto fail;
         /* pidfd: the exit notice even when sched probes are off. */
-        s->pidfd_w.fd = (int)syscall(SYS_pidfd_open, s->pid, 0);
         s->pidfd_w.fn = session_on_pidfd;
-        if (s->pidfd_w.fd >= 0)
-                d9d_watch_add(d, &s->pidfd_w, EPOLLIN);
+        d9d_watch_add(d, &s->pidfd_w, EPOLLIN);
         session_snapshot_maps(s);
         s->started_ms = s->rate_ms = d9_now_ms();
         s->deadline_ms = req->duration_ms ? s->started_ms + req->duration_ms : 0;
@@ -558,6 +669,10 @@ void session_end(struct session *s, const char *reason)
                 close(s->pidfd_w.fd);
                 s->pidfd_w.fd = -1;
         }
+        if (s->status_fd >= 0) {
+                close(s->status_fd);
+                s->status_fd = -1;
+        }
         s->state = SESSION_SEALING;
         snprintf(s->end_reason, sizeof(s->end_reason), "%s", reason);
         session_close_segment(s);
@@ -574,7 +689,12 @@ void session_tick(struct session *s, uint64_t now_ms)
         if (s->state != SESSION_RECORDING)
                 return;
         /* Pick up what arrived since the last wakeup before judging time. */
-        d9_bpf_target_consume(s->bpf);
+        if (!session_gained_privileges(s))
+                d9_bpf_target_consume(s->bpf);
+        if (s->privileged) {
+                session_end_privileged(s);
+                return;
+        }
         session_account_bpf_counters(s);
         if (now_ms > s->rate_ms) {
                 s->events_per_s = (double)(s->tr.events - s->rate_events) * 1000.0 / (double)(now_ms - s->rate_ms);
@@ -624,6 +744,8 @@ json_t *session_status_json(const struct session *s)
                 "records", (json_int_t)s->tr.records, "end_reason", s->end_reason,
                 "offcpu_short", "min_us", (json_int_t)s->offcpu_min_us,
                 "intervals", (json_int_t)s->offcpu_short.count, "total_ns", (json_int_t)s->offcpu_short.ns);
+        if (j && s->privileged)
+                json_object_set_new(j, "discarded_privileged", json_integer((json_int_t)s->discarded));
         return j;
 }
 

@@ -31,7 +31,12 @@ struct session {
         uint64_t id;
         pid_t pid;
         uint64_t starttime;             /* /proc/PID/stat field 22, clock ticks since boot */
-        uid_t uid;
+        uid_t uid;                      /* the target's (owner of /proc/PID) */
+        uid_t starter_uid;              /* the peer that attached (may detach, sees it) */
+        int status_fd;                  /* /proc/PID/status, for peers other than root */
+        char *creds;                    /* its Uid/Gid/Groups/Cap lines at attach */
+        bool privileged;                /* gained privileges: records discarded from now */
+        uint64_t discarded;             /* records discarded for that reason */
         char service[128];
         char exe[4096];
         int probes;                     /* enum d9_probe_group mask asked for */
@@ -61,7 +66,8 @@ struct session {
 
 struct session_request {
         pid_t pid;
-        const char *exe;                /* plan from this file (target has not exec'd yet) */
+        const char *exe;                /* plan from this file (root peers only) */
+        int exe_fd;                     /* or from this fd of the target (>= 0; d9ctl record) */
         int probes;
         uint64_t duration_ms;
         int64_t offcpu_min_us;          /* < 0: d9d's configured default */

@@ -79,15 +79,23 @@ static pid_t spawn_held(char **cmd, int *go_fd)
         return pid;
 }
 
-static int copy_file(const char *src, const char *dst)
+/* Copies src to name inside the directory open on dir_fd. Whatever is at
+ * name (a symlink someone planted there, to /etc/... say) is removed, never
+ * followed: the new file is created O_EXCL|O_NOFOLLOW. */
+static int copy_file(const char *src, int dir_fd, const char *name)
 {
         char buf[1 << 16];
-        int in = open(src, O_RDONLY | O_CLOEXEC), out, r = 0;
+        int in = open(src, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), out, r = 0;
         ssize_t n;
 
         if (in < 0)
                 return -errno;
-        out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (unlinkat(dir_fd, name, 0) < 0 && errno != ENOENT) {
+                r = -errno;
+                close(in);
+                return r;
+        }
+        out = openat(dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
         if (out < 0) {
                 r = -errno;
                 close(in);
@@ -107,14 +115,34 @@ static int copy_file(const char *src, const char *dst)
         return r;
 }
 
+/* --out DIR: created or opened without following a symlink, and refused
+ * unless owned by us (or root) and not writable by others. */
+static int open_out_dir(const char *out_dir)
+{
+        struct stat st;
+        int fd;
+
+        if (mkdir(out_dir, 0755) < 0 && errno != EEXIST)
+                return -errno;
+        fd = open(out_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        if (fstat(fd, &st) < 0 || (st.st_uid != geteuid() && st.st_uid != 0) || (st.st_mode & 0022)) {
+                close(fd);
+                return -EPERM;
+        }
+        return fd;
+}
+
 static int emit_paths(const json_t *sealed, const char *out_dir)
 {
         const json_t *p;
         size_t i;
-        int rc = 0;
+        int rc = 0, dir_fd = -1;
 
-        if (out_dir && mkdir(out_dir, 0755) < 0 && errno != EEXIST) {
-                fprintf(stderr, "d9ctl record: cannot create %s: %s\n", out_dir, strerror(errno));
+        if (out_dir && (dir_fd = open_out_dir(out_dir)) < 0) {
+                fprintf(stderr, "d9ctl record: cannot use %s as --out: %s\n", out_dir,
+                        dir_fd == -EPERM ? "not a directory of yours that only you can write" : strerror(-dir_fd));
                 return 1;
         }
         json_array_foreach(sealed, i, p) {
@@ -125,8 +153,9 @@ static int emit_paths(const json_t *sealed, const char *out_dir)
                         printf("%s\n", src);
                         continue;
                 }
-                snprintf(dst, sizeof(dst), "%s/%s", out_dir, base ? base + 1 : src);
-                int r = copy_file(src, dst);
+                base = base ? base + 1 : src;
+                snprintf(dst, sizeof(dst), "%s/%s", out_dir, base);
+                int r = copy_file(src, dir_fd, base);
                 if (r < 0) {
                         fprintf(stderr, "d9ctl record: copying %s to %s failed: %s\n", src, dst, strerror(-r));
                         rc = 1;
@@ -134,6 +163,8 @@ static int emit_paths(const json_t *sealed, const char *out_dir)
                 }
                 printf("%s\n", dst);
         }
+        if (dir_fd >= 0)
+                close(dir_fd);
         return rc;
 }
 
@@ -214,7 +245,7 @@ int cmd_record(int argc, char **argv)
         char exe[PATH_MAX];
         uint64_t ms = 0;
         int64_t offcpu_min_us = -1;     /* -1: d9d's own setting */
-        int opt, pid = 0, go_fd = -1, rc;
+        int opt, pid = 0, go_fd = -1, exe_fd = -1, rc;
         pid_t child = 0;
         json_t *req, *resp, *final;
 
@@ -252,14 +283,24 @@ int cmd_record(int argc, char **argv)
                         fprintf(stderr, "d9ctl record: command not found: %s\n", argv[optind]);
                         return 127;
                 }
+                /* Opened here, with our own rights, and inherited by the held
+                 * child (closed by its exec): d9d reads the executable through
+                 * the child's descriptor, never by a path we name. */
+                exe_fd = open(exe, O_RDONLY | O_CLOEXEC);
+                if (exe_fd < 0) {
+                        json_decref(req);
+                        fprintf(stderr, "d9ctl record: cannot open %s: %s\n", exe, strerror(errno));
+                        return 126;
+                }
                 child = spawn_held(argv + optind, &go_fd);
+                close(exe_fd);
                 if (child < 0) {
                         json_decref(req);
                         fprintf(stderr, "d9ctl record: cannot start %s: %s\n", exe, strerror((int)-child));
                         return 1;
                 }
                 pid = child;
-                json_object_set_new(req, "exe", json_string(exe));
+                json_object_set_new(req, "exe_fd", json_integer(exe_fd));
         }
         json_object_set_new(req, "pid", json_integer(pid));
         json_object_set_new(req, "duration_ms", json_integer((json_int_t)ms));
