@@ -91,6 +91,11 @@ static int sym_cmp(const void *a, const void *b)
         return x->addr < y->addr ? -1 : x->addr > y->addr;
 }
 
+/* Bounds per file, as in uprobes/symbols.c: a hostile file cannot make the
+ * sealer copy gigabytes of names. */
+#define SYM_NAME_MAX 4096
+#define SYMS_MAX (4u << 20)
+
 /* Appends the function symbols of elf to es; true if it has a .symtab. */
 static bool elf_collect_syms(Elf *elf, struct elf_syms *es)
 {
@@ -110,8 +115,11 @@ static bool elf_collect_syms(Elf *elf, struct elf_syms *es)
                         const char *name;
 
                         if (!gelf_getsym(data, (int)i, &s) || GELF_ST_TYPE(s.st_info) != STT_FUNC ||
-                            !s.st_value || !(name = elf_strptr(elf, sh.sh_link, s.st_name)) || !*name)
+                            !s.st_value || !(name = elf_strptr(elf, sh.sh_link, s.st_name)) || !*name ||
+                            strnlen(name, SYM_NAME_MAX + 1) > SYM_NAME_MAX)
                                 continue;
+                        if (es->n >= SYMS_MAX)
+                                return has_symtab;
                         if (es->n == cap) {
                                 struct sym *more = realloc(es->syms, (cap = cap ? cap * 2 : 1024) * sizeof(*more));
                                 if (!more)
@@ -130,13 +138,13 @@ static bool elf_collect_syms(Elf *elf, struct elf_syms *es)
 static void debug_file_syms(const char *opened, const char *root, struct elf_syms *es)
 {
         char *dbg = uprobes_debug_file_for(opened, root);
-        int fd = dbg ? open(dbg, O_RDONLY | O_CLOEXEC) : -1;
+        int fd = dbg ? d9_target_file_open(dbg) : -1;
         Elf *elf;
 
         free(dbg);
         if (fd < 0)
                 return;
-        elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+        elf = elf_begin(fd, ELF_C_READ, NULL);
         if (elf) {
                 elf_collect_syms(elf, es);
                 elf_end(elf);
@@ -157,16 +165,19 @@ static struct elf_syms *elf_load(pid_t pid, const char *path)
         es->path = strdup(path);
         snprintf(root, sizeof(root), "/proc/%d/root", pid);
         snprintf(via_root, sizeof(via_root), "%s%s", root, path);
-        fd = open(via_root, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {
+        /* A target's files: no FIFO, device, symlink or oversized file (see
+         * d9_target_file_open), and read with pread (ELF_C_READ), not mapped,
+         * so a file truncated under us is a read error, not SIGBUS. */
+        fd = d9_target_file_open(via_root);
+        if (fd < 0 && fd != -EBADFD) {
                 /* The target is gone: its files are looked up in our namespace. */
                 root[0] = 0;
-                fd = open(path, O_RDONLY | O_CLOEXEC);
+                fd = d9_target_file_open(path);
         }
         if (fd < 0)
                 return es; /* no symbols: addresses stay hex */
         elf_version(EV_CURRENT);
-        elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+        elf = elf_begin(fd, ELF_C_READ, NULL);
         if (elf && elf_getphdrnum(elf, &nph) == 0) {
                 es->loads = calloc(nph ? nph : 1, sizeof(*es->loads));
                 for (size_t i = 0; es->loads && i < nph; i++) {

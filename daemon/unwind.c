@@ -33,6 +33,7 @@
 #include "bpf/d9_events.h"
 #include "cleanup.h"
 #include "unwind.h"
+#include "uprobes/uprobes.h"
 
 /* Thread stacks are at most this big (glibc's default is 8 MiB): a read
  * this close above sp that misses the copy is stale stack, not data. */
@@ -109,8 +110,9 @@ static struct elf_share *elf_share_get(int fd)
                 close(fd);
                 return e;
         }
-        /* libdwfl's own way of opening a module (a private mapping). */
-        elf = elf_begin(fd, ELF_C_READ_MMAP_PRIVATE, NULL);
+        /* Read with pread, not mapped: the target's owner may truncate the
+         * file, and a mapping would then fault (SIGBUS) inside libdw. */
+        elf = elf_begin(fd, ELF_C_READ, NULL);
         if (!elf || elf_kind(elf) != ELF_K_ELF || !(e = calloc(1, sizeof(*e)))) {
                 elf_end(elf);
                 return NULL;
@@ -154,24 +156,53 @@ static int unwinder_hold(struct unwinder *u, struct elf_share *e)
 /* libdwfl's /proc/PID/maps lookup, then the file's shared handle instead
  * of a new one: libdwfl takes a reference (elf_begin with a ref) and
  * drops it in dwfl_end. */
+/* A file module of the target: its path inside the target's root, opened
+ * the careful way (d9_target_file_open: no FIFO a user planted at
+ * "... (deleted)" can block the drain loop, regular files only). libdwfl's
+ * own lookup opens the bare path with a blocking open(). */
+static int open_module(pid_t pid, const char *modname, char **file_name)
+{
+        char *in_root = NULL;
+        int fd;
+
+        if (asprintf(&in_root, "/proc/%d/root%s", pid, modname) < 0)
+                return -1;
+        fd = d9_target_file_open(in_root);
+        free(in_root);
+        if (fd < 0)
+                return -1;
+        *file_name = strdup(modname);
+        if (!*file_name) {
+                close(fd);
+                return -1;
+        }
+        return fd;
+}
+
 static int find_elf(Dwfl_Module *mod, void **userdata, const char *modname, Dwarf_Addr base,
                     char **file_name, Elf **elfp)
 {
         struct unwinder *u = active;
-        int fd = dwfl_linux_proc_find_elf(mod, userdata, modname, base, file_name, elfp);
+        /* [vdso] and other non-file modules: libdwfl reads them from memory. */
+        int fd = modname[0] == '/' ? open_module(u ? u->pid : 0, modname, file_name)
+                                   : dwfl_linux_proc_find_elf(mod, userdata, modname, base, file_name, elfp);
         struct elf_share *e;
 
         if (fd < 0 || *elfp || !u)
                 return fd;
         e = elf_share_get(fd);
-        if (!e)
-                return fd;
+        if (!e) {
+                /* Not an ELF file (or out of memory): never handed to
+                 * libdwfl, which would map it. */
+                close(fd);
+                return -1;
+        }
         if (unwinder_hold(u, e) < 0) {
                 if (!e->users)
                         elf_share_put(e);       /* just made: nobody else has it */
                 return -1;
         }
-        *elfp = elf_begin(-1, ELF_C_READ_MMAP_PRIVATE, e->elf);
+        *elfp = elf_begin(-1, ELF_C_READ, e->elf);
         return -1;
 }
 
@@ -192,7 +223,8 @@ static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname
         if (u && u->debug_file && file_name && (n = readlink(exe, real, sizeof(real) - 1)) > 0) {
                 real[n] = 0;
                 if (!strcmp(real, file_name)) {
-                        int fd = open(u->debug_file, O_RDONLY | O_CLOEXEC);
+                        /* libdwfl maps it: a sealed copy cannot shrink. */
+                        int fd = d9_target_file_open_copy(u->debug_file);
                         if (fd >= 0) {
                                 *debuginfo_file_name = strdup(u->debug_file);
                                 return fd;
