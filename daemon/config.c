@@ -23,6 +23,8 @@ void config_defaults(struct d9d_config *cfg)
         /* d9ctl sends its request at once and reads the answer: only a
          * client holding a connection open for nothing waits this long. */
         cfg->control_idle_ms = 30 * 1000;
+        /* Used only if it exists (systemd/sysusers.d creates it). */
+        snprintf(cfg->trace_group, sizeof(cfg->trace_group), "d9d-traces");
         cfg->rotate_period_ms = 60 * 1000;
         cfg->max_segment_bytes = 64ull << 20;
         cfg->disk_budget_bytes = 1ull << 30;
@@ -84,6 +86,14 @@ int config_set(struct d9d_config *cfg, const char *key, const char *value, const
                 if (d9_parse_duration_ms(value, &v) < 0 || v < 100 || v > 3600 * 1000)
                         return -EINVAL;
                 cfg->control_idle_ms = v;
+                return 0;
+        }
+        if (!strcmp(key, "trace_group")) {
+                *why = "expected a group name";
+                if (strlen(value) >= sizeof(cfg->trace_group) || strchr(value, ':'))
+                        return -EINVAL;
+                snprintf(cfg->trace_group, sizeof(cfg->trace_group), "%s", value);
+                cfg->trace_group_set = true;
                 return 0;
         }
         if (!strcmp(key, "service"))

@@ -22,6 +22,8 @@ struct d9d_config {
         uint64_t ring_bytes;            /* per-target BPF ring buffer (power of 2) */
         uint64_t offcpu_min_us;         /* shorter off-CPU intervals: counted, not recorded */
         char service[128];              /* "" = derive from the executable name */
+        char trace_group[64];           /* may read every trace ("" = none) */
+        bool trace_group_set;           /* named in the config (must then exist) */
         bool foreground;
         bool s3_enabled;                /* some s3_* key was set: ship sealed segments */
         struct ship_config ship;        /* s3_* keys, see daemon/ship.h */

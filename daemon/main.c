@@ -3,6 +3,7 @@
  * target's ring buffer, a tick timer and signals until SIGTERM, which seals
  * everything before exiting. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <malloc.h>
 #include <signal.h>
@@ -24,6 +25,7 @@
 #include "preflight.h"
 #include "recover.h"
 #include "sealer.h"
+#include "trace_access.h"
 #include "session.h"
 
 #define TICK_MS 250
@@ -242,6 +244,18 @@ static void malloc_tune(void)
         mallopt(M_ARENA_MAX, 4);
 }
 
+/* <state>/traces: traversed by everyone (each recording uid reaches its own
+ * folders through it), listed by d9d and the trace readers group only. */
+static void grant_traces_dir(const char *path)
+{
+        int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+        if (fd >= 0) {
+                trace_access_grant(fd, 0, true, false);
+                close(fd);
+        }
+}
+
 int main(int argc, char **argv)
 {
         static struct d9d d;
@@ -257,11 +271,23 @@ int main(int argc, char **argv)
                 log_error("state directory path too long");
                 return 2;
         }
-        if ((mkdir(d.cfg.state_dir, 0750) < 0 && errno != EEXIST) ||
-            (mkdir(d.traces_dir, 0750) < 0 && errno != EEXIST)) {
-                log_error("cannot create state directory %s: %s", d.traces_dir, strerror(errno));
+        const char *why = NULL;
+        const char *bad = d.cfg.state_dir;
+
+        r = trace_dir_verify(d.cfg.state_dir, &why);
+        if (r == 0) {
+                bad = d.traces_dir;
+                r = trace_dir_verify(d.traces_dir, &why);
+        }
+        if (r < 0) {
+                log_error("state directory %s %s: %s", bad, why, strerror(-r));
                 return 1;
         }
+        if (trace_access_init(d.cfg.trace_group, d.cfg.trace_group_set) < 0) {
+                log_error("trace_group %s: no such group", d.cfg.trace_group);
+                return 1;
+        }
+        grant_traces_dir(d.traces_dir);
         preflight_run(&pf);
         preflight_log(&pf, stderr, false);
         if (pf.fatal)

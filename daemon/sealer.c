@@ -21,6 +21,7 @@
 #include "d9d.h"
 #include "log.h"
 #include "sealer.h"
+#include "trace_access.h"
 #include "segment.h"
 #include "symbolize.h"
 
@@ -221,16 +222,25 @@ int seal_segment(struct seal_job *job)
         if (r < 0)
                 return r;
         if (job->compression == D9_COMPRESS_NONE) {
-                _cleanup_close_ int fd = open(job->active, O_RDONLY | O_CLOEXEC);
-                if (fd < 0 || fsync(fd) < 0 || rename(job->active, job->sealed) < 0)
+                _cleanup_close_ int fd = open(job->active, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+                if (fd < 0 || fsync(fd) < 0)
+                        return -errno;
+                trace_access_grant(fd, job->reader_uid, false, false);
+                if (rename(job->active, job->sealed) < 0)
                         return -errno;
         } else {
                 snprintf(tmp, sizeof(tmp), "%s.tmp", job->sealed);
+                /* A stale tmp of a crash is ours to replace; the compressor
+                 * then creates it O_EXCL|O_NOFOLLOW, never following a link. */
+                unlink(tmp);
                 r = d9_compress_file(job->active, tmp, job->compression, 0);
                 if (r < 0) {
                         unlink(tmp);
                         return r;
                 }
+                _cleanup_close_ int fd = open(tmp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+                if (fd >= 0)
+                        trace_access_grant(fd, job->reader_uid, false, false);
                 if (rename(tmp, job->sealed) < 0)
                         return -errno;
                 unlink(job->active);

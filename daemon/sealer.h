@@ -18,6 +18,7 @@ struct seal_job {
         pid_t pid;              /* for symbols; 0 = none (recovery) */
         char *maps;             /* /proc/PID/maps snapshot, owned by the job */
         uint64_t session_id;    /* 0 = nobody waits for this one */
+        uid_t reader_uid;       /* may read the sealed file (0: root and d9d only) */
         /* Filled by the sealer: */
         char sealed[4096];
         uint64_t bytes;         /* size of the sealed file */

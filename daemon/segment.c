@@ -15,6 +15,7 @@
 #include "d9d.h"
 #include "log.h"
 #include "segment.h"
+#include "trace_access.h"
 
 #define SEGMENT_BUF (256 * 1024)
 
@@ -50,11 +51,11 @@ static int mkdir_p(const char *path)
                 if (*p != '/')
                         continue;
                 *p = 0;
-                if (mkdir(tmp, 0750) < 0 && errno != EEXIST)
+                if (mkdir(tmp, 0711) < 0 && errno != EEXIST)
                         return -errno;
                 *p = '/';
         }
-        if (mkdir(tmp, 0750) < 0 && errno != EEXIST)
+        if (mkdir(tmp, 0700) < 0 && errno != EEXIST)
                 return -errno;
         return 0;
 }
@@ -130,7 +131,8 @@ int segment_open(struct segment_writer *sw, const struct d9_kv *meta, uint32_t n
         if ((size_t)snprintf(sw->active_path, sizeof(sw->active_path), "%.4000s/trace.%u.bin.active", sw->dir,
                              sw->index) >= sizeof(sw->active_path))
                 return -ENAMETOOLONG;
-        sw->fd = open(sw->active_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
+        /* Private until sealed: the sealer grants the recording uid read. */
+        sw->fd = open(sw->active_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (sw->fd < 0)
                 return -errno;
         sw->bytes = 0;
@@ -154,6 +156,30 @@ int segment_open(struct segment_writer *sw, const struct d9_kv *meta, uint32_t n
          * right after opening says whose it is. */
         if (!r)
                 r = d9_enc_flush(sw->enc);
+        return r;
+}
+
+int segment_writer_grant(const struct segment_writer *sw, uid_t reader)
+{
+        char parent[PATH_MAX], *slash;
+        int fd, r;
+
+        fd = open(sw->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        r = trace_access_grant(fd, reader, true, true);
+        close(fd);
+        snprintf(parent, sizeof(parent), "%s", sw->dir);
+        slash = strrchr(parent, '/');
+        if (r < 0 || !slash)
+                return r;
+        *slash = 0;
+        fd = open(parent, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        /* The service folder: traversed, not listed, by the reader. */
+        r = trace_access_grant(fd, 0, true, false);
+        close(fd);
         return r;
 }
 

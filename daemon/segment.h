@@ -3,6 +3,8 @@
  * the sealer without waiting. */
 #pragma once
 
+#include <sys/types.h>
+
 #include <limits.h>
 #include <stdint.h>
 
@@ -24,6 +26,9 @@ struct segment_writer {
 /* Prepare the target folder (created if needed; N continues after any
  * segment already there). */
 int segment_writer_init(struct segment_writer *sw, const char *dir);
+/* Let reader (the recording uid, 0 for none) list the target folder and
+ * traverse the service folder above it (trace_access_grant). */
+int segment_writer_grant(const struct segment_writer *sw, uid_t reader);
 /* Open trace.N.bin.active and write its first streams: ClockSyncEvent, then
  * SegmentMetadataEvent + ClockSyncEvent, so every file stands alone. */
 int segment_open(struct segment_writer *sw, const struct d9_kv *meta, uint32_t n_meta);

@@ -284,6 +284,7 @@ static void session_close_segment(struct session *s)
         job->pid = s->pid;
         job->compression = s->d->cfg.compression;
         job->session_id = s->id;
+        job->reader_uid = s->starter_uid;
         s->segments_pending++;
         sealer_submit(s->d->sealer, job);
 }
@@ -294,6 +295,26 @@ static void session_rotate(struct session *s, const char *why)
         session_close_segment(s);
         if (session_open_segment(s) < 0)
                 session_end(s, "cannot open a new segment");
+}
+
+static int read_sysctl(const char *path)
+{
+        _cleanup_free_ char *text = read_proc_text(path);
+
+        return text ? atoi(text) : 2;
+}
+
+/* Whether the uid that reads this session's traces may see kernel
+ * addresses: the test /proc/kallsyms applies (kallsyms_show_value). Root
+ * unless kptr_restrict is 2; anyone else only with kptr_restrict 0 and
+ * perf_event_paranoid <= 1 (no capabilities are assumed for them). */
+static bool kernel_addresses_visible(uid_t reader)
+{
+        int kptr = read_sysctl("/proc/sys/kernel/kptr_restrict");
+
+        if (reader == 0)
+                return kptr < 2;
+        return kptr == 0 && read_sysctl("/proc/sys/kernel/perf_event_paranoid") <= 1;
 }
 
 /* The credential lines of /proc/PID/status (ids, groups, capability sets). */
@@ -572,9 +593,12 @@ int session_start(struct d9d *d, const struct session_request *req, struct sessi
         if (r < 0)
                 goto fail;
         s->tr.spawn_from_first_poll &= (s->probes & D9_PROBES_SPAWN) != 0;
+        s->tr.hide_kernel = !kernel_addresses_visible(s->starter_uid);
         snprintf(dir, sizeof(dir), "%.3800s/%.127s/%d-%llu", d->traces_dir, s->service, s->pid,
                  (unsigned long long)s->starttime);
         r = segment_writer_init(&s->seg, dir);
+        if (r == 0)
+                segment_writer_grant(&s->seg, s->starter_uid); /* failure logged once, traces stay private */
         if (r == 0)
                 r = session_open_segment(s);
         if (r < 0) {

@@ -561,7 +561,8 @@ static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_
          * try again later (100 ms, doubling up to 12.8 s) instead of giving
          * up on the session's stacks. */
         if (!tr->unw && rec->hdr.ts >= tr->unw_retry_ts) {
-                int r = unwinder_new(tr->pid, NULL, &tr->unw);
+                struct unwind_opts uo = { .hide_kernel = tr->hide_kernel };
+                int r = unwinder_new(tr->pid, &uo, &tr->unw);
 
                 if (r < 0) {
                         tr->unw = NULL;
@@ -595,6 +596,8 @@ static uint32_t sample_stack(struct translate *tr, struct tr_thread *t, uint64_t
         if (stack_id && t->stack_id == stack_id && t->n_frames &&
             d9_enc_intern_stack(tr->enc, t->frames, t->n_frames, &atom) == 0)
                 return atom;
+        if (tr->hide_kernel && ip >= UNWIND_KERNEL_MIN)
+                ip = 0;
         if (ip && d9_enc_intern_stack(tr->enc, &ip, 1, &atom) == 0)
                 return atom;
         return tr->empty_stack;

@@ -40,6 +40,7 @@ struct tr_dyn {
 
 struct translate {
         pid_t pid;
+        bool hide_kernel;               /* no kernel addresses for this session's reader */
         const struct probe_plan *plan;
         struct d9_enc *enc;             /* current segment's encoder */
         int lost_schema;                /* D9LostEventsEvent handle in enc */

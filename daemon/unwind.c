@@ -69,6 +69,7 @@ struct unwinder {
         size_t n_out, cap_out, n_user;
         char *name;                     /* last unwinder_addr_name result */
         bool unwinding;                 /* inside dwfl_getthread_frames */
+        bool hide_kernel;
         struct elf_share **held;        /* shares this unwinder took a user on */
         size_t n_held;
         struct unwind_stats stats;
@@ -338,6 +339,7 @@ int unwinder_new(pid_t pid, const struct unwind_opts *opts, struct unwinder **ou
         u->budget_ns = (opts->budget_us ? opts->budget_us : 20000) * 1000ull;
         u->window_ns = (opts->window_ms ? opts->window_ms : 100) * 1000000ull;
         u->debug_file = opts->debug_file ? strdup(opts->debug_file) : NULL;
+        u->hide_kernel = opts->hide_kernel;
         snprintf(path, sizeof(path), "/proc/%d/mem", pid);
         u->mem_fd = open(path, O_RDONLY | O_CLOEXEC);
         u->callbacks.find_elf = find_elf;
@@ -438,7 +440,7 @@ int unwinder_stack(struct unwinder *u, const struct d9_rec_stack *rec, size_t si
         u->cap_out = cap;
         u->n_out = 0;
         u->n_user = 0;
-        for (uint32_t i = 0; i < rec->n_kern && u->n_out < cap; i++)
+        for (uint32_t i = 0; !u->hide_kernel && i < rec->n_kern && u->n_out < cap; i++)
                 out[u->n_out++] = rec->kern[i];
         if (n_kern)
                 *n_kern = (uint32_t)u->n_out;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -25,7 +26,11 @@ struct unwind_opts {
         const char *debug_file;         /* separate debug file for the main
                                          * executable (stripped binaries), or NULL:
                                          * build-id / .gnu_debuglink lookup */
+        bool hide_kernel;               /* leave kernel frames out (kptr_restrict rules) */
 };
+
+/* Addresses from here up are the kernel's. */
+#define UNWIND_KERNEL_MIN 0xffff800000000000ull
 
 struct unwind_stats {
         uint64_t stacks;                /* records unwound */

@@ -190,7 +190,8 @@ int d9_compress_file(const char *in_path, const char *out_path, enum d9_compress
                 free(in);
                 return r;
         }
-        out_fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        /* Never through a symlink or into an existing file someone planted. */
+        out_fd = open(out_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (out_fd < 0) {
                 r = -errno;
                 close(in_fd);
