@@ -3,6 +3,9 @@
 unprivileged users this test creates and removes. One finding per mode:
  sigbus   - a Tokio binary truncated by its owner while d9d plans it does not
             kill d9d (finding 1);
+ pidreuse - the PID of a user's process, handed to a root process while
+            d9d attaches to it, never gets the user a session on root's
+            process (finding 4);
  fifo     - a FIFO named as the executable, or planted at "<exe> (deleted)"
             of a deleted executable, blocks neither the control loop nor the
             sealer (finding 2);
@@ -171,6 +174,60 @@ def mode_sigbus(t, users):
     t.ok(not crashed and d.stop() == 0, "d9d exits 0 on SIGTERM")
     d.cleanup(keep=t.failed > 0)
     shutil.rmtree(home, ignore_errors=True)
+
+
+def spawn_root_at(pid, tries=20):
+    """A root process with exactly this PID (ns_last_pid), or None."""
+    for _ in range(tries):
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(pid - 1))
+        p = subprocess.Popen(["sleep", "30"])
+        if p.pid == pid:
+            return p
+        p.kill()
+        p.wait()
+    return None
+
+
+def mode_pidreuse(t, users):
+    uid = users.user("a")
+    stolen, reused, tries = [], 0, 0
+    for delay in (0.005, 0.02, 0.05, 0.1, 0.2, 0.3):
+        # A fresh d9d each time: its first attach also loads the BPF
+        # programs, the widest gap between the checks and the attach.
+        d = D9d(D9D, D9CTL, {"socket_mode": "0666"})
+        d.start_or_bail(t)
+        victim = subprocess.Popen(as_user(uid, TARGET, "mixed", "--duration", "30"), stdout=subprocess.DEVNULL)
+        time.sleep(0.3)
+        pid, root_proc = victim.pid, None
+
+        def swap():
+            nonlocal root_proc
+            victim.kill()
+            victim.wait()
+            root_proc = spawn_root_at(pid)
+        timer = threading.Timer(delay, swap)
+        timer.start()
+        resp = request_as(uid, d, {"v": 1, "cmd": "attach", "pid": pid, "probes": "sched,cpu,poll",
+                                   "duration_ms": 3000}, timeout=20)
+        timer.join()
+        tries += 1
+        if root_proc:
+            reused += 1
+            # A session on the user's own process ends when it exits (its
+            # pidfd); one still recording a second later records root's.
+            time.sleep(1)
+            st = d.status(pid) or {}
+            live = [x for x in st.get("targets", []) if x["state"] == "recording"]
+            if live:
+                stolen.append(f"delay {delay}: {json.dumps(resp)[:300]}")
+            root_proc.kill()
+            root_proc.wait()
+        t.ok(alive_and_serving(d), f"d9d serving after the swap at {delay * 1000:.0f} ms")
+        d.stop()
+        d.cleanup()
+    t.ok(reused > 0, f"the user's PID went to a root process during the attach in {reused}/{tries} tries")
+    t.ok(not stolen, "no session of the user ever recorded the root process that took its PID", "\n".join(stolen))
 
 
 def mode_fifo(t, users):
@@ -421,7 +478,7 @@ def main():
     t = Tap()
     users = Users()
     try:
-        {"sigbus": mode_sigbus, "fifo": mode_fifo, "setuid": mode_setuid, "files": mode_files,
+        {"sigbus": mode_sigbus, "pidreuse": mode_pidreuse, "fifo": mode_fifo, "setuid": mode_setuid, "files": mode_files,
          "access": mode_access}[MODE](t, users)
     finally:
         users.cleanup()
