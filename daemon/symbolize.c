@@ -110,6 +110,10 @@ static bool elf_collect_syms(Elf *elf, struct elf_syms *es)
                 has_symtab |= sh.sh_type == SHT_SYMTAB;
                 Elf_Data *data = elf_getdata(scn, NULL);
                 size_t count = sh.sh_entsize ? sh.sh_size / sh.sh_entsize : 0;
+                GElf_Shdr strsh;
+                Elf_Scn *strscn = elf_getscn(elf, sh.sh_link);
+                /* As in uprobes/symbols.c: names beyond 4x their string table. */
+                uint64_t budget = (strscn && gelf_getshdr(strscn, &strsh) ? 4 * strsh.sh_size : 0) + (1u << 20);
                 for (size_t i = 0; data && i < count; i++) {
                         GElf_Sym s;
                         const char *name;
@@ -118,8 +122,10 @@ static bool elf_collect_syms(Elf *elf, struct elf_syms *es)
                             !s.st_value || !(name = elf_strptr(elf, sh.sh_link, s.st_name)) || !*name ||
                             strnlen(name, SYM_NAME_MAX + 1) > SYM_NAME_MAX)
                                 continue;
-                        if (es->n >= SYMS_MAX)
+                        size_t len = strlen(name);
+                        if (es->n >= SYMS_MAX || len > budget)
                                 return has_symtab;
+                        budget -= len;
                         if (es->n == cap) {
                                 struct sym *more = realloc(es->syms, (cap = cap ? cap * 2 : 1024) * sizeof(*more));
                                 if (!more)

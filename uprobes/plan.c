@@ -302,7 +302,8 @@ static int plan_build(int fd, const char *path, const char *root, struct probe_p
         vtable_scan_free(&b.vs);
         elf_image_free(b.img);
         if (r == -E2BIG && err_msg && !*err_msg)
-                asprintf(err_msg, "%s has more function symbols than d9d reads (4M)", path);
+                asprintf(err_msg, "%s has more function symbols or symbol name bytes than d9d reads "
+                         "(4M symbols, 4x the string table)", path);
         if (r < 0) {
                 if (err_msg && !*err_msg)
                         asprintf(err_msg, "cannot build a probe plan for %s: %s", path, strerror(-r));

@@ -53,6 +53,12 @@ static int load_section(const struct elf_image *img, Elf_Scn *scn, const GElf_Sh
 {
         Elf_Data *d = elf_getdata(scn, NULL);
         size_t count = sh->sh_entsize ? sh->sh_size / sh->sh_entsize : 0;
+        GElf_Shdr strsh;
+        Elf_Scn *strscn = elf_getscn(img->elf, sh->sh_link);
+        /* Distinct names cannot add up to much more than their string table
+         * (linkers share tails, hence the slack); many symbols naming one
+         * long string is a crafted file, not a build. */
+        uint64_t budget = (strscn && gelf_getshdr(strscn, &strsh) ? 4 * strsh.sh_size : 0) + (1u << 20);
         int added = 0, r;
 
         for (size_t i = 0; d && i < count; i++) {
@@ -65,6 +71,10 @@ static int load_section(const struct elf_image *img, Elf_Scn *scn, const GElf_Sh
                 name = elf_strptr(img->elf, sh->sh_link, sym.st_name);
                 if (!name || !*name)
                         continue;
+                size_t len = strnlen(name, SYM_NAME_MAX + 1);
+                if (len > budget)
+                        return -E2BIG;
+                budget -= len;
                 r = add_sym(st, cap, sym.st_value, sym.st_size, name);
                 if (r < 0)
                         return r;

@@ -3,6 +3,8 @@
 unprivileged users this test creates and removes. One finding per mode:
  sigbus   - a Tokio binary truncated by its owner while d9d plans it does not
             kill d9d (finding 1);
+ bomb     - planning a crafted 250 KB ELF takes bounded time and memory
+            (the planning part of finding 5);
  pidreuse - the PID of a user's process, handed to a root process while
             d9d attaches to it, never gets the user a session on root's
             process (finding 4);
@@ -172,6 +174,65 @@ def mode_sigbus(t, users):
     finally:
         tgt.kill()
     t.ok(not crashed and d.stop() == 0, "d9d exits 0 on SIGTERM")
+    d.cleanup(keep=t.failed > 0)
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def crafted_elf(path, name_len=200000, n_syms=2000):
+    """A small x86-64 ELF whose function symbols all share one huge Rust name."""
+    import struct
+    strtab = b"\0_ZN5tokio" + b"a" * name_len + b"E\0"
+    syms = b"\0" * 24 + b"".join(struct.pack("<IBBHQQ", 1, 0x12, 0, 1, 0x1000 + 16 * i, 16)
+                                  for i in range(n_syms))
+    shstr = b"\0.strtab\0.symtab\0.shstrtab\0"
+    off_str = 64 + 56
+    off_sym = off_str + len(strtab)
+    off_shs = off_sym + len(syms)
+    off_sh = (off_shs + len(shstr) + 7) & ~7
+    size = off_sh + 4 * 64
+    eh = struct.pack("<4sBBBBB7xHHIQQQIHHHHHH", b"\x7fELF", 2, 1, 1, 0, 0, 3, 62, 1, 0, 64, off_sh, 0,
+                     64, 56, 1, 64, 4, 3)
+    ph = struct.pack("<IIQQQQQQ", 1, 5, 0, 0, 0, size, size, 0x1000)
+    sh = [b"\0" * 64,
+          struct.pack("<IIQQQQIIQQ", 1, 3, 0, 0, off_str, len(strtab), 0, 0, 1, 0),
+          struct.pack("<IIQQQQIIQQ", 9, 2, 0, 0, off_sym, len(syms), 1, 1, 8, 24),
+          struct.pack("<IIQQQQIIQQ", 17, 3, 0, 0, off_shs, len(shstr), 0, 0, 1, 0)]
+    body = eh + ph + strtab + syms + shstr
+    with open(path, "wb") as f:
+        f.write(body + b"\0" * (off_sh - len(body)) + b"".join(sh))
+    return size
+
+
+def peak_rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def mode_bomb(t, users):
+    uid = users.user("a")
+    home = user_dir(uid)
+    d = D9d(D9D, D9CTL, {"socket_mode": "0666"})
+    d.start_or_bail(t)
+    tgt = subprocess.Popen(as_user(uid, "sleep", "60"))
+    bomb = os.path.join(home, "bomb")
+    size = crafted_elf(bomb)
+    os.chown(bomb, uid, -1)
+    try:
+        before = peak_rss_kb(d.proc.pid)
+        t0 = time.time()
+        resp = root_request(d, {"v": 1, "cmd": "attach", "pid": tgt.pid, "exe": bomb, "probes": "poll"}, timeout=60)
+        took = time.time() - t0
+        grew = (peak_rss_kb(d.proc.pid) - before) / 1024
+        t.ok(resp != {} and took < 1.0, f"a crafted {size // 1024} KB ELF is planned in {took * 1000:.0f} ms (< 1 s)",
+             json.dumps(resp)[:500])
+        t.ok(grew < 64, f"d9d's peak RSS grew {grew:.0f} MB planning it (< 64 MB)")
+        t.ok(alive_and_serving(d), "d9d still serves")
+    finally:
+        tgt.kill()
+    t.ok(d.stop() == 0, "d9d exits 0 on SIGTERM")
     d.cleanup(keep=t.failed > 0)
     shutil.rmtree(home, ignore_errors=True)
 
@@ -478,7 +539,7 @@ def main():
     t = Tap()
     users = Users()
     try:
-        {"sigbus": mode_sigbus, "pidreuse": mode_pidreuse, "fifo": mode_fifo, "setuid": mode_setuid, "files": mode_files,
+        {"sigbus": mode_sigbus, "bomb": mode_bomb, "pidreuse": mode_pidreuse, "fifo": mode_fifo, "setuid": mode_setuid, "files": mode_files,
          "access": mode_access}[MODE](t, users)
     finally:
         users.cleanup()
