@@ -23,7 +23,7 @@ struct d9d_config {
         uint64_t offcpu_min_us;         /* shorter off-CPU intervals: counted, not recorded */
         char service[128];              /* "" = derive from the executable name */
         char trace_group[64];           /* may read every trace ("" = none) */
-        bool trace_group_set;           /* named in the config (must then exist) */
+        bool trace_group_set;           /* named in the config (warned about if missing) */
         bool foreground;
         bool s3_enabled;                /* some s3_* key was set: ship sealed segments */
         struct ship_config ship;        /* s3_* keys, see daemon/ship.h */

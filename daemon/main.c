@@ -283,10 +283,9 @@ int main(int argc, char **argv)
                 log_error("state directory %s %s: %s", bad, why, strerror(-r));
                 return 1;
         }
-        if (trace_access_init(d.cfg.trace_group, d.cfg.trace_group_set) < 0) {
-                log_error("trace_group %s: no such group", d.cfg.trace_group);
-                return 1;
-        }
+        if (trace_access_init(d.cfg.trace_group) < 0 && d.cfg.trace_group_set)
+                log_warn("trace_group %s: no such group; traces are readable by their recording uid, d9d and root only",
+                         d.cfg.trace_group);
         grant_traces_dir(d.traces_dir);
         preflight_run(&pf);
         preflight_log(&pf, stderr, false);

@@ -25,7 +25,7 @@ struct acl_entry {
 
 static gid_t readers_gid = (gid_t)-1;
 
-int trace_access_init(const char *group, bool explicit_group)
+int trace_access_init(const char *group)
 {
         struct group *g;
 
@@ -37,7 +37,7 @@ int trace_access_init(const char *group, bool explicit_group)
                 readers_gid = g->gr_gid;
                 return 0;
         }
-        return explicit_group ? -ENOENT : 0;
+        return -ENOENT;
 }
 
 int trace_access_grant(int fd, uid_t reader, bool dir, bool list)

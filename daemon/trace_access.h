@@ -12,8 +12,8 @@
 #include <sys/types.h>
 
 /* Resolve the readers group (name may be "" for none). Returns 0, or
- * -ENOENT if a group was named explicitly and does not exist. */
-int trace_access_init(const char *group, bool explicit_group);
+ * -ENOENT if there is no such group (then there are no readers but root). */
+int trace_access_init(const char *group);
 /* Mode and ACL of an open file or directory d9d created: readable (dirs:
  * searchable) by reader (0 = nobody but d9d and root) and the readers
  * group. list: a directory whose names may be listed (session dirs) rather

@@ -34,7 +34,7 @@ EXPECTED = {
     os.path.join(VIEWERDIR, "index.html"),
 }
 
-tap = Tap(9)
+tap = Tap(10)
 try:
     tree = installed_tree()
 except Exception as e:  # noqa: BLE001
@@ -82,10 +82,14 @@ with open(os.path.join(root, "etc/group")) as f:
     groups = f.read()
 tap.ok(r.returncode == 0 and any(l.startswith("d9d:") for l in groups.splitlines()),
        "systemd-sysusers creates user and group d9d", r.stderr + groups)
+tap.ok(r.returncode == 0 and any(l.startswith("d9d-traces:") for l in groups.splitlines()),
+       "and the trace readers group d9d-traces", r.stderr + groups)
 r = subprocess.run(["systemd-tmpfiles", f"--root={root}", "--create",
                     real(os.path.join(PREFIX, "lib/tmpfiles.d/d9d.conf"))], capture_output=True, text=True, timeout=30)
 st = os.stat(os.path.join(root, "var/lib/d9d/traces")) if r.returncode == 0 else None
-tap.ok(st is not None and st.st_mode & 0o777 == 0o750 and st.st_uid != 0,
-       "systemd-tmpfiles creates /var/lib/d9d/traces 0750 owned by d9d", r.stderr)
+# 0711: traversed by each recording uid (ACLs on its own folders), listed
+# by d9d and the trace readers group only.
+tap.ok(st is not None and st.st_mode & 0o777 == 0o711 and st.st_uid != 0,
+       "systemd-tmpfiles creates /var/lib/d9d/traces 0711 owned by d9d", r.stderr)
 tree.cleanup()
 tap.done()
