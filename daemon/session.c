@@ -465,9 +465,13 @@ static int open_target_fd(struct session *s, int fd_in_target)
         int fd;
 
         snprintf(path, sizeof(path), "/proc/%d/fd/%d", s->pid, fd_in_target);
-        fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+        /* O_PATH first: a device or FIFO the target holds is never opened. */
+        fd = open(path, O_PATH | O_CLOEXEC);
         if (fd < 0)
                 return -errno;
+        fd = d9_target_file_reopen(fd);
+        if (fd < 0)
+                return fd;
         if (pidfd_alive(s->pidfd_w.fd) < 0) {
                 close(fd);
                 return -ESRCH;
@@ -483,9 +487,18 @@ static int session_plan(struct session *s, const struct session_request *req, ch
 
         if (!(s->probes & tokio))
                 return 0;
-        if (req->exe_fd >= 0)
-                r = probe_plan_for_fd(open_target_fd(s, req->exe_fd), s->exe, &s->plan, &err);
-        else if (req->exe)
+        if (req->exe_fd >= 0) {
+                int fd = open_target_fd(s, req->exe_fd);
+
+                if (fd < 0) {
+                        if (fd == -EBADFD)
+                                *why = dupf("fd %d of pid %d is not a regular file", req->exe_fd, s->pid);
+                        else
+                                *why = dupf("cannot read fd %d of pid %d: %s", req->exe_fd, s->pid, strerror(-fd));
+                        return fd;
+                }
+                r = probe_plan_for_fd(fd, s->exe, &s->plan, &err);
+        } else if (req->exe)
                 r = probe_plan_for_file(req->exe, &s->plan, &err);
         else
                 r = probe_plan_for_pidfd(s->pidfd_w.fd, s->pid, &s->plan, &err);

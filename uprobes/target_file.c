@@ -1,10 +1,12 @@
 /* target_file: open and copy files a target process or a local user can
  * touch, without trusting them. d9d reads them with more privileges than
  * their owner has, so:
- *  - opened O_RDONLY|O_NONBLOCK|O_NOFOLLOW|O_CLOEXEC (a FIFO or a device
- *    planted where an executable was cannot block the caller), through
- *    openat2(RESOLVE_NO_MAGICLINKS), inside the target's root when given one;
- *  - fstat'ed: regular files only, at most D9_TARGET_FILE_MAX bytes;
+ *  - looked up O_PATH|O_NOFOLLOW through openat2(RESOLVE_NO_MAGICLINKS),
+ *    inside the target's root when given one, and fstat'ed: regular files
+ *    of at most D9_TARGET_FILE_MAX bytes only;
+ *  - only then opened O_RDONLY|O_NONBLOCK|O_CLOEXEC (through /proc/self/fd):
+ *    a FIFO or a device planted where an executable was is never opened,
+ *    so it can neither block the caller nor see an open() from it;
  *  - read into a sealed memfd instead of being mapped: libelf and libdwfl
  *    map the copy, which nobody else can truncate, so a target file that
  *    shrinks under us gives a short copy (an error), never SIGBUS. */
@@ -32,14 +34,33 @@ static int regular_within_limit(int fd, struct stat *st)
         return 0;
 }
 
+/* The file behind an O_PATH descriptor (taken over), opened for reading only
+ * once it is known to be a regular file: opening a device can have side
+ * effects, and opening a FIFO can block. */
+int d9_target_file_reopen(int opath_fd)
+{
+        struct stat st;
+        char self[64];
+        int fd, r = regular_within_limit(opath_fd, &st);
+
+        if (r < 0) {
+                close(opath_fd);
+                return r;
+        }
+        snprintf(self, sizeof(self), "/proc/self/fd/%d", opath_fd);
+        fd = open(self, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+        r = fd < 0 ? -errno : 0;
+        close(opath_fd);
+        return r < 0 ? r : fd;
+}
+
 int d9_target_file_openat(int dirfd, const char *path, bool in_root)
 {
         struct open_how how = {
-                .flags = O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY,
+                .flags = O_PATH | O_NOFOLLOW | O_CLOEXEC,
                 .resolve = RESOLVE_NO_MAGICLINKS | (in_root ? RESOLVE_IN_ROOT : 0),
         };
-        struct stat st;
-        int fd, r;
+        int fd;
 
         fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
         if (fd < 0 && (errno == ENOSYS || errno == EPERM)) {
@@ -52,12 +73,7 @@ int d9_target_file_openat(int dirfd, const char *path, bool in_root)
         }
         if (fd < 0)
                 return -errno;
-        r = regular_within_limit(fd, &st);
-        if (r < 0) {
-                close(fd);
-                return r;
-        }
-        return fd;
+        return d9_target_file_reopen(fd);
 }
 
 /* "/proc/PID/root/REST" is looked up as REST inside that root (symlinks in

@@ -184,6 +184,8 @@ int probe_plan_for_fd(int fd, const char *display, struct probe_plan **out, char
  * or a negative errno (-EBADFD: not a regular file, -EFBIG: too large). */
 int d9_target_file_open(const char *path);
 int d9_target_file_openat(int dirfd, const char *path, bool in_root);
+/* Read-only fd of the regular file behind an O_PATH fd (taken over). */
+int d9_target_file_reopen(int opath_fd);
 /* A sealed in-memory copy of the regular file open on fd (fd unchanged):
  * safe to mmap (the copy cannot shrink); -ENODATA if fd shrank meanwhile. */
 int d9_target_file_copy(int fd);
