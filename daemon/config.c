@@ -26,6 +26,7 @@ void config_defaults(struct d9d_config *cfg)
         /* Used only if it exists (systemd/sysusers.d creates it). */
         snprintf(cfg->trace_group, sizeof(cfg->trace_group), "d9d-traces");
         cfg->rotate_period_ms = 60 * 1000;
+        cfg->finished_keep_ms = 60 * 60 * 1000;
         cfg->max_segment_bytes = 64ull << 20;
         cfg->disk_budget_bytes = 1ull << 30;
         cfg->compression = D9_COMPRESS_ZSTD;
@@ -105,6 +106,10 @@ int config_set(struct d9d_config *cfg, const char *key, const char *value, const
                         return -EINVAL;
                 cfg->rotate_period_ms = v;
                 return 0;
+        }
+        if (!strcmp(key, "finished_keep")) {
+                *why = "expected a duration such as 1h or 10m";
+                return d9_parse_duration_ms(value, &cfg->finished_keep_ms) < 0 ? -EINVAL : 0;
         }
         if (!strcmp(key, "max_segment_size") || !strcmp(key, "disk_budget")) {
                 *why = "expected a size such as 64M or 1G";

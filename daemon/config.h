@@ -15,6 +15,7 @@ struct d9d_config {
         unsigned socket_mode;           /* permission bits of the socket we bind */
         uint64_t control_idle_ms;       /* close control connections idle this long */
         uint64_t rotate_period_ms;
+        uint64_t finished_keep_ms;      /* finished sessions stay in list/status this long */
         uint64_t max_segment_bytes;
         uint64_t disk_budget_bytes;     /* 0 = unlimited */
         enum d9_compress compression;

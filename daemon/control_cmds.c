@@ -46,12 +46,16 @@ static json_t *cmd_list(struct d9d *d, const struct peer *p, json_t *req)
 {
         json_t *r = d9c_ok(), *arr = json_array();
 
-        for (struct session *s = d->sessions; s; s = s->next)
-                if (peer_may_see(p, s))
-                        json_array_append_new(arr, json_pack("{s:i,s:s,s:s,s:I}", "pid", s->pid, "service", s->service,
-                                              "state", s->state == SESSION_RECORDING ? "recording" :
-                                              s->state == SESSION_SEALING ? "sealing" : "done",
-                                              "session", (json_int_t)s->id));
+        /* status's counters without the plans and path lists, which list
+         * does not show. */
+        for (struct session *s = d->sessions; s; s = s->next) {
+                if (!peer_may_see(p, s))
+                        continue;
+                json_t *t = session_status_json(s);
+                json_object_del(t, "probe_plan");
+                json_object_del(t, "sealed");
+                json_array_append_new(arr, t);
+        }
         json_object_set_new(r, "targets", arr);
         return r;
 }
@@ -71,6 +75,14 @@ static json_t *cmd_status(struct d9d *d, const struct peer *p, json_t *req)
         for (struct session *s = d->sessions; s; s = s->next)
                 if (peer_may_see(p, s) && (!pid || s->pid == pid) && (!only || (json_int_t)s->id == only))
                         json_array_append_new(arr, session_status_json(s));
+        if ((pid || only) && !json_array_size(arr)) {
+                json_decref(r);
+                json_decref(arr);
+                /* Hidden sessions of other users read the same as none. */
+                if (pid)
+                        return d9c_error("pid %d is not traced by d9d (see d9ctl list --all)", pid);
+                return d9c_error("no session %lld", (long long)only);
+        }
         sealer_get_stats(d->sealer, &st);
         json_object_set_new(r, "targets", arr);
         if (d->shipper) {

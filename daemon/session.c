@@ -10,6 +10,7 @@
 #include <sys/epoll.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bpf_loader.h"
@@ -24,6 +25,14 @@
 #define FINISHED_KEPT 64
 
 static struct d9_bpf *shared_bpf;
+
+static int64_t wall_clock_ms(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 static uint64_t next_session_id = 1;
 
 static char *dupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -633,6 +642,7 @@ int session_start(struct d9d *d, const struct session_request *req, struct sessi
         session_snapshot_maps(s);
         s->started_ms = s->rate_ms = d9_now_ms();
         s->deadline_ms = req->duration_ms ? s->started_ms + req->duration_ms : 0;
+        s->started_unix_ms = wall_clock_ms();
         s->plan_json = plan_to_json(s);
         session_link(d, s);
         log_info("pid %d (%s): attached, %zu uprobes, writing %s", s->pid, s->service,
@@ -711,6 +721,7 @@ void session_end(struct session *s, const char *reason)
                 s->status_fd = -1;
         }
         s->state = SESSION_SEALING;
+        s->ended_ms = d9_now_ms();
         snprintf(s->end_reason, sizeof(s->end_reason), "%s", reason);
         session_close_segment(s);
         /* Finished sessions stay listed (up to FINISHED_KEPT) for status. */
@@ -783,6 +794,12 @@ json_t *session_status_json(const struct session *s)
                 "intervals", (json_int_t)s->offcpu_short.count, "total_ns", (json_int_t)s->offcpu_short.ns);
         if (j && s->privileged)
                 json_object_set_new(j, "discarded_privileged", json_integer((json_int_t)s->discarded));
+        /* Ended sessions: the length of the recording; live ones: so far. */
+        uint64_t until = s->state == SESSION_RECORDING ? d9_now_ms() : s->ended_ms;
+        json_object_set_new(j, "started_unix_ms", json_integer((json_int_t)s->started_unix_ms));
+        json_object_set_new(j, "duration_ms", json_integer((json_int_t)(until - s->started_ms)));
+        if (s->state != SESSION_RECORDING)
+                json_object_del(j, "events_per_s"); /* a rate only means something while recording */
         return j;
 }
 
@@ -805,11 +822,13 @@ void session_on_sealed(struct d9d *d, struct seal_job *job)
 
 void sessions_prune(struct d9d *d)
 {
+        uint64_t now = d9_now_ms();
         unsigned finished = 0;
 
         for (struct session **pp = &d->sessions; *pp;) {
                 struct session *s = *pp;
-                if (s->state == SESSION_DONE && ++finished > FINISHED_KEPT) {
+                if (s->state == SESSION_DONE && (++finished > FINISHED_KEPT ||
+                                                 now - s->ended_ms >= d->cfg.finished_keep_ms)) {
                         *pp = s->next;
                         session_free(s);
                         continue;

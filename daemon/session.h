@@ -45,6 +45,8 @@ struct session {
         enum session_state state;
         char end_reason[128];
         uint64_t started_ms, deadline_ms; /* deadline 0 = until detached */
+        uint64_t ended_ms;              /* when recording stopped (0: still recording) */
+        int64_t started_unix_ms;        /* wall clock at attach, for list */
 
         char *maps;                     /* last /proc/PID/maps seen: symbols after exit */
         uint64_t maps_ms;
@@ -85,7 +87,7 @@ struct session *session_find(struct d9d *d, pid_t pid, bool live_only);
 json_t *session_status_json(const struct session *s);
 /* A sealing job finished (called on the main loop). */
 void session_on_sealed(struct d9d *d, struct seal_job *job);
-/* Drop finished sessions beyond the most recent few. */
+/* Drop finished sessions older than finished_keep, and beyond the most recent few. */
 void sessions_prune(struct d9d *d);
 void sessions_free_all(struct d9d *d);
 /* Detached targets whose BPF links are still being destroyed. */

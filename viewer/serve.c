@@ -13,6 +13,8 @@
  *
  * Every path a client names goes through serve_path_open(). */
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -212,20 +214,26 @@ static enum MHD_Result handle_request(void *cls, struct MHD_Connection *conn, co
         return serve_reply_error(&rq, 404, "not found", url);
 }
 
-/* "HOST:PORT" or "[V6]:PORT" -> socket address. */
+/* "HOST:PORT", "[V6]:PORT", "localhost:PORT" or a bare "PORT" (loopback)
+ * -> socket address. */
 static int parse_listen(const char *listen, struct sockaddr_storage *ss)
 {
-        char host[INET6_ADDRSTRLEN + 2];
+        char host[INET6_ADDRSTRLEN + 2] = "127.0.0.1";
         const char *colon = strrchr(listen, ':');
+        const char *portstr = colon ? colon + 1 : listen;
         char *end;
 
-        if (!colon || (size_t)(colon - listen) >= sizeof(host))
+        if (colon && (size_t)(colon - listen) >= sizeof(host))
                 return -EINVAL;
-        long port = strtol(colon + 1, &end, 10);
-        if (!colon[1] || *end || port < 0 || port > 65535)
+        long port = strtol(portstr, &end, 10);
+        if (!*portstr || *end || port < 0 || port > 65535)
                 return -EINVAL;
-        memcpy(host, listen, (size_t)(colon - listen));
-        host[colon - listen] = '\0';
+        if (colon) {
+                memcpy(host, listen, (size_t)(colon - listen));
+                host[colon - listen] = '\0';
+        }
+        if (!strcmp(host, "localhost") || !*host)
+                snprintf(host, sizeof(host), "127.0.0.1");
 
         memset(ss, 0, sizeof(*ss));
         struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
@@ -240,6 +248,38 @@ static int parse_listen(const char *listen, struct sockaddr_storage *ss)
         in4->sin_family = AF_INET;
         in4->sin_port = htons((uint16_t)port);
         return inet_pton(AF_INET, host, &in4->sin_addr) == 1 ? 0 : -EINVAL;
+}
+
+static unsigned listen_port(const struct sockaddr_storage *ss)
+{
+        return ntohs(ss->ss_family == AF_INET6 ? ((const struct sockaddr_in6 *)ss)->sin6_port :
+                     ((const struct sockaddr_in *)ss)->sin_port);
+}
+
+/* Bound here rather than by libmicrohttpd, whose own message names neither
+ * the address nor the port. */
+static int open_listener(const struct sockaddr_storage *ss, const char *spec)
+{
+        int one = 1, fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        socklen_t len = ss->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+
+        if (fd < 0)
+                return -errno;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (ss->ss_family == AF_INET6)
+                setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+        if (bind(fd, (const struct sockaddr *)ss, len) < 0 || listen(fd, 64) < 0) {
+                int r = -errno;
+                if (r == -EADDRINUSE)
+                        fprintf(stderr, "d9ctl serve: port %u is already in use (--listen %s); pick another "
+                                        "with --listen PORT, or 0 for any free one\n", listen_port(ss), spec);
+                else
+                        fprintf(stderr, "d9ctl serve: cannot listen on %s (port %u): %s\n", spec,
+                                listen_port(ss), strerror(-r));
+                close(fd);
+                return r;
+        }
+        return fd;
 }
 
 static int is_loopback(const struct sockaddr_storage *ss)
@@ -343,22 +383,35 @@ int serve_run(const struct serve_config *cfg)
                 fprintf(stderr, "d9ctl serve: cannot make a token: %s\n", strerror(-r));
                 goto out;
         }
+        int lfd = open_listener(&addr, cfg->listen);
+        if (lfd < 0) {
+                r = lfd;
+                goto out;
+        }
         unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG |
                          (addr.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
         struct MHD_Daemon *d = MHD_start_daemon(flags, 0, NULL, NULL, handle_request, &ctx,
-                                                MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                                                MHD_OPTION_LISTEN_SOCKET, lfd,
                                                 MHD_OPTION_THREAD_POOL_SIZE, (unsigned)SERVE_THREADS,
                                                 MHD_OPTION_CONNECTION_LIMIT, connection_limit(),
                                                 MHD_OPTION_CONNECTION_TIMEOUT, SERVE_CONN_TIMEOUT_S,
                                                 MHD_OPTION_END);
         if (!d) {
                 r = -EADDRNOTAVAIL;
-                fprintf(stderr, "d9ctl serve: cannot listen on %s (address in use?)\n", cfg->listen);
+                close(lfd);
+                fprintf(stderr, "d9ctl serve: cannot start the web server on %s\n", cfg->listen);
                 goto out;
         }
         const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-        const char *colon = strrchr(cfg->listen, ':');
-        printf("serving http://%.*s:%u/?token=%s from %s%s%s%s\n", (int)(colon - cfg->listen), cfg->listen,
+        char host[INET6_ADDRSTRLEN + 2];
+        if (addr.ss_family == AF_INET6) {
+                host[0] = '[';
+                inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&addr)->sin6_addr, host + 1, sizeof(host) - 2);
+                strcat(host, "]");
+        } else {
+                inet_ntop(AF_INET, &((struct sockaddr_in *)&addr)->sin_addr, host, sizeof(host));
+        }
+        printf("serving http://%s:%u/?token=%s from %s%s%s%s\n", host,
                info ? info->port : 0, ctx.auth.token, cfg->bucket ? "s3://" : "",
                cfg->bucket ? cfg->bucket : ctx.root_real,
                cfg->bucket && cfg->prefix ? "/" : "", cfg->bucket && cfg->prefix ? cfg->prefix : "");

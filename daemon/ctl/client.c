@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client.h"
@@ -97,4 +98,40 @@ void d9ctl_print_plan(FILE *out, const json_t *plan)
         }
         if (optional)
                 fprintf(out, "not used: %zu poll return sites (poll end comes from the next poll or park)\n", optional);
+}
+
+const char *d9ctl_format_duration(uint64_t ms, char *buf, size_t n)
+{
+        uint64_t s = ms / 1000;
+
+        if (s < 60)
+                snprintf(buf, n, "%.1fs", (double)ms / 1000.0);
+        else if (s < 3600)
+                snprintf(buf, n, "%llum%02llus", (unsigned long long)(s / 60), (unsigned long long)(s % 60));
+        else
+                snprintf(buf, n, "%lluh%02llum", (unsigned long long)(s / 3600), (unsigned long long)(s / 60 % 60));
+        return buf;
+}
+
+const char *d9ctl_format_wall(int64_t unix_ms, char *buf, size_t n)
+{
+        time_t t = (time_t)(unix_ms / 1000);
+        struct tm tm;
+
+        if (!unix_ms || !localtime_r(&t, &tm) || !strftime(buf, n, "%Y-%m-%d %H:%M:%S", &tm))
+                snprintf(buf, n, "-");
+        return buf;
+}
+
+bool d9ctl_target_live(const json_t *t)
+{
+        const char *st = json_string_value(json_object_get(t, "state"));
+
+        return st && strcmp(st, "done") != 0;
+}
+
+void d9ctl_print_json(const json_t *j)
+{
+        json_dumpf(j, stdout, JSON_INDENT(2));
+        putchar('\n');
 }

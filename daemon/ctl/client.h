@@ -3,6 +3,8 @@
 #pragma once
 
 #include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -15,3 +17,11 @@ void d9ctl_print_plan(FILE *out, const json_t *plan);
 int d9ctl_parse_pid(const char *cmd, const char *arg);
 /* --offcpu-min for `cmd`: microseconds, or -1 after a one-line error. */
 int64_t d9ctl_parse_offcpu_min(const char *cmd, const char *arg);
+/* "4.2s", "3m07s", "2h05m". */
+const char *d9ctl_format_duration(uint64_t ms, char *buf, size_t n);
+/* Local "YYYY-MM-DD HH:MM:SS", or "-" when unknown. */
+const char *d9ctl_format_wall(int64_t unix_ms, char *buf, size_t n);
+/* A list/status target that is still recording or sealing. */
+bool d9ctl_target_live(const json_t *t);
+/* JSON, indented, on stdout. */
+void d9ctl_print_json(const json_t *j);

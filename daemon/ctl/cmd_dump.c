@@ -22,6 +22,13 @@ struct type_count {
         uint64_t events;
 };
 
+/* addr -> name from the file's SymbolTableEntry records (depth 0 only:
+ * the function that contains addr), sorted by addr for lookup. */
+struct symbol {
+        uint64_t addr;
+        char *name;
+};
+
 struct dump {
         enum dump_mode mode;
         FILE *out;
@@ -29,7 +36,63 @@ struct dump {
         size_t ntypes;
         uint64_t first_ts, last_ts;
         bool any_ts;
+        uint64_t untimed;       /* ts = 0 records (symbols, metadata): not in the time span */
+        struct symbol *syms;
+        size_t nsyms, syms_cap;
 };
+
+static int sym_cmp(const void *a, const void *b)
+{
+        const struct symbol *x = a, *y = b;
+
+        return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+static const char *sym_lookup(const struct dump *d, uint64_t addr)
+{
+        struct symbol key = { .addr = addr }, *s;
+
+        s = d->nsyms ? bsearch(&key, d->syms, d->nsyms, sizeof(key), sym_cmp) : NULL;
+        return s ? s->name : NULL;
+}
+
+static const struct d9_value *field(const struct d9_dec_event *ev, const char *name)
+{
+        for (uint16_t i = 0; i < ev->schema->nfields; i++)
+                if (!strcmp(ev->schema->fields[i].name, name))
+                        return &ev->values[i];
+        return NULL;
+}
+
+/* First pass of text mode: collect the names (they are appended after the
+ * events that use them). */
+static int on_symbol(const struct d9_dec_event *ev, void *ctx)
+{
+        struct dump *d = ctx;
+        const struct d9_value *addr, *name, *depth;
+
+        if (strcmp(ev->schema->name, "SymbolTableEntry"))
+                return 0;
+        addr = field(ev, "addr");
+        name = field(ev, "symbol_name");
+        depth = field(ev, "inline_depth");
+        if (!addr || !name || !addr->present || !name->present || !name->resolved || (depth && depth->u))
+                return 0;
+        if (d->nsyms == d->syms_cap) {
+                size_t cap = d->syms_cap ? d->syms_cap * 2 : 256;
+                struct symbol *n = realloc(d->syms, cap * sizeof(*n));
+                if (!n)
+                        return -ENOMEM;
+                d->syms = n;
+                d->syms_cap = cap;
+        }
+        d->syms[d->nsyms].addr = addr->u;
+        d->syms[d->nsyms].name = strndup(name->str.p, name->str.len);
+        if (!d->syms[d->nsyms].name)
+                return -ENOMEM;
+        d->nsyms++;
+        return 0;
+}
 
 static void put_str(FILE *out, const char *p, size_t len)
 {
@@ -117,9 +180,17 @@ static void put_value(const struct dump *d, const struct d9_value *v)
         case D9_T_STACK:
         case D9_T_POOLED_STACK:
                 fputc('[', d->out);
-                for (uint32_t i = 0; i < v->stack.n; i++)
-                        fprintf(d->out, json ? "%s\"0x%" PRIx64 "\"" : "%s0x%" PRIx64, i ? ", " : "",
-                                d9_value_stack_addr(v, i));
+                /* JSON keeps addresses (its readers join SymbolTableEntry
+                 * themselves); text names the frames the file names. */
+                for (uint32_t i = 0; i < v->stack.n; i++) {
+                        uint64_t a = d9_value_stack_addr(v, i);
+                        const char *name = json ? NULL : sym_lookup(d, a);
+
+                        if (name)
+                                fprintf(d->out, "%s%s", i ? ", " : "", name);
+                        else
+                                fprintf(d->out, json ? "%s\"0x%" PRIx64 "\"" : "%s0x%" PRIx64, i ? ", " : "", a);
+                }
                 fputc(']', d->out);
                 break;
         case D9_T_STRING_MAP:
@@ -207,7 +278,9 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
         if (!t)
                 return -ENOMEM;
         t->events++;
-        if (ev->has_timestamp) {
+        if (ev->has_timestamp && ev->ts == 0) {
+                d->untimed++; /* dial9 writes symbols (and we metadata) at ts 0 */
+        } else if (ev->has_timestamp) {
                 if (!d->any_ts || ev->ts < d->first_ts)
                         d->first_ts = ev->ts;
                 if (!d->any_ts || ev->ts > d->last_ts)
@@ -225,8 +298,9 @@ static void print_summary(struct dump *d, const char *path, size_t len, enum d9_
         fprintf(d->out, "%s: %s, %zu bytes decoded, %u streams, %" PRIu64 " frames, %" PRIu64 " events\n",
                 path, kinds[kind], len, res->streams, res->frames, res->events);
         if (d->any_ts)
-                fprintf(d->out, "time: %" PRIu64 " .. %" PRIu64 " ns (%.3f s)\n", d->first_ts,
-                        d->last_ts, (double)(d->last_ts - d->first_ts) / 1e9);
+                fprintf(d->out, "time: %" PRIu64 " .. %" PRIu64 " ns (%.3f s)%s\n", d->first_ts,
+                        d->last_ts, (double)(d->last_ts - d->first_ts) / 1e9,
+                        d->untimed ? ", not counting the ts=0 records" : "");
         fprintf(d->out, "schemas:\n");
         for (size_t i = 0; i < d->ntypes; i++)
                 fprintf(d->out, "  %s { %s }\n", d->types[i].name, d->types[i].signature);
@@ -245,6 +319,12 @@ static void dump_reset(struct dump *d)
         d->types = NULL;
         d->ntypes = 0;
         d->any_ts = false;
+        d->untimed = 0;
+        for (size_t i = 0; i < d->nsyms; i++)
+                free(d->syms[i].name);
+        free(d->syms);
+        d->syms = NULL;
+        d->nsyms = d->syms_cap = 0;
 }
 
 static int dump_file(struct dump *d, const char *path, bool strict)
@@ -271,8 +351,16 @@ static int dump_file(struct dump *d, const char *path, bool strict)
                 fprintf(stderr, "d9ctl: %s: cannot read: %s\n", path, strerror(-r));
                 return 1;
         }
-        if (d->mode == DUMP_TEXT)
+        if (d->mode == DUMP_TEXT) {
+                struct d9_dec_opts first = { .strict = false, .on_event = on_symbol, .ctx = d };
+
+                /* A damaged file is reported by the printing pass below;
+                 * the names read up to the damage still apply. */
+                (void)d9_decode(buf, len, &first, &res);
+                if (d->nsyms)
+                        qsort(d->syms, d->nsyms, sizeof(*d->syms), sym_cmp);
                 fprintf(d->out, "# %s\n", path);
+        }
         r = d9_decode(buf, len, &opts, &res);
         fflush(d->out);
         if (r == -EBADMSG)
@@ -295,14 +383,13 @@ int cmd_dump(int argc, char **argv)
                 { "summary", no_argument, NULL, 's' },
                 { "json", no_argument, NULL, 'j' },
                 { "strict", no_argument, NULL, 'S' },
-                { "help", no_argument, NULL, 'h' },
                 {},
         };
         struct dump d = { .mode = DUMP_TEXT, .out = stdout };
         bool strict = false;
         int opt, failed = 0;
 
-        while ((opt = getopt_long(argc, argv, "sjh", opts, NULL)) != -1) {
+        while ((opt = getopt_long(argc, argv, "sj", opts, NULL)) != -1) {
                 switch (opt) {
                 case 's':
                         d.mode = DUMP_SUMMARY;
@@ -313,9 +400,6 @@ int cmd_dump(int argc, char **argv)
                 case 'S':
                         strict = true;
                         break;
-                case 'h':
-                        printf("usage: d9ctl dump [--summary | --json] [--strict] FILE...\n");
-                        return 0;
                 default:
                         fprintf(stderr, "usage: d9ctl dump [--summary | --json] [--strict] FILE...\n");
                         return 2;

@@ -1,4 +1,7 @@
-/* d9ctl list: the targets d9d traces (and recently finished ones). */
+/* d9ctl list: the targets d9d traces; --all adds the finished sessions d9d
+ * still remembers (it forgets them after finished_keep). */
+#include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "client.h"
@@ -7,20 +10,63 @@
 
 int cmd_list(int argc, char **argv)
 {
+        static const struct option opts[] = {
+                { "all", no_argument, NULL, 'a' },
+                { "json", no_argument, NULL, 'j' },
+                {},
+        };
+        bool all = false, as_json = false;
         json_t *resp, *t;
-        size_t i;
+        size_t i, shown = 0, hidden = 0;
+        int opt;
 
-        if (argc > 1) {
-                fprintf(stderr, "d9ctl list: takes no arguments\n");
-                return 2;
+        while ((opt = getopt_long(argc, argv, "aj", opts, NULL)) != -1) {
+                if (opt == 'a')
+                        all = true;
+                else if (opt == 'j')
+                        as_json = true;
+                else
+                        return 2; /* getopt said which */
         }
+        if (optind < argc)
+                return d9ctl_usage_error("list", "unexpected argument '%s'", argv[optind]);
         resp = d9ctl_call(d9c_request("list"));
         if (!resp)
                 return 1;
-        printf("%-8s %-10s %s\n", "PID", "STATE", "SERVICE");
-        json_array_foreach(json_object_get(resp, "targets"), i, t)
-                printf("%-8lld %-10s %s\n", (long long)json_integer_value(json_object_get(t, "pid")),
-                       json_string_value(json_object_get(t, "state")), json_string_value(json_object_get(t, "service")));
+        json_t *targets = json_object_get(resp, "targets");
+        if (!all) /* one filter for both outputs */
+                for (i = json_array_size(targets); i-- > 0;)
+                        if (!d9ctl_target_live(json_array_get(targets, i))) {
+                                json_array_remove(targets, i);
+                                hidden++;
+                        }
+        if (as_json) {
+                d9ctl_print_json(targets);
+                json_decref(resp);
+                return 0;
+        }
+        json_array_foreach(targets, i, t) {
+                char started[32], dur[32];
+
+                if (!shown++)
+                        printf("%-8s %-10s %-20s %-19s %9s %10s %6s  %s\n", "PID", "STATE", "SERVICE", "STARTED",
+                               "DURATION", "EVENTS", "DROPS", "SEGMENTS IN");
+                printf("%-8lld %-10s %-20s %-19s %9s %10lld %6lld  %s\n",
+                       (long long)json_integer_value(json_object_get(t, "pid")),
+                       json_string_value(json_object_get(t, "state")),
+                       json_string_value(json_object_get(t, "service")),
+                       d9ctl_format_wall(json_integer_value(json_object_get(t, "started_unix_ms")), started,
+                                         sizeof(started)),
+                       d9ctl_format_duration((uint64_t)json_integer_value(json_object_get(t, "duration_ms")), dur,
+                                             sizeof(dur)),
+                       (long long)json_integer_value(json_object_get(t, "events")),
+                       (long long)json_integer_value(json_object_get(t, "drops")),
+                       json_string_value(json_object_get(t, "dir")));
+        }
+        if (!shown)
+                printf("no target is being traced\n");
+        if (hidden)
+                printf("(%zu finished session%s: d9ctl list --all)\n", hidden, hidden == 1 ? "" : "s");
         json_decref(resp);
         return 0;
 }

@@ -1,12 +1,16 @@
 /* d9ctl record: attach for a while, wait until every segment is sealed,
- * then print the sealed paths (copied into --out if given), one per line.
+ * then print the sealed paths (copied into --out DIR/SERVICE/INSTANCE if
+ * given), one per line. Progress goes to stderr: what could not be
+ * attached first, then elapsed / remaining time and the event rate.
  *
  * `record -- CMD ARGS` traces a command from its first instruction without
  * ptrace: the child is forked and blocks on a pipe; d9d plans the probes
  * from CMD's executable file and attaches them with the child's pid as
  * filter (uprobes follow the pid through exec); only then is the child
- * released to exec CMD. CMD's stdout is sent to stderr so that stdout holds
- * only the segment paths. */
+ * released to exec CMD. With --follow-children, CMD is a launcher: it runs
+ * at once and the first Tokio process it execs or starts is attached
+ * (mid-run, as with --pid). Either way recording lasts until CMD exits
+ * (or --duration), and d9ctl exits with CMD's status. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -18,13 +22,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "client.h"
 #include "d9ctl.h"
 #include "proto/d9control.h"
+#include "record_child.h"
 
 static volatile sig_atomic_t interrupted;
 
@@ -33,51 +37,26 @@ static void on_interrupt(int sig)
         interrupted = 1;
 }
 
-/* Resolve CMD like execvp would, to an absolute path d9d can open. */
-static int resolve_command(const char *cmd, char *out)
+static uint64_t now_ms(void)
 {
-        const char *path = getenv("PATH");
-        char buf[PATH_MAX];
+        struct timespec ts;
 
-        if (strchr(cmd, '/'))
-                return realpath(cmd, out) && access(out, X_OK) == 0 ? 0 : -ENOENT;
-        for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
-                size_t n = strcspn(p, ":");
-                snprintf(buf, sizeof(buf), "%.*s/%s", (int)n, p, cmd);
-                if (access(buf, X_OK) == 0 && realpath(buf, out))
-                        return 0;
-                p += n + (p[n] == ':');
-        }
-        return -ENOENT;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* Child: wait for the go byte, then become CMD. */
-static pid_t spawn_held(char **cmd, int *go_fd)
-{
-        int fds[2];
-        pid_t pid;
-
-        if (pipe2(fds, O_CLOEXEC) < 0)
-                return -errno;
-        pid = fork();
-        if (pid < 0)
-                return -errno;
-        if (pid == 0) {
-                char go = 0;
-                close(fds[1]);
-                if (read(fds[0], &go, 1) != 1 || go != 'g')
-                        _exit(127);
-                /* d9ctl's stdout carries only segment paths: the command's
-                 * own output goes to stderr. */
-                dup2(STDERR_FILENO, STDOUT_FILENO);
-                execvp(cmd[0], cmd);
-                fprintf(stderr, "d9ctl record: cannot run %s: %s\n", cmd[0], strerror(errno));
-                _exit(127);
-        }
-        close(fds[0]);
-        *go_fd = fds[1];
-        return pid;
-}
+struct recording {
+        int pid;
+        uint64_t duration_ms;           /* 0: until CMD exits / the target exits / Ctrl-C */
+        const char *out_dir;
+        struct record_child child;      /* child.pid 0: --pid */
+        bool follow;
+        bool tty;                       /* stderr is a terminal: redraw one progress line */
+        bool progress_shown;
+        uint64_t started_ms, last_line_ms, rate_ms;
+        long long rate_events;
+        double rate;
+};
 
 /* Copies src to name inside the directory open on dir_fd. Whatever is at
  * name (a symlink someone planted there, to /etc/... say) is removed, never
@@ -115,16 +94,27 @@ static int copy_file(const char *src, int dir_fd, const char *name)
         return r;
 }
 
-/* --out DIR: created or opened without following a symlink, and refused
- * unless owned by us (or root) and not writable by others. */
-static int open_out_dir(const char *out_dir)
+/* "SERVICE/INSTANCE" of a session folder TRACES/SERVICE/INSTANCE, the layout
+ * serve expects, kept under --out. */
+static void session_subdir(const char *dir, char *out, size_t n)
+{
+        const char *inst = strrchr(dir, '/'), *svc = inst;
+
+        while (svc && svc > dir && svc[-1] != '/')
+                svc--;
+        snprintf(out, n, "%s", inst && svc && svc < inst ? svc : "unknown/unknown");
+}
+
+/* One level of --out: created or opened without following a symlink, and
+ * refused unless owned by us (or root) and not writable by others. */
+static int open_out_level(int at, const char *name)
 {
         struct stat st;
         int fd;
 
-        if (mkdir(out_dir, 0755) < 0 && errno != EEXIST)
+        if (mkdirat(at, name, 0755) < 0 && errno != EEXIST)
                 return -errno;
-        fd = open(out_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
                 return -errno;
         if (fstat(fd, &st) < 0 || (st.st_uid != geteuid() && st.st_uid != 0) || (st.st_mode & 0022)) {
@@ -134,28 +124,58 @@ static int open_out_dir(const char *out_dir)
         return fd;
 }
 
-static int emit_paths(const json_t *sealed, const char *out_dir)
+/* --out DIR, then SERVICE and INSTANCE under it, each level checked. */
+static int open_out_dir(const char *out_dir, const char *sub)
 {
-        const json_t *p;
-        size_t i;
-        int rc = 0, dir_fd = -1;
+        char rest[PATH_MAX], *save = NULL;
+        int fd = open_out_level(AT_FDCWD, out_dir);
 
-        if (out_dir && (dir_fd = open_out_dir(out_dir)) < 0) {
-                fprintf(stderr, "d9ctl record: cannot use %s as --out: %s\n", out_dir,
-                        dir_fd == -EPERM ? "not a directory of yours that only you can write" : strerror(-dir_fd));
-                return 1;
+        snprintf(rest, sizeof(rest), "%s", sub);
+        for (char *part = strtok_r(rest, "/", &save); fd >= 0 && part; part = strtok_r(NULL, "/", &save)) {
+                int next = strcmp(part, "..") && strcmp(part, ".") ? open_out_level(fd, part) : -EINVAL;
+                close(fd);
+                fd = next;
+        }
+        return fd;
+}
+
+static void out_path(const struct recording *rec, const char *session_dir, char *out, size_t n)
+{
+        char sub[PATH_MAX];
+
+        session_subdir(session_dir, sub, sizeof(sub));
+        snprintf(out, n, "%s/%s", rec->out_dir, sub);
+}
+
+static int emit_paths(const struct recording *rec, const json_t *final)
+{
+        const json_t *sealed = json_object_get(final, "sealed"), *p;
+        char dir[PATH_MAX], sub[PATH_MAX];
+        size_t i;
+        int rc = 0, r, dir_fd = -1;
+
+        if (rec->out_dir) {
+                const char *session_dir = json_string_value(json_object_get(final, "dir"));
+                out_path(rec, session_dir, dir, sizeof(dir));
+                session_subdir(session_dir, sub, sizeof(sub));
+                if ((dir_fd = open_out_dir(rec->out_dir, sub)) < 0) {
+                        fprintf(stderr, "d9ctl record: cannot use %s as --out: %s\n", dir,
+                                dir_fd == -EPERM ? "not a directory of yours that only you can write" :
+                                strerror(-dir_fd));
+                        return 1;
+                }
         }
         json_array_foreach(sealed, i, p) {
                 const char *src = json_string_value(p), *base = strrchr(src, '/');
-                char dst[PATH_MAX];
+                char dst[PATH_MAX + 64];
 
-                if (!out_dir) {
+                if (!rec->out_dir) {
                         printf("%s\n", src);
                         continue;
                 }
                 base = base ? base + 1 : src;
-                snprintf(dst, sizeof(dst), "%s/%s", out_dir, base);
-                int r = copy_file(src, dir_fd, base);
+                snprintf(dst, sizeof(dst), "%s/%s", dir, base);
+                r = copy_file(src, dir_fd, base);
                 if (r < 0) {
                         fprintf(stderr, "d9ctl record: copying %s to %s failed: %s\n", src, dst, strerror(-r));
                         rc = 1;
@@ -181,19 +201,83 @@ static json_t *session_status(json_int_t session)
         return t;
 }
 
+/* Quiet: the session may have ended by itself in the meantime. */
 static void detach(int pid)
 {
-        json_t *req = d9c_request("detach"), *resp;
+        json_t *req = d9c_request("detach");
+        int fd = d9c_connect(d9ctl_socket_path()), err = 0;
 
         json_object_set_new(req, "pid", json_integer(pid));
-        resp = d9ctl_call(req);
-        json_decref(resp);
+        if (fd >= 0) {
+                json_decref(d9c_call(fd, req, &err));
+                close(fd);
+        }
+        json_decref(req);
+}
+
+/* Everything the plan says will not be recorded, before recording starts. */
+static void warn_missing(const json_t *plan)
+{
+        const json_t *item;
+        size_t i;
+
+        json_array_foreach(json_object_get(plan, "missing"), i, item)
+                fprintf(stderr, "d9ctl record: warning: no %s probes: %s\n",
+                        json_string_value(json_object_get(item, "kind")),
+                        json_string_value(json_object_get(item, "reason")));
+        json_array_foreach(json_object_get(plan, "skipped"), i, item) {
+                const char *why = json_string_value(json_object_get(item, "reason"));
+                if (why && strstr(why, "optional poll-end mode"))
+                        continue; /* alternatives not needed, nothing lost */
+                fprintf(stderr, "d9ctl record: warning: %s probe %s not attached: %s\n",
+                        json_string_value(json_object_get(item, "kind")),
+                        json_string_value(json_object_get(item, "label")), why ? why : "");
+        }
+}
+
+/* One progress report: redrawn in place on a terminal, a line every 2 s
+ * otherwise (logs, CI). */
+static void progress(struct recording *rec, const json_t *t)
+{
+        uint64_t now = now_ms(), elapsed = now - rec->started_ms;
+        long long events = json_integer_value(json_object_get(t, "events"));
+        char el[32], rem[48] = "";
+
+        if (now - rec->rate_ms >= 1000) {
+                rec->rate = (double)(events - rec->rate_events) * 1000.0 / (double)(now - rec->rate_ms);
+                rec->rate_events = events;
+                rec->rate_ms = now;
+        }
+        if (!rec->tty && now - rec->last_line_ms < 2000)
+                return;
+        if (rec->tty && now - rec->last_line_ms < 250)
+                return;
+        rec->last_line_ms = now;
+        d9ctl_format_duration(elapsed, el, sizeof(el));
+        if (rec->duration_ms) {
+                char r[32];
+                d9ctl_format_duration(elapsed < rec->duration_ms ? rec->duration_ms - elapsed : 0, r, sizeof(r));
+                snprintf(rem, sizeof(rem), ", %s left", r);
+        } else {
+                snprintf(rem, sizeof(rem), ", until %s", rec->child.pid ? "the command exits" : "Ctrl-C");
+        }
+        fprintf(stderr, "%sd9ctl record: pid %d %s %s%s: %lld events (%.0f/s), %lld drops, %lld segments sealed%s",
+                rec->tty ? "\r\033[K" : "", rec->pid, json_string_value(json_object_get(t, "state")), el, rem, events,
+                rec->rate, (long long)json_integer_value(json_object_get(t, "drops")),
+                (long long)json_integer_value(json_object_get(t, "segments")), rec->tty ? "" : "\n");
+        rec->progress_shown = true;
+}
+
+static void progress_end(struct recording *rec)
+{
+        if (rec->tty && rec->progress_shown)
+                fputc('\n', stderr);
+        rec->progress_shown = false;
 }
 
 /* Poll until the session is sealed. Returns the final status or NULL. */
-static json_t *wait_sealed(json_int_t session, int pid, pid_t child)
+static json_t *wait_sealed(struct recording *rec, json_int_t session)
 {
-        uint64_t polls = 0;
         bool detached = false;
 
         for (;;) {
@@ -201,34 +285,76 @@ static json_t *wait_sealed(json_int_t session, int pid, pid_t child)
                 const char *state;
 
                 if (!t) {
-                        fprintf(stderr, "d9ctl record: d9d lost the session for pid %d\n", pid);
+                        progress_end(rec);
+                        fprintf(stderr, "d9ctl record: d9d lost the session for pid %d\n", rec->pid);
                         return NULL;
                 }
                 state = json_string_value(json_object_get(t, "state"));
-                if (state && !strcmp(state, "done"))
+                if (state && !strcmp(state, "done")) {
+                        progress_end(rec);
                         return t;
-                if (++polls % 10 == 0)
-                        fprintf(stderr, "d9ctl record: pid %d %s: %lld events, %lld drops, %lld segments sealed\n",
-                                pid, state, (long long)json_integer_value(json_object_get(t, "events")),
-                                (long long)json_integer_value(json_object_get(t, "drops")),
-                                (long long)json_integer_value(json_object_get(t, "segments")));
+                }
+                progress(rec, t);
                 json_decref(t);
-                if (interrupted && !detached) {
-                        fprintf(stderr, "d9ctl record: interrupted, detaching from pid %d\n", pid);
-                        detach(pid);
+                /* Reap, so d9d sees the target gone; a launcher exiting ends
+                 * the recording of what it started. */
+                bool cmd_done = rec->child.pid && record_child_reap(&rec->child, false) && !rec->duration_ms &&
+                                rec->pid != rec->child.pid; /* else d9d sees the exit itself */
+                if ((interrupted || cmd_done) && !detached) {
+                        progress_end(rec);
+                        if (interrupted)
+                                fprintf(stderr, "d9ctl record: interrupted, detaching from pid %d\n", rec->pid);
+                        detach(rec->pid);
                         detached = true;
                 }
-                if (child > 0)
-                        waitpid(child, NULL, WNOHANG); /* reap, so d9d sees it gone */
                 poll(NULL, 0, 200);
+        }
+}
+
+/* --follow-children: run the launcher and wait for its Tokio process. */
+static int find_followed(struct recording *rec)
+{
+        record_child_release(&rec->child);
+        for (;;) {
+                pid_t pid = record_child_find_tokio(&rec->child);
+                if (pid > 0) {
+                        fprintf(stderr, "d9ctl record: following pid %d, started by %s\n", pid, rec->child.exe);
+                        return pid;
+                }
+                if (record_child_reap(&rec->child, false)) {
+                        fprintf(stderr, "d9ctl record: %s exited (status %d) without starting a Tokio process\n",
+                                rec->child.exe, record_child_exit_code(&rec->child));
+                        return -1;
+                }
+                if (interrupted)
+                        return -1;
+                poll(NULL, 0, 20);
         }
 }
 
 static int usage_error(const char *msg)
 {
-        fprintf(stderr, "d9ctl record: %s (usage: record --pid N --duration D [--out DIR] [--probes LIST] [--offcpu-min D], "
-                "or record --duration D [--out DIR] -- CMD [ARGS])\n", msg);
-        return 2;
+        return d9ctl_usage_error("record", "%s", msg);
+}
+
+static void stop_child(struct recording *rec)
+{
+        if (!rec->child.pid || record_child_reap(&rec->child, false))
+                return;
+        fprintf(stderr, "d9ctl record: recording over; stopping %s (pid %d)\n", rec->child.exe, rec->child.pid);
+        if (rec->pid != rec->child.pid)
+                kill(rec->pid, SIGTERM);
+        kill(rec->child.pid, SIGTERM);
+        record_child_reap(&rec->child, true);
+        rec->child.status = 0; /* stopped by us: not the command's failure */
+}
+
+static void fail_child(struct recording *rec)
+{
+        if (!rec->child.pid || record_child_reap(&rec->child, false))
+                return;
+        kill(rec->child.pid, SIGKILL);
+        record_child_reap(&rec->child, true);
 }
 
 int cmd_record(int argc, char **argv)
@@ -239,27 +365,26 @@ int cmd_record(int argc, char **argv)
                 { "out", required_argument, NULL, 'o' },
                 { "probes", required_argument, NULL, 'P' },
                 { "offcpu-min", required_argument, NULL, 'O' },
+                { "follow-children", no_argument, NULL, 'f' },
                 {},
         };
-        const char *out_dir = NULL, *probes = "all";
-        char exe[PATH_MAX];
-        uint64_t ms = 0;
+        struct recording rec = { .child.go_fd = -1, .tty = isatty(STDERR_FILENO) };
+        const char *probes = "all";
         int64_t offcpu_min_us = -1;     /* -1: d9d's own setting */
-        int opt, pid = 0, go_fd = -1, exe_fd = -1, rc;
-        pid_t child = 0;
-        json_t *req, *resp, *final;
+        int opt, rc;
+        json_t *req, *resp, *final, *t;
 
-        while ((opt = getopt_long(argc, argv, "+p:d:o:P:O:", opts, NULL)) != -1) {
+        while ((opt = getopt_long(argc, argv, "+p:d:o:P:O:f", opts, NULL)) != -1) {
                 switch (opt) {
                 case 'p':
-                        if ((pid = d9ctl_parse_pid("record", optarg)) < 0)
+                        if ((rec.pid = d9ctl_parse_pid("record", optarg)) < 0)
                                 return 2;
                         break;
                 case 'd':
-                        if (d9_parse_duration_ms(optarg, &ms) < 0 || !ms)
+                        if (d9_parse_duration_ms(optarg, &rec.duration_ms) < 0 || !rec.duration_ms)
                                 return usage_error("bad --duration (e.g. 10s, 500ms, 5m)");
                         break;
-                case 'o': out_dir = optarg; break;
+                case 'o': rec.out_dir = optarg; break;
                 case 'P':
                         if (d9c_parse_probes(optarg, NULL) < 0)
                                 return usage_error("bad --probes (any of sched,cpu,park,poll,spawn,wake,terminate or all)");
@@ -269,79 +394,113 @@ int cmd_record(int argc, char **argv)
                         if ((offcpu_min_us = d9ctl_parse_offcpu_min("record", optarg)) < 0)
                                 return 2;
                         break;
-                default: return usage_error("unknown option");
+                case 'f': rec.follow = true; break;
+                default: return 2; /* getopt named the option */
                 }
         }
-        if (!ms)
-                return usage_error("--duration is required");
-        if ((pid != 0) == (optind < argc))
+        if ((rec.pid != 0) == (optind < argc))
                 return usage_error("give either --pid N or -- CMD [ARGS]");
+        if (rec.follow && rec.pid)
+                return usage_error("--follow-children needs -- CMD");
         req = d9c_request("attach");
+        signal(SIGINT, on_interrupt);
+        signal(SIGTERM, on_interrupt);
         if (optind < argc) {
-                if (resolve_command(argv[optind], exe) < 0) {
+                char *why;
+
+                if (record_resolve_command(argv[optind], rec.child.exe) < 0) {
                         json_decref(req);
                         fprintf(stderr, "d9ctl record: command not found: %s\n", argv[optind]);
                         return 127;
                 }
+                if (!rec.follow && (why = record_not_elf(rec.child.exe))) {
+                        json_decref(req);
+                        fprintf(stderr, "d9ctl record: %s\n", why);
+                        free(why);
+                        return 1;
+                }
                 /* Opened here, with our own rights, and inherited by the held
                  * child (closed by its exec): d9d reads the executable through
                  * the child's descriptor, never by a path we name. */
-                exe_fd = open(exe, O_RDONLY | O_CLOEXEC);
-                if (exe_fd < 0) {
+                int exe_fd = -1;
+                if (!rec.follow && (exe_fd = open(rec.child.exe, O_RDONLY | O_CLOEXEC)) < 0) {
                         json_decref(req);
-                        fprintf(stderr, "d9ctl record: cannot open %s: %s\n", exe, strerror(errno));
+                        fprintf(stderr, "d9ctl record: cannot open %s: %s\n", rec.child.exe, strerror(errno));
                         return 126;
                 }
-                child = spawn_held(argv + optind, &go_fd);
-                close(exe_fd);
-                if (child < 0) {
+                int r = record_child_spawn(&rec.child, argv + optind);
+                if (exe_fd >= 0)
+                        close(exe_fd);
+                if (r < 0) {
                         json_decref(req);
-                        fprintf(stderr, "d9ctl record: cannot start %s: %s\n", exe, strerror((int)-child));
+                        fprintf(stderr, "d9ctl record: cannot start %s: %s\n", rec.child.exe, strerror(-r));
                         return 1;
                 }
-                pid = child;
-                json_object_set_new(req, "exe_fd", json_integer(exe_fd));
+                if (rec.follow) {
+                        rec.pid = find_followed(&rec);
+                        if (rec.pid < 0) {
+                                json_decref(req);
+                                fail_child(&rec);
+                                record_child_reap(&rec.child, true);
+                                rc = record_child_exit_code(&rec.child);
+                                return rc ? rc : 1;
+                        }
+                } else {
+                        rec.pid = rec.child.pid;
+                        json_object_set_new(req, "exe_fd", json_integer(exe_fd));
+                }
         }
-        json_object_set_new(req, "pid", json_integer(pid));
-        json_object_set_new(req, "duration_ms", json_integer((json_int_t)ms));
+        json_object_set_new(req, "pid", json_integer(rec.pid));
+        if (rec.duration_ms)
+                json_object_set_new(req, "duration_ms", json_integer((json_int_t)rec.duration_ms));
         json_object_set_new(req, "probes", json_string(probes));
         if (offcpu_min_us >= 0)
                 json_object_set_new(req, "offcpu_min_us", json_integer((json_int_t)offcpu_min_us));
-        signal(SIGINT, on_interrupt);
-        signal(SIGTERM, on_interrupt);
         resp = d9ctl_call(req);
         if (!resp) {
-                if (child > 0) {
-                        kill(child, SIGKILL);
-                        waitpid(child, NULL, 0);
-                }
+                fail_child(&rec);
                 return 1;
         }
-        json_int_t session = json_integer_value(json_object_get(json_object_get(resp, "target"), "session"));
-        fprintf(stderr, "d9ctl record: recording pid %d for %llu ms into %s\n", pid, (unsigned long long)ms,
-                json_string_value(json_object_get(json_object_get(resp, "target"), "dir")));
+        t = json_object_get(resp, "target");
+        json_int_t session = json_integer_value(json_object_get(t, "session"));
+        const char *dir = json_string_value(json_object_get(t, "dir"));
+        char where[PATH_MAX + 64], dur[32];
+        if (rec.out_dir)
+                out_path(&rec, dir, where, sizeof(where));
+        else
+                snprintf(where, sizeof(where), "%s", dir);
+        fprintf(stderr, "d9ctl record: recording pid %d (%s) %s%s into %s\n", rec.pid,
+                json_string_value(json_object_get(t, "service")), rec.duration_ms ? "for " : "until ",
+                rec.duration_ms ? d9ctl_format_duration(rec.duration_ms, dur, sizeof(dur)) :
+                rec.child.pid ? "the command exits" : "it exits or Ctrl-C", where);
+        warn_missing(json_object_get(t, "probe_plan"));
         json_decref(resp);
-        if (go_fd >= 0) {
-                (void)!write(go_fd, "g", 1);
-                close(go_fd);
-        }
-        final = wait_sealed(session, pid, child);
-        if (child > 0 && waitpid(child, NULL, WNOHANG) == 0) {
-                fprintf(stderr, "d9ctl record: recording over; stopping %s (pid %d)\n", exe, child);
-                kill(child, SIGTERM);
-                waitpid(child, NULL, 0);
-        }
-        if (!final)
+        rec.started_ms = rec.rate_ms = now_ms();
+        record_child_release(&rec.child);
+        final = wait_sealed(&rec, session);
+        stop_child(&rec);
+        if (!final) {
+                fail_child(&rec);
                 return 1;
-        fprintf(stderr, "d9ctl record: pid %d: %s; %lld events, %lld drops\n", pid,
+        }
+        fprintf(stderr, "d9ctl record: pid %d: %s; %lld events, %lld drops\n", rec.pid,
                 json_string_value(json_object_get(final, "end_reason")),
                 (long long)json_integer_value(json_object_get(final, "events")),
                 (long long)json_integer_value(json_object_get(final, "drops")));
-        rc = emit_paths(json_object_get(final, "sealed"), out_dir);
+        rc = emit_paths(&rec, final);
         if (!json_array_size(json_object_get(final, "sealed"))) {
-                fprintf(stderr, "d9ctl record: no segment was sealed for pid %d\n", pid);
+                fprintf(stderr, "d9ctl record: no segment was sealed for pid %d\n", rec.pid);
                 rc = 1;
         }
         json_decref(final);
+        if (rec.child.pid) {
+                /* The command's own status wins, as with perf record -- CMD. */
+                record_child_reap(&rec.child, true);
+                int code = record_child_exit_code(&rec.child);
+                if (code) {
+                        fprintf(stderr, "d9ctl record: %s exited with status %d\n", rec.child.exe, code);
+                        return code;
+                }
+        }
         return rc;
 }

@@ -1,5 +1,6 @@
-/* d9ctl status: per target events/s, drops, bytes, segments and probe
- * plan; --json prints d9d's answer as is (same data, same code path). */
+/* d9ctl status: d9d's counters and, per target, state, events/s while
+ * recording, drops, bytes and segments; --verbose adds the probe plans;
+ * --json prints d9d's answer as is (same data, same code path). */
 #include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -8,27 +9,48 @@
 #include "d9ctl.h"
 #include "proto/d9control.h"
 
-static void print_target(const json_t *t)
+/* Missing probe kinds on one line, so the short form still says what is
+ * not recorded. */
+static void print_missing(const json_t *plan)
 {
-        printf("pid %lld (%s): %s%s%s\n", (long long)json_integer_value(json_object_get(t, "pid")),
+        const json_t *item;
+        size_t i;
+
+        json_array_foreach(json_object_get(plan, "missing"), i, item)
+                printf("%s%s", i ? ", " : "  missing probes: ", json_string_value(json_object_get(item, "kind")));
+        if (json_array_size(json_object_get(plan, "missing")))
+                printf(" (reasons: d9ctl status --verbose)\n");
+}
+
+static void print_target(const json_t *t, bool verbose)
+{
+        const char *reason = json_string_value(json_object_get(t, "end_reason"));
+        char dur[32];
+
+        printf("pid %lld (%s): %s%s%s, %s\n", (long long)json_integer_value(json_object_get(t, "pid")),
                json_string_value(json_object_get(t, "service")), json_string_value(json_object_get(t, "state")),
-               *json_string_value(json_object_get(t, "end_reason")) ? ", " : "",
-               json_string_value(json_object_get(t, "end_reason")));
-        printf("  events/s %.0f  events %lld  drops %lld  bytes %lld  segments %lld sealed, %lld pending\n",
-               json_real_value(json_object_get(t, "events_per_s")),
+               reason && *reason ? ", " : "", reason ? reason : "",
+               d9ctl_format_duration((uint64_t)json_integer_value(json_object_get(t, "duration_ms")), dur, sizeof(dur)));
+        printf("  ");
+        if (d9ctl_target_live(t) && json_object_get(t, "events_per_s"))
+                printf("events/s %.0f  ", json_real_value(json_object_get(t, "events_per_s")));
+        printf("events %lld  drops %lld  bytes %lld  segments %lld sealed, %lld pending\n",
                (long long)json_integer_value(json_object_get(t, "events")),
                (long long)json_integer_value(json_object_get(t, "drops")),
                (long long)json_integer_value(json_object_get(t, "bytes")),
                (long long)json_integer_value(json_object_get(t, "segments")),
                (long long)json_integer_value(json_object_get(t, "segments_pending")));
         const json_t *sh = json_object_get(t, "offcpu_short");
-        if (sh)
+        if (sh && json_integer_value(json_object_get(sh, "intervals")))
                 printf("  off-CPU intervals under %lld us: %lld (%.1f ms in all), counted not recorded\n",
                        (long long)json_integer_value(json_object_get(sh, "min_us")),
                        (long long)json_integer_value(json_object_get(sh, "intervals")),
                        (double)json_integer_value(json_object_get(sh, "total_ns")) / 1e6);
         printf("  dir %s\n", json_string_value(json_object_get(t, "dir")));
-        d9ctl_print_plan(stdout, json_object_get(t, "probe_plan"));
+        if (verbose)
+                d9ctl_print_plan(stdout, json_object_get(t, "probe_plan"));
+        else
+                print_missing(json_object_get(t, "probe_plan"));
 }
 
 /* The S3 shipper's counters; absent when no bucket is configured. */
@@ -55,16 +77,19 @@ int cmd_status(int argc, char **argv)
         static const struct option opts[] = {
                 { "json", no_argument, NULL, 'j' },
                 { "pid", required_argument, NULL, 'p' },
+                { "verbose", no_argument, NULL, 'v' },
                 {},
         };
         json_t *req = d9c_request("status"), *resp, *t;
-        bool as_json = false;
+        bool as_json = false, verbose = false;
         int opt, pid;
         size_t i;
 
-        while ((opt = getopt_long(argc, argv, "jp:", opts, NULL)) != -1) {
+        while ((opt = getopt_long(argc, argv, "jp:v", opts, NULL)) != -1) {
                 if (opt == 'j') {
                         as_json = true;
+                } else if (opt == 'v') {
+                        verbose = true;
                 } else if (opt == 'p' && (pid = d9ctl_parse_pid("status", optarg)) > 0) {
                         json_object_set_new(req, "pid", json_integer(pid));
                 } else {
@@ -76,8 +101,7 @@ int cmd_status(int argc, char **argv)
         if (!resp)
                 return 1;
         if (as_json) {
-                json_dumpf(resp, stdout, JSON_INDENT(2));
-                putchar('\n');
+                d9ctl_print_json(resp);
         } else {
                 json_t *dm = json_object_get(resp, "daemon");
                 printf("d9d %s: traces in %s; %lld sealed, %lld queued, %lld evicted by the disk budget\n",
@@ -91,7 +115,7 @@ int cmd_status(int argc, char **argv)
                                (long long)json_integer_value(json_object_get(dm, "bpf_teardowns_pending")));
                 print_shipper(json_object_get(resp, "s3"));
                 json_array_foreach(json_object_get(resp, "targets"), i, t)
-                        print_target(t);
+                        print_target(t, verbose);
         }
         json_decref(resp);
         return 0;

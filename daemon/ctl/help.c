@@ -1,0 +1,168 @@
+/* help.c: the usage text of every d9ctl subcommand, printed by
+ * `d9ctl CMD --help`, `d9ctl help CMD` and (one line each) `d9ctl --help`.
+ * Kept in one table so the three never disagree. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "d9ctl.h"
+
+#define PROBES_HELP "  --probes LIST       comma-separated subset of sched,cpu,park,poll,spawn,wake,terminate or all (default)\n"
+#define OFFCPU_HELP "  --offcpu-min T      record off-CPU intervals of at least T (e.g. 1ms, 500us; 0 = all);\n" \
+                    "                      shorter ones are only counted (default: d9d's offcpu_min, 1ms)\n"
+
+static const struct d9ctl_help helps[] = {
+        { "attach", "start tracing a running process",
+          "usage: d9ctl attach --pid N [--duration D] [--probes LIST] [--offcpu-min T] [--json]\n"
+          "\n"
+          "Start tracing process N until `d9ctl detach` (or for D, e.g. 30s, 5m) and print\n"
+          "the probe plan: which probes attached, which are missing and why.\n"
+          "\n"
+          "  --pid N             process to trace\n"
+          "  --duration D        stop by itself after D\n"
+          PROBES_HELP OFFCPU_HELP
+          "  --json              print d9d's answer as JSON\n" },
+        { "detach", "stop tracing a process and seal its segment",
+          "usage: d9ctl detach --pid N\n"
+          "\n"
+          "Stop tracing process N; its open segment is sealed.\n" },
+        { "list", "traced processes (--all: with finished ones)",
+          "usage: d9ctl list [--all] [--json]\n"
+          "\n"
+          "Show the processes being traced: pid, state, service, start time, duration,\n"
+          "events, drops and the folder the segments go to.\n"
+          "\n"
+          "  --all, -a           also show finished sessions (d9d forgets them after an hour)\n"
+          "  --json              print d9d's answer as JSON\n" },
+        { "status", "short state of d9d and its targets (--verbose: probe plans)",
+          "usage: d9ctl status [--pid N] [--verbose] [--json]\n"
+          "\n"
+          "One line for d9d, two per target: state, events/s (while recording), events,\n"
+          "drops, bytes, segments and folder. A pid d9d never traced is an error.\n"
+          "\n"
+          "  --pid N             only this process\n"
+          "  --verbose, -v       also print each target's probe plan\n"
+          "  --json              print d9d's answer (plans included) as JSON\n" },
+        { "record", "trace a process or a command for a while, print sealed segments",
+          "usage: d9ctl record --pid N [--duration D] [OPTIONS]\n"
+          "       d9ctl record [--duration D] [--follow-children] [OPTIONS] -- CMD [ARGS...]\n"
+          "\n"
+          "Attach, record, wait until every segment is sealed, then print the sealed\n"
+          "segment paths on stdout, one per line. Progress goes to stderr: a line that\n"
+          "redraws on a terminal, a plain line every 2 s otherwise.\n"
+          "With --pid, records until D elapses, the process exits or Ctrl-C.\n"
+          "With -- CMD, starts CMD and traces it from its first instruction; records\n"
+          "until CMD exits (or D elapses: then CMD is stopped) and exits with CMD's\n"
+          "exit status. CMD's own stdout goes to stderr.\n"
+          "\n"
+          "  --pid N             process to trace\n"
+          "  --duration D        stop after D (e.g. 10s, 500ms, 5m)\n"
+          "  --out DIR           copy the sealed segments to DIR/SERVICE/INSTANCE/\n"
+          "  --follow-children   CMD is a launcher (shell or npm script, ...): trace the\n"
+          "                      first Tokio process it execs or starts\n"
+          PROBES_HELP OFFCPU_HELP },
+        { "plan", "probe plan for a Tokio binary (no d9d needed)",
+          "usage: d9ctl plan (--pid N | --exe PATH) [--json] [--all]\n"
+          "\n"
+          "Without d9d: show which Tokio functions would be probed in a process or an\n"
+          "executable, and what is missing.\n"
+          "\n"
+          "  --json              the plan as JSON\n"
+          "  --all               also list optional poll return sites\n" },
+        { "report", "the culprits of a recording: longest polls, blocking, wake delays",
+          "usage: d9ctl report [--json] [--top N] SEGMENT...|DIR...\n"
+          "\n"
+          "Longest polls with worker, task, future type and the stack that ran; blocking\n"
+          "inside polls; longest wake-to-poll delays; per-worker busy/parked shares and\n"
+          "scheduler wait; lost events and short off-CPU intervals. A directory stands\n"
+          "for the trace files directly in it, in name order.\n"
+          "\n"
+          "  --top N             rows per table (default 10, at most 10000)\n"
+          "  --json              the report as one JSON document\n" },
+        { "dump", "print trace files (raw, .gz, .zst)",
+          "usage: d9ctl dump [--summary | --json] [--strict] FILE...\n"
+          "\n"
+          "Decode trace segments and print their events, callchain addresses named from\n"
+          "the file's SymbolTableEntry records. A torn tail (a segment still being\n"
+          "written) is reported and tolerated unless --strict.\n"
+          "\n"
+          "  --summary           counts per event type and the time span of the events\n"
+          "  --json              one JSON object per event\n"
+          "  --strict            a torn tail is an error\n" },
+        { "serve", "browse traces in the web viewer",
+          "usage: d9ctl serve [--dir DIR | --bucket B [--prefix P] [--endpoint URL]] [--listen ADDR]\n"
+          "\n"
+          "Serve the web viewer for the traces under DIR (SERVICE/INSTANCE/trace.N.bin)\n"
+          "or in an S3 bucket.\n"
+          "\n"
+          "  --listen ADDR       HOST:PORT, [V6]:PORT, localhost:PORT or PORT (loopback);\n"
+          "                      default 127.0.0.1:3000, port 0 picks a free one\n" },
+        { "help", "help on a command",
+          "usage: d9ctl help [COMMAND]\n" },
+        { NULL, NULL, NULL },
+};
+
+const struct d9ctl_help *d9ctl_help_for(const char *cmd)
+{
+        for (const struct d9ctl_help *h = helps; h->name; h++)
+                if (!strcmp(h->name, cmd))
+                        return h;
+        return NULL;
+}
+
+void d9ctl_usage(FILE *out)
+{
+        fprintf(out, "usage: d9ctl [--socket PATH] COMMAND [ARGS...]\n"
+                     "       d9ctl help COMMAND | d9ctl COMMAND --help\n\ncommands:\n");
+        for (const struct d9ctl_help *h = helps; h->name; h++)
+                fprintf(out, "  %-8s %s\n", h->name, h->summary);
+        fprintf(out, "\noptions:\n"
+                     "  --socket PATH  d9d's control socket (default: $D9_SOCKET, else %s)\n"
+                     "  --help         this text; --version: d9ctl's version\n"
+                     "\nattach and record also take --offcpu-min T (off-CPU intervals shorter than T\n"
+                     "are counted, not recorded; default d9d's offcpu_min, 1ms) and --probes LIST.\n"
+                     "\nenvironment:\n"
+                     "  D9_SOCKET      control socket when --socket is not given\n"
+                     "  D9_VIEWER_DIR  the viewer's web files for serve\n",
+                D9CTL_DEFAULT_SOCKET);
+}
+
+int d9ctl_help_command(int argc, char **argv)
+{
+        const struct d9ctl_help *h;
+
+        if (argc < 2) {
+                d9ctl_usage(stdout);
+                return 0;
+        }
+        h = d9ctl_help_for(argv[1]);
+        if (!h) {
+                fprintf(stderr, "d9ctl help: unknown command '%s' (commands: see d9ctl --help)\n", argv[1]);
+                return 2;
+        }
+        fputs(h->text, stdout);
+        return 0;
+}
+
+bool d9ctl_wants_help(int argc, char **argv)
+{
+        for (int i = 1; i < argc; i++) {
+                if (!strcmp(argv[i], "--"))
+                        return false; /* record -- CMD --help: CMD's option */
+                if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+                        return true;
+        }
+        return false;
+}
+
+int d9ctl_usage_error(const char *cmd, const char *fmt, ...)
+{
+        va_list ap;
+
+        fprintf(stderr, "d9ctl %s: ", cmd);
+        va_start(ap, fmt);
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fprintf(stderr, " (see d9ctl %s --help)\n", cmd);
+        return 2;
+}
