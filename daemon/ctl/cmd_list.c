@@ -45,15 +45,20 @@ int cmd_list(int argc, char **argv)
                 json_decref(resp);
                 return 0;
         }
+        int w = 7; /* the SERVICE column fits the longest name */
+        json_array_foreach(targets, i, t) {
+                int n = (int)json_string_length(json_object_get(t, "service"));
+                w = n > w ? n : w;
+        }
         json_array_foreach(targets, i, t) {
                 char started[32], dur[32];
 
                 if (!shown++)
-                        printf("%-8s %-10s %-20s %-19s %9s %10s %6s  %s\n", "PID", "STATE", "SERVICE", "STARTED",
+                        printf("%-8s %-9s %-*s %-19s %8s %10s %6s  %s\n", "PID", "STATE", w, "SERVICE", "STARTED",
                                "DURATION", "EVENTS", "DROPS", "SEGMENTS IN");
-                printf("%-8lld %-10s %-20s %-19s %9s %10lld %6lld  %s\n",
+                printf("%-8lld %-9s %-*s %-19s %8s %10lld %6lld  %s\n",
                        (long long)json_integer_value(json_object_get(t, "pid")),
-                       json_string_value(json_object_get(t, "state")),
+                       json_string_value(json_object_get(t, "state")), w,
                        json_string_value(json_object_get(t, "service")),
                        d9ctl_format_wall(json_integer_value(json_object_get(t, "started_unix_ms")), started,
                                          sizeof(started)),

@@ -476,6 +476,7 @@ int cmd_record(int argc, char **argv)
         warn_missing(json_object_get(t, "probe_plan"));
         json_decref(resp);
         rec.started_ms = rec.rate_ms = now_ms();
+        rec.last_line_ms = rec.tty ? 0 : rec.started_ms; /* first plain line after 2 s */
         record_child_release(&rec.child);
         final = wait_sealed(&rec, session);
         stop_child(&rec);

@@ -78,18 +78,21 @@ int cmd_status(int argc, char **argv)
                 { "json", no_argument, NULL, 'j' },
                 { "pid", required_argument, NULL, 'p' },
                 { "verbose", no_argument, NULL, 'v' },
+                { "all", no_argument, NULL, 'a' },
                 {},
         };
         json_t *req = d9c_request("status"), *resp, *t;
-        bool as_json = false, verbose = false;
-        int opt, pid;
-        size_t i;
+        bool as_json = false, verbose = false, all = false;
+        int opt, pid = 0;
+        size_t i, finished = 0;
 
-        while ((opt = getopt_long(argc, argv, "jp:v", opts, NULL)) != -1) {
+        while ((opt = getopt_long(argc, argv, "jp:va", opts, NULL)) != -1) {
                 if (opt == 'j') {
                         as_json = true;
                 } else if (opt == 'v') {
                         verbose = true;
+                } else if (opt == 'a') {
+                        all = true;
                 } else if (opt == 'p' && (pid = d9ctl_parse_pid("status", optarg)) > 0) {
                         json_object_set_new(req, "pid", json_integer(pid));
                 } else {
@@ -114,8 +117,15 @@ int cmd_status(int argc, char **argv)
                         printf("  %lld detached target(s) still removing their uprobes\n",
                                (long long)json_integer_value(json_object_get(dm, "bpf_teardowns_pending")));
                 print_shipper(json_object_get(resp, "s3"));
-                json_array_foreach(json_object_get(resp, "targets"), i, t)
-                        print_target(t, verbose);
+                /* Finished sessions only when asked for (--all, --pid). */
+                json_array_foreach(json_object_get(resp, "targets"), i, t) {
+                        if (all || pid || d9ctl_target_live(t))
+                                print_target(t, verbose);
+                        else
+                                finished++;
+                }
+                if (finished)
+                        printf("(%zu finished session%s: d9ctl status --all)\n", finished, finished == 1 ? "" : "s");
         }
         json_decref(resp);
         return 0;

@@ -35,12 +35,14 @@ static const struct d9ctl_help helps[] = {
           "  --all, -a           also show finished sessions (d9d forgets them after an hour)\n"
           "  --json              print d9d's answer as JSON\n" },
         { "status", "short state of d9d and its targets (--verbose: probe plans)",
-          "usage: d9ctl status [--pid N] [--verbose] [--json]\n"
+          "usage: d9ctl status [--pid N | --all] [--verbose] [--json]\n"
           "\n"
-          "One line for d9d, two per target: state, events/s (while recording), events,\n"
-          "drops, bytes, segments and folder. A pid d9d never traced is an error.\n"
+          "One line for d9d, a few per live target: state, events/s (while recording),\n"
+          "events, drops, bytes, segments, folder and missing probes. A pid d9d does not\n"
+          "know is an error.\n"
           "\n"
-          "  --pid N             only this process\n"
+          "  --pid N             only this process (also when finished)\n"
+          "  --all, -a           also finished sessions\n"
           "  --verbose, -v       also print each target's probe plan\n"
           "  --json              print d9d's answer (plans included) as JSON\n" },
         { "record", "trace a process or a command for a while, print sealed segments",
