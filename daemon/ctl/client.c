@@ -1,6 +1,8 @@
 /* client.c: one request, one response over d9d's control socket, with the
  * error reporting every subcommand shares. */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -12,13 +14,38 @@
 
 json_t *d9ctl_call(json_t *req)
 {
+        char *why = NULL;
+        json_t *resp = d9ctl_call_quiet(req, &why);
+
+        if (!resp)
+                fprintf(stderr, "d9ctl: %s\n", why ? why : "out of memory");
+        free(why);
+        return resp;
+}
+
+static char *dup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *dup_printf(const char *fmt, ...)
+{
+        va_list ap;
+        char *s;
+
+        va_start(ap, fmt);
+        if (vasprintf(&s, fmt, ap) < 0)
+                s = NULL;
+        va_end(ap);
+        return s;
+}
+
+json_t *d9ctl_call_quiet(json_t *req, char **why)
+{
         const char *path = d9ctl_socket_path();
         json_t *resp;
         int fd = d9c_connect(path), err = 0;
 
+        *why = NULL;
         if (fd < 0) {
-                fprintf(stderr, "d9ctl: cannot reach d9d at %s: %s (is d9d running? see --socket or D9_SOCKET)\n",
-                        path, strerror(-fd));
+                *why = dup_printf("cannot reach d9d at %s: %s (is d9d running? see --socket or D9_SOCKET)",
+                                  path, strerror(-fd));
                 json_decref(req);
                 return NULL;
         }
@@ -26,12 +53,12 @@ json_t *d9ctl_call(json_t *req)
         close(fd);
         json_decref(req);
         if (!resp) {
-                fprintf(stderr, "d9ctl: no valid answer from d9d at %s: %s\n", path, strerror(-err));
+                *why = dup_printf("no valid answer from d9d at %s: %s", path, strerror(-err));
                 return NULL;
         }
         if (!json_is_true(json_object_get(resp, "ok"))) {
                 const char *e = json_string_value(json_object_get(resp, "error"));
-                fprintf(stderr, "d9ctl: %s\n", e ? e : "d9d refused the request");
+                *why = strdup(e ? e : "d9d refused the request");
                 json_decref(resp);
                 return NULL;
         }

@@ -11,6 +11,8 @@
 /* Send req (consumed) to d9d and return its successful response. On any
  * failure prints one line to stderr and returns NULL. */
 json_t *d9ctl_call(json_t *req);
+/* Same without printing: on failure *why gets the malloc'd line. */
+json_t *d9ctl_call_quiet(json_t *req, char **why);
 /* Human-readable probe plan: what attached, what is missing and why. */
 void d9ctl_print_plan(FILE *out, const json_t *plan);
 /* Parse "--pid N" style values; prints a one-line error and returns -1 on junk. */

@@ -456,10 +456,22 @@ int cmd_record(int argc, char **argv)
         json_object_set_new(req, "probes", json_string(probes));
         if (offcpu_min_us >= 0)
                 json_object_set_new(req, "offcpu_min_us", json_integer((json_int_t)offcpu_min_us));
-        resp = d9ctl_call(req);
+        char *why = NULL;
+        resp = d9ctl_call_quiet(req, &why);
         if (!resp) {
-                fail_child(&rec);
-                return 1;
+                /* A launcher's child may be over before d9d could attach:
+                 * say that rather than d9d's "no process". */
+                if (rec.follow && (kill(rec.pid, 0) < 0 || (why && strstr(why, "no process"))))
+                        fprintf(stderr, "d9ctl record: pid %d exited before d9d could attach (attaching takes a "
+                                "few hundred ms); nothing recorded\n", rec.pid);
+                else
+                        fprintf(stderr, "d9ctl: %s\n", why ? why : "out of memory");
+                free(why);
+                if (!rec.follow) /* held before exec: it never ran */
+                        fail_child(&rec);
+                record_child_reap(&rec.child, true); /* a launcher finishes its work */
+                rc = rec.child.pid ? record_child_exit_code(&rec.child) : 0;
+                return rc ? rc : 1;
         }
         t = json_object_get(resp, "target");
         json_int_t session = json_integer_value(json_object_get(t, "session"));

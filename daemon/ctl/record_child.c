@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -116,6 +118,32 @@ struct judged {
 static struct judged *judged;
 static size_t njudged;
 
+/* Every Tokio binary, stripped or not, holds "tokio" (panic source paths,
+ * the default worker thread name); interpreters such as node do not. Scanning
+ * for it takes milliseconds where a full probe plan of a 100 MB node takes
+ * seconds, long enough to miss the child a launcher starts. */
+static bool mentions_tokio(pid_t pid)
+{
+        char link[64];
+        struct stat st;
+        bool found = false;
+        int fd;
+
+        snprintf(link, sizeof(link), "/proc/%d/exe", pid);
+        fd = open(link, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return false;
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+                void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+                if (p != MAP_FAILED) {
+                        found = memmem(p, (size_t)st.st_size, "tokio", 5) != NULL;
+                        munmap(p, (size_t)st.st_size);
+                }
+        }
+        close(fd);
+        return found;
+}
+
 static bool exe_is_tokio(pid_t pid, const char *exe)
 {
         struct probe_plan *plan = NULL;
@@ -130,7 +158,7 @@ static bool exe_is_tokio(pid_t pid, const char *exe)
         judged = j;
         j = &judged[njudged];
         snprintf(j->exe, sizeof(j->exe), "%s", exe);
-        j->tokio = probe_plan_for_pid(pid, &plan, NULL) == 0;
+        j->tokio = mentions_tokio(pid) && probe_plan_for_pid(pid, &plan, NULL) == 0;
         if (plan)
                 probe_plan_free(plan);
         /* A process caught mid-exec may not be readable yet: judge it again. */
