@@ -464,13 +464,17 @@ int cmd_record(int argc, char **argv)
                 if (rec.follow && (kill(rec.pid, 0) < 0 || (why && strstr(why, "no process"))))
                         fprintf(stderr, "d9ctl record: pid %d exited before d9d could attach (attaching takes a "
                                 "few hundred ms); nothing recorded\n", rec.pid);
+                else if (rec.child.pid && !rec.follow && why && strstr(why, "not a Tokio binary"))
+                        fprintf(stderr, "d9ctl: %s (if it starts one, add --follow-children)\n", why);
                 else
                         fprintf(stderr, "d9ctl: %s\n", why ? why : "out of memory");
                 free(why);
-                if (!rec.follow) /* held before exec: it never ran */
+                if (!rec.follow) { /* held before exec: it never ran */
                         fail_child(&rec);
+                        return 1;
+                }
                 record_child_reap(&rec.child, true); /* a launcher finishes its work */
-                rc = rec.child.pid ? record_child_exit_code(&rec.child) : 0;
+                rc = record_child_exit_code(&rec.child);
                 return rc ? rc : 1;
         }
         t = json_object_get(resp, "target");

@@ -309,6 +309,10 @@ def follow_mode(t):
         r = d.ctl("record", "--follow-children", "--", sh_child, "mixed", "--duration", "3")
         t.ok(r.returncode == 3 and r.stdout.split() and "target exited" in r.stderr,
              "shell launcher with a child: traced, and record returns the launcher's status 3", r.stderr)
+        r = d.ctl("record", "--", "/bin/sh", "-c", "exit 5")
+        t.ok(r.returncode == 1 and one_line(r) and "not a Tokio binary" in r.stderr
+             and "--follow-children" in r.stderr, "an ELF launcher without --follow-children: one line, exit 1",
+             r.stderr)
         # A launcher that never starts Tokio.
         r = d.ctl("record", "--follow-children", "--", "/bin/sh", "-c", "sleep 0.5; exit 4")
         t.ok(r.returncode == 4 and "without starting a Tokio process" in r.stderr,
