@@ -280,6 +280,11 @@ static void session_close_segment(struct session *s)
 
         if (!job)
                 return;
+        /* Workers seen since the last tick (a target that exits within a
+         * second of starting its runtime) still get their names into this
+         * segment: the refresh otherwise waits for the next tick. */
+        if (s->tr.workers_changed && s->seg.enc && session_refresh_metadata(s) < 0)
+                log_warn("pid %d: worker names not restated in %s", s->pid, s->seg.dir);
         r = segment_close(&s->seg, job->active, sizeof(job->active));
         if (r == -ENOENT) {
                 free(job);

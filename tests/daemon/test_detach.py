@@ -46,8 +46,7 @@ def bpf_fds(pid):
 
 
 def pending(d):
-    # pid 1 is never traced here: the daemon part without the sessions.
-    st = d.status(1)
+    st = d.status()
     return st["daemon"].get("bpf_teardowns_pending") if st else None
 
 
