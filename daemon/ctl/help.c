@@ -75,9 +75,10 @@ static const struct d9ctl_help helps[] = {
           "usage: d9ctl report [--json] [--top N] SEGMENT...|DIR...\n"
           "\n"
           "Longest polls with worker, task, future type and the stack that ran; blocking\n"
-          "inside polls; longest wake-to-poll delays; per-worker busy/parked shares and\n"
-          "scheduler wait; lost events and short off-CPU intervals. A directory stands\n"
-          "for the trace files directly in it, in name order.\n"
+          "inside polls; longest wake-to-poll delays; longest blocking-pool jobs;\n"
+          "per-worker busy/parked shares and scheduler wait; lost events and short\n"
+          "off-CPU intervals. A directory stands for the trace files directly in it,\n"
+          "in name order.\n"
           "\n"
           "  --top N             rows per table (default 10, at most 10000)\n"
           "  --json              the report as one JSON document\n" },

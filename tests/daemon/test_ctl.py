@@ -358,7 +358,10 @@ def serve_dump_mode(t):
             p, line = serve(["--dir", out, "--listen", spec.replace("PORT", str(port))], env)
             listed = None
             if line.startswith(f"serving http://{host}:{port}/"):
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/list", timeout=10) as resp:
+                token = re.search(r"\?token=(\S+)", line)
+                req = urllib.request.Request(f"http://127.0.0.1:{port}/api/list",
+                                             headers={"Authorization": f"Bearer {token.group(1) if token else ''}"})
+                with urllib.request.urlopen(req, timeout=10) as resp:
                     listed = json.loads(resp.read())
             stop(p)
             segs = listed if isinstance(listed, list) else (listed or {}).get("segments", [])
