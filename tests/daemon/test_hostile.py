@@ -431,10 +431,19 @@ def mode_files(t, users):
     r = d.ctl("record", "--duration", "1s", "--probes", "sched", "--out", own, "--", "sleep", "3")
     with open(victim.name, "rb") as f:
         content = f.read()
-    copied = os.path.join(own, "trace.0.bin.zst")
-    t.ok(r.returncode == 0 and content == b"root's file\n" and not os.path.islink(copied)
-         and os.path.getsize(copied) > 0, "a symlink in root's own --out is replaced by the trace, not followed",
-         r.stderr)
+    # --out keeps SERVICE/INSTANCE (issue 19): a stale symlink where a level
+    # goes (own/sleep) is refused, never followed.
+    own2 = tempfile.mkdtemp(prefix="d9-out-")
+    os.symlink(os.path.dirname(victim.name), os.path.join(own2, "sleep"))
+    r2 = d.ctl("record", "--duration", "1s", "--probes", "sched", "--out", own2, "--", "sleep", "3")
+    shutil.rmtree(own2, ignore_errors=True)
+    r = d.ctl("record", "--duration", "1s", "--probes", "sched", "--out", own, "--", "sleep", "3")
+    copied = (r.stdout.split() or [""])[0]
+    t.ok(r.returncode == 0 and content == b"root's file\n" and copied.startswith(own + "/sleep/")
+         and not os.path.islink(copied) and os.path.getsize(copied) > 0
+         and r2.returncode != 0 and "--out" in r2.stderr,
+         "root's own --out: a planted symlink level is refused, the trace lands under SERVICE/INSTANCE",
+         r.stderr + r2.stderr)
     t.ok(d.stop() == 0, "d9d exits 0 on SIGTERM")
     d.cleanup(keep=t.failed > 0)
     shutil.rmtree(out, ignore_errors=True)
