@@ -144,7 +144,10 @@ static void out_path(const struct recording *rec, const char *session_dir, char 
         char sub[PATH_MAX];
 
         session_subdir(session_dir, sub, sizeof(sub));
-        snprintf(out, n, "%s/%s", rec->out_dir, sub);
+        /* Both parts are paths d9d and the user made; an over-long join
+         * names nothing rather than a cut-off path. */
+        if (snprintf(out, n, "%s/%s", rec->out_dir, sub) >= (int)n)
+                out[0] = '\0';
 }
 
 static int emit_paths(const struct recording *rec, const json_t *final)
