@@ -110,14 +110,20 @@ static json_t *routes_json(const struct session *s)
         bool sched = s->probes & D9_PROBES_SCHED;
         bool has[PROBE_KIND_MAX] = { false };
 
+        bool complete_by_symbols = false;
+
         for (size_t i = 0; p && i < p->n_points; i++)
-                if (!p->points[i].skipped && (s->probes & kind_probe_bit(p->points[i].kind)))
+                if (!p->points[i].skipped && (s->probes & kind_probe_bit(p->points[i].kind))) {
                         has[p->points[i].kind] = true;
+                        complete_by_symbols |= p->points[i].kind == PROBE_COMPLETE &&
+                                               (p->points[i].sources & PROBE_FROM_SYMBOLS);
+                }
         return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s}",
                 "poll", has[PROBE_POLL] ? "uprobe raw::poll (plan points)" : "none",
                 "spawn", has[PROBE_SPAWN] ? "uprobe OwnedTasks::bind" :
                          has[PROBE_POLL] && (s->probes & D9_PROBES_SPAWN) ? "first poll of a new task id" : "none",
-                "terminate", has[PROBE_COMPLETE] ? "uprobe Harness::complete" : "none",
+                "terminate", !has[PROBE_COMPLETE] ? "none" : complete_by_symbols ? "uprobe Harness::complete" :
+                             "uprobe Harness::complete, found as the callee of each task vtable's poll and shutdown",
                 "wake", has[PROBE_WAKE] ? "uprobe waker::wake_by_val" : "none",
                 "park", has[PROBE_PARK] ? "uprobe worker park function" :
                         sched && has[PROBE_POLL] ? "sched_switch: worker switch-out with no poll open" : "none",

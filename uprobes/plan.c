@@ -233,7 +233,8 @@ static int plan_fill(struct plan_builder *b, struct probe_plan *plan, char **err
         plan->vtable_trailer_off = b->vs.trailer_slot >= 0 ? b->vs.trailer_slot * 8 : -1;
         plan->dyn_future_poll_slot = 3;         /* dyn vtable: drop, size, align, poll */
 
-        if ((r = plan_symbol_route(b)) < 0 || (r = plan_vtable_route(b)) < 0)
+        if ((r = plan_symbol_route(b)) < 0 || (r = plan_vtable_route(b)) < 0 ||
+            (r = plan_complete_route(b, plan)) < 0)
                 return r;
         if (probe_plan_count(&(struct probe_plan){ .points = b->pts, .n_points = b->n }, PROBE_POLL, true) == 0) {
                 if (err_msg)
@@ -256,6 +257,12 @@ static int plan_fill(struct plan_builder *b, struct probe_plan *plan, char **err
                                                   "task ids cannot be read (vtable_id_off unknown)")) < 0)
                 return r;
         if ((r = note_missing_kinds(plan)) < 0 || (r = note_partial_spawn(plan)) < 0)
+                return r;
+        /* Without symbols the scan is the only route: say which tasks it leaves out. */
+        if (!plan->has_symbols && plan->completes_unfound &&
+            (r = plan_add_missing(plan, PROBE_COMPLETE, "Harness::complete not singled out in the code of "
+                                  "%zu of %zu task vtables: tasks of those types get no terminate event",
+                                  plan->completes_unfound, plan->n_vtables)) < 0)
                 return r;
         plan->shape = describe_shape(b->img, plan);
         return 0;

@@ -91,7 +91,7 @@ char *probe_plan_to_json(const struct probe_plan *plan)
         json_t *root = json_pack(
                 "{s:s, s:o, s:o, s:o, s:b, s:b, s:b, s:o,"
                 " s:{s:i, s:i, s:i, s:i, s:i},"
-                " s:{s:o, s:I, s:I, s:I, s:I, s:b},"
+                " s:{s:o, s:I, s:I, s:I, s:I, s:b, s:I, s:I, s:I},"
                 " s:f, s:o, s:o, s:o}",
                 "exe_path", plan->exe_path,
                 "build_id", str_or_null(plan->build_id),
@@ -114,6 +114,9 @@ char *probe_plan_to_json(const struct probe_plan *plan)
                 "polls_by_scan", (json_int_t)plan->polls_by_scan,
                 "polls_in_both", (json_int_t)plan->polls_in_both,
                 "routes_agree", plan->routes_agree,
+                "completes_by_scan", (json_int_t)plan->completes_by_scan,
+                "completes_unfound", (json_int_t)plan->completes_unfound,
+                "completes_scan_wrong", (json_int_t)plan->completes_scan_wrong,
                 "elapsed_ms", plan->elapsed_ms,
                 "counts", counts_json(plan),
                 "points", pts,
@@ -139,6 +142,9 @@ void probe_plan_print(const struct probe_plan *plan, FILE *out, bool all_points)
                 plan->n_vtables, plan->scan_method ? plan->scan_method : "-", plan->polls_by_symbols,
                 plan->polls_by_scan, plan->polls_in_both,
                 plan->has_symbols ? (plan->routes_agree ? " (routes agree)" : " (ROUTES DISAGREE)") : "");
+        fprintf(out, "terminate:      %zu Harness::complete found from the vtables, %zu vtables without one%s\n",
+                plan->completes_by_scan, plan->completes_unfound,
+                plan->completes_scan_wrong ? " (SCAN PICKED A NON-complete)" : "");
         fprintf(out, "planned in:     %.1f ms\n\n", plan->elapsed_ms);
         for (int k = 1; k < PROBE_KIND_MAX; k++)
                 fprintf(out, "  %-15s %4zu attached, %4zu found\n", probe_kind_name(k),

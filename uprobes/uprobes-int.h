@@ -124,6 +124,13 @@ struct vtable_scan {
 int vtable_scan_run(const struct elf_image *img, struct vtable_scan *vs);
 void vtable_scan_free(struct vtable_scan *vs);
 
+/* ---- plan_complete.c: Harness::complete found from the task vtables ----- */
+
+/* Direct call (and tail-jump) targets of the function at vaddr, found by a
+ * linear sweep that ends at the first terminator no forward branch passes.
+ * Sorted, unique; returns the count (0 if undecodable), at most max. */
+size_t code_callees(const struct elf_image *img, uint64_t vaddr, uint64_t *out, size_t max);
+
 /* ---- x86_insn.c: just enough x86-64 decoding ----------------------------- */
 
 struct x86_insn {
@@ -131,6 +138,9 @@ struct x86_insn {
         bool is_ret;
         bool is_jmp_rel;        /* jmp rel8/rel32 */
         bool is_call_rel;       /* call rel32 */
+        bool is_jcc;            /* conditional jump rel8/rel32 (rel set too) */
+        bool is_stop;           /* control never falls through: int3, ud2, hlt, jmp *mem */
+        bool is_jmp_reg;        /* jmp *%reg: a jump table (LLVM's switch lowering) */
         int64_t rel;            /* branch displacement for jmp/call rel */
         enum probe_insn_class cls;
         char what[24];          /* short mnemonic class, e.g. "push %rbp" */

@@ -140,6 +140,10 @@ struct probe_plan {
         size_t n_vtables;
         size_t polls_by_symbols, polls_by_scan, polls_in_both;
         bool routes_agree;              /* same set of poll addresses (symbols present) */
+        /* Harness::complete found from the task vtables (plan_complete.c): new
+         * points or symbol points it confirmed; vtables where the code did not
+         * single one out; picks that are not a symbol's complete (symbols present). */
+        size_t completes_by_scan, completes_unfound, completes_scan_wrong;
         char *debug_file;               /* separate debug file used, or NULL */
         bool v0_mangling;
         double elapsed_ms;              /* time to build the plan */

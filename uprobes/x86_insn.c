@@ -236,6 +236,11 @@ void x86_decode(const uint8_t *p, size_t n, struct x86_insn *out)
                 uint8_t op2 = p[at + 1];
                 int m = 0;
 
+                out->is_jcc = op2 >= 0x80 && op2 <= 0x8f;
+                out->is_stop = op2 == 0x0b; /* ud2 */
+                if (out->is_jcc && (size_t)at + 6 <= n)
+                        out->rel = (int32_t)((uint32_t)p[at + 2] | (uint32_t)p[at + 3] << 8 |
+                                             (uint32_t)p[at + 4] << 16 | (uint32_t)p[at + 5] << 24);
                 if (op2 == 0x38 || op2 == 0x3a) {
                         m = modrm_len(p + at + 3, n - (size_t)at - 3);
                         len = m ? at + 3 + m + (op2 == 0x3a) : 0;
@@ -259,6 +264,14 @@ void x86_decode(const uint8_t *p, size_t n, struct x86_insn *out)
                 out->is_ret = op == 0xc3 || op == 0xc2;
                 out->is_jmp_rel = op == 0xe9 || op == 0xeb;
                 out->is_call_rel = op == 0xe8;
+                out->is_jcc = op >= 0x70 && op <= 0x7f;
+                if (out->is_jcc && (size_t)at + 2 <= n)
+                        out->rel = (int8_t)p[at + 1];
+                /* int3, hlt, jmp through memory (a tail call through the GOT);
+                 * jmp through a register is a jump table inside the body. */
+                out->is_jmp_reg = op == 0xff && reg == 4 && (p[at + 1] >> 6) == 3;
+                out->is_stop = op == 0xcc || op == 0xf4 ||
+                               (op == 0xff && (reg == 4 || reg == 5) && !out->is_jmp_reg);
                 if (out->is_jmp_rel || out->is_call_rel) {
                         if (op == 0xeb && (size_t)at + 2 <= n)
                                 out->rel = (int8_t)p[at + 1];

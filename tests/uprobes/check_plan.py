@@ -163,6 +163,13 @@ def check_symbolized(binary, d, series, what, v0):
                                                         for p in d["points"] if p["kind"] == kind),
            f"{what}: {kind} found ({d['counts'][kind]['found']}) and said not attached")
     ok(d["counts"]["worker_run"]["found"] > 0, f"{what}: worker_run found (it tells the flavour)")
+    # Harness::complete from the vtables' code, checked against the names.
+    disc = d["discovery"]
+    scanned = [p for p in d["points"] if p["kind"] == "complete" and p.get("from_vtable_scan")]
+    ok(disc["completes_scan_wrong"] == 0 and len(scanned) >= 0.9 * d["counts"]["complete"]["found"] and
+       all(p["label"].endswith("::complete") for p in scanned),
+       f"{what}: complete found from the vtables for {len(scanned)} of {d['counts']['complete']['found']}, "
+       f"each a symbol's Harness::complete ({disc['completes_scan_wrong']} wrong)", disc)
     ok(d["counts"]["complete"]["found"] >= len(polls(d)) // 2,
        f"{what}: instance counts plausible (complete {d['counts']['complete']['found']} vs poll {len(polls(d))})")
     park = [p for p in d["points"] if p["kind"] == "park"]
@@ -217,6 +224,11 @@ def check_target(plan_dump, series, release, v0, stripped, debug):
            all(bool(p.get("blocking_task")) == ("BlockingTask<" in p["label"]) for p in polls(d_rel)),
            f"{series}-stripped: the {len(blk_rel)} blocking-pool polls found from the vtable shape, "
            f"the same the symbols name BlockingTask", (blk_rel, blk_s))
+        rel_complete = {p["vaddr_int"] for p in d_rel["points"] if p["kind"] == "complete"}
+        s_complete = [p["vaddr_int"] for p in d_s["points"] if p["kind"] == "complete"]
+        ok(s_complete and set(s_complete) <= rel_complete and len(s_complete) >= 0.9 * len(rel_complete),
+           f"{series}-stripped: terminate points: {len(s_complete)} Harness::complete found from the vtables, "
+           f"all among the release build's {len(rel_complete)}", set(s_complete) - rel_complete)
         ok(any(m["kind"] == "park" and "sched_switch" in m["reason"] for m in d_s["missing"]),
            f"{series}-stripped: missing park reported with the sched_switch fallback")
         check_insns(sbin, d_s, f"{series}-stripped")

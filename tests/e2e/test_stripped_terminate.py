@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""A stripped target, alone in a directory so no debug file is found, gets
+terminate events from Harness::complete found through its task vtables:
+recorded from its first instruction, every task the target says it spawned
+(and awaited: all of mixed's tasks finish before it prints its counts) ends
+with one TaskTerminateEvent (>= 95 %), no task id terminates twice, every
+terminated id was polled first, and the plan's routes say where terminate
+comes from and that no wake route is attached.
+Usage: test_stripped_terminate.py D9D D9CTL STRIPPED_TARGET"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
+from d9harness import D9d, Tap, dump_json_lines, start_target  # noqa
+
+D9D, D9CTL, TARGET = sys.argv[1:4]
+
+
+def check_routes(t, d, binary):
+    tgt = start_target(binary, "mixed", "--duration", "5")
+    time.sleep(0.5)
+    r = d.ctl("attach", "--pid", str(tgt.pid))
+    routes = {}
+    for line in r.stdout.splitlines():
+        if line.startswith("route: "):
+            key, _, val = line[7:].partition(" ")
+            routes[key] = val.strip()
+    d.ctl("detach", "--pid", str(tgt.pid))
+    tgt.kill()
+    tgt.wait()
+    t.ok(r.returncode == 0 and "vtable" in routes.get("terminate", "") and "stripped" in r.stdout,
+         f"attach: stripped build, terminate route from the task vtables: {routes.get('terminate')!r}",
+         r.stdout + r.stderr)
+    t.ok(routes.get("wake") == "none", f"attach: no wake route promised: {routes.get('wake')!r}")
+
+
+def main():
+    t = Tap()
+    tmp = tempfile.mkdtemp(prefix="d9-term-")
+    binary = os.path.join(tmp, "service")
+    shutil.copy(TARGET, binary)
+    d = D9d(D9D, D9CTL)
+    d.out = tempfile.mkdtemp(prefix="d9-term-out-")
+    d.start_or_bail(t)
+    check_routes(t, d, binary)
+    r = d.ctl("record", "--duration", "30s", "--out", d.out, "--", binary, "mixed", "--duration", "4")
+    truth = None
+    for line in r.stderr.splitlines():
+        if line.startswith("{"):
+            truth = json.loads(line)
+    t.ok(r.returncode == 0 and truth, "record -- CMD of the stripped target sealed its trace", r.stderr)
+    polled, terminated, twice, unpolled = set(), set(), 0, 0
+    for p in r.stdout.split():
+        rc, out = dump_json_lines(D9CTL, p)
+        for line in out.splitlines():
+            if line.startswith('{"event":"PollStartEvent"') or line.startswith('{"event":"D9BlockingPollEvent"'):
+                polled.add(json.loads(line)["fields"]["task_id"])
+            elif line.startswith('{"event":"TaskTerminateEvent"'):
+                tid = json.loads(line)["fields"]["task_id"]
+                twice += tid in terminated
+                unpolled += tid not in polled
+                terminated.add(tid)
+    finished = truth["tasks_spawned"] if truth else 0
+    t.ok(finished > 0 and len(terminated) >= 0.95 * finished,
+         f"terminate for {len(terminated)} task ids of the {finished} tasks the target says finished "
+         f"({100.0 * len(terminated) / max(finished, 1):.1f} %)")
+    # The runtime's own tasks (worker launches: blocking tasks) end too; nothing more.
+    t.ok(len(terminated) <= finished + 16, f"no invented terminates ({len(terminated)} for {finished})")
+    t.ok(twice == 0, f"no task terminates twice ({twice})")
+    t.ok(unpolled == 0, f"every terminated task was polled first ({unpolled} were not)")
+    t.ok(d.stop() == 0, "d9d stops cleanly")
+    d.cleanup(keep=t.failed > 0)
+    if t.failed == 0:
+        shutil.rmtree(d.out, ignore_errors=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+    t.done()
+
+
+main()
