@@ -110,21 +110,31 @@ static json_t *routes_json(const struct session *s)
         bool sched = s->probes & D9_PROBES_SCHED;
         bool has[PROBE_KIND_MAX] = { false };
 
-        bool complete_by_symbols = false;
+        bool complete_by_symbols = false, wake_by_symbols = false, by_ref = false;
+        char wake[160];
 
-        for (size_t i = 0; p && i < p->n_points; i++)
-                if (!p->points[i].skipped && (s->probes & kind_probe_bit(p->points[i].kind))) {
-                        has[p->points[i].kind] = true;
-                        complete_by_symbols |= p->points[i].kind == PROBE_COMPLETE &&
-                                               (p->points[i].sources & PROBE_FROM_SYMBOLS);
-                }
+        for (size_t i = 0; p && i < p->n_points; i++) {
+                const struct probe_point *pt = &p->points[i];
+
+                if (pt->skipped || !(s->probes & kind_probe_bit(pt->kind)))
+                        continue;
+                has[pt->kind] = true;
+                complete_by_symbols |= pt->kind == PROBE_COMPLETE && (pt->sources & PROBE_FROM_SYMBOLS);
+                wake_by_symbols |= pt->kind == PROBE_WAKE && (pt->sources & PROBE_FROM_SYMBOLS);
+                by_ref |= pt->kind == PROBE_WAKE && pt->label && strstr(pt->label, "wake_by_ref");
+        }
+        /* wake_by_ref is optional (single-stepped in most builds): say when
+         * wakes by reference are not seen. */
+        snprintf(wake, sizeof(wake), "uprobe waker::wake_by_val%s%s",
+                 by_ref ? " and wake_by_ref" : " (wake_by_ref not attached: wakes by reference are not traced)",
+                 wake_by_symbols ? "" : ", found through the task waker vtable");
         return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s}",
                 "poll", has[PROBE_POLL] ? "uprobe raw::poll (plan points)" : "none",
                 "spawn", has[PROBE_SPAWN] ? "uprobe OwnedTasks::bind" :
                          has[PROBE_POLL] && (s->probes & D9_PROBES_SPAWN) ? "first poll of a new task id" : "none",
                 "terminate", !has[PROBE_COMPLETE] ? "none" : complete_by_symbols ? "uprobe Harness::complete" :
                              "uprobe Harness::complete, found as the callee of each task vtable's poll and shutdown",
-                "wake", has[PROBE_WAKE] ? "uprobe waker::wake_by_val" : "none",
+                "wake", has[PROBE_WAKE] ? wake : "none",
                 "park", has[PROBE_PARK] ? "uprobe worker park function" :
                         sched && has[PROBE_POLL] ? "sched_switch: worker switch-out with no poll open" : "none",
                 "unpark", has[PROBE_PARK] ? "uretprobe worker park function" :

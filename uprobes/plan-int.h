@@ -22,6 +22,7 @@ struct plan_builder {
 int plan_symbol_route(struct plan_builder *b);
 int plan_vtable_route(struct plan_builder *b);
 int plan_complete_route(struct plan_builder *b, struct probe_plan *plan);
+int plan_waker_route(struct plan_builder *b, struct probe_plan *plan);
 int plan_label_polls(struct plan_builder *b);
 int plan_classify(struct plan_builder *b);
 int plan_return_sites(struct plan_builder *b, struct probe_plan *plan);

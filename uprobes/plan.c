@@ -75,7 +75,8 @@ static int note_missing_kinds(struct probe_plan *plan)
         static const char *const fallback[PROBE_KIND_MAX] = {
                 [PROBE_SPAWN] = "spawn = first sight of a task id at poll entry",
                 [PROBE_COMPLETE] = "none: no terminate events",
-                [PROBE_WAKE] = "none: no wake events (TaskSpawnEvent.instrumented is false)",
+                [PROBE_WAKE] = "none: no wake events (TaskSpawnEvent.instrumented is false); the task waker vtable was "
+                              "not found either",
                 [PROBE_PARK] = "park = a worker thread's voluntary switch-out (sched_switch) with no poll "
                                "open; needs the sched probes, intervals under the off-CPU minimum are only counted",
                 [PROBE_UNPARK_RETURN] = "unpark = that thread's switch-in (sched_switch); no CPU time or "
@@ -234,7 +235,8 @@ static int plan_fill(struct plan_builder *b, struct probe_plan *plan, char **err
         plan->dyn_future_poll_slot = 3;         /* dyn vtable: drop, size, align, poll */
 
         if ((r = plan_symbol_route(b)) < 0 || (r = plan_vtable_route(b)) < 0 ||
-            (r = plan_complete_route(b, plan)) < 0)
+            (r = plan_complete_route(b, plan)) < 0 ||
+            (r = plan_waker_route(b, plan)) < 0)
                 return r;
         if (probe_plan_count(&(struct probe_plan){ .points = b->pts, .n_points = b->n }, PROBE_POLL, true) == 0) {
                 if (err_msg)

@@ -91,7 +91,7 @@ char *probe_plan_to_json(const struct probe_plan *plan)
         json_t *root = json_pack(
                 "{s:s, s:o, s:o, s:o, s:b, s:b, s:b, s:o,"
                 " s:{s:i, s:i, s:i, s:i, s:i},"
-                " s:{s:o, s:I, s:I, s:I, s:I, s:b, s:I, s:I, s:I},"
+                " s:{s:o, s:I, s:I, s:I, s:I, s:b, s:I, s:I, s:I, s:I, s:b},"
                 " s:f, s:o, s:o, s:o}",
                 "exe_path", plan->exe_path,
                 "build_id", str_or_null(plan->build_id),
@@ -117,6 +117,8 @@ char *probe_plan_to_json(const struct probe_plan *plan)
                 "completes_by_scan", (json_int_t)plan->completes_by_scan,
                 "completes_unfound", (json_int_t)plan->completes_unfound,
                 "completes_scan_wrong", (json_int_t)plan->completes_scan_wrong,
+                "waker_vtable", (json_int_t)plan->waker_vtable,
+                "waker_scan_agrees", plan->waker_scan_agrees,
                 "elapsed_ms", plan->elapsed_ms,
                 "counts", counts_json(plan),
                 "points", pts,
@@ -145,6 +147,11 @@ void probe_plan_print(const struct probe_plan *plan, FILE *out, bool all_points)
         fprintf(out, "terminate:      %zu Harness::complete found from the vtables, %zu vtables without one%s\n",
                 plan->completes_by_scan, plan->completes_unfound,
                 plan->completes_scan_wrong ? " (SCAN PICKED A NON-complete)" : "");
+        fprintf(out, "wake:           task waker vtable %s0x%" PRIx64 "%s\n", plan->waker_vtable ? "" : "not found ",
+                plan->waker_vtable,
+                !plan->has_symbols || !plan->waker_vtable ? "" :
+                plan->waker_scan_agrees ? " (its wake slots are the symbols' wake_by_val, wake_by_ref)" :
+                " (SCAN DISAGREES WITH SYMBOLS)");
         fprintf(out, "planned in:     %.1f ms\n\n", plan->elapsed_ms);
         for (int k = 1; k < PROBE_KIND_MAX; k++)
                 fprintf(out, "  %-15s %4zu attached, %4zu found\n", probe_kind_name(k),

@@ -119,6 +119,10 @@ struct vtable_scan {
         int id_slot;            /* index (in u64 words) of id_offset, or -1 */
         int scheduler_slot, trailer_slot;
         const char *method;     /* "rela.dyn", "relr.dyn", "data.rel.ro" */
+        /* Tokio's task RawWakerVTable (clone, wake, wake_by_ref, drop), or 0
+         * (PIE only: found through the relocations, see find_task_waker). */
+        uint64_t waker_vtable;
+        uint64_t waker_fn[4];
 };
 
 int vtable_scan_run(const struct elf_image *img, struct vtable_scan *vs);

@@ -144,6 +144,11 @@ struct probe_plan {
          * points or symbol points it confirmed; vtables where the code did not
          * single one out; picks that are not a symbol's complete (symbols present). */
         size_t completes_by_scan, completes_unfound, completes_scan_wrong;
+        /* Tokio's task RawWakerVTable found by the scan (0: not found), and,
+         * with symbols, whether its wake slots are the symbols' wake_by_val
+         * and wake_by_ref (plan_waker.c). */
+        uint64_t waker_vtable;
+        bool waker_scan_agrees;
         char *debug_file;               /* separate debug file used, or NULL */
         bool v0_mangling;
         double elapsed_ms;              /* time to build the plan */

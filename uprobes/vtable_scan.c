@@ -322,6 +322,71 @@ static void vote_slots(struct vtable_scan *vs)
         }
 }
 
+static const struct reloc *reloc_at(const struct reloc_list *l, uint64_t where)
+{
+        struct reloc key = { where, 0 };
+
+        return bsearch(&key, l->r, l->n, sizeof(*l->r), by_where);
+}
+
+/* True if clone (slot 0 of a RawWakerVTable at vt) is Tokio's task
+ * clone_waker: within its first instructions a `lock` read-modify-write
+ * with the immediate 0x40 (Tokio's REF_ONE: the ref count sits above six
+ * state bits) and a rip-relative load of vt itself (the RawWaker it returns
+ * points back at this vtable: `lea vt(%rip)`, or a GOT slot relocated to vt). */
+static bool is_task_clone_waker(const struct elf_image *img, const struct reloc_list *l, uint64_t clone,
+                                uint64_t vt)
+{
+        const uint8_t *code = elf_vaddr_bytes(img, clone, 64);
+        bool locked = false, ref_one = false, self = false;
+
+        for (size_t off = 0; code && off < 64;) {
+                const uint8_t *p = code + off;
+                struct x86_insn in;
+
+                x86_decode(p, 64 - off, &in);
+                if (!in.len)
+                        break;
+                size_t at = (p[0] & 0xf0) == 0x40 ? 1 : 0; /* REX */
+                locked |= p[0] == 0xf0;
+                ref_one |= (p[at] >= 0xb8 && p[at] <= 0xbf && in.len == (int)at + 5 && p[at + 1] == 0x40 &&
+                            !p[at + 2] && !p[at + 3] && !p[at + 4]) ||
+                           (p[0] == 0xf0 && in.len >= 4 && p[in.len - 1] == 0x40 && p[in.len - 3] == 0x83);
+                if (in.len == 7 && (p[0] & 0xf8) == 0x48 && (p[1] == 0x8d || p[1] == 0x8b) &&
+                    (p[2] & 0xc7) == 0x05) {
+                        int32_t disp;
+
+                        memcpy(&disp, p + 3, 4);
+                        uint64_t to = clone + off + 7 + (uint64_t)(int64_t)disp;
+                        const struct reloc *r = p[1] == 0x8b ? reloc_at(l, to) : NULL;
+
+                        self |= p[1] == 0x8d ? to == vt : r && r->value == vt;
+                }
+                off += (size_t)in.len;
+                if (in.is_ret)
+                        break;
+        }
+        return locked && ref_one && self;
+}
+
+/* Four relocated code pointers in a row whose first is the task clone_waker. */
+static void find_task_waker(const struct elf_image *img, const struct reloc_list *l, struct vtable_scan *vs)
+{
+        for (size_t i = 0; i + 3 < l->n; i++) {
+                bool run = true;
+
+                for (int k = 0; run && k < 4; k++)
+                        run = l->r[i + k].where == l->r[i].where + 8 * (uint64_t)k &&
+                              elf_vaddr_is_exec(img, l->r[i + k].value);
+                if (!run || !is_task_clone_waker(img, l, l->r[i].value, l->r[i].where))
+                        continue;
+                vs->waker_vtable = l->r[i].where;
+                for (int k = 0; k < 4; k++)
+                        vs->waker_fn[k] = l->r[i + k].value;
+                return;
+        }
+}
+
 int vtable_scan_run(const struct elf_image *img, struct vtable_scan *vs)
 {
         struct reloc_list l = { 0 };
@@ -337,6 +402,8 @@ int vtable_scan_run(const struct elf_image *img, struct vtable_scan *vs)
                 vs->method = reloc_table(img, ".relr.dyn", DT_RELR, DT_RELRSZ, &(size_t){ 0 }) ?
                         "relr.dyn" : "rela.dyn";
                 r = scan_relocs(img, &l, vs);
+                if (r == 0)
+                        find_task_waker(img, &l, vs);
         } else if (r == 0) {
                 size_t cap = 0;
 

@@ -163,6 +163,9 @@ def check_symbolized(binary, d, series, what, v0):
                                                         for p in d["points"] if p["kind"] == kind),
            f"{what}: {kind} found ({d['counts'][kind]['found']}) and said not attached")
     ok(d["counts"]["worker_run"]["found"] > 0, f"{what}: worker_run found (it tells the flavour)")
+    ok(d["discovery"]["waker_vtable"] and d["discovery"]["waker_scan_agrees"],
+       f"{what}: task waker vtable found by the scan, its wake slots are the symbols' wake_by_val/wake_by_ref",
+       d["discovery"])
     # Harness::complete from the vtables' code, checked against the names.
     disc = d["discovery"]
     scanned = [p for p in d["points"] if p["kind"] == "complete" and p.get("from_vtable_scan")]
@@ -229,6 +232,10 @@ def check_target(plan_dump, series, release, v0, stripped, debug):
         ok(s_complete and set(s_complete) <= rel_complete and len(s_complete) >= 0.9 * len(rel_complete),
            f"{series}-stripped: terminate points: {len(s_complete)} Harness::complete found from the vtables, "
            f"all among the release build's {len(rel_complete)}", set(s_complete) - rel_complete)
+        rel_wake = sorted((p["vaddr_int"], p["skipped"]) for p in d_rel["points"] if p["kind"] == "wake")
+        s_wake = sorted((p["vaddr_int"], p["skipped"]) for p in d_s["points"] if p["kind"] == "wake")
+        ok(rel_wake and s_wake == rel_wake, f"{series}-stripped: wake points from the task waker vtable: the "
+           f"release build's wake_by_val and wake_by_ref, attached or skipped alike", (rel_wake, s_wake))
         ok(any(m["kind"] == "park" and "sched_switch" in m["reason"] for m in d_s["missing"]),
            f"{series}-stripped: missing park reported with the sched_switch fallback")
         check_insns(sbin, d_s, f"{series}-stripped")

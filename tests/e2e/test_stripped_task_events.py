@@ -5,8 +5,11 @@ recorded from its first instruction, every task the target says it spawned
 (and awaited: all of mixed's tasks finish before it prints its counts) ends
 with one TaskTerminateEvent (>= 95 %), no task id terminates twice, every
 terminated id was polled first, and the plan's routes say where terminate
-comes from and that no wake route is attached.
-Usage: test_stripped_terminate.py D9D D9CTL STRIPPED_TARGET"""
+comes from. Wakes come from the task waker vtable's wake_by_val: wake
+events whose woken task is polled afterwards (>= 95 %), and spawns say the
+tasks are instrumented.
+Usage: test_stripped_task_events.py D9D D9CTL STRIPPED_TARGET"""
+import bisect
 import json
 import os
 import shutil
@@ -36,7 +39,8 @@ def check_routes(t, d, binary):
     t.ok(r.returncode == 0 and "vtable" in routes.get("terminate", "") and "stripped" in r.stdout,
          f"attach: stripped build, terminate route from the task vtables: {routes.get('terminate')!r}",
          r.stdout + r.stderr)
-    t.ok(routes.get("wake") == "none", f"attach: no wake route promised: {routes.get('wake')!r}")
+    t.ok("task waker vtable" in routes.get("wake", "") and "wake_by_ref not attached" in routes.get("wake", ""),
+         f"attach: wake route from the task waker vtable, saying what is not traced: {routes.get('wake')!r}")
 
 
 def main():
@@ -55,11 +59,20 @@ def main():
             truth = json.loads(line)
     t.ok(r.returncode == 0 and truth, "record -- CMD of the stripped target sealed its trace", r.stderr)
     polled, terminated, twice, unpolled = set(), set(), 0, 0
+    wakes, polls_of, spawns, instrumented = [], {}, 0, 0
     for p in r.stdout.split():
         rc, out = dump_json_lines(D9CTL, p)
         for line in out.splitlines():
             if line.startswith('{"event":"PollStartEvent"') or line.startswith('{"event":"D9BlockingPollEvent"'):
-                polled.add(json.loads(line)["fields"]["task_id"])
+                ev = json.loads(line)
+                polled.add(ev["fields"]["task_id"])
+                polls_of.setdefault(ev["fields"]["task_id"], []).append(ev["ts"])
+            elif line.startswith('{"event":"WakeEventEvent"'):
+                ev = json.loads(line)
+                wakes.append((ev["ts"], ev["fields"]["woken_task_id"]))
+            elif line.startswith('{"event":"TaskSpawnEvent"'):
+                spawns += 1
+                instrumented += json.loads(line)["fields"]["instrumented"] is True
             elif line.startswith('{"event":"TaskTerminateEvent"'):
                 tid = json.loads(line)["fields"]["task_id"]
                 twice += tid in terminated
@@ -73,6 +86,19 @@ def main():
     t.ok(len(terminated) <= finished + 16, f"no invented terminates ({len(terminated)} for {finished})")
     t.ok(twice == 0, f"no task terminates twice ({twice})")
     t.ok(unpolled == 0, f"every terminated task was polled first ({unpolled} were not)")
+    for seq in polls_of.values():
+        seq.sort()
+    # A wake is followed by a poll of the woken task, within 1 s (mixed's
+    # tasks are short; only a blocked worker delays one, by 50 ms).
+    followed, late = 0, 0
+    for ts, tid in wakes:
+        seq = polls_of.get(tid, [])
+        i = bisect.bisect_left(seq, ts)
+        followed += i < len(seq) and seq[i] - ts <= 1_000_000_000
+    t.ok(len(wakes) > 1000 and followed >= 0.95 * len(wakes),
+         f"{len(wakes)} wakes from the task waker vtable, {followed} "
+         f"({100.0 * followed / max(len(wakes), 1):.1f} %) of them followed within 1 s by a poll of the woken task")
+    t.ok(spawns > 0 and instrumented == spawns, f"spawns say their wakes are traced ({instrumented} of {spawns})")
     t.ok(d.stop() == 0, "d9d stops cleanly")
     d.cleanup(keep=t.failed > 0)
     if t.failed == 0:
