@@ -5,11 +5,19 @@
  * the terminate event. It is generic over (T,S) and not in the vtable, but
  * both vtable entries that can end a task call it directly: poll (slot 0,
  * when the future returns Ready) and shutdown (slot 6, after cancelling it).
- * The calls the two have in common are complete itself and what complete
- * does on its own path as well (Core::set_stage, the cell's drop glue), so
- * complete is the common callee that calls another common callee. A vtable
- * where that does not pick exactly one function gets no point (counted in
- * the plan, never guessed). The vtable's dealloc entry is no substitute:
+ * The calls the two have in common are complete itself, what complete
+ * does on its own path as well (Core::set_stage, the cell's drop glue) and
+ * helpers most task types call (panic cleanup): complete is the common
+ * callee that calls another common callee and is not such a helper (called
+ * by three or more task types; identical code folding may merge two
+ * types' completes). A vtable where that does not pick exactly one
+ * function gets no point (counted in the plan, never guessed).
+ *
+ * Without symbols a body's end is a guess; a sweep stops at the next known
+ * function entry (vtable slots, where their jumps lead, direct call targets
+ * of poll and shutdown), else at a terminator no forward branch or PIC jump
+ * table passes. A forward jmp to a known entry or to just after the padding
+ * between functions is a tail call. The vtable's dealloc entry is no substitute:
  * complete frees the task through an inlined Harness::dealloc when it holds
  * the last reference, so the vtable's dealloc runs for only some tasks.
  *
@@ -75,22 +83,84 @@ static uint64_t jump_table_reach(const struct elf_image *img, uint64_t table, ui
         return far;
 }
 
-/* LLVM pads between functions with int3, which never precedes a block
- * inside one: a forward jmp to just after int3 is a tail call. */
+/* True if [from, to) is one or more of the kernel's and compilers' nops. */
+static bool all_nops(const struct elf_image *img, uint64_t from, uint64_t to)
+{
+        const uint8_t *b = elf_vaddr_bytes(img, from, to - from);
+
+        for (uint64_t off = 0; b && off < to - from;) {
+                struct x86_insn in;
+
+                x86_decode(b + off, to - from - off, &in);
+                if (!in.len || strcmp(in.what, "nop") != 0)
+                        return false;
+                off += (uint64_t)in.len;
+        }
+        return b != NULL;
+}
+
+/* Does an instruction that never falls through end exactly at end? (ret,
+ * int3, ud2, jmp rel8/rel32, jmp *mem; read backwards, so a heuristic.) */
+static bool terminator_ends_at(const struct elf_image *img, uint64_t end)
+{
+        const uint8_t *b = elf_vaddr_bytes(img, end - 6, 6);
+
+        return b && (b[5] == 0xc3 || b[5] == 0xcc || (b[4] == 0x0f && b[5] == 0x0b) || b[4] == 0xeb ||
+                     b[1] == 0xe9 || (b[0] == 0xff && (b[1] == 0x25 || b[1] == 0x24)));
+}
+
+/* A forward jmp lands on another function when the target follows the
+ * padding between functions: int3 (newer LLVM), or nops after an
+ * instruction that never falls through, up to a 16-byte aligned entry. */
 static bool is_function_entry(const struct elf_image *img, uint64_t to)
 {
         const uint8_t *b = elf_vaddr_bytes(img, to - 1, 1);
 
-        return b && *b == 0xcc;
+        if (!b)
+                return false;
+        if (*b == 0xcc)
+                return true;
+        if (to % 16)
+                return false;
+        for (uint64_t pad = 1; pad < 16; pad++)
+                if (all_nops(img, to - pad, to) && terminator_ends_at(img, to - pad))
+                        return true;
+        return false;
 }
 
-size_t code_callees(const struct elf_image *img, uint64_t vaddr, uint64_t *out, size_t max)
+/* The first known function entry after start (UINT64_MAX if none). */
+static uint64_t next_entry(const struct entry_set *known, uint64_t start)
+{
+        size_t lo = 0, hi = known ? known->n : 0;
+
+        while (lo < hi) {
+                size_t mid = (lo + hi) / 2;
+
+                if (known->v[mid] <= start)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return known && lo < known->n ? known->v[lo] : UINT64_MAX;
+}
+
+static bool is_known(const struct entry_set *known, uint64_t at)
+{
+        return known && known->n && bsearch(&at, known->v, known->n, sizeof(*known->v), cmp_u64);
+}
+
+size_t code_callees(const struct elf_image *img, uint64_t vaddr, const struct entry_set *known, uint64_t *out,
+                    size_t max)
 {
         uint64_t start = plan_follow_jumps(img, vaddr), reach = start, table = 0;
+        /* Unbounded sweeps only collect entries: a few KiB past a body is enough. */
+        uint64_t bound = known ? next_entry(known, start) : start + (16u << 10);
         size_t n = 0, avail = MAX_BODY;
         const uint8_t *code = NULL;
 
         /* The body may end closer to the end of the segment than MAX_BODY. */
+        if (bound - start < avail)
+                avail = bound - start; /* never into the next function we know of */
         while (avail >= 16 && !(code = elf_vaddr_bytes(img, start, avail)))
                 avail /= 2;
         for (uint64_t off = 0; code && off < avail;) {
@@ -111,7 +181,7 @@ size_t code_callees(const struct elf_image *img, uint64_t vaddr, uint64_t *out, 
                 }
                 if (in.is_call_rel && elf_vaddr_is_exec(img, to))
                         n = add_unique(out, n, max, to);
-                bool tail = in.is_jmp_rel && to > reach && is_function_entry(img, to);
+                bool tail = in.is_jmp_rel && to > reach && (is_known(known, to) || is_function_entry(img, to));
 
                 /* A jump backwards past the entry or far away is a tail call. */
                 tail |= in.is_jmp_rel && (to < start || to >= start + MAX_BODY);
@@ -134,11 +204,12 @@ static bool contains(const uint64_t *v, size_t n, uint64_t x)
 }
 
 /* complete of one vtable, or 0 when the code does not single it out. */
-static uint64_t vtable_complete(const struct elf_image *img, const struct task_vtable *v)
+static uint64_t vtable_complete(const struct elf_image *img, const struct entry_set *known,
+                                const struct entry_set *shared, const struct task_vtable *v)
 {
         uint64_t poll[MAX_CALLEES], shut[MAX_CALLEES], common[MAX_CALLEES], sub[MAX_CALLEES];
-        size_t np = code_callees(img, v->fn[0], poll, MAX_CALLEES);
-        size_t ns = code_callees(img, v->fn[6], shut, MAX_CALLEES);
+        size_t np = code_callees(img, v->fn[0], known, poll, MAX_CALLEES);
+        size_t ns = code_callees(img, v->fn[6], known, shut, MAX_CALLEES);
         size_t nc = 0, found = 0;
         uint64_t pick = 0;
 
@@ -146,12 +217,13 @@ static uint64_t vtable_complete(const struct elf_image *img, const struct task_v
                 if (contains(poll, np, shut[i]))
                         common[nc++] = shut[i];
         for (size_t i = 0; i < nc; i++) {
-                size_t nsub = code_callees(img, common[i], sub, MAX_CALLEES);
+                size_t nsub = code_callees(img, common[i], known, sub, MAX_CALLEES);
                 bool calls_common = false;
 
                 for (size_t k = 0; k < nsub && !calls_common; k++)
                         calls_common = sub[k] != common[i] && contains(common, nc, sub[k]);
-                if (calls_common) {
+                /* Shared by several task types: a common helper, not complete. */
+                if (calls_common && !is_known(shared, common[i])) {
                         pick = common[i];
                         found++;
                 }
@@ -178,15 +250,126 @@ static bool symbol_is_complete(struct plan_builder *b, uint64_t vaddr)
         return name && strstr(name, "Harness") && n > 10 && strcmp(name + n - 10, "::complete") == 0;
 }
 
+static int entry_push(struct entry_set *e, size_t *cap, uint64_t v)
+{
+        if (e->n == *cap) {
+                size_t ncap = *cap ? *cap * 2 : 1024;
+                uint64_t *n = realloc(e->v, ncap * sizeof(*n));
+
+                if (!n)
+                        return -ENOMEM;
+                e->v = n;
+                *cap = ncap;
+        }
+        e->v[e->n++] = v;
+        return 0;
+}
+
+struct call_pair {
+        uint64_t callee, owner; /* owner: the vtable's poll function */
+};
+
+static int by_pair(const void *a, const void *b)
+{
+        const struct call_pair *x = a, *y = b;
+
+        if (x->callee != y->callee)
+                return x->callee < y->callee ? -1 : 1;
+        return x->owner < y->owner ? -1 : x->owner > y->owner;
+}
+
+/* Callees that the poll or shutdown of three or more task types call
+ * (panic cleanup, allocator, Arc drop_slow, ...): never a type's own complete. */
+static int shared_callees(struct plan_builder *b, const struct entry_set *known, struct entry_set *shared)
+{
+        uint64_t calls[MAX_CALLEES];
+        struct call_pair *pairs = NULL;
+        size_t n = 0, cap = 0, scap = 0;
+        int r = 0;
+
+        for (size_t i = 0; i < b->vs.n && r == 0; i++)
+                for (int k = 0; k <= 6 && r == 0; k += 6) {
+                        size_t nc = code_callees(b->img, b->vs.v[i].fn[k], known, calls, MAX_CALLEES);
+
+                        if (n + nc > cap) {
+                                size_t ncap = (n + nc) * 2;
+                                struct call_pair *np = realloc(pairs, ncap * sizeof(*np));
+
+                                if (!np) {
+                                        r = -ENOMEM;
+                                        break;
+                                }
+                                pairs = np;
+                                cap = ncap;
+                        }
+                        for (size_t j = 0; j < nc; j++)
+                                pairs[n++] = (struct call_pair){ calls[j], b->vs.v[i].fn[0] };
+                }
+        if (r == 0 && n)
+                qsort(pairs, n, sizeof(*pairs), by_pair);
+        /* Identical code folding may merge the completes of two or so task
+         * types; the helpers are called by most of them. */
+        for (size_t i = 0, owners = 0; i < n && r == 0; i++) {
+                if (i && pairs[i].callee != pairs[i - 1].callee)
+                        owners = 0;
+                owners += !i || pairs[i].callee != pairs[i - 1].callee || pairs[i].owner != pairs[i - 1].owner;
+                if (owners == 3)
+                        r = entry_push(shared, &scap, pairs[i].callee);
+        }
+        free(pairs);
+        return r;
+}
+
+/* Function entries we can be sure of without symbols: every vtable slot,
+ * where its leading jumps lead, and every direct call target in the poll
+ * and shutdown bodies (swept without bounds: a sweep that runs on into the
+ * next function still finds real calls there). They bound the sweeps. */
+static int known_entries(struct plan_builder *b, struct entry_set *e)
+{
+        uint64_t calls[MAX_CALLEES];
+        size_t cap = 0;
+
+        for (size_t i = 0; i < b->vs.n; i++)
+                for (int k = 0; k < 7; k++) {
+                        uint64_t fn = b->vs.v[i].fn[k];
+
+                        if (entry_push(e, &cap, fn) < 0 || entry_push(e, &cap, plan_follow_jumps(b->img, fn)) < 0)
+                                return -ENOMEM;
+                        if (k != 0 && k != 6)
+                                continue;
+                        size_t n = code_callees(b->img, fn, NULL, calls, MAX_CALLEES);
+                        for (size_t j = 0; j < n; j++)
+                                if (entry_push(e, &cap, calls[j]) < 0)
+                                        return -ENOMEM;
+                }
+        qsort(e->v, e->n, sizeof(*e->v), cmp_u64);
+        size_t w = 0;
+        for (size_t i = 0; i < e->n; i++)
+                if (!w || e->v[w - 1] != e->v[i])
+                        e->v[w++] = e->v[i];
+        e->n = w;
+        return 0;
+}
+
 int plan_complete_route(struct plan_builder *b, struct probe_plan *plan)
 {
+        struct entry_set known = { 0 }, shared = { 0 };
         bool by_symbols = false;
+        int r = known_entries(b, &known);
+
+        if (r == 0)
+                r = shared_callees(b, &known, &shared);
+        if (r < 0) {
+                free(known.v);
+                free(shared.v);
+                return r;
+        }
 
         for (size_t i = 0; i < b->n; i++)
                 by_symbols |= b->pts[i].kind == PROBE_COMPLETE;
         for (size_t i = 0; i < b->vs.n; i++) {
                 const struct task_vtable *v = &b->vs.v[i];
-                uint64_t at = vtable_complete(b->img, v);
+                uint64_t at = vtable_complete(b->img, &known, &shared, v);
                 struct probe_point *p;
 
                 if (!at) {
@@ -201,19 +384,25 @@ int plan_complete_route(struct plan_builder *b, struct probe_plan *plan)
                 }
                 if (!p) {
                         p = plan_point_add(b, PROBE_COMPLETE, at);
-                        if (!p)
-                                return -ENOMEM;
+                        if (!p) {
+                                r = -ENOMEM;
+                                break;
+                        }
                         p->value_from = PROBE_ARG0;
                         /* A complete the symbol rules missed keeps its own name. */
                         struct func_sym *fs = by_symbols ? symtab_lookup(&b->st, at) : NULL;
 
                         if (fs ? !(p->label = strdup(func_sym_name(fs))) :
-                            asprintf(&p->label, "Harness::complete of task vtable 0x%" PRIx64, v->vaddr) < 0)
-                                return -ENOMEM;
+                            asprintf(&p->label, "Harness::complete of task vtable 0x%" PRIx64, v->vaddr) < 0) {
+                                r = -ENOMEM;
+                                break;
+                        }
                 }
                 if (!(p->sources & PROBE_FROM_VTABLE_SCAN))
                         plan->completes_by_scan++;
                 p->sources |= PROBE_FROM_VTABLE_SCAN;
         }
-        return 0;
+        free(known.v);
+        free(shared.v);
+        return r;
 }

@@ -179,6 +179,18 @@ static int decode_vex(const uint8_t *p, size_t n, int at)
         return op_at + 1 + m + imm;
 }
 
+/* Every instruction decoded gets its class name: no printf on this path
+ * (whole function bodies are swept, see plan_complete.c). */
+static void set_what(struct x86_insn *out, const char *what)
+{
+        size_t n = strlen(what);
+
+        if (n >= sizeof(out->what))
+                n = sizeof(out->what) - 1;
+        memcpy(out->what, what, n);
+        out->what[n] = 0;
+}
+
 static void classify(const uint8_t *p, const struct prefixes *px, int op_at, struct x86_insn *out)
 {
         uint8_t op = p[op_at];
@@ -186,34 +198,39 @@ static void classify(const uint8_t *p, const struct prefixes *px, int op_at, str
         out->cls = PROBE_INSN_SSTEP;
         if (is_kernel_nop(p, out->len)) {
                 out->cls = PROBE_INSN_EMULATED;
-                snprintf(out->what, sizeof(out->what), "nop");
+                set_what(out, "nop");
                 return;
         }
         if (op >= 0x50 && op <= 0x57 && px->n == 0 && (!px->rex || px->rex == 0x41)) {
                 out->cls = PROBE_INSN_EMULATED;
-                snprintf(out->what, sizeof(out->what), "push %%reg");
+                set_what(out, "push %reg");
                 return;
         }
         if ((out->is_jmp_rel || out->is_call_rel || (op >= 0x70 && op <= 0x7f) ||
              (op == 0x0f && p[op_at + 1] >= 0x80 && p[op_at + 1] <= 0x8f)) && !px->opsize) {
                 out->cls = PROBE_INSN_EMULATED;
-                snprintf(out->what, sizeof(out->what), out->is_call_rel ? "call rel" : "jmp rel");
+                set_what(out, out->is_call_rel ? "call rel" : "jmp rel");
                 return;
         }
         if (out->is_ret)
-                snprintf(out->what, sizeof(out->what), "ret");
+                set_what(out, "ret");
         else if (op == 0x0f && out->len >= op_at + 3 && p[op_at + 1] == 0x1e && p[op_at + 2] == 0xfa)
-                snprintf(out->what, sizeof(out->what), "endbr64");
+                set_what(out, "endbr64");
         else if (op == 0x68 || op == 0x6a)
-                snprintf(out->what, sizeof(out->what), "push $imm");
+                set_what(out, "push $imm");
         else if ((op == 0x81 || op == 0x83) && ((p[op_at + 1] >> 3) & 7) == 5)
-                snprintf(out->what, sizeof(out->what), "sub $imm");
+                set_what(out, "sub $imm");
         else if (op >= 0x88 && op <= 0x8b)
-                snprintf(out->what, sizeof(out->what), "mov");
+                set_what(out, "mov");
         else if (op == 0x8d)
-                snprintf(out->what, sizeof(out->what), "lea");
-        else
-                snprintf(out->what, sizeof(out->what), "op %02x", op);
+                set_what(out, "lea");
+        else {
+                static const char hex[] = "0123456789abcdef";
+
+                set_what(out, "op xx");
+                out->what[3] = hex[op >> 4];
+                out->what[4] = hex[op & 15];
+        }
 }
 
 void x86_decode(const uint8_t *p, size_t n, struct x86_insn *out)
