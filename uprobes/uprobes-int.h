@@ -128,19 +128,6 @@ struct vtable_scan {
 int vtable_scan_run(const struct elf_image *img, struct vtable_scan *vs);
 void vtable_scan_free(struct vtable_scan *vs);
 
-/* ---- plan_complete.c: Harness::complete found from the task vtables ----- */
-
-/* Direct call (and tail-jump) targets of the function at vaddr, found by a
- * linear sweep that ends at the first terminator no forward branch passes.
- * Sorted, unique; returns the count (0 if undecodable), at most max. */
-struct entry_set {
-        uint64_t *v;            /* sorted function entries */
-        size_t n;
-};
-/* known: entries that bound the sweep and mark tail calls; NULL: at most 16 KiB. */
-size_t code_callees(const struct elf_image *img, uint64_t vaddr, const struct entry_set *known, uint64_t *out,
-                    size_t max);
-
 /* ---- x86_insn.c: just enough x86-64 decoding ----------------------------- */
 
 struct x86_insn {
