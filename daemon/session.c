@@ -109,9 +109,8 @@ static json_t *routes_json(const struct session *s)
         const struct probe_plan *p = s->plan;
         bool sched = s->probes & D9_PROBES_SCHED;
         bool has[PROBE_KIND_MAX] = { false };
-
         bool complete_by_symbols = false, wake_by_symbols = false, by_ref = false;
-        char wake[160];
+        char wake[160], term[200];
 
         for (size_t i = 0; p && i < p->n_points; i++) {
                 const struct probe_point *pt = &p->points[i];
@@ -128,12 +127,14 @@ static json_t *routes_json(const struct session *s)
         snprintf(wake, sizeof(wake), "uprobe waker::wake_by_val%s%s",
                  by_ref ? " and wake_by_ref" : " (wake_by_ref not attached: wakes by reference are not traced)",
                  wake_by_symbols ? "" : ", found through the task waker vtable");
+        /* From the vtables, types whose complete was not singled out get none. */
+        snprintf(term, sizeof(term), "uprobe Harness::complete, found as the callee of each task vtable's poll and "
+                 "shutdown%s", p && p->completes_unfound ? " (not for every task type: see missing)" : "");
         return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s}",
                 "poll", has[PROBE_POLL] ? "uprobe raw::poll (plan points)" : "none",
                 "spawn", has[PROBE_SPAWN] ? "uprobe OwnedTasks::bind" :
                          has[PROBE_POLL] && (s->probes & D9_PROBES_SPAWN) ? "first poll of a new task id" : "none",
-                "terminate", !has[PROBE_COMPLETE] ? "none" : complete_by_symbols ? "uprobe Harness::complete" :
-                             "uprobe Harness::complete, found as the callee of each task vtable's poll and shutdown",
+                "terminate", !has[PROBE_COMPLETE] ? "none" : complete_by_symbols ? "uprobe Harness::complete" : term,
                 "wake", has[PROBE_WAKE] ? wake : "none",
                 "park", has[PROBE_PARK] ? "uprobe worker park function" :
                         sched && has[PROBE_POLL] ? "sched_switch: worker switch-out with no poll open" : "none",
