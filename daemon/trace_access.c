@@ -58,7 +58,12 @@ int trace_access_grant(int fd, uid_t reader, bool dir, bool list)
                 acl.e[n++] = (struct acl_entry){ TAG_USER, rd, reader };
                 any = true;
         }
-        acl.e[n++] = (struct acl_entry){ TAG_GROUP_OBJ, 0, (uint32_t)-1 };
+        /* A traverse-only folder lets its owning group through as it lets
+         * others: ACL checks stop at the first class that matches, so a
+         * member of d9d's own group (every d9ctl user) would otherwise be
+         * refused the x that "other" gets, and could not reach even the
+         * traces recorded under its own uid. */
+        acl.e[n++] = (struct acl_entry){ TAG_GROUP_OBJ, dir && !list ? 1 : 0, (uint32_t)-1 };
         if (readers_gid != (gid_t)-1) {
                 acl.e[n++] = (struct acl_entry){ TAG_GROUP, dir ? 5 : 4, readers_gid };
                 any = true;
