@@ -37,6 +37,14 @@ class Tap:
         sys.exit(1)
 
 
+def _die_with_parent():
+    """A test killed by its timeout must not leave its d9d (and its BPF
+    programs) running into the next tests: SIGTERM it when the test dies."""
+    import ctypes
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 class D9d:
     """A d9d process private to one test."""
 
@@ -54,7 +62,7 @@ class D9d:
         for k, v in self.settings.items():
             args += ["--set", f"{k}={v}"]
         self.log = open(self.logpath, "a")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
         deadline = time.time() + 15
         while time.time() < deadline:
             if self.proc.poll() is not None:
