@@ -1,5 +1,6 @@
 /* report_text.c: the one-screen text form of d9ctl report's JSON document. */
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -63,9 +64,27 @@ static void print_polls(FILE *out, const char *title, const json_t *list, const 
         }
 }
 
+/* One line per row: its length in ms (from key), worker, task, future. */
+static void print_rows(FILE *out, const json_t *list, const char *key, bool worker, const char *none)
+{
+        size_t i;
+        const json_t *v;
+
+        if (!json_array_size(list))
+                fprintf(out, "  %s\n", none);
+        json_array_foreach(list, i, v) {
+                const char *future = json_string_value(json_object_get(v, "future"));
+                fprintf(out, "  %9.3f ms  ", ms(v, key));
+                if (worker)
+                        fprintf(out, "worker %-3d ", (int)json_integer_value(json_object_get(v, "worker")));
+                fprintf(out, "task %-8" JSON_INTEGER_FORMAT " %s\n", json_integer_value(json_object_get(v, "task")),
+                        future ? future : "(unknown future)");
+        }
+}
+
 void report_print_text(FILE *out, const json_t *doc)
 {
-        const json_t *meta = json_object_get(doc, "metadata"), *v, *list;
+        const json_t *meta = json_object_get(doc, "metadata"), *v;
         const char *service = json_string_value(json_object_get(meta, "service"));
         const char *pid = json_string_value(json_object_get(meta, "pid"));
         size_t i;
@@ -87,26 +106,11 @@ void report_print_text(FILE *out, const json_t *doc)
                     json_object_get(doc, "blocking_in_polls"), "offcpu_samples");
 
         fputs("\nLongest wake-to-poll delays\n", out);
-        list = json_object_get(doc, "longest_wake_to_poll");
-        if (!json_array_size(list))
-                fputs("  none (no wake events in the trace)\n", out);
-        json_array_foreach(list, i, v) {
-                const char *future = json_string_value(json_object_get(v, "future"));
-                fprintf(out, "  %9.3f ms  worker %-3d task %-8" JSON_INTEGER_FORMAT " %s\n", ms(v, "delay_ns"),
-                        (int)json_integer_value(json_object_get(v, "worker")),
-                        json_integer_value(json_object_get(v, "task")), future ? future : "(unknown future)");
-        }
-
+        print_rows(out, json_object_get(doc, "longest_wake_to_poll"), "delay_ns", true,
+                   "none (no wake events in the trace)");
         fprintf(out, "\nLongest blocking-pool jobs (spawn_blocking and the like: not on a worker; %" JSON_INTEGER_FORMAT
                 " in all)\n", json_integer_value(json_object_get(doc, "blocking_pool_jobs")));
-        list = json_object_get(doc, "longest_blocking_pool_jobs");
-        if (!json_array_size(list))
-                fputs("  none\n", out);
-        json_array_foreach(list, i, v) {
-                const char *future = json_string_value(json_object_get(v, "future"));
-                fprintf(out, "  %9.3f ms  task %-8" JSON_INTEGER_FORMAT " %s\n", ms(v, "duration_ns"),
-                        json_integer_value(json_object_get(v, "task")), future ? future : "(unknown future)");
-        }
+        print_rows(out, json_object_get(doc, "longest_blocking_pool_jobs"), "duration_ns", false, "none");
 
         fputs("\nWorkers (share of the recording)\n  worker  polls      busy   parked  other  sched wait\n", out);
         json_array_foreach(json_object_get(doc, "workers"), i, v) {
