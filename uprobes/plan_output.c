@@ -147,9 +147,11 @@ void probe_plan_print(const struct probe_plan *plan, FILE *out, bool all_points)
         fprintf(out, "terminate:      %zu Harness::complete found from the vtables, %zu vtables without one%s\n",
                 plan->completes_by_scan, plan->completes_unfound,
                 plan->completes_scan_wrong ? " (SCAN PICKED A NON-complete)" : "");
-        fprintf(out, "wake:           task waker vtable %s0x%" PRIx64 "%s\n", plan->waker_vtable ? "" : "not found ",
-                plan->waker_vtable,
-                !plan->has_symbols || !plan->waker_vtable ? "" :
+        if (!plan->waker_vtable)
+                fprintf(out, "wake:           task waker vtable not found: no wake points from it\n");
+        else
+                fprintf(out, "wake:           task waker vtable 0x%" PRIx64 "%s\n", plan->waker_vtable,
+                !plan->has_symbols ? "" :
                 plan->waker_scan_agrees ? " (its wake slots are the symbols' wake_by_val, wake_by_ref)" :
                 " (SCAN DISAGREES WITH SYMBOLS)");
         fprintf(out, "planned in:     %.1f ms\n\n", plan->elapsed_ms);
