@@ -13,6 +13,7 @@
 
 #include "d9ctl.h"
 #include "d9proto.h"
+#include "trace_read.h"
 
 enum dump_mode { DUMP_TEXT, DUMP_JSON, DUMP_SUMMARY };
 
@@ -20,13 +21,6 @@ struct type_count {
         char *name;
         char *signature; /* "field: Type, ..." of the first schema seen */
         uint64_t events;
-};
-
-/* addr -> name from the file's SymbolTableEntry records (depth 0 only:
- * the function that contains addr), sorted by addr for lookup. */
-struct symbol {
-        uint64_t addr;
-        char *name;
 };
 
 struct dump {
@@ -37,61 +31,14 @@ struct dump {
         uint64_t first_ts, last_ts;
         bool any_ts;
         uint64_t untimed;       /* ts = 0 records (symbols, metadata): not in the time span */
-        struct symbol *syms;
-        size_t nsyms, syms_cap;
+        struct trace_symbols syms; /* names of callchain addresses, for text */
 };
-
-static int sym_cmp(const void *a, const void *b)
-{
-        const struct symbol *x = a, *y = b;
-
-        return x->addr < y->addr ? -1 : x->addr > y->addr;
-}
-
-static const char *sym_lookup(const struct dump *d, uint64_t addr)
-{
-        struct symbol key = { .addr = addr }, *s;
-
-        s = d->nsyms ? bsearch(&key, d->syms, d->nsyms, sizeof(key), sym_cmp) : NULL;
-        return s ? s->name : NULL;
-}
-
-static const struct d9_value *field(const struct d9_dec_event *ev, const char *name)
-{
-        for (uint16_t i = 0; i < ev->schema->nfields; i++)
-                if (!strcmp(ev->schema->fields[i].name, name))
-                        return &ev->values[i];
-        return NULL;
-}
 
 /* First pass of text mode: collect the names (they are appended after the
  * events that use them). */
 static int on_symbol(const struct d9_dec_event *ev, void *ctx)
 {
-        struct dump *d = ctx;
-        const struct d9_value *addr, *name, *depth;
-
-        if (strcmp(ev->schema->name, "SymbolTableEntry"))
-                return 0;
-        addr = field(ev, "addr");
-        name = field(ev, "symbol_name");
-        depth = field(ev, "inline_depth");
-        if (!addr || !name || !addr->present || !name->present || !name->resolved || (depth && depth->u))
-                return 0;
-        if (d->nsyms == d->syms_cap) {
-                size_t cap = d->syms_cap ? d->syms_cap * 2 : 256;
-                struct symbol *n = realloc(d->syms, cap * sizeof(*n));
-                if (!n)
-                        return -ENOMEM;
-                d->syms = n;
-                d->syms_cap = cap;
-        }
-        d->syms[d->nsyms].addr = addr->u;
-        d->syms[d->nsyms].name = strndup(name->str.p, name->str.len);
-        if (!d->syms[d->nsyms].name)
-                return -ENOMEM;
-        d->nsyms++;
-        return 0;
+        return trace_symbols_add(&((struct dump *)ctx)->syms, ev);
 }
 
 static void put_str(FILE *out, const char *p, size_t len)
@@ -184,7 +131,7 @@ static void put_value(const struct dump *d, const struct d9_value *v)
                  * themselves); text names the frames the file names. */
                 for (uint32_t i = 0; i < v->stack.n; i++) {
                         uint64_t a = d9_value_stack_addr(v, i);
-                        const char *name = json ? NULL : sym_lookup(d, a);
+                        const char *name = json ? NULL : trace_symbols_name(&d->syms, a);
 
                         if (name)
                                 fprintf(d->out, "%s%s", i ? ", " : "", name);
@@ -320,11 +267,7 @@ static void dump_reset(struct dump *d)
         d->ntypes = 0;
         d->any_ts = false;
         d->untimed = 0;
-        for (size_t i = 0; i < d->nsyms; i++)
-                free(d->syms[i].name);
-        free(d->syms);
-        d->syms = NULL;
-        d->nsyms = d->syms_cap = 0;
+        trace_symbols_clear(&d->syms);
 }
 
 static int dump_file(struct dump *d, const char *path, bool strict)
@@ -334,21 +277,11 @@ static int dump_file(struct dump *d, const char *path, bool strict)
         enum d9_compress kind;
         uint8_t *buf;
         size_t len;
-        int r = d9_read_trace_file(path, &buf, &len, &kind);
+        char why[4200];
+        int r = trace_load(path, &buf, &len, &kind, why, sizeof(why));
 
-        if (r == -EBADMSG || r == -EPIPE) {
-                fprintf(stderr, "d9ctl: %s: corrupt or truncated %s data, cannot decompress\n", path,
-                        kind == D9_COMPRESS_GZIP ? "gzip" : "zstd");
-                return 1;
-        }
-        if (r == -EFBIG) {
-                fprintf(stderr, "d9ctl: %s: expands to more than %ux its size (at least %zu MiB): "
-                                "not a trace segment, not decompressed\n",
-                        path, D9_DECOMPRESS_RATIO, D9_DECOMPRESS_MIN_CAP >> 20);
-                return 1;
-        }
         if (r < 0) {
-                fprintf(stderr, "d9ctl: %s: cannot read: %s\n", path, strerror(-r));
+                fprintf(stderr, "d9ctl: %s\n", why);
                 return 1;
         }
         if (d->mode == DUMP_TEXT) {
@@ -357,8 +290,7 @@ static int dump_file(struct dump *d, const char *path, bool strict)
                 /* A damaged file is reported by the printing pass below;
                  * the names read up to the damage still apply. */
                 (void)d9_decode(buf, len, &first, &res);
-                if (d->nsyms)
-                        qsort(d->syms, d->nsyms, sizeof(*d->syms), sym_cmp);
+                trace_symbols_sort(&d->syms);
                 fprintf(d->out, "# %s\n", path);
         }
         r = d9_decode(buf, len, &opts, &res);

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "d9proto.h"
+#include "trace_read.h"
 
 #define NWORKERS 256          /* worker ids are u8-sized: 254 blocking, 255 other */
 #define MAX_FRAMES 48
@@ -35,11 +36,6 @@ struct sample {
         uint8_t worker, source;
         uint8_t n;
         uint64_t frames[MAX_FRAMES];
-};
-
-struct symbol {
-        uint64_t addr;
-        char *name;
 };
 
 struct wake {
@@ -67,8 +63,7 @@ struct report {
         size_t npolls, cap_polls, polls_dropped;
         struct sample *samples;
         size_t nsamples, cap_samples, samples_dropped;
-        struct symbol *syms;
-        size_t nsyms, cap_syms;
+        struct trace_symbols syms;
         struct wake *wakes; /* the top longest, sorted descending */
         size_t nwakes;
         struct poll *jobs;  /* blocking-pool jobs: the top longest, descending */
@@ -82,20 +77,6 @@ struct report {
         unsigned segments;
         json_t *meta;
 };
-
-static const struct d9_value *field(const struct d9_dec_event *ev, const char *name)
-{
-        for (uint16_t i = 0; i < ev->schema->nfields; i++)
-                if (!strcmp(ev->schema->fields[i].name, name))
-                        return ev->values[i].present ? &ev->values[i] : NULL;
-        return NULL;
-}
-
-static uint64_t field_u(const struct d9_dec_event *ev, const char *name)
-{
-        const struct d9_value *v = field(ev, name);
-        return v ? v->u : 0;
-}
 
 static bool grow(void **p, size_t *cap, size_t need, size_t size)
 {
@@ -175,9 +156,9 @@ static void keep_wake(struct report *r, const struct wake *w)
 /* D9BlockingPollEvent: a spawn_blocking job, written at its end. */
 static void on_blocking_poll(struct report *r, const struct d9_dec_event *ev)
 {
-        uint64_t d = field_u(ev, "duration_ns");
-        struct poll p = { ev->ts > d ? ev->ts - d : 0, ev->ts, field_u(ev, "task_id"), 254,
-                          intern(r, field(ev, "spawn_loc")) };
+        uint64_t d = trace_field_u(ev, "duration_ns");
+        struct poll p = { ev->ts > d ? ev->ts - d : 0, ev->ts, trace_field_u(ev, "task_id"), 254,
+                          intern(r, trace_field(ev, "spawn_loc")) };
 
         r->total_jobs++;
         if (r->njobs == r->top && (r->top == 0 || d <= r->jobs[r->njobs - 1].end - r->jobs[r->njobs - 1].start))
@@ -192,15 +173,15 @@ static void on_blocking_poll(struct report *r, const struct d9_dec_event *ev)
 
 static void on_poll_start(struct report *r, const struct d9_dec_event *ev)
 {
-        uint8_t id = (uint8_t)field_u(ev, "worker_id");
+        uint8_t id = (uint8_t)trace_field_u(ev, "worker_id");
         struct worker *w = &r->w[id];
-        uint64_t task = field_u(ev, "task_id");
+        uint64_t task = trace_field_u(ev, "task_id");
 
         w->seen = true;
         w->in_poll = true;
         w->poll_start = ev->ts;
         w->poll_task = task;
-        w->poll_future = intern(r, field(ev, "spawn_loc"));
+        w->poll_future = intern(r, trace_field(ev, "spawn_loc"));
         r->total_polls++;
         w->polls++;
         struct wake_slot *s = slot_of(r, task, false);
@@ -214,7 +195,7 @@ static void on_poll_start(struct report *r, const struct d9_dec_event *ev)
 
 static void on_poll_end(struct report *r, const struct d9_dec_event *ev)
 {
-        struct worker *w = &r->w[(uint8_t)field_u(ev, "worker_id")];
+        struct worker *w = &r->w[(uint8_t)trace_field_u(ev, "worker_id")];
 
         if (!w->in_poll || ev->ts < w->poll_start)
                 return;
@@ -234,7 +215,7 @@ static void on_poll_end(struct report *r, const struct d9_dec_event *ev)
 
 static void on_park(struct report *r, const struct d9_dec_event *ev, bool park)
 {
-        struct worker *w = &r->w[(uint8_t)field_u(ev, "worker_id")];
+        struct worker *w = &r->w[(uint8_t)trace_field_u(ev, "worker_id")];
 
         w->seen = true;
         if (park) {
@@ -243,13 +224,13 @@ static void on_park(struct report *r, const struct d9_dec_event *ev, bool park)
         } else if (w->parked && ev->ts >= w->park_start) {
                 w->parked = false;
                 w->parked_ns += ev->ts - w->park_start;
-                w->sched_wait_ns += field_u(ev, "sched_wait_ns");
+                w->sched_wait_ns += trace_field_u(ev, "sched_wait_ns");
         }
 }
 
 static void on_wake(struct report *r, const struct d9_dec_event *ev)
 {
-        struct wake_slot *s = slot_of(r, field_u(ev, "woken_task_id"), true);
+        struct wake_slot *s = slot_of(r, trace_field_u(ev, "woken_task_id"), true);
 
         if (s && !s->ts)
                 s->ts = ev->ts;
@@ -257,7 +238,7 @@ static void on_wake(struct report *r, const struct d9_dec_event *ev)
 
 static void on_sample(struct report *r, const struct d9_dec_event *ev)
 {
-        const struct d9_value *chain = field(ev, "callchain");
+        const struct d9_value *chain = trace_field(ev, "callchain");
 
         if (r->nsamples >= MAX_KEPT ||
             !grow((void **)&r->samples, &r->cap_samples, r->nsamples + 1, sizeof(*r->samples))) {
@@ -266,28 +247,16 @@ static void on_sample(struct report *r, const struct d9_dec_event *ev)
         }
         struct sample *s = &r->samples[r->nsamples++];
         s->ts = ev->ts;
-        s->worker = (uint8_t)field_u(ev, "worker_id");
-        s->source = (uint8_t)field_u(ev, "source");
+        s->worker = (uint8_t)trace_field_u(ev, "worker_id");
+        s->source = (uint8_t)trace_field_u(ev, "source");
         s->n = 0;
         for (uint32_t i = 0; chain && i < chain->stack.n && s->n < MAX_FRAMES; i++)
                 s->frames[s->n++] = d9_value_stack_addr(chain, i);
 }
 
-static void on_symbol(struct report *r, const struct d9_dec_event *ev)
-{
-        const struct d9_value *name = field(ev, "symbol_name");
-
-        if (!name || !name->resolved || field_u(ev, "inline_depth") ||
-            !grow((void **)&r->syms, &r->cap_syms, r->nsyms + 1, sizeof(*r->syms)))
-                return;
-        char *s = strndup(name->str.p, name->str.len);
-        if (s)
-                r->syms[r->nsyms++] = (struct symbol){ field_u(ev, "addr"), s };
-}
-
 static void on_metadata(struct report *r, const struct d9_dec_event *ev)
 {
-        const struct d9_value *m = field(ev, "entries");
+        const struct d9_value *m = trace_field(ev, "entries");
         struct d9_value_iter it;
         struct d9_value k, v;
 
@@ -328,14 +297,14 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
         else if (!strcmp(name, "CpuSampleEvent"))
                 on_sample(r, ev);
         else if (!strcmp(name, "SymbolTableEntry"))
-                on_symbol(r, ev);
+                return trace_symbols_add(&r->syms, ev);
         else if (!strcmp(name, "SegmentMetadataEvent"))
                 on_metadata(r, ev);
         else if (!strcmp(name, "D9LostEventsEvent"))
-                r->lost += field_u(ev, "lost");
+                r->lost += trace_field_u(ev, "lost");
         else if (!strcmp(name, "D9ShortOffCpuEvent")) {
-                r->short_offcpu += field_u(ev, "intervals");
-                r->short_offcpu_ns += field_u(ev, "total_ns");
+                r->short_offcpu += trace_field_u(ev, "intervals");
+                r->short_offcpu_ns += trace_field_u(ev, "total_ns");
         }
         return 0;
 }
@@ -363,10 +332,8 @@ void report_free(struct report *r)
                 return;
         for (size_t i = 0; i < r->nstrings; i++)
                 free(r->strings[i]);
-        for (size_t i = 0; i < r->nsyms; i++)
-                free(r->syms[i].name);
         free(r->strings);
-        free(r->syms);
+        trace_symbols_clear(&r->syms);
         free(r->polls);
         free(r->samples);
         free(r->wakes);
@@ -379,39 +346,24 @@ void report_free(struct report *r)
 int report_add_file(struct report *r, const char *path, char *why, size_t why_len)
 {
         struct d9_dec_opts opts = { .strict = false, .on_event = on_event, .ctx = r };
-        struct d9_dec_result res = { 0 };
-        enum d9_compress kind;
         uint8_t *buf;
         size_t len;
-        int e = d9_read_trace_file(path, &buf, &len, &kind);
+        int e = trace_load(path, &buf, &len, NULL, why, why_len);
 
-        if (e < 0) {
-                snprintf(why, why_len, "%s: cannot read: %s", path, strerror(-e));
+        if (e < 0)
                 return e;
-        }
         /* A poll or park open at the end of the previous segment continues
          * in this one only if the writer said so; d9d restarts them. */
         for (int i = 0; i < NWORKERS; i++)
                 r->w[i].in_poll = r->w[i].parked = false;
-        e = d9_decode(buf, len, &opts, &res);
+        e = trace_decode(path, buf, len, &opts, NULL, why, why_len);
         free(buf);
-        if (e == -EBADMSG)
-                snprintf(why, why_len, "%s: corrupt trace at offset %zu: %s", path, res.error_offset,
-                         res.error);
-        else if (e < 0)
-                snprintf(why, why_len, "%s: %s", path, strerror(-e));
-        else
+        if (!e)
                 r->segments++;
         return e;
 }
 
 /* ---- analysis ------------------------------------------------------------ */
-
-static int sym_cmp(const void *a, const void *b)
-{
-        const struct symbol *x = a, *y = b;
-        return x->addr < y->addr ? -1 : x->addr > y->addr;
-}
 
 static int sample_cmp(const void *a, const void *b)
 {
@@ -428,13 +380,6 @@ static int poll_cmp_desc(const void *a, const void *b)
         return dx < dy ? 1 : dx > dy ? -1 : 0;
 }
 
-static const char *sym_name(const struct report *r, uint64_t addr)
-{
-        struct symbol key = { .addr = addr };
-        const struct symbol *s = bsearch(&key, r->syms, r->nsyms, sizeof(key), sym_cmp);
-        return s ? s->name : NULL;
-}
-
 /* Frames leaf first, named where the segment names them. */
 static json_t *stack_json(const struct report *r, const struct sample *s)
 {
@@ -442,7 +387,7 @@ static json_t *stack_json(const struct report *r, const struct sample *s)
         char hex[32];
 
         for (uint8_t i = 0; i < s->n; i++) {
-                const char *n = sym_name(r, s->frames[i]);
+                const char *n = trace_symbols_name(&r->syms, s->frames[i]);
                 if (!n) {
                         snprintf(hex, sizeof(hex), "0x%llx", (unsigned long long)s->frames[i]);
                         n = hex;
@@ -504,7 +449,7 @@ static json_t *poll_json(const struct report *r, const struct poll *p, int sourc
 
 json_t *report_result(struct report *r)
 {
-        qsort(r->syms, r->nsyms, sizeof(*r->syms), sym_cmp);
+        trace_symbols_sort(&r->syms);
         qsort(r->samples, r->nsamples, sizeof(*r->samples), sample_cmp);
         qsort(r->polls, r->npolls, sizeof(*r->polls), poll_cmp_desc);
 

@@ -1,0 +1,182 @@
+/* trace_read.c: see trace_read.h. */
+#include "trace_read.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+int trace_load(const char *path, uint8_t **buf, size_t *len, enum d9_compress *kind, char *why,
+               size_t why_len)
+{
+        enum d9_compress own;
+        int e = d9_read_trace_file(path, buf, len, kind ? kind : &own);
+
+        if (e == -EBADMSG || e == -EPIPE)
+                snprintf(why, why_len, "%s: corrupt or truncated %s data, cannot decompress", path,
+                         *(kind ? kind : &own) == D9_COMPRESS_GZIP ? "gzip" : "zstd");
+        else if (e == -EFBIG)
+                snprintf(why, why_len,
+                         "%s: expands to more than %ux its size (at least %zu MiB): not a trace segment, "
+                         "not decompressed",
+                         path, D9_DECOMPRESS_RATIO, D9_DECOMPRESS_MIN_CAP >> 20);
+        else if (e < 0)
+                snprintf(why, why_len, "%s: cannot read: %s", path, strerror(-e));
+        return e;
+}
+
+int trace_decode(const char *path, const uint8_t *buf, size_t len, const struct d9_dec_opts *opts,
+                 struct d9_dec_result *res, char *why, size_t why_len)
+{
+        struct d9_dec_result own = { 0 };
+        int e;
+
+        res = res ? res : &own;
+        e = d9_decode(buf, len, opts, res);
+        if (e == -EBADMSG)
+                snprintf(why, why_len, "%s: corrupt trace at offset %zu: %s", path, res->error_offset,
+                         res->error);
+        else if (e < 0)
+                snprintf(why, why_len, "%s: %s", path, strerror(-e));
+        return e;
+}
+
+static int is_trace_name(const char *n)
+{
+        static const char *const ends[] = { ".bin", ".bin.gz", ".bin.zst" };
+        size_t len = strlen(n);
+
+        for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++) {
+                size_t e = strlen(ends[i]);
+                if (len > e && !strcmp(n + len - e, ends[i]))
+                        return 1;
+        }
+        return 0;
+}
+
+static int path_cmp(const void *a, const void *b)
+{
+        return strverscmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int push(char ***paths, size_t *n, char *p)
+{
+        char **more = p ? realloc(*paths, (*n + 1) * sizeof(**paths)) : NULL;
+
+        if (!more) {
+                free(p);
+                return -ENOMEM;
+        }
+        *paths = more;
+        (*paths)[(*n)++] = p;
+        return 0;
+}
+
+int trace_paths_add(const char *arg, char ***paths, size_t *n, char *why, size_t why_len)
+{
+        struct stat st;
+
+        if (stat(arg, &st) != 0 || !S_ISDIR(st.st_mode))
+                return push(paths, n, strdup(arg));
+
+        DIR *d = opendir(arg);
+        if (!d) {
+                int e = -errno;
+                snprintf(why, why_len, "%s: %s", arg, strerror(-e));
+                return e;
+        }
+        size_t first = *n;
+        struct dirent *de;
+        int e = 0;
+        while (!e && (de = readdir(d)))
+                if (is_trace_name(de->d_name)) {
+                        char *p = NULL;
+                        e = asprintf(&p, "%s/%s", arg, de->d_name) < 0 ? -ENOMEM : push(paths, n, p);
+                }
+        closedir(d);
+        if (e == -ENOMEM)
+                snprintf(why, why_len, "%s: out of memory", arg);
+        else if (*n == first) {
+                snprintf(why, why_len, "%s: no trace files (*.bin, *.bin.gz, *.bin.zst) in it", arg);
+                e = -ENOENT;
+        }
+        if (!e)
+                qsort(*paths + first, *n - first, sizeof(**paths), path_cmp);
+        return e;
+}
+
+void trace_paths_free(char **paths, size_t n)
+{
+        for (size_t i = 0; i < n; i++)
+                free(paths[i]);
+        free(paths);
+}
+
+const struct d9_value *trace_field(const struct d9_dec_event *ev, const char *name)
+{
+        for (uint16_t i = 0; i < ev->schema->nfields; i++)
+                if (!strcmp(ev->schema->fields[i].name, name))
+                        return ev->values[i].present ? &ev->values[i] : NULL;
+        return NULL;
+}
+
+uint64_t trace_field_u(const struct d9_dec_event *ev, const char *name)
+{
+        const struct d9_value *v = trace_field(ev, name);
+
+        return v ? v->u : 0;
+}
+
+int trace_symbols_add(struct trace_symbols *t, const struct d9_dec_event *ev)
+{
+        if (strcmp(ev->schema->name, "SymbolTableEntry"))
+                return 0;
+        const struct d9_value *addr = trace_field(ev, "addr"), *name = trace_field(ev, "symbol_name");
+        if (!addr || !name || !name->resolved || trace_field_u(ev, "inline_depth"))
+                return 0;
+        if (t->n == t->cap) {
+                size_t cap = t->cap ? t->cap * 2 : 256;
+                struct trace_symbol *v = realloc(t->v, cap * sizeof(*v));
+                if (!v)
+                        return -ENOMEM;
+                t->v = v;
+                t->cap = cap;
+        }
+        char *s = strndup(name->str.p, name->str.len);
+        if (!s)
+                return -ENOMEM;
+        t->v[t->n++] = (struct trace_symbol){ addr->u, s };
+        return 0;
+}
+
+static int symbol_cmp(const void *a, const void *b)
+{
+        const struct trace_symbol *x = a, *y = b;
+
+        return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+void trace_symbols_sort(struct trace_symbols *t)
+{
+        if (t->n)
+                qsort(t->v, t->n, sizeof(*t->v), symbol_cmp);
+}
+
+const char *trace_symbols_name(const struct trace_symbols *t, uint64_t addr)
+{
+        if (!t->n)
+                return NULL;
+        struct trace_symbol key = { .addr = addr };
+        const struct trace_symbol *s = bsearch(&key, t->v, t->n, sizeof(key), symbol_cmp);
+        return s ? s->name : NULL;
+}
+
+void trace_symbols_clear(struct trace_symbols *t)
+{
+        for (size_t i = 0; i < t->n; i++)
+                free(t->v[i].name);
+        free(t->v);
+        *t = (struct trace_symbols){ 0 };
+}

@@ -1,0 +1,51 @@
+/* What the d9ctl commands that read recordings (dump, report, export) share:
+ * loading one segment with a one-line reason on failure, the segments a
+ * directory stands for, a field of a decoded event by name, and the
+ * address -> name table of a segment's SymbolTableEntry records. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "d9proto.h"
+
+/* Reads and decompresses path (raw, .gz, .zst; bounded like dump). 0, or a
+ * negative errno with "PATH: reason" in why. kind may be NULL. */
+int trace_load(const char *path, uint8_t **buf, size_t *len, enum d9_compress *kind, char *why,
+               size_t why_len);
+
+/* d9_decode with "PATH: corrupt trace at offset N: reason" (or the errno's
+ * text) in why on failure. res may be NULL. */
+int trace_decode(const char *path, const uint8_t *buf, size_t len, const struct d9_dec_opts *opts,
+                 struct d9_dec_result *res, char *why, size_t why_len);
+
+/* The trace files an argument stands for: a directory gives the *.bin,
+ * *.bin.gz, *.bin.zst directly in it in version order (trace.2 before
+ * trace.10); anything else is itself. Appends strdup'ed paths to *paths. */
+int trace_paths_add(const char *arg, char ***paths, size_t *n, char *why, size_t why_len);
+void trace_paths_free(char **paths, size_t n);
+
+/* The named field of ev, or NULL when the schema has none or an optional
+ * field is absent. */
+const struct d9_value *trace_field(const struct d9_dec_event *ev, const char *name);
+/* Its unsigned value, 0 when missing. */
+uint64_t trace_field_u(const struct d9_dec_event *ev, const char *name);
+
+/* Names of callchain addresses: the depth-0 entries (the function that
+ * contains the address; inlined callers are not kept). */
+struct trace_symbol {
+        uint64_t addr;
+        char *name;
+};
+struct trace_symbols {
+        struct trace_symbol *v;
+        size_t n, cap;
+};
+
+/* Keeps ev if it is a SymbolTableEntry; 0 or -ENOMEM. */
+int trace_symbols_add(struct trace_symbols *t, const struct d9_dec_event *ev);
+/* Once all are added, before any lookup. */
+void trace_symbols_sort(struct trace_symbols *t);
+/* The name of exactly addr, or NULL. */
+const char *trace_symbols_name(const struct trace_symbols *t, uint64_t addr);
+void trace_symbols_clear(struct trace_symbols *t);
