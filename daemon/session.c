@@ -191,7 +191,7 @@ static json_t *plan_to_json(const struct session *s)
 }
 
 struct session_meta {
-        char pid[24], start[24], workers[1024], probes[96], plan[512];
+        char pid[24], start[24], workers[1024], probes[96], plan[512], hz[16];
         struct d9_kv kv[20];
         uint32_t n;
 };
@@ -212,6 +212,11 @@ static void session_meta_build(const struct session *s, struct session_meta *m)
         m->kv[m->n++] = (struct d9_kv){ "start_time", m->start };
         m->kv[m->n++] = (struct d9_kv){ "exe", s->exe };
         m->kv[m->n++] = (struct d9_kv){ "probes", m->probes };
+        if (s->probes & D9_PROBES_CPU) {
+                /* what one on-CPU sample stands for (export's pprof period) */
+                snprintf(m->hz, sizeof(m->hz), "%u", s->d->cfg.sample_hz);
+                m->kv[m->n++] = (struct d9_kv){ "cpu_sample_hz", m->hz };
+        }
         if (p) {
                 /* Which probe points attached, by kind: "poll=28,complete=26,...". */
                 unsigned count[PROBE_KIND_MAX] = { 0 };

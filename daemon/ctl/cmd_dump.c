@@ -41,24 +41,6 @@ static int on_symbol(const struct d9_dec_event *ev, void *ctx)
         return trace_symbols_add(&((struct dump *)ctx)->syms, ev);
 }
 
-static void put_str(FILE *out, const char *p, size_t len)
-{
-        fputc('"', out);
-        for (size_t i = 0; i < len; i++) {
-                unsigned char c = (unsigned char)p[i];
-
-                if (c == '"' || c == '\\')
-                        fprintf(out, "\\%c", c);
-                else if (c == '\n')
-                        fputs("\\n", out);
-                else if (c < 0x20 || c == 0x7f)
-                        fprintf(out, "\\u%04x", c);
-                else
-                        fputc(c, out);
-        }
-        fputc('"', out);
-}
-
 static void put_value(const struct dump *d, const struct d9_value *v);
 
 static void put_container(const struct dump *d, const struct d9_value *v)
@@ -116,7 +98,7 @@ static void put_value(const struct dump *d, const struct d9_value *v)
                 break;
         case D9_T_STRING:
         case D9_T_POOLED_STRING:
-                put_str(d->out, v->str.p, v->str.len);
+                trace_json_string(d->out, v->str.p, v->str.len);
                 break;
         case D9_T_BYTES:
                 fputc('"', d->out);
@@ -157,7 +139,7 @@ static void print_event(const struct dump *d, const struct d9_dec_event *ev)
 
         if (json) {
                 fputs("{\"event\":", d->out);
-                put_str(d->out, s->name, strlen(s->name));
+                trace_json_string(d->out, s->name, strlen(s->name));
                 if (ev->has_timestamp)
                         fprintf(d->out, ",\"ts\":%" PRIu64, ev->ts);
                 fputs(",\"fields\":{", d->out);
@@ -167,7 +149,7 @@ static void print_event(const struct dump *d, const struct d9_dec_event *ev)
         for (uint16_t i = 0; i < s->nfields; i++) {
                 if (json) {
                         fputs(i ? "," : "", d->out);
-                        put_str(d->out, s->fields[i].name, strlen(s->fields[i].name));
+                        trace_json_string(d->out, s->fields[i].name, strlen(s->fields[i].name));
                         fputc(':', d->out);
                 } else {
                         fprintf(d->out, " %s=", s->fields[i].name);

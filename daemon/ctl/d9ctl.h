@@ -31,6 +31,7 @@ int d9ctl_help_command(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_dump(int argc, char **argv);
 int cmd_report(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 int cmd_attach(int argc, char **argv);
 int cmd_detach(int argc, char **argv);
 int cmd_list(int argc, char **argv);

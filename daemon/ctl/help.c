@@ -82,6 +82,20 @@ static const struct d9ctl_help helps[] = {
           "\n"
           "  --top N             rows per table (default 10, at most 10000)\n"
           "  --json              the report as one JSON document\n" },
+        { "export", "a recording as Perfetto (trace event JSON) or pprof",
+          "usage: d9ctl export --format perfetto|pprof [--profile cpu|offcpu] --output FILE\n"
+          "                    SEGMENT...|DIR...\n"
+          "\n"
+          "perfetto: trace event JSON that Perfetto's UI, chrome://tracing and Chrome\n"
+          "DevTools open: a track per worker with its polls (named by future type) and\n"
+          "parks, blocking-pool jobs on their threads, samples and wakes as instants.\n"
+          "pprof: a gzipped profile.proto for `go tool pprof`, labelled worker, thread\n"
+          "and future. A directory stands for the trace files directly in it.\n"
+          "\n"
+          "  --format F          perfetto or pprof\n"
+          "  --profile P         pprof only: cpu (on-CPU samples, default) or offcpu\n"
+          "                      (off-CPU intervals, counted: the trace has no lengths)\n"
+          "  --output FILE       where to write ('-' for stdout); written complete or not at all\n" },
         { "dump", "print trace files (raw, .gz, .zst)",
           "usage: d9ctl dump [--summary | --json] [--strict] FILE...\n"
           "\n"

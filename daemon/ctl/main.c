@@ -11,6 +11,7 @@
 static const struct d9ctl_command commands[] = {
         { "serve", cmd_serve },
         { "report", cmd_report },
+        { "export", cmd_export },
         { "dump", cmd_dump },
         { "attach", cmd_attach },
         { "detach", cmd_detach },

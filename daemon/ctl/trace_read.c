@@ -180,3 +180,56 @@ void trace_symbols_clear(struct trace_symbols *t)
         free(t->v);
         *t = (struct trace_symbols){ 0 };
 }
+
+static int collect_symbol(const struct d9_dec_event *ev, void *ctx)
+{
+        return trace_symbols_add(ctx, ev);
+}
+
+int trace_read_with_symbols(const char *path, struct trace_symbols *syms,
+                            int (*on_event)(const struct d9_dec_event *ev, void *ctx), void *ctx,
+                            char *why, size_t why_len)
+{
+        struct d9_dec_opts names = { .strict = false, .on_event = collect_symbol, .ctx = syms };
+        struct d9_dec_opts events = { .strict = false, .on_event = on_event, .ctx = ctx };
+        struct d9_dec_result res;
+        uint8_t *buf;
+        size_t len;
+        int e = trace_load(path, &buf, &len, NULL, why, why_len);
+
+        if (e < 0)
+                return e;
+        trace_symbols_clear(syms);
+        /* A damage is reported by the second pass; names before it count. */
+        e = d9_decode(buf, len, &names, &res) == -ENOMEM ? -ENOMEM : 0;
+        trace_symbols_sort(syms);
+        if (e)
+                snprintf(why, why_len, "%s: out of memory", path);
+        else
+                e = trace_decode(path, buf, len, &events, NULL, why, why_len);
+        free(buf);
+        return e;
+}
+
+void trace_json_chars(FILE *out, const char *p, size_t len)
+{
+        for (size_t i = 0; i < len; i++) {
+                unsigned char c = (unsigned char)p[i];
+
+                if (c == '"' || c == '\\')
+                        fprintf(out, "\\%c", c);
+                else if (c == '\n')
+                        fputs("\\n", out);
+                else if (c < 0x20 || c == 0x7f)
+                        fprintf(out, "\\u%04x", c);
+                else
+                        fputc(c, out);
+        }
+}
+
+void trace_json_string(FILE *out, const char *p, size_t len)
+{
+        fputc('"', out);
+        trace_json_chars(out, p, len);
+        fputc('"', out);
+}

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "d9proto.h"
@@ -49,3 +50,15 @@ void trace_symbols_sort(struct trace_symbols *t);
 /* The name of exactly addr, or NULL. */
 const char *trace_symbols_name(const struct trace_symbols *t, uint64_t addr);
 void trace_symbols_clear(struct trace_symbols *t);
+
+/* Loads path, collects its symbol table into syms (cleared first, sorted),
+ * then decodes it again calling on_event: names are appended after the
+ * events that use them, so an exporter needs them before the first event. */
+int trace_read_with_symbols(const char *path, struct trace_symbols *syms,
+                            int (*on_event)(const struct d9_dec_event *ev, void *ctx), void *ctx,
+                            char *why, size_t why_len);
+
+/* p[0..len) as a JSON string, quotes included; _chars leaves them out (to
+ * join several parts in one string). */
+void trace_json_string(FILE *out, const char *p, size_t len);
+void trace_json_chars(FILE *out, const char *p, size_t len);
