@@ -28,6 +28,7 @@ void config_defaults(struct d9d_config *cfg)
         cfg->rotate_period_ms = 60 * 1000;
         cfg->finished_keep_ms = 60 * 60 * 1000;
         cfg->max_segment_bytes = 64ull << 20;
+        cfg->max_segment_events = D9D_DEFAULT_SEGMENT_EVENTS;
         cfg->disk_budget_bytes = 1ull << 30;
         cfg->compression = D9_COMPRESS_ZSTD;
         cfg->sample_hz = 99;
@@ -105,6 +106,17 @@ int config_set(struct d9d_config *cfg, const char *key, const char *value, const
                 if (d9_parse_duration_ms(value, &v) < 0 || v < 100)
                         return -EINVAL;
                 cfg->rotate_period_ms = v;
+                return 0;
+        }
+        if (!strcmp(key, "max_segment_events")) {
+                char *end;
+                errno = 0;
+                unsigned long long n = strtoull(value, &end, 10);
+
+                *why = "expected a count of events such as 500000 (0 = no limit)";
+                if (errno || end == value || *end || value[0] == '-')
+                        return -EINVAL;
+                cfg->max_segment_events = n;
                 return 0;
         }
         if (!strcmp(key, "finished_keep")) {

@@ -17,6 +17,7 @@ struct d9d_config {
         uint64_t rotate_period_ms;
         uint64_t finished_keep_ms;      /* finished sessions stay in list/status this long */
         uint64_t max_segment_bytes;
+        uint64_t max_segment_events;    /* rotate at this many events (0 = no limit) */
         uint64_t disk_budget_bytes;     /* 0 = unlimited */
         enum d9_compress compression;
         unsigned sample_hz;             /* on-CPU stack sampling rate */
@@ -31,6 +32,10 @@ struct d9d_config {
 };
 
 #define D9D_DEFAULT_CONFIG "/etc/d9d/d9d.conf"
+/* Events per segment before rotating: what dial9's viewer opens in under
+ * 10 s here (bench/dial9-viewer, docs/performance.md "Segments dial9's
+ * viewer opens"). */
+#define D9D_DEFAULT_SEGMENT_EVENTS 100000ull
 
 void config_defaults(struct d9d_config *cfg);
 void config_free(struct d9d_config *cfg);

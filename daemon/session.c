@@ -242,6 +242,21 @@ static void session_meta_build(const struct session *s, struct session_meta *m)
                 m->kv[m->n++] = (struct d9_kv){ "tokio_shape", p->shape };
 }
 
+/* Why the open segment is full ("size", "events") or NULL: by bytes, or by
+ * events, as dial9's viewer holds every event of a file in
+ * memory, and past about max_segment_events it takes longer than a user
+ * waits (docs/daemon.md, "Segment size"). */
+static const char *session_segment_full(const struct session *s)
+{
+        uint64_t max_events = s->d->cfg.max_segment_events;
+
+        if (segment_size(&s->seg) >= s->d->cfg.max_segment_bytes)
+                return "size";
+        if (max_events && s->tr.events - s->seg_first_event >= max_events)
+                return "events";
+        return NULL;
+}
+
 static int session_open_segment(struct session *s)
 {
         struct session_meta m;
@@ -254,6 +269,7 @@ static int session_open_segment(struct session *s)
                 return r;
         }
         s->tr.workers_changed = false;
+        s->seg_first_event = s->tr.events;
         return translate_set_encoder(&s->tr, s->seg.enc);
 }
 
@@ -423,6 +439,7 @@ static void session_end_privileged(struct session *s)
 static void session_on_ring(struct d9d *d, struct d9_watch *w, uint32_t events)
 {
         struct session *s = (struct session *)((char *)w - offsetof(struct session, ring_w));
+        const char *full;
 
         if (s->state != SESSION_RECORDING)
                 return;
@@ -441,8 +458,8 @@ static void session_on_ring(struct d9d *d, struct d9_watch *w, uint32_t events)
                 session_end(s, "target exited");
         else if (s->tr.exec_seen > (s->expect_exec ? 1u : 0u))
                 session_end(s, "target called exec: its probes are gone");
-        else if (segment_size(&s->seg) >= s->d->cfg.max_segment_bytes)
-                session_rotate(s, "size");
+        else if ((full = session_segment_full(s)))
+                session_rotate(s, full);
 }
 
 static void session_on_pidfd(struct d9d *d, struct d9_watch *w, uint32_t events)
@@ -761,6 +778,8 @@ void session_end(struct session *s, const char *reason)
 
 void session_tick(struct session *s, uint64_t now_ms)
 {
+        const char *full;
+
         if (s->state != SESSION_RECORDING)
                 return;
         /* Pick up what arrived since the last wakeup before judging time. */
@@ -788,8 +807,8 @@ void session_tick(struct session *s, uint64_t now_ms)
         }
         if (now_ms - s->seg.opened_ms >= s->d->cfg.rotate_period_ms)
                 session_rotate(s, "period");
-        else if (segment_size(&s->seg) >= s->d->cfg.max_segment_bytes)
-                session_rotate(s, "size");
+        else if ((full = session_segment_full(s)))
+                session_rotate(s, full);
         else if (s->tr.workers_changed && session_refresh_metadata(s) < 0)
                 session_end(s, "encoder error");
 }

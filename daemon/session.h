@@ -61,6 +61,7 @@ struct session {
         struct d9_offcpu_short offcpu_short, offcpu_short_reported;
         uint64_t drops_logged_ms;       /* drop warnings: at most one per 10 s */
         uint64_t rate_events, rate_ms;  /* events at the last rate sample */
+        uint64_t seg_first_event;       /* tr.events when the open segment began */
         double events_per_s;
         unsigned segments_sealed, segments_pending;
         json_t *sealed_paths;           /* array of sealed segment paths */

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Sessions of a real d9d tracing a real Tokio target.
 Usage: test_sessions.py D9D D9CTL TARGET MODE
-MODE: rotate-size | rotate-period | budget | crash | target-exit | drops"""
+MODE: rotate-size | rotate-events | rotate-period | budget | crash | target-exit | drops"""
 import json
 import os
 import signal
@@ -46,6 +46,28 @@ def rotate_size(t):
     names = [os.path.basename(p) for p in paths]
     t.ok(names == [f"trace.{i}.bin" for i in range(len(names))], f"segments numbered 0..N in order: {names}")
     check_segments(t, paths, "size rotation")
+    target_truth(tgt)
+    d.cleanup(keep=t.failed > 0)
+
+
+def rotate_events(t):
+    """dial9's viewer holds a whole file in memory: segments end at a count of
+    events (max_segment_events), whatever their size or age."""
+    limit = 40000
+    d = D9d(D9D, D9CTL, {"max_segment_events": str(limit), "rotate_period": "1h", "compression": "none"}).start()
+    tgt = start_target(TARGET, "mixed", "--duration", "6")
+    time.sleep(0.3)
+    r = record(d, tgt.pid, "3s")
+    paths = r.stdout.split()
+    counts = [dump_summary(D9CTL, p)[1] for p in paths]
+    events = [sum(c.values()) for c in counts]
+    t.ok(r.returncode == 0 and len(paths) >= 3, f"3 s with {limit} events per segment gives >= 3 segments "
+         f"({len(paths)}: {events})", r.stderr)
+    # Rotation follows the drain pass that crossed the limit: one pass adds
+    # at most a ring's worth (2 MiB of records, ~60,000 events).
+    t.ok(all(limit <= n < limit + 65000 for n in events[:-1]), f"each full segment holds about {limit} events: {events}")
+    t.ok("(events)" in d.logtext(), "d9d logged the events rotation")
+    check_segments(t, paths, "events rotation")
     target_truth(tgt)
     d.cleanup(keep=t.failed > 0)
 
@@ -222,7 +244,7 @@ def offcpu_min(t):
 
 def main():
     t = Tap()
-    {"rotate-size": rotate_size, "rotate-period": rotate_period, "budget": budget,
+    {"rotate-size": rotate_size, "rotate-events": rotate_events, "rotate-period": rotate_period, "budget": budget,
      "crash": crash, "target-exit": target_exit, "drops": drops, "offcpu-min": offcpu_min}[MODE](t)
     t.done()
 
