@@ -345,7 +345,7 @@ def free_port():
 
 
 def serve_dump_mode(t):
-    d = D9d(D9D, D9CTL).start_or_bail(t)
+    d = D9d(D9D, D9CTL, {"max_segment_events": "0"}).start_or_bail(t)  # one segment: its span is the run
     tmp = tempfile.mkdtemp(prefix="d9-ctl-serve-")
     env = dict(os.environ)
     try:

@@ -31,7 +31,9 @@ def record(d, pid, duration, out=None):
 
 
 def rotate_size(t):
-    d = D9d(D9D, D9CTL, {"max_segment_size": "256K", "rotate_period": "1h", "compression": "none"}).start()
+    # only the size limit in play (the 100,000-event default would rotate first)
+    d = D9d(D9D, D9CTL, {"max_segment_size": "256K", "rotate_period": "1h", "compression": "none",
+                         "max_segment_events": "0"}).start()
     tgt = start_target(TARGET, "mixed", "--duration", "6")
     time.sleep(0.3)
     r = record(d, tgt.pid, "3s")
@@ -53,8 +55,8 @@ def rotate_size(t):
 def rotate_events(t):
     """dial9's viewer holds a whole file in memory: segments end at a count of
     events (max_segment_events), whatever their size or age."""
-    limit = 40000
-    d = D9d(D9D, D9CTL, {"max_segment_events": str(limit), "rotate_period": "1h", "compression": "none"}).start()
+    limit = 100000  # the default (daemon/config.h), not set here
+    d = D9d(D9D, D9CTL, {"rotate_period": "1h", "compression": "none"}).start()
     tgt = start_target(TARGET, "mixed", "--duration", "6")
     time.sleep(0.3)
     r = record(d, tgt.pid, "3s")
@@ -73,7 +75,7 @@ def rotate_events(t):
 
 
 def rotate_period(t):
-    d = D9d(D9D, D9CTL, {"rotate_period": "1s"}).start()
+    d = D9d(D9D, D9CTL, {"rotate_period": "1s", "max_segment_events": "0"}).start()
     tgt = start_target(TARGET, "mixed", "--duration", "7")
     time.sleep(0.3)
     r = record(d, tgt.pid, "3500ms")
@@ -112,7 +114,8 @@ def budget(t):
 
 
 def crash(t):
-    d = D9d(D9D, D9CTL, {"rotate_period": "1h"}).start()
+    # one segment open when killed: no rotation by events either
+    d = D9d(D9D, D9CTL, {"rotate_period": "1h", "max_segment_events": "0"}).start()
     tgt = start_target(TARGET, "mixed", "--duration", "8")
     time.sleep(0.3)
     r = d.ctl("attach", "--pid", str(tgt.pid))
@@ -128,7 +131,7 @@ def crash(t):
         f.truncate(os.path.getsize(active[0]) - 5)
     ok_torn, _, _ = dump_summary(D9CTL, active[0], strict=True)
     t.ok(not ok_torn, "the torn segment does not decode strictly before recovery")
-    d2 = D9d(D9D, D9CTL, {"rotate_period": "1h"}, state=d.tmp).start()
+    d2 = D9d(D9D, D9CTL, {"rotate_period": "1h", "max_segment_events": "0"}, state=d.tmp).start()
     sealed = wait_for(lambda: sealed_files(traces), 20)
     t.ok(len(sealed) == 1 and not active_files(traces), f"restart recovered and sealed it: {sealed}")
     ok, counts, text = dump_summary(D9CTL, sealed[0]) if sealed else (False, {}, "")

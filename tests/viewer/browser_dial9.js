@@ -15,7 +15,7 @@ async function main() {
   fs.copyFileSync(fixture, path.join(dir, 'trace.0.bin.gz'));
   fs.copyFileSync(fixture, path.join(dir, 'trace.1.bin.gz'));
 
-  t.plan(15);
+  t.plan(16);
   const srv = await t.startServe(root);
   const { ctx, close } = await t.launchBrowser();
   try {
@@ -24,6 +24,11 @@ async function main() {
     await page.goto(srv.url);
     await page.waitForSelector('#segments input[type=checkbox]');
     t.ok((await page.$$('#segments input[type=checkbox]')).length === 2, 'recordings list shows both segments');
+    await page.fill('#segment-filter', 'trace.1');
+    const shown = await page.$$eval('#segments tbody tr', (rows) => rows.filter((r) => !r.hidden).map((r) => [...r.cells].map((c) => c.textContent)));
+    await page.fill('#segment-filter', '');
+    t.ok(shown.length === 1 && shown[0][2] === '1' && /trace\.1/.test(shown[0][4]),
+      'the filter keeps the matching segment; the pid has its own column', JSON.stringify(shown));
     await page.check('#segments input[value="metrics/1-1/trace.0.bin.gz"]');
     await page.click('#open-selected');
     await page.waitForFunction(() => window.d9.state === 'ready' || window.d9.state === 'error', null, { timeout: 60000 });

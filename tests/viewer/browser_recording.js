@@ -7,7 +7,7 @@ const t = require('./lib');
 async function main() {
   const [dir, ...segs] = process.argv.slice(2);
   if (!segs.length) t.bail('no segments given');
-  t.plan(9);
+  t.plan(14);
   const srv = await t.startServe(dir);
   const { ctx, close } = await t.launchBrowser();
   try {
@@ -36,12 +36,68 @@ async function main() {
     }
     t.ok(named, 'a clicked 50 ms poll shows a CPU stack naming busy_block_50ms');
 
+    // Prev/Next step through the longest polls without leaving the list.
+    await page.click('#tabs [data-tab=longest]');
+    const listed = await page.$$eval('#tab-longest li', (els) => els.map((e) => +e.dataset.poll));
+    await page.click('#tab-longest [data-step="1"]');
+    await page.click('#tab-longest [data-step="1"]');
+    const second = await page.evaluate(() => ({ p: window.d9.selectedPoll, pos: document.querySelector('#tab-longest .poi-pos').textContent,
+      tab: document.querySelector('.tab.active').id }));
+    await page.keyboard.press('p');
+    const back = await page.evaluate(() => window.d9.selectedPoll);
+    t.ok(second.p === listed[1] && second.pos === `2/${listed.length}` && second.tab === 'tab-longest' && back === listed[0],
+      'Next twice selects the second longest poll and keeps the list open; p steps back', JSON.stringify({ second, back, first: listed.slice(0, 2) }));
+    await t.shot(page, 'recording-poi-next');
+
+    // The side panel's tables fit it: the numbers (p50 ...) are not cut off.
+    await page.click('#tabs [data-tab=summary]');
+    const fit = await page.evaluate(() => {
+      const side = document.querySelector('#side').getBoundingClientRect();
+      const cells = [...document.querySelectorAll('#tab-summary th, #tab-summary td')];
+      const out = cells.filter((c) => c.getBoundingClientRect().right > side.right + 1).map((c) => c.textContent);
+      const p50 = cells.find((c) => c.textContent === 'p50');
+      return { out: out.slice(0, 5), n: out.length, p50: p50 && p50.getBoundingClientRect().right <= side.right, side: side.width };
+    });
+    t.ok(fit.n === 0 && fit.p50, `every summary cell lies inside the ${fit.side} px panel (p50 visible)`, JSON.stringify(fit));
+    await t.shot(page, 'recording-summary');
+    await page.click('#tabs [data-tab=busiest]');
+    const busiestOut = await page.evaluate(() => {
+      const side = document.querySelector('#side').getBoundingClientRect();
+      return [...document.querySelectorAll('#tab-busiest td')].filter((c) => c.getBoundingClientRect().right > side.right + 1).length;
+    });
+    t.ok(busiestOut === 0, `every busiest-futures cell lies inside the panel (${busiestOut} outside)`);
+
     await page.selectOption('#flame-source', 'all');
     await page.dblclick('#timeline');
     await page.waitForFunction(() => +document.querySelector('#flame').dataset.frames > 1, null, { timeout: 10000 }).catch(() => {});
     const frames = await page.evaluate(() => +document.querySelector('#flame').dataset.frames);
     t.ok(frames > 1, `flamegraph renders the recording's samples (${frames} frames)`);
     await t.shot(page, 'recording-flamegraph');
+
+    // At full zoom the sample row is not an alarm: off-CPU time outside a
+    // poll (a worker waiting for work) is dim, red is kept for off-CPU
+    // inside a poll (the thread blocked while polling): the pixels tell.
+    const px = await page.evaluate(() => {
+      const c = document.querySelector('#timeline'), g = c.getContext('2d'), tl = window.d9.timeline;
+      const dpr = window.devicePixelRatio || 1;
+      let red = 0, dim = 0, blue = 0;
+      tl.lanes.forEach((w, i) => {
+        if (w >= 254) return;
+        const y = Math.floor((tl.laneY(i) + 34) * dpr); // the middle of the sample marks (MARK_Y 31, MARK_H 7)
+        const row = g.getImageData(0, y, c.width, 1).data;
+        for (let x = 0; x < c.width; x++) {
+          const [r, gg, b] = [row[4 * x], row[4 * x + 1], row[4 * x + 2]];
+          if (r === 255 && gg === 107 && b === 107) red++;
+          else if (r === 106 && gg === 85 && b === 96) dim++;
+          else if (r === 107 && gg === 182 && b === 255) blue++;
+        }
+      });
+      return { red, dim, blue, cols: JSON.parse(c.dataset.sampleColumns || '{}') };
+    });
+    t.ok(px.cols.idle > 0 && px.dim > 0 && px.red <= (px.red + px.dim + px.blue) / 2,
+      `worker sample rows: ${px.red} red (blocked in a poll), ${px.dim} dim (waiting), ${px.blue} blue (on CPU) pixels`, JSON.stringify(px));
+    t.ok(px.cols.blocking > 0 && px.red > 0, 'the 20 ms thread::sleep polls still show red (off-CPU inside a poll)', JSON.stringify(px.cols));
+    await t.shot(page, 'recording-sample-rows');
   } finally {
     await close();
     srv.stop();

@@ -114,11 +114,11 @@ function show(m) {
     onSelectPoll: (p) => selectPoll(p, false),
     onRangeChange: () => { clearTimeout(flameTimer); flameTimer = setTimeout(refreshFlame, 120); },
   });
-  const selectPoll = (p, zoom) => {
+  const selectPoll = (p, zoom, stay = false) => {
     if (zoom) tl.showPoll(p);
     else { tl.selectedPoll = p; tl.requestDraw(); }
     renderDetails($('#tab-details'), m, p);
-    selectTab('details');
+    if (!stay) selectTab('details');
     window.d9.selectedPoll = p;
   };
   const ws = $('#flame-worker');
@@ -131,6 +131,19 @@ function show(m) {
   refreshFlame();
 }
 
+// Prev/Next through a navigator's list (longest polls, blocking calls, wake
+// delays): the list stays open, the timeline zooms to each poll in turn.
+function stepList(tab, step) {
+  const items = [...tab.querySelectorAll('li[data-poll]')];
+  if (!items.length || !current) return;
+  const at = items.findIndex((li) => li.classList.contains('current'));
+  const next = Math.min(items.length - 1, Math.max(0, at < 0 ? (step > 0 ? 0 : items.length - 1) : at + step));
+  items.forEach((li, i) => li.classList.toggle('current', i === next));
+  items[next].scrollIntoView({ block: 'nearest' });
+  tab.querySelector('.poi-pos').textContent = `${next + 1}/${items.length}`;
+  current.selectPoll(+items[next].dataset.poll, true, true);
+}
+
 function selectTab(name) {
   for (const b of document.querySelectorAll('#tabs button')) b.classList.toggle('active', b.dataset.tab === name);
   for (const t of document.querySelectorAll('.tab')) t.classList.toggle('active', t.id === `tab-${name}`);
@@ -139,6 +152,8 @@ function selectTab(name) {
 function installUi() {
   $('#tabs').addEventListener('click', (e) => { if (e.target.dataset.tab) selectTab(e.target.dataset.tab); });
   $('#side').addEventListener('click', (e) => {
+    const stepBtn = e.target.closest('[data-step]');
+    if (stepBtn) { stepList(stepBtn.closest('.tab'), +stepBtn.dataset.step); return; }
     const li = e.target.closest('[data-poll]');
     if (li && current) current.selectPoll(+li.dataset.poll, true);
     const fb = e.target.closest('[data-flame-task]');
@@ -147,6 +162,7 @@ function installUi() {
   for (const id of ['#flame-source', '#flame-worker', '#flame-task']) $(id).addEventListener('change', () => current?.refreshFlame());
   $('#file-input').addEventListener('change', (e) => { if (e.target.files.length) openFiles([...e.target.files]); });
   $('#show-browser').addEventListener('click', () => listSegments());
+  $('#segment-filter').addEventListener('input', filterSegments);
   $('#open-selected').addEventListener('click', () => {
     const paths = [...document.querySelectorAll('#segments input:checked')].map((c) => c.value);
     if (!paths.length) return;
@@ -162,6 +178,11 @@ function installUi() {
     if (e.dataTransfer.files.length) openFiles([...e.dataTransfer.files]);
   });
   window.addEventListener('hashchange', openFromHash);
+  document.addEventListener('keydown', (e) => {
+    if (e.target.closest('input, select, textarea') || (e.key !== 'n' && e.key !== 'p')) return;
+    const tab = document.querySelector('.tab.active');
+    if (tab?.querySelector('.poi-nav')) stepList(tab, e.key === 'n' ? 1 : -1);
+  });
 }
 
 async function listSegments() {
@@ -173,7 +194,7 @@ async function listSegments() {
     if (!r.ok) throw new Error(`server said ${r.status}`);
     list = await r.json();
   } catch (e) {
-    $('#segments tbody').innerHTML = `<tr><td colspan="6" class="hint">No recording list (${e.message}); open or drop a file.</td></tr>`;
+    $('#segments tbody').innerHTML = `<tr><td colspan="7" class="hint">No recording list (${e.message}); open or drop a file.</td></tr>`;
     return;
   }
   const segs = list.segments.sort((a, b) => (a.service + a.instance).localeCompare(b.service + b.instance) || (a.index ?? 0) - (b.index ?? 0) || a.path.localeCompare(b.path));
@@ -181,7 +202,8 @@ async function listSegments() {
   tb.innerHTML = '';
   for (const s of segs) {
     const tr = document.createElement('tr');
-    const cells = [s.service, s.instance + (s.boot ? ` / ${s.boot}` : ''), s.path.split('/').pop() + (s.active ? ' (recording)' : ''), `${(s.size / 1e6).toFixed(2)} MB`, new Date(s.mtime * 1000).toISOString().slice(0, 19).replace('T', ' ')];
+    const pid = /^(\d+)-/.exec(s.instance || '')?.[1] ?? '';
+    const cells = [s.service, pid, s.instance + (s.boot ? ` / ${s.boot}` : ''), s.path.split('/').pop() + (s.active ? ' (recording)' : ''), `${(s.size / 1e6).toFixed(2)} MB`, new Date(s.mtime * 1000).toISOString().slice(0, 19).replace('T', ' ')];
     const cb = document.createElement('input');
     cb.type = 'checkbox';
     cb.value = s.path;
@@ -190,7 +212,17 @@ async function listSegments() {
     tr.append(td0, ...cells.map((c) => { const td = document.createElement('td'); td.textContent = c; return td; }));
     tb.append(tr);
   }
-  if (!segs.length) tb.innerHTML = '<tr><td colspan="6" class="hint">No segments under the served directory.</td></tr>';
+  if (!segs.length) tb.innerHTML = '<tr><td colspan="7" class="hint">No segments under the served directory.</td></tr>';
+  filterSegments();
+}
+
+// Rows whose text holds every word of the filter stay visible.
+function filterSegments() {
+  const words = $('#segment-filter').value.toLowerCase().split(/\s+/).filter(Boolean);
+  for (const tr of document.querySelectorAll('#segments tbody tr')) {
+    const text = tr.textContent.toLowerCase();
+    tr.hidden = !words.every((w) => text.includes(w));
+  }
 }
 
 function openFromHash() {

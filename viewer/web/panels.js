@@ -11,9 +11,12 @@ function kv(rows) {
   return `<dl class="kv">${rows.map(([k, v]) => `<dt>${esc(k)}</dt><dd>${v}</dd>`).join('')}</dl>`;
 }
 
+// A navigator list with Prev/Next buttons that step through it (app.js).
 function pollList(m, polls, describe) {
   if (!polls.length) return '<p class="hint">None in this trace.</p>';
-  return `<ol>${polls.map((p) => `<li data-poll="${p}">${describe(p)}</li>`).join('')}</ol>`;
+  return `<div class="poi-nav"><button type="button" data-step="-1" title="previous (p)">◀ Prev</button>` +
+    `<button type="button" data-step="1" title="next (n)">Next ▶</button> <span class="poi-pos">–/${polls.length}</span></div>` +
+    `<ol>${polls.map((p) => `<li data-poll="${p}">${describe(p)}</li>`).join('')}</ol>`;
 }
 
 function shortLabel(s) {

@@ -66,6 +66,7 @@ export class Timeline {
     g.fillStyle = '#15171c';
     g.fillRect(0, 0, this.w, this.h);
     this.drawAxis(g);
+    this.sampleColumns = { blocking: 0, oncpu: 0, idle: 0 }; // marks drawn, for tests and the legend
     this.lanes.forEach((w, i) => this.drawLane(g, w, this.laneY(i)));
     if (this.sel) {
       g.fillStyle = 'rgba(90,169,255,0.18)';
@@ -73,6 +74,7 @@ export class Timeline {
       g.fillRect(a, AXIS, Math.max(1, b - a), this.h - AXIS);
     }
     this.drawSelectedPoll(g);
+    this.c.dataset.sampleColumns = JSON.stringify(this.sampleColumns);
     this.c.dataset.drawn = String((+this.c.dataset.drawn || 0) + 1);
   }
 
@@ -140,25 +142,36 @@ export class Timeline {
       (i) => POLL_COLOURS[pollColour(P.end[i] - P.start[i])]);
   }
 
+  // One mark per pixel column. Off-CPU inside a poll is the alarm (the worker
+  // blocked while it should have been polling): red. Off-CPU outside polls is
+  // a worker waiting for work: dim, or a parked lane would be solid red.
+  // On-CPU samples are blue. A column shows the most telling sample it holds.
   drawSamples(g, lane, y) {
-    const S = this.m.d.sample;
-    // off-CPU periods with a known duration as red bands under the polls
-    const on = new Path2D(), off = new Path2D(), offSpan = new Path2D();
+    const S = this.m.d.sample, inPoll = this.m.samples.samplePoll;
+    const paths = { blocking: new Path2D(), oncpu: new Path2D(), idle: new Path2D() };
+    const spans = { blocking: new Path2D(), idle: new Path2D() };
+    const cols = { blocking: 0, oncpu: 0, idle: 0 };
     let i = lowerBound(lane.ts, this.v0);
     while (i < lane.ts.length && lane.ts[i] <= this.v1) {
-      const s = lane.idx[i];
       const x = Math.floor(this.x(lane.ts[i]));
-      if (S.source[s] === 1) {
-        off.rect(x, y + MARK_Y, 1.5, MARK_H);
+      const next = lowerBound(lane.ts, this.t(x + 1), i + 1);
+      let kind = 'idle';
+      for (let k = i; k < next && k < i + 256 && kind !== 'blocking'; k++) {
+        const s = lane.idx[k];
+        if (S.source[s] !== 1) kind = 'oncpu';
+        else if (inPoll[s] >= 0) kind = 'blocking';
         const d = S.dur[s];
-        if (d === d && d > 0) offSpan.rect(x, y + PARK_Y, Math.max(1, this.x(lane.ts[i] + d) - x), PARK_H);
-      } else {
-        on.rect(x, y + MARK_Y, 1.5, MARK_H);
+        if (S.source[s] === 1 && d === d && d > 0)
+          spans[inPoll[s] >= 0 ? 'blocking' : 'idle'].rect(x, y + PARK_Y, Math.max(1, this.x(lane.ts[k] + d) - x), PARK_H);
       }
-      i = lowerBound(lane.ts, this.t(x + 1), i + 1);
+      paths[kind].rect(x, y + MARK_Y, 1.5, MARK_H);
+      cols[kind]++;
+      i = next;
     }
-    g.fillStyle = '#ff6b6b'; g.fill(offSpan); g.fill(off);
-    g.fillStyle = '#6bb6ff'; g.fill(on);
+    g.fillStyle = '#6a5560'; g.fill(spans.idle); g.fill(paths.idle);
+    g.fillStyle = '#6bb6ff'; g.fill(paths.oncpu);
+    g.fillStyle = '#ff6b6b'; g.fill(spans.blocking); g.fill(paths.blocking);
+    for (const k of Object.keys(cols)) this.sampleColumns[k] += cols[k];
   }
 
   drawMarks(g, ts, y, h, colour) {
