@@ -7,7 +7,7 @@ const t = require('./lib');
 async function main() {
   const [dir, ...segs] = process.argv.slice(2);
   if (!segs.length) t.bail('no segments given');
-  t.plan(14);
+  t.plan(16);
   const srv = await t.startServe(dir);
   const { ctx, close } = await t.launchBrowser();
   try {
@@ -48,6 +48,31 @@ async function main() {
     t.ok(second.p === listed[1] && second.pos === `2/${listed.length}` && second.tab === 'tab-longest' && back === listed[0],
       'Next twice selects the second longest poll and keeps the list open; p steps back', JSON.stringify({ second, back, first: listed.slice(0, 2) }));
     await t.shot(page, 'recording-poi-next');
+
+    // The selected poll's task gets a lane of its own: all its polls, on any
+    // worker, drawn under the workers.
+    const lane = await page.evaluate(() => {
+      const m = window.d9.model, tl = window.d9.timeline, p = window.d9.selectedPoll, id = m.polls.task[p];
+      let n = 0;
+      for (let i = 0; i < m.polls.n; i++) n += m.polls.task[i] === id;
+      const info = JSON.parse(tl.c.dataset.taskLane || '{}');
+      const dpr = window.devicePixelRatio || 1, g = tl.c.getContext('2d');
+      const x = Math.floor(((Math.max(84, tl.x(m.polls.start[p])) + Math.min(tl.w, tl.x(m.polls.end[p]))) / 2) * dpr);
+      const y = Math.floor((tl.laneY(tl.lanes.length) + 15) * dpr);
+      const px = [...g.getImageData(x, y, 1, 1).data.slice(0, 3)];
+      return { id, n, info, px };
+    });
+    t.ok(lane.info.task === lane.id && lane.info.polls === lane.n && !(lane.px[0] === 0x1a && lane.px[1] === 0x1d),
+      `a lane for task ${lane.id} holds its ${lane.n} polls, the selected one drawn on it`, JSON.stringify(lane));
+
+    // Scheduler delay: woken workers that waited for a CPU, each leading to
+    // the poll the worker ran next.
+    await page.click('#tabs [data-tab=sched]');
+    const sched = await page.$$eval('#tab-sched li', (els) => els.map((e) => [+e.dataset.poll, e.textContent]));
+    if (sched.length) await page.click('#tab-sched li >> nth=0');
+    const after = await page.evaluate(() => window.d9.selectedPoll);
+    t.ok(sched.length > 0 && after === sched[0][0], `the scheduler-delay list has ${sched.length} rows; a row selects the poll that followed`,
+      JSON.stringify(sched.slice(0, 3)));
 
     // The side panel's tables fit it: the numbers (p50 ...) are not cut off.
     await page.click('#tabs [data-tab=summary]');

@@ -115,6 +115,7 @@ function show(m) {
     onRangeChange: () => { clearTimeout(flameTimer); flameTimer = setTimeout(refreshFlame, 120); },
   });
   const selectPoll = (p, zoom, stay = false) => {
+    if (tl.task?.id !== m.polls.task[p]) tl.setTaskLane(p);
     if (zoom) tl.showPoll(p);
     else { tl.selectedPoll = p; tl.requestDraw(); }
     renderDetails($('#tab-details'), m, p);

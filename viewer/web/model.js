@@ -229,7 +229,8 @@ function matchWakes(d, polls) {
       }
     }
   }
-  return { wakeOf, delay, pollsByTask: P };
+  // by dense task index: polls and wakes in time order (the task lane)
+  return { wakeOf, delay, pollsByTask: P, wakesByTask: K, taskOfPoll: dense.pollDense };
 }
 
 function buildSymbols(d) {

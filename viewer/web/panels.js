@@ -1,7 +1,7 @@
 // Side panels: poll details, the navigators (longest polls, blocking calls,
 // wake delays, busiest future types) and the summary.
 
-import { formatCount, formatDur, formatTime, pollDurations, pollLabel, summary, symbolizeStack, topK, workerName } from './model.js';
+import { formatCount, formatDur, formatTime, lowerBound, pollDurations, pollLabel, summary, symbolizeStack, topK, workerName } from './model.js';
 
 const LIST_LEN = 50;
 
@@ -81,6 +81,8 @@ export function renderNavigators(root, m) {
   root.querySelector('#tab-blocking').innerHTML = `<h3>Blocking calls (off-CPU inside a poll)</h3>` +
     pollList(m, blocking, (p) => `${describe(p)} <span class="offcpu">${offPolls.get(p).n} off-CPU${offPolls.get(p).t ? ' ' + esc(formatDur(offPolls.get(p).t)) : ''}</span>`);
 
+  renderSchedDelays(root.querySelector('#tab-sched'), m);
+
   const delays = topK(m.wakes.delay, LIST_LEN);
   root.querySelector('#tab-wakes').innerHTML = `<h3>Largest wake → poll delays</h3>` +
     pollList(m, delays, (p) => `<b>${esc(formatDur(m.wakes.delay[p]))}</b> task ${esc(m.polls.task[p])} on ${esc(workerName(m.polls.worker[p]))} <span class="hint">${esc(shortLabel(pollLabel(m, p)))}</span>`);
@@ -90,6 +92,29 @@ export function renderNavigators(root, m) {
   root.querySelector('#tab-busiest').innerHTML = `<h3>Busiest future types</h3><table><tr><th>future type</th><th class="num">polls</th><th class="num">tasks</th><th class="num">busy</th></tr>` +
     s.types.slice(0, LIST_LEN).map((t) => `<tr><td title="${esc(t.label)}">${esc(shortLabel(t.label))}</td><td class="num">${t.count}</td><td class="num">${t.tasks}</td><td class="num">${esc(formatDur(t.total))}</td></tr>`).join('') + '</table>';
   renderSummary(root.querySelector('#tab-summary'), m, s);
+}
+
+// Scheduler delay: how long a worker that was woken waited for a CPU (the
+// growth of the kernel's run_delay over a park, WorkerUnparkEvent's
+// sched_wait_ns). Each row leads to the first poll the worker ran after it.
+function renderSchedDelays(el, m) {
+  const K = m.d.park, P = m.polls;
+  const waits = new Float64Array(K.length);
+  for (let i = 0; i < K.length; i++) waits[i] = !K.park[i] && K.wait[i] > 0 ? K.wait[i] : NaN;
+  const rows = [];
+  for (const i of topK(waits, LIST_LEN * 2)) {
+    const lane = P.lanes.get(K.worker[i]);
+    if (!lane) continue;
+    const p = lowerBound(P.start, K.ts[i], lane.first, lane.last);
+    if (p < lane.last) rows.push([i, p]);
+    if (rows.length === LIST_LEN) break;
+  }
+  const pollOf = new Map(rows.map(([i, p]) => [p, i]));
+  el.innerHTML = '<h3>Scheduler delay (a woken worker waiting for a CPU)</h3>' +
+    (rows.length ? pollList(m, rows.map(([, p]) => p), (p) => {
+      const i = pollOf.get(p);
+      return `<b>${esc(formatDur(K.wait[i]))}</b> ${esc(workerName(K.worker[i]))} at ${esc(formatTime(m, K.ts[i]))} <span class="hint">then ${esc(shortLabel(pollLabel(m, p)))}</span>`;
+    }) : '<p class="hint">No scheduler wait recorded (needs unpark events with sched_wait_ns).</p>');
 }
 
 function renderSummary(el, m, s) {

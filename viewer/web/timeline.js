@@ -30,7 +30,7 @@ export class Timeline {
   resize() {
     const dpr = window.devicePixelRatio || 1;
     const w = this.c.parentElement.clientWidth;
-    const h = AXIS + this.lanes.length * LANE + 4;
+    const h = AXIS + (this.lanes.length + (this.task ? 1 : 0)) * LANE + 4;
     this.c.style.height = `${h}px`;
     this.c.width = Math.max(1, Math.floor(w * dpr));
     this.c.height = Math.floor(h * dpr);
@@ -68,6 +68,7 @@ export class Timeline {
     this.drawAxis(g);
     this.sampleColumns = { blocking: 0, oncpu: 0, idle: 0 }; // marks drawn, for tests and the legend
     this.lanes.forEach((w, i) => this.drawLane(g, w, this.laneY(i)));
+    if (this.task) this.drawTaskLane(g, this.laneY(this.lanes.length));
     if (this.sel) {
       g.fillStyle = 'rgba(90,169,255,0.18)';
       const a = Math.max(GUTTER, this.x(this.sel[0])), b = Math.min(this.w, this.x(this.sel[1]));
@@ -135,6 +136,38 @@ export class Timeline {
     for (const [colour, p] of paths) { g.fillStyle = colour; g.fill(p); }
   }
 
+  // The selected poll's task on a lane of its own: all its polls, on
+  // whichever worker, and the wakes addressed to it.
+  setTaskLane(p) {
+    const W = this.m.wakes, t = W.taskOfPoll[p];
+    const rows = (B) => B.rows.subarray(B.offsets[t], B.offsets[t + 1]);
+    const polls = rows(W.pollsByTask), wakes = rows(W.wakesByTask);
+    const P = this.m.polls;
+    this.task = {
+      id: P.task[p], polls,
+      start: Float64Array.from(polls, (i) => P.start[i]), end: Float64Array.from(polls, (i) => P.end[i]),
+      wakeTs: Float64Array.from(wakes, (i) => this.m.d.wake.ts[i]).sort(),
+    };
+    this.c.dataset.taskLane = JSON.stringify({ task: this.task.id, polls: polls.length, wakes: wakes.length });
+    this.resize();
+  }
+
+  drawTaskLane(g, y) {
+    const T = this.task, P = this.m.polls;
+    g.fillStyle = '#1a1d23';
+    g.fillRect(GUTTER, y + 2, this.w - GUTTER, LANE - 4);
+    g.fillStyle = '#d8dce4';
+    g.font = '12px system-ui, sans-serif';
+    g.textBaseline = 'middle';
+    g.fillText(`task ${T.id}`, 6, y + LANE / 2);
+    g.save();
+    g.beginPath(); g.rect(GUTTER, y, this.w - GUTTER, LANE); g.clip();
+    this.drawSpans(g, T.start, T.end, 0, T.start.length, y + POLL_Y, POLL_H,
+      (i) => POLL_COLOURS[pollColour(P.end[T.polls[i]] - P.start[T.polls[i]])]);
+    this.drawMarks(g, T.wakeTs, y + 1, 3, '#e0a040');
+    g.restore();
+  }
+
   drawPolls(g, w, y) {
     const P = this.m.polls, lane = P.lanes.get(w);
     if (!lane) return;
@@ -200,6 +233,7 @@ export class Timeline {
   // Poll under a point (CSS px), accepting a few pixels of slack.
   hitPoll(x, y) {
     const li = Math.floor((y - AXIS) / LANE);
+    if (this.task && li === this.lanes.length && x >= GUTTER) return this.hitTaskPoll(x);
     if (li < 0 || li >= this.lanes.length || x < GUTTER) return -1;
     const P = this.m.polls, lane = P.lanes.get(this.lanes[li]);
     if (!lane) return -1;
@@ -208,6 +242,14 @@ export class Timeline {
     let best = -1;
     for (; i < lane.last && P.start[i] <= t + slack; i++) if (best < 0 || P.end[i] - P.start[i] > P.end[best] - P.start[best]) best = i;
     return best;
+  }
+
+  hitTaskPoll(x) {
+    const T = this.task, t = this.t(x), slack = 3 * (this.v1 - this.v0) / (this.w - GUTTER);
+    let best = -1;
+    for (let i = lowerBound(T.end, t - slack); i < T.end.length && T.start[i] <= t + slack; i++)
+      if (best < 0 || T.end[i] - T.start[i] > T.end[best] - T.start[best]) best = i;
+    return best < 0 ? -1 : T.polls[best];
   }
 
   // Centre of a poll on screen (client coordinates), for tests and links.
