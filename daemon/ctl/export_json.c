@@ -238,26 +238,19 @@ static void on_lost(struct json_export *x, const struct d9_dec_event *ev)
         fprintf(x->out, ",\"args\":{\"lost\":%" PRIu64 "}}", trace_field_u(ev, "lost"));
 }
 
-/* The target's pid and a process name: "SERVICE (pid N)". */
+/* The target's pid, and the segment's service as the process name. */
 static void on_metadata(struct json_export *x, const struct d9_dec_event *ev)
 {
-        const struct d9_value *m = trace_field(ev, "entries");
-        struct d9_value_iter it;
-        struct d9_value k, v, service = { 0 };
+        struct d9_value v;
 
-        if (!m || x->pid_named)
+        if (x->pid_named)
                 return;
-        d9_value_iter_init(&it, m);
-        while (d9_value_iter_next(&it, &k) && d9_value_iter_next(&it, &v)) {
-                if (k.str.len == 3 && !memcmp(k.str.p, "pid", 3))
-                        x->pid = strtoll(strndupa(v.str.p, v.str.len), NULL, 10);
-                else if (k.str.len == 7 && !memcmp(k.str.p, "service", 7))
-                        service = v;
-        }
+        if (trace_metadata_value(ev, "pid", &v))
+                x->pid = strtoll(strndupa(v.str.p, v.str.len), NULL, 10);
         x->pid_named = true;
         fprintf(x->out, ",\n{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%lld,\"tid\":0,\"args\":{\"name\":", x->pid);
-        if (service.str.len)
-                put_str(x->out, &service);
+        if (trace_metadata_value(ev, "service", &v) && v.str.len)
+                put_str(x->out, &v);
         else
                 fputs("\"target\"", x->out);
         fputs("}}", x->out);

@@ -235,19 +235,12 @@ static int on_poll(struct pp_export *x, const struct d9_dec_event *ev, bool star
 
 static void on_metadata(struct pp_export *x, const struct d9_dec_event *ev)
 {
-        const struct d9_value *m = trace_field(ev, "entries");
-        struct d9_value_iter it;
-        struct d9_value k, v;
+        struct d9_value v;
 
-        if (!m)
-                return;
-        d9_value_iter_init(&it, m);
-        while (d9_value_iter_next(&it, &k) && d9_value_iter_next(&it, &v)) {
-                if (k.str.len == 13 && !memcmp(k.str.p, "cpu_sample_hz", 13))
-                        x->hz = strtoull(strndupa(v.str.p, v.str.len), NULL, 10);
-                else if (k.str.len == 3 && !memcmp(k.str.p, "exe", 3) && !x->exe[0])
-                        snprintf(x->exe, sizeof(x->exe), "%.*s", (int)v.str.len, v.str.p);
-        }
+        if (trace_metadata_value(ev, "cpu_sample_hz", &v))
+                x->hz = strtoull(strndupa(v.str.p, v.str.len), NULL, 10);
+        if (!x->exe[0] && trace_metadata_value(ev, "exe", &v))
+                snprintf(x->exe, sizeof(x->exe), "%.*s", (int)v.str.len, v.str.p);
 }
 
 static int on_event(const struct d9_dec_event *ev, void *ctx)

@@ -129,6 +129,23 @@ uint64_t trace_field_u(const struct d9_dec_event *ev, const char *name)
         return v ? v->u : 0;
 }
 
+int trace_metadata_value(const struct d9_dec_event *ev, const char *key, struct d9_value *value)
+{
+        const struct d9_value *m = strcmp(ev->schema->name, "SegmentMetadataEvent") ? NULL
+                                                                                   : trace_field(ev, "entries");
+        size_t len = strlen(key);
+        struct d9_value_iter it;
+        struct d9_value k;
+
+        if (!m)
+                return 0;
+        d9_value_iter_init(&it, m);
+        while (d9_value_iter_next(&it, &k) && d9_value_iter_next(&it, value))
+                if (k.str.len == len && !memcmp(k.str.p, key, len))
+                        return 1;
+        return 0;
+}
+
 int trace_symbols_add(struct trace_symbols *t, const struct d9_dec_event *ev)
 {
         if (strcmp(ev->schema->name, "SymbolTableEntry"))

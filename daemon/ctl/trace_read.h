@@ -32,6 +32,10 @@ const struct d9_value *trace_field(const struct d9_dec_event *ev, const char *na
 /* Its unsigned value, 0 when missing. */
 uint64_t trace_field_u(const struct d9_dec_event *ev, const char *name);
 
+/* The value of key in a SegmentMetadataEvent's entries: 1 and *value set,
+ * or 0 (not metadata, or no such key). */
+int trace_metadata_value(const struct d9_dec_event *ev, const char *key, struct d9_value *value);
+
 /* Names of callchain addresses: the depth-0 entries (the function that
  * contains the address; inlined callers are not kept). */
 struct trace_symbol {
