@@ -75,6 +75,7 @@ struct d9_bpf_target {
         enum d9_poll_end poll_end;
         uint64_t attach_ns;
         struct teardown *td;            /* set once stopped */
+        bool in_rings, in_targets;      /* this target's entries were inserted (not another's) */
         d9_bpf_record_fn on_record;
         void *ctx;
 };
@@ -605,9 +606,11 @@ static int install_target(struct d9_bpf_target *t, const struct probe_plan *plan
         if (r == 0)
                 r = bpf_map__update_elem(bpf->sched->maps.d9_rings, &tgid, sizeof(tgid),
                                          &t->ring_fd, sizeof(t->ring_fd), BPF_NOEXIST);
+        t->in_rings = r == 0;
         if (r == 0)
                 r = bpf_map__update_elem(bpf->sched->maps.d9_targets, &tgid, sizeof(tgid),
                                          &cfg, sizeof(cfg), BPF_NOEXIST);
+        t->in_targets = r == 0;
         return r;
 }
 
@@ -843,8 +846,12 @@ void d9_bpf_detach_target(struct d9_bpf_target *t)
         } else {
                 destroy_links(t->links, t->n_links);
                 if (t->slot != UINT32_MAX) {
-                        bpf_map__delete_elem(t->bpf->sched->maps.d9_targets, &tgid, sizeof(tgid), 0);
-                        bpf_map__delete_elem(t->bpf->sched->maps.d9_rings, &tgid, sizeof(tgid), 0);
+                        /* An insert refused with EEXIST left another
+                         * target's entries under this tgid: not ours to delete. */
+                        if (t->in_targets)
+                                bpf_map__delete_elem(t->bpf->sched->maps.d9_targets, &tgid, sizeof(tgid), 0);
+                        if (t->in_rings)
+                                bpf_map__delete_elem(t->bpf->sched->maps.d9_rings, &tgid, sizeof(tgid), 0);
                         t->bpf->slot_used[t->slot] = false;
                 }
         }

@@ -140,8 +140,13 @@ int segment_open(struct segment_writer *sw, const struct d9_kv *meta, uint32_t n
         sw->first_ts = sw->last_ts = 0;
         sw->opened_ms = d9_now_ms();
         r = d9_enc_new(&sw->enc);
-        if (r < 0)
+        if (r < 0) {
+                /* Nothing written: no segment, and no encoder for segment_close. */
+                close(sw->fd);
+                sw->fd = -1;
+                unlink(sw->active_path);
                 return r;
+        }
         d9_enc_set_output(sw->enc, sw->buf, SEGMENT_BUF, segment_flush_to_file, sw);
         r = segment_clock_sync(sw->enc);
         if (!r)

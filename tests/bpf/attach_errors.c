@@ -5,6 +5,10 @@
  * PID, a negative errno, and leave nothing attached: the set of BPF
  * objects this process holds is the same before and after the failure.
  *
+ * A second attach to a pid already traced is refused (EEXIST) and leaves
+ * the first target recording: its map entries are not the failed one's to
+ * remove.
+ *
  * usage: attach_errors */
 #include <errno.h>
 #include <stdio.h>
@@ -40,11 +44,11 @@ static bool nothing_new(const struct bpf_ids *before)
         return true;
 }
 
-static void expect_failure(struct d9_bpf *bpf, pid_t pid, const struct probe_plan *plan,
-                           int want, const char *what)
+static void expect_failure_with(struct d9_bpf *bpf, pid_t pid, const struct probe_plan *plan, unsigned probes,
+                                int want, const char *what)
 {
         static struct bpf_ids before;
-        struct d9_bpf_target_opts to = { .probes = D9_PROBE_ALL, .on_record = ignore_record };
+        struct d9_bpf_target_opts to = { .probes = probes, .on_record = ignore_record };
         struct d9_bpf_target *t = NULL;
         char *err = NULL;
         int r;
@@ -55,6 +59,11 @@ static void expect_failure(struct d9_bpf *bpf, pid_t pid, const struct probe_pla
                err ? err : "(no message)", strerror(-r));
         tap_ok(nothing_new(&before), "%s: nothing left attached", what);
         free(err);
+}
+
+static void expect_failure(struct d9_bpf *bpf, pid_t pid, const struct probe_plan *plan, int want, const char *what)
+{
+        expect_failure_with(bpf, pid, plan, D9_PROBE_ALL, want, what);
 }
 
 /* A failure after the ring and config are in place (the uprobe attach
@@ -87,6 +96,42 @@ static void not_tokio(struct d9_bpf *bpf)
         half_attached(bpf, c.pid);
         probe_plan_free(plan);
         free(err);
+        child_kill(&c);
+}
+
+static int count_record(void *ctx, const void *rec, size_t size)
+{
+        (*(unsigned long *)ctx)++;
+        return 0;
+}
+
+static void second_attach(struct d9_bpf *bpf)
+{
+        char *argv[] = { "/bin/sh", "-c", "while :; do :; done", NULL };
+        unsigned long records = 0;
+        struct d9_bpf_target_opts to = { .probes = D9_PROBE_SCHED | D9_PROBE_CPU, .on_record = count_record,
+                                         .ctx = &records };
+        struct d9_bpf_target *first = NULL;
+        struct child c;
+        char *err = NULL;
+
+        if (child_start(&c, argv, false) < 0)
+                return (void)tap_ok(false, "start a busy shell");
+        int r = d9_bpf_attach_target(bpf, c.pid, NULL, &to, &first, &err);
+        tap_ok(r == 0, "first attach to the busy shell (%s)", err ? err : "ok");
+        free(err);
+        err = NULL;
+        expect_failure_with(bpf, c.pid, NULL, to.probes, -EEXIST, "second attach to a traced pid");
+        /* A spinning thread in 400 ms: ~40 CPU samples at 99 Hz plus its
+         * switches (hundreds here); with its entries deleted, a straggler or two. */
+        records = 0;
+        for (int i = 0; i < 40 && first; i++) {
+                usleep(10 * 1000);
+                d9_bpf_target_consume(first);
+        }
+        tap_ok(first && records >= 10, "the first target still records after the refused second attach (%lu records)",
+               records);
+        d9_bpf_detach_target(first);
         child_kill(&c);
 }
 
@@ -132,6 +177,7 @@ int main(void)
                 return tap_done();
         not_tokio(bpf);
         expect_failure(bpf, 0x3ffffff0, NULL, -ESRCH, "no such PID");
+        second_attach(bpf);
         no_permission();
         bpf_snapshot_self(&all);
         d9_bpf_close(bpf);
