@@ -278,7 +278,7 @@ int s3_request_run(struct s3_client *c, const struct s3_request *r)
                 s3_set_error(c, "%s %s: key or query too long", r->method, r->key ? r->key : "");
                 return err;
         }
-        sha256_hex(r->body ? r->body : "", r->body_len, payload_hash);
+        s3_sha256_hex(r->body ? r->body : "", r->body_len, payload_hash);
         sigv4_amz_date(time(NULL), amz_date);
         n = collect_headers(c, r, host, payload_hash, amz_date, h, meta_names);
         if (n < 0)

@@ -30,7 +30,7 @@ struct sigv4_input {
         const char *secret_key;
 };
 
-void sha256_hex(const void *data, size_t len, char out[65]);
+void s3_sha256_hex(const void *data, size_t len, char out[65]);
 /* kSigning = HMAC chain over date, region, service, "aws4_request". */
 void sigv4_signing_key(const char *secret, const char *date8, const char *region,
                        const char *service, uint8_t out[32]);

@@ -24,7 +24,7 @@ static void hex(const uint8_t *in, size_t n, char *out)
         out[2 * n] = 0;
 }
 
-void sha256_hex(const void *data, size_t len, char out[65])
+void s3_sha256_hex(const void *data, size_t len, char out[65])
 {
         uint8_t md[SHA256_DIGEST_LENGTH];
         SHA256(data, len, md);
@@ -118,7 +118,7 @@ int sigv4_authorization(const struct sigv4_input *in, char *out, size_t size)
         int r = canonical_request(in, creq, sizeof creq, signed_headers, sizeof signed_headers);
         if (r < 0)
                 return r;
-        sha256_hex(creq, strlen(creq), creq_hash);
+        s3_sha256_hex(creq, strlen(creq), creq_hash);
         memcpy(date8, in->amz_date, 8);
         date8[8] = 0;
         snprintf(scope, sizeof scope, "%s/%s/%s/aws4_request", date8, in->region, in->service);

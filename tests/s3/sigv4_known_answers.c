@@ -31,7 +31,7 @@ static void signing_key_derivation(void)
 static void iam_list_users(void)
 {
         char empty[65], auth[1024];
-        sha256_hex("", 0, empty);
+        s3_sha256_hex("", 0, empty);
         struct sigv4_header h[] = {
                 { "content-type", "application/x-www-form-urlencoded; charset=utf-8" },
                 { "host", "iam.amazonaws.com" },
@@ -55,7 +55,7 @@ static void iam_list_users(void)
 static void get_vanilla(void)
 {
         char empty[65], auth[1024];
-        sha256_hex("", 0, empty);
+        s3_sha256_hex("", 0, empty);
         struct sigv4_header h[] = {
                 { "host", "example.amazonaws.com" },
                 { "x-amz-date", "20150830T123600Z" },
@@ -74,7 +74,7 @@ static void get_vanilla(void)
 static void s3_get_object_example(void)
 {
         char empty[65], auth[1024];
-        sha256_hex("", 0, empty);
+        s3_sha256_hex("", 0, empty);
         ok(!strcmp(empty, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"),
            "SHA-256 of the empty payload");
         struct sigv4_header h[] = {
