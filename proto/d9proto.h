@@ -278,6 +278,21 @@ int d9_decode(const uint8_t *buf, size_t len, const struct d9_dec_opts *opts,
  * `.active` file to this length. */
 size_t d9_valid_prefix_len(const uint8_t *buf, size_t len);
 
+/* ---- A growable byte buffer ---------------------------------------------- */
+
+/* One for every component that collects bytes of unknown length (the S3
+ * client's bodies, serve's files, d9ctl export's profiles). */
+struct d9_buf {
+        uint8_t *data;
+        size_t len, cap;
+};
+/* Room for extra more bytes and a NUL after them. 0 or -ENOMEM. */
+int d9_buf_reserve(struct d9_buf *b, size_t extra);
+/* Appends and keeps the data NUL-terminated (XML and error bodies are read
+ * as strings). 0 or -ENOMEM. */
+int d9_buf_append(struct d9_buf *b, const void *data, size_t len);
+void d9_buf_free(struct d9_buf *b);
+
 /* ---- Compression and input files ---------------------------------------- */
 
 enum d9_compress {

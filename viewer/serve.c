@@ -119,7 +119,7 @@ static const char *content_type_for(const char *name)
 static enum MHD_Result serve_asset(struct serve_req *rq, const char *name)
 {
         struct serve_ctx *ctx = rq->ctx;
-        struct serve_buf body = { 0 };
+        struct d9_buf body = { 0 };
         int fd = serve_path_open(ctx->assetfd, ctx->asset_real, name, strlen(name));
         int r;
 
@@ -129,7 +129,7 @@ static enum MHD_Result serve_asset(struct serve_req *rq, const char *name)
         r = serve_read_all(fd, &body, SERVE_MAX_OBJECT);
         close(fd);
         if (r < 0) {
-                serve_buf_free(&body);
+                d9_buf_free(&body);
                 return serve_reply_error(rq, 500, "cannot read asset", name);
         }
         return reply(rq, 200, content_type_for(name), body.data, body.len, 1);

@@ -121,9 +121,9 @@ json_t *serve_bucket_list(struct serve_bucket *b, int *err)
         return json_pack("{s:o}", "segments", list);
 }
 
-int serve_bucket_fetch(struct serve_bucket *b, const char *rel, size_t rel_len, struct serve_buf *out)
+int serve_bucket_fetch(struct serve_bucket *b, const char *rel, size_t rel_len, struct d9_buf *out)
 {
-        struct s3_buf obj = { 0 };
+        struct d9_buf obj = { 0 };
         char key[PATH_MAX];
         int r;
 
@@ -139,12 +139,11 @@ int serve_bucket_fetch(struct serve_bucket *b, const char *rel, size_t rel_len, 
                 r = -EFBIG;
         else if (r == 0) {
                 /* the object's buffer becomes the caller's */
-                out->data = (uint8_t *)obj.data;
-                out->len = out->cap = obj.len;
-                obj.data = NULL;
+                *out = obj;
+                obj = (struct d9_buf){ 0 };
         } else if (r != -ENOENT) {
                 r = -EIO;
         }
-        s3_buf_free(&obj);
+        d9_buf_free(&obj);
         return r;
 }

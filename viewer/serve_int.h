@@ -19,16 +19,8 @@
 /* Largest file read whole into memory: a viewer asset, a bucket object. */
 #define SERVE_MAX_OBJECT ((size_t)1 << 30)
 
-struct serve_buf {
-        uint8_t *data;
-        size_t len;
-        size_t cap;
-};
-
-int serve_buf_reserve(struct serve_buf *b, size_t extra);
-void serve_buf_free(struct serve_buf *b);
 /* Reads FD whole into B (at most LIMIT bytes, else -EFBIG). */
-int serve_read_all(int fd, struct serve_buf *b, size_t limit);
+int serve_read_all(int fd, struct d9_buf *b, size_t limit);
 
 /* Opens the regular file REL (REL_LEN bytes, may hold a NUL to be refused)
  * strictly beneath the directory ROOTFD whose canonical path is ROOT_REAL.
@@ -80,7 +72,7 @@ void serve_bucket_free(struct serve_bucket *b);
 json_t *serve_bucket_list(struct serve_bucket *b, int *err);
 /* Fetches segment REL (relative to the prefix), as stored, into OUT.
  * -EINVAL bad path, -ENOENT no such object, -EIO S3 failure. */
-int serve_bucket_fetch(struct serve_bucket *b, const char *rel, size_t rel_len, struct serve_buf *out);
+int serve_bucket_fetch(struct serve_bucket *b, const char *rel, size_t rel_len, struct d9_buf *out);
 /* Copy of the last S3 error message, for a response body. */
 void serve_bucket_error(struct serve_bucket *b, char *buf, size_t size);
 

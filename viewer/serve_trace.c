@@ -22,7 +22,7 @@ struct trace_job {
         struct serve_ctx *ctx;
         int count, cur;
         char *path[SERVE_MAX_SEGMENTS];
-        struct serve_buf obj[SERVE_MAX_SEGMENTS]; /* bucket mode: objects as stored */
+        struct d9_buf obj[SERVE_MAX_SEGMENTS]; /* bucket mode: objects as stored */
         uint64_t size[SERVE_MAX_SEGMENTS];        /* raw bytes counted in the check */
         struct serve_stream st;
         bool st_open;
@@ -37,7 +37,7 @@ static void job_free(void *cls)
                 serve_stream_close(&j->st);
         for (int i = 0; i < j->count; i++) {
                 free(j->path[i]);
-                serve_buf_free(&j->obj[i]);
+                d9_buf_free(&j->obj[i]);
         }
         free(j);
 }

@@ -429,7 +429,7 @@ int export_pprof(FILE *out, char *const *paths, size_t n, enum export_profile pr
                 size_t zlen = 0;
                 e = write_profile(x, &prof);
                 if (!e)
-                        e = d9_compress_buf(prof.p, prof.n, D9_COMPRESS_GZIP, 0, &z, &zlen);
+                        e = d9_compress_buf(prof.buf.data, prof.buf.len, D9_COMPRESS_GZIP, 0, &z, &zlen);
                 if (!e && (fwrite(z, 1, zlen, out) != zlen || fflush(out)))
                         e = -EIO;
                 free(z);

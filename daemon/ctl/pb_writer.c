@@ -7,21 +7,9 @@
 
 static bool reserve(struct pb *b, size_t more)
 {
-        if (b->failed)
-                return false;
-        if (b->n + more <= b->cap)
-                return true;
-        size_t cap = b->cap ? b->cap * 2 : 64;
-        while (cap < b->n + more)
-                cap *= 2;
-        uint8_t *p = realloc(b->p, cap);
-        if (!p) {
+        if (!b->failed && d9_buf_reserve(&b->buf, more) < 0)
                 b->failed = true;
-                return false;
-        }
-        b->p = p;
-        b->cap = cap;
-        return true;
+        return !b->failed;
 }
 
 static void varint(struct pb *b, uint64_t v)
@@ -31,7 +19,7 @@ static void varint(struct pb *b, uint64_t v)
         do {
                 uint8_t byte = v & 0x7f;
                 v >>= 7;
-                b->p[b->n++] = byte | (v ? 0x80 : 0);
+                b->buf.data[b->buf.len++] = byte | (v ? 0x80 : 0);
         } while (v);
 }
 
@@ -51,8 +39,8 @@ void pb_bytes(struct pb *b, unsigned field, const void *p, size_t len)
         key(b, field, 2);
         varint(b, len);
         if (len && reserve(b, len)) {
-                memcpy(b->p + b->n, p, len);
-                b->n += len;
+                memcpy(b->buf.data + b->buf.len, p, len);
+                b->buf.len += len;
         }
 }
 
@@ -70,15 +58,15 @@ int pb_message(struct pb *parent, unsigned field, struct pb *child)
         if (child->failed)
                 parent->failed = true;
         else
-                pb_bytes(parent, field, child->p, child->n);
+                pb_bytes(parent, field, child->buf.data, child->buf.len);
         pb_free(child);
         return parent->failed ? -ENOMEM : 0;
 }
 
 void pb_free(struct pb *b)
 {
-        free(b->p);
-        *b = (struct pb)PB_INIT;
+        d9_buf_free(&b->buf);
+        b->failed = false;
 }
 
 static uint64_t hash(const char *p, size_t len)

@@ -8,9 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "d9proto.h"
+
 struct pb {
-        uint8_t *p;
-        size_t n, cap;
+        struct d9_buf buf;
         bool failed;
 };
 #define PB_INIT { 0 }

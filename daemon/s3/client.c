@@ -151,13 +151,13 @@ int s3_put_file(struct s3_client *c, const char *key, const char *path,
         return err;
 }
 
-int s3_get_object(struct s3_client *c, const char *key, struct s3_buf *out)
+int s3_get_object(struct s3_client *c, const char *key, struct d9_buf *out)
 {
         struct s3_request r = { .method = "GET", .key = key, .response = out };
         out->len = 0;
         int err = s3_request_run(c, &r);
         if (err < 0)
-                s3_buf_free(out); /* do not hand an error document back as data */
+                d9_buf_free(out); /* do not hand an error document back as data */
         return err;
 }
 

@@ -113,11 +113,11 @@ int s3_list(struct s3_client *c, const char *prefix, const char *delimiter, size
                         q[n++] = (struct s3_query){ "delimiter", delimiter };
                 if (token)
                         q[n++] = (struct s3_query){ "continuation-token", token };
-                struct s3_buf body = { 0 };
+                struct d9_buf body = { 0 };
                 struct s3_request r = { .method = "GET", .query = q, .n_query = n, .response = &body };
                 int err = s3_request_run(c, &r);
                 more = err < 0 ? err : parse_page(out, body.data ? (char *)body.data : "", &token);
-                s3_buf_free(&body);
+                d9_buf_free(&body);
                 if (more == -EBADMSG)
                         s3_set_error(c, "LIST %s: malformed answer from the server", c->cfg.bucket);
         } while (more == 1 && (!max_keys || out->n_objects < max_keys));

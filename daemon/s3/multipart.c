@@ -14,7 +14,7 @@ static int create_upload(struct s3_client *c, const char *key, const struct s3_p
                          char **upload_id)
 {
         struct s3_query q[] = { { "uploads", NULL } };
-        struct s3_buf body = { 0 };
+        struct d9_buf body = { 0 };
         struct s3_request r = {
                 .method = "POST", .key = key, .query = q, .n_query = 1, .response = &body,
                 .content_type = opts && opts->content_type ? opts->content_type
@@ -30,7 +30,7 @@ static int create_upload(struct s3_client *c, const char *key, const struct s3_p
                         err = -EBADMSG;
                 }
         }
-        s3_buf_free(&body);
+        d9_buf_free(&body);
         return err;
 }
 
@@ -56,20 +56,20 @@ static int upload_part(struct s3_client *c, const char *key, const char *upload_
 static int complete_upload(struct s3_client *c, const char *key, const char *upload_id,
                            char (*etags)[128], unsigned n)
 {
-        struct s3_buf doc = { 0 };
+        struct d9_buf doc = { 0 };
         char line[256];
-        int err = s3_buf_append(&doc, "<CompleteMultipartUpload>", 25);
+        int err = d9_buf_append(&doc, "<CompleteMultipartUpload>", 25);
         for (unsigned i = 0; i < n && !err; i++) {
                 char *etag = s3_xml_escape(etags[i]);
                 int len = snprintf(line, sizeof line, "<Part><PartNumber>%u</PartNumber><ETag>%s</ETag></Part>",
                                    i + 1, etag ? etag : "");
                 free(etag);
-                err = s3_buf_append(&doc, line, (size_t)len);
+                err = d9_buf_append(&doc, line, (size_t)len);
         }
         if (!err)
-                err = s3_buf_append(&doc, "</CompleteMultipartUpload>", 26);
+                err = d9_buf_append(&doc, "</CompleteMultipartUpload>", 26);
         struct s3_query q[] = { { "uploadId", upload_id } };
-        struct s3_buf answer = { 0 };
+        struct d9_buf answer = { 0 };
         struct s3_request r = {
                 .method = "POST", .key = key, .query = q, .n_query = 1, .body = doc.data,
                 .body_len = doc.len, .content_type = "application/xml", .response = &answer,
@@ -81,8 +81,8 @@ static int complete_upload(struct s3_client *c, const char *key, const char *upl
                 s3_set_error(c, "POST %s?uploadId: completion failed: %.200s", key, (char *)answer.data);
                 err = -EIO;
         }
-        s3_buf_free(&answer);
-        s3_buf_free(&doc);
+        d9_buf_free(&answer);
+        d9_buf_free(&doc);
         return err;
 }
 

@@ -21,33 +21,9 @@ void s3_set_error(struct s3_client *c, const char *fmt, ...)
         va_end(ap);
 }
 
-int s3_buf_append(struct s3_buf *b, const void *data, size_t len)
-{
-        if (b->len + len + 1 > b->cap) {
-                size_t cap = b->cap ? b->cap : 4096;
-                while (cap < b->len + len + 1)
-                        cap *= 2;
-                uint8_t *p = realloc(b->data, cap);
-                if (!p)
-                        return -ENOMEM;
-                b->data = p;
-                b->cap = cap;
-        }
-        memcpy(b->data + b->len, data, len);
-        b->len += len;
-        b->data[b->len] = 0; /* XML and error bodies are read as strings */
-        return 0;
-}
-
-void s3_buf_free(struct s3_buf *b)
-{
-        free(b->data);
-        *b = (struct s3_buf){ 0 };
-}
-
 static size_t on_body(char *ptr, size_t size, size_t n, void *userdata)
 {
-        return s3_buf_append(userdata, ptr, size * n) < 0 ? 0 : size * n;
+        return d9_buf_append(userdata, ptr, size * n) < 0 ? 0 : size * n;
 }
 
 static size_t on_header(char *line, size_t size, size_t n, void *userdata)
@@ -178,7 +154,7 @@ static int map_curl_error(struct s3_client *c, const struct s3_request *r, CURLc
 }
 
 static int map_http_error(struct s3_client *c, const struct s3_request *r, long status,
-                          const struct s3_buf *body)
+                          const struct d9_buf *body)
 {
         const char *doc = body && body->data ? (const char *)body->data : "";
         const char *pos = doc;
@@ -231,7 +207,7 @@ static void set_method(CURL *h, const struct s3_request *r)
 }
 
 static int perform(struct s3_client *c, const struct s3_request *r, const char *url,
-                   struct curl_slist *headers, struct s3_buf *body)
+                   struct curl_slist *headers, struct d9_buf *body)
 {
         CURL *h = c->curl;
         char errbuf[CURL_ERROR_SIZE] = "";
@@ -268,7 +244,7 @@ int s3_request_run(struct s3_client *c, const struct s3_request *r)
         char uri[4096], host[512], query[MAX_QUERY * 2200], payload_hash[65], amz_date[17], auth[4096];
         char url[4096 + 512 + MAX_QUERY * 2200 + 16], meta_names[MAX_HEADERS][160];
         struct sigv4_header h[MAX_HEADERS];
-        struct s3_buf scratch = { 0 };
+        struct d9_buf scratch = { 0 };
         c->last_status = 0;
         c->last_error[0] = 0;
         int n, err = build_paths(c, r, uri, sizeof uri, host, sizeof host);
@@ -298,6 +274,6 @@ int s3_request_run(struct s3_client *c, const struct s3_request *r)
         err = perform(c, r, url, headers, r->response ? r->response : &scratch);
         curl_slist_free_all(headers);
         explicit_bzero(auth, sizeof auth);
-        s3_buf_free(&scratch);
+        d9_buf_free(&scratch);
         return err;
 }

@@ -57,7 +57,7 @@ struct s3_request {
         const char *content_type;
         const struct s3_meta *meta;
         size_t n_meta;
-        struct s3_buf *response;        /* body sink; may be NULL */
+        struct d9_buf *response;        /* body sink; may be NULL */
         char *etag;                     /* out: ETag header, if etag_size */
         size_t etag_size;
         uint64_t *content_length;       /* out: Content-Length, if not NULL */
@@ -82,7 +82,6 @@ struct s3_client {
  * -ECANCELED for transport failures) with c->last_error set. */
 int s3_request_run(struct s3_client *c, const struct s3_request *r);
 void s3_set_error(struct s3_client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-int s3_buf_append(struct s3_buf *b, const void *data, size_t len);
 
 /* ---- xml.c: the few S3 response elements we read ---------------------- */
 

@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "proto/d9proto.h" /* struct d9_buf: response bodies */
+
 /* ---- configuration ---------------------------------------------------- */
 
 struct s3_config {
@@ -68,12 +70,6 @@ const struct s3_config *s3_client_config(const struct s3_client *c);
 /* Abort in-flight requests when *flag becomes true (checked ~every 100 ms). */
 void s3_client_set_cancel_flag(struct s3_client *c, const volatile bool *flag);
 
-struct s3_buf {
-        uint8_t *data;
-        size_t len, cap;
-};
-void s3_buf_free(struct s3_buf *b);
-
 struct s3_meta {
         const char *name;       /* without the x-amz-meta- prefix, lower case */
         const char *value;
@@ -91,7 +87,7 @@ int s3_put_file(struct s3_client *c, const char *key, const char *path,
                 const struct s3_put_opts *opts);
 int s3_put_buffer(struct s3_client *c, const char *key, const void *data, size_t len,
                   const struct s3_put_opts *opts);
-int s3_get_object(struct s3_client *c, const char *key, struct s3_buf *out);
+int s3_get_object(struct s3_client *c, const char *key, struct d9_buf *out);
 /* -ENOENT when the object does not exist. */
 int s3_head_object(struct s3_client *c, const char *key, uint64_t *size);
 /* Value of the object's x-amz-meta-<name>; -ENODATA when it has none. */

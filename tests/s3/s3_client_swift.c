@@ -23,14 +23,14 @@ static void put_get_roundtrip(struct s3_client *c, const char *fixture)
         int err = s3_put_file(c, key, fixture, &opts);
         ok(err == 0, "PUT of the %zu-byte fixture under a key with space and '+' (%s)", len,
            s3_client_last_error(c));
-        struct s3_buf got = { 0 };
+        struct d9_buf got = { 0 };
         err = s3_get_object(c, key, &got);
         ok(err == 0 && got.len == len && !memcmp(got.data, data, len),
            "GET returns the same %zu bytes (err %d, got %zu)", len, err, got.len);
         uint64_t size = 0;
         ok(s3_head_object(c, key, &size) == 0 && size == len, "HEAD reports size %llu",
            (unsigned long long)size);
-        s3_buf_free(&got);
+        d9_buf_free(&got);
         free(data);
 }
 
@@ -107,11 +107,11 @@ static void multipart(const struct s3_config *base, const char *fixture)
         close(fd);
         int err = s3_put_file(c, "mp/big.bin", path, NULL);
         ok(err == 0, "multipart upload of 11 MiB in 5 MiB parts (%s)", s3_client_last_error(c));
-        struct s3_buf got = { 0 };
+        struct d9_buf got = { 0 };
         err = s3_get_object(c, "mp/big.bin", &got);
         ok(err == 0 && got.len == len && !memcmp(got.data, data, len),
            "multipart object downloads byte-identical (%zu bytes)", got.len);
-        s3_buf_free(&got);
+        d9_buf_free(&got);
         unlink(path);
         free(seed);
         free(data);

@@ -85,9 +85,9 @@ static int object_matches(struct s3_client *c, const char *key, const char *path
 {
         size_t len;
         uint8_t *want = read_file(path, &len);
-        struct s3_buf got = { 0 };
+        struct d9_buf got = { 0 };
         int same = want && s3_get_object(c, key, &got) == 0 && got.len == len && !memcmp(got.data, want, len);
-        s3_buf_free(&got);
+        d9_buf_free(&got);
         free(want);
         return same;
 }
@@ -339,10 +339,10 @@ static void delete_after_upload(struct s3_client *c)
         ok(shipper_flush(s, 60000) == 0, "delete-after-upload: queue drains");
         shipper_stop(s);
         ok(access(path, F_OK) < 0 && errno == ENOENT, "local segment deleted after the upload");
-        struct s3_buf got = { 0 };
+        struct d9_buf got = { 0 };
         ok(s3_get_object(c, "fleet/d/2026-01-02/0300/demo/test-host/abcd-4242/1767322800-0.bin.gz", &got) == 0 &&
            got.len == len && !memcmp(got.data, want, len), "and the object is there, byte-identical");
-        s3_buf_free(&got);
+        d9_buf_free(&got);
         free(want);
         ship_config_free(&cfg);
 }
