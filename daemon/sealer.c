@@ -19,6 +19,7 @@
 #include "daemon/ship.h"
 #include "cleanup.h"
 #include "d9d.h"
+#include "debuginfo.h"
 #include "log.h"
 #include "sealer.h"
 #include "trace_access.h"
@@ -125,6 +126,38 @@ static int append_fd_write(void *ctx, const uint8_t *data, size_t len)
         return 0;
 }
 
+/* What `d9ctl symbolize` needs to name an address later, per executable
+ * file mapping (like perf's mmap records or pprof's mappings): dial9's
+ * readers keep it as a custom event and ignore it. */
+static const struct d9_field_def mapping_fields[] = {
+        { "start", D9_T_VARINT },
+        { "end", D9_T_VARINT },
+        { "file_offset", D9_T_VARINT },
+        { "load_bias", D9_T_VARINT | D9_T_OPTIONAL },
+        { "path", D9_T_POOLED_STRING },
+        { "build_id", D9_T_POOLED_STRING },
+};
+static const struct d9_schema_def mapping_schema = { "D9MappingEvent", 6, mapping_fields };
+
+static int append_mappings(struct d9_enc *enc, const struct symbolizer *sym)
+{
+        int schema = d9_enc_declare(enc, &mapping_schema), r = schema < 0 ? schema : 0;
+        struct sym_mapping m;
+
+        for (size_t i = 0; !r && symbolizer_mapping(sym, i, &m); i++) {
+                struct d9_enc_value v[6] = {
+                        { .u = m.start }, { .u = m.end }, { .u = m.offset },
+                        { .present = m.bias_known, .u = m.bias },
+                };
+                r = d9_enc_intern_string(enc, m.path, strlen(m.path), &v[4].atom);
+                if (!r)
+                        r = d9_enc_intern_string(enc, m.build_id, strlen(m.build_id), &v[5].atom);
+                if (!r)
+                        r = d9_enc_event(enc, schema, 0, v);
+        }
+        return r;
+}
+
 /* Symbols go in a stream of their own at the end of the file. */
 static int append_symbols(struct seal_job *job, const uint64_t *addrs, size_t n)
 {
@@ -145,15 +178,19 @@ static int append_symbols(struct seal_job *job, const uint64_t *addrs, size_t n)
         r = d9_enc_new_stream(enc);
         if (!r)
                 r = d9_enc_intern_string(enc, "", 0, &empty);
+        if (!r)
+                r = append_mappings(enc, sym);
         for (size_t i = 0; i < n && !r; i++) {
                 uint64_t size = 0;
                 const char *name = symbolizer_lookup(sym, addrs[i], &size);
-                char hex[48];
+                char hex[320];
                 uint32_t atom;
 
                 if (!name) {
-                        snprintf(hex, sizeof(hex), "%s 0x%llx", addrs[i] >= 0xffff800000000000ull ?
-                                 "[kernel]" : "[symbolize-failed]", (unsigned long long)addrs[i]);
+                        /* In a mapping: a name d9ctl symbolize can replace. */
+                        if (addrs[i] >= 0xffff800000000000ull || !symbolizer_unnamed(sym, addrs[i], hex, sizeof(hex)))
+                                snprintf(hex, sizeof(hex), "%s 0x%llx", addrs[i] >= 0xffff800000000000ull ?
+                                         "[kernel]" : "[symbolize-failed]", (unsigned long long)addrs[i]);
                         name = hex;
                 } else {
                         job->symbols++;
@@ -255,6 +292,9 @@ static void *sealer_main(void *arg)
 {
         struct sealer *s = arg;
 
+        /* Sealing may wait for a debuginfod download (bounded per file);
+         * the drain loop never does. */
+        debuginfo_allow_network(true);
         pthread_mutex_lock(&s->lock);
         for (;;) {
                 while (!s->todo && !s->stop)
