@@ -23,6 +23,7 @@
 #include "log.h"
 #include "sealer.h"
 #include "trace_access.h"
+#include "resymbolize.h"
 #include "segment.h"
 #include "symbolize.h"
 
@@ -79,6 +80,7 @@ struct addr_set {
         uint64_t *v;
         size_t n, cap;
         uint64_t first_realtime_ns;
+        bool unnamed_labels;    /* task labels a debug file could name */
 };
 
 static int collect_addrs(const struct d9_dec_event *ev, void *ctx)
@@ -87,6 +89,12 @@ static int collect_addrs(const struct d9_dec_event *ev, void *ctx)
 
         if (!set->first_realtime_ns && !strcmp(ev->schema->name, "ClockSyncEvent") && ev->values[0].present)
                 set->first_realtime_ns = ev->values[0].u;
+        if (!strcmp(ev->schema->name, "D9TaskLabelAddrEvent"))
+                set->unnamed_labels = true;
+        for (uint16_t i = 0; i < ev->schema->nfields && !set->unnamed_labels; i++)
+                set->unnamed_labels = ev->values[i].type == D9_T_POOLED_STRING && ev->values[i].resolved &&
+                                      ev->values[i].str.len > 10 && !memcmp(ev->values[i].str.p, "[unnamed] ", 10) &&
+                                      !strcmp(ev->schema->fields[i].name, "spawn_loc");
         for (uint16_t i = 0; i < ev->schema->nfields; i++) {
                 const struct d9_value *v = &ev->values[i];
                 if (!v->present || (v->type != D9_T_POOLED_STACK && v->type != D9_T_STACK))
@@ -207,6 +215,41 @@ out:
         return r;
 }
 
+/* Labels of a stripped build (and frames the first pass left unnamed)
+ * named the way d9ctl symbolize does, now that the debug lookups (debug
+ * directories, debuginfod) may have found what the planner could not:
+ * the .active file is rewritten through a temporary file beside it. */
+static int rename_labels(struct seal_job *job)
+{
+        char tmp[4200];
+        uint8_t *raw = NULL;
+        size_t len = 0;
+        struct resym_stats st;
+        const char *why;
+        int r = d9_read_trace_file(job->active, &raw, &len, NULL);
+
+        if (r < 0)
+                return r;
+        snprintf(tmp, sizeof(tmp), "%s.names", job->active);
+        unlink(tmp);
+        _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0) {
+                free(raw);
+                return -errno;
+        }
+        r = resymbolize(raw, len, append_fd_write, &fd, &st, &why);
+        free(raw);
+        if (r == 0 && st.frames_named + st.labels_named) {
+                r = fsync(fd) < 0 || rename(tmp, job->active) < 0 ? -errno : 0;
+                if (!r)
+                        log_info("%s: named %llu task labels and %llu frames from debug files found at seal time",
+                                 job->active, (unsigned long long)st.labels_named,
+                                 (unsigned long long)st.frames_named);
+        }
+        unlink(tmp);
+        return r;
+}
+
 static int symbolize_segment(struct seal_job *job)
 {
         struct addr_set set = { 0 };
@@ -230,6 +273,8 @@ static int symbolize_segment(struct seal_job *job)
                 r = append_symbols(job, set.v, u);
         }
         free(set.v);
+        if (r == 0 && set.unnamed_labels)
+                r = rename_labels(job);
         return r;
 }
 

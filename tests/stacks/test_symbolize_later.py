@@ -158,6 +158,36 @@ def check_named(t, what, paths, ref, before_syms, before_events):
     return ev
 
 
+def check_sealed(t, what, d, ref):
+    """A stripped copy recorded by d, named at seal time by d's lookups."""
+    ref_names, ref_labels, funcs = ref
+    copy = os.path.join(work, what.replace(" ", "-"), os.path.basename(STRIPPED))
+    os.makedirs(os.path.dirname(copy))
+    shutil.copy2(STRIPPED, copy)
+    paths = record(t, d, copy, what)
+    ev, syms = merged(paths)
+    base = os.path.basename(RELEASE)
+    maps = [m for m in ev["D9MappingEvent"] if m["path"] == copy and m.get("load_bias") is not None]
+    same, differ, unnamed = 0, [], 0
+    for addr, name in syms.items():
+        m = next((m for m in maps if as_int(m["start"]) <= addr < as_int(m["end"])), None)
+        if not m:
+            continue
+        unnamed += name.startswith("[unnamed]")
+        f = function_of(funcs, addr - as_int(m["load_bias"]))
+        if f in ref_names and not name.startswith("[unnamed]"):
+            if ref_names[f] == name:
+                same += 1
+            else:
+                differ.append(f"{addr:#x}: {name} vs {ref_names[f]}")
+    t.ok(maps and same >= 5 and not differ and unnamed == 0,
+         f"{what}: the sealer named the stripped build's frames as the unstripped build's "
+         f"({same} compared, {unnamed} unnamed)", "\n".join(differ[:20]))
+    got = labels(ev)
+    t.ok(got and got <= ref_labels and not any(l.startswith(("0x", "[unnamed]")) for l in got),
+         f"{what}: task labels are future types at seal time ({len(got)})", f"{sorted(got)}")
+
+
 def start_debuginfod(t, folder, work):
     """Debian's debuginfod in a network namespace of our own (port 8002
     inside it is free whatever else runs), scanning folder. Returns the
@@ -249,6 +279,12 @@ def main():
     t.ok(lines and all(": named 0 of " in line and ", 0 of 0 task labels" in line for line in lines),
          "a second run has nothing left to name")
 
+    # 1b. The sealer with the same directory in d9d.conf (debug_dirs).
+    d2 = D9d(D9D, D9CTL, settings={"debug_dirs": dbg})
+    d2.start_or_bail(t)
+    check_sealed(t, "sealer with debug_dirs", d2, refs)
+    d2.cleanup(keep=t.failed > 0)
+
     # 2. debuginfod on loopback; the executable is gone from where it ran.
     served = os.path.join(work, "served")
     os.makedirs(served)
@@ -281,6 +317,20 @@ def main():
                            timeout=120, env=env_bad)
         t.ok(r.returncode == 0 and "none for " + bid in r.stdout and open(fresh, "rb").read() == before_bytes,
              "no server answering: says which build-id has no debug file, segment unchanged", r.stdout + r.stderr)
+
+        # 2b. The sealer of a d9d in the same namespace, debuginfod_urls set
+        # in its config (the planner at attach has no server: the labels
+        # are named when the segment is sealed).
+        wrapper = os.path.join(work, "d9d-in-netns")
+        with open(wrapper, "w") as f:
+            f.write(f"#!/bin/sh\nexec {' '.join(ns)} {os.path.abspath(D9D)} \"$@\"\n")
+        os.chmod(wrapper, 0o755)
+        d3 = D9d(wrapper, D9CTL, settings={"debuginfod_urls": "http://127.0.0.1:8002", "debuginfod_timeout": "20s"})
+        d3.start_or_bail(t)
+        check_sealed(t, "sealer with debuginfod_urls", d3, refs)
+        t.ok(os.path.isdir(os.path.join(d3.tmp, "debuginfod", bid)),
+             "the sealer's downloads are cached under the state directory")
+        d3.cleanup(keep=t.failed > 0)
     finally:
         for p in (srv, holder):
             os.killpg(p.pid, signal.SIGTERM)
