@@ -24,6 +24,7 @@ struct rs_mapping {
 
 struct rs_name {
         char *old_text, *new_text;
+        size_t old_len;
 };
 
 struct rs_module {
@@ -47,7 +48,8 @@ struct rs {
         size_t n_texts;
         struct rs_module *mods;
         size_t n_mods;
-        int error;
+        struct rs_name **sorted;        /* named entries by old text, for the rewrite */
+        size_t n_sorted;
 };
 
 static const struct d9_value *field(const struct d9_dec_event *ev, const char *name, uint8_t base)
@@ -82,14 +84,14 @@ static int grow(void **arr, size_t n, size_t size)
 static ssize_t name_index(struct rs *rs, const struct d9_value *v)
 {
         for (size_t i = 0; i < rs->n_names; i++)
-                if (strlen(rs->names[i].old_text) == v->str.len && !memcmp(rs->names[i].old_text, v->str.p, v->str.len))
+                if (rs->names[i].old_len == v->str.len && !memcmp(rs->names[i].old_text, v->str.p, v->str.len))
                         return (ssize_t)i;
         if (grow((void **)&rs->names, rs->n_names, sizeof(*rs->names)) < 0)
                 return -ENOMEM;
         char *t = text_of(v);
         if (!t)
                 return -ENOMEM;
-        rs->names[rs->n_names] = (struct rs_name){ t, NULL };
+        rs->names[rs->n_names] = (struct rs_name){ t, NULL, v->str.len };
         return (ssize_t)rs->n_names++;
 }
 
@@ -283,14 +285,37 @@ static void name_labels(struct rs *rs)
         }
 }
 
+static int text_cmp(const char *a, size_t alen, const char *b, size_t blen)
+{
+        int c = memcmp(a, b, alen < blen ? alen : blen);
+
+        return c ? c : (alen > blen) - (alen < blen);
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+        const struct rs_name *x = *(struct rs_name *const *)a, *y = *(struct rs_name *const *)b;
+
+        return text_cmp(x->old_text, x->old_len, y->old_text, y->old_len);
+}
+
+/* Called for every pool string of the segment: a binary search. */
 static const char *replace(const char *text, uint32_t len, void *ctx)
 {
         struct rs *rs = ctx;
+        size_t lo = 0, hi = rs->n_sorted;
 
-        for (size_t i = 0; i < rs->n_names; i++)
-                if (rs->names[i].new_text && strlen(rs->names[i].old_text) == len &&
-                    !memcmp(rs->names[i].old_text, text, len))
-                        return rs->names[i].new_text;
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                const struct rs_name *n = rs->sorted[mid];
+                int c = text_cmp(text, len, n->old_text, n->old_len);
+                if (!c)
+                        return n->new_text;
+                if (c < 0)
+                        hi = mid;
+                else
+                        lo = mid + 1;
+        }
         return NULL;
 }
 
@@ -318,6 +343,7 @@ static void rs_free(struct rs *rs)
         free(rs->labels);
         free(rs->texts);
         free(rs->mods);
+        free(rs->sorted);
 }
 
 int resymbolize(const uint8_t *raw, size_t len, d9_enc_flush_fn out, void *octx,
@@ -358,7 +384,14 @@ int resymbolize(const uint8_t *raw, size_t len, d9_enc_flush_fn out, void *octx,
                                  rs.mods[i].path ? rs.mods[i].path : "?");
         }
         r = 0;
-        if (st->frames_named + st->labels_named) {
+        if (st->frames_named + st->labels_named && !(rs.sorted = calloc(rs.n_names, sizeof(*rs.sorted)))) {
+                *why = "out of memory";
+                r = -ENOMEM;
+        } else if (st->frames_named + st->labels_named) {
+                for (size_t i = 0; i < rs.n_names; i++)
+                        if (rs.names[i].new_text)
+                                rs.sorted[rs.n_sorted++] = &rs.names[i];
+                qsort(rs.sorted, rs.n_sorted, sizeof(*rs.sorted), name_cmp);
                 r = d9_rewrite_strings(raw, len, replace, &rs, out, octx, &res);
                 if (r < 0) {
                         snprintf(msg, sizeof(msg), "rewriting failed: %s", res.error[0] ? res.error : strerror(-r));

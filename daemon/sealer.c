@@ -239,7 +239,9 @@ static int rename_labels(struct seal_job *job)
         }
         r = resymbolize(raw, len, append_fd_write, &fd, &st, &why);
         free(raw);
-        if (r == 0 && st.frames_named + st.labels_named) {
+        struct stat written;
+        /* Never replace recorded data by less than a stream header. */
+        if (r == 0 && st.frames_named + st.labels_named && fstat(fd, &written) == 0 && written.st_size >= 5) {
                 r = fsync(fd) < 0 || rename(tmp, job->active) < 0 ? -errno : 0;
                 if (!r)
                         log_info("%s: named %llu task labels and %llu frames from debug files found at seal time",

@@ -101,27 +101,19 @@ static int copy_access(int from, int to, const struct stat *st)
         return 0;
 }
 
-/* Writes data as path's replacement: temp file beside it, then rename. */
-static int replace_file(const char *path, int old_fd, const struct stat *st, const uint8_t *data, size_t len,
-                        const char **why)
+/* Writes data as base's replacement in the folder dfd: a temporary file
+ * beside it, then rename. */
+static int replace_file(int dfd, const char *base, int old_fd, const struct stat *st, const uint8_t *data,
+                        size_t len, const char **why)
 {
-        char dir_buf[PATH_MAX], base_buf[PATH_MAX], tmp[PATH_MAX + 64];
-        int dfd, fd, r;
+        char tmp[NAME_MAX + 64];
+        int fd, r;
 
-        snprintf(dir_buf, sizeof(dir_buf), "%s", path);
-        snprintf(base_buf, sizeof(base_buf), "%s", path);
-        const char *dir = dirname(dir_buf), *base = basename(base_buf);
-        dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd < 0) {
-                *why = "cannot open its folder";
-                return -errno;
-        }
-        snprintf(tmp, sizeof(tmp), ".%s.symbolize-%d", base, (int)getpid());
+        snprintf(tmp, sizeof(tmp), ".%.200s.symbolize-%d", base, (int)getpid());
         fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0) {
                 r = -errno;
                 *why = r == -EACCES ? "cannot write in its folder" : "cannot create the new file";
-                close(dfd);
                 return r;
         }
         r = write_all(fd, data, len);
@@ -142,7 +134,6 @@ static int replace_file(const char *path, int old_fd, const struct stat *st, con
                 unlinkat(dfd, tmp, 0);
         else
                 fsync(dfd);
-        close(dfd);
         return r;
 }
 
@@ -154,18 +145,28 @@ static int symbolize_one(const char *path)
         size_t raw_len = 0, packed_len = 0;
         const char *why = "";
         struct stat sb;
-        int fd, r;
+        char dir_buf[PATH_MAX], base_buf[PATH_MAX];
+        int dfd, fd, r;
 
-        fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        /* The file is opened in its folder and replaced there: both names
+         * refer to the same directory even if the path is changed under us. */
+        snprintf(dir_buf, sizeof(dir_buf), "%s", path);
+        snprintf(base_buf, sizeof(base_buf), "%s", path);
+        const char *base = basename(base_buf);
+        dfd = open(dirname(dir_buf), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        fd = dfd < 0 ? -1 : openat(dfd, base, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0) {
                 r = -errno;
                 fprintf(stderr, "d9ctl symbolize: %s: %s\n", path,
                         r == -ELOOP ? "is a symbolic link (not followed)" : strerror(-r));
+                if (dfd >= 0)
+                        close(dfd);
                 return 1;
         }
         if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
                 fprintf(stderr, "d9ctl symbolize: %s: not a regular file\n", path);
                 close(fd);
+                close(dfd);
                 return 1;
         }
         r = read_fd(fd, (size_t)sb.st_size, &file);
@@ -188,6 +189,13 @@ static int symbolize_one(const char *path)
                 r = -ENODATA;
                 goto out;
         }
+        /* A rewrite is never shorter than the header: an empty result would
+         * be a bug, and must not replace recorded data. */
+        if (st.frames_named + st.labels_named && out.len < 5) {
+                fprintf(stderr, "d9ctl symbolize: %s: the rewrite came out empty (unchanged)\n", path);
+                r = -EIO;
+                goto out;
+        }
         if (st.frames_named + st.labels_named) {
                 if (kind != D9_COMPRESS_NONE)
                         r = d9_compress_buf(out.p, out.len, kind, 0, &packed, &packed_len);
@@ -195,7 +203,7 @@ static int symbolize_one(const char *path)
                         fprintf(stderr, "d9ctl symbolize: %s: compressing failed: %s\n", path, strerror(-r));
                         goto out;
                 }
-                r = replace_file(path, fd, &sb, packed ? packed : out.p, packed ? packed_len : out.len, &why);
+                r = replace_file(dfd, base, fd, &sb, packed ? packed : out.p, packed ? packed_len : out.len, &why);
                 if (r < 0) {
                         fprintf(stderr, "d9ctl symbolize: %s: %s: %s (unchanged)\n", path, why, strerror(-r));
                         goto out;
@@ -208,6 +216,7 @@ static int symbolize_one(const char *path)
                st.missing[0] ? ", none for " : "", st.missing);
 out:
         close(fd);
+        close(dfd);
         free(file);
         free(raw);
         free(packed);

@@ -104,7 +104,7 @@ def labels(ev):
 
 
 def record(t, d, binary, what):
-    d.out = tempfile.mkdtemp(prefix="d9-symlater-out-")
+    d.out = tempfile.mkdtemp(prefix="out-", dir=work)
     r = d.ctl("record", "--duration", "30s", "--out", d.out, "--", binary, "mixed", "--duration", "4")
     paths = r.stdout.split()
     t.ok(r.returncode == 0 and paths, f"{what}: record -- CMD sealed {len(paths)} segments", r.stderr)
