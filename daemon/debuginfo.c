@@ -1,7 +1,7 @@
 /* debuginfo.c: see debuginfo.h. A download is cut off by a progress
  * callback at the deadline (libdebuginfod's own DEBUGINFOD_TIMEOUT only
  * counts inactivity), and a build-id the servers did not have is not asked
- * for again in this process: a sealer naming hundreds of frames of one
+ * for again for ten minutes: a sealer naming hundreds of frames of one
  * unknown library must not wait hundreds of times. */
 #include <elfutils/debuginfod.h>
 #include <pthread.h>
@@ -16,7 +16,13 @@
 static struct debuginfo_opts cfg;
 static _Thread_local bool network_ok;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static char **missed;           /* build-ids no server had */
+/* Build-ids no server had, and when: asked again after MISS_RETRY_MS (a
+ * debug file may be uploaded later), not for every segment before that. */
+#define MISS_RETRY_MS (10 * 60 * 1000)
+static struct miss {
+        char *id;
+        uint64_t at_ms;
+} *missed;
 static size_t n_missed;
 static uint64_t n_asked, n_failed;
 
@@ -41,7 +47,7 @@ static bool was_missed(const char *id)
 
         pthread_mutex_lock(&lock);
         for (size_t i = 0; i < n_missed && !seen; i++)
-                seen = !strcmp(missed[i], id);
+                seen = !strcmp(missed[i].id, id) && now_ms() - missed[i].at_ms < MISS_RETRY_MS;
         pthread_mutex_unlock(&lock);
         return seen;
 }
@@ -52,11 +58,18 @@ static void note_result(const char *id, bool ok)
         n_asked++;
         if (!ok) {
                 n_failed++;
-                char **more = n_missed < 4096 ? realloc(missed, (n_missed + 1) * sizeof(*more)) : NULL;
-                if (more) {
-                        missed = more;
-                        if ((missed[n_missed] = strdup(id)))
-                                n_missed++;
+                size_t i = 0;
+                while (i < n_missed && strcmp(missed[i].id, id))
+                        i++;
+                if (i < n_missed) {
+                        missed[i].at_ms = now_ms();
+                } else {
+                        struct miss *more = n_missed < 4096 ? realloc(missed, (n_missed + 1) * sizeof(*more)) : NULL;
+                        if (more) {
+                                missed = more;
+                                if ((missed[n_missed].id = strdup(id)))
+                                        missed[n_missed++].at_ms = now_ms();
+                        }
                 }
         }
         pthread_mutex_unlock(&lock);
