@@ -6,7 +6,8 @@
  * same folder: written to a temporary file made with O_EXCL|O_NOFOLLOW,
  * given the original's owner, mode and ACL (the access d9d gave the
  * trace), fsync'ed, then renamed over it. Input is opened with O_NOFOLLOW.
- * A segment with nothing to name is left alone. */
+ * A segment with nothing to name is left alone; a folder stands for the
+ * trace files in it, as for dump and report. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include "d9ctl.h"
+#include "trace_read.h"
 #include "d9proto.h"
 #include "proto/d9control.h"
 #include "daemon/debuginfo.h"
@@ -272,11 +274,19 @@ int cmd_symbolize(int argc, char **argv)
         struct debuginfo_opts dopts = {
                 .dirs = dirs, .n_dirs = n_dirs, .debuginfod = debuginfod, .timeout_ms = timeout_ms,
         };
+        char **paths = NULL, why[512];
+        size_t n_paths = 0;
+        for (int i = optind; i < argc; i++)
+                if (trace_paths_add(argv[i], &paths, &n_paths, why, sizeof(why)) < 0) {
+                        fprintf(stderr, "d9ctl symbolize: %s\n", why);
+                        failed = 1;
+                }
         debuginfo_setup(&dopts);
         debuginfo_allow_network(true);
-        for (int i = optind; i < argc; i++)
-                failed |= symbolize_one(argv[i]);
+        for (size_t i = 0; i < n_paths; i++)
+                failed |= symbolize_one(paths[i]);
         debuginfo_setup(NULL);
+        trace_paths_free(paths, n_paths);
         free(dirs);
         return failed;
 }

@@ -107,7 +107,7 @@ static const struct d9ctl_help helps[] = {
           "  --json              one JSON object per event\n"
           "  --strict            a torn tail is an error\n" },
         { "symbolize", "name what sealed segments left unnamed, from debug files",
-          "usage: d9ctl symbolize [--debug-dir DIR]... [--no-debuginfod] [--timeout T] SEGMENT...\n"
+          "usage: d9ctl symbolize [--debug-dir DIR]... [--no-debuginfod] [--timeout T] SEGMENT|FOLDER...\n"
           "\n"
           "Name the frames (\"[unnamed] FILE 0x...\") and task labels (\"0x...\") a segment\n"
           "was sealed without, from debug files found by the build-id d9d recorded for\n"
@@ -115,7 +115,8 @@ static const struct d9ctl_help helps[] = {
           "or DIR/xx/rest.debug), then the debuginfod servers in $DEBUGINFOD_URLS. Task\n"
           "labels also need the executable (where it ran, or from debuginfod). Each\n"
           "segment is replaced by a new sealed file with the same owner and access;\n"
-          "nothing else in it changes. Prints one line per segment: what was named.\n"
+          "nothing else in it changes. A FOLDER stands for the trace files in it.\n"
+          "Prints one line per segment: what was named.\n"
           "\n"
           "  --debug-dir DIR     also look for debug files here (repeatable)\n"
           "  --no-debuginfod     do not ask debuginfod servers\n"
