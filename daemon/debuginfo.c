@@ -24,7 +24,6 @@ static struct miss {
         uint64_t at_ms;
 } *missed;
 static size_t n_missed;
-static uint64_t n_asked, n_failed;
 
 static uint64_t now_ms(void)
 {
@@ -55,9 +54,7 @@ static bool was_missed(const char *id)
 static void note_result(const char *id, bool ok)
 {
         pthread_mutex_lock(&lock);
-        n_asked++;
         if (!ok) {
-                n_failed++;
                 size_t i = 0;
                 while (i < n_missed && strcmp(missed[i].id, id))
                         i++;
@@ -128,12 +125,4 @@ void debuginfo_setup(const struct debuginfo_opts *opts)
 void debuginfo_allow_network(bool allow)
 {
         network_ok = allow;
-}
-
-void debuginfo_counts(uint64_t *asked, uint64_t *failed)
-{
-        pthread_mutex_lock(&lock);
-        *asked = n_asked;
-        *failed = n_failed;
-        pthread_mutex_unlock(&lock);
 }

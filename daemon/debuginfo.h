@@ -24,5 +24,3 @@ void debuginfo_allow_network(bool allow);
 /* The executable with this build-id from a server (malloc'd path in the
  * client cache) or NULL; checked by the caller. */
 char *debuginfo_fetch_executable(const char *build_id);
-/* Lookups that reached a server, and those that failed (for messages). */
-void debuginfo_counts(uint64_t *asked, uint64_t *failed);

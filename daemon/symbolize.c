@@ -4,7 +4,9 @@
  * is looked up in the sorted function symbols. A file without .symtab
  * (stripped) takes its symbols from its separate debug file, found by the
  * same lookup the probe planner uses (uprobes_debug_file_for). Rust names
- * (legacy and v0) are demangled with libiberty. */
+ * (legacy and v0) are demangled with libiberty. What stays unnamed is
+ * written by file and link-time address, with each mapping's build-id and
+ * load bias, so a debug file found later names it (resymbolize.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <gelf.h>
@@ -410,12 +412,7 @@ bool symbolizer_mapping(const struct symbolizer *s, size_t i, struct sym_mapping
         return true;
 }
 
-size_t symbolizer_mapping_count(const struct symbolizer *s)
-{
-        return s->n_maps;
-}
-
-void symbolizer_unnamed_text(char *buf, size_t n, const char *path, uint64_t vaddr)
+static void unnamed_text(char *buf, size_t n, const char *path, uint64_t vaddr)
 {
         const char *base = strrchr(path, '/');
 
@@ -430,7 +427,7 @@ bool symbolizer_unnamed(const struct symbolizer *s, uint64_t addr, char *buf, si
         if (!m || !symbolizer_mapping(s, (size_t)(m - s->maps), &sm))
                 return false;
         if (sm.bias_known)
-                symbolizer_unnamed_text(buf, n, sm.path, addr - sm.bias);
+                unnamed_text(buf, n, sm.path, addr - sm.bias);
         else
                 snprintf(buf, n, "[unnamed] %s offset 0x%llx", strrchr(sm.path, '/') ? strrchr(sm.path, '/') + 1 : sm.path,
                          (unsigned long long)(addr - m->start + m->offset));

@@ -1,6 +1,8 @@
 /* symbolize: runtime address -> demangled function name for one target,
  * from a snapshot of its /proc/PID/maps (ELF .symtab/.dynsym via libelf)
- * and, for kernel addresses, /proc/kallsyms. Used by the sealer thread. */
+ * and, for kernel addresses, /proc/kallsyms. Used by the sealer thread;
+ * also describes the mappings (build-id, load bias) and the placeholder
+ * names that let d9ctl symbolize name the rest later (resymbolize.h). */
 #pragma once
 
 #include <stdbool.h>
@@ -32,14 +34,12 @@ struct sym_mapping {
         const char *path;               /* as in the maps (owned by the symbolizer) */
         const char *build_id;           /* lowercase hex, "" if unknown */
 };
-size_t symbolizer_mapping_count(const struct symbolizer *s);
 bool symbolizer_mapping(const struct symbolizer *s, size_t i, struct sym_mapping *out);
 /* The placeholder name of an address in a mapping without a symbol for it:
  * "[unnamed] FILE 0xVADDR" with the link-time address (what addr2line -e
  * FILE takes, the same numbers stripped task labels use). False when addr
  * is in no mapping. */
 bool symbolizer_unnamed(const struct symbolizer *s, uint64_t addr, char *buf, size_t n);
-void symbolizer_unnamed_text(char *buf, size_t n, const char *path, uint64_t vaddr);
 
 /* Symbols of one ELF file (a separate debug file): looked up by link-time
  * address or by file offset (through that file's PT_LOAD headers, which
