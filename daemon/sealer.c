@@ -23,6 +23,7 @@
 #include "log.h"
 #include "sealer.h"
 #include "trace_access.h"
+#include "uprobes/uprobes.h"
 #include "resymbolize.h"
 #include "segment.h"
 #include "symbolize.h"
@@ -81,6 +82,7 @@ struct addr_set {
         size_t n, cap;
         uint64_t first_realtime_ns;
         bool unnamed_labels;    /* task labels a debug file could name */
+        char label_build_id[128];       /* of the executable they are in */
 };
 
 static int collect_addrs(const struct d9_dec_event *ev, void *ctx)
@@ -89,8 +91,13 @@ static int collect_addrs(const struct d9_dec_event *ev, void *ctx)
 
         if (!set->first_realtime_ns && !strcmp(ev->schema->name, "ClockSyncEvent") && ev->values[0].present)
                 set->first_realtime_ns = ev->values[0].u;
-        if (!strcmp(ev->schema->name, "D9TaskLabelAddrEvent"))
+        if (!strcmp(ev->schema->name, "D9TaskLabelAddrEvent")) {
                 set->unnamed_labels = true;
+                for (uint16_t i = 0; i < ev->schema->nfields && !set->label_build_id[0]; i++)
+                        if (!strcmp(ev->schema->fields[i].name, "build_id") && ev->values[i].resolved &&
+                            ev->values[i].str.len < sizeof(set->label_build_id))
+                                memcpy(set->label_build_id, ev->values[i].str.p, ev->values[i].str.len);
+        }
         for (uint16_t i = 0; i < ev->schema->nfields && !set->unnamed_labels; i++)
                 set->unnamed_labels = ev->values[i].type == D9_T_POOLED_STRING && ev->values[i].resolved &&
                                       ev->values[i].str.len > 10 && !memcmp(ev->values[i].str.p, "[unnamed] ", 10) &&
@@ -275,8 +282,14 @@ static int symbolize_segment(struct seal_job *job)
                 r = append_symbols(job, set.v, u);
         }
         free(set.v);
-        if (r == 0 && set.unnamed_labels)
+        /* Decoding the segment again is only worth it when the
+         * executable's debug file is there now (a stripped build without
+         * one would pay a decode per segment for nothing). */
+        char *dbg = r == 0 && set.unnamed_labels && set.label_build_id[0] ?
+                    uprobes_debug_file_by_build_id(set.label_build_id, "") : NULL;
+        if (r == 0 && set.unnamed_labels && (dbg || !set.label_build_id[0]))
                 r = rename_labels(job);
+        free(dbg);
         return r;
 }
 
