@@ -39,6 +39,8 @@ void config_defaults(struct d9d_config *cfg)
         /* A busy server blocks for microseconds thousands of times a
          * second; recording each costs it more than the 2 % we allow. */
         cfg->offcpu_min_us = 1000;
+        /* Sealing waits for it: a segment is sealed late, never lost. */
+        cfg->debuginfod_timeout_ms = 10 * 1000;
         ship_config_init(&cfg->ship);
 }
 
@@ -158,6 +160,27 @@ int config_set(struct d9d_config *cfg, const char *key, const char *value, const
         if (!strcmp(key, "offcpu_min")) {
                 *why = "expected a duration up to 10s such as 1ms or 500us (0: record every off-CPU interval)";
                 return d9_parse_offcpu_min_us(value, &cfg->offcpu_min_us) < 0 ? -EINVAL : 0;
+        }
+        if (!strcmp(key, "debug_dirs")) {
+                *why = "expected absolute folders separated by ':'";
+                if (strlen(value) >= sizeof(cfg->debug_dirs) || (*value && *value != '/') || strstr(value, "::"))
+                        return -EINVAL;
+                snprintf(cfg->debug_dirs, sizeof(cfg->debug_dirs), "%s", value);
+                return 0;
+        }
+        if (!strcmp(key, "debuginfod_urls")) {
+                *why = "expected server URLs separated by spaces";
+                if (strlen(value) >= sizeof(cfg->debuginfod_urls))
+                        return -EINVAL;
+                snprintf(cfg->debuginfod_urls, sizeof(cfg->debuginfod_urls), "%s", value);
+                return 0;
+        }
+        if (!strcmp(key, "debuginfod_timeout")) {
+                *why = "expected a duration between 100ms and 5m such as 10s";
+                if (d9_parse_duration_ms(value, &v) < 0 || v < 100 || v > 300 * 1000)
+                        return -EINVAL;
+                cfg->debuginfod_timeout_ms = v;
+                return 0;
         }
         if (!strcmp(key, "sample_rate")) {
                 char *end;

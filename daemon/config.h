@@ -24,6 +24,9 @@ struct d9d_config {
         uint64_t ring_bytes;            /* per-target BPF ring buffer (power of 2) */
         uint64_t offcpu_min_us;         /* shorter off-CPU intervals: counted, not recorded */
         char service[128];              /* "" = derive from the executable name */
+        char debug_dirs[4096];          /* ':'-separated extra debug file folders */
+        char debuginfod_urls[4096];     /* "" = ask no debuginfod server */
+        uint64_t debuginfod_timeout_ms; /* longest wait for one download */
         char trace_group[64];           /* may read every trace ("" = none) */
         bool trace_group_set;           /* named in the config (warned about if missing) */
         bool foreground;

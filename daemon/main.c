@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
@@ -19,6 +20,7 @@
 
 #include "d9d.h"
 #include "daemon/ship.h"
+#include "debuginfo.h"
 #include "kallsyms.h"
 #include "log.h"
 #include "notify.h"
@@ -256,6 +258,31 @@ static void grant_traces_dir(const char *path)
         }
 }
 
+/* Before any thread starts: the environment is read by libdebuginfod (and
+ * libdw) on every lookup. Only the configured servers are asked, so an
+ * inherited DEBUGINFOD_URLS does not make d9d reach out by itself. */
+static void setup_debug_lookups(struct d9d_config *cfg)
+{
+        static const char *dirs[32];
+        static struct debuginfo_opts opts;
+        char cache[PATH_MAX + 32];
+        size_t n = 0;
+
+        for (char *p = cfg->debug_dirs, *tok; (tok = strsep(&p, ":")) && n < 32;)
+                if (*tok)
+                        dirs[n++] = tok;
+        if (cfg->debuginfod_urls[0]) {
+                setenv("DEBUGINFOD_URLS", cfg->debuginfod_urls, 1);
+                snprintf(cache, sizeof(cache), "%s/debuginfod", cfg->state_dir);
+                setenv("DEBUGINFOD_CACHE_PATH", cache, 0);
+        } else {
+                unsetenv("DEBUGINFOD_URLS");
+        }
+        opts = (struct debuginfo_opts){ .dirs = dirs, .n_dirs = n, .debuginfod = cfg->debuginfod_urls[0] != 0,
+                                        .timeout_ms = cfg->debuginfod_timeout_ms };
+        debuginfo_setup(&opts);
+}
+
 int main(int argc, char **argv)
 {
         static struct d9d d;
@@ -303,6 +330,7 @@ int main(int argc, char **argv)
         wd_w.fd = notify_watchdog_timerfd();
         if (wd_w.fd >= 0)
                 d9d_watch_add(&d, &wd_w, EPOLLIN);
+        setup_debug_lookups(&d.cfg);
         r = sealer_start(&d, session_on_sealed, &d.sealer);
         if (r < 0) {
                 log_error("cannot start the sealing thread: %s", strerror(-r));

@@ -41,6 +41,12 @@ static int recover_one(const char *path, const struct stat *st, int type, struct
         size_t n = strlen(path);
         long long cut;
 
+        /* The sealer's half-written renaming of an .active file (sealer.c,
+         * rename_labels): the .active file itself is whole, this is not. */
+        if (type == FTW_F && n > 13 && !strcmp(path + n - 13, ".active.names")) {
+                unlink(path);
+                return 0;
+        }
         if (type != FTW_F || n < 7 || strcmp(path + n - 7, ".active"))
                 return 0;
         cut = recover_trim(path);

@@ -19,9 +19,12 @@
 #include "daemon/ship.h"
 #include "cleanup.h"
 #include "d9d.h"
+#include "debuginfo.h"
 #include "log.h"
 #include "sealer.h"
 #include "trace_access.h"
+#include "uprobes/uprobes.h"
+#include "resymbolize.h"
 #include "segment.h"
 #include "symbolize.h"
 
@@ -78,6 +81,8 @@ struct addr_set {
         uint64_t *v;
         size_t n, cap;
         uint64_t first_realtime_ns;
+        bool unnamed_labels;    /* task labels a debug file could name */
+        char label_build_id[128];       /* of the executable they are in */
 };
 
 static int collect_addrs(const struct d9_dec_event *ev, void *ctx)
@@ -86,6 +91,17 @@ static int collect_addrs(const struct d9_dec_event *ev, void *ctx)
 
         if (!set->first_realtime_ns && !strcmp(ev->schema->name, "ClockSyncEvent") && ev->values[0].present)
                 set->first_realtime_ns = ev->values[0].u;
+        if (!strcmp(ev->schema->name, "D9TaskLabelAddrEvent")) {
+                set->unnamed_labels = true;
+                for (uint16_t i = 0; i < ev->schema->nfields && !set->label_build_id[0]; i++)
+                        if (!strcmp(ev->schema->fields[i].name, "build_id") && ev->values[i].resolved &&
+                            ev->values[i].str.len < sizeof(set->label_build_id))
+                                memcpy(set->label_build_id, ev->values[i].str.p, ev->values[i].str.len);
+        }
+        for (uint16_t i = 0; i < ev->schema->nfields && !set->unnamed_labels; i++)
+                set->unnamed_labels = ev->values[i].type == D9_T_POOLED_STRING && ev->values[i].resolved &&
+                                      ev->values[i].str.len > 10 && !memcmp(ev->values[i].str.p, "[unnamed] ", 10) &&
+                                      !strcmp(ev->schema->fields[i].name, "spawn_loc");
         for (uint16_t i = 0; i < ev->schema->nfields; i++) {
                 const struct d9_value *v = &ev->values[i];
                 if (!v->present || (v->type != D9_T_POOLED_STACK && v->type != D9_T_STACK))
@@ -125,6 +141,38 @@ static int append_fd_write(void *ctx, const uint8_t *data, size_t len)
         return 0;
 }
 
+/* What `d9ctl symbolize` needs to name an address later, per executable
+ * file mapping (like perf's mmap records or pprof's mappings): dial9's
+ * readers keep it as a custom event and ignore it. */
+static const struct d9_field_def mapping_fields[] = {
+        { "start", D9_T_VARINT },
+        { "end", D9_T_VARINT },
+        { "file_offset", D9_T_VARINT },
+        { "load_bias", D9_T_VARINT | D9_T_OPTIONAL },
+        { "path", D9_T_POOLED_STRING },
+        { "build_id", D9_T_POOLED_STRING },
+};
+static const struct d9_schema_def mapping_schema = { "D9MappingEvent", 6, mapping_fields };
+
+static int append_mappings(struct d9_enc *enc, const struct symbolizer *sym)
+{
+        int schema = d9_enc_declare(enc, &mapping_schema), r = schema < 0 ? schema : 0;
+        struct sym_mapping m;
+
+        for (size_t i = 0; !r && symbolizer_mapping(sym, i, &m); i++) {
+                struct d9_enc_value v[6] = {
+                        { .u = m.start }, { .u = m.end }, { .u = m.offset },
+                        { .present = m.bias_known, .u = m.bias },
+                };
+                r = d9_enc_intern_string(enc, m.path, strlen(m.path), &v[4].atom);
+                if (!r)
+                        r = d9_enc_intern_string(enc, m.build_id, strlen(m.build_id), &v[5].atom);
+                if (!r)
+                        r = d9_enc_event(enc, schema, 0, v);
+        }
+        return r;
+}
+
 /* Symbols go in a stream of their own at the end of the file. */
 static int append_symbols(struct seal_job *job, const uint64_t *addrs, size_t n)
 {
@@ -145,15 +193,19 @@ static int append_symbols(struct seal_job *job, const uint64_t *addrs, size_t n)
         r = d9_enc_new_stream(enc);
         if (!r)
                 r = d9_enc_intern_string(enc, "", 0, &empty);
+        if (!r)
+                r = append_mappings(enc, sym);
         for (size_t i = 0; i < n && !r; i++) {
                 uint64_t size = 0;
                 const char *name = symbolizer_lookup(sym, addrs[i], &size);
-                char hex[48];
+                char hex[320];
                 uint32_t atom;
 
                 if (!name) {
-                        snprintf(hex, sizeof(hex), "%s 0x%llx", addrs[i] >= 0xffff800000000000ull ?
-                                 "[kernel]" : "[symbolize-failed]", (unsigned long long)addrs[i]);
+                        /* In a mapping: a name d9ctl symbolize can replace. */
+                        if (addrs[i] >= 0xffff800000000000ull || !symbolizer_unnamed(sym, addrs[i], hex, sizeof(hex)))
+                                snprintf(hex, sizeof(hex), "%s 0x%llx", addrs[i] >= 0xffff800000000000ull ?
+                                         "[kernel]" : "[symbolize-failed]", (unsigned long long)addrs[i]);
                         name = hex;
                 } else {
                         job->symbols++;
@@ -167,6 +219,43 @@ static int append_symbols(struct seal_job *job, const uint64_t *addrs, size_t n)
 out:
         d9_enc_free(enc);
         symbolizer_free(sym);
+        return r;
+}
+
+/* Labels of a stripped build (and frames the first pass left unnamed)
+ * named the way d9ctl symbolize does, now that the debug lookups (debug
+ * directories, debuginfod) may have found what the planner could not:
+ * the .active file is rewritten through a temporary file beside it. */
+static int rename_labels(struct seal_job *job)
+{
+        char tmp[4200];
+        uint8_t *raw = NULL;
+        size_t len = 0;
+        struct resym_stats st;
+        const char *why;
+        int r = d9_read_trace_file(job->active, &raw, &len, NULL);
+
+        if (r < 0)
+                return r;
+        snprintf(tmp, sizeof(tmp), "%s.names", job->active);
+        unlink(tmp);
+        _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0) {
+                free(raw);
+                return -errno;
+        }
+        r = resymbolize(raw, len, append_fd_write, &fd, &st, &why);
+        free(raw);
+        struct stat written;
+        /* Never replace recorded data by less than a stream header. */
+        if (r == 0 && st.frames_named + st.labels_named && fstat(fd, &written) == 0 && written.st_size >= 5) {
+                r = fsync(fd) < 0 || rename(tmp, job->active) < 0 ? -errno : 0;
+                if (!r)
+                        log_info("%s: named %llu task labels and %llu frames from debug files found at seal time",
+                                 job->active, (unsigned long long)st.labels_named,
+                                 (unsigned long long)st.frames_named);
+        }
+        unlink(tmp);
         return r;
 }
 
@@ -193,6 +282,14 @@ static int symbolize_segment(struct seal_job *job)
                 r = append_symbols(job, set.v, u);
         }
         free(set.v);
+        /* Decoding the segment again is only worth it when the
+         * executable's debug file is there now (a stripped build without
+         * one would pay a decode per segment for nothing). */
+        char *dbg = r == 0 && set.unnamed_labels && set.label_build_id[0] ?
+                    uprobes_debug_file_by_build_id(set.label_build_id, "") : NULL;
+        if (r == 0 && set.unnamed_labels && (dbg || !set.label_build_id[0]))
+                r = rename_labels(job);
+        free(dbg);
         return r;
 }
 
@@ -255,6 +352,9 @@ static void *sealer_main(void *arg)
 {
         struct sealer *s = arg;
 
+        /* Sealing may wait for a debuginfod download (bounded per file);
+         * the drain loop never does. */
+        debuginfo_allow_network(true);
         pthread_mutex_lock(&s->lock);
         for (;;) {
                 while (!s->todo && !s->stop)

@@ -4,7 +4,9 @@
  * is looked up in the sorted function symbols. A file without .symtab
  * (stripped) takes its symbols from its separate debug file, found by the
  * same lookup the probe planner uses (uprobes_debug_file_for). Rust names
- * (legacy and v0) are demangled with libiberty. */
+ * (legacy and v0) are demangled with libiberty. What stays unnamed is
+ * written by file and link-time address, with each mapping's build-id and
+ * load bias, so a debug file found later names it (resymbolize.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <gelf.h>
@@ -16,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <libiberty/demangle.h>
+#include <elfutils/libdwelf.h>
 
 #include "cleanup.h"
 #include "kallsyms.h"
@@ -32,6 +35,7 @@ struct sym {
 
 struct elf_syms {
         char *path;
+        char *build_id;         /* lowercase hex, NULL if none or unreadable */
         struct sym *syms;
         size_t n;
         GElf_Phdr *loads;
@@ -158,6 +162,33 @@ static void debug_file_syms(const char *opened, const char *root, struct elf_sym
         close(fd);
 }
 
+static char *elf_build_id_hex(Elf *elf)
+{
+        const void *id = NULL;
+        ssize_t n = dwelf_elf_gnu_build_id(elf, &id);
+        char *hex;
+
+        if (n <= 0 || n > 64 || !(hex = malloc(2 * (size_t)n + 1)))
+                return NULL;
+        for (ssize_t i = 0; i < n; i++)
+                snprintf(hex + 2 * i, 3, "%02x", ((const uint8_t *)id)[i]);
+        return hex;
+}
+
+static void elf_read_loads(Elf *elf, struct elf_syms *es)
+{
+        size_t nph = 0;
+
+        if (elf_getphdrnum(elf, &nph) != 0)
+                return;
+        es->loads = calloc(nph ? nph : 1, sizeof(*es->loads));
+        for (size_t i = 0; es->loads && i < nph; i++) {
+                GElf_Phdr ph;
+                if (gelf_getphdr(elf, (int)i, &ph) && ph.p_type == PT_LOAD)
+                        es->loads[es->n_loads++] = ph;
+        }
+}
+
 static struct elf_syms *elf_load(pid_t pid, const char *path)
 {
         char via_root[PATH_MAX + 64], root[64];
@@ -185,12 +216,8 @@ static struct elf_syms *elf_load(pid_t pid, const char *path)
         elf_version(EV_CURRENT);
         elf = elf_begin(fd, ELF_C_READ, NULL);
         if (elf && elf_getphdrnum(elf, &nph) == 0) {
-                es->loads = calloc(nph ? nph : 1, sizeof(*es->loads));
-                for (size_t i = 0; es->loads && i < nph; i++) {
-                        GElf_Phdr ph;
-                        if (gelf_getphdr(elf, (int)i, &ph) && ph.p_type == PT_LOAD)
-                                es->loads[es->n_loads++] = ph;
-                }
+                elf_read_loads(elf, es);
+                es->build_id = elf_build_id_hex(elf);
                 if (!elf_collect_syms(elf, es))
                         debug_file_syms(root[0] ? via_root : path, root, es);
                 qsort(es->syms, es->n, sizeof(*es->syms), sym_cmp);
@@ -319,9 +346,142 @@ static const char *sym_name(struct sym *sym)
         return sym->name;
 }
 
+/* The PT_LOAD of es holding file offset off, or NULL. */
+static const GElf_Phdr *load_at(const struct elf_syms *es, uint64_t off)
+{
+        for (size_t j = 0; es && j < es->n_loads; j++)
+                if (off >= es->loads[j].p_offset && off < es->loads[j].p_offset + es->loads[j].p_filesz)
+                        return &es->loads[j];
+        return NULL;
+}
+
+static const char *lookup_vaddr(struct elf_syms *es, uint64_t vaddr, uint64_t *size)
+{
+        struct sym *sym = sym_find(es->syms, es->n, vaddr);
+
+        /* A size-0 symbol still names the code up to the next one. */
+        if (!sym || (sym->size && vaddr >= sym->addr + sym->size))
+                return NULL;
+        *size = sym->size;
+        return sym_name(sym);
+}
+
+static const struct mapping *mapping_at(const struct symbolizer *s, uint64_t addr)
+{
+        for (size_t i = 0; i < s->n_maps; i++)
+                if (addr >= s->maps[i].start && addr < s->maps[i].end)
+                        return &s->maps[i];
+        return NULL;
+}
+
+/* The executable PT_LOAD inside a mapping of [off, off + len): the page
+ * the mapping starts on usually also holds the tail of the segment before,
+ * whose link-time delta differs (lld puts segments on their own pages in
+ * memory but packs them in the file). */
+static const GElf_Phdr *exec_load_in(const struct elf_syms *es, uint64_t off, uint64_t len)
+{
+        const GElf_Phdr *any = NULL;
+
+        for (size_t j = 0; es && j < es->n_loads; j++) {
+                const GElf_Phdr *ph = &es->loads[j];
+                if (ph->p_offset >= off + len || ph->p_offset + ph->p_filesz <= off)
+                        continue;
+                if (ph->p_flags & PF_X)
+                        return ph;
+                any = any ? any : ph;
+        }
+        return any;
+}
+
+bool symbolizer_mapping(const struct symbolizer *s, size_t i, struct sym_mapping *out)
+{
+        const struct mapping *m;
+        const GElf_Phdr *ph;
+
+        if (i >= s->n_maps)
+                return false;
+        m = &s->maps[i];
+        ph = exec_load_in(m->elf, m->offset, m->end - m->start);
+        *out = (struct sym_mapping){
+                .start = m->start, .end = m->end, .offset = m->offset,
+                .bias_known = ph != NULL,
+                .bias = ph ? m->start - m->offset + ph->p_offset - ph->p_vaddr : 0,
+                .path = m->elf ? m->elf->path : "",
+                .build_id = m->elf && m->elf->build_id ? m->elf->build_id : "",
+        };
+        return true;
+}
+
+static void unnamed_text(char *buf, size_t n, const char *path, uint64_t vaddr)
+{
+        const char *base = strrchr(path, '/');
+
+        snprintf(buf, n, "[unnamed] %s 0x%llx", base ? base + 1 : path, (unsigned long long)vaddr);
+}
+
+bool symbolizer_unnamed(const struct symbolizer *s, uint64_t addr, char *buf, size_t n)
+{
+        const struct mapping *m = mapping_at(s, addr);
+        struct sym_mapping sm;
+
+        if (!m || !symbolizer_mapping(s, (size_t)(m - s->maps), &sm))
+                return false;
+        if (sm.bias_known)
+                unnamed_text(buf, n, sm.path, addr - sm.bias);
+        else
+                snprintf(buf, n, "[unnamed] %s offset 0x%llx", strrchr(sm.path, '/') ? strrchr(sm.path, '/') + 1 : sm.path,
+                         (unsigned long long)(addr - m->start + m->offset));
+        return true;
+}
+
+struct symbolizer *symbolizer_new_for_debug_file(const char *path)
+{
+        struct symbolizer *s = calloc(1, sizeof(*s));
+        struct elf_syms *es = calloc(1, sizeof(*es));
+        int fd = d9_target_file_open(path);
+        Elf *elf;
+
+        if (!s || !es || fd < 0 || !(s->elfs = calloc(1, sizeof(*s->elfs)))) {
+                if (fd >= 0)
+                        close(fd);
+                free(es);
+                symbolizer_free(s);
+                return NULL;
+        }
+        s->elfs[s->n_elfs++] = es;
+        es->path = strdup(path);
+        elf_version(EV_CURRENT);
+        elf = elf_begin(fd, ELF_C_READ, NULL);
+        if (elf) {
+                elf_read_loads(elf, es);
+                es->build_id = elf_build_id_hex(elf);
+                elf_collect_syms(elf, es);
+                qsort(es->syms, es->n, sizeof(*es->syms), sym_cmp);
+                elf_end(elf);
+        }
+        close(fd);
+        return s;
+}
+
+const char *symbolizer_debug_build_id(const struct symbolizer *s)
+{
+        return s->n_elfs && s->elfs[0]->build_id ? s->elfs[0]->build_id : NULL;
+}
+
+const char *symbolizer_lookup_vaddr(struct symbolizer *s, uint64_t vaddr, uint64_t *size)
+{
+        return s->n_elfs ? lookup_vaddr(s->elfs[0], vaddr, size) : NULL;
+}
+
+const char *symbolizer_lookup_offset(struct symbolizer *s, uint64_t off, uint64_t *size)
+{
+        const GElf_Phdr *ph = s->n_elfs ? load_at(s->elfs[0], off) : NULL;
+
+        return ph ? lookup_vaddr(s->elfs[0], off - ph->p_offset + ph->p_vaddr, size) : NULL;
+}
+
 const char *symbolizer_lookup(struct symbolizer *s, uint64_t addr, uint64_t *size)
 {
-        struct sym *sym;
 
         if (addr >= KERNEL_MIN) {
                 if (!s->ksyms_tried) {
@@ -336,18 +496,8 @@ const char *symbolizer_lookup(struct symbolizer *s, uint64_t addr, uint64_t *siz
                 if (addr < m->start || addr >= m->end || !m->elf)
                         continue;
                 uint64_t off = addr - m->start + m->offset;
-                for (size_t j = 0; j < m->elf->n_loads; j++) {
-                        GElf_Phdr *ph = &m->elf->loads[j];
-                        if (off < ph->p_offset || off >= ph->p_offset + ph->p_filesz)
-                                continue;
-                        uint64_t vaddr = off - ph->p_offset + ph->p_vaddr;
-                        sym = sym_find(m->elf->syms, m->elf->n, vaddr);
-                        /* A size-0 symbol still names the code up to the next one. */
-                        if (!sym || (sym->size && vaddr >= sym->addr + sym->size))
-                                return NULL;
-                        *size = sym->size;
-                        return sym_name(sym);
-                }
+                const GElf_Phdr *ph = load_at(m->elf, off);
+                return ph ? lookup_vaddr(m->elf, off - ph->p_offset + ph->p_vaddr, size) : NULL;
         }
         return NULL;
 }
@@ -367,6 +517,7 @@ void symbolizer_free(struct symbolizer *s)
                 syms_free(s->elfs[i]->syms, s->elfs[i]->n);
                 free(s->elfs[i]->loads);
                 free(s->elfs[i]->path);
+                free(s->elfs[i]->build_id);
                 free(s->elfs[i]);
         }
         if (s->ksyms)

@@ -1,8 +1,12 @@
 /* symbolize: runtime address -> demangled function name for one target,
  * from a snapshot of its /proc/PID/maps (ELF .symtab/.dynsym via libelf)
- * and, for kernel addresses, /proc/kallsyms. Used by the sealer thread. */
+ * and, for kernel addresses, /proc/kallsyms. Used by the sealer thread;
+ * also describes the mappings (build-id, load bias) and the placeholder
+ * names that let d9ctl symbolize name the rest later (resymbolize.h). */
 #pragma once
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -19,6 +23,31 @@ struct symbolizer *symbolizer_new_for_file_at(pid_t pid, const char *maps_text, 
 void symbolizer_free(struct symbolizer *s);
 /* Name for addr (owned by the symbolizer), or NULL if unknown. */
 const char *symbolizer_lookup(struct symbolizer *s, uint64_t addr, uint64_t *size);
+
+/* The file mappings the symbolizer knows (executable ones, from the maps
+ * snapshot), for D9MappingEvent records: what is needed to name an address
+ * later from a debug file found by build-id. */
+struct sym_mapping {
+        uint64_t start, end, offset;    /* runtime range and its file offset */
+        bool bias_known;                /* the file's PT_LOAD headers were read */
+        uint64_t bias;                  /* runtime address - link-time address */
+        const char *path;               /* as in the maps (owned by the symbolizer) */
+        const char *build_id;           /* lowercase hex, "" if unknown */
+};
+bool symbolizer_mapping(const struct symbolizer *s, size_t i, struct sym_mapping *out);
+/* The placeholder name of an address in a mapping without a symbol for it:
+ * "[unnamed] FILE 0xVADDR" with the link-time address (what addr2line -e
+ * FILE takes, the same numbers stripped task labels use). False when addr
+ * is in no mapping. */
+bool symbolizer_unnamed(const struct symbolizer *s, uint64_t addr, char *buf, size_t n);
+
+/* Symbols of one ELF file (a separate debug file): looked up by link-time
+ * address or by file offset (through that file's PT_LOAD headers, which
+ * debug files keep). NULL if the file cannot be opened. */
+struct symbolizer *symbolizer_new_for_debug_file(const char *path);
+const char *symbolizer_debug_build_id(const struct symbolizer *s);
+const char *symbolizer_lookup_vaddr(struct symbolizer *s, uint64_t vaddr, uint64_t *size);
+const char *symbolizer_lookup_offset(struct symbolizer *s, uint64_t off, uint64_t *size);
 
 /* Read a small /proc file (maps, stat...) into a malloc'd NUL-terminated string. */
 char *read_proc_text(const char *path);

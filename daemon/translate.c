@@ -73,6 +73,18 @@ static const struct d9_field_def blocking_fields[] = {
 };
 static const struct d9_schema_def blocking_schema = { "D9BlockingPollEvent", 4, blocking_fields };
 
+/* A task label that is only an address (a stripped build: the poll
+ * instance's link-time address in the executable, "0x44ad4d8"): where
+ * `d9ctl symbolize` finds its future type once a debug file turns up.
+ * Written once per label and segment, when the label is first used. */
+static const struct d9_field_def label_addr_fields[] = {
+        { "label", D9_T_POOLED_STRING },
+        { "vaddr", D9_T_VARINT },
+        { "file_offset", D9_T_VARINT },
+        { "build_id", D9_T_POOLED_STRING },
+};
+static const struct d9_schema_def label_addr_schema = { "D9TaskLabelAddrEvent", 4, label_addr_fields };
+
 int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *plan, bool wake_probes,
                    bool park_probes)
 {
@@ -146,6 +158,10 @@ int translate_set_encoder(struct translate *tr, struct d9_enc *enc)
         if (r < 0)
                 return r;
         tr->blocking_schema = r;
+        r = d9_enc_declare(enc, &label_addr_schema);
+        if (r < 0)
+                return r;
+        tr->label_addr_schema = r;
         r = d9_enc_intern_string(enc, "", 0, &tr->empty_atom);
         if (!r)
                 r = d9_enc_intern_stack(enc, NULL, 0, &tr->empty_stack);
@@ -312,6 +328,19 @@ static const char *cookie_label(const struct translate *tr, uint64_t cookie)
         return tr->plan->points[cookie].label;
 }
 
+static void note_label_addr(struct translate *tr, const struct probe_point *pt, uint32_t atom)
+{
+        const char *id = tr->plan->build_id ? tr->plan->build_id : "";
+        char hex[24];
+        struct d9_enc_value v[4] = { { .atom = atom }, { .u = pt->vaddr }, { .u = pt->file_offset } };
+
+        snprintf(hex, sizeof(hex), "0x%llx", (unsigned long long)pt->vaddr);
+        if (strcmp(pt->label, hex) || d9_enc_intern_string(tr->enc, id, strlen(id), &v[3].atom) < 0)
+                return;
+        /* Only a loss of this hint: the label itself is written anyway. */
+        (void)d9_enc_event(tr->enc, tr->label_addr_schema, tr->last_ts, v);
+}
+
 static uint32_t label_atom(struct translate *tr, uint64_t cookie)
 {
         const char *label = cookie_label(tr, cookie);
@@ -324,6 +353,7 @@ static uint32_t label_atom(struct translate *tr, uint64_t cookie)
         if (d9_enc_intern_string(tr->enc, label, strlen(label), &atom) < 0)
                 return tr->empty_atom;
         tr->label_atoms[cookie] = atom;
+        note_label_addr(tr, &tr->plan->points[cookie], atom);
         return atom;
 }
 
@@ -373,11 +403,17 @@ static uint32_t poll_label_atom(struct translate *tr, uint64_t cookie, uint64_t 
         if (!e && tr->n_dyn < MAX_DYN_LABELS) {
                 struct tr_dyn *more = realloc(tr->dyn, (tr->n_dyn + 1) * sizeof(*more));
                 const char *name;
+                char unnamed[320];
 
                 if (!more)
                         return label_atom(tr, cookie);
                 tr->dyn = more;
                 name = dyn_lookup(tr, future_poll);
+                /* Unnamed (a stripped build): the concrete future's poll fn
+                 * as "[unnamed] FILE 0xVADDR", as frames are written, which
+                 * d9ctl symbolize names later; two futures stay apart. */
+                if (!name && tr->sym && symbolizer_unnamed(tr->sym, future_poll, unnamed, sizeof(unnamed)))
+                        name = unnamed;
                 e = &tr->dyn[tr->n_dyn++];
                 *e = (struct tr_dyn){ future_poll, name ? strdup(name) : NULL, D9_NO_ATOM };
         }

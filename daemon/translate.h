@@ -46,6 +46,7 @@ struct translate {
         int lost_schema;                /* D9LostEventsEvent handle in enc */
         int offcpu_short_schema;        /* D9ShortOffCpuEvent handle in enc */
         int blocking_schema;            /* D9BlockingPollEvent handle in enc */
+        int label_addr_schema;          /* D9TaskLabelAddrEvent handle in enc */
         uint32_t empty_atom, empty_stack;
         uint32_t *label_atoms;          /* per plan cookie; UINT32_MAX = not yet */
         size_t n_labels;

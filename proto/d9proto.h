@@ -254,6 +254,9 @@ struct d9_dec_opts {
         /* Return non-zero to stop; d9_decode then returns that value. */
         int (*on_event)(const struct d9_dec_event *ev, void *ctx);
         int (*on_schema)(const struct d9_dec_schema *s, void *ctx);
+        /* After every whole frame (a stream header included): its first
+         * byte (the tag, 0x54 for a header), offset and length. */
+        int (*on_frame)(uint8_t tag, size_t offset, size_t len, void *ctx);
         void *ctx;
 };
 
@@ -272,6 +275,16 @@ struct d9_dec_result {
  * res->error_offset set, -ENOMEM, or a callback's non-zero return. */
 int d9_decode(const uint8_t *buf, size_t len, const struct d9_dec_opts *opts,
               struct d9_dec_result *res);
+
+/* Copies a raw trace, frame by frame, to out (called with consecutive
+ * pieces), replacing the text of string pool entries: replace(text, len,
+ * ctx) returns the new text (NUL-terminated, kept by the caller) or NULL to
+ * keep it. Every other frame is copied byte for byte, so events, stacks and
+ * the pool ids they use are unchanged. A torn tail is dropped (lenient);
+ * corrupt input is -EBADMSG with res->error set. */
+typedef const char *(*d9_string_replace_fn)(const char *text, uint32_t len, void *ctx);
+int d9_rewrite_strings(const uint8_t *buf, size_t len, d9_string_replace_fn replace, void *rctx,
+                       d9_enc_flush_fn out, void *octx, struct d9_dec_result *res);
 
 /* Length of the longest prefix of buf that consists of whole frames (0 if
  * buf does not start with a stream header). Crash recovery truncates an

@@ -471,6 +471,12 @@ static int decode_frames(struct dec *d)
                 if (st == DEC_OK) {
                         res->frames += *frame != D9_TAG_HEADER;
                         res->consumed = (size_t)(p - d->buf);
+                        if (d->opts->on_frame) {
+                                int r = d->opts->on_frame(*frame, (size_t)(frame - d->buf),
+                                                          (size_t)(p - frame), d->opts->ctx);
+                                if (r)
+                                        return r;
+                        }
                         continue;
                 }
                 if (st == DEC_STOP)

@@ -34,7 +34,73 @@ static char *try_path(char *path, const char *want)
         return NULL;
 }
 
+static struct uprobes_debug_lookup extra;
+
+void uprobes_set_debug_lookup(const struct uprobes_debug_lookup *lookup)
+{
+        extra = lookup ? *lookup : (struct uprobes_debug_lookup){ 0 };
+}
+
+/* Build-id paths under one directory: the /usr/lib/debug layout and the
+ * flat one debuginfod and `eu-unstrip` users keep. */
+static char *try_build_id_dir(const char *dir, const char *id)
+{
+        const char *fmts[] = { "%s/.build-id/%.2s/%s.debug", "%s/%.2s/%s.debug" };
+
+        for (size_t i = 0; i < 2; i++) {
+                char *p = NULL;
+
+                if (asprintf(&p, fmts[i], dir, id, id + 2) >= 0 && (p = try_path(p, id)))
+                        return p;
+        }
+        return NULL;
+}
+
+static char *debug_file_extra(const char *id, const char *link)
+{
+        char *p;
+
+        for (size_t i = 0; i < extra.n_dirs; i++) {
+                if (id && strlen(id) > 2 && (p = try_build_id_dir(extra.dirs[i], id)))
+                        return p;
+                p = NULL;
+                if (link && !strchr(link, '/') && asprintf(&p, "%s/%s", extra.dirs[i], link) >= 0 &&
+                    (p = try_path(p, id)))
+                        return p;
+        }
+        if (id && strlen(id) > 2 && extra.fetch && (p = extra.fetch(id, extra.ctx)))
+                return try_path(p, id);
+        return NULL;
+}
+
+char *uprobes_debug_file_by_build_id(const char *build_id, const char *root)
+{
+        char *p = NULL;
+
+        if (!build_id || strlen(build_id) <= 2 || strspn(build_id, "0123456789abcdef") != strlen(build_id))
+                return NULL;
+        if (asprintf(&p, "%s/usr/lib/debug/.build-id/%.2s/%s.debug", root ? root : "", build_id,
+                     build_id + 2) >= 0 && (p = try_path(p, build_id)))
+                return p;
+        return debug_file_extra(build_id, NULL);
+}
+
+static char *debug_file_standard(const struct elf_image *img, const char *root);
+
 char *debug_file_find(const struct elf_image *img, const char *root)
+{
+        char *p = debug_file_standard(img, root);
+
+        if (!p && (extra.n_dirs || extra.fetch)) {
+                _cleanup_free_ char *id = elf_build_id(img);
+                _cleanup_free_ char *link = elf_debuglink(img);
+
+                p = debug_file_extra(id, link);
+        }
+        return p;
+}
+
+static char *debug_file_standard(const struct elf_image *img, const char *root)
 {
         _cleanup_free_ char *id = elf_build_id(img);
         _cleanup_free_ char *link = NULL;

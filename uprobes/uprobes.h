@@ -212,3 +212,21 @@ const char *probe_kind_name(enum probe_kind kind);
  * <root>/usr/lib/debug/<dir>/), rejecting a build-id mismatch. path must
  * already carry the root prefix; root is "" for our own mount namespace. */
 char *uprobes_debug_file_for(const char *path, const char *root);
+
+/* Further places for separate debug files, tried after the standard ones by
+ * every lookup above (so the planner, the sealer and d9ctl symbolize agree):
+ * each directory as DIR/.build-id/xx/rest.debug, DIR/xx/rest.debug and
+ * DIR/<debuglink name>, then fetch(build-id hex, ctx), e.g. a debuginfod
+ * client, which returns a malloc'd path or NULL. Whatever is found must
+ * carry the wanted build-id. Process-wide: set it before other threads
+ * look files up; the strings must outlive their use. NULL clears it. */
+struct uprobes_debug_lookup {
+        const char *const *dirs;
+        size_t n_dirs;
+        char *(*fetch)(const char *build_id, void *ctx);
+        void *ctx;
+};
+void uprobes_set_debug_lookup(const struct uprobes_debug_lookup *lookup);
+/* Debug file by build-id alone (lowercase hex; the executable may be long
+ * gone): /usr/lib/debug/.build-id/ in root, the directories, then fetch. */
+char *uprobes_debug_file_by_build_id(const char *build_id, const char *root);

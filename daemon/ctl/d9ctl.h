@@ -38,3 +38,4 @@ int cmd_list(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_record(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_symbolize(int argc, char **argv);

@@ -106,6 +106,21 @@ static const struct d9ctl_help helps[] = {
           "  --summary           counts per event type and the time span of the events\n"
           "  --json              one JSON object per event\n"
           "  --strict            a torn tail is an error\n" },
+        { "symbolize", "name what sealed segments left unnamed, from debug files",
+          "usage: d9ctl symbolize [--debug-dir DIR]... [--no-debuginfod] [--timeout T] SEGMENT|FOLDER...\n"
+          "\n"
+          "Name the frames (\"[unnamed] FILE 0x...\") and task labels (\"0x...\") a segment\n"
+          "was sealed without, from debug files found by the build-id d9d recorded for\n"
+          "each mapped file: /usr/lib/debug/.build-id/, each DIR (DIR/.build-id/xx/rest.debug\n"
+          "or DIR/xx/rest.debug), then the debuginfod servers in $DEBUGINFOD_URLS. Task\n"
+          "labels also need the executable (where it ran, or from debuginfod). Each\n"
+          "segment is replaced by a new sealed file with the same owner and access;\n"
+          "nothing else in it changes. A FOLDER stands for the trace files in it.\n"
+          "Prints one line per segment: what was named.\n"
+          "\n"
+          "  --debug-dir DIR     also look for debug files here (repeatable)\n"
+          "  --no-debuginfod     do not ask debuginfod servers\n"
+          "  --timeout T         longest wait for one download (default 30s)\n" },
         { "serve", "browse traces in the web viewer",
           "usage: d9ctl serve [--dir DIR | --bucket B [--prefix P] [--endpoint URL]] [--listen ADDR]\n"
           "\n"
@@ -132,7 +147,7 @@ void d9ctl_usage(FILE *out)
         fprintf(out, "usage: d9ctl [--socket PATH] COMMAND [ARGS...]\n"
                      "       d9ctl help COMMAND | d9ctl COMMAND --help\n\ncommands:\n");
         for (const struct d9ctl_help *h = helps; h->name; h++)
-                fprintf(out, "  %-8s %s\n", h->name, h->summary);
+                fprintf(out, "  %-9s %s\n", h->name, h->summary);
         fprintf(out, "\noptions:\n"
                      "  --socket PATH  d9d's control socket (default: $D9_SOCKET, else %s)\n"
                      "  --help         this text; --version: d9ctl's version\n"

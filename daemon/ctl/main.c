@@ -18,6 +18,7 @@ static const struct d9ctl_command commands[] = {
         { "list", cmd_list },
         { "status", cmd_status },
         { "plan", cmd_plan },
+        { "symbolize", cmd_symbolize },
         { "record", cmd_record },
         { "help", d9ctl_help_command },
         { NULL, NULL },

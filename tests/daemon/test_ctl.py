@@ -384,7 +384,7 @@ def serve_dump_mode(t):
         # dump: names where the file has them, and the time span of the events.
         seg = paths[0]
         r = subprocess.run([D9CTL, "dump", seg], capture_output=True, text=True, timeout=120)
-        # Names hold brackets ("[symbolize-failed] 0x..."): the chain ends at
+        # Names hold brackets ("[unnamed] FILE 0x..."): the chain ends at
         # the last "]" before the next field (cpu= comes last).
         chains = [m.group(1) for ln in r.stdout.splitlines()
                   for m in [re.search(r" callchain=\[(.+)\] cpu=\d+$", ln)] if m]

@@ -39,7 +39,8 @@ def segment_stacks(path):
     for line in out.splitlines():
         if line.startswith('{"event":"SymbolTableEntry"'):
             f = json.loads(line)["fields"]
-            if not f["symbol_name"].startswith("[symbolize-failed]"):
+            # Placeholders ("[unnamed] FILE 0x...", "[symbolize-failed] 0x...") are no names.
+            if not f["symbol_name"].startswith(("[symbolize-failed]", "[unnamed]")):
                 syms[f["addr"]] = f["symbol_name"]
         elif line.startswith('{"event":"CpuSampleEvent"'):
             f = json.loads(line)["fields"]
