@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from d9harness import D9d, Tap, dump_summary, start_target, wait_for  # noqa: E402
 
 D9D, D9CTL, TARGET, STRIPPED, MAN_PAGE, MODE = sys.argv[1:7]
-COMMANDS = ["attach", "detach", "list", "status", "record", "plan", "report", "export", "dump", "serve", "help"]
+COMMANDS = ["attach", "detach", "list", "status", "record", "plan", "report", "export", "symbolize", "dump", "serve", "help"]
 
 
 def ctl(*args, timeout=60, env=None):

@@ -7,6 +7,7 @@ text and JSON are one document; bad input costs one line.
 Usage: test_report.py D9D D9CTL TARGET"""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -14,7 +15,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from d9harness import D9d, Tap  # noqa
 
-D9D, D9CTL, TARGET = sys.argv[1:4]
+D9D, D9CTL, TARGET, STRIPPED, DEBUG = sys.argv[1:6]
 
 
 def report(*args):
@@ -23,6 +24,42 @@ def report(*args):
 
 def frames(p):
     return " ".join(p.get("stack", []))
+
+
+def build_id(path):
+    out = subprocess.run(["readelf", "-n", path], capture_output=True, text=True).stdout
+    return next((ln.split("Build ID:")[1].strip() for ln in out.splitlines() if "Build ID:" in ln), None)
+
+
+def stripped_once_symbolized(t, d, out):
+    """The mixed target's stripped build, recorded alone in a folder (no
+    debug file beside it), then named by `d9ctl symbolize --debug-dir`."""
+    exe = os.path.join(out, "bin", os.path.basename(STRIPPED))
+    os.makedirs(os.path.dirname(exe))
+    shutil.copy2(STRIPPED, exe)
+    r = d.ctl("record", "--duration", "40s", "--out", out + "/stripped", "--", exe, "mixed", "--duration", "6")
+    paths = r.stdout.split()
+    t.ok(r.returncode == 0 and paths, "recorded the stripped build", r.stderr)
+    if not paths:
+        return
+    before = json.loads(report("--json", *paths).stdout or "{}")
+    bid = build_id(STRIPPED)
+    dbg = os.path.join(out, "debug")
+    os.makedirs(os.path.join(dbg, ".build-id", bid[:2]))
+    shutil.copy2(DEBUG, os.path.join(dbg, ".build-id", bid[:2], bid[2:] + ".debug"))
+    s = subprocess.run([D9CTL, "symbolize", "--no-debuginfod", "--debug-dir", dbg, *paths], capture_output=True,
+                       text=True, timeout=300)
+    t.ok(s.returncode == 0, "d9ctl symbolize names the stripped segments from the debug file", s.stdout + s.stderr)
+    doc = json.loads(report("--json", *paths).stdout or "{}")
+    busy = [p for p in doc.get("longest_polls", []) if p["duration_ns"] >= 45e6]
+    t.ok(not any("busy_block" in frames(p) for p in before.get("longest_polls", [])) and
+         any("busy_block" in frames(p) and "blocker" in (p.get("future") or "") for p in busy),
+         f"stripped, once symbolized: the 50 ms polls lead ({len(busy)}), future blocker, busy_block in the stack "
+         "(unnamed before)", json.dumps(busy[:2], indent=1)[:3000])
+    sleeps = [p for p in doc.get("blocking_in_polls", []) if 18e6 <= p["duration_ns"] <= 45e6 and
+              "thread_sleeper" in frames(p) and "sleep" in frames(p)]
+    t.ok(sleeps, f"stripped, once symbolized: the 20 ms sleeps are blocking calls in thread_sleeper ({len(sleeps)})",
+         json.dumps(doc.get("blocking_in_polls", [])[:2], indent=1)[:3000])
 
 
 def main():
@@ -93,6 +130,8 @@ def main():
          f"{jobs[0]['duration_ns'] / 1e6 if jobs else 0:.0f} ms)", r2.stderr + json.dumps(jobs[:2]))
     t.ok(pool and all(p["duration_ns"] < 0.9e9 for p in pool.get("longest_polls", [])),
          "no blocking job shows as a worker's poll", json.dumps(pool.get("longest_polls", [])[:2]))
+
+    stripped_once_symbolized(t, d, out)
 
     bad = os.path.join(out, "not-a-trace.bin")
     with open(bad, "wb") as f:
