@@ -10,16 +10,22 @@
  * helpers most task types call (panic cleanup): complete is the common
  * callee that calls another common callee and is not such a helper (called
  * by three or more task types; identical code folding may merge two
- * types' completes). A vtable where that does not pick exactly one
- * function gets no point (counted in the plan, never guessed).
+ * types' completes). Builds for size (opt-level s/z: Tokio 1.53 in
+ * apimock, our `size` targets) keep cancel_task out of line, so shutdown
+ * and complete share no callee; there complete is the common callee that
+ * both drops the stage (a function poll calls too) and calls the vtable's
+ * dealloc. The second rule is asked only when the first finds nothing. A
+ * vtable where neither picks exactly one function gets no point (counted
+ * in the plan, never guessed).
  *
  * Without symbols a body's end is a guess; a sweep stops at the next known
  * function entry (vtable slots, where their jumps lead, direct call targets
  * of poll and shutdown), else at a terminator no forward branch or PIC jump
- * table passes. A forward jmp to a known entry or to just after the padding
- * between functions is a tail call. The vtable's dealloc entry is no substitute:
- * complete frees the task through an inlined Harness::dealloc when it holds
- * the last reference, so the vtable's dealloc runs for only some tasks.
+ * table passes. A forward jmp to a known entry, past the next known entry,
+ * to just after the padding between functions or to the very next byte is
+ * a tail call. The vtable's dealloc entry is no substitute for complete:
+ * complete frees the task (through dealloc, inlined or not) only when it
+ * holds the last reference, so the vtable's dealloc runs for only some tasks.
  *
  * With symbols the same search runs as a cross-check: a point it finds that
  * is not the symbol's Harness::complete is a finding of its own (test). */
@@ -199,8 +205,12 @@ static size_t code_callees(const struct elf_image *img, uint64_t vaddr, const st
                         n = add_unique(out, n, max, to);
                 bool tail = in.is_jmp_rel && to > reach && (is_known(known, to) || is_function_entry(img, to));
 
-                /* A jump backwards past the entry or far away is a tail call. */
-                tail |= in.is_jmp_rel && (to < start || to >= start + MAX_BODY);
+                /* A jump backwards past the entry or far away is a tail call, and
+                 * so is one at or past the next function we know of, or one to
+                 * the very next byte: builds for size place a callee right
+                 * after its caller and pad no function to an alignment. */
+                tail |= in.is_jmp_rel && (to < start || to >= start + MAX_BODY || (known && to >= bound) ||
+                                          to == at + (uint64_t)in.len);
                 if ((in.is_jcc || in.is_jmp_rel) && !tail && to > reach && to < start + MAX_BODY)
                         reach = to;
                 if (tail && elf_vaddr_is_exec(img, to))
@@ -220,6 +230,23 @@ static bool contains(const uint64_t *v, size_t n, uint64_t x)
         return bsearch(&x, v, n, sizeof(*v), cmp_u64) != NULL;
 }
 
+/* Does complete's own path show in sub (the callees of common callee c)?
+ * It drops the stage through a function poll calls too (set_stage or
+ * Core::drop_future_or_output; identical code folding may share that among
+ * types) and frees the task through the vtable's dealloc. cancel_task drops
+ * the stage but never frees; drop_reference frees but drops no stage. */
+static bool drops_stage_and_frees(const uint64_t *sub, size_t nsub, const uint64_t *poll, size_t np,
+                                  uint64_t c, uint64_t dealloc)
+{
+        bool frees = false, stage = false;
+
+        for (size_t k = 0; k < nsub; k++) {
+                frees |= sub[k] == dealloc;
+                stage |= sub[k] != c && sub[k] != dealloc && contains(poll, np, sub[k]);
+        }
+        return frees && stage;
+}
+
 /* complete of one vtable, or 0 when the code does not single it out. */
 static uint64_t vtable_complete(const struct elf_image *img, const struct entry_set *known,
                                 const struct entry_set *shared, uint64_t *left, const struct task_vtable *v)
@@ -227,8 +254,9 @@ static uint64_t vtable_complete(const struct elf_image *img, const struct entry_
         uint64_t poll[MAX_CALLEES], shut[MAX_CALLEES], common[MAX_CALLEES], sub[MAX_CALLEES];
         size_t np = code_callees(img, v->fn[0], known, left, poll, MAX_CALLEES);
         size_t ns = code_callees(img, v->fn[6], known, left, shut, MAX_CALLEES);
-        size_t nc = 0, found = 0;
-        uint64_t pick = 0;
+        uint64_t dealloc = plan_follow_jumps(img, v->fn[2]);
+        size_t nc = 0, found = 0, found_freeing = 0;
+        uint64_t pick = 0, pick_freeing = 0;
 
         for (size_t i = 0; i < ns; i++)
                 if (contains(poll, np, shut[i]))
@@ -237,15 +265,25 @@ static uint64_t vtable_complete(const struct elf_image *img, const struct entry_
                 size_t nsub = code_callees(img, common[i], known, left, sub, MAX_CALLEES);
                 bool calls_common = false;
 
+                /* Shared by several task types: a common helper, not complete. */
+                if (is_known(shared, common[i]))
+                        continue;
                 for (size_t k = 0; k < nsub && !calls_common; k++)
                         calls_common = sub[k] != common[i] && contains(common, nc, sub[k]);
-                /* Shared by several task types: a common helper, not complete. */
-                if (calls_common && !is_known(shared, common[i])) {
+                if (calls_common) {
                         pick = common[i];
                         found++;
                 }
+                if (drops_stage_and_frees(sub, nsub, poll, np, common[i], dealloc)) {
+                        pick_freeing = common[i];
+                        found_freeing++;
+                }
         }
-        return found == 1 ? pick : 0;
+        /* Inlined cancel_task (the usual shape): complete calls what shutdown
+         * calls. Else the second shape, never a mix of the two. */
+        if (found)
+                return found == 1 ? pick : 0;
+        return found_freeing == 1 ? pick_freeing : 0;
 }
 
 static struct probe_point *find_point(struct plan_builder *b, enum probe_kind kind, uint64_t vaddr)

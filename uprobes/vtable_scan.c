@@ -329,62 +329,125 @@ static const struct reloc *reloc_at(const struct reloc_list *l, uint64_t where)
         return bsearch(&key, l->r, l->n, sizeof(*l->r), by_where);
 }
 
-/* True if clone (slot 0 of a RawWakerVTable at vt) is Tokio's task
- * clone_waker: within its first instructions a `lock` read-modify-write
- * with the immediate 0x40 (Tokio's REF_ONE: the ref count sits above six
- * state bits) and a rip-relative load of vt itself (the RawWaker it returns
- * points back at this vtable: `lea vt(%rip)`, or a GOT slot relocated to vt). */
-static bool is_task_clone_waker(const struct elf_image *img, const struct reloc_list *l, uint64_t clone,
-                                uint64_t vt)
+/* True if some `lea disp32(%rip), %reg` (REX.W) in code[0, n) at vaddr
+ * `at` loads vt: a byte test, far cheaper than decoding. */
+static bool leas_vt(const uint8_t *code, size_t n, uint64_t at, uint64_t vt)
 {
-        const uint8_t *code = elf_vaddr_bytes(img, clone, 64);
-        bool locked = false, ref_one = false, self = false;
+        for (size_t j = 0; j + 7 <= n; j++) {
+                int32_t disp;
 
-        for (size_t off = 0; code && off < 64;) {
+                if ((code[j] & 0xf8) != 0x48 || code[j + 1] != 0x8d || (code[j + 2] & 0xc7) != 0x05)
+                        continue;
+                memcpy(&disp, code + j + 3, 4);
+                if (at + j + 7 + (uint64_t)(int64_t)disp == vt)
+                        return true;
+        }
+        return false;
+}
+
+/* What a sweep of a clone candidate saw before its first ret. */
+struct clone_sight {
+        bool locked, ref_one, self;
+        uint64_t callee;        /* its first direct call, 0 if none */
+};
+
+/* Sweeps code at fn for at most window bytes, up to its first ret: a
+ * `lock` read-modify-write, the immediate 0x40, a rip-relative load of vt. */
+static void clone_sweep(const struct elf_image *img, const struct reloc_list *l, uint64_t fn, uint64_t vt,
+                        size_t window, struct clone_sight *cs)
+{
+        const uint8_t *code = NULL;
+
+        while (window >= 16 && !(code = elf_vaddr_bytes(img, fn, window)))
+                window /= 2;
+        for (size_t off = 0; code && off < window;) {
                 const uint8_t *p = code + off;
                 struct x86_insn in;
 
-                x86_decode(p, 64 - off, &in);
+                x86_decode(p, window - off, &in);
                 if (!in.len)
                         break;
                 size_t at = (p[0] & 0xf0) == 0x40 ? 1 : 0; /* REX */
-                locked |= p[0] == 0xf0;
-                ref_one |= (p[at] >= 0xb8 && p[at] <= 0xbf && in.len == (int)at + 5 && p[at + 1] == 0x40 &&
-                            !p[at + 2] && !p[at + 3] && !p[at + 4]) ||
-                           (p[0] == 0xf0 && in.len >= 4 && p[in.len - 1] == 0x40 && p[in.len - 3] == 0x83);
+                cs->locked |= p[0] == 0xf0;
+                /* mov $0x40, %reg; push $0x40 (then pop %reg: how opt-level s/z
+                 * builds load small constants); lock add $0x40, mem. */
+                cs->ref_one |= (p[at] >= 0xb8 && p[at] <= 0xbf && in.len == (int)at + 5 && p[at + 1] == 0x40 &&
+                                !p[at + 2] && !p[at + 3] && !p[at + 4]) ||
+                               (p[0] == 0x6a && p[1] == 0x40 && in.len == 2) ||
+                               (p[0] == 0xf0 && in.len >= 4 && p[in.len - 1] == 0x40 && p[in.len - 3] == 0x83);
                 if (in.len == 7 && (p[0] & 0xf8) == 0x48 && (p[1] == 0x8d || p[1] == 0x8b) &&
                     (p[2] & 0xc7) == 0x05) {
                         int32_t disp;
 
                         memcpy(&disp, p + 3, 4);
-                        uint64_t to = clone + off + 7 + (uint64_t)(int64_t)disp;
+                        uint64_t to = fn + off + 7 + (uint64_t)(int64_t)disp;
                         const struct reloc *r = p[1] == 0x8b ? reloc_at(l, to) : NULL;
 
-                        self |= p[1] == 0x8d ? to == vt : r && r->value == vt;
+                        cs->self |= p[1] == 0x8d ? to == vt : r && r->value == vt;
                 }
+                if (in.is_call_rel && !cs->callee)
+                        cs->callee = fn + off + (uint64_t)in.len + (uint64_t)in.rel;
                 off += (size_t)in.len;
                 if (in.is_ret)
                         break;
         }
-        return locked && ref_one && self;
 }
 
-/* Four relocated code pointers in a row whose first is the task clone_waker. */
+/* True if clone (slot 0 of a RawWakerVTable at vt) is Tokio's task
+ * clone_waker: within its first `window` bytes and before its first ret a
+ * `lock` read-modify-write and the immediate 0x40, in it or loaded into a
+ * register (Tokio's REF_ONE: the ref count sits above six state bits), and
+ * a rip-relative load of vt itself (the RawWaker it returns points back at
+ * this vtable: `lea vt(%rip)`, or a GOT slot relocated to vt). Builds for
+ * size keep State::ref_inc out of line: then the increment is in the
+ * first function clone calls. */
+static bool is_task_clone_waker(const struct elf_image *img, const struct reloc_list *l, uint64_t clone,
+                                uint64_t vt, size_t window)
+{
+        struct clone_sight cs = { 0 };
+
+        clone_sweep(img, l, clone, vt, window, &cs);
+        if (!cs.self)
+                return false;
+        if (!(cs.locked && cs.ref_one) && cs.callee && elf_vaddr_is_exec(img, cs.callee)) {
+                struct clone_sight inc = { 0 };
+
+                clone_sweep(img, l, cs.callee, vt, 64, &inc);
+                cs.locked = inc.locked;
+                cs.ref_one = inc.ref_one;
+        }
+        return cs.locked && cs.ref_one;
+}
+
+/* Four relocated code pointers in a row whose first is the task
+ * clone_waker. Usually the increment opens clone; builds with Tokio's
+ * tracing instrumentation log first (~500 bytes, restate 1.7): a second,
+ * wider pass looks there, for clones that `lea` their own vtable. */
 static void find_task_waker(const struct elf_image *img, const struct reloc_list *l, struct vtable_scan *vs)
 {
-        for (size_t i = 0; i + 3 < l->n; i++) {
-                bool run = true;
+        static const size_t windows[2] = { 64, 1024 };
 
-                for (int k = 0; run && k < 4; k++)
-                        run = l->r[i + k].where == l->r[i].where + 8 * (uint64_t)k &&
-                              elf_vaddr_is_exec(img, l->r[i + k].value);
-                if (!run || !is_task_clone_waker(img, l, l->r[i].value, l->r[i].where))
-                        continue;
-                vs->waker_vtable = l->r[i].where;
-                for (int k = 0; k < 4; k++)
-                        vs->waker_fn[k] = l->r[i + k].value;
-                return;
-        }
+        for (int pass = 0; pass < 2 && !vs->waker_vtable; pass++)
+                for (size_t i = 0; i + 3 < l->n; i++) {
+                        uint64_t clone = l->r[i].value, vt = l->r[i].where;
+                        const uint8_t *code;
+                        bool run = true;
+
+                        for (int k = 0; run && k < 4; k++)
+                                run = l->r[i + k].where == vt + 8 * (uint64_t)k &&
+                                      elf_vaddr_is_exec(img, l->r[i + k].value);
+                        if (!run)
+                                continue;
+                        if (pass && !((code = elf_vaddr_bytes(img, clone, windows[pass])) &&
+                                      leas_vt(code, windows[pass], clone, vt)))
+                                continue;
+                        if (!is_task_clone_waker(img, l, clone, vt, windows[pass]))
+                                continue;
+                        vs->waker_vtable = vt;
+                        for (int k = 0; k < 4; k++)
+                                vs->waker_fn[k] = l->r[i + k].value;
+                        break;
+                }
 }
 
 int vtable_scan_run(const struct elf_image *img, struct vtable_scan *vs)

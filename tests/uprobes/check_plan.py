@@ -185,6 +185,37 @@ def check_symbolized(binary, d, series, what, v0):
     check_insns(binary, d, what)
 
 
+def check_size(plan_dump, series, size):
+    """A build for size (opt-level z, like npm's apimock): Tokio's task code
+    keeps more out of line and functions are not aligned. Its symbols check
+    what the vtable scan finds, there and in a stripped copy."""
+    d = plan(plan_dump, "--exe", size)
+    what = f"{series}-size"
+    disc = d["discovery"]
+    scanned = [p for p in d["points"] if p["kind"] == "complete" and p.get("from_vtable_scan")]
+    ok(d["has_symbols"] and disc["completes_scan_wrong"] == 0 and
+       len(scanned) >= 0.9 * d["counts"]["complete"]["found"] and all(p["label"].endswith("::complete") for p in scanned),
+       f"{what}: complete found from the vtables for {len(scanned)} of {d['counts']['complete']['found']}, "
+       f"each a symbol's Harness::complete ({disc['completes_scan_wrong']} wrong)", disc)
+    ok(disc["waker_vtable"] and disc["waker_scan_agrees"],
+       f"{what}: task waker vtable found by the scan (State::ref_inc out of line), its wake slots are the "
+       f"symbols' wake_by_val/wake_by_ref", disc)
+    sym_complete = {p["vaddr_int"] for p in d["points"] if p["kind"] == "complete"}
+    sym_wake = sorted((p["vaddr_int"], p["skipped"]) for p in d["points"] if p["kind"] == "wake")
+    with tempfile.TemporaryDirectory() as tmp:
+        sbin = os.path.join(tmp, "size-stripped")
+        subprocess.run(["objcopy", "--strip-all", size, sbin], check=True)
+        d_s = plan(plan_dump, "--exe", sbin)
+        ok(not d_s["has_symbols"], f"{series}-size stripped: no symbols used")
+        s_complete = [p["vaddr_int"] for p in d_s["points"] if p["kind"] == "complete"]
+        ok(s_complete and set(s_complete) <= sym_complete and len(s_complete) >= 0.9 * len(sym_complete),
+           f"{series}-size stripped: {len(s_complete)} Harness::complete found from the vtables, "
+           f"all among the symbols' {len(sym_complete)}", set(s_complete) - sym_complete)
+        s_wake = sorted((p["vaddr_int"], p["skipped"]) for p in d_s["points"] if p["kind"] == "wake")
+        ok(sym_wake and s_wake == sym_wake, f"{series}-size stripped: wake points from the task waker vtable "
+           f"are the symbols' wake_by_val and wake_by_ref", (sym_wake, s_wake))
+
+
 def check_target(plan_dump, series, release, v0, stripped, debug):
     d_rel = plan(plan_dump, "--exe", release)
     check_symbolized(release, d_rel, series, f"{series}-release", False)
@@ -582,6 +613,8 @@ if __name__ == "__main__":
     try:
         if mode == "target" and len(sys.argv) == 8:
             check_target(*sys.argv[2:])
+        elif mode == "size" and len(sys.argv) == 5:
+            check_size(*sys.argv[2:])
         elif mode == "errors" and len(sys.argv) == 3:
             check_errors(sys.argv[2])
         elif mode == "pid" and len(sys.argv) == 4:
