@@ -141,6 +141,8 @@ struct d9_rec_offcpu {
         d9_u64 stack_id;        /* its D9_REC_STACK (0 = none) */
         d9_u32 prev_state;      /* task state at switch-out (0 = preempted) */
         d9_u32 _pad;
+        d9_u64 cpu_ns;          /* se.sum_exec_runtime at switch-out (and so at switch-in) */
+        d9_u64 sched_wait_ns;   /* from its sched_wakeup to switch-in (0: none seen) */
 };
 
 /* CPU_SAMPLE: a perf CPU-clock sample landed on a target thread. */

@@ -57,6 +57,8 @@ struct d9_thread {
         __u64 park_key;         /* key of the park in progress */
         __u32 off_state;        /* task state at that switch-out */
         __u32 _pad;
+        __u64 off_cpu_ns;       /* se.sum_exec_runtime at that switch-out */
+        __u64 wake_ts;          /* sched_wakeup since then, 0 if none */
 };
 
 struct {

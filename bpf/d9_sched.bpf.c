@@ -5,8 +5,9 @@
  *   CpuSample source 1), those shorter than the target's offcpu_min_ns
  *   only counted; without Tokio symbols a worker's park/unpark can be
  *   derived from these.
- * - tp_btf/sched_wakeup: who made a target thread runnable (only with
- *   D9_PROBE_WAKEUPS: nothing in the dial9 trace comes from it).
+ * - tp_btf/sched_wakeup: when a sleeping target thread was woken (its
+ *   scheduler wait ends at switch-in); who woke it only with
+ *   D9_PROBE_WAKEUPS (nothing in the dial9 trace comes from that).
  * - perf_event CPU-clock: on-CPU samples of target threads (source 0).
  * - sched_process_exit / sched_process_exec: the target went away or
  *   replaced its image (its uprobes no longer mean anything).
@@ -38,6 +39,8 @@ static __always_inline void d9_switch_out(struct task_struct *prev, __u32 state)
                 return;
         th->off_ts = bpf_ktime_get_ns();
         th->off_state = state;
+        th->off_cpu_ns = prev->se.sum_exec_runtime;
+        th->wake_ts = 0;
 }
 
 /* Off-CPU intervals below the target's offcpu_min_ns, per target slot and
@@ -63,18 +66,37 @@ static __always_inline void d9_count_short(const struct d9_target_cfg *cfg, __u6
         }
 }
 
+/* Both ends of an off-CPU interval and what the scheduler says of it. */
+struct d9_offcpu_span {
+        __u64 off_ts, on_ts, cpu_ns, wait_ns;
+        __u32 state;
+};
+
+static __always_inline void d9_offcpu_span_of(const struct d9_thread *th, __u64 now, struct d9_offcpu_span *s)
+{
+        s->off_ts = th->off_ts;
+        s->on_ts = now;
+        s->cpu_ns = th->off_cpu_ns;
+        /* A sleeper runs again once woken: the wait on the run queue. */
+        s->wait_ns = th->wake_ts && th->wake_ts <= now ? now - th->wake_ts : 0;
+        s->state = th->off_state;
+}
+
 static __always_inline void d9_offcpu_write(const struct d9_target_cfg *cfg, __u32 tgid, __u32 tid,
-                                            __u64 off_ts, __u64 on_ts, __u32 state, __u64 stack_id)
+                                            const struct d9_offcpu_span *s, __u64 stack_id)
 {
         void *ring = d9_ring_of(tgid);
         struct d9_rec_offcpu *r = D9_RING_RESERVE_CUR(ring, cfg, tgid, tid, D9_REC_OFFCPU,
-                                                      struct d9_rec_offcpu, on_ts);
+                                                      struct d9_rec_offcpu, s->on_ts);
 
         if (!r)
                 return;
-        r->off_ts = off_ts;
-        r->prev_state = state;
+        r->off_ts = s->off_ts;
+        r->prev_state = s->state;
         r->stack_id = stack_id;
+        r->cpu_ns = s->cpu_ns;
+        r->sched_wait_ns = s->wait_ns;
+        r->_pad = 0;
         d9_ring_submit(ring, r);
 }
 
@@ -83,9 +105,7 @@ static __always_inline void d9_offcpu_write(const struct d9_target_cfg *cfg, __u
  * space. Keyed by tid; the entry lives from switch-in to that moment. */
 struct d9_offcpu_pending {
         struct bpf_task_work tw;
-        __u64 off_ts;
-        __u64 on_ts;
-        __u32 off_state;
+        struct d9_offcpu_span span;
         __u32 tgid;
 };
 
@@ -109,7 +129,7 @@ static int d9_offcpu_resumed(struct bpf_map *map, void *key, void *value)
         if (cfg) {
                 if (task->pid == tid)
                         stack_id = d9_stack_offcpu_user(cfg, task, p->tgid, tid);
-                d9_offcpu_write(cfg, p->tgid, tid, p->off_ts, p->on_ts, p->off_state, stack_id);
+                d9_offcpu_write(cfg, p->tgid, tid, &p->span, stack_id);
         }
         bpf_map_delete_elem(&d9_offcpu_pending, &tid);
         return 0;
@@ -132,9 +152,7 @@ static __always_inline bool d9_offcpu_defer(const struct d9_target_cfg *cfg, str
         p = bpf_map_lookup_elem(&d9_offcpu_pending, &tid);
         if (!p)
                 return false;
-        p->off_ts = th->off_ts;
-        p->on_ts = now;
-        p->off_state = th->off_state;
+        d9_offcpu_span_of(th, now, &p->span);
         p->tgid = next->tgid;
         if (bpf_task_work_schedule_resume_impl(next, &p->tw, &d9_offcpu_pending, d9_offcpu_resumed, NULL)) {
                 bpf_map_delete_elem(&d9_offcpu_pending, &tid);
@@ -160,8 +178,12 @@ static __always_inline void d9_switch_in(struct task_struct *next)
         now = bpf_ktime_get_ns();
         if (now - th->off_ts < cfg->offcpu_min_ns)
                 d9_count_short(cfg, now - th->off_ts);
-        else if (!d9_offcpu_defer(cfg, next, th, now))
-                d9_offcpu_write(cfg, tgid, tid, th->off_ts, now, th->off_state, 0);
+        else if (!d9_offcpu_defer(cfg, next, th, now)) {
+                struct d9_offcpu_span s;
+
+                d9_offcpu_span_of(th, now, &s);
+                d9_offcpu_write(cfg, tgid, tid, &s, 0);
+        }
         th->off_ts = 0;
 }
 
@@ -174,15 +196,23 @@ int BPF_PROG(d9_sched_switch, bool preempt, struct task_struct *prev,
         return 0;
 }
 
+/* When a sleeping target thread was woken (the start of its wait for a
+ * CPU, see d9_offcpu_span_of), and, with D9_PROBE_WAKEUPS, who woke it. */
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(d9_sched_wakeup, struct task_struct *p)
 {
         __u32 tgid = p->tgid;
-        struct d9_target_cfg *cfg = d9_target_with(tgid, D9_PROBE_WAKEUPS);
+        struct d9_target_cfg *cfg = d9_target_with(tgid, D9_PROBE_SCHED);
         __u64 waker = bpf_get_current_pid_tgid();
         struct d9_rec_wakeup *r;
+        struct d9_thread *th;
 
         if (!cfg)
+                return 0;
+        th = bpf_task_storage_get(&d9_threads, p, 0, 0);
+        if (th && th->off_ts && !th->wake_ts)
+                th->wake_ts = bpf_ktime_get_ns();
+        if (!(cfg->probes & D9_PROBE_WAKEUPS))
                 return 0;
         r = d9_reserve(cfg, tgid, sizeof(*r));
         if (!r)

@@ -564,7 +564,9 @@ static uint32_t sample_stack(struct translate *tr, struct tr_thread *t, uint64_t
 /* An off-CPU sample; without park probes, a worker's voluntary sleep
  * outside a poll is also its park (at switch-out) and unpark (at
  * switch-in). Preemption (prev_state 0) is not a park: the worker still
- * wanted the CPU. The scheduler wait is not in this record: 0. */
+ * wanted the CPU. Both carry the thread's CPU time (it does not grow while
+ * off CPU); the unpark's scheduler wait is from its wakeup to switch-in,
+ * as a parked thread's run_delay grows between park and unpark. */
 static int on_offcpu(struct translate *tr, const struct d9_rec_offcpu *o, struct tr_thread *t)
 {
         int r = d9_enc_cpu_sample(tr->enc, o->off_ts, sample_lane(t), o->hdr.tid, 1, D9_NO_ATOM,
@@ -574,12 +576,12 @@ static int on_offcpu(struct translate *tr, const struct d9_rec_offcpu *o, struct
             t->poll_worker != D9_WORKER_NONE || o->prev_state == 0)
                 return r;
         tr->events++;
-        r = d9_enc_worker_park(tr->enc, o->off_ts, t->worker, 0, 0, o->hdr.tid);
+        r = d9_enc_worker_park(tr->enc, o->off_ts, t->worker, 0, o->cpu_ns, o->hdr.tid);
         if (r < 0)
                 return r;
         tr->events++;
         tr->sched_parks++;
-        return d9_enc_worker_unpark(tr->enc, o->hdr.ts, t->worker, 0, 0, 0, o->hdr.tid);
+        return d9_enc_worker_unpark(tr->enc, o->hdr.ts, t->worker, 0, o->cpu_ns, o->sched_wait_ns, o->hdr.tid);
 }
 
 #define MAX_FRAMES (D9_STACK_KERN_MAX + 96)

@@ -39,6 +39,8 @@ struct lane_log {
         uint64_t blocking_ns;           /* their summed duration */
         /* Park/unpark order per lane: 'p' / 'u', for the alternation check. */
         char order[256][64];
+        /* Summed cpu_time_ns of parks and unparks, sched_wait_ns of unparks. */
+        uint64_t park_cpu[256], unpark_cpu[256], unpark_wait[256];
 };
 
 static uint64_t field_u(const struct d9_dec_event *ev, const char *name)
@@ -82,9 +84,10 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
         else if (!strcmp(n, "PollEndEvent"))
                 l->poll_end[w]++;
         else if (!strcmp(n, "WorkerParkEvent"))
-                l->park[w]++, order_push(l->order[w], 'p');
+                l->park[w]++, order_push(l->order[w], 'p'), l->park_cpu[w] += field_u(ev, "cpu_time_ns");
         else if (!strcmp(n, "WorkerUnparkEvent"))
-                l->unpark[w]++, order_push(l->order[w], 'u');
+                l->unpark[w]++, order_push(l->order[w], 'u'), l->unpark_cpu[w] += field_u(ev, "cpu_time_ns"),
+                        l->unpark_wait[w] += field_u(ev, "sched_wait_ns");
         else if (!strcmp(n, "CpuSampleEvent"))
                 l->samples[w]++;
         return 0;
@@ -137,13 +140,18 @@ static void park(struct run *r, uint32_t tid, uint64_t key)
         translate_record(&r->tr, &p, sizeof(p));
 }
 
-static void offcpu(struct run *r, uint32_t tid, uint32_t prev_state)
+static void offcpu_sched(struct run *r, uint32_t tid, uint32_t prev_state, uint64_t cpu_ns, uint64_t wait_ns)
 {
-        struct d9_rec_offcpu o = { .prev_state = prev_state };
+        struct d9_rec_offcpu o = { .prev_state = prev_state, .cpu_ns = cpu_ns, .sched_wait_ns = wait_ns };
 
         o.off_ts = r->ts + 1;
         hdr(&o.hdr, r, D9_REC_OFFCPU, tid);
         translate_record(&r->tr, &o, sizeof(o));
+}
+
+static void offcpu(struct run *r, uint32_t tid, uint32_t prev_state)
+{
+        offcpu_sched(r, tid, prev_state, 0, 0);
 }
 
 static void sample(struct run *r, uint32_t tid)
@@ -328,6 +336,29 @@ static void test_parks_from_sched_switch(void)
         ok(!strcmp(workers, "0"), "one worker ('%s')", workers);
 }
 
+/* Parks from sched_switch carry what the scheduler says: the thread's CPU
+ * time at switch-out on both events, the wakeup-to-switch-in wait on the
+ * unpark (BPF measures both; see d9_sched.bpf.c). */
+static void test_sched_parks_carry_cpu_and_wait(void)
+{
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r, false, false);
+        poll(&r, 101, C_TASK, 1, true);
+        offcpu_sched(&r, 101, 1, 5000000, 30000);
+        poll(&r, 101, C_TASK, 1, true);
+        offcpu_sched(&r, 101, 1, 7000000, 40000);
+        offcpu_sched(&r, 101, 0, 9000000, 0);   /* preempted: no park, its numbers nowhere */
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.park[0] == 2 && l.park_cpu[0] == 12000000 && l.unpark_cpu[0] == 12000000,
+           "sched parks: cpu_time_ns of parks %llu, of unparks %llu (want 12000000 each)",
+           (unsigned long long)l.park_cpu[0], (unsigned long long)l.unpark_cpu[0]);
+        ok(l.unpark[0] == 2 && l.unpark_wait[0] == 70000, "sched unparks: sched_wait_ns %llu (want 70000)",
+           (unsigned long long)l.unpark_wait[0]);
+}
+
 /* With park probes attached, off-CPU records are samples only. */
 static void test_no_sched_parks_with_probes(void)
 {
@@ -371,6 +402,7 @@ int main(void)
         test_given_back_id_is_reused();
         test_parks_from_sched_switch();
         test_no_sched_parks_with_probes();
+        test_sched_parks_carry_cpu_and_wait();
         test_current_thread();
         return tap_done();
 }

@@ -49,6 +49,9 @@ def one_try(t, d, binary, n):
     meta, open_poll, polls, long_on_worker, busy_on_worker = None, {}, 0, [], 0
     blocking, long_blocking, lanes_bad = 0, 0, 0
     order = {}
+    # Parks from sched_switch: CPU time from the kernel's sum_exec_runtime,
+    # the unpark's wait from sched_wakeup to switch-in.
+    last_park, cpu_bad, cpu_seen, waits, wait_bad = {}, [], 0, 0, []
     for ev in events_of(r.stdout.split()):
         name, f, ts = ev.get("event"), ev.get("fields", {}), ev.get("ts", 0)
         if name == "SegmentMetadataEvent":
@@ -69,7 +72,21 @@ def one_try(t, d, binary, n):
             blocking += 1
             long_blocking += f["duration_ns"] >= 900_000_000
         elif name in ("WorkerParkEvent", "WorkerUnparkEvent"):
-            order.setdefault(f["worker_id"], []).append("p" if name == "WorkerParkEvent" else "u")
+            w = f["worker_id"]
+            order.setdefault(w, []).append("p" if name == "WorkerParkEvent" else "u")
+            if name == "WorkerParkEvent":
+                prev = last_park.get(f["tid"])
+                if f["cpu_time_ns"] == 0 or (prev and f["cpu_time_ns"] < prev[1]):
+                    cpu_bad.append((w, f["tid"], f["cpu_time_ns"], prev))
+                cpu_seen += f["cpu_time_ns"] > 0
+                last_park[f["tid"]] = (ts, f["cpu_time_ns"])
+            elif f["tid"] in last_park:
+                park_ts, park_cpu = last_park[f["tid"]]
+                if f["cpu_time_ns"] != park_cpu:
+                    cpu_bad.append((w, f["tid"], "unpark", f["cpu_time_ns"], park_cpu))
+                waits += f["sched_wait_ns"] > 0
+                if f["sched_wait_ns"] > ts - park_ts:
+                    wait_bad.append((w, f["sched_wait_ns"], ts - park_ts))
     listed = (meta or {}).get("runtime.main", "")
     t.ok(listed == ",".join(str(i) for i in range(workers)),
          f"try {n}: runtime.main is the {workers} real workers: '{listed}'", meta)
@@ -84,6 +101,12 @@ def one_try(t, d, binary, n):
     t.ok(set(order) == set(range(workers)) and all(len(s) >= 4 for s in order.values()) and alternate,
          f"try {n}: parks from sched_switch on each worker, alternating with unparks "
          f"({ {w: len(s) for w, s in order.items()} })")
+    t.ok(cpu_seen >= 2 and not cpu_bad,
+         f"try {n}: {cpu_seen} parks carry the thread's CPU time, growing per thread; each unpark the same",
+         cpu_bad[:5])
+    t.ok(waits >= 1 and not wait_bad,
+         f"try {n}: {waits} unparks under 2 CPU hogs carry a scheduler wait, none longer than the park",
+         wait_bad[:5])
 
 
 def main():
