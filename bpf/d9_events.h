@@ -113,6 +113,9 @@ struct d9_rec_task {
         d9_u64 future_poll;     /* POLL_START of a boxed dyn future: the
                                  * concrete future's poll fn (runtime address,
                                  * to symbolize); else 0 */
+        d9_u64 sched;           /* POLL_START: the task's scheduler S (for a
+                                 * runtime task the Arc of its runtime's
+                                 * Handle: one value per runtime); else 0 */
 };
 
 /* WAKE: woken task and, if the waking thread was polling, the waker. */
@@ -228,6 +231,8 @@ struct d9_target_cfg {
         struct d9_stack_cfg stack;
         d9_u64 offcpu_min_ns;   /* shorter off-CPU intervals are only
                                  * counted (d9_offcpu_short), not recorded */
+        d9_u64 vtable_sched_off_slot; /* like vtable_id_off_slot, for the
+                                 * scheduler field (0: not read) */
 };
 
 /* Per target slot and CPU (map d9_offcpu_short): the off-CPU intervals

@@ -39,6 +39,22 @@ struct d9_hit {
 
 /* id = *(u64*)(hdr + *(u64*)(*(u64*)(hdr + vtable_off) + id_off_slot)).
  * Both offsets come from the plan through d9_targets. */
+/* The task's scheduler field, found like its id: for a runtime task the
+ * Arc of the runtime's Handle, so it tells the runtimes of one process
+ * apart (docs/probe-plan.md, "Worker identity"). 0 if unreadable. */
+static __always_inline __u64 d9_task_sched(const struct d9_target_cfg *cfg, __u64 hdr)
+{
+        __u64 vtable = 0, off = 0, sched = 0;
+
+        if (!hdr || !cfg->vtable_sched_off_slot ||
+            bpf_probe_read_user(&vtable, sizeof(vtable), (void *)(hdr + cfg->header_vtable_off)))
+                return 0;
+        if (bpf_probe_read_user(&off, sizeof(off), (void *)(vtable + cfg->vtable_sched_off_slot)) || off > 4096)
+                return 0;
+        bpf_probe_read_user(&sched, sizeof(sched), (void *)(hdr + off));
+        return sched;
+}
+
 static __always_inline __u64 d9_task_id(const struct d9_target_cfg *cfg, __u64 hdr)
 {
         __u64 vtable = 0, id_off = 0, id = 0;
@@ -142,6 +158,7 @@ static __always_inline int d9_poll_start(const struct d9_hit *h)
                 r->cookie = th->cookie;
                 r->header = header;
                 r->future_poll = d9_boxed_future_poll(h, header);
+                r->sched = d9_task_sched(h->cfg, header);
                 d9_ring_submit(h->ring, r);
         }
         return 0;

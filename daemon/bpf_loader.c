@@ -564,6 +564,10 @@ static bool layout_of(const struct probe_plan *plan, const struct d9_bpf_target_
         if (cfg) {
                 cfg->header_vtable_off = vt;
                 cfg->vtable_id_off_slot = id;
+                /* The scheduler's slot only with the plan's own layout. */
+                cfg->vtable_sched_off_slot = plan && id == (uint64_t)plan->vtable_id_off &&
+                                                     plan->vtable_scheduler_off > 0 ?
+                                                     (uint64_t)plan->vtable_scheduler_off : 0;
         }
         return vt && id;
 }

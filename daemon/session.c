@@ -191,8 +191,9 @@ static json_t *plan_to_json(const struct session *s)
 }
 
 struct session_meta {
-        char pid[24], start[24], workers[1024], probes[96], plan[512], hz[16];
-        struct d9_kv kv[20];
+        char pid[24], start[24], probes[96], plan[512], hz[16];
+        struct tr_runtimes runtimes;
+        struct d9_kv kv[17 + TR_MAX_RUNTIMES];
         uint32_t n;
 };
 
@@ -204,7 +205,7 @@ static void session_meta_build(const struct session *s, struct session_meta *m)
         snprintf(m->pid, sizeof(m->pid), "%d", s->pid);
         snprintf(m->start, sizeof(m->start), "%llu", (unsigned long long)s->starttime);
         d9c_format_probes(s->probes, m->probes, sizeof(m->probes));
-        translate_worker_list(&s->tr, m->workers, sizeof(m->workers));
+        translate_runtimes(&s->tr, &m->runtimes);
         m->n = 0;
         m->kv[m->n++] = (struct d9_kv){ "service", s->service };
         m->kv[m->n++] = (struct d9_kv){ "host", s->d->host };
@@ -233,7 +234,9 @@ static void session_meta_build(const struct session *s, struct session_meta *m)
                 m->kv[m->n++] = (struct d9_kv){ "probe_plan", m->plan };
         }
         m->kv[m->n++] = (struct d9_kv){ "d9d_version", D9_VERSION };
-        m->kv[m->n++] = (struct d9_kv){ "runtime.main", m->workers };
+        /* dial9's runtime.<name>: each runtime's worker ids. */
+        for (uint32_t i = 0; i < m->runtimes.n; i++)
+                m->kv[m->n++] = (struct d9_kv){ m->runtimes.key[i], m->runtimes.val[i] };
         if (p && p->build_id)
                 m->kv[m->n++] = (struct d9_kv){ "build_id", p->build_id };
         if (p && p->tokio_version)
@@ -273,7 +276,7 @@ static int session_open_segment(struct session *s)
         return translate_set_encoder(&s->tr, s->seg.enc);
 }
 
-/* New workers showed up: restate the metadata (runtime.main) in the same
+/* New workers showed up: restate the metadata (runtime.<name>) in the same
  * segment, as dial9 does, in a stream of its own followed by a clock sync. */
 static int session_refresh_metadata(struct session *s)
 {

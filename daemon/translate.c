@@ -19,6 +19,9 @@
  *   is its thread. Thread names, first sight of a tid or the order threads
  *   show up never decide a worker.
  * - a current-thread runtime: the thread that polls its tasks is its worker.
+ * - runtimes: a worker belongs to the runtime whose tasks it polls (the
+ *   task's scheduler field, its runtime Handle's Arc, read by BPF); each
+ *   runtime is one runtime.<name> entry (translate_runtimes).
  * - parks without park probes: a worker thread's voluntary off-CPU
  *   interval (sched_switch, prev_state != running) with no poll open is a
  *   park at switch-out and an unpark at switch-in.
@@ -98,13 +101,16 @@ int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *pla
         tr->threads_cap = 256;
         tr->threads = calloc(tr->threads_cap, sizeof(*tr->threads));
         tr->park_keys = calloc(256, sizeof(*tr->park_keys));
+        tr->worker_rt = malloc(256);
+        if (tr->worker_rt)
+                memset(tr->worker_rt, TR_RT_UNKNOWN, 256);
         tr->spawn_from_first_poll = true;
         for (size_t i = 0; plan && i < plan->n_points; i++)
                 if (plan->points[i].kind == PROBE_SPAWN && !plan->points[i].skipped)
                         tr->spawn_from_first_poll = false;
         tr->live_cap = 1024;
         tr->live_tasks = calloc(tr->live_cap, sizeof(*tr->live_tasks));
-        return tr->label_atoms && tr->threads && tr->park_keys && tr->live_tasks ? 0 : -ENOMEM;
+        return tr->label_atoms && tr->threads && tr->park_keys && tr->worker_rt && tr->live_tasks ? 0 : -ENOMEM;
 }
 
 void translate_destroy(struct translate *tr)
@@ -114,6 +120,7 @@ void translate_destroy(struct translate *tr)
                 free(tr->threads[i].frames);
         free(tr->threads);
         free(tr->park_keys);
+        free(tr->worker_rt);
         free(tr->live_tasks);
         unwinder_free(tr->unw);
         for (size_t i = 0; i < tr->n_dyn; i++)
@@ -221,6 +228,7 @@ static uint32_t worker_new(struct translate *tr, uint64_t park_key)
         for (uint32_t i = 0; i < tr->n_workers; i++) {
                 if (tr->park_keys[i] == FREE_KEY) {
                         tr->park_keys[i] = park_key;
+                        tr->worker_rt[i] = TR_RT_UNKNOWN;
                         return i;
                 }
         }
@@ -228,6 +236,7 @@ static uint32_t worker_new(struct translate *tr, uint64_t park_key)
         if (tr->n_workers >= 254)
                 return D9_WORKER_NONE;
         tr->park_keys[tr->n_workers] = park_key;
+        tr->worker_rt[tr->n_workers] = TR_RT_UNKNOWN;
         return tr->n_workers++;
 }
 
@@ -256,6 +265,29 @@ static uint32_t worker_of_key(struct translate *tr, uint64_t park_key, struct tr
                 return t->worker;
         }
         return worker_new(tr, park_key);
+}
+
+/* A worker polled a task whose scheduler is sched: the worker belongs to
+ * that runtime (all tasks of one runtime share its Handle's Arc). */
+static void worker_runtime_seen(struct translate *tr, uint32_t w, uint64_t sched)
+{
+        uint32_t rt = 0;
+
+        if (!sched || w >= tr->n_workers)
+                return;
+        while (rt < tr->n_runtimes && tr->rt_keys[rt] != sched)
+                rt++;
+        if (rt == tr->n_runtimes) {
+                if (rt == TR_MAX_RUNTIMES) {
+                        tr->rt_overflow++;
+                        return;
+                }
+                tr->rt_keys[tr->n_runtimes++] = sched;
+        }
+        if (tr->worker_rt[w] != rt) {
+                tr->worker_rt[w] = (uint8_t)rt;
+                tr->workers_changed = true;
+        }
 }
 
 /* Live task ids: linear probing, deletion by backward shift (no tombstones). */
@@ -506,6 +538,7 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                         t->blocking_future = r->future_poll;
                         return 1;
                 }
+                worker_runtime_seen(tr, t->poll_worker, r->sched);
                 return d9_enc_poll_start(tr->enc, r->hdr.ts, t->poll_worker, 0,
                                          r->task_id, poll_label_atom(tr, r->cookie, r->future_poll));
         case D9_REC_POLL_END: {
@@ -753,5 +786,36 @@ void translate_worker_list(const struct translate *tr, char *buf, size_t len)
                         continue;
                 off += (size_t)snprintf(buf + off, len - off, "%s%u", first ? "" : ",", i);
                 first = false;
+        }
+}
+
+void translate_runtimes(const struct translate *tr, struct tr_runtimes *out)
+{
+        size_t off = 0;
+
+        out->n = 0;
+        for (uint32_t rt = 0; rt < (tr->n_runtimes ? tr->n_runtimes : 1) && off + 64 < sizeof(out->text); rt++) {
+                const char *key = out->text + off;
+                bool any = false;
+
+                off += (size_t)snprintf(out->text + off, sizeof(out->text) - off, rt ? "runtime.rt%u" : "runtime.main",
+                                        rt) + 1;
+                const char *val = out->text + off;
+
+                out->text[off] = 0;
+                for (uint32_t i = 0; i < tr->n_workers && off + 8 < sizeof(out->text); i++) {
+                        uint32_t of = tr->worker_rt[i] == TR_RT_UNKNOWN ? 0 : tr->worker_rt[i];
+
+                        if (tr->park_keys[i] == FREE_KEY || of != rt)
+                                continue;
+                        off += (size_t)snprintf(out->text + off, sizeof(out->text) - off, "%s%u", any ? "," : "", i);
+                        any = true;
+                }
+                off++;
+                /* runtime.main always; a later runtime once it has a worker. */
+                if (rt && !any)
+                        continue;
+                out->key[out->n] = key;
+                out->val[out->n++] = val;
         }
 }

@@ -12,6 +12,10 @@
 
 struct probe_plan;
 
+/* Runtimes told apart per process; polls of more are listed under "main". */
+#define TR_MAX_RUNTIMES 48
+#define TR_RT_UNKNOWN 0xff
+
 struct tr_thread {
         uint32_t tid;                   /* 0 = empty slot */
         uint32_t worker;                /* D9_WORKER_NONE until the thread polls a
@@ -72,6 +76,11 @@ struct translate {
         struct tr_thread *threads;      /* open addressing, power-of-two size */
         size_t threads_cap, threads_used;
         uint64_t *park_keys;            /* index = worker id; FREE_KEY: id free again */
+        uint8_t *worker_rt;             /* index = worker id: its runtime's index in
+                                         * rt_keys, TR_RT_UNKNOWN until it polls */
+        uint64_t rt_keys[TR_MAX_RUNTIMES]; /* a runtime's tasks' scheduler value */
+        uint32_t n_runtimes;
+        uint64_t rt_overflow;           /* polls of runtimes past TR_MAX_RUNTIMES */
         uint32_t n_workers;             /* ids handed out (free ones included) */
         bool workers_changed;           /* metadata needs a runtime.<name> refresh */
 
@@ -102,6 +111,17 @@ int translate_lost(struct translate *tr, uint64_t ts, uint64_t lost, const char 
  * than `min_ns` and so not recorded: a D9ShortOffCpuEvent. */
 int translate_offcpu_short(struct translate *tr, uint64_t ts, uint64_t intervals, uint64_t total_ns,
                            uint64_t min_ns);
-/* "0,1,2" for runtime.<name>: the worker ids in use (an id a thread held
- * only until its first park showed it drives a known core is not). */
+/* "0,1,2": all worker ids in use (an id a thread held only until its first
+ * park showed it drives a known core is not). */
 void translate_worker_list(const struct translate *tr, char *buf, size_t len);
+
+/* SegmentMetadataEvent entries "runtime.<name>" = "0,1": the worker ids of
+ * each runtime, runtime.main first (always there, with the workers whose
+ * runtime is not known too), then rt1, rt2, ... in the order their first
+ * tasks were polled. */
+struct tr_runtimes {
+        uint32_t n;
+        const char *key[TR_MAX_RUNTIMES], *val[TR_MAX_RUNTIMES];
+        char text[4096];
+};
+void translate_runtimes(const struct translate *tr, struct tr_runtimes *out);

@@ -118,6 +118,16 @@ static void hdr(struct d9_rec_hdr *h, struct run *r, uint16_t type, uint32_t tid
         *h = (struct d9_rec_hdr){ .type = type, .tid = tid, .tgid = 1, .ts = r->ts += 1000 };
 }
 
+static void poll_rt(struct run *r, uint32_t tid, uint64_t cookie, uint64_t task, uint64_t sched)
+{
+        struct d9_rec_task t = { .task_id = task, .cookie = cookie, .sched = sched };
+
+        hdr(&t.hdr, r, D9_REC_POLL_START, tid);
+        translate_record(&r->tr, &t, sizeof(t));
+        hdr(&t.hdr, r, D9_REC_POLL_END, tid);
+        translate_record(&r->tr, &t, sizeof(t));
+}
+
 static void poll(struct run *r, uint32_t tid, uint64_t cookie, uint64_t task, bool end)
 {
         struct d9_rec_task t = { .task_id = task, .cookie = cookie };
@@ -359,6 +369,70 @@ static void test_sched_parks_carry_cpu_and_wait(void)
            (unsigned long long)l.unpark_wait[0]);
 }
 
+/* The runtime of runtime.<name> is the one whose tasks a worker polls (the
+ * task's scheduler: its runtime's Handle Arc), not names or arrival order:
+ * two multi-thread runtimes and a current-thread one, their workers'
+ * records interleaved, blocking-pool polls (whose scheduler field is no
+ * Handle) in between. */
+static const char *rt_val(const struct tr_runtimes *rts, const char *key)
+{
+        for (uint32_t i = 0; i < rts->n; i++)
+                if (!strcmp(rts->key[i], key))
+                        return rts->val[i];
+        return NULL;
+}
+
+static void test_runtimes_told_apart(bool park_probes)
+{
+        enum { A = 0x7f00aa00, B = 0x7f00bb00, C = 0x7f00cc00 };
+        struct tr_runtimes rts;
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+        const char *main_, *rt1, *rt2;
+
+        run_start(&r, false, park_probes);
+        for (int round = 0; round < 3; round++) {
+                poll_rt(&r, 101, C_TASK, 1, A);
+                poll_rt(&r, 201, C_TASK2, 2, B);
+                poll_rt(&r, 1, C_TASK, 3, C);
+                poll_rt(&r, 300 + round, C_BLOCKING, 10 + round, 10 + round);
+                poll_rt(&r, 102, C_TASK, 4, A);
+                poll_rt(&r, 202, C_TASK2, 5, B);
+                if (park_probes) /* cores show up after the polls (attach mid-run) */
+                        for (uint32_t tid = 101; tid <= 203; tid += tid == 102 ? 99 : 1)
+                                park(&r, tid, 0xC0DE0000 + tid);
+                poll_rt(&r, 203, C_TASK2, 6, B);
+        }
+        translate_runtimes(&r.tr, &rts);
+        main_ = rt_val(&rts, "runtime.main");
+        rt1 = rt_val(&rts, "runtime.rt1");
+        rt2 = rt_val(&rts, "runtime.rt2");
+        ok(rts.n == 3 && main_ && rt1 && rt2 && !strcmp(main_, "0,3") && !strcmp(rt1, "1,4,5") && !strcmp(rt2, "2"),
+           "%s: 3 runtimes: main '%s' (A), rt1 '%s' (B), rt2 '%s' (current-thread C)",
+           park_probes ? "park probes" : "no park probes", main_ ? main_ : "-", rt1 ? rt1 : "-", rt2 ? rt2 : "-");
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!strcmp(workers, "0,1,2,3,4,5") && l.blocking_polls == 3, "all 6 workers ('%s'), 3 blocking polls (%d)",
+           workers, l.blocking_polls);
+}
+
+/* Without a readable scheduler (older plans): every worker in runtime.main. */
+static void test_runtime_unknown_is_main(void)
+{
+        struct tr_runtimes rts;
+        struct run r;
+
+        run_start(&r, false, false);
+        poll_rt(&r, 101, C_TASK, 1, 0);
+        poll_rt(&r, 102, C_TASK, 2, 0);
+        translate_runtimes(&r.tr, &rts);
+        ok(rts.n == 1 && !strcmp(rts.key[0], "runtime.main") && !strcmp(rts.val[0], "0,1"),
+           "scheduler unreadable: runtime.main '%s' only (%u entries)", rts.n ? rts.val[0] : "-", rts.n);
+        translate_destroy(&r.tr);
+        d9_enc_free(r.enc);
+        free(r.buf);
+}
+
 /* With park probes attached, off-CPU records are samples only. */
 static void test_no_sched_parks_with_probes(void)
 {
@@ -404,5 +478,8 @@ int main(void)
         test_no_sched_parks_with_probes();
         test_sched_parks_carry_cpu_and_wait();
         test_current_thread();
+        test_runtimes_told_apart(false);
+        test_runtimes_told_apart(true);
+        test_runtime_unknown_is_main();
         return tap_done();
 }

@@ -3,12 +3,14 @@
 //! Modes: `server` (TCP request/response), `load` (client for the server,
 //! prints throughput), `mixed` (spawn churn, channel ping-pong, timers and
 //! tasks that block their worker; prints its own counts as JSON at exit so
-//! tests can compare what the tracer saw with the truth).
+//! tests can compare what the tracer saw with the truth), `pool` (blocking
+//! pool traffic), `runtimes` (three runtimes in one process).
 
 mod args;
 mod load;
 mod mixed;
 mod pool;
+mod runtimes;
 mod server;
 
 use args::{Args, Flavor};
@@ -79,6 +81,7 @@ fn main() {
         args::Mode::Load => rt.block_on(load::run(&args)),
         args::Mode::Mixed => rt.block_on(mixed::run(&args)),
         args::Mode::Pool => rt.block_on(pool::run(&args)),
+        args::Mode::Runtimes => rt.block_on(runtimes::run(&args)),
     };
     // A server's connection tasks may outlive its duration while a client
     // stays connected; they hold nothing worth waiting for.
