@@ -529,6 +529,11 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                                 return e;
                         tr->events++;
                 }
+                /* Runtime task polls inside an open blocking poll: it is the
+                 * worker's launch, whose poll runs the worker loop; it stays
+                 * open until the launch task ends (TERMINATE below). */
+                if (t->poll_worker == D9_WORKER_BLOCKING)
+                        t->blocking_nested = !cookie_is_blocking(tr, r->cookie);
                 t->poll_worker = poll_worker(tr, t, r->cookie);
                 if (t->poll_worker == D9_WORKER_BLOCKING) {
                         t->pool_thread |= t->worker == D9_WORKER_NONE;
@@ -547,6 +552,10 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                 t->poll_worker = D9_WORKER_NONE;
                 if (w == D9_WORKER_BLOCKING)
                         return blocking_poll_end(tr, t, r->hdr.ts);
+                if (t->blocking_nested && r->task_id && r->task_id == t->blocking_task) {
+                        t->blocking_nested = false;
+                        return blocking_poll_end(tr, t, r->hdr.ts);
+                }
                 /* A poll that started before the attach has no start here. */
                 if (w == D9_WORKER_NONE && (cookie_is_blocking(tr, r->cookie) || t->worker == D9_WORKER_NONE))
                         return 1;
@@ -557,6 +566,16 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
         default:
                 if (tr->spawn_from_first_poll)
                         live_remove(tr, r->task_id);
+                /* A launch's poll ends as its task completes (complete runs
+                 * as the poll returns Ready, on the same thread). */
+                if (t->blocking_nested && r->task_id && r->task_id == t->blocking_task) {
+                        int e = blocking_poll_end(tr, t, r->hdr.ts);
+
+                        t->blocking_nested = false;
+                        if (e < 0)
+                                return e;
+                        tr->events++;
+                }
                 return d9_enc_task_terminate(tr->enc, r->hdr.ts, r->task_id);
         }
 }

@@ -26,6 +26,8 @@ struct tr_thread {
         uint64_t blocking_task;         /* task id, */
         uint64_t blocking_cookie;       /* and label (cookie, boxed poll fn) */
         uint64_t blocking_future;
+        bool blocking_nested;           /* runtime task polls ran inside it: a
+                                         * worker's launch, ended at its terminate */
         uint64_t park_run_delay;        /* run_delay at the last park */
         uint32_t name_atom;
         bool name_read;

@@ -369,6 +369,33 @@ static void test_sched_parks_carry_cpu_and_wait(void)
            (unsigned long long)l.unpark_wait[0]);
 }
 
+/* A worker's launch poll encloses its task polls (uretprobe mode: its end
+ * may never come); when the launch task terminates on that thread its
+ * poll is written, spanning the worker's whole loop, so no launch task
+ * ends unpolled. */
+static void test_launch_poll_ends_at_its_terminate(void)
+{
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+        uint64_t start;
+
+        run_start(&r, true, false);
+        poll(&r, 101, C_LAUNCH, 900, false);
+        start = r.ts;
+        for (int i = 0; i < 5; i++)
+                poll(&r, 101, C_TASK, 1 + i, true);
+        struct d9_rec_task term = { .task_id = 900, .cookie = 0 };
+        hdr(&term.hdr, &r, D9_REC_TERMINATE, 101);
+        translate_record(&r.tr, &term, sizeof(term));
+        uint64_t want = r.ts - start;
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.blocking_polls == 1 && l.blocking_ns == want && l.poll_start[0] == 5 && l.poll_end[0] == 5 &&
+           !strcmp(workers, "0"),
+           "launch terminates: its blocking poll written once, %llu ns (want %llu), task polls balanced (%d/%d)",
+           (unsigned long long)l.blocking_ns, (unsigned long long)want, l.poll_start[0], l.poll_end[0]);
+}
+
 /* The runtime of runtime.<name> is the one whose tasks a worker polls (the
  * task's scheduler: its runtime's Handle Arc), not names or arrival order:
  * two multi-thread runtimes and a current-thread one, their workers'
@@ -472,6 +499,7 @@ int main(void)
         plan_init();
         test_blocking_pool_never_workers();
         test_launch_poll_does_not_decide();
+        test_launch_poll_ends_at_its_terminate();
         test_park_keys_mid_run();
         test_given_back_id_is_reused();
         test_parks_from_sched_switch();
