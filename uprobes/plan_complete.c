@@ -9,8 +9,8 @@
  * does on its own path as well (Core::set_stage, the cell's drop glue) and
  * helpers most task types call (panic cleanup): complete is the common
  * callee that calls another common callee and is not such a helper (called
- * by three or more task types; identical code folding may merge two
- * types' completes). Builds for size (opt-level s/z: Tokio 1.53 in
+ * for task types with three or more distinct shutdowns; identical code
+ * folding merges the shutdown and complete of alike task types). Builds for size (opt-level s/z: Tokio 1.53 in
  * apimock, our `size` targets) keep cancel_task out of line, so shutdown
  * and complete share no callee; there complete is the common callee that
  * both drops the stage (a function poll calls too) and calls the vtable's
@@ -321,7 +321,7 @@ static int entry_push(struct entry_set *e, size_t *cap, uint64_t v)
 }
 
 struct call_pair {
-        uint64_t callee, owner; /* owner: the vtable's poll function */
+        uint64_t callee, owner; /* owner: the vtable's shutdown function */
 };
 
 static int by_pair(const void *a, const void *b)
@@ -333,8 +333,12 @@ static int by_pair(const void *a, const void *b)
         return x->owner < y->owner ? -1 : x->owner > y->owner;
 }
 
-/* Callees that the poll or shutdown of three or more task types call
- * (panic cleanup, allocator, Arc drop_slow, ...): never a type's own complete. */
+/* Callees that the polls or shutdowns of task types with three or more
+ * distinct shutdown functions call (panic cleanup, allocator, Arc
+ * drop_slow, ...): never a type's own complete. Counted by shutdown, not
+ * by poll: identical code folding merges the shutdown and complete of task
+ * types alike in layout (biome: three blocking task types share one), and
+ * that complete is still theirs alone. */
 static int shared_callees(struct plan_builder *b, const struct entry_set *known, uint64_t *left,
                           struct entry_set *shared)
 {
@@ -359,12 +363,12 @@ static int shared_callees(struct plan_builder *b, const struct entry_set *known,
                                 cap = ncap;
                         }
                         for (size_t j = 0; j < nc; j++)
-                                pairs[n++] = (struct call_pair){ calls[j], b->vs.v[i].fn[0] };
+                                pairs[n++] = (struct call_pair){ calls[j], b->vs.v[i].fn[6] };
                 }
         if (r == 0 && n)
                 qsort(pairs, n, sizeof(*pairs), by_pair);
-        /* Identical code folding may merge the completes of two or so task
-         * types; the helpers are called by most of them. */
+        /* The helpers are called from most shutdowns; a folded complete
+         * from one (or two) shutdowns however many polls share it. */
         for (size_t i = 0, owners = 0; i < n && r == 0; i++) {
                 if (i && pairs[i].callee != pairs[i - 1].callee)
                         owners = 0;
