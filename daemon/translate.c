@@ -268,12 +268,14 @@ static uint32_t worker_of_key(struct translate *tr, uint64_t park_key, struct tr
 }
 
 /* A worker polled a task whose scheduler is sched: the worker belongs to
- * that runtime (all tasks of one runtime share its Handle's Arc). */
+ * that runtime (all tasks of one runtime share its Handle's Arc). The
+ * first one decides: a LocalSet's tasks (another scheduler) polled inside
+ * a worker must not move it, nor restate the metadata at every poll. */
 static void worker_runtime_seen(struct translate *tr, uint32_t w, uint64_t sched)
 {
         uint32_t rt = 0;
 
-        if (!sched || w >= tr->n_workers)
+        if (!sched || w >= tr->n_workers || tr->worker_rt[w] != TR_RT_UNKNOWN)
                 return;
         while (rt < tr->n_runtimes && tr->rt_keys[rt] != sched)
                 rt++;
@@ -284,10 +286,8 @@ static void worker_runtime_seen(struct translate *tr, uint32_t w, uint64_t sched
                 }
                 tr->rt_keys[tr->n_runtimes++] = sched;
         }
-        if (tr->worker_rt[w] != rt) {
-                tr->worker_rt[w] = (uint8_t)rt;
-                tr->workers_changed = true;
-        }
+        tr->worker_rt[w] = (uint8_t)rt;
+        tr->workers_changed = true;
 }
 
 /* Live task ids: linear probing, deletion by backward shift (no tombstones). */

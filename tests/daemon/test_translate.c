@@ -443,6 +443,31 @@ static void test_runtimes_told_apart(bool park_probes)
            workers, l.blocking_polls);
 }
 
+/* A worker that also polls a LocalSet's tasks (another scheduler value)
+ * stays in its runtime; no runtime appears for the LocalSet, and the
+ * metadata is not restated at every poll. */
+static void test_local_set_does_not_move_worker(void)
+{
+        struct tr_runtimes rts;
+        struct run r;
+        int changes = 0;
+
+        run_start(&r, false, false);
+        for (int i = 0; i < 20; i++) {
+                poll_rt(&r, 101, C_TASK, 1, 0x7f00aa00);
+                r.tr.workers_changed = false;
+                poll_rt(&r, 101, C_TASK2, 2, 0x7f00dd00);
+                changes += r.tr.workers_changed;
+        }
+        translate_runtimes(&r.tr, &rts);
+        ok(rts.n == 1 && !strcmp(rts.val[0], "0") && changes == 0,
+           "LocalSet polls on a worker: runtime.main '%s' only (%u entries), %d restatements", rts.n ? rts.val[0] : "-",
+           rts.n, changes);
+        translate_destroy(&r.tr);
+        d9_enc_free(r.enc);
+        free(r.buf);
+}
+
 /* Without a readable scheduler (older plans): every worker in runtime.main. */
 static void test_runtime_unknown_is_main(void)
 {
@@ -509,5 +534,6 @@ int main(void)
         test_runtimes_told_apart(false);
         test_runtimes_told_apart(true);
         test_runtime_unknown_is_main();
+        test_local_set_does_not_move_worker();
         return tap_done();
 }
