@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""Three runtimes in one stripped process (tests/targets runtimes mode: the
+"""Three runtimes in one process (tests/targets runtimes mode: the
 caller's multi-thread runtime with 2 workers, a second with 3, a
 current-thread one on a thread of its own; every thread named
 tokio-rt-worker), attached mid-run while two CPU hogs compete for both
 cores. The segment metadata lists one runtime.<name> per runtime with its
 own worker ids (runtime.main first), and the threads behind each entry's
 ids (from the CPU samples) are the threads that runtime's tasks ran on,
-as the target itself saw them.
-Usage: test_runtimes.py D9D D9CTL STRIPPED_TARGET"""
+as the target itself saw them. Run on the stripped build (parks from
+sched_switch, a worker is its thread) and the symbolized one (park probes:
+a worker is the core its park key names).
+Usage: test_runtimes.py D9D D9CTL TARGET"""
 import json
 import os
 import shutil
@@ -25,7 +27,7 @@ D9D, D9CTL, TARGET = sys.argv[1:4]
 def main():
     t = Tap()
     tmp = tempfile.mkdtemp(prefix="d9-runtimes-")
-    binary = os.path.join(tmp, "service")  # alone: no debug file, as shipped
+    binary = os.path.join(tmp, "service")  # alone: a stripped one has no debug file, as shipped
     shutil.copy(TARGET, binary)
     d = D9d(D9D, D9CTL)
     d.out = tempfile.mkdtemp(prefix="d9-runtimes-out-")
@@ -41,7 +43,7 @@ def main():
         for h in hogs:
             h.kill()
             h.wait()
-    t.ok(r.returncode == 0 and truth, "record --pid of the stripped 3-runtime target under 2 CPU hogs", r.stderr)
+    t.ok(r.returncode == 0 and truth, "record --pid of the 3-runtime target under 2 CPU hogs", r.stderr)
     if not truth:
         t.done()
     meta, tid_of = {}, {}
