@@ -38,26 +38,14 @@ struct d9_hit {
 };
 
 /* id = *(u64*)(hdr + *(u64*)(*(u64*)(hdr + vtable_off) + id_off_slot)).
- * Both offsets come from the plan through d9_targets. */
-/* The task's scheduler field, found like its id: for a runtime task the
- * Arc of the runtime's Handle, so it tells the runtimes of one process
- * apart (docs/probe-plan.md, "Worker identity"). 0 if unreadable. */
-static __always_inline __u64 d9_task_sched(const struct d9_target_cfg *cfg, __u64 hdr)
+ * Both offsets come from the plan through d9_targets. With sched, also
+ * the task's scheduler field, found the same way through the vtable read
+ * once: for a runtime task the Arc of its runtime's Handle, which tells
+ * the runtimes of one process apart (docs/probe-plan.md, "Worker
+ * identity"); 0 if unreadable. */
+static __always_inline __u64 d9_task_id_sched(const struct d9_target_cfg *cfg, __u64 hdr, __u64 *sched)
 {
-        __u64 vtable = 0, off = 0, sched = 0;
-
-        if (!hdr || !cfg->vtable_sched_off_slot ||
-            bpf_probe_read_user(&vtable, sizeof(vtable), (void *)(hdr + cfg->header_vtable_off)))
-                return 0;
-        if (bpf_probe_read_user(&off, sizeof(off), (void *)(vtable + cfg->vtable_sched_off_slot)) || off > 4096)
-                return 0;
-        bpf_probe_read_user(&sched, sizeof(sched), (void *)(hdr + off));
-        return sched;
-}
-
-static __always_inline __u64 d9_task_id(const struct d9_target_cfg *cfg, __u64 hdr)
-{
-        __u64 vtable = 0, id_off = 0, id = 0;
+        __u64 vtable = 0, id_off = 0, id = 0, off = 0;
 
         if (!hdr || bpf_probe_read_user(&vtable, sizeof(vtable),
                                         (void *)(hdr + cfg->header_vtable_off)))
@@ -69,7 +57,15 @@ static __always_inline __u64 d9_task_id(const struct d9_target_cfg *cfg, __u64 h
         if (id_off > 4096)
                 return 0;
         bpf_probe_read_user(&id, sizeof(id), (void *)(hdr + id_off));
+        if (sched && cfg->vtable_sched_off_slot &&
+            !bpf_probe_read_user(&off, sizeof(off), (void *)(vtable + cfg->vtable_sched_off_slot)) && off <= 4096)
+                bpf_probe_read_user(sched, sizeof(*sched), (void *)(hdr + off));
         return id;
+}
+
+static __always_inline __u64 d9_task_id(const struct d9_target_cfg *cfg, __u64 hdr)
+{
+        return d9_task_id_sched(cfg, hdr, NULL);
 }
 
 /* The value this attachment is about, as the plan said (cookie top bits). */
@@ -142,14 +138,14 @@ static __always_inline void d9_close_poll(const struct d9_hit *h, __u32 why)
 
 static __always_inline int d9_poll_start(const struct d9_hit *h)
 {
-        __u64 header = d9_point_value(h);
+        __u64 header = d9_point_value(h), sched = 0;
         struct d9_thread *th = h->th;
         struct d9_rec_task *r;
 
         if (h->cfg->entry_only)
                 d9_close_poll(h, D9_END_NEXT_POLL);
         th->header = header;
-        th->task_id = d9_task_id(h->cfg, header);
+        th->task_id = d9_task_id_sched(h->cfg, header, &sched);
         th->cookie = h->cookie & D9_COOKIE_MASK;
         th->poll_ts = h->ts;
         r = D9_HIT_RESERVE(h, D9_REC_POLL_START, struct d9_rec_task);
@@ -158,7 +154,7 @@ static __always_inline int d9_poll_start(const struct d9_hit *h)
                 r->cookie = th->cookie;
                 r->header = header;
                 r->future_poll = d9_boxed_future_poll(h, header);
-                r->sched = d9_task_sched(h->cfg, header);
+                r->sched = sched;
                 d9_ring_submit(h->ring, r);
         }
         return 0;
