@@ -795,6 +795,17 @@ size_t d9_bpf_teardowns_pending(struct d9_bpf *bpf)
         return n;
 }
 
+bool d9_bpf_teardown_pending_for(struct d9_bpf *bpf, pid_t pid)
+{
+        if (!bpf)
+                return false;
+        teardowns_reap(bpf, false, 0);
+        for (struct teardown *td = bpf->teardowns; td; td = td->next)
+                if (td->pid == pid)
+                        return true;
+        return false;
+}
+
 int d9_bpf_target_stop(struct d9_bpf_target *t)
 {
         uint32_t tgid = t->kernel_tgid;

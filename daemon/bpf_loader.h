@@ -96,6 +96,8 @@ int d9_bpf_target_stop(struct d9_bpf_target *t);
 void d9_bpf_detach_target(struct d9_bpf_target *t);
 /* Background teardowns not finished yet (finished ones are reaped). */
 size_t d9_bpf_teardowns_pending(struct d9_bpf *bpf);
+/* Whether one of them is pid's (an attach to pid now would wait for it). */
+bool d9_bpf_teardown_pending_for(struct d9_bpf *bpf, pid_t pid);
 /* (d9_bpf_close waits for the pending ones.) */
 
 int d9_bpf_target_epoll_fd(const struct d9_bpf_target *t);

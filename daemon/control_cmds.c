@@ -11,6 +11,7 @@
 #include "d9d.h"
 #include "daemon/ship.h"
 #include "log.h"
+#include "planner.h"
 #include "proto/d9control.h"
 #include "sealer.h"
 #include "session.h"
@@ -18,6 +19,7 @@
 struct peer {
         uid_t uid;
         pid_t pid;
+        struct control_client *client; /* for a reply sent later */
 };
 
 static bool peer_may_see(const struct peer *p, const struct session *s)
@@ -64,6 +66,8 @@ static json_t *cmd_status(struct d9d *d, const struct peer *p, json_t *req)
 {
         json_t *r = d9c_ok(), *arr = json_array();
         struct sealer_stats st;
+        struct planner_stats ps;
+        uint64_t stall_max, stall_recent;
         pid_t pid = 0;
         json_int_t only = json_integer_value(json_object_get(req, "session"));
 
@@ -84,6 +88,8 @@ static json_t *cmd_status(struct d9d *d, const struct peer *p, json_t *req)
                 return d9c_error("no session %lld", (long long)only);
         }
         sealer_get_stats(d->sealer, &st);
+        planner_get_stats(d->planner, &ps);
+        d9d_loop_stall(&stall_max, &stall_recent);
         json_object_set_new(r, "targets", arr);
         if (d->shipper) {
                 struct ship_stats ss;
@@ -100,16 +106,60 @@ static json_t *cmd_status(struct d9d *d, const struct peer *p, json_t *req)
                             "evicted", (json_int_t)st.evicted, "evicted_bytes", (json_int_t)st.evicted_bytes,
                             /* detached targets whose uprobe links are still going away */
                             "bpf_teardowns_pending", (json_int_t)session_bpf_teardowns_pending()));
+        json_t *dj = json_object_get(r, "daemon");
+        json_object_set_new(dj, "plans_queued", json_integer(ps.queued));
+        json_object_set_new(dj, "plans_running", json_integer(ps.running));
+        json_object_set_new(dj, "plans_built", json_integer((json_int_t)ps.built));
+        json_object_set_new(dj, "plan_longest_ms", json_integer((json_int_t)ps.longest_ms));
+        /* The drain loop's longest turn: what ring buffers had to absorb. */
+        json_object_set_new(dj, "loop_max_stall_ms", json_integer((json_int_t)stall_max));
+        json_object_set_new(dj, "loop_recent_max_stall_ms", json_integer((json_int_t)stall_recent));
         return r;
+}
+
+/* An attach answered once its plan is built and its probes attached. */
+struct attach_call {
+        struct control_reply *reply;
+        struct session_start *start;
+        pid_t pid;
+        uid_t uid;
+};
+
+static void attach_done(void *ctx, struct session *s, const char *why)
+{
+        struct attach_call *a = ctx;
+        json_t *resp;
+
+        if (s) {
+                resp = d9c_ok();
+                json_object_set_new(resp, "target", session_status_json(s));
+        } else {
+                log_warn("attach to pid %d not done (peer uid %u): %s", a->pid, (unsigned)a->uid, why);
+                resp = d9c_error("%s", why);
+        }
+        if (a->reply)
+                control_reply_finish(a->reply, resp);
+        else
+                json_decref(resp);
+        free(a);
+}
+
+/* The client went away: nobody would learn of the session. attach_done
+ * still comes, and finishing the reply then only frees it. */
+static void attach_gone(void *ctx)
+{
+        struct attach_call *a = ctx;
+
+        session_start_cancel(a->start);
 }
 
 static json_t *cmd_attach(struct d9d *d, const struct peer *p, json_t *req)
 {
         struct session_request sr = { .peer_uid = p->uid };
+        struct attach_call *a;
         json_t *dur = json_object_get(req, "duration_ms"), *probes = json_object_get(req, "probes");
         json_t *exe = json_object_get(req, "exe"), *offcpu = json_object_get(req, "offcpu_min_us");
         json_t *exe_fd = json_object_get(req, "exe_fd");
-        struct session *s;
         const char *bad = NULL;
         char *why = NULL;
         int r;
@@ -146,16 +196,25 @@ static json_t *cmd_attach(struct d9d *d, const struct peer *p, json_t *req)
         sr.exe_fd = exe_fd ? (int)json_integer_value(exe_fd) : -1;
         if (d->stopping)
                 return d9c_error("d9d is shutting down");
-        r = session_start(d, &sr, &s, &why);
+        if (!(a = calloc(1, sizeof(*a))))
+                return d9c_error("out of memory");
+        a->pid = sr.pid;
+        a->uid = p->uid;
+        r = session_start(d, &sr, attach_done, a, &a->start, &why);
         if (r < 0) {
                 json_t *e = d9c_error("%s", why ? why : strerror(-r));
                 log_warn("attach to pid %d refused (peer uid %u): %s", sr.pid, (unsigned)p->uid, why ? why : strerror(-r));
                 free(why);
+                free(a);
                 return e;
         }
-        json_t *ok = d9c_ok();
-        json_object_set_new(ok, "target", session_status_json(s));
-        return ok;
+        /* attach_done runs from a later loop turn, never before this. */
+        a->reply = control_reply_defer(p->client, attach_gone, a);
+        if (!a->reply) {
+                session_start_cancel(a->start);
+                return d9c_error("out of memory");
+        }
+        return NULL;
 }
 
 static json_t *cmd_detach(struct d9d *d, const struct peer *p, json_t *req)
@@ -186,10 +245,10 @@ static const struct {
         { "detach", cmd_detach },
 };
 
-json_t *control_dispatch(struct d9d *d, uid_t peer_uid, pid_t peer_pid, json_t *req)
+json_t *control_dispatch(struct d9d *d, struct control_client *c, uid_t peer_uid, pid_t peer_pid, json_t *req)
 {
         const char *cmd = json_string_value(json_object_get(req, "cmd"));
-        struct peer p = { peer_uid, peer_pid };
+        struct peer p = { peer_uid, peer_pid, c };
 
         for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
                 if (!strcmp(commands[i].name, cmd))

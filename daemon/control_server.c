@@ -16,7 +16,10 @@
  *  - at most one read and LINES_PER_TURN requests per client per loop turn;
  *    requests left over wait for the next turn (the kick eventfd);
  *  - a connection that neither sends a request nor takes reply bytes for
- *    control_idle_ms is closed;
+ *    control_idle_ms is closed (unless d9d still owes it a reply);
+ *  - a request answered later (an attach waits for its plan) holds back
+ *    the client's next requests until its reply is queued; a client gone
+ *    meanwhile tells the request's owner, which cancels the work;
  *  - out of descriptors, a reserve descriptor is given up to accept and
  *    close the waiting connection (so the listening socket does not stay
  *    readable and spin the loop); without a reserve, accepting pauses until
@@ -65,8 +68,15 @@ struct control_client {
         bool eof;               /* the peer sent all it will: answer, flush, close */
         uint32_t events;        /* what the watch currently asks epoll for */
         uint64_t active_ms;     /* last request or reply progress */
+        struct control_reply *pending; /* a reply owed to it, not queued yet */
         char *out;              /* reply bytes not sent yet: out[out_off..out_len) */
         size_t out_len, out_off, out_cap;
+};
+
+struct control_reply {
+        struct control_client *c;       /* NULL once the client is gone */
+        void (*gone)(void *ctx);
+        void *ctx;
 };
 
 struct control_server {
@@ -89,6 +99,12 @@ static size_t client_unsent(const struct control_client *c)
 static void client_free(struct control_client *c)
 {
         struct control_client **pp = &c->cs->clients;
+        struct control_reply *owed = c->pending;
+
+        if (owed) {
+                owed->c = NULL;
+                owed->gone(owed->ctx);
+        }
 
         while (*pp && *pp != c)
                 pp = &(*pp)->next;
@@ -114,7 +130,7 @@ static void client_update_events(struct control_client *c)
 
         if (c->dead)
                 return;
-        if (!c->eof && !c->backlog && client_unsent(c) <= OUT_HIGH)
+        if (!c->eof && !c->backlog && !c->pending && client_unsent(c) <= OUT_HIGH)
                 want |= EPOLLIN;
         if (client_unsent(c))
                 want |= EPOLLOUT;
@@ -203,7 +219,9 @@ static void client_handle_line(struct control_client *c, char *line, size_t len)
                 client_reply(c, d9c_error("%s", why));
                 return;
         }
-        client_reply(c, control_dispatch(c->cs->d, c->peer.uid, c->peer.pid, req));
+        json_t *resp = control_dispatch(c->cs->d, c, c->peer.uid, c->peer.pid, req);
+        if (resp)
+                client_reply(c, resp);
         json_decref(req);
 }
 
@@ -215,7 +233,7 @@ static void client_consume(struct control_client *c)
         int lines = 0;
         char *nl;
 
-        while (!c->dead && lines < LINES_PER_TURN && client_unsent(c) <= OUT_HIGH &&
+        while (!c->dead && !c->pending && lines < LINES_PER_TURN && client_unsent(c) <= OUT_HIGH &&
                (nl = memchr(c->buf + off, '\n', c->used - off))) {
                 size_t len = (size_t)(nl - (c->buf + off));
 
@@ -254,14 +272,14 @@ static void kick(struct control_server *cs)
  * event that follows frees it. */
 static void client_settle(struct control_client *c, bool own_event)
 {
-        if (c->dead || (c->eof && !c->backlog && !client_unsent(c))) {
+        if (c->dead || (c->eof && !c->backlog && !c->pending && !client_unsent(c))) {
                 if (own_event)
                         client_free(c);
                 else
                         client_drop(c);
                 return;
         }
-        if (c->backlog && client_unsent(c) <= OUT_HIGH)
+        if (c->backlog && !c->pending && client_unsent(c) <= OUT_HIGH)
                 kick(c->cs);
         client_update_events(c);
 }
@@ -276,9 +294,9 @@ static void client_on_io(struct d9d *d, struct d9_watch *w, uint32_t events)
         }
         if (events & EPOLLOUT)
                 client_flush(c);
-        if (!c->dead && c->backlog)
+        if (!c->dead && c->backlog && !c->pending)
                 client_consume(c);      /* unblocked by the flush */
-        if ((events & EPOLLIN) && !c->dead && !c->eof && !c->backlog && client_unsent(c) <= OUT_HIGH) {
+        if ((events & EPOLLIN) && !c->dead && !c->eof && !c->backlog && !c->pending && client_unsent(c) <= OUT_HIGH) {
                 ssize_t r;
 
                 do
@@ -297,6 +315,35 @@ static void client_on_io(struct d9d *d, struct d9_watch *w, uint32_t events)
         client_settle(c, true);
 }
 
+struct control_reply *control_reply_defer(struct control_client *c, void (*gone)(void *ctx), void *ctx)
+{
+        struct control_reply *r;
+
+        if (c->pending || !(r = calloc(1, sizeof(*r))))
+                return NULL;
+        *r = (struct control_reply){ c, gone, ctx };
+        c->pending = r;
+        return r;
+}
+
+/* Runs outside the client's own event: the client is settled, not freed
+ * (its hangup event does that), and its next requests get a turn. */
+void control_reply_finish(struct control_reply *r, json_t *resp)
+{
+        struct control_client *c = r->c;
+
+        free(r);
+        if (!c) {
+                json_decref(resp);
+                return;
+        }
+        c->pending = NULL;
+        c->active_ms = d9_now_ms();
+        if (resp)
+                client_reply(c, resp);
+        client_settle(c, false);
+}
+
 /* One turn for every client with requests left over. */
 static void server_on_kick(struct d9d *d, struct d9_watch *w, uint32_t events)
 {
@@ -307,7 +354,7 @@ static void server_on_kick(struct d9d *d, struct d9_watch *w, uint32_t events)
         (void)!read(w->fd, &n, sizeof(n));
         for (c = cs->clients; c; c = next) {
                 next = c->next;
-                if (!c->backlog || client_unsent(c) > OUT_HIGH)
+                if (!c->backlog || c->pending || client_unsent(c) > OUT_HIGH)
                         continue;
                 client_consume(c);
                 client_settle(c, false);
@@ -428,7 +475,7 @@ static void server_on_sweep(struct d9d *d, struct d9_watch *w, uint32_t events)
         (void)!read(w->fd, &n, sizeof(n));
         for (c = cs->clients; c; c = next) {
                 next = c->next;
-                if (!c->dead && now - c->active_ms >= d->cfg.control_idle_ms)
+                if (!c->dead && !c->pending && now - c->active_ms >= d->cfg.control_idle_ms)
                         client_drop(c); /* its hangup event frees it */
         }
         if (cs->reserve_fd < 0)

@@ -24,6 +24,7 @@
 #include "kallsyms.h"
 #include "log.h"
 #include "notify.h"
+#include "planner.h"
 #include "preflight.h"
 #include "recover.h"
 #include "sealer.h"
@@ -56,6 +57,7 @@ static void on_tick(struct d9d *d, struct d9_watch *w, uint32_t events)
                 live += s->state == SESSION_RECORDING;
         }
         sessions_prune(d);
+        session_starts_resume(d);
         /* Sealing (symbols, compression) runs in the sealer thread's own
          * malloc arena, which keeps ~10 MiB it no longer uses after each
          * segment; give free pages back every TRIM_TICKS (a few ms at most). */
@@ -176,6 +178,9 @@ static void shutdown_all(struct d9d *d)
         notify_stopping("sealing segments");
         for (struct session *s = d->sessions; s; s = s->next)
                 session_end(s, "d9d stopping");
+        planner_stop(d->planner);       /* attaches still planning are answered and dropped */
+        session_starts_resume(d);       /* and those planned, waiting for a teardown */
+        d->planner = NULL;
         control_server_stop(d->control);
         sealer_stop(d->sealer); /* seals whatever is queued, then joins */
         if (d->shipper) {
@@ -219,6 +224,44 @@ static int start_shipper(struct d9d *d)
         return 0;
 }
 
+#define STALL_WINDOW_MS 10000
+#define STALL_LOG_MS 250
+
+/* The longest turn of the loop since start, and per 10 s window (the
+ * current and the previous one): a turn that long is what every ring
+ * buffer had to hold without being drained. */
+static struct {
+        uint64_t max_ms, window_start_ms, window_max_ms, prev_window_max_ms;
+} stall;
+
+static void loop_stall_note(uint64_t start_ns, uint64_t end_ns)
+{
+        uint64_t ms = (end_ns - start_ns) / 1000000ull, now = end_ns / 1000000ull;
+
+        if (now - stall.window_start_ms >= STALL_WINDOW_MS) {
+                /* A window with nothing noted in it, skipped over, held 0. */
+                stall.prev_window_max_ms = now - stall.window_start_ms < 2 * STALL_WINDOW_MS ? stall.window_max_ms : 0;
+                stall.window_max_ms = 0;
+                stall.window_start_ms = now;
+        }
+        if (ms > stall.window_max_ms)
+                stall.window_max_ms = ms;
+        if (ms > stall.max_ms)
+                stall.max_ms = ms;
+        if (ms >= STALL_LOG_MS)
+                log_warn("the drain loop was held %llu ms by one turn of events", (unsigned long long)ms);
+}
+
+void d9d_loop_stall(uint64_t *max_ms, uint64_t *recent_max_ms)
+{
+        uint64_t now = d9_now_ns();
+
+        loop_stall_note(now, now);      /* rolls the window over */
+        *max_ms = stall.max_ms;
+        *recent_max_ms = stall.window_max_ms > stall.prev_window_max_ms ? stall.window_max_ms
+                                                                         : stall.prev_window_max_ms;
+}
+
 static int run_loop(struct d9d *d)
 {
         struct epoll_event evs[64];
@@ -227,10 +270,12 @@ static int run_loop(struct d9d *d)
                 int n = epoll_wait(d->epfd, evs, 64, -1);
                 if (n < 0 && errno != EINTR)
                         return -errno;
+                uint64_t t0 = d9_now_ns();
                 for (int i = 0; i < n; i++) {
                         struct d9_watch *w = evs[i].data.ptr;
                         w->fn(d, w, evs[i].events);
                 }
+                loop_stall_note(t0, d9_now_ns());
         }
         return 0;
 }
@@ -334,6 +379,11 @@ int main(int argc, char **argv)
         r = sealer_start(&d, session_on_sealed, &d.sealer);
         if (r < 0) {
                 log_error("cannot start the sealing thread: %s", strerror(-r));
+                return 1;
+        }
+        r = planner_start(&d, &d.planner);
+        if (r < 0) {
+                log_error("cannot start the planning thread: %s", strerror(-r));
                 return 1;
         }
         r = start_shipper(&d);

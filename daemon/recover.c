@@ -66,6 +66,7 @@ static int recover_one(const char *path, const struct stat *st, int type, struct
                 return 0;
         }
         strcpy(job->active, path);
+        job->root_fd = -1;
         job->compression = (enum d9_compress)recover_compression;
         log_info("recovery: %s left by an earlier run, %lld torn bytes cut; sealing it", path, cut);
         sealer_submit(recover_sealer, job);

@@ -185,7 +185,7 @@ static int append_symbols(struct seal_job *job, const uint64_t *addrs, size_t n)
 
         if (fd < 0)
                 return -errno;
-        sym = symbolizer_new(job->pid, job->maps);
+        sym = symbolizer_new_in_root(job->root_fd, job->maps);
         r = sym ? d9_enc_new(&enc) : -ENOMEM;
         if (r < 0)
                 goto out;
@@ -469,6 +469,8 @@ void sealer_collect(struct sealer *s, void (*fn)(struct d9d *d, struct seal_job 
                 if (fn)
                         fn(s->d, done);
                 free(done->maps);
+                if (done->root_fd >= 0)
+                        close(done->root_fd);
                 free(done);
                 done = next;
         }

@@ -15,7 +15,7 @@ struct sealer;
 struct seal_job {
         char active[4096];
         enum d9_compress compression;
-        pid_t pid;              /* for symbols; 0 = none (recovery) */
+        int root_fd;            /* the target's root, for its files (-1: ours; recovery) */
         char *maps;             /* /proc/PID/maps snapshot, owned by the job */
         uint64_t session_id;    /* 0 = nobody waits for this one */
         uid_t reader_uid;       /* may read the sealed file (0: root and d9d only) */

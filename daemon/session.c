@@ -16,6 +16,7 @@
 #include "bpf_loader.h"
 #include "cleanup.h"
 #include "log.h"
+#include "planner.h"
 #include "proto/d9control.h"
 #include "sealer.h"
 #include "session.h"
@@ -23,6 +24,8 @@
 #include "uprobes/uprobes.h"
 
 #define FINISHED_KEPT 64
+/* The probe sets that need a plan of the target's executable. */
+#define TOKIO_PROBES (D9_PROBES_PARK | D9_PROBES_POLL | D9_PROBES_SPAWN | D9_PROBES_WAKE | D9_PROBES_TERMINATE)
 
 static struct d9_bpf *shared_bpf;
 
@@ -296,15 +299,19 @@ static int session_refresh_metadata(struct session *s)
 }
 
 /* Keep the target's mappings: once it has exited they cannot be read, and
- * the sealer needs them to name the addresses of its last segment. */
+ * the sealer needs them to name the addresses of its last segment. Read
+ * only while the pidfd proves the PID is still the target's: a recycled
+ * PID's maps would name another program's code. */
 static void session_snapshot_maps(struct session *s)
 {
         char path[64];
         char *maps;
 
+        if (s->pidfd_w.fd < 0)
+                return;
         snprintf(path, sizeof(path), "/proc/%d/maps", s->pid);
         maps = read_proc_text(path);
-        if (maps && *maps) {
+        if (maps && *maps && pidfd_alive(s->pidfd_w.fd) == 0) {
                 free(s->maps);
                 s->maps = maps;
         } else {
@@ -336,7 +343,10 @@ static void session_close_segment(struct session *s)
         s->tr.enc = NULL;
         session_snapshot_maps(s);
         job->maps = s->maps ? strdup(s->maps) : NULL;
-        job->pid = s->pid;
+        /* The sealer opens the target's files in this root, taken while
+         * the pidfd was valid: never through /proc/PID, which may be
+         * another process by the time the segment is sealed. */
+        job->root_fd = s->root_fd >= 0 ? fcntl(s->root_fd, F_DUPFD_CLOEXEC, 3) : -1;
         job->compression = s->d->cfg.compression;
         job->session_id = s->id;
         job->reader_uid = s->starter_uid;
@@ -537,11 +547,10 @@ static int open_target_fd(struct session *s, int fd_in_target)
 
 static int session_plan(struct session *s, const struct session_request *req, char **why)
 {
-        const int tokio = D9_PROBES_PARK | D9_PROBES_POLL | D9_PROBES_SPAWN | D9_PROBES_WAKE | D9_PROBES_TERMINATE;
         char *err = NULL;
         int r;
 
-        if (!(s->probes & tokio))
+        if (!(s->probes & TOKIO_PROBES))
                 return 0;
         if (req->exe_fd >= 0) {
                 int fd = open_target_fd(s, req->exe_fd);
@@ -582,6 +591,8 @@ static void session_free(struct session *s)
                 close(s->pidfd_w.fd);
         if (s->status_fd >= 0)
                 close(s->status_fd);
+        if (s->root_fd >= 0)
+                close(s->root_fd);
         free(s->creds);
         segment_writer_destroy(&s->seg);
         translate_destroy(&s->tr);
@@ -593,77 +604,151 @@ static void session_free(struct session *s)
         free(s);
 }
 
-int session_start(struct d9d *d, const struct session_request *req, struct session **out, char **why)
-{
-        struct session *s;
-        char dir[PATH_MAX], exe_link[64];
-        ssize_t n;
-        int r;
+/* An attach between its checks on the loop and its BPF attach: its plan is
+ * built by the planner thread meanwhile. */
+struct session_start {
+        struct plan_job job;            /* first: the planner hands this back */
+        struct session *s;              /* checked, not linked yet */
+        struct session_request req;     /* req.exe points to exe_copy */
+        char *exe_copy;
+        int r;                          /* the plan's result, with why */
+        char *why;
+        void (*done)(void *ctx, struct session *s, const char *why);
+        void *ctx;
+        bool parked;                    /* planned; waits for a teardown of its pid */
+        bool cancelled;                 /* while parked */
+        struct session_start *next;
+};
 
-        *why = NULL;
-        if (session_find(d, req->pid, true)) {
-                *why = dupf("pid %d is already being traced (detach it first)", req->pid);
-                return -EBUSY;
+static struct session_start *starting;
+
+static void starting_unlink(struct session_start *st)
+{
+        struct session_start **pp = &starting;
+
+        while (*pp && *pp != st)
+                pp = &(*pp)->next;
+        if (*pp)
+                *pp = st->next;
+}
+
+/* Whether pid has a live or starting session; *starter is whose. */
+static bool pid_taken(struct d9d *d, pid_t pid, uid_t *starter)
+{
+        struct session *s = session_find(d, pid, true);
+
+        if (s) {
+                *starter = s->starter_uid;
+                return true;
         }
-        s = calloc(1, sizeof(*s));
+        for (struct session_start *st = starting; st; st = st->next) {
+                if (st->s->pid == pid) {
+                        *starter = st->s->starter_uid;
+                        return true;
+                }
+        }
+        return false;
+}
+
+/* One answer for every process a peer may not trace: another uid's, or one
+ * a session the peer cannot see already traces, so the answer tells
+ * nothing about other users' sessions. */
+static char *not_yours(const struct session_request *req)
+{
+        return dupf("permission denied: uid %u may not trace pid %d", (unsigned)req->peer_uid, req->pid);
+}
+
+static struct session *session_new(struct d9d *d, const struct session_request *req)
+{
+        struct session *s = calloc(1, sizeof(*s));
+
         if (!s)
-                return -ENOMEM;
+                return NULL;
         s->d = d;
         s->pid = req->pid;
         s->pidfd_w.fd = -1;
         s->status_fd = -1;
+        s->root_fd = -1;
         s->seg.fd = -1;
         s->probes = req->probes;
         s->offcpu_min_us = req->offcpu_min_us >= 0 ? (uint64_t)req->offcpu_min_us : d->cfg.offcpu_min_us;
         s->expect_exec = req->exe != NULL || req->exe_fd >= 0;
         s->starter_uid = req->peer_uid;
-        s->id = next_session_id++;
         s->sealed_paths = json_array();
-        /* The pidfd first: every check below is about the process behind it,
-         * and pidfd_alive() after each read proves the PID was not reused. */
+        return s;
+}
+
+/* The quick checks, on the loop: pidfd first, since every check is about
+ * the process behind it and pidfd_alive() after the reads proves the PID
+ * was not reused meanwhile. Also keeps the target's root directory: the
+ * sealer finds its files there after it exited, never via /proc/PID. */
+static int session_check_target(struct session *s, const struct session_request *req, char **why)
+{
+        char path[64];
+        ssize_t n;
+        int r;
+
         s->pidfd_w.fd = (int)syscall(SYS_pidfd_open, s->pid, 0);
         r = s->pidfd_w.fd < 0 ? -ESRCH : read_proc_identity(req->pid, &s->starttime, &s->uid);
         if (r == 0 && req->peer_uid != 0) {
-                snprintf(exe_link, sizeof(exe_link), "/proc/%d/status", req->pid);
-                s->status_fd = open(exe_link, O_RDONLY | O_CLOEXEC);
+                snprintf(path, sizeof(path), "/proc/%d/status", req->pid);
+                s->status_fd = open(path, O_RDONLY | O_CLOEXEC);
                 s->creds = s->status_fd >= 0 ? read_creds(s->status_fd) : NULL;
                 if (!s->creds)
                         r = -ESRCH;
+        }
+        if (r == 0) {
+                snprintf(path, sizeof(path), "/proc/%d/root", req->pid);
+                s->root_fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC); /* -1: plain paths at seal time */
         }
         if (r == 0 && pidfd_alive(s->pidfd_w.fd) < 0)
                 r = -ESRCH;
         if (r < 0) {
                 *why = dupf("no process with pid %d", req->pid);
-                goto fail;
+                return r;
         }
         if (req->peer_uid != 0 && req->peer_uid != s->uid) {
-                *why = dupf("permission denied: pid %d belongs to uid %u, you are uid %u", req->pid,
-                            (unsigned)s->uid, (unsigned)req->peer_uid);
-                r = -EPERM;
-                goto fail;
+                *why = not_yours(req);
+                return -EPERM;
         }
         if (req->exe_fd >= 0)
-                snprintf(exe_link, sizeof(exe_link), "/proc/%d/fd/%d", req->pid, req->exe_fd);
+                snprintf(path, sizeof(path), "/proc/%d/fd/%d", req->pid, req->exe_fd);
         else
-                snprintf(exe_link, sizeof(exe_link), "/proc/%d/exe", req->pid);
+                snprintf(path, sizeof(path), "/proc/%d/exe", req->pid);
         if (req->exe)
                 snprintf(s->exe, sizeof(s->exe), "%s", req->exe);
-        else if ((n = readlink(exe_link, s->exe, sizeof(s->exe) - 1)) > 0)
+        else if ((n = readlink(path, s->exe, sizeof(s->exe) - 1)) > 0)
                 s->exe[n] = 0;
-        service_from_exe(d, s->exe, s->service, sizeof(s->service));
-        r = session_plan(s, req, why);
-        if (r < 0)
-                goto fail;
+        service_from_exe(s->d, s->exe, s->service, sizeof(s->service));
+        return 0;
+}
+
+/* The second half, back on the loop once the plan is built: the target
+ * must still be the process checked before it (and hold the credentials it
+ * had), then segments and BPF. */
+static int session_start_attach(struct session *s, const struct session_request *req, char **why)
+{
+        char dir[PATH_MAX];
+        int r;
+
+        if (pidfd_alive(s->pidfd_w.fd) < 0) {
+                *why = dupf("pid %d exited while its probe plan was built", s->pid);
+                return -ESRCH;
+        }
+        if (session_gained_privileges(s)) {
+                *why = dupf("pid %d changed credentials while its probe plan was built", s->pid);
+                return -EPERM;
+        }
         /* What the trace claims follows what attaches, not what was asked
          * for: a stripped build has no wake or park point to attach. */
         r = translate_init(&s->tr, s->pid, s->plan,
                            (s->probes & D9_PROBES_WAKE) && s->plan && probe_plan_count(s->plan, PROBE_WAKE, false),
                            (s->probes & D9_PROBES_PARK) && s->plan && probe_plan_count(s->plan, PROBE_PARK, false));
         if (r < 0)
-                goto fail;
+                return r;
         s->tr.spawn_from_first_poll &= (s->probes & D9_PROBES_SPAWN) != 0;
         s->tr.hide_kernel = !kernel_addresses_visible(s->starter_uid);
-        snprintf(dir, sizeof(dir), "%.3800s/%.127s/%d-%llu", d->traces_dir, s->service, s->pid,
+        snprintf(dir, sizeof(dir), "%.3800s/%.127s/%d-%llu", s->d->traces_dir, s->service, s->pid,
                  (unsigned long long)s->starttime);
         r = segment_writer_init(&s->seg, dir);
         if (r == 0)
@@ -672,38 +757,158 @@ int session_start(struct d9d *d, const struct session_request *req, struct sessi
                 r = session_open_segment(s);
         if (r < 0) {
                 *why = dupf("cannot write segments in %s: %s", dir, strerror(-r));
-                goto fail;
+                return r;
         }
         r = session_attach_bpf(s, why);
         if (r == 0 && pidfd_alive(s->pidfd_w.fd) < 0) {
                 /* Exited during the attach: the PID filter could now match a
                  * process that is not the one checked above. */
-                *why = dupf("pid %d exited while being attached", req->pid);
+                *why = dupf("pid %d exited while being attached", s->pid);
                 r = -ESRCH;
         }
         if (r < 0)
-                goto fail;
+                return r;
         /* pidfd: the exit notice even when sched probes are off. */
         s->pidfd_w.fn = session_on_pidfd;
-        d9d_watch_add(d, &s->pidfd_w, EPOLLIN);
+        d9d_watch_add(s->d, &s->pidfd_w, EPOLLIN);
         session_snapshot_maps(s);
+        s->id = next_session_id++;
         s->started_ms = s->rate_ms = d9_now_ms();
         s->deadline_ms = req->duration_ms ? s->started_ms + req->duration_ms : 0;
         s->started_unix_ms = wall_clock_ms();
         s->plan_json = plan_to_json(s);
-        session_link(d, s);
+        session_link(s->d, s);
         log_info("pid %d (%s): attached, %zu uprobes, writing %s", s->pid, s->service,
                  d9_bpf_target_n_attached(s->bpf), dir);
-        *out = s;
         return 0;
-fail:
+}
+
+static void session_discard(struct session *s)
+{
         if (s->seg.fd >= 0) {
                 char path[PATH_MAX];
                 segment_close(&s->seg, path, sizeof(path));
                 unlink(path);
         }
         session_free(s);
-        return r < 0 ? r : -EIO;
+}
+
+/* On the planner thread: s is nobody else's until the job is done. */
+static void session_plan_run(struct plan_job *job)
+{
+        struct session_start *st = (struct session_start *)job;
+
+        st->r = session_plan(st->s, &st->req, &st->why);
+}
+
+static void session_start_finish(struct d9d *d, struct session_start *st, bool cancelled)
+{
+        struct session *s = st->s;
+        char *why = st->why;
+        int r = st->r;
+
+        starting_unlink(st);
+        if (cancelled || d->stopping) {
+                free(why);
+                why = dupf(d->stopping ? "d9d is shutting down" : "the client went away");
+                r = -ECANCELED;
+        } else if (r == 0) {
+                r = session_start_attach(s, &st->req, &why);
+        }
+        if (r < 0) {
+                if (!why)
+                        why = dupf("cannot attach to pid %d: %s", s->pid, strerror(-r));
+                session_discard(s);
+                s = NULL;
+        }
+        st->done(st->ctx, s, why ? why : "out of memory");
+        free(why);
+        free(st->exe_copy);
+        free(st);
+}
+
+static void session_plan_done(struct d9d *d, struct plan_job *job)
+{
+        struct session_start *st = (struct session_start *)job;
+
+        /* The links of this pid's last session are still going away (4,752
+         * of them take up to a second): attaching now would wait for them
+         * on the loop. The tick attaches once they are gone. */
+        if (!job->cancelled && !d->stopping && st->r == 0 &&
+            d9_bpf_teardown_pending_for(shared_bpf, st->s->pid)) {
+                st->parked = true;
+                return;
+        }
+        session_start_finish(d, st, job->cancelled);
+}
+
+void session_starts_resume(struct d9d *d)
+{
+        struct session_start *st, *next;
+
+        for (st = starting; st; st = next) {
+                next = st->next;
+                if (st->parked && (st->cancelled || d->stopping ||
+                                   !d9_bpf_teardown_pending_for(shared_bpf, st->s->pid)))
+                        session_start_finish(d, st, st->cancelled);
+        }
+}
+
+int session_start(struct d9d *d, const struct session_request *req,
+                  void (*done)(void *ctx, struct session *s, const char *why), void *ctx,
+                  struct session_start **out, char **why)
+{
+        bool plan = (req->probes & TOKIO_PROBES) != 0;
+        struct session_start *st = calloc(1, sizeof(*st));
+        const char *busy;
+        uid_t holder;
+        int r;
+
+        *why = NULL;
+        if (!st || !(st->s = session_new(d, req))) {
+                free(st);
+                return -ENOMEM;
+        }
+        r = session_check_target(st->s, req, why);
+        /* After the owner check: a session the peer may not see reads as a
+         * process it may not trace. */
+        if (r == 0 && pid_taken(d, req->pid, &holder)) {
+                r = req->peer_uid == 0 || req->peer_uid == holder ? -EBUSY : -EPERM;
+                *why = r == -EBUSY ? dupf("pid %d is already being traced (detach it first)", req->pid)
+                                   : not_yours(req);
+        }
+        if (r == 0 && plan && (busy = planner_refuses(d->planner, req->peer_uid))) {
+                *why = dupf("%s", busy);
+                r = -EAGAIN;
+        }
+        st->req = *req;
+        if (r == 0 && req->exe && !(st->exe_copy = strdup(req->exe)))
+                r = -ENOMEM;
+        if (r < 0) {
+                session_free(st->s);
+                free(st);
+                return r;
+        }
+        st->req.exe = st->exe_copy;
+        st->done = done;
+        st->ctx = ctx;
+        st->job = (struct plan_job){ .uid = req->peer_uid, .run = session_plan_run, .done = session_plan_done };
+        st->next = starting;
+        starting = st;
+        if (plan)
+                planner_submit(d->planner, &st->job);
+        else
+                planner_finish_now(d->planner, &st->job);
+        *out = st;
+        return 0;
+}
+
+void session_start_cancel(struct session_start *st)
+{
+        if (st->parked)
+                st->cancelled = true;   /* the next tick finishes it */
+        else
+                planner_cancel(st->s->d->planner, &st->job);
 }
 
 static void session_account_drops(struct session *s)
@@ -758,6 +963,7 @@ void session_end(struct session *s, const char *reason)
                 d9_bpf_detach_target(s->bpf);
                 s->bpf = NULL;
         }
+        session_snapshot_maps(s);      /* the last chance: the pidfd goes next */
         if (s->pidfd_w.fd >= 0) {
                 d9d_watch_del(s->d, &s->pidfd_w);
                 close(s->pidfd_w.fd);
@@ -771,6 +977,10 @@ void session_end(struct session *s, const char *reason)
         s->ended_ms = d9_now_ms();
         snprintf(s->end_reason, sizeof(s->end_reason), "%s", reason);
         session_close_segment(s);
+        if (s->root_fd >= 0) {
+                close(s->root_fd);
+                s->root_fd = -1;
+        }
         /* Finished sessions stay listed (up to FINISHED_KEPT) for status. */
         translate_release(&s->tr);
         if (!s->segments_pending)

@@ -34,6 +34,7 @@ struct session {
         uid_t uid;                      /* the target's (owner of /proc/PID) */
         uid_t starter_uid;              /* the peer that attached (may detach, sees it) */
         int status_fd;                  /* /proc/PID/status, for peers other than root */
+        int root_fd;                    /* /proc/PID/root (O_PATH), taken with the pidfd valid */
         char *creds;                    /* its Uid/Gid/Groups/Cap lines at attach */
         bool privileged;                /* gained privileges: records discarded from now */
         uint64_t discarded;             /* records discarded for that reason */
@@ -77,9 +78,22 @@ struct session_request {
         uid_t peer_uid;
 };
 
-/* Start tracing. On failure returns a negative errno and a malloc'd one-line
- * reason in *why. */
-int session_start(struct d9d *d, const struct session_request *req, struct session **out, char **why);
+struct session_start;
+
+/* Start tracing: the target is checked at once (pidfd first, owner), its
+ * probe plan is built in the planner thread, and the BPF attach follows on
+ * the loop. Returns 0 when under way: done(ctx, s, why) then runs once on
+ * the loop, with the session, or with NULL and a one-line reason. Refused
+ * at once: a negative errno and a malloc'd one-line reason in *why. */
+int session_start(struct d9d *d, const struct session_request *req,
+                  void (*done)(void *ctx, struct session *s, const char *why), void *ctx,
+                  struct session_start **out, char **why);
+/* Nobody waits for it any more: its plan is dropped if it has not started,
+ * and it never attaches. done still runs. */
+void session_start_cancel(struct session_start *st);
+/* Once a tick, and at shutdown: planned attaches that waited for their
+ * pid's last links to go away. */
+void session_starts_resume(struct d9d *d);
 /* Stop recording: drain, detach, close the open segment and queue it. */
 void session_end(struct session *s, const char *reason);
 /* Once a second: rotation, deadline, drop accounting, rates. */

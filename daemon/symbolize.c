@@ -49,6 +49,7 @@ struct mapping {
 
 struct symbolizer {
         pid_t pid;
+        int root_fd;            /* >= 0: files are looked up in this root (not owned) */
         struct mapping *maps;
         size_t n_maps;
         struct elf_syms **elfs;
@@ -189,7 +190,7 @@ static void elf_read_loads(Elf *elf, struct elf_syms *es)
         }
 }
 
-static struct elf_syms *elf_load(pid_t pid, const char *path)
+static struct elf_syms *elf_load(const struct symbolizer *s, const char *path)
 {
         char via_root[PATH_MAX + 64], root[64];
         struct elf_syms *es = calloc(1, sizeof(*es));
@@ -200,13 +201,20 @@ static struct elf_syms *elf_load(pid_t pid, const char *path)
         if (!es)
                 return NULL;
         es->path = strdup(path);
-        snprintf(root, sizeof(root), "/proc/%d/root", pid);
+        /* A root taken while the target lived stays right after it exited;
+         * /proc/PID/root is only asked while it runs (a recycled PID's root
+         * is another process's). */
+        if (s->root_fd >= 0)
+                snprintf(root, sizeof(root), "/proc/self/fd/%d", s->root_fd);
+        else
+                snprintf(root, sizeof(root), "/proc/%d/root", s->pid);
         snprintf(via_root, sizeof(via_root), "%s%s", root, path);
         /* A target's files: no FIFO, device, symlink or oversized file (see
          * d9_target_file_open), and read with pread (ELF_C_READ), not mapped,
          * so a file truncated under us is a read error, not SIGBUS. */
-        fd = d9_target_file_open(via_root);
-        if (fd < 0 && fd != -EBADFD) {
+        fd = s->root_fd >= 0 ? d9_target_file_openat(s->root_fd, path, true) :
+             s->pid > 0 ? d9_target_file_open(via_root) : -ENOENT;
+        if (fd < 0 && fd != -EBADFD && s->root_fd < 0) {
                 /* The target is gone: its files are looked up in our namespace. */
                 root[0] = 0;
                 fd = d9_target_file_open(path);
@@ -237,7 +245,7 @@ static struct elf_syms *elf_get(struct symbolizer *s, const char *path)
         if (!more)
                 return NULL;
         s->elfs = more;
-        struct elf_syms *es = elf_load(s->pid, path);
+        struct elf_syms *es = elf_load(s, path);
         if (es)
                 s->elfs[s->n_elfs++] = es;
         return es;
@@ -284,14 +292,31 @@ static void parse_maps(struct symbolizer *s, const char *text, const struct maps
         }
 }
 
-struct symbolizer *symbolizer_new(pid_t pid, const char *maps_text)
+static struct symbolizer *symbolizer_alloc(pid_t pid, int root_fd)
 {
         struct symbolizer *s = calloc(1, sizeof(*s));
 
-        if (!s)
-                return NULL;
-        s->pid = pid;
-        if (maps_text)
+        if (s) {
+                s->pid = pid;
+                s->root_fd = root_fd;
+        }
+        return s;
+}
+
+struct symbolizer *symbolizer_new(pid_t pid, const char *maps_text)
+{
+        struct symbolizer *s = symbolizer_alloc(pid, -1);
+
+        if (s && maps_text)
+                parse_maps(s, maps_text, NULL);
+        return s;
+}
+
+struct symbolizer *symbolizer_new_in_root(int root_fd, const char *maps_text)
+{
+        struct symbolizer *s = symbolizer_alloc(0, root_fd);
+
+        if (s && maps_text)
                 parse_maps(s, maps_text, NULL);
         return s;
 }
@@ -306,9 +331,8 @@ struct symbolizer *symbolizer_new_for_file_at(pid_t pid, const char *maps_text, 
              line = strchr(line, '\n'), line = line ? line + 1 : NULL)
                 if (!maps_exec_line(line, &file) || addr < file.start || addr >= file.end)
                         file.path = NULL;
-        if (!file.path || !(s = calloc(1, sizeof(*s))))
+        if (!file.path || !(s = symbolizer_alloc(pid, -1)))
                 return NULL;
-        s->pid = pid;
         parse_maps(s, maps_text, &file);
         *lo = UINT64_MAX;
         *hi = 0;

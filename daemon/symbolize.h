@@ -16,6 +16,10 @@ struct symbolizer;
  * (may be NULL: only kernel addresses resolve). ELF files are opened via
  * /proc/PID/root when the process still exists, else by their plain path. */
 struct symbolizer *symbolizer_new(pid_t pid, const char *maps_text);
+/* The same with the target's root directory taken while it ran (root_fd,
+ * not taken over; -1: plain paths, our own root): what the sealer uses,
+ * since by seal time /proc/PID may belong to a new process. */
+struct symbolizer *symbolizer_new_in_root(int root_fd, const char *maps_text);
 /* Only the file mapped (executable) at addr; [*lo, *hi) spans its
  * executable mappings. NULL when no file is mapped there. */
 struct symbolizer *symbolizer_new_for_file_at(pid_t pid, const char *maps_text, uint64_t addr,

@@ -113,7 +113,8 @@ static char *debug_file_standard(const struct elf_image *img, const char *root)
                         return p;
         }
         link = elf_debuglink(img);
-        if (!link || (strncmp(img->path, "/proc/", 6) == 0 && !strstr(img->path, "/root/")))
+        if (!link || (strncmp(img->path, "/proc/", 6) == 0 && !strstr(img->path, "/root/") &&
+                      strncmp(img->path, "/proc/self/fd/", 14) != 0))
                 return NULL; /* no link, or /proc/PID/exe: no directory to look in */
         dir_copy = strdup(img->path);
         if (!dir_copy)

@@ -77,13 +77,18 @@ int d9_target_file_openat(int dirfd, const char *path, bool in_root)
 }
 
 /* "/proc/PID/root/REST" is looked up as REST inside that root (symlinks in
- * the target's tree cannot leave it); anything else from our root. */
+ * the target's tree cannot leave it), and so is "/proc/self/fd/N/REST"
+ * inside the directory open as N (a target's root kept past its exit);
+ * anything else from our root. */
 int d9_target_file_open(const char *path)
 {
-        unsigned pid;
+        unsigned pid, dirfd;
         int n = 0, root, fd;
         char rootp[64];
 
+        if (sscanf(path, "/proc/self/fd/%u%n", &dirfd, &n) == 1 && n > 0 && path[n] == '/')
+                return d9_target_file_openat((int)dirfd, path + n, true);
+        n = 0;
         if (sscanf(path, "/proc/%u/root%n", &pid, &n) == 1 && n > 0 && path[n] == '/') {
                 snprintf(rootp, sizeof(rootp), "/proc/%u/root", pid);
                 root = open(rootp, O_PATH | O_DIRECTORY | O_CLOEXEC);

@@ -187,7 +187,8 @@ int probe_plan_for_fd(int fd, const char *display, struct probe_plan **out, char
 
 #define D9_TARGET_FILE_MAX (1ull << 30) /* larger "executables" are refused */
 
-/* Open path (a "/proc/PID/root/" prefix is resolved inside that root) for
+/* Open path (a "/proc/PID/root/" or "/proc/self/fd/N/" prefix: the rest is
+ * resolved inside that root, or inside the directory open as N) for
  * reading: no final symlink, no magic links, no blocking on FIFOs or
  * devices, regular files of at most D9_TARGET_FILE_MAX bytes. Returns an fd
  * or a negative errno (-EBADFD: not a regular file, -EFBIG: too large). */

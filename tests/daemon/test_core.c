@@ -179,7 +179,7 @@ static void test_control_protocol(void)
 static void test_seal(enum d9_compress kind, const char *suffix)
 {
         struct segment_writer sw;
-        struct seal_job job = { .compression = kind, .pid = getpid() };
+        struct seal_job job = { .compression = kind, .root_fd = -1 };
         struct counts c = { .self_addr = (uint64_t)(uintptr_t)&d9_test_symbol_target };
         char dir[300];
 
