@@ -33,6 +33,7 @@
 #include "bpf/d9_events.h"
 #include "cleanup.h"
 #include "unwind.h"
+#include "unwind_step.h"
 #include "uprobes/uprobes.h"
 
 /* Thread stacks are at most this big (glibc's default is 8 MiB): a read
@@ -67,6 +68,15 @@ struct unwinder {
         const struct d9_rec_stack *rec;
         uint64_t *out;
         size_t n_out, cap_out, n_user;
+        /* One libdw walk of it: from these registers (the sample's, or
+         * those a step without CFI found, whose pc is then a return
+         * address), until a frame without CFI, whose registers it leaves
+         * in stuck_regs (docs/stacks.md, "Frames without CFI"). */
+        uint64_t walk_regs[D9_STACK_NREGS];
+        bool walk_from_return, walk_first;
+        bool stuck;
+        enum unw_cfi stuck_cfi;
+        uint64_t stuck_regs[D9_STACK_NREGS];
         char *name;                     /* last unwinder_addr_name result */
         bool unwinding;                 /* inside dwfl_getthread_frames */
         bool hide_kernel;
@@ -278,7 +288,7 @@ static bool set_initial_registers(Dwfl_Thread *thread, void *arg)
         Dwarf_Word regs[D9_STACK_NREGS];
 
         for (int i = 0; i < D9_STACK_NREGS; i++)
-                regs[i] = u->rec->regs[i];
+                regs[i] = u->walk_regs[i];
         dwfl_thread_state_register_pc(thread, regs[D9_DW_RIP]);
         return dwfl_thread_state_registers(thread, 0, D9_STACK_NREGS, regs);
 }
@@ -376,22 +386,113 @@ void unwinder_free(struct unwinder *u)
         free(u);
 }
 
+/* What libdw can do at pc: only .eh_frame counts (see the top). */
+static enum unw_cfi cfi_at(void *arg, uint64_t pc)
+{
+        struct unwinder *u = arg;
+        Dwfl_Module *mod = dwfl_addrmodule(u->dwfl, pc);
+        Dwarf_Frame *frame;
+        Dwarf_CFI *cfi;
+        Dwarf_Addr bias;
+
+        if (!mod)
+                return UNW_CFI_NO_MODULE;
+        cfi = dwfl_module_eh_cfi(mod, &bias);
+        if (!cfi)
+                return UNW_CFI_NONE;
+        if (dwarf_cfi_addrframe(cfi, pc - bias, &frame) != 0)
+                return UNW_CFI_NO_FDE;
+        free(frame);
+        return UNW_CFI_FDE;
+}
+
+static bool step_read_word(void *arg, uint64_t addr, uint64_t *val)
+{
+        Dwarf_Word w;
+
+        if (!memory_read(NULL, addr, &w, arg))
+                return false;
+        *val = w;
+        return true;
+}
+
+/* Code bytes from the module's file, for a target that is gone (its last
+ * stacks are unwound after it exited). libelf keeps each chunk until the
+ * file is closed, so this is the fallback only. */
+static bool module_code(struct unwinder *u, uint64_t addr, uint8_t code[16])
+{
+        Dwfl_Module *mod = dwfl_addrmodule(u->dwfl, addr - 16);
+        GElf_Addr bias, vaddr;
+        Elf *elf = mod ? dwfl_module_getelf(mod, &bias) : NULL;
+        size_t n;
+
+        if (!elf || elf_getphdrnum(elf, &n) != 0)
+                return false;
+        vaddr = addr - 16 - bias;
+        for (size_t i = 0; i < n; i++) {
+                GElf_Phdr ph;
+                Elf_Data *d;
+
+                if (!gelf_getphdr(elf, (int)i, &ph) || ph.p_type != PT_LOAD || vaddr < ph.p_vaddr ||
+                    vaddr + 16 > ph.p_vaddr + ph.p_filesz)
+                        continue;
+                d = elf_getdata_rawchunk(elf, (int64_t)(ph.p_offset + vaddr - ph.p_vaddr), 16, ELF_T_BYTE);
+                if (!d || d->d_size != 16)
+                        return false;
+                memcpy(code, d->d_buf, 16);
+                return true;
+        }
+        return false;
+}
+
+static bool step_read_code(void *arg, uint64_t addr, uint8_t code[16])
+{
+        struct unwinder *u = arg;
+
+        if (addr < 16)
+                return false;
+        return pread(u->mem_fd, code, 16, (off_t)(addr - 16)) == 16 || module_code(u, addr, code);
+}
+
+/* Keep a frame's registers for the step that follows it; libdw knows
+ * those its CFI restored (and sp, the CFA), the first frame all. */
+static void keep_stuck_regs(struct unwinder *u, Dwfl_Frame *frame, uint64_t pc)
+{
+        for (unsigned i = 0; i < D9_STACK_NREGS; i++) {
+                Dwarf_Word v;
+                u->stuck_regs[i] = dwfl_frame_reg(frame, i, &v) == 0 ? v : 0;
+        }
+        u->stuck_regs[D9_DW_RIP] = pc;
+}
+
 static int frame_cb(Dwfl_Frame *frame, void *arg)
 {
         struct unwinder *u = arg;
         Dwarf_Addr pc;
-        bool activation;
+        bool activation, ret;
+        enum unw_cfi cfi;
 
         if (!dwfl_frame_pc(frame, &pc, &activation))
                 return DWARF_CB_ABORT;
+        ret = !activation || (u->walk_first && u->walk_from_return);
+        u->walk_first = false;
         if (u->n_user == u->max_frames) {
                 u->stats.truncated++;
                 return DWARF_CB_ABORT;
         }
         if (u->n_out == u->cap_out || pc == 0)
                 return DWARF_CB_ABORT;
-        u->out[u->n_out++] = activation ? pc : pc - 1;
+        u->out[u->n_out++] = ret ? pc - 1 : pc;
         u->n_user++;
+        /* Without an FDE libdw would guess from rbp (its x86-64 fallback)
+         * with no check at all: stop it and take the step ourselves. */
+        cfi = cfi_at(u, ret ? pc - 1 : pc);
+        if (cfi != UNW_CFI_FDE) {
+                keep_stuck_regs(u, frame, pc);
+                u->stuck = true;
+                u->stuck_cfi = cfi;
+                return DWARF_CB_ABORT;
+        }
         return DWARF_CB_OK;
 }
 
@@ -411,16 +512,46 @@ static bool budget_allows(struct unwinder *u, uint64_t now)
  * /proc/PID/maps. */
 #define REREPORT_NS (50 * 1000000ull)
 
+/* Steps without CFI per stack: each starts a new libdw walk. */
+#define MAX_NO_CFI_STEPS 16
+
 static void unwind_user(struct unwinder *u)
 {
+        static const struct unw_step_ops ops = {
+                .read_word = step_read_word, .read_code = step_read_code, .cfi_at = cfi_at,
+        };
+        struct unw_step_ops o = ops;
         uint64_t pc = u->rec->regs[D9_DW_RIP];
 
         if (!dwfl_addrmodule(u->dwfl, pc) && now_ns() - u->last_report_ns > REREPORT_NS)
                 dwfl_load(u);
-        /* Stops with an error at the outermost frame or where CFI or the
-         * copy runs out; the frames so far are the result either way. */
+        o.ctx = u;
+        memcpy(u->walk_regs, u->rec->regs, sizeof(u->walk_regs));
+        u->walk_from_return = false;
+        /* Each walk stops with an error at the outermost frame or where
+         * the copy runs out (the frames so far are the result), or at a
+         * frame without CFI, where one of unwind_step's steps may find the
+         * caller and a new walk starts there. */
         u->unwinding = true;
-        dwfl_getthread_frames(u->dwfl, (pid_t)u->rec->hdr.tid, frame_cb, u);
+        for (int steps = 0;; steps++) {
+                enum unw_step_kind k;
+                bool leaf;
+
+                u->walk_first = true;
+                u->stuck = false;
+                dwfl_getthread_frames(u->dwfl, (pid_t)u->rec->hdr.tid, frame_cb, u);
+                if (!u->stuck || steps == MAX_NO_CFI_STEPS || u->n_user >= u->max_frames ||
+                    u->n_out >= u->cap_out)
+                        break;
+                leaf = u->n_user == 1 && !u->walk_from_return;
+                k = unw_step_no_cfi(&o, u->stuck_regs, u->stuck_cfi, leaf);
+                /* Every step moves sp up: no loop. */
+                if (k == UNW_STEP_NONE)
+                        break;
+                u->stats.steps[k]++;
+                memcpy(u->walk_regs, u->stuck_regs, sizeof(u->walk_regs));
+                u->walk_from_return = true;
+        }
         u->unwinding = false;
 }
 

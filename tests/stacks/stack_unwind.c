@@ -15,13 +15,17 @@
  * stacks over the budget are refused and counted, none lost silently.
  * With --sealer-names, the user frames of busy stacks must also resolve
  * with daemon/symbolize.c, the sealer's SymbolTableEntry symbolizer.
+ * With --offcpu-through F1,F2,... (a musl static-pie target, whose libc
+ * has no FDE, tests/targets/musl_block.c): the off-CPU stacks must name
+ * every Fi and their median user depth must be >= 5, instead of the busy
+ * and sleep checks.
  * With --swap-unwinder, a second unwinder of the same process shares the
  * first one's ELF files (daemon/unwind.c keeps one handle per file); the
  * first is freed after SWAP_AFTER stacks and the second unwinds and names
  * the rest: the shared handles outlive the unwinder that opened them.
  *
  * usage: stack_unwind [--debug-file F] [--sealer-names] [--tiny-budget]
- *                     [--user-bytes N] [--swap-unwinder]
+ *                     [--user-bytes N] [--swap-unwinder] [--offcpu-through F,...]
  *                     TARGET ARGS... */
 #include <errno.h>
 #include <stdio.h>
@@ -56,6 +60,8 @@ struct run {
         size_t n_pend;
         unsigned long stacks, samples, offcpu, missing, unwind_err;
         unsigned long busy, busy_good, sleep, sleep_good, sealer_bad;
+        const char *through;            /* --offcpu-through */
+        unsigned long through_good, depth_hist[MAX_FRAMES + 1];
         bool shown_busy, shown_sleep, shown_bad;
 };
 
@@ -162,6 +168,36 @@ static void check_sleep(struct run *r, const struct pending *p, char names[][160
         }
 }
 
+/* --offcpu-through: every listed function among the user frames. */
+static void check_through(struct run *r, const struct pending *p, char names[][160])
+{
+        char list[256], *save = NULL;
+        bool ok = true;
+
+        snprintf(list, sizeof(list), "%s", r->through);
+        for (char *f = strtok_r(list, ",", &save); f; f = strtok_r(NULL, ",", &save))
+                ok &= any_has(names, (int)p->n_kern, p->n, f);
+        r->depth_hist[p->n - (int)p->n_kern]++;
+        r->through_good += ok;
+        if (!r->shown_sleep || (!ok && !r->shown_bad)) {
+                show(ok ? "off-CPU (good)" : "off-CPU (BAD)", p, names);
+                r->shown_sleep = true;
+                r->shown_bad |= !ok;
+        }
+}
+
+static unsigned long median_depth(const struct run *r, unsigned long n)
+{
+        unsigned long seen = 0;
+
+        for (unsigned long d = 0; d <= MAX_FRAMES; d++) {
+                seen += r->depth_hist[d];
+                if (seen * 2 > n)
+                        return d;
+        }
+        return 0;
+}
+
 /* A SAMPLE or OFFCPU record: its stack is the tid's pending STACK. */
 static void on_owner(struct run *r, uint32_t tid, uint64_t stack_id, bool cpu)
 {
@@ -186,6 +222,8 @@ static void on_owner(struct run *r, uint32_t tid, uint64_t stack_id, bool cpu)
                 check_busy(r, p, names, unnamed);
         if (!cpu && any_has(names, (int)p->n_kern, p->n, "thread_sleeper"))
                 check_sleep(r, p, names);
+        if (!cpu && r->through)
+                check_through(r, p, names);
 }
 
 static int on_record(void *ctx, const void *rec, size_t size)
@@ -253,6 +291,8 @@ int main(int argc, char **argv)
                         sealer_names = true;
                 else if (!strcmp(argv[a], "--tiny-budget"))
                         uo.budget_us = 1, tiny_budget = true;
+                else if (!strcmp(argv[a], "--offcpu-through") && a + 1 < argc)
+                        run.through = argv[++a];
                 else if (!strcmp(argv[a], "--swap-unwinder"))
                         swap = true;
                 else if (!strcmp(argv[a], "--user-bytes") && a + 1 < argc)
@@ -322,6 +362,18 @@ int main(int argc, char **argv)
         tap_ok(run.stacks > 0 && run.missing == 0 && run.unwind_err == 0 && drops == 0,
                "every sample's stack arrived and unwound (stacks %lu, missing %lu, errors %lu, drops %llu)",
                run.stacks, run.missing, run.unwind_err, (unsigned long long)drops);
+        if (run.through) {
+                unsigned long n = 0;
+                for (int d = 0; d <= MAX_FRAMES; d++)
+                        n += run.depth_hist[d];
+                tap_ok(n >= 20 && median_depth(&run, n) >= 5 && run.through_good * 10 >= n * 9,
+                       "off-CPU stacks go past the leaf without FDE: median user depth %lu >= 5, "
+                       "%lu of %lu name %s", median_depth(&run, n), run.through_good, n, run.through);
+                tap_diag("steps without CFI: %llu frameless, %llu frame pointer, %llu scan",
+                         (unsigned long long)st.steps[1], (unsigned long long)st.steps[2],
+                         (unsigned long long)st.steps[3]);
+                goto out;
+        }
         tap_ok(run.busy >= 2 && run.busy_good * 10 >= run.busy * 9,
                "CPU samples in busy_block_50ms unwind through raw::poll to the worker loop, "
                ">= 5 frames, all named (%lu of %lu)", run.busy_good, run.busy);
