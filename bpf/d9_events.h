@@ -134,13 +134,27 @@ struct d9_rec_park {
         d9_u64 cookie;
 };
 
+/* Why an OFFCPU record has no stack (stack_id 0). */
+enum d9_no_stack {
+        D9_NOSTACK_NONE,        /* it has one */
+        D9_NOSTACK_OFF,         /* off-CPU stacks are not enabled */
+        D9_NOSTACK_SHORT,       /* shorter than d9_stack_cfg.offcpu_min_us */
+        D9_NOSTACK_RATE,        /* the thread's token bucket was empty */
+        D9_NOSTACK_PENDING,     /* no task_work: the kernel has none, one was
+                                 * still pending for the thread, or scheduling
+                                 * it failed */
+        D9_NOSTACK_RING,        /* the STACK record did not fit in the ring */
+        D9_NOSTACK_GONE,        /* the thread never resumed in user space */
+        D9_NOSTACK_MAX
+};
+
 /* OFFCPU: the thread went off CPU at off_ts and is back now (hdr.ts). */
 struct d9_rec_offcpu {
         struct d9_rec_hdr hdr;
         d9_u64 off_ts;
         d9_u64 stack_id;        /* its D9_REC_STACK (0 = none) */
         d9_u32 prev_state;      /* task state at switch-out (0 = preempted) */
-        d9_u32 _pad;
+        d9_u32 no_stack;        /* enum d9_no_stack: why stack_id is 0 */
 };
 
 /* CPU_SAMPLE: a perf CPU-clock sample landed on a target thread. */

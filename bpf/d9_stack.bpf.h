@@ -231,30 +231,31 @@ static __always_inline void d9_stack_token_take(__u64 *tat, __u32 per_sec, __u64
                 *tat = (*tat > now ? *tat : now) + 1000000000ull / per_sec;
 }
 
-/* sched_switch, next (not running yet) after a blocking interval: if it
+/* sched_switch, next (not running yet) after an off-CPU interval: if it
  * was long enough and the thread's bucket has a token, take the token and
  * keep the sleeping thread's kernel stack, which is intact until it runs.
- * True: the caller must have the user part read once the thread resumes
- * (d9_stack_offcpu_user). */
-static __always_inline bool d9_stack_offcpu_begin(const struct d9_target_cfg *cfg,
-                                                  struct task_struct *next, __u64 off_ns,
-                                                  __u64 now)
+ * D9_NOSTACK_NONE: the caller must have the user part read once the
+ * thread resumes (d9_stack_offcpu_user); else why there is no stack. */
+static __always_inline __u32 d9_stack_offcpu_begin(const struct d9_target_cfg *cfg,
+                                                   struct task_struct *next, __u64 off_ns,
+                                                   __u64 now)
 {
         struct d9_stack_thread *st;
         long n;
 
-        if (!(cfg->stack.flags & D9_STACK_OFFCPU) ||
-            off_ns < (__u64)cfg->stack.offcpu_min_us * 1000)
-                return false;
+        if (!(cfg->stack.flags & D9_STACK_OFFCPU))
+                return D9_NOSTACK_OFF;
+        if (off_ns < (__u64)cfg->stack.offcpu_min_us * 1000)
+                return D9_NOSTACK_SHORT;
         st = bpf_task_storage_get(&d9_stack_threads, next, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
         if (!st)
-                return false;
+                return D9_NOSTACK_PENDING;
         if (!d9_stack_token_ok(st->tat, cfg->stack.offcpu_per_sec, cfg, now))
-                return false;
+                return D9_NOSTACK_RATE;
         d9_stack_token_take(&st->tat, cfg->stack.offcpu_per_sec, now);
         n = bpf_get_task_stack(next, st->rec.kern, sizeof(st->rec.kern), 0);
         st->rec.n_kern = n > 0 ? (__u32)n / 8 : 0;
-        return true;
+        return D9_NOSTACK_NONE;
 }
 
 /* In the thread itself, on its way back to user space after such an

@@ -475,12 +475,15 @@ static int session_attach_bpf(struct session *s, char **why)
         struct d9_bpf_target_opts to = {
                 .probes = (unsigned)s->probes,
                 /* Task-id layout: 0 = the plan's (uprobes reads it from the binary). */
-                /* Stacks for CPU samples and for off-CPU intervals of 5 ms and
-                 * more (at most 200/s per thread), unwound in translate.c. */
+                /* Stacks for CPU samples and for every recorded off-CPU
+                 * interval (offcpu_min and longer), at most 500/s per thread,
+                 * unwound in translate.c; a sample without one says why
+                 * (docs/stacks.md, "Samples without a stack"). */
                 .stack = {
                         .flags = (s->probes & D9_PROBES_CPU ? D9_STACK_CPU : 0) |
                                  (s->probes & D9_PROBES_SCHED ? D9_STACK_OFFCPU : 0),
-                        .user_bytes = 8192, .offcpu_min_us = 5000, .offcpu_per_sec = 200, .offcpu_burst = 50,
+                        .user_bytes = 8192, .offcpu_min_us = (uint32_t)s->offcpu_min_us,
+                        .offcpu_per_sec = 500, .offcpu_burst = 100,
                 },
                 .offcpu_min_ns = s->offcpu_min_us * 1000,
                 .on_record = on_ring_record,

@@ -22,6 +22,7 @@
 
 #include "cleanup.h"
 #include "kallsyms.h"
+#include "stack_marks.h"
 #include "symbolize.h"
 #include "uprobes/uprobes.h"
 
@@ -482,7 +483,12 @@ const char *symbolizer_lookup_offset(struct symbolizer *s, uint64_t off, uint64_
 
 const char *symbolizer_lookup(struct symbolizer *s, uint64_t addr, uint64_t *size)
 {
+        const char *mark = stack_mark_name(addr);
 
+        if (mark) {
+                *size = 1;
+                return mark;
+        }
         if (addr >= KERNEL_MIN) {
                 if (!s->ksyms_tried) {
                         s->ksyms = ksyms_get();

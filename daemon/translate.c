@@ -40,6 +40,7 @@
 
 #include "bpf/d9_events.h"
 #include "log.h"
+#include "stack_marks.h"
 #include "symbolize.h"
 #include "unwind.h"
 #include "translate.h"
@@ -560,6 +561,8 @@ static uint32_t sample_lane(const struct tr_thread *t)
 
 /* Callchain atom for a sample that names stack_id; fallback: [ip] or empty. */
 static uint32_t sample_stack(struct translate *tr, struct tr_thread *t, uint64_t stack_id, uint64_t ip);
+/* An off-CPU sample's: its stack, else the mark saying why it has none. */
+static uint32_t offcpu_stack(struct translate *tr, struct tr_thread *t, const struct d9_rec_offcpu *o);
 
 /* An off-CPU sample; without park probes, a worker's voluntary sleep
  * outside a poll is also its park (at switch-out) and unpark (at
@@ -568,7 +571,7 @@ static uint32_t sample_stack(struct translate *tr, struct tr_thread *t, uint64_t
 static int on_offcpu(struct translate *tr, const struct d9_rec_offcpu *o, struct tr_thread *t)
 {
         int r = d9_enc_cpu_sample(tr->enc, o->off_ts, sample_lane(t), o->hdr.tid, 1, D9_NO_ATOM,
-                                  sample_stack(tr, t, o->stack_id, 0), o->hdr.cpu);
+                                  offcpu_stack(tr, t, o), o->hdr.cpu);
 
         if (r < 0 || !tr->park_from_sched || t->worker >= D9_WORKER_BLOCKING ||
             t->poll_worker != D9_WORKER_NONE || o->prev_state == 0)
@@ -616,6 +619,10 @@ static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_
                 /* Over the unwind budget (daemon/unwind.h): dropped, and
                  * said so in the trace with the next stack that unwinds. */
                 tr->stacks_lost += n == -EBUSY;
+                t->stack_id = rec->stack_id;
+                t->n_frames = 0;
+                t->stack_fail = !tr->unw ? STACK_MARK_NO_MODULES :
+                                n == -EBUSY ? STACK_MARK_UNWIND_BUDGET : STACK_MARK_UNWIND_NONE;
                 return;
         }
         if (tr->stacks_lost && translate_lost(tr, rec->hdr.ts, tr->stacks_lost, "stack_unwind") == 0)
@@ -635,6 +642,25 @@ static uint32_t sample_stack(struct translate *tr, struct tr_thread *t, uint64_t
         if (tr->hide_kernel && ip >= UNWIND_KERNEL_MIN)
                 ip = 0;
         if (ip && d9_enc_intern_stack(tr->enc, &ip, 1, &atom) == 0)
+                return atom;
+        return tr->empty_stack;
+}
+
+static uint32_t offcpu_stack(struct translate *tr, struct tr_thread *t, const struct d9_rec_offcpu *o)
+{
+        uint64_t mark;
+        uint32_t atom;
+
+        if (o->stack_id && t->stack_id == o->stack_id && t->n_frames)
+                return sample_stack(tr, t, o->stack_id, 0);
+        if (o->stack_id)
+                mark = t->stack_id == o->stack_id ? t->stack_fail : STACK_MARK_MISSING;
+        else
+                mark = o->no_stack > D9_NOSTACK_NONE && o->no_stack < D9_NOSTACK_MAX ? o->no_stack
+                                                                                   : D9_NOSTACK_OFF;
+        mark = stack_mark_addr((unsigned)mark);
+        tr->offcpu_no_stack++;
+        if (d9_enc_intern_stack(tr->enc, &mark, 1, &atom) == 0)
                 return atom;
         return tr->empty_stack;
 }

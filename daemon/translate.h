@@ -28,7 +28,8 @@ struct tr_thread {
         char name[16];
         uint64_t stack_id;              /* the STACK record last unwound here */
         uint64_t *frames;               /* its frames, kernel first, leaf first */
-        uint32_t n_frames;
+        uint32_t n_frames;              /* 0: it did not unwind, because of */
+        uint32_t stack_fail;            /* ... this enum stack_mark */
 };
 
 /* A boxed `dyn Future` seen in a poll: its concrete poll fn, named. */
@@ -64,6 +65,7 @@ struct translate {
         uint64_t unw_retry_ts;          /* creation failed: not before this record time */
         uint32_t unw_fails;
         uint64_t stacks, stacks_failed; /* STACK records unwound / not */
+        uint64_t offcpu_no_stack;       /* off-CPU samples written with a "no stack" mark */
         uint64_t stacks_lost;           /* over the unwind budget, not yet in a
                                          * D9LostEventsEvent */
         uint64_t *live_tasks;           /* task ids seen polled and not yet terminated */
