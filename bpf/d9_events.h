@@ -196,6 +196,20 @@ enum d9_stack_bits {
         D9_STACK_OFFCPU = 1u << 1,      /* stacks for off-CPU intervals */
         D9_STACK_FP = 1u << 2,          /* binary has frame pointers: walk
                                          * them in BPF, copy no stack */
+        D9_STACK_FP_TAIL = 1u << 3,     /* also follow rbp past the copy's
+                                         * end (struct d9_fp_frame) */
+};
+
+/* Frame-pointer frames past the end of the stack copy (D9_STACK_FP_TAIL):
+ * the two words at addr (the caller's rbp, the return address), so a
+ * frame-pointer unwind reaches the outer frames of a deep stack (a poll
+ * with a 12 KiB frame) without copying all of it. In data[] after the
+ * copy, from the next multiple of 8. */
+#define D9_STACK_FP_MAX 32
+struct d9_fp_frame {
+        d9_u64 addr;
+        d9_u64 bp;              /* *(addr) */
+        d9_u64 ra;              /* *(addr + 8) */
 };
 
 struct d9_stack_cfg {
@@ -220,8 +234,8 @@ struct d9_rec_stack {
         d9_u64 regs[D9_STACK_NREGS];
         d9_u32 flags;           /* enum d9_stack_rec_bits */
         d9_u32 n_kern;          /* valid entries in kern[] */
-        d9_u32 user_len;        /* valid bytes in data[] */
-        d9_u32 _pad;
+        d9_u32 user_len;        /* valid bytes of stack copy in data[] */
+        d9_u32 n_fp;            /* struct d9_fp_frame after them */
         d9_u64 kern[D9_STACK_KERN_MAX];
         d9_u8 data[D9_STACK_USER_MAX]; /* only user_len bytes are written */
 };

@@ -127,6 +127,64 @@ static __always_inline __u32 d9_stack_copy_user(__u8 *dst, __u64 sp, __u32 want)
         return got;
 }
 
+/* D9_STACK_FP_TAIL: the frame-pointer chain from the sampled rbp, past
+ * the end of the copy (got bytes from sp), as d9_fp_frame entries after
+ * it. Up to D9_STACK_FP_MAX reads of 16 bytes: a few us at most, and only
+ * for targets whose executable has no CFI (d9d sets the flag). A
+ * bpf_loop callback, verified once, not unrolled into every program. */
+struct d9_fp_walk {
+        struct d9_rec_stack *s;
+        __u64 sp, bp;
+        __u32 got, off, n;
+};
+
+static long d9_fp_step(__u64 i, void *arg)
+{
+        struct d9_fp_walk *w = arg;
+        struct d9_rec_stack *s = w->s;
+        struct d9_fp_frame *f;
+        __u64 o, bp = w->bp;
+        __u32 off = w->off;
+
+        if (bp < w->sp || bp - w->sp > (8ull << 20) || (bp & 7))
+                return 1;
+        o = bp - w->sp;
+        if (o + 16 <= w->got) {
+                /* In the copy: the unwinder reads it there. */
+                if (o > D9_STACK_USER_MAX - 8)
+                        return 1;
+                w->bp = *(__u64 *)(s->data + o);
+                return 0;
+        }
+        if (off > D9_STACK_USER_MAX - sizeof(*f))
+                return 1;
+        f = (struct d9_fp_frame *)(s->data + off);
+        f->addr = bp;
+        if (bpf_probe_read_user(&f->bp, 16, (void *)bp))
+                return 1;
+        w->bp = f->bp;
+        w->off = off + sizeof(*f);
+        w->n++;
+        return 0;
+}
+
+/* A global function: verified once on its own, so the programs that call
+ * it do not verify the walk for every state the copy loop leaves. */
+__noinline __u32 d9_stack_fp_tail(struct d9_rec_stack *s, __u32 flags)
+{
+        struct d9_fp_walk w = {};
+
+        if (!s || !(flags & D9_STACK_FP_TAIL) || s->user_len > D9_STACK_USER_MAX)
+                return 0;
+        w.s = s;
+        w.sp = s->regs[D9_DW_RSP];
+        w.bp = s->regs[D9_DW_RBP];
+        w.got = s->user_len;
+        w.off = (s->user_len + 7) & ~7u;
+        bpf_loop(D9_STACK_FP_MAX, d9_fp_step, &w, 0);
+        return w.n;
+}
+
 /* User part of s for `task` (the current thread). have_regs: the caller
  * already put the user registers in s, else they come from task_pt_regs. */
 static __always_inline void d9_stack_fill_user(struct d9_rec_stack *s,
@@ -139,7 +197,7 @@ static __always_inline void d9_stack_fill_user(struct d9_rec_stack *s,
 
         s->flags = 0;
         s->user_len = 0;
-        s->_pad = 0;
+        s->n_fp = 0;
         if (!have_regs) {
                 regs = (struct pt_regs *)bpf_task_pt_regs(task);
                 if (!regs) {
@@ -158,13 +216,16 @@ static __always_inline void d9_stack_fill_user(struct d9_rec_stack *s,
         if (want > D9_STACK_USER_MAX)
                 want = D9_STACK_USER_MAX;
         s->user_len = d9_stack_copy_user(s->data, s->regs[D9_DW_RSP], want);
+        s->n_fp = d9_stack_fp_tail(s, cfg->stack.flags);
 }
 
 static __always_inline __u64 d9_stack_output(const struct d9_target_cfg *cfg, __u32 tgid,
                                              __u32 tid, struct d9_rec_stack *s)
 {
         void *ring = bpf_map_lookup_elem(&d9_rings, &tgid);
-        __u64 size = D9_REC_STACK_FIXED + (__u64)s->user_len;
+        /* No branch on n_fp: each would double what the verifier walks. */
+        __u64 size = D9_REC_STACK_FIXED + (((__u64)s->user_len + 7) & ~7ull) +
+                     (__u64)s->n_fp * sizeof(struct d9_fp_frame);
 
         if (!ring)
                 return 0;

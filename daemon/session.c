@@ -19,6 +19,7 @@
 #include "proto/d9control.h"
 #include "sealer.h"
 #include "session.h"
+#include "unwind.h"
 #include "symbolize.h"
 #include "uprobes/uprobes.h"
 
@@ -491,6 +492,13 @@ static int session_attach_bpf(struct session *s, char **why)
         };
         int r;
 
+        /* An executable without CFI (frame pointers, .eh_frame stripped) is
+         * unwound by frame pointer (daemon/unwind_step.c); BPF then also
+         * follows rbp past the copy, for frames deeper than it. */
+        if (to.stack.flags && unwind_exe_has_cfi(s->pid) == 0) {
+                to.stack.flags |= D9_STACK_FP_TAIL;
+                log_info("pid %d: its executable has no CFI: stacks by frame pointer", s->pid);
+        }
         if (!shared_bpf) {
                 struct d9_bpf_opts bo = { .sample_hz = s->d->cfg.sample_hz, .ring_bytes = s->d->cfg.ring_bytes };
                 r = d9_bpf_open(&bo, &shared_bpf);

@@ -52,6 +52,16 @@ struct elf_share {
         struct elf_share *next;
 };
 
+/* The 16 code bytes before a candidate return address: the same few
+ * hundred return addresses come back in every sample, and a read of
+ * /proc/PID/mem was seen to take 0.1 ms on average (up to 16 ms) on a
+ * loaded machine. Direct-mapped, dropped when the modules are reloaded. */
+#define CODE_CACHE_LINES 1024
+struct code_line {
+        uint64_t addr;                  /* 0: empty */
+        uint8_t code[16];
+};
+
 /* Unwinders live on the drain thread only, so this list needs no lock. */
 static struct elf_share *elf_shares;
 
@@ -80,6 +90,7 @@ struct unwinder {
         char *name;                     /* last unwinder_addr_name result */
         bool unwinding;                 /* inside dwfl_getthread_frames */
         bool hide_kernel;
+        struct code_line *code_cache;   /* code before return addresses (step_read_code) */
         struct elf_share **held;        /* shares this unwinder took a user on */
         size_t n_held;
         struct unwind_stats stats;
@@ -266,6 +277,25 @@ static bool get_thread(Dwfl *dwfl, pid_t tid, void *arg, void **thread_argp)
         return u->rec && (pid_t)u->rec->hdr.tid == tid;
 }
 
+/* The frame-pointer frames BPF read past the end of the copy. */
+static const struct d9_fp_frame *fp_tail(const struct d9_rec_stack *r)
+{
+        return (const struct d9_fp_frame *)(const void *)(r->data + ((r->user_len + 7) & ~7u));
+}
+
+static bool fp_tail_read(const struct d9_rec_stack *r, uint64_t addr, Dwarf_Word *result)
+{
+        const struct d9_fp_frame *f = fp_tail(r);
+
+        for (uint32_t i = 0; i < r->n_fp; i++) {
+                if (addr == f[i].addr || addr == f[i].addr + 8) {
+                        *result = addr == f[i].addr ? f[i].bp : f[i].ra;
+                        return true;
+                }
+        }
+        return false;
+}
+
 static bool memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void *arg)
 {
         struct unwinder *u = arg;
@@ -277,6 +307,8 @@ static bool memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void *a
                 memcpy(result, r->data + (addr - sp), sizeof(*result));
                 return true;
         }
+        if (r->n_fp && fp_tail_read(r, addr, result))
+                return true;
         if (addr + 4096 >= sp && addr < sp + STACK_SPAN)
                 return false;
         return pread(u->mem_fd, result, sizeof(*result), (off_t)addr) == sizeof(*result);
@@ -330,6 +362,8 @@ static int dwfl_load(struct unwinder *u)
         }
         if (old)
                 dwfl_end(old);
+        free(u->code_cache);
+        u->code_cache = NULL;
         return 0;
 }
 
@@ -379,6 +413,7 @@ void unwinder_free(struct unwinder *u)
         for (size_t i = 0; i < u->n_held; i++)
                 elf_share_put(u->held[i]);
         free(u->held);
+        free(u->code_cache);
         if (u->mem_fd >= 0)
                 close(u->mem_fd);
         free(u->debug_file);
@@ -416,9 +451,9 @@ static bool step_read_word(void *arg, uint64_t addr, uint64_t *val)
         return true;
 }
 
-/* Code bytes from the module's file, for a target that is gone (its last
- * stacks are unwound after it exited). libelf keeps each chunk until the
- * file is closed, so this is the fallback only. */
+/* Code bytes from the module's file (also for a target that is gone: its
+ * last stacks are unwound after it exited). libelf keeps each chunk, one
+ * per return address, until the file is closed. */
 static bool module_code(struct unwinder *u, uint64_t addr, uint8_t code[16])
 {
         Dwfl_Module *mod = dwfl_addrmodule(u->dwfl, addr - 16);
@@ -448,10 +483,25 @@ static bool module_code(struct unwinder *u, uint64_t addr, uint8_t code[16])
 static bool step_read_code(void *arg, uint64_t addr, uint8_t code[16])
 {
         struct unwinder *u = arg;
+        struct code_line *line;
 
         if (addr < 16)
                 return false;
-        return pread(u->mem_fd, code, 16, (off_t)(addr - 16)) == 16 || module_code(u, addr, code);
+        if (!u->code_cache)
+                u->code_cache = calloc(CODE_CACHE_LINES, sizeof(*u->code_cache));
+        line = u->code_cache ? &u->code_cache[(addr ^ (addr >> 12)) % CODE_CACHE_LINES] : NULL;
+        if (line && line->addr == addr) {
+                memcpy(code, line->code, 16);
+                return true;
+        }
+        /* The module's file first: no lock on the target's memory map. */
+        if (!module_code(u, addr, code) && pread(u->mem_fd, code, 16, (off_t)(addr - 16)) != 16)
+                return false;
+        if (line) {
+                line->addr = addr;
+                memcpy(line->code, code, 16);
+        }
+        return true;
 }
 
 /* Keep a frame's registers for the step that follows it; libdw knows
@@ -512,8 +562,36 @@ static bool budget_allows(struct unwinder *u, uint64_t now)
  * /proc/PID/maps. */
 #define REREPORT_NS (50 * 1000000ull)
 
-/* Steps without CFI per stack: each starts a new libdw walk. */
-#define MAX_NO_CFI_STEPS 16
+/* libdw walks per stack: each after steps without CFI. */
+#define MAX_WALKS 16
+
+/* Frames without CFI from the one stuck_regs holds, until a pc libdw can
+ * unwind (true: walk on from stuck_regs) or the end (false). Frames of a
+ * frame-pointer build follow each other here without a libdw walk each. */
+static bool steps_without_cfi(struct unwinder *u, const struct unw_step_ops *o, bool leaf)
+{
+        for (;;) {
+                enum unw_step_kind k = unw_step_no_cfi(o, u->stuck_regs, u->stuck_cfi, leaf);
+                uint64_t pc = u->stuck_regs[D9_DW_RIP];
+
+                /* Every step moves sp up: no loop. */
+                if (k == UNW_STEP_NONE || pc == 0)
+                        return false;
+                u->stats.steps[k]++;
+                leaf = false;
+                u->stuck_cfi = cfi_at(u, pc - 1);
+                if (u->stuck_cfi == UNW_CFI_FDE)
+                        return true;
+                if (u->n_user == u->max_frames) {
+                        u->stats.truncated++;
+                        return false;
+                }
+                if (u->n_out == u->cap_out)
+                        return false;
+                u->out[u->n_out++] = pc - 1;
+                u->n_user++;
+        }
+}
 
 static void unwind_user(struct unwinder *u)
 {
@@ -530,25 +608,17 @@ static void unwind_user(struct unwinder *u)
         u->walk_from_return = false;
         /* Each walk stops with an error at the outermost frame or where
          * the copy runs out (the frames so far are the result), or at a
-         * frame without CFI, where one of unwind_step's steps may find the
-         * caller and a new walk starts there. */
+         * frame without CFI, where unwind_step's steps may find the callers
+         * and a new walk starts at the first one with CFI. */
         u->unwinding = true;
-        for (int steps = 0;; steps++) {
-                enum unw_step_kind k;
-                bool leaf;
-
+        for (int walks = 1;; walks++) {
                 u->walk_first = true;
                 u->stuck = false;
                 dwfl_getthread_frames(u->dwfl, (pid_t)u->rec->hdr.tid, frame_cb, u);
-                if (!u->stuck || steps == MAX_NO_CFI_STEPS || u->n_user >= u->max_frames ||
-                    u->n_out >= u->cap_out)
+                if (!u->stuck || walks == MAX_WALKS || u->n_user >= u->max_frames ||
+                    u->n_out >= u->cap_out ||
+                    !steps_without_cfi(u, &o, u->n_user == 1 && !u->walk_from_return))
                         break;
-                leaf = u->n_user == 1 && !u->walk_from_return;
-                k = unw_step_no_cfi(&o, u->stuck_regs, u->stuck_cfi, leaf);
-                /* Every step moves sp up: no loop. */
-                if (k == UNW_STEP_NONE)
-                        break;
-                u->stats.steps[k]++;
                 memcpy(u->walk_regs, u->stuck_regs, sizeof(u->walk_regs));
                 u->walk_from_return = true;
         }
@@ -561,7 +631,10 @@ int unwinder_stack(struct unwinder *u, const struct d9_rec_stack *rec, size_t si
         uint64_t start = now_ns(), spent;
 
         if (size < D9_REC_STACK_FIXED || rec->n_kern > D9_STACK_KERN_MAX ||
-            size < D9_REC_STACK_FIXED + rec->user_len)
+            rec->user_len > D9_STACK_USER_MAX || rec->n_fp > D9_STACK_FP_MAX ||
+            size < D9_REC_STACK_FIXED + rec->user_len ||
+            (rec->n_fp && size < D9_REC_STACK_FIXED + ((rec->user_len + 7) & ~7u) +
+                                 rec->n_fp * sizeof(struct d9_fp_frame)))
                 return -EBADMSG;
         if (!budget_allows(u, start)) {
                 u->stats.over_budget++;
@@ -618,4 +691,40 @@ const char *unwinder_addr_name(struct unwinder *u, uint64_t addr)
         if (!u->name)
                 u->name = strdup(raw);
         return u->name;
+}
+
+int unwind_file_has_cfi(int fd)
+{
+        struct stat st;
+        Elf *elf;
+        size_t n;
+        int r = 0;
+
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+                return -EBADFD;
+        elf_version(EV_CURRENT);
+        elf = elf_begin(fd, ELF_C_READ, NULL);
+        if (!elf || elf_getphdrnum(elf, &n) != 0) {
+                elf_end(elf);
+                return -ENOEXEC;
+        }
+        /* PT_GNU_EH_FRAME is what the unwinder uses (.eh_frame_hdr). */
+        for (size_t i = 0; i < n && !r; i++) {
+                GElf_Phdr ph;
+                r = gelf_getphdr(elf, (int)i, &ph) && ph.p_type == PT_GNU_EH_FRAME && ph.p_memsz > 0;
+        }
+        elf_end(elf);
+        return r;
+}
+
+int unwind_exe_has_cfi(pid_t pid)
+{
+        char path[64];
+        _cleanup_close_ int fd = -1;
+
+        /* The magic link itself (d9_target_file_open refuses links);
+         * unwind_file_has_cfi reads regular files only, never a FIFO. */
+        snprintf(path, sizeof(path), "/proc/%d/exe", pid);
+        fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+        return fd < 0 ? -errno : unwind_file_has_cfi(fd);
 }

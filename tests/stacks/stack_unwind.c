@@ -19,6 +19,11 @@
  * has no FDE, tests/targets/musl_block.c): the off-CPU stacks must name
  * every Fi and their median user depth must be >= 5, instead of the busy
  * and sleep checks.
+ * With --cpu-through F1,F2,... the same for the CPU samples inside
+ * busy_block_50ms (the frame-pointer build without CFI, mode `deep`: a
+ * 12 KiB poll frame between the busy loop and the poll's return address).
+ * The executable's lack of CFI makes this test ask BPF for the
+ * frame-pointer tail (D9_STACK_FP_TAIL), as d9d does; --no-fp-tail not.
  * With --swap-unwinder, a second unwinder of the same process shares the
  * first one's ELF files (daemon/unwind.c keeps one handle per file); the
  * first is freed after SWAP_AFTER stacks and the second unwinds and names
@@ -28,11 +33,13 @@
  *                     [--user-bytes N] [--swap-unwinder] [--offcpu-through F,...]
  *                     TARGET ARGS... */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 
+#include "cleanup.h"
 #include "harness.h"
 #include "symbolize.h"
 #include "unwind.h"
@@ -60,7 +67,8 @@ struct run {
         size_t n_pend;
         unsigned long stacks, samples, offcpu, missing, unwind_err;
         unsigned long busy, busy_good, sleep, sleep_good, sealer_bad;
-        const char *through;            /* --offcpu-through */
+        const char *through;            /* --offcpu-through, --cpu-through */
+        bool through_cpu;
         unsigned long through_good, depth_hist[MAX_FRAMES + 1];
         bool shown_busy, shown_sleep, shown_bad;
 };
@@ -218,11 +226,12 @@ static void on_owner(struct run *r, uint32_t tid, uint64_t stack_id, bool cpu)
         unnamed = name_frames(r, p, names);
         if (getenv("STACK_UNWIND_SHOW_ALL"))
                 show(cpu ? "cpu" : "off-cpu", p, names);
-        if (cpu && any_has(names, (int)p->n_kern, p->n, "busy_block_50ms"))
+        if (!r->through && cpu && any_has(names, (int)p->n_kern, p->n, "busy_block_50ms"))
                 check_busy(r, p, names, unnamed);
-        if (!cpu && any_has(names, (int)p->n_kern, p->n, "thread_sleeper"))
+        if (!r->through && !cpu && any_has(names, (int)p->n_kern, p->n, "thread_sleeper"))
                 check_sleep(r, p, names);
-        if (!cpu && r->through)
+        if (r->through && cpu == r->through_cpu &&
+            (!cpu || any_has(names, (int)p->n_kern, p->n, "busy_block_50ms")))
                 check_through(r, p, names);
 }
 
@@ -248,6 +257,10 @@ static int on_record(void *ctx, const void *rec, size_t size)
                         r->stacks_swapped++;
                 }
                 p->id = s->stack_id;
+                if (getenv("STACK_UNWIND_SHOW_ALL"))
+                        tap_diag("stack record: %u bytes copied, %u frame-pointer frames past them, sp %#llx bp %#llx",
+                                 s->user_len, s->n_fp, (unsigned long long)s->regs[D9_DW_RSP],
+                                 (unsigned long long)s->regs[D9_DW_RBP]);
                 p->n = unwinder_stack(r->uw, s, size, p->frames, MAX_FRAMES, &p->n_kern);
                 if (p->n < 0)
                         r->unwind_err++;
@@ -279,7 +292,8 @@ int main(int argc, char **argv)
         struct d9_bpf *bpf = NULL;
         struct unwind_stats st;
         struct child target;
-        bool sealer_names = false, tiny_budget = false, swap = false;
+        bool sealer_names = false, tiny_budget = false, swap = false, no_fp_tail = false;
+        _cleanup_close_ int fd = -1;
         uint64_t drops = 0;
         char *err = NULL;
         int a = 1, r;
@@ -293,6 +307,10 @@ int main(int argc, char **argv)
                         uo.budget_us = 1, tiny_budget = true;
                 else if (!strcmp(argv[a], "--offcpu-through") && a + 1 < argc)
                         run.through = argv[++a];
+                else if (!strcmp(argv[a], "--cpu-through") && a + 1 < argc)
+                        run.through = argv[++a], run.through_cpu = true;
+                else if (!strcmp(argv[a], "--no-fp-tail"))
+                        no_fp_tail = true;
                 else if (!strcmp(argv[a], "--swap-unwinder"))
                         swap = true;
                 else if (!strcmp(argv[a], "--user-bytes") && a + 1 < argc)
@@ -315,6 +333,11 @@ int main(int argc, char **argv)
         }
         run.pid = target.pid;
         run.sealer_names = sealer_names;
+        /* The file, not /proc/PID/exe: the child may not have exec'd yet. */
+        if (!no_fp_tail && (fd = open(argv[a], O_RDONLY | O_CLOEXEC)) >= 0 && unwind_file_has_cfi(fd) == 0) {
+                to.stack.flags |= D9_STACK_FP_TAIL;
+                tap_diag("executable without CFI: frame-pointer tail on");
+        }
         to.ctx = &run;
         /* The target waits (--start-delay) before its workload: attach now. */
         r = d9_bpf_attach_target(bpf, target.pid, NULL, &to, &t, &err);
@@ -367,8 +390,9 @@ int main(int argc, char **argv)
                 for (int d = 0; d <= MAX_FRAMES; d++)
                         n += run.depth_hist[d];
                 tap_ok(n >= 20 && median_depth(&run, n) >= 5 && run.through_good * 10 >= n * 9,
-                       "off-CPU stacks go past the leaf without FDE: median user depth %lu >= 5, "
-                       "%lu of %lu name %s", median_depth(&run, n), run.through_good, n, run.through);
+                       "%s stacks go past frames without CFI: median user depth %lu >= 5, "
+                       "%lu of %lu name %s", run.through_cpu ? "busy CPU" : "off-CPU",
+                       median_depth(&run, n), run.through_good, n, run.through);
                 tap_diag("steps without CFI: %llu frameless, %llu frame pointer, %llu scan",
                          (unsigned long long)st.steps[1], (unsigned long long)st.steps[2],
                          (unsigned long long)st.steps[3]);

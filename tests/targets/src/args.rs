@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-pub const USAGE: &str = "usage: d9-target server|load|mixed|pool [--flavor multi-thread|current-thread] \
+pub const USAGE: &str = "usage: d9-target server|load|mixed|pool|deep [--flavor multi-thread|current-thread] \
 [--workers N] [--thread-name NAME] [--listen ADDR] [--connect ADDR] [--conns N] [--duration SECS] \
 [--start-delay SECS] [--wait-stdin]";
 
@@ -12,6 +12,7 @@ pub enum Mode {
     Load,
     Mixed,
     Pool,
+    Deep,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -65,6 +66,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         Some("load") => Mode::Load,
         Some("mixed") => Mode::Mixed,
         Some("pool") => Mode::Pool,
+        Some("deep") => Mode::Deep,
         Some(m) => return Err(format!("unknown mode '{m}'")),
         None => return Err("missing mode".into()),
     };

@@ -6,6 +6,7 @@
 //! tests can compare what the tracer saw with the truth).
 
 mod args;
+mod deep;
 mod load;
 mod mixed;
 mod pool;
@@ -79,6 +80,7 @@ fn main() {
         args::Mode::Load => rt.block_on(load::run(&args)),
         args::Mode::Mixed => rt.block_on(mixed::run(&args)),
         args::Mode::Pool => rt.block_on(pool::run(&args)),
+        args::Mode::Deep => rt.block_on(deep::run(&args)),
     };
     // A server's connection tasks may outlive its duration while a client
     // stays connected; they hold nothing worth waiting for.
