@@ -228,10 +228,22 @@ enum d9_stack_rec_bits {
         D9_SREC_NO_REGS = 1u << 1,      /* no user registers (kernel thread) */
 };
 
+/* A pending uretprobe of the thread: the kernel replaced the return
+ * address at `stack` with its trampoline ([uprobes] page) and keeps the
+ * real one (task->utask->return_instances), innermost first. */
+#define D9_STACK_URET_MAX 4
+struct d9_uret {
+        d9_u64 stack;           /* where the return address is on the stack */
+        d9_u64 orig_ret;        /* what it was */
+};
+
 struct d9_rec_stack {
         struct d9_rec_hdr hdr;
         d9_u64 stack_id;        /* != 0; the SAMPLE/OFFCPU record's stack_id */
         d9_u64 regs[D9_STACK_NREGS];
+        struct d9_uret uret[D9_STACK_URET_MAX];
+        d9_u32 n_uret;
+        d9_u32 _pad;
         d9_u32 flags;           /* enum d9_stack_rec_bits */
         d9_u32 n_kern;          /* valid entries in kern[] */
         d9_u32 user_len;        /* valid bytes of stack copy in data[] */

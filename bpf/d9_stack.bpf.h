@@ -168,13 +168,38 @@ static long d9_fp_step(__u64 i, void *arg)
         return 0;
 }
 
+/* The thread's pending uretprobes (utask: task->utask, a kernel address
+ * read with CO-RE): a uretprobed function's return address on the stack
+ * is the trampoline, and the unwinder puts the real one back. Reads the
+ * kernel's chain, at most D9_STACK_URET_MAX entries. */
+static __always_inline void d9_stack_urets(struct d9_rec_stack *s, __u64 utask)
+{
+        struct return_instance *ri = NULL;
+        __u32 n = 0;
+
+        s->n_uret = 0;
+        if (!utask)
+                return;
+        ri = BPF_CORE_READ((struct uprobe_task *)utask, return_instances);
+        for (int i = 0; i < D9_STACK_URET_MAX && ri; i++) {
+                s->uret[n].stack = BPF_CORE_READ(ri, stack);
+                s->uret[n].orig_ret = BPF_CORE_READ(ri, orig_ret_vaddr);
+                n++;
+                ri = BPF_CORE_READ(ri, next);
+        }
+        s->n_uret = n;
+}
+
 /* A global function: verified once on its own, so the programs that call
  * it do not verify the walk for every state the copy loop leaves. */
-__noinline __u32 d9_stack_fp_tail(struct d9_rec_stack *s, __u32 flags)
+__noinline __u32 d9_stack_fp_tail(struct d9_rec_stack *s, __u32 flags, __u64 utask)
 {
         struct d9_fp_walk w = {};
 
-        if (!s || !(flags & D9_STACK_FP_TAIL) || s->user_len > D9_STACK_USER_MAX)
+        if (!s)
+                return 0;
+        d9_stack_urets(s, utask);
+        if (!(flags & D9_STACK_FP_TAIL) || s->user_len > D9_STACK_USER_MAX)
                 return 0;
         w.s = s;
         w.sp = s->regs[D9_DW_RSP];
@@ -198,6 +223,8 @@ static __always_inline void d9_stack_fill_user(struct d9_rec_stack *s,
         s->flags = 0;
         s->user_len = 0;
         s->n_fp = 0;
+        s->n_uret = 0;
+        s->_pad = 0;
         if (!have_regs) {
                 regs = (struct pt_regs *)bpf_task_pt_regs(task);
                 if (!regs) {
@@ -216,7 +243,7 @@ static __always_inline void d9_stack_fill_user(struct d9_rec_stack *s,
         if (want > D9_STACK_USER_MAX)
                 want = D9_STACK_USER_MAX;
         s->user_len = d9_stack_copy_user(s->data, s->regs[D9_DW_RSP], want);
-        s->n_fp = d9_stack_fp_tail(s, cfg->stack.flags);
+        s->n_fp = d9_stack_fp_tail(s, cfg->stack.flags, (__u64)BPF_CORE_READ(task, utask));
 }
 
 static __always_inline __u64 d9_stack_output(const struct d9_target_cfg *cfg, __u32 tgid,

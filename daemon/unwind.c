@@ -303,6 +303,14 @@ static bool memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void *a
         uint64_t sp = r->regs[D9_DW_RSP];
 
         (void)dwfl;
+        /* A pending uretprobe's slot: the real return address, not the
+         * trampoline the kernel put there. */
+        for (uint32_t i = 0; i < r->n_uret && i < D9_STACK_URET_MAX; i++) {
+                if (addr == r->uret[i].stack) {
+                        *result = r->uret[i].orig_ret;
+                        return true;
+                }
+        }
         if (addr >= sp && addr - sp + sizeof(*result) <= r->user_len) {
                 memcpy(result, r->data + (addr - sp), sizeof(*result));
                 return true;

@@ -45,12 +45,18 @@ def main():
     r = d.ctl("record", "--duration", "30s", "--out", d.out, "--", target, "mixed", "--duration", "4")
     paths = r.stdout.split()
     t.ok(r.returncode == 0 and paths, f"record -- CMD sealed {len(paths)} segments", r.stderr)
-    kinds, bad = collections.Counter(), []
+    kinds, bad, tramp, shown = collections.Counter(), [], 0, 0
     for p in paths:
         rc, chains, syms = offcpu_chains(d9ctl, p)
         t.ok(rc == 0, f"{os.path.basename(p)} decodes")
         for ch in chains:
             user = [a for a in ch if a < KERNEL_MIN]
+            tramp += any(a in (0x7fffffffdfff, 0x7fffffffe000) for a in ch)
+            if len(user) >= 4 and shown < 2 and any("park" in syms.get(a, "") for a in user):
+                shown += 1
+                print("# a parked worker's off-CPU stack:")
+                for a in ch:
+                    print(f"#   {a:#018x} {syms.get(a, '?')}")
             name = syms.get(ch[0], "") if len(ch) == 1 else ""
             if len(ch) >= 2 and user:
                 kinds["stack"] += 1
@@ -65,6 +71,7 @@ def main():
     t.ok(n >= 100, f"{n} off-CPU samples recorded")
     t.ok(kinds["unexplained"] == 0,
          f"every off-CPU sample has a stack or says why not ({kinds['unexplained']} of {n} neither)", bad[:10])
+    t.ok(tramp == 0, f"no frame is the uretprobe trampoline ({tramp} samples with one)")
     t.ok(kinds["stack"] * 5 >= n * 4, f"{kinds['stack']} of {n} off-CPU samples carry a stack (>= 80 %)")
     t.ok(d.stop() == 0, "d9d stops cleanly")
     d.cleanup(keep=t.failed > 0)
