@@ -16,6 +16,10 @@ enum stack_mark {
         STACK_MARK_UNWIND_BUDGET,       /* over d9d's unwind budget (daemon/unwind.h) */
         STACK_MARK_UNWIND_NONE,         /* unwinding gave no frame */
         STACK_MARK_NO_MODULES,          /* the target's modules could not be read */
+        /* In place of the kernel frames of a sample taken in d9d's own
+         * probes (docs/stacks.md, "d9d's own probes in the samples"). */
+        STACK_MARK_D9_UPROBE = 24,      /* the uprobe trap and handler */
+        STACK_MARK_D9_BPF,              /* another d9 BPF program */
         STACK_MARK_END
 };
 
@@ -28,3 +32,7 @@ static inline uint64_t stack_mark_addr(unsigned mark)
 
 /* The name of a mark address, or NULL if addr is not one. */
 const char *stack_mark_name(uint64_t addr);
+
+/* The mark for kernel frames (leaf first) named by `names` if they are
+ * d9d's own probe path, else 0. */
+unsigned stack_mark_probe_path(const char *const *names, unsigned n);

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "bpf/d9_events.h"
+#include "kallsyms.h"
 #include "log.h"
 #include "stack_marks.h"
 #include "symbolize.h"
@@ -117,6 +118,8 @@ void translate_destroy(struct translate *tr)
         free(tr->park_keys);
         free(tr->live_tasks);
         unwinder_free(tr->unw);
+        if (tr->ksyms)
+                ksyms_put(tr->ksyms);
         for (size_t i = 0; i < tr->n_dyn; i++)
                 free(tr->dyn[i].name);
         free(tr->dyn);
@@ -131,6 +134,7 @@ void translate_release(struct translate *tr)
                 .events = tr->events, .records = tr->records, .exited = tr->exited,
                 .exec_seen = tr->exec_seen, .error = tr->error,
                 .stacks = tr->stacks, .stacks_failed = tr->stacks_failed,
+                .offcpu_no_stack = tr->offcpu_no_stack, .probe_stacks = tr->probe_stacks,
         };
 
         translate_destroy(tr);
@@ -588,6 +592,32 @@ static int on_offcpu(struct translate *tr, const struct d9_rec_offcpu *o, struct
 #define MAX_FRAMES (D9_STACK_KERN_MAX + 96)
 #define UNW_RETRY_NS (100 * 1000000ull)
 
+/* A stack taken in d9d's own probe path (the uprobe trap and handler, our
+ * BPF programs): its kernel frames become one "[d9d uprobe]" frame, so a
+ * flamegraph shows d9d's cost as one thing of its own and the target's
+ * own hot spots stay on top (docs/stacks.md). */
+static uint32_t collapse_probe_path(struct translate *tr, uint64_t *frames, uint32_t n, uint32_t n_kern)
+{
+        const char *names[D9_STACK_KERN_MAX];
+        unsigned mark;
+
+        if (!n_kern || n_kern > D9_STACK_KERN_MAX)
+                return n;
+        if (!tr->ksyms)
+                tr->ksyms = ksyms_get();
+        if (!tr->ksyms)
+                return n;
+        for (uint32_t i = 0; i < n_kern; i++)
+                names[i] = ksyms_lookup(tr->ksyms, frames[i]);
+        mark = stack_mark_probe_path(names, n_kern);
+        if (!mark)
+                return n;
+        tr->probe_stacks++;
+        frames[0] = stack_mark_addr(mark);
+        memmove(frames + 1, frames + n_kern, (n - n_kern) * sizeof(*frames));
+        return n - n_kern + 1;
+}
+
 /* A STACK record comes right before the SAMPLE/OFFCPU record of the same
  * thread that names it: unwind it now and keep the frames on the thread. */
 static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_t size, struct tr_thread *t)
@@ -629,7 +659,7 @@ static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_
                 tr->stacks_lost = 0;
         tr->stacks++;
         t->stack_id = rec->stack_id;
-        t->n_frames = (uint32_t)n;
+        t->n_frames = collapse_probe_path(tr, t->frames, (uint32_t)n, n_kern);
 }
 
 static uint32_t sample_stack(struct translate *tr, struct tr_thread *t, uint64_t stack_id, uint64_t ip)

@@ -66,6 +66,8 @@ struct translate {
         uint32_t unw_fails;
         uint64_t stacks, stacks_failed; /* STACK records unwound / not */
         uint64_t offcpu_no_stack;       /* off-CPU samples written with a "no stack" mark */
+        uint64_t probe_stacks;          /* stacks taken in d9d's own probes ([d9d uprobe]) */
+        struct ksyms *ksyms;            /* kernel names, to tell d9d's probe path */
         uint64_t stacks_lost;           /* over the unwind budget, not yet in a
                                          * D9LostEventsEvent */
         uint64_t *live_tasks;           /* task ids seen polled and not yet terminated */
