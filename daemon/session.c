@@ -853,10 +853,11 @@ json_t *session_status_json(const struct session *s)
                 json_object_set_new(j, "discarded_privileged", json_integer((json_int_t)s->discarded));
         /* Stacks: unwound, not, off-CPU samples that say why they have none,
          * and those taken in d9d's own probes ([d9d uprobe], docs/stacks.md). */
-        json_object_set_new(j, "stacks", json_pack("{s:I,s:I,s:I,s:I}",
+        json_object_set_new(j, "stacks", json_pack("{s:I,s:I,s:I,s:I,s:I}",
                 "unwound", (json_int_t)s->tr.stacks, "failed", (json_int_t)s->tr.stacks_failed,
                 "offcpu_without_stack", (json_int_t)s->tr.offcpu_no_stack,
-                "in_d9d_probes", (json_int_t)s->tr.probe_stacks));
+                "in_d9d_probes", (json_int_t)s->tr.probe_stacks,
+                "frames_outside_mappings", (json_int_t)s->tr.frames_outside));
         /* Ended sessions: the length of the recording; live ones: so far. */
         uint64_t until = s->state == SESSION_RECORDING ? d9_now_ms() : s->ended_ms;
         json_object_set_new(j, "started_unix_ms", json_integer((json_int_t)s->started_unix_ms));

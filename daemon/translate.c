@@ -135,6 +135,7 @@ void translate_release(struct translate *tr)
                 .exec_seen = tr->exec_seen, .error = tr->error,
                 .stacks = tr->stacks, .stacks_failed = tr->stacks_failed,
                 .offcpu_no_stack = tr->offcpu_no_stack, .probe_stacks = tr->probe_stacks,
+                .frames_outside = tr->frames_outside,
         };
 
         translate_destroy(tr);
@@ -658,6 +659,11 @@ static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_
         if (tr->stacks_lost && translate_lost(tr, rec->hdr.ts, tr->stacks_lost, "stack_unwind") == 0)
                 tr->stacks_lost = 0;
         tr->stacks++;
+        {
+                struct unwind_stats st;
+                unwinder_get_stats(tr->unw, &st);
+                tr->frames_outside = st.outside;
+        }
         t->stack_id = rec->stack_id;
         t->n_frames = collapse_probe_path(tr, t->frames, (uint32_t)n, n_kern);
 }

@@ -540,11 +540,18 @@ static int frame_cb(Dwfl_Frame *frame, void *arg)
         }
         if (u->n_out == u->cap_out || pc == 0)
                 return DWARF_CB_ABORT;
+        cfi = cfi_at(u, ret ? pc - 1 : pc);
+        /* A caller outside every module is junk CFI found past the real
+         * outermost frame (or a stale slot): dropped, counted. The leaf
+         * stays wherever it is (a JIT, the [uprobes] page). */
+        if (cfi == UNW_CFI_NO_MODULE && u->n_user > 0) {
+                u->stats.outside++;
+                return DWARF_CB_ABORT;
+        }
         u->out[u->n_out++] = ret ? pc - 1 : pc;
         u->n_user++;
         /* Without an FDE libdw would guess from rbp (its x86-64 fallback)
          * with no check at all: stop it and take the step ourselves. */
-        cfi = cfi_at(u, ret ? pc - 1 : pc);
         if (cfi != UNW_CFI_FDE) {
                 keep_stuck_regs(u, frame, pc);
                 u->stuck = true;

@@ -39,6 +39,7 @@ struct unwind_stats {
         uint64_t truncated;             /* stopped at max_frames */
         uint64_t ns;                    /* time spent unwinding */
         uint64_t reports;               /* module (re)reports of /proc/PID/maps */
+        uint64_t outside;               /* callers outside every module, dropped */
         uint64_t steps[4];              /* steps past frames without CFI, by enum
                                          * unw_step_kind (daemon/unwind_step.h):
                                          * [1] frameless leaf, [2] frame pointer, [3] scan */
