@@ -113,7 +113,8 @@ void translate_destroy(struct translate *tr)
 {
         free(tr->label_atoms);
         for (size_t i = 0; tr->threads && i < tr->threads_cap; i++)
-                free(tr->threads[i].frames);
+                for (int k = 0; k < 2; k++)
+                        free(tr->threads[i].stk[k].frames);
         free(tr->threads);
         free(tr->park_keys);
         free(tr->live_tasks);
@@ -623,6 +624,8 @@ static uint32_t collapse_probe_path(struct translate *tr, uint64_t *frames, uint
  * thread that names it: unwind it now and keep the frames on the thread. */
 static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_t size, struct tr_thread *t)
 {
+        struct unwind_stats us;
+        struct tr_stack *st;
         uint32_t n_kern;
         int n = 0;
 
@@ -643,37 +646,52 @@ static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_
                         tr->unw_fails++;
                 }
         }
-        if (!t->frames)
-                t->frames = malloc(MAX_FRAMES * sizeof(*t->frames));
-        if (!tr->unw || !t->frames || (n = unwinder_stack(tr->unw, rec, size, t->frames, MAX_FRAMES, &n_kern)) <= 0) {
+        /* The other slot may hold a stack whose owner record is still to
+         * come; take it only if it is free (or used). */
+        st = &t->stk[t->stk_next];
+        if (st->id && !t->stk[t->stk_next ^ 1].id)
+                st = &t->stk[t->stk_next ^ 1];
+        else
+                t->stk_next ^= 1;
+        if (!st->frames)
+                st->frames = malloc(MAX_FRAMES * sizeof(*st->frames));
+        st->id = rec->stack_id;
+        if (!tr->unw || !st->frames || (n = unwinder_stack(tr->unw, rec, size, st->frames, MAX_FRAMES, &n_kern)) <= 0) {
                 tr->stacks_failed++;
                 /* Over the unwind budget (daemon/unwind.h): dropped, and
                  * said so in the trace with the next stack that unwinds. */
                 tr->stacks_lost += n == -EBUSY;
-                t->stack_id = rec->stack_id;
-                t->n_frames = 0;
-                t->stack_fail = !tr->unw ? STACK_MARK_NO_MODULES :
-                                n == -EBUSY ? STACK_MARK_UNWIND_BUDGET : STACK_MARK_UNWIND_NONE;
+                st->n = 0;
+                st->fail = !tr->unw ? STACK_MARK_NO_MODULES :
+                           n == -EBUSY ? STACK_MARK_UNWIND_BUDGET : STACK_MARK_UNWIND_NONE;
                 return;
         }
         if (tr->stacks_lost && translate_lost(tr, rec->hdr.ts, tr->stacks_lost, "stack_unwind") == 0)
                 tr->stacks_lost = 0;
         tr->stacks++;
-        {
-                struct unwind_stats st;
-                unwinder_get_stats(tr->unw, &st);
-                tr->frames_outside = st.outside;
+        unwinder_get_stats(tr->unw, &us);
+        tr->frames_outside = us.outside;
+        st->n = collapse_probe_path(tr, st->frames, (uint32_t)n, n_kern);
+}
+
+/* The thread's stack named stack_id, taken (its slot freed), or NULL. */
+static struct tr_stack *take_stack(struct tr_thread *t, uint64_t stack_id)
+{
+        for (int k = 0; stack_id && k < 2; k++) {
+                if (t->stk[k].id == stack_id) {
+                        t->stk[k].id = 0;
+                        return &t->stk[k];
+                }
         }
-        t->stack_id = rec->stack_id;
-        t->n_frames = collapse_probe_path(tr, t->frames, (uint32_t)n, n_kern);
+        return NULL;
 }
 
 static uint32_t sample_stack(struct translate *tr, struct tr_thread *t, uint64_t stack_id, uint64_t ip)
 {
+        struct tr_stack *st = take_stack(t, stack_id);
         uint32_t atom;
 
-        if (stack_id && t->stack_id == stack_id && t->n_frames &&
-            d9_enc_intern_stack(tr->enc, t->frames, t->n_frames, &atom) == 0)
+        if (st && st->n && d9_enc_intern_stack(tr->enc, st->frames, st->n, &atom) == 0)
                 return atom;
         if (tr->hide_kernel && ip >= UNWIND_KERNEL_MIN)
                 ip = 0;
@@ -684,13 +702,14 @@ static uint32_t sample_stack(struct translate *tr, struct tr_thread *t, uint64_t
 
 static uint32_t offcpu_stack(struct translate *tr, struct tr_thread *t, const struct d9_rec_offcpu *o)
 {
+        struct tr_stack *st = take_stack(t, o->stack_id);
         uint64_t mark;
         uint32_t atom;
 
-        if (o->stack_id && t->stack_id == o->stack_id && t->n_frames)
-                return sample_stack(tr, t, o->stack_id, 0);
+        if (st && st->n && d9_enc_intern_stack(tr->enc, st->frames, st->n, &atom) == 0)
+                return atom;
         if (o->stack_id)
-                mark = t->stack_id == o->stack_id ? t->stack_fail : STACK_MARK_MISSING;
+                mark = st ? st->fail : STACK_MARK_MISSING;
         else
                 mark = o->no_stack > D9_NOSTACK_NONE && o->no_stack < D9_NOSTACK_MAX ? o->no_stack
                                                                                    : D9_NOSTACK_OFF;

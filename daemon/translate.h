@@ -26,10 +26,17 @@ struct tr_thread {
         uint32_t name_atom;
         bool name_read;
         char name[16];
-        uint64_t stack_id;              /* the STACK record last unwound here */
-        uint64_t *frames;               /* its frames, kernel first, leaf first */
-        uint32_t n_frames;              /* 0: it did not unwind, because of */
-        uint32_t stack_fail;            /* ... this enum stack_mark */
+        /* The last two STACK records unwound here, used by the SAMPLE or
+         * OFFCPU record naming them: a CPU sample can land between an
+         * off-CPU interval's STACK and OFFCPU records (the task_work
+         * writes both), so its STACK must not replace the pending one. */
+        struct tr_stack {
+                uint64_t id;            /* 0: free (used) */
+                uint64_t *frames;       /* kernel first, leaf first */
+                uint32_t n;             /* 0: it did not unwind, because of */
+                uint32_t fail;          /* ... this enum stack_mark */
+        } stk[2];
+        uint8_t stk_next;               /* slot of the next STACK record */
 };
 
 /* A boxed `dyn Future` seen in a poll: its concrete poll fn, named. */
