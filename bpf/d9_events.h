@@ -137,13 +137,27 @@ struct d9_rec_park {
         d9_u64 cookie;
 };
 
+/* Why an OFFCPU record has no stack (stack_id 0). */
+enum d9_no_stack {
+        D9_NOSTACK_NONE,        /* it has one */
+        D9_NOSTACK_OFF,         /* off-CPU stacks are not enabled */
+        D9_NOSTACK_SHORT,       /* shorter than d9_stack_cfg.offcpu_min_us */
+        D9_NOSTACK_RATE,        /* the thread's token bucket was empty */
+        D9_NOSTACK_PENDING,     /* no task_work: the kernel has none, one was
+                                 * still pending for the thread, or scheduling
+                                 * it failed */
+        D9_NOSTACK_RING,        /* the STACK record did not fit in the ring */
+        D9_NOSTACK_GONE,        /* the thread never resumed in user space */
+        D9_NOSTACK_MAX
+};
+
 /* OFFCPU: the thread went off CPU at off_ts and is back now (hdr.ts). */
 struct d9_rec_offcpu {
         struct d9_rec_hdr hdr;
         d9_u64 off_ts;
         d9_u64 stack_id;        /* its D9_REC_STACK (0 = none) */
         d9_u32 prev_state;      /* task state at switch-out (0 = preempted) */
-        d9_u32 _pad;
+        d9_u32 no_stack;        /* enum d9_no_stack: why stack_id is 0 */
         d9_u64 cpu_ns;          /* se.sum_exec_runtime at switch-out (and so at switch-in) */
         d9_u64 sched_wait_ns;   /* from its sched_wakeup to switch-in (0: none seen) */
 };
@@ -187,6 +201,20 @@ enum d9_stack_bits {
         D9_STACK_OFFCPU = 1u << 1,      /* stacks for off-CPU intervals */
         D9_STACK_FP = 1u << 2,          /* binary has frame pointers: walk
                                          * them in BPF, copy no stack */
+        D9_STACK_FP_TAIL = 1u << 3,     /* also follow rbp past the copy's
+                                         * end (struct d9_fp_frame) */
+};
+
+/* Frame-pointer frames past the end of the stack copy (D9_STACK_FP_TAIL):
+ * the two words at addr (the caller's rbp, the return address), so a
+ * frame-pointer unwind reaches the outer frames of a deep stack (a poll
+ * with a 12 KiB frame) without copying all of it. In data[] after the
+ * copy, from the next multiple of 8. */
+#define D9_STACK_FP_MAX 32
+struct d9_fp_frame {
+        d9_u64 addr;
+        d9_u64 bp;              /* *(addr) */
+        d9_u64 ra;              /* *(addr + 8) */
 };
 
 struct d9_stack_cfg {
@@ -205,14 +233,26 @@ enum d9_stack_rec_bits {
         D9_SREC_NO_REGS = 1u << 1,      /* no user registers (kernel thread) */
 };
 
+/* A pending uretprobe of the thread: the kernel replaced the return
+ * address at `stack` with its trampoline ([uprobes] page) and keeps the
+ * real one (task->utask->return_instances), innermost first. */
+#define D9_STACK_URET_MAX 4
+struct d9_uret {
+        d9_u64 stack;           /* where the return address is on the stack */
+        d9_u64 orig_ret;        /* what it was */
+};
+
 struct d9_rec_stack {
         struct d9_rec_hdr hdr;
         d9_u64 stack_id;        /* != 0; the SAMPLE/OFFCPU record's stack_id */
         d9_u64 regs[D9_STACK_NREGS];
+        struct d9_uret uret[D9_STACK_URET_MAX];
+        d9_u32 n_uret;
+        d9_u32 _pad;
         d9_u32 flags;           /* enum d9_stack_rec_bits */
         d9_u32 n_kern;          /* valid entries in kern[] */
-        d9_u32 user_len;        /* valid bytes in data[] */
-        d9_u32 _pad;
+        d9_u32 user_len;        /* valid bytes of stack copy in data[] */
+        d9_u32 n_fp;            /* struct d9_fp_frame after them */
         d9_u64 kern[D9_STACK_KERN_MAX];
         d9_u8 data[D9_STACK_USER_MAX]; /* only user_len bytes are written */
 };

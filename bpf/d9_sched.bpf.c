@@ -83,7 +83,7 @@ static __always_inline void d9_offcpu_span_of(const struct d9_thread *th, __u64 
 }
 
 static __always_inline void d9_offcpu_write(const struct d9_target_cfg *cfg, __u32 tgid, __u32 tid,
-                                            const struct d9_offcpu_span *s, __u64 stack_id)
+                                            const struct d9_offcpu_span *s, __u64 stack_id, __u32 no_stack)
 {
         void *ring = d9_ring_of(tgid);
         struct d9_rec_offcpu *r = D9_RING_RESERVE_CUR(ring, cfg, tgid, tid, D9_REC_OFFCPU,
@@ -96,7 +96,7 @@ static __always_inline void d9_offcpu_write(const struct d9_target_cfg *cfg, __u
         r->stack_id = stack_id;
         r->cpu_ns = s->cpu_ns;
         r->sched_wait_ns = s->wait_ns;
-        r->_pad = 0;
+        r->no_stack = stack_id ? D9_NOSTACK_NONE : no_stack;
         d9_ring_submit(ring, r);
 }
 
@@ -123,42 +123,48 @@ static int d9_offcpu_resumed(struct bpf_map *map, void *key, void *value)
         struct d9_offcpu_pending *p = value;
         struct d9_target_cfg *cfg;
         __u32 tid = *(__u32 *)key;
+        __u32 no_stack = D9_NOSTACK_GONE;
         __u64 stack_id = 0;
 
         cfg = d9_target_of(p->tgid);
         if (cfg) {
-                if (task->pid == tid)
+                if (task->pid == tid) {
                         stack_id = d9_stack_offcpu_user(cfg, task, p->tgid, tid);
-                d9_offcpu_write(cfg, p->tgid, tid, &p->span, stack_id);
+                        no_stack = D9_NOSTACK_RING;
+                }
+                d9_offcpu_write(cfg, p->tgid, tid, &p->span, stack_id, no_stack);
         }
         bpf_map_delete_elem(&d9_offcpu_pending, &tid);
         return 0;
 }
 
-/* A long blocking interval that gets a stack: keep its kernel stack now
- * and leave the record to d9_offcpu_resumed. False: write it now, without
- * a stack (no token, no task_work in this kernel, one already pending). */
-static __always_inline bool d9_offcpu_defer(const struct d9_target_cfg *cfg, struct task_struct *next,
-                                            const struct d9_thread *th, __u64 now)
+/* A long off-CPU interval that gets a stack: keep its kernel stack now
+ * and leave the record to d9_offcpu_resumed. Otherwise returns why not
+ * (enum d9_no_stack), and the caller writes the record now, stackless.
+ * Preempted intervals too: where a thread waited in the run queue is as
+ * much a question as where it blocked. */
+static __always_inline __u32 d9_offcpu_defer(const struct d9_target_cfg *cfg, struct task_struct *next,
+                                             const struct d9_thread *th, __u64 now)
 {
         struct d9_offcpu_pending init = {}, *p;
-        __u32 tid = next->pid;
+        __u32 tid = next->pid, why;
 
-        if (!bpf_ksym_exists(bpf_task_work_schedule_resume_impl) || !th->off_state ||
-            !d9_stack_offcpu_begin(cfg, next, now - th->off_ts, now))
-                return false;
-        if (bpf_map_update_elem(&d9_offcpu_pending, &tid, &init, BPF_NOEXIST))
-                return false;
+        why = d9_stack_offcpu_begin(cfg, next, now - th->off_ts, now);
+        if (why != D9_NOSTACK_NONE)
+                return why;
+        if (!bpf_ksym_exists(bpf_task_work_schedule_resume_impl) ||
+            bpf_map_update_elem(&d9_offcpu_pending, &tid, &init, BPF_NOEXIST))
+                return D9_NOSTACK_PENDING;
         p = bpf_map_lookup_elem(&d9_offcpu_pending, &tid);
         if (!p)
-                return false;
+                return D9_NOSTACK_PENDING;
         d9_offcpu_span_of(th, now, &p->span);
         p->tgid = next->tgid;
         if (bpf_task_work_schedule_resume_impl(next, &p->tw, &d9_offcpu_pending, d9_offcpu_resumed, NULL)) {
                 bpf_map_delete_elem(&d9_offcpu_pending, &tid);
-                return false;
+                return D9_NOSTACK_PENDING;
         }
-        return true;
+        return D9_NOSTACK_NONE;
 }
 
 /* ... and account for the whole interval when it comes back: a short one
@@ -168,6 +174,7 @@ static __always_inline void d9_switch_in(struct task_struct *next)
         __u32 tgid = next->tgid, tid = next->pid;
         struct d9_target_cfg *cfg = d9_target_with(tgid, D9_PROBE_SCHED);
         struct d9_thread *th;
+        __u32 why;
         __u64 now;
 
         if (!cfg)
@@ -178,11 +185,11 @@ static __always_inline void d9_switch_in(struct task_struct *next)
         now = bpf_ktime_get_ns();
         if (now - th->off_ts < cfg->offcpu_min_ns)
                 d9_count_short(cfg, now - th->off_ts);
-        else if (!d9_offcpu_defer(cfg, next, th, now)) {
+        else if ((why = d9_offcpu_defer(cfg, next, th, now)) != D9_NOSTACK_NONE) {
                 struct d9_offcpu_span s;
 
                 d9_offcpu_span_of(th, now, &s);
-                d9_offcpu_write(cfg, tgid, tid, &s, 0);
+                d9_offcpu_write(cfg, tgid, tid, &s, 0, why);
         }
         th->off_ts = 0;
 }

@@ -127,6 +127,89 @@ static __always_inline __u32 d9_stack_copy_user(__u8 *dst, __u64 sp, __u32 want)
         return got;
 }
 
+/* D9_STACK_FP_TAIL: the frame-pointer chain from the sampled rbp, past
+ * the end of the copy (got bytes from sp), as d9_fp_frame entries after
+ * it. Up to D9_STACK_FP_MAX reads of 16 bytes: a few us at most, and only
+ * for targets whose executable has no CFI (d9d sets the flag). A
+ * bpf_loop callback, verified once, not unrolled into every program. */
+struct d9_fp_walk {
+        struct d9_rec_stack *s;
+        __u64 sp, bp;
+        __u32 got, off, n;
+};
+
+static long d9_fp_step(__u64 i, void *arg)
+{
+        struct d9_fp_walk *w = arg;
+        struct d9_rec_stack *s = w->s;
+        struct d9_fp_frame *f;
+        __u64 o, bp = w->bp;
+        __u32 off = w->off;
+
+        if (bp < w->sp || bp - w->sp > (8ull << 20) || (bp & 7))
+                return 1;
+        o = bp - w->sp;
+        if (o + 16 <= w->got) {
+                /* In the copy: the unwinder reads it there. */
+                if (o > D9_STACK_USER_MAX - 8)
+                        return 1;
+                w->bp = *(__u64 *)(s->data + o);
+                return 0;
+        }
+        if (off > D9_STACK_USER_MAX - sizeof(*f))
+                return 1;
+        f = (struct d9_fp_frame *)(s->data + off);
+        f->addr = bp;
+        if (bpf_probe_read_user(&f->bp, 16, (void *)bp))
+                return 1;
+        w->bp = f->bp;
+        w->off = off + sizeof(*f);
+        w->n++;
+        return 0;
+}
+
+/* The thread's pending uretprobes (utask: task->utask, a kernel address
+ * read with CO-RE): a uretprobed function's return address on the stack
+ * is the trampoline, and the unwinder puts the real one back. Reads the
+ * kernel's chain, at most D9_STACK_URET_MAX entries. */
+static __always_inline void d9_stack_urets(struct d9_rec_stack *s, __u64 utask)
+{
+        struct return_instance *ri = NULL;
+        __u32 n = 0;
+
+        s->n_uret = 0;
+        if (!utask)
+                return;
+        ri = BPF_CORE_READ((struct uprobe_task *)utask, return_instances);
+        for (int i = 0; i < D9_STACK_URET_MAX && ri; i++) {
+                s->uret[n].stack = BPF_CORE_READ(ri, stack);
+                s->uret[n].orig_ret = BPF_CORE_READ(ri, orig_ret_vaddr);
+                n++;
+                ri = BPF_CORE_READ(ri, next);
+        }
+        s->n_uret = n;
+}
+
+/* A global function: verified once on its own, so the programs that call
+ * it do not verify the walk for every state the copy loop leaves. */
+__noinline __u32 d9_stack_fp_tail(struct d9_rec_stack *s, __u32 flags, __u64 utask)
+{
+        struct d9_fp_walk w = {};
+
+        if (!s)
+                return 0;
+        d9_stack_urets(s, utask);
+        if (!(flags & D9_STACK_FP_TAIL) || s->user_len > D9_STACK_USER_MAX)
+                return 0;
+        w.s = s;
+        w.sp = s->regs[D9_DW_RSP];
+        w.bp = s->regs[D9_DW_RBP];
+        w.got = s->user_len;
+        w.off = (s->user_len + 7) & ~7u;
+        bpf_loop(D9_STACK_FP_MAX, d9_fp_step, &w, 0);
+        return w.n;
+}
+
 /* User part of s for `task` (the current thread). have_regs: the caller
  * already put the user registers in s, else they come from task_pt_regs. */
 static __always_inline void d9_stack_fill_user(struct d9_rec_stack *s,
@@ -139,6 +222,8 @@ static __always_inline void d9_stack_fill_user(struct d9_rec_stack *s,
 
         s->flags = 0;
         s->user_len = 0;
+        s->n_fp = 0;
+        s->n_uret = 0;
         s->_pad = 0;
         if (!have_regs) {
                 regs = (struct pt_regs *)bpf_task_pt_regs(task);
@@ -158,13 +243,16 @@ static __always_inline void d9_stack_fill_user(struct d9_rec_stack *s,
         if (want > D9_STACK_USER_MAX)
                 want = D9_STACK_USER_MAX;
         s->user_len = d9_stack_copy_user(s->data, s->regs[D9_DW_RSP], want);
+        s->n_fp = d9_stack_fp_tail(s, cfg->stack.flags, (__u64)BPF_CORE_READ(task, utask));
 }
 
 static __always_inline __u64 d9_stack_output(const struct d9_target_cfg *cfg, __u32 tgid,
                                              __u32 tid, struct d9_rec_stack *s)
 {
         void *ring = bpf_map_lookup_elem(&d9_rings, &tgid);
-        __u64 size = D9_REC_STACK_FIXED + (__u64)s->user_len;
+        /* No branch on n_fp: each would double what the verifier walks. */
+        __u64 size = D9_REC_STACK_FIXED + (((__u64)s->user_len + 7) & ~7ull) +
+                     (__u64)s->n_fp * sizeof(struct d9_fp_frame);
 
         if (!ring)
                 return 0;
@@ -231,30 +319,31 @@ static __always_inline void d9_stack_token_take(__u64 *tat, __u32 per_sec, __u64
                 *tat = (*tat > now ? *tat : now) + 1000000000ull / per_sec;
 }
 
-/* sched_switch, next (not running yet) after a blocking interval: if it
+/* sched_switch, next (not running yet) after an off-CPU interval: if it
  * was long enough and the thread's bucket has a token, take the token and
  * keep the sleeping thread's kernel stack, which is intact until it runs.
- * True: the caller must have the user part read once the thread resumes
- * (d9_stack_offcpu_user). */
-static __always_inline bool d9_stack_offcpu_begin(const struct d9_target_cfg *cfg,
-                                                  struct task_struct *next, __u64 off_ns,
-                                                  __u64 now)
+ * D9_NOSTACK_NONE: the caller must have the user part read once the
+ * thread resumes (d9_stack_offcpu_user); else why there is no stack. */
+static __always_inline __u32 d9_stack_offcpu_begin(const struct d9_target_cfg *cfg,
+                                                   struct task_struct *next, __u64 off_ns,
+                                                   __u64 now)
 {
         struct d9_stack_thread *st;
         long n;
 
-        if (!(cfg->stack.flags & D9_STACK_OFFCPU) ||
-            off_ns < (__u64)cfg->stack.offcpu_min_us * 1000)
-                return false;
+        if (!(cfg->stack.flags & D9_STACK_OFFCPU))
+                return D9_NOSTACK_OFF;
+        if (off_ns < (__u64)cfg->stack.offcpu_min_us * 1000)
+                return D9_NOSTACK_SHORT;
         st = bpf_task_storage_get(&d9_stack_threads, next, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
         if (!st)
-                return false;
+                return D9_NOSTACK_PENDING;
         if (!d9_stack_token_ok(st->tat, cfg->stack.offcpu_per_sec, cfg, now))
-                return false;
+                return D9_NOSTACK_RATE;
         d9_stack_token_take(&st->tat, cfg->stack.offcpu_per_sec, now);
         n = bpf_get_task_stack(next, st->rec.kern, sizeof(st->rec.kern), 0);
         st->rec.n_kern = n > 0 ? (__u32)n / 8 : 0;
-        return true;
+        return D9_NOSTACK_NONE;
 }
 
 /* In the thread itself, on its way back to user space after such an

@@ -20,6 +20,7 @@
 #include "proto/d9control.h"
 #include "sealer.h"
 #include "session.h"
+#include "unwind.h"
 #include "symbolize.h"
 #include "uprobes/uprobes.h"
 
@@ -488,12 +489,15 @@ static int session_attach_bpf(struct session *s, char **why)
         struct d9_bpf_target_opts to = {
                 .probes = (unsigned)s->probes,
                 /* Task-id layout: 0 = the plan's (uprobes reads it from the binary). */
-                /* Stacks for CPU samples and for off-CPU intervals of 5 ms and
-                 * more (at most 200/s per thread), unwound in translate.c. */
+                /* Stacks for CPU samples and for every recorded off-CPU
+                 * interval (offcpu_min and longer), at most 500/s per thread,
+                 * unwound in translate.c; a sample without one says why
+                 * (docs/stacks.md, "Samples without a stack"). */
                 .stack = {
                         .flags = (s->probes & D9_PROBES_CPU ? D9_STACK_CPU : 0) |
                                  (s->probes & D9_PROBES_SCHED ? D9_STACK_OFFCPU : 0),
-                        .user_bytes = 8192, .offcpu_min_us = 5000, .offcpu_per_sec = 200, .offcpu_burst = 50,
+                        .user_bytes = 8192, .offcpu_min_us = (uint32_t)s->offcpu_min_us,
+                        .offcpu_per_sec = 500, .offcpu_burst = 100,
                 },
                 .offcpu_min_ns = s->offcpu_min_us * 1000,
                 .on_record = on_ring_record,
@@ -501,6 +505,13 @@ static int session_attach_bpf(struct session *s, char **why)
         };
         int r;
 
+        /* An executable without CFI (frame pointers, .eh_frame stripped) is
+         * unwound by frame pointer (daemon/unwind_step.c); BPF then also
+         * follows rbp past the copy, for frames deeper than it. */
+        if (to.stack.flags && unwind_exe_has_cfi(s->pid) == 0) {
+                to.stack.flags |= D9_STACK_FP_TAIL;
+                log_info("pid %d: its executable has no CFI: stacks by frame pointer", s->pid);
+        }
         if (!shared_bpf) {
                 struct d9_bpf_opts bo = { .sample_hz = s->d->cfg.sample_hz, .ring_bytes = s->d->cfg.ring_bytes };
                 r = d9_bpf_open(&bo, &shared_bpf);
@@ -1053,6 +1064,13 @@ json_t *session_status_json(const struct session *s)
                 "intervals", (json_int_t)s->offcpu_short.count, "total_ns", (json_int_t)s->offcpu_short.ns);
         if (j && s->privileged)
                 json_object_set_new(j, "discarded_privileged", json_integer((json_int_t)s->discarded));
+        /* Stacks: unwound, not, off-CPU samples that say why they have none,
+         * and those taken in d9d's own probes ([d9d uprobe], docs/stacks.md). */
+        json_object_set_new(j, "stacks", json_pack("{s:I,s:I,s:I,s:I,s:I}",
+                "unwound", (json_int_t)s->tr.stacks, "failed", (json_int_t)s->tr.stacks_failed,
+                "offcpu_without_stack", (json_int_t)s->tr.offcpu_no_stack,
+                "in_d9d_probes", (json_int_t)s->tr.probe_stacks,
+                "frames_outside_mappings", (json_int_t)s->tr.frames_outside));
         /* Ended sessions: the length of the recording; live ones: so far. */
         uint64_t until = s->state == SESSION_RECORDING ? d9_now_ms() : s->ended_ms;
         json_object_set_new(j, "started_unix_ms", json_integer((json_int_t)s->started_unix_ms));

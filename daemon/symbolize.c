@@ -16,12 +16,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 #include <libiberty/demangle.h>
 #include <elfutils/libdwelf.h>
 
 #include "cleanup.h"
 #include "kallsyms.h"
+#include "stack_marks.h"
 #include "symbolize.h"
 #include "uprobes/uprobes.h"
 
@@ -236,6 +238,41 @@ static struct elf_syms *elf_load(const struct symbolizer *s, const char *path)
         return es;
 }
 
+/* The vDSO is the kernel's image, the same in every 64-bit process of this
+ * kernel: d9d's own names the target's [vdso] frames, also after the
+ * target exited. Copied out of our mapping (libelf gets memory it may
+ * own) as far as its section headers reach. */
+static void vdso_load(struct elf_syms *es)
+{
+        const unsigned char *image = (const unsigned char *)getauxval(AT_SYSINFO_EHDR);
+        const Elf64_Ehdr *eh = (const Elf64_Ehdr *)image;
+        size_t size, nph = 0;
+        char *copy;
+        Elf *elf;
+
+        if (!image || memcmp(eh->e_ident, ELFMAG, SELFMAG) || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
+            eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shnum > 64)
+                return;
+        size = eh->e_shoff + (size_t)eh->e_shnum * eh->e_shentsize;
+        if (size > (1u << 20) || !(copy = malloc(size)))
+                return;
+        memcpy(copy, image, size);
+        elf_version(EV_CURRENT);
+        elf = elf_memory(copy, size);
+        if (elf && elf_getphdrnum(elf, &nph) == 0) {
+                es->loads = calloc(nph ? nph : 1, sizeof(*es->loads));
+                for (size_t i = 0; es->loads && i < nph; i++) {
+                        GElf_Phdr ph;
+                        if (gelf_getphdr(elf, (int)i, &ph) && ph.p_type == PT_LOAD)
+                                es->loads[es->n_loads++] = ph;
+                }
+                elf_collect_syms(elf, es);
+                qsort(es->syms, es->n, sizeof(*es->syms), sym_cmp);
+        }
+        elf_end(elf);
+        free(copy);
+}
+
 static struct elf_syms *elf_get(struct symbolizer *s, const char *path)
 {
         for (size_t i = 0; i < s->n_elfs; i++)
@@ -245,7 +282,9 @@ static struct elf_syms *elf_get(struct symbolizer *s, const char *path)
         if (!more)
                 return NULL;
         s->elfs = more;
-        struct elf_syms *es = elf_load(s, path);
+        struct elf_syms *es = strcmp(path, "[vdso]") ? elf_load(s, path) : calloc(1, sizeof(*es));
+        if (es && !es->path && (es->path = strdup(path)))
+                vdso_load(es);
         if (es)
                 s->elfs[s->n_elfs++] = es;
         return es;
@@ -264,7 +303,8 @@ static bool maps_exec_line(const char *line, struct maps_line *m)
         int path_at = 0;
 
         if (sscanf(line, "%llx-%llx %7s %llx %*s %*u %n", &m->start, &m->end, perms, &m->offset, &path_at) != 4 ||
-            !path_at || perms[2] != 'x' || line[path_at] != '/')
+            !path_at || perms[2] != 'x' ||
+            (line[path_at] != '/' && strncmp(line + path_at, "[vdso]\n", 7) && strcmp(line + path_at, "[vdso]")))
                 return false;
         const char *nl = strchr(line + path_at, '\n');
         m->path = line + path_at;
@@ -506,7 +546,12 @@ const char *symbolizer_lookup_offset(struct symbolizer *s, uint64_t off, uint64_
 
 const char *symbolizer_lookup(struct symbolizer *s, uint64_t addr, uint64_t *size)
 {
+        const char *mark = stack_mark_name(addr);
 
+        if (mark) {
+                *size = 1;
+                return mark;
+        }
         if (addr >= KERNEL_MIN) {
                 if (!s->ksyms_tried) {
                         s->ksyms = ksyms_get();

@@ -42,7 +42,9 @@
 #include <unistd.h>
 
 #include "bpf/d9_events.h"
+#include "kallsyms.h"
 #include "log.h"
+#include "stack_marks.h"
 #include "symbolize.h"
 #include "unwind.h"
 #include "translate.h"
@@ -110,6 +112,10 @@ int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *pla
                         tr->spawn_from_first_poll = false;
         tr->live_cap = 1024;
         tr->live_tasks = calloc(tr->live_cap, sizeof(*tr->live_tasks));
+        /* Kernel names for collapse_probe_path, taken now: reading
+         * /proc/kallsyms takes 0.1-0.3 s, and on the drain thread at the
+         * first stack it stalled the rings of a busy target into drops. */
+        tr->ksyms = ksyms_get();
         return tr->label_atoms && tr->threads && tr->park_keys && tr->worker_rt && tr->live_tasks ? 0 : -ENOMEM;
 }
 
@@ -117,12 +123,15 @@ void translate_destroy(struct translate *tr)
 {
         free(tr->label_atoms);
         for (size_t i = 0; tr->threads && i < tr->threads_cap; i++)
-                free(tr->threads[i].frames);
+                for (int k = 0; k < 2; k++)
+                        free(tr->threads[i].stk[k].frames);
         free(tr->threads);
         free(tr->park_keys);
         free(tr->worker_rt);
         free(tr->live_tasks);
         unwinder_free(tr->unw);
+        if (tr->ksyms)
+                ksyms_put(tr->ksyms);
         for (size_t i = 0; i < tr->n_dyn; i++)
                 free(tr->dyn[i].name);
         free(tr->dyn);
@@ -137,6 +146,8 @@ void translate_release(struct translate *tr)
                 .events = tr->events, .records = tr->records, .exited = tr->exited,
                 .exec_seen = tr->exec_seen, .error = tr->error,
                 .stacks = tr->stacks, .stacks_failed = tr->stacks_failed,
+                .offcpu_no_stack = tr->offcpu_no_stack, .probe_stacks = tr->probe_stacks,
+                .frames_outside = tr->frames_outside,
         };
 
         translate_destroy(tr);
@@ -612,6 +623,8 @@ static uint32_t sample_lane(const struct tr_thread *t)
 
 /* Callchain atom for a sample that names stack_id; fallback: [ip] or empty. */
 static uint32_t sample_stack(struct translate *tr, struct tr_thread *t, uint64_t stack_id, uint64_t ip);
+/* An off-CPU sample's: its stack, else the mark saying why it has none. */
+static uint32_t offcpu_stack(struct translate *tr, struct tr_thread *t, const struct d9_rec_offcpu *o);
 
 /* An off-CPU sample; without park probes, a worker's voluntary sleep
  * outside a poll is also its park (at switch-out) and unpark (at
@@ -622,7 +635,7 @@ static uint32_t sample_stack(struct translate *tr, struct tr_thread *t, uint64_t
 static int on_offcpu(struct translate *tr, const struct d9_rec_offcpu *o, struct tr_thread *t)
 {
         int r = d9_enc_cpu_sample(tr->enc, o->off_ts, sample_lane(t), o->hdr.tid, 1, D9_NO_ATOM,
-                                  sample_stack(tr, t, o->stack_id, 0), o->hdr.cpu);
+                                  offcpu_stack(tr, t, o), o->hdr.cpu);
 
         if (r < 0 || !tr->park_from_sched || t->worker >= D9_WORKER_BLOCKING ||
             t->poll_worker != D9_WORKER_NONE || o->prev_state == 0)
@@ -639,10 +652,34 @@ static int on_offcpu(struct translate *tr, const struct d9_rec_offcpu *o, struct
 #define MAX_FRAMES (D9_STACK_KERN_MAX + 96)
 #define UNW_RETRY_NS (100 * 1000000ull)
 
+/* A stack taken in d9d's own probe path (the uprobe trap and handler, our
+ * BPF programs): its kernel frames become one "[d9d uprobe]" frame, so a
+ * flamegraph shows d9d's cost as one thing of its own and the target's
+ * own hot spots stay on top (docs/stacks.md). */
+static uint32_t collapse_probe_path(struct translate *tr, uint64_t *frames, uint32_t n, uint32_t n_kern)
+{
+        const char *names[D9_STACK_KERN_MAX];
+        unsigned mark;
+
+        if (!n_kern || n_kern > D9_STACK_KERN_MAX || !tr->ksyms)
+                return n;
+        for (uint32_t i = 0; i < n_kern; i++)
+                names[i] = ksyms_lookup(tr->ksyms, frames[i]);
+        mark = stack_mark_probe_path(names, n_kern);
+        if (!mark)
+                return n;
+        tr->probe_stacks++;
+        frames[0] = stack_mark_addr(mark);
+        memmove(frames + 1, frames + n_kern, (n - n_kern) * sizeof(*frames));
+        return n - n_kern + 1;
+}
+
 /* A STACK record comes right before the SAMPLE/OFFCPU record of the same
  * thread that names it: unwind it now and keep the frames on the thread. */
 static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_t size, struct tr_thread *t)
 {
+        struct unwind_stats us;
+        struct tr_stack *st;
         uint32_t n_kern;
         int n = 0;
 
@@ -663,32 +700,76 @@ static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_
                         tr->unw_fails++;
                 }
         }
-        if (!t->frames)
-                t->frames = malloc(MAX_FRAMES * sizeof(*t->frames));
-        if (!tr->unw || !t->frames || (n = unwinder_stack(tr->unw, rec, size, t->frames, MAX_FRAMES, &n_kern)) <= 0) {
+        /* The other slot may hold a stack whose owner record is still to
+         * come; take it only if it is free (or used). */
+        st = &t->stk[t->stk_next];
+        if (st->id && !t->stk[t->stk_next ^ 1].id)
+                st = &t->stk[t->stk_next ^ 1];
+        else
+                t->stk_next ^= 1;
+        if (!st->frames)
+                st->frames = malloc(MAX_FRAMES * sizeof(*st->frames));
+        st->id = rec->stack_id;
+        if (!tr->unw || !st->frames || (n = unwinder_stack(tr->unw, rec, size, st->frames, MAX_FRAMES, &n_kern)) <= 0) {
                 tr->stacks_failed++;
                 /* Over the unwind budget (daemon/unwind.h): dropped, and
                  * said so in the trace with the next stack that unwinds. */
                 tr->stacks_lost += n == -EBUSY;
+                st->n = 0;
+                st->fail = !tr->unw ? STACK_MARK_NO_MODULES :
+                           n == -EBUSY ? STACK_MARK_UNWIND_BUDGET : STACK_MARK_UNWIND_NONE;
                 return;
         }
         if (tr->stacks_lost && translate_lost(tr, rec->hdr.ts, tr->stacks_lost, "stack_unwind") == 0)
                 tr->stacks_lost = 0;
         tr->stacks++;
-        t->stack_id = rec->stack_id;
-        t->n_frames = (uint32_t)n;
+        unwinder_get_stats(tr->unw, &us);
+        tr->frames_outside = us.outside;
+        st->n = collapse_probe_path(tr, st->frames, (uint32_t)n, n_kern);
+}
+
+/* The thread's stack named stack_id, taken (its slot freed), or NULL. */
+static struct tr_stack *take_stack(struct tr_thread *t, uint64_t stack_id)
+{
+        for (int k = 0; stack_id && k < 2; k++) {
+                if (t->stk[k].id == stack_id) {
+                        t->stk[k].id = 0;
+                        return &t->stk[k];
+                }
+        }
+        return NULL;
 }
 
 static uint32_t sample_stack(struct translate *tr, struct tr_thread *t, uint64_t stack_id, uint64_t ip)
 {
+        struct tr_stack *st = take_stack(t, stack_id);
         uint32_t atom;
 
-        if (stack_id && t->stack_id == stack_id && t->n_frames &&
-            d9_enc_intern_stack(tr->enc, t->frames, t->n_frames, &atom) == 0)
+        if (st && st->n && d9_enc_intern_stack(tr->enc, st->frames, st->n, &atom) == 0)
                 return atom;
         if (tr->hide_kernel && ip >= UNWIND_KERNEL_MIN)
                 ip = 0;
         if (ip && d9_enc_intern_stack(tr->enc, &ip, 1, &atom) == 0)
+                return atom;
+        return tr->empty_stack;
+}
+
+static uint32_t offcpu_stack(struct translate *tr, struct tr_thread *t, const struct d9_rec_offcpu *o)
+{
+        struct tr_stack *st = take_stack(t, o->stack_id);
+        uint64_t mark;
+        uint32_t atom;
+
+        if (st && st->n && d9_enc_intern_stack(tr->enc, st->frames, st->n, &atom) == 0)
+                return atom;
+        if (o->stack_id)
+                mark = st ? st->fail : STACK_MARK_MISSING;
+        else
+                mark = o->no_stack > D9_NOSTACK_NONE && o->no_stack < D9_NOSTACK_MAX ? o->no_stack
+                                                                                   : D9_NOSTACK_OFF;
+        mark = stack_mark_addr((unsigned)mark);
+        tr->offcpu_no_stack++;
+        if (d9_enc_intern_stack(tr->enc, &mark, 1, &atom) == 0)
                 return atom;
         return tr->empty_stack;
 }

@@ -32,9 +32,17 @@ struct tr_thread {
         uint32_t name_atom;
         bool name_read;
         char name[16];
-        uint64_t stack_id;              /* the STACK record last unwound here */
-        uint64_t *frames;               /* its frames, kernel first, leaf first */
-        uint32_t n_frames;
+        /* The last two STACK records unwound here, used by the SAMPLE or
+         * OFFCPU record naming them: a CPU sample can land between an
+         * off-CPU interval's STACK and OFFCPU records (the task_work
+         * writes both), so its STACK must not replace the pending one. */
+        struct tr_stack {
+                uint64_t id;            /* 0: free (used) */
+                uint64_t *frames;       /* kernel first, leaf first */
+                uint32_t n;             /* 0: it did not unwind, because of */
+                uint32_t fail;          /* ... this enum stack_mark */
+        } stk[2];
+        uint8_t stk_next;               /* slot of the next STACK record */
 };
 
 /* A boxed `dyn Future` seen in a poll: its concrete poll fn, named. */
@@ -70,6 +78,10 @@ struct translate {
         uint64_t unw_retry_ts;          /* creation failed: not before this record time */
         uint32_t unw_fails;
         uint64_t stacks, stacks_failed; /* STACK records unwound / not */
+        uint64_t offcpu_no_stack;       /* off-CPU samples written with a "no stack" mark */
+        uint64_t probe_stacks;          /* stacks taken in d9d's own probes ([d9d uprobe]) */
+        uint64_t frames_outside;        /* callers outside every mapping, dropped by the unwinder */
+        struct ksyms *ksyms;            /* kernel names, to tell d9d's probe path */
         uint64_t stacks_lost;           /* over the unwind budget, not yet in a
                                          * D9LostEventsEvent */
         uint64_t *live_tasks;           /* task ids seen polled and not yet terminated */

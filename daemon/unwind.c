@@ -33,6 +33,7 @@
 #include "bpf/d9_events.h"
 #include "cleanup.h"
 #include "unwind.h"
+#include "unwind_step.h"
 #include "uprobes/uprobes.h"
 
 /* Thread stacks are at most this big (glibc's default is 8 MiB): a read
@@ -51,6 +52,16 @@ struct elf_share {
         struct elf_share *next;
 };
 
+/* The 16 code bytes before a candidate return address: the same few
+ * hundred return addresses come back in every sample, and a read of
+ * /proc/PID/mem was seen to take 0.1 ms on average (up to 16 ms) on a
+ * loaded machine. Direct-mapped, dropped when the modules are reloaded. */
+#define CODE_CACHE_LINES 1024
+struct code_line {
+        uint64_t addr;                  /* 0: empty */
+        uint8_t code[16];
+};
+
 /* Unwinders live on the drain thread only, so this list needs no lock. */
 static struct elf_share *elf_shares;
 
@@ -67,9 +78,19 @@ struct unwinder {
         const struct d9_rec_stack *rec;
         uint64_t *out;
         size_t n_out, cap_out, n_user;
+        /* One libdw walk of it: from these registers (the sample's, or
+         * those a step without CFI found, whose pc is then a return
+         * address), until a frame without CFI, whose registers it leaves
+         * in stuck_regs (docs/stacks.md, "Frames without CFI"). */
+        uint64_t walk_regs[D9_STACK_NREGS];
+        bool walk_from_return, walk_first;
+        bool stuck;
+        enum unw_cfi stuck_cfi;
+        uint64_t stuck_regs[D9_STACK_NREGS];
         char *name;                     /* last unwinder_addr_name result */
         bool unwinding;                 /* inside dwfl_getthread_frames */
         bool hide_kernel;
+        struct code_line *code_cache;   /* code before return addresses (step_read_code) */
         struct elf_share **held;        /* shares this unwinder took a user on */
         size_t n_held;
         struct unwind_stats stats;
@@ -256,6 +277,25 @@ static bool get_thread(Dwfl *dwfl, pid_t tid, void *arg, void **thread_argp)
         return u->rec && (pid_t)u->rec->hdr.tid == tid;
 }
 
+/* The frame-pointer frames BPF read past the end of the copy. */
+static const struct d9_fp_frame *fp_tail(const struct d9_rec_stack *r)
+{
+        return (const struct d9_fp_frame *)(const void *)(r->data + ((r->user_len + 7) & ~7u));
+}
+
+static bool fp_tail_read(const struct d9_rec_stack *r, uint64_t addr, Dwarf_Word *result)
+{
+        const struct d9_fp_frame *f = fp_tail(r);
+
+        for (uint32_t i = 0; i < r->n_fp; i++) {
+                if (addr == f[i].addr || addr == f[i].addr + 8) {
+                        *result = addr == f[i].addr ? f[i].bp : f[i].ra;
+                        return true;
+                }
+        }
+        return false;
+}
+
 static bool memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void *arg)
 {
         struct unwinder *u = arg;
@@ -263,10 +303,20 @@ static bool memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void *a
         uint64_t sp = r->regs[D9_DW_RSP];
 
         (void)dwfl;
+        /* A pending uretprobe's slot: the real return address, not the
+         * trampoline the kernel put there. */
+        for (uint32_t i = 0; i < r->n_uret && i < D9_STACK_URET_MAX; i++) {
+                if (addr == r->uret[i].stack) {
+                        *result = r->uret[i].orig_ret;
+                        return true;
+                }
+        }
         if (addr >= sp && addr - sp + sizeof(*result) <= r->user_len) {
                 memcpy(result, r->data + (addr - sp), sizeof(*result));
                 return true;
         }
+        if (r->n_fp && fp_tail_read(r, addr, result))
+                return true;
         if (addr + 4096 >= sp && addr < sp + STACK_SPAN)
                 return false;
         return pread(u->mem_fd, result, sizeof(*result), (off_t)addr) == sizeof(*result);
@@ -278,7 +328,7 @@ static bool set_initial_registers(Dwfl_Thread *thread, void *arg)
         Dwarf_Word regs[D9_STACK_NREGS];
 
         for (int i = 0; i < D9_STACK_NREGS; i++)
-                regs[i] = u->rec->regs[i];
+                regs[i] = u->walk_regs[i];
         dwfl_thread_state_register_pc(thread, regs[D9_DW_RIP]);
         return dwfl_thread_state_registers(thread, 0, D9_STACK_NREGS, regs);
 }
@@ -320,6 +370,8 @@ static int dwfl_load(struct unwinder *u)
         }
         if (old)
                 dwfl_end(old);
+        free(u->code_cache);
+        u->code_cache = NULL;
         return 0;
 }
 
@@ -369,6 +421,7 @@ void unwinder_free(struct unwinder *u)
         for (size_t i = 0; i < u->n_held; i++)
                 elf_share_put(u->held[i]);
         free(u->held);
+        free(u->code_cache);
         if (u->mem_fd >= 0)
                 close(u->mem_fd);
         free(u->debug_file);
@@ -376,22 +429,135 @@ void unwinder_free(struct unwinder *u)
         free(u);
 }
 
+/* What libdw can do at pc: only .eh_frame counts (see the top). */
+static enum unw_cfi cfi_at(void *arg, uint64_t pc)
+{
+        struct unwinder *u = arg;
+        Dwfl_Module *mod = dwfl_addrmodule(u->dwfl, pc);
+        Dwarf_Frame *frame;
+        Dwarf_CFI *cfi;
+        Dwarf_Addr bias;
+
+        if (!mod)
+                return UNW_CFI_NO_MODULE;
+        cfi = dwfl_module_eh_cfi(mod, &bias);
+        if (!cfi)
+                return UNW_CFI_NONE;
+        if (dwarf_cfi_addrframe(cfi, pc - bias, &frame) != 0)
+                return UNW_CFI_NO_FDE;
+        free(frame);
+        return UNW_CFI_FDE;
+}
+
+static bool step_read_word(void *arg, uint64_t addr, uint64_t *val)
+{
+        Dwarf_Word w;
+
+        if (!memory_read(NULL, addr, &w, arg))
+                return false;
+        *val = w;
+        return true;
+}
+
+/* Code bytes from the module's file (also for a target that is gone: its
+ * last stacks are unwound after it exited). libelf keeps each chunk, one
+ * per return address, until the file is closed. */
+static bool module_code(struct unwinder *u, uint64_t addr, uint8_t code[16])
+{
+        Dwfl_Module *mod = dwfl_addrmodule(u->dwfl, addr - 16);
+        GElf_Addr bias, vaddr;
+        Elf *elf = mod ? dwfl_module_getelf(mod, &bias) : NULL;
+        size_t n;
+
+        if (!elf || elf_getphdrnum(elf, &n) != 0)
+                return false;
+        vaddr = addr - 16 - bias;
+        for (size_t i = 0; i < n; i++) {
+                GElf_Phdr ph;
+                Elf_Data *d;
+
+                if (!gelf_getphdr(elf, (int)i, &ph) || ph.p_type != PT_LOAD || vaddr < ph.p_vaddr ||
+                    vaddr + 16 > ph.p_vaddr + ph.p_filesz)
+                        continue;
+                d = elf_getdata_rawchunk(elf, (int64_t)(ph.p_offset + vaddr - ph.p_vaddr), 16, ELF_T_BYTE);
+                if (!d || d->d_size != 16)
+                        return false;
+                memcpy(code, d->d_buf, 16);
+                return true;
+        }
+        return false;
+}
+
+static bool step_read_code(void *arg, uint64_t addr, uint8_t code[16])
+{
+        struct unwinder *u = arg;
+        struct code_line *line;
+
+        if (addr < 16)
+                return false;
+        if (!u->code_cache)
+                u->code_cache = calloc(CODE_CACHE_LINES, sizeof(*u->code_cache));
+        line = u->code_cache ? &u->code_cache[(addr ^ (addr >> 12)) % CODE_CACHE_LINES] : NULL;
+        if (line && line->addr == addr) {
+                memcpy(code, line->code, 16);
+                return true;
+        }
+        /* The module's file first: no lock on the target's memory map. */
+        if (!module_code(u, addr, code) && pread(u->mem_fd, code, 16, (off_t)(addr - 16)) != 16)
+                return false;
+        if (line) {
+                line->addr = addr;
+                memcpy(line->code, code, 16);
+        }
+        return true;
+}
+
+/* Keep a frame's registers for the step that follows it; libdw knows
+ * those its CFI restored (and sp, the CFA), the first frame all. */
+static void keep_stuck_regs(struct unwinder *u, Dwfl_Frame *frame, uint64_t pc)
+{
+        for (unsigned i = 0; i < D9_STACK_NREGS; i++) {
+                Dwarf_Word v;
+                u->stuck_regs[i] = dwfl_frame_reg(frame, i, &v) == 0 ? v : 0;
+        }
+        u->stuck_regs[D9_DW_RIP] = pc;
+}
+
 static int frame_cb(Dwfl_Frame *frame, void *arg)
 {
         struct unwinder *u = arg;
         Dwarf_Addr pc;
-        bool activation;
+        bool activation, ret;
+        enum unw_cfi cfi;
 
         if (!dwfl_frame_pc(frame, &pc, &activation))
                 return DWARF_CB_ABORT;
+        ret = !activation || (u->walk_first && u->walk_from_return);
+        u->walk_first = false;
         if (u->n_user == u->max_frames) {
                 u->stats.truncated++;
                 return DWARF_CB_ABORT;
         }
         if (u->n_out == u->cap_out || pc == 0)
                 return DWARF_CB_ABORT;
-        u->out[u->n_out++] = activation ? pc : pc - 1;
+        cfi = cfi_at(u, ret ? pc - 1 : pc);
+        /* A caller outside every module is junk CFI found past the real
+         * outermost frame (or a stale slot): dropped, counted. The leaf
+         * stays wherever it is (a JIT, the [uprobes] page). */
+        if (cfi == UNW_CFI_NO_MODULE && u->n_user > 0) {
+                u->stats.outside++;
+                return DWARF_CB_ABORT;
+        }
+        u->out[u->n_out++] = ret ? pc - 1 : pc;
         u->n_user++;
+        /* Without an FDE libdw would guess from rbp (its x86-64 fallback)
+         * with no check at all: stop it and take the step ourselves. */
+        if (cfi != UNW_CFI_FDE) {
+                keep_stuck_regs(u, frame, pc);
+                u->stuck = true;
+                u->stuck_cfi = cfi;
+                return DWARF_CB_ABORT;
+        }
         return DWARF_CB_OK;
 }
 
@@ -411,16 +577,66 @@ static bool budget_allows(struct unwinder *u, uint64_t now)
  * /proc/PID/maps. */
 #define REREPORT_NS (50 * 1000000ull)
 
+/* libdw walks per stack: each after steps without CFI. */
+#define MAX_WALKS 16
+
+/* Frames without CFI from the one stuck_regs holds, until a pc libdw can
+ * unwind (true: walk on from stuck_regs) or the end (false). Frames of a
+ * frame-pointer build follow each other here without a libdw walk each. */
+static bool steps_without_cfi(struct unwinder *u, const struct unw_step_ops *o, bool leaf)
+{
+        for (;;) {
+                enum unw_step_kind k = unw_step_no_cfi(o, u->stuck_regs, u->stuck_cfi, leaf);
+                uint64_t pc = u->stuck_regs[D9_DW_RIP];
+
+                /* Every step moves sp up: no loop. */
+                if (k == UNW_STEP_NONE || pc == 0)
+                        return false;
+                u->stats.steps[k]++;
+                leaf = false;
+                u->stuck_cfi = cfi_at(u, pc - 1);
+                if (u->stuck_cfi == UNW_CFI_FDE)
+                        return true;
+                if (u->n_user == u->max_frames) {
+                        u->stats.truncated++;
+                        return false;
+                }
+                if (u->n_out == u->cap_out)
+                        return false;
+                u->out[u->n_out++] = pc - 1;
+                u->n_user++;
+        }
+}
+
 static void unwind_user(struct unwinder *u)
 {
+        static const struct unw_step_ops ops = {
+                .read_word = step_read_word, .read_code = step_read_code, .cfi_at = cfi_at,
+        };
+        struct unw_step_ops o = ops;
         uint64_t pc = u->rec->regs[D9_DW_RIP];
 
         if (!dwfl_addrmodule(u->dwfl, pc) && now_ns() - u->last_report_ns > REREPORT_NS)
                 dwfl_load(u);
-        /* Stops with an error at the outermost frame or where CFI or the
-         * copy runs out; the frames so far are the result either way. */
+        o.ctx = u;
+        memcpy(u->walk_regs, u->rec->regs, sizeof(u->walk_regs));
+        u->walk_from_return = false;
+        /* Each walk stops with an error at the outermost frame or where
+         * the copy runs out (the frames so far are the result), or at a
+         * frame without CFI, where unwind_step's steps may find the callers
+         * and a new walk starts at the first one with CFI. */
         u->unwinding = true;
-        dwfl_getthread_frames(u->dwfl, (pid_t)u->rec->hdr.tid, frame_cb, u);
+        for (int walks = 1;; walks++) {
+                u->walk_first = true;
+                u->stuck = false;
+                dwfl_getthread_frames(u->dwfl, (pid_t)u->rec->hdr.tid, frame_cb, u);
+                if (!u->stuck || walks == MAX_WALKS || u->n_user >= u->max_frames ||
+                    u->n_out >= u->cap_out ||
+                    !steps_without_cfi(u, &o, u->n_user == 1 && !u->walk_from_return))
+                        break;
+                memcpy(u->walk_regs, u->stuck_regs, sizeof(u->walk_regs));
+                u->walk_from_return = true;
+        }
         u->unwinding = false;
 }
 
@@ -430,7 +646,10 @@ int unwinder_stack(struct unwinder *u, const struct d9_rec_stack *rec, size_t si
         uint64_t start = now_ns(), spent;
 
         if (size < D9_REC_STACK_FIXED || rec->n_kern > D9_STACK_KERN_MAX ||
-            size < D9_REC_STACK_FIXED + rec->user_len)
+            rec->user_len > D9_STACK_USER_MAX || rec->n_fp > D9_STACK_FP_MAX ||
+            size < D9_REC_STACK_FIXED + rec->user_len ||
+            (rec->n_fp && size < D9_REC_STACK_FIXED + ((rec->user_len + 7) & ~7u) +
+                                 rec->n_fp * sizeof(struct d9_fp_frame)))
                 return -EBADMSG;
         if (!budget_allows(u, start)) {
                 u->stats.over_budget++;
@@ -487,4 +706,40 @@ const char *unwinder_addr_name(struct unwinder *u, uint64_t addr)
         if (!u->name)
                 u->name = strdup(raw);
         return u->name;
+}
+
+int unwind_file_has_cfi(int fd)
+{
+        struct stat st;
+        Elf *elf;
+        size_t n;
+        int r = 0;
+
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+                return -EBADFD;
+        elf_version(EV_CURRENT);
+        elf = elf_begin(fd, ELF_C_READ, NULL);
+        if (!elf || elf_getphdrnum(elf, &n) != 0) {
+                elf_end(elf);
+                return -ENOEXEC;
+        }
+        /* PT_GNU_EH_FRAME is what the unwinder uses (.eh_frame_hdr). */
+        for (size_t i = 0; i < n && !r; i++) {
+                GElf_Phdr ph;
+                r = gelf_getphdr(elf, (int)i, &ph) && ph.p_type == PT_GNU_EH_FRAME && ph.p_memsz > 0;
+        }
+        elf_end(elf);
+        return r;
+}
+
+int unwind_exe_has_cfi(pid_t pid)
+{
+        char path[64];
+        _cleanup_close_ int fd = -1;
+
+        /* The magic link itself (d9_target_file_open refuses links);
+         * unwind_file_has_cfi reads regular files only, never a FIFO. */
+        snprintf(path, sizeof(path), "/proc/%d/exe", pid);
+        fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+        return fd < 0 ? -errno : unwind_file_has_cfi(fd);
 }

@@ -39,6 +39,10 @@ struct unwind_stats {
         uint64_t truncated;             /* stopped at max_frames */
         uint64_t ns;                    /* time spent unwinding */
         uint64_t reports;               /* module (re)reports of /proc/PID/maps */
+        uint64_t outside;               /* callers outside every module, dropped */
+        uint64_t steps[4];              /* steps past frames without CFI, by enum
+                                         * unw_step_kind (daemon/unwind_step.h):
+                                         * [1] frameless leaf, [2] frame pointer, [3] scan */
 };
 
 int unwinder_new(pid_t pid, const struct unwind_opts *opts, struct unwinder **out);
@@ -59,3 +63,10 @@ void unwinder_get_stats(const struct unwinder *u, struct unwind_stats *st);
  * unknown. The string lives until the next call. For tests and tools: the
  * sealer names trace addresses with daemon/symbolize.c. */
 const char *unwinder_addr_name(struct unwinder *u, uint64_t addr);
+
+/* 1 if the target's executable has CFI (.eh_frame_hdr), 0 if it has none
+ * (built with frame pointers, .eh_frame stripped: d9d then has BPF follow
+ * rbp past the stack copy, D9_STACK_FP_TAIL), or a negative errno. */
+int unwind_exe_has_cfi(pid_t pid);
+/* The same for the ELF file open on fd. */
+int unwind_file_has_cfi(int fd);

@@ -88,7 +88,7 @@ static __always_inline int emit_offcpu(__u64 n)
         r->off_ts = r->hdr.ts - 1000;
         r->stack_id = 0;
         r->prev_state = 1;
-        r->_pad = 0;
+        r->no_stack = 0;
         bpf_ringbuf_submit(r, 0);
         return 0;
 }

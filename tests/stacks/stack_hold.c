@@ -9,6 +9,7 @@
  *
  * usage: stack_hold --pid PID [--stacks on|off|cpu|offcpu] [--user-bytes N]
  *                   [--offcpu-min-us N] [--offcpu-rate N] [--offcpu-burst N]
+ *                   [--fp-tail on|off]
  */
 #include <errno.h>
 #include <signal.h>
@@ -74,6 +75,8 @@ static void print_prog_stats(const struct bpf_ids *ids)
 
 static int parse_args(int argc, char **argv, pid_t *pid, struct d9_stack_cfg *sc)
 {
+        bool fp_tail = false;
+
         for (int a = 1; a + 1 < argc; a += 2) {
                 const char *k = argv[a], *v = argv[a + 1];
                 unsigned long n = strtoul(v, NULL, 10);
@@ -92,9 +95,13 @@ static int parse_args(int argc, char **argv, pid_t *pid, struct d9_stack_cfg *sc
                         sc->offcpu_per_sec = (uint32_t)n;
                 else if (!strcmp(k, "--offcpu-burst"))
                         sc->offcpu_burst = (uint32_t)n;
+                else if (!strcmp(k, "--fp-tail"))
+                        fp_tail = !strcmp(v, "on");
                 else
                         return -EINVAL;
         }
+        if (fp_tail && sc->flags)
+                sc->flags |= D9_STACK_FP_TAIL;
         return *pid > 0 ? 0 : -EINVAL;
 }
 
@@ -118,7 +125,7 @@ int main(int argc, char **argv)
 
         if (parse_args(argc, argv, &h.pid, &to.stack) < 0) {
                 fprintf(stderr, "usage: stack_hold --pid PID [--stacks on|off|cpu|offcpu] [--user-bytes N] "
-                        "[--offcpu-min-us N] [--offcpu-rate N] [--offcpu-burst N]\n");
+                        "[--offcpu-min-us N] [--offcpu-rate N] [--offcpu-burst N] [--fp-tail on|off]\n");
                 return 2;
         }
         to.ctx = &h;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-pub const USAGE: &str = "usage: d9-target server|load|mixed|pool|runtimes [--flavor multi-thread|current-thread] \
+pub const USAGE: &str = "usage: d9-target server|load|mixed|pool|runtimes|deep [--flavor multi-thread|current-thread] \
 [--workers N] [--thread-name NAME] [--listen ADDR] [--connect ADDR] [--conns N] [--duration SECS] \
 [--start-delay SECS] [--wait-stdin]";
 
@@ -13,6 +13,7 @@ pub enum Mode {
     Mixed,
     Pool,
     Runtimes,
+    Deep,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -67,6 +68,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         Some("mixed") => Mode::Mixed,
         Some("pool") => Mode::Pool,
         Some("runtimes") => Mode::Runtimes,
+        Some("deep") => Mode::Deep,
         Some(m) => return Err(format!("unknown mode '{m}'")),
         None => return Err("missing mode".into()),
     };

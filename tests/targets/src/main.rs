@@ -7,6 +7,7 @@
 //! pool traffic), `runtimes` (three runtimes in one process).
 
 mod args;
+mod deep;
 mod load;
 mod mixed;
 mod pool;
@@ -82,6 +83,7 @@ fn main() {
         args::Mode::Mixed => rt.block_on(mixed::run(&args)),
         args::Mode::Pool => rt.block_on(pool::run(&args)),
         args::Mode::Runtimes => rt.block_on(runtimes::run(&args)),
+        args::Mode::Deep => rt.block_on(deep::run(&args)),
     };
     // A server's connection tasks may outlive its duration while a client
     // stays connected; they hold nothing worth waiting for.

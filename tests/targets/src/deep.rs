@@ -1,0 +1,44 @@
+//! A poll with a deep stack frame: every 200 ms a task's poll puts a 12 KiB
+//! buffer on its own stack frame and spends 50 ms on CPU under it
+//! (`busy_block_50ms`). A stack copy of 8 KiB from the sampled sp ends
+//! inside that buffer, before the poll frame's return address: only an
+//! unwinder that reaches past the copy (frame pointers, D9_STACK_FP_TAIL)
+//! gets from the busy loop to the poll frame and out to `main`. Meant for
+//! the frame-pointer build without .eh_frame (build-target's `fp`
+//! variant), in the current-thread flavour so the poll runs under `main`.
+//! At exit one JSON line: pid, flavor, tokio, duration_s, deep_polls.
+
+use crate::args::Args;
+use std::time::Duration;
+use tokio::time::{interval, Instant, MissedTickBehavior};
+
+async fn deep_poller(deadline: Instant) -> u64 {
+    let mut iv = interval(Duration::from_millis(200));
+    iv.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut polls = 0;
+    while Instant::now() + Duration::from_millis(100) < deadline {
+        iv.tick().await;
+        // Not held across an await: on this poll's own stack frame.
+        let mut frame = [0u8; 12 * 1024];
+        std::hint::black_box(&mut frame);
+        std::hint::black_box(crate::mixed::busy_block_50ms());
+        std::hint::black_box(&frame);
+        polls += 1;
+    }
+    polls
+}
+
+pub async fn run(args: &Args) -> Result<(), String> {
+    let duration = args.duration.unwrap_or(Duration::from_secs(3));
+    let deadline = Instant::now() + duration;
+    let polls = tokio::spawn(deep_poller(deadline)).await.map_err(|e| format!("deep poller failed: {e}"))?;
+    println!(
+        "{{\"mode\":\"deep\",\"pid\":{},\"flavor\":\"{}\",\"tokio\":\"{}\",\"duration_s\":{:.3},\"deep_polls\":{}}}",
+        std::process::id(),
+        args.flavor.name(),
+        crate::TOKIO_VERSION,
+        duration.as_secs_f64(),
+        polls
+    );
+    Ok(())
+}
