@@ -15,23 +15,13 @@ struct rewrite {
         void *rctx;
         d9_enc_flush_fn out;
         void *octx;
-        uint8_t *tmp;
-        size_t tmp_cap;
+        struct d9_buf tmp; /* the frame being rebuilt (len unused: offsets are the frame's) */
 };
 
+/* Room for an n-byte frame. */
 static int reserve(struct rewrite *rw, size_t n)
 {
-        if (n <= rw->tmp_cap)
-                return 0;
-        size_t cap = rw->tmp_cap ? rw->tmp_cap : 4096;
-        while (cap < n)
-                cap *= 2;
-        uint8_t *more = realloc(rw->tmp, cap);
-        if (!more)
-                return -ENOMEM;
-        rw->tmp = more;
-        rw->tmp_cap = cap;
-        return 0;
+        return d9_buf_reserve(&rw->tmp, n);
 }
 
 /* The decoder has checked the frame is whole, so lengths are in bounds. */
@@ -45,7 +35,7 @@ static int rewrite_pool(struct rewrite *rw, const uint8_t *f, size_t len)
 
         if ((r = reserve(rw, len)) < 0)
                 return r;
-        memcpy(rw->tmp, f, 5);
+        memcpy(rw->tmp.data, f, 5);
         for (uint32_t i = 0; i < count && p + 8 <= end; i++) {
                 uint32_t id = get_u32(p), n = get_u32(p + 4);
                 const char *text = rw->replace((const char *)p + 8, n, rw->rctx);
@@ -53,14 +43,14 @@ static int rewrite_pool(struct rewrite *rw, const uint8_t *f, size_t len)
 
                 if ((r = reserve(rw, used + 8 + tn + (size_t)(end - p))) < 0)
                         return r;
-                put_u32(rw->tmp + used, id);
-                put_u32(rw->tmp + used + 4, tn);
-                memcpy(rw->tmp + used + 8, text ? (const uint8_t *)text : p + 8, tn);
+                put_u32(rw->tmp.data + used, id);
+                put_u32(rw->tmp.data + used + 4, tn);
+                memcpy(rw->tmp.data + used + 8, text ? (const uint8_t *)text : p + 8, tn);
                 used += 8 + tn;
                 changed |= text != NULL;
                 p += 8 + n;
         }
-        return changed ? rw->out(rw->octx, rw->tmp, used) : rw->out(rw->octx, f, len);
+        return changed ? rw->out(rw->octx, rw->tmp.data, used) : rw->out(rw->octx, f, len);
 }
 
 static int on_frame(uint8_t tag, size_t offset, size_t len, void *ctx)
@@ -80,6 +70,6 @@ int d9_rewrite_strings(const uint8_t *buf, size_t len, d9_string_replace_fn repl
         struct d9_dec_opts opts = { .strict = false, .on_frame = on_frame, .ctx = &rw };
         int r = d9_decode(buf, len, &opts, res);
 
-        free(rw.tmp);
+        d9_buf_free(&rw.tmp);
         return r;
 }

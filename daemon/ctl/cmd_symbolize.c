@@ -27,28 +27,10 @@
 #include "daemon/debuginfo.h"
 #include "daemon/resymbolize.h"
 
-struct membuf {
-        uint8_t *p;
-        size_t len, cap;
-};
-
-static int membuf_put(void *ctx, const uint8_t *data, size_t len)
+/* resymbolize's output sink: the rewritten segment, in memory. */
+static int buf_put(void *ctx, const uint8_t *data, size_t len)
 {
-        struct membuf *b = ctx;
-
-        if (b->len + len > b->cap) {
-                size_t cap = b->cap ? b->cap : 1 << 20;
-                while (cap < b->len + len)
-                        cap *= 2;
-                uint8_t *more = realloc(b->p, cap);
-                if (!more)
-                        return -ENOMEM;
-                b->p = more;
-                b->cap = cap;
-        }
-        memcpy(b->p + b->len, data, len);
-        b->len += len;
-        return 0;
+        return d9_buf_append(ctx, data, len);
 }
 
 static int read_fd(int fd, size_t size, uint8_t **out)
@@ -142,7 +124,7 @@ static int replace_file(int dfd, const char *base, int old_fd, const struct stat
 static int symbolize_one(const char *path)
 {
         struct resym_stats st;
-        struct membuf out = { 0 };
+        struct d9_buf out = { 0 };
         uint8_t *file = NULL, *raw = NULL, *packed = NULL;
         size_t raw_len = 0, packed_len = 0;
         const char *why = "";
@@ -180,7 +162,7 @@ static int symbolize_one(const char *path)
                         r == -EFBIG ? "expands beyond the decompression cap" : strerror(-r));
                 goto out;
         }
-        r = resymbolize(raw, raw_len, membuf_put, &out, &st, &why);
+        r = resymbolize(raw, raw_len, buf_put, &out, &st, &why);
         if (r < 0) {
                 fprintf(stderr, "d9ctl symbolize: %s: %s\n", path, why);
                 goto out;
@@ -200,12 +182,12 @@ static int symbolize_one(const char *path)
         }
         if (st.frames_named + st.labels_named) {
                 if (kind != D9_COMPRESS_NONE)
-                        r = d9_compress_buf(out.p, out.len, kind, 0, &packed, &packed_len);
+                        r = d9_compress_buf(out.data, out.len, kind, 0, &packed, &packed_len);
                 if (r < 0) {
                         fprintf(stderr, "d9ctl symbolize: %s: compressing failed: %s\n", path, strerror(-r));
                         goto out;
                 }
-                r = replace_file(dfd, base, fd, &sb, packed ? packed : out.p, packed ? packed_len : out.len, &why);
+                r = replace_file(dfd, base, fd, &sb, packed ? packed : out.data, packed ? packed_len : out.len, &why);
                 if (r < 0) {
                         fprintf(stderr, "d9ctl symbolize: %s: %s: %s (unchanged)\n", path, why, strerror(-r));
                         goto out;
@@ -222,7 +204,7 @@ out:
         free(file);
         free(raw);
         free(packed);
-        free(out.p);
+        d9_buf_free(&out);
         return r < 0 ? 1 : 0;
 }
 
