@@ -14,6 +14,8 @@ if (!fs.existsSync(engine)) {
 }
 // The model measures text boxes; Node has none (the package's README says so).
 globalThis.DOMRect = class { constructor(x = 0, y = 0, w = 0, h = 0) { Object.assign(this, { x, y, width: w, height: h }); } };
+// URL.parse is Node 22's (Debian 12 has 18); the model uses it for page URLs.
+URL.parse ??= (u, base) => { try { return new URL(u, base); } catch { return null; } };
 const Trace = await import(engine);
 
 const events = JSON.parse(fs.readFileSync(process.argv[2], 'utf8')).traceEvents;
