@@ -163,6 +163,22 @@ def dump_json_lines(d9ctl, path):
     return r.returncode, r.stdout
 
 
+def sample_chains(d9ctl, path, source):
+    """(rc, [callchain as ints], {addr: name}) of the segment's CpuSampleEvents
+    of one source (0 = on CPU, 1 = off CPU)."""
+    rc, out = dump_json_lines(d9ctl, path)
+    syms, chains = {}, []
+    for line in out.splitlines():
+        if line.startswith('{"event":"SymbolTableEntry"'):
+            f = json.loads(line)["fields"]
+            syms[int(f["addr"], 16) if isinstance(f["addr"], str) else f["addr"]] = f["symbol_name"]
+        elif line.startswith('{"event":"CpuSampleEvent"'):
+            f = json.loads(line)["fields"]
+            if f["source"] == source:
+                chains.append([int(a, 16) for a in f.get("callchain") or []])
+    return rc, chains, syms
+
+
 def metadata_of(d9ctl, path):
     """The segment's latest SegmentMetadataEvent entries (later ones restate
     runtime.<name> once workers are known)."""

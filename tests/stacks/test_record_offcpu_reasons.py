@@ -16,24 +16,9 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import D9d, Tap, dump_json_lines  # noqa
+from d9harness import D9d, Tap, sample_chains  # noqa
 
 KERNEL_MIN = 0xffff800000000000
-
-
-def offcpu_chains(d9ctl, path):
-    """(rc, [callchain as ints], {addr: name}) of the segment's source-1 samples."""
-    rc, out = dump_json_lines(d9ctl, path)
-    syms, chains = {}, []
-    for line in out.splitlines():
-        if line.startswith('{"event":"SymbolTableEntry"'):
-            f = json.loads(line)["fields"]
-            syms[int(f["addr"], 16) if isinstance(f["addr"], str) else f["addr"]] = f["symbol_name"]
-        elif line.startswith('{"event":"CpuSampleEvent"'):
-            f = json.loads(line)["fields"]
-            if f["source"] == 1:
-                chains.append([int(a, 16) for a in f.get("callchain") or []])
-    return rc, chains, syms
 
 
 def main():
@@ -47,7 +32,7 @@ def main():
     t.ok(r.returncode == 0 and paths, f"record -- CMD sealed {len(paths)} segments", r.stderr)
     kinds, bad, tramp, shown = collections.Counter(), [], 0, 0
     for p in paths:
-        rc, chains, syms = offcpu_chains(d9ctl, p)
+        rc, chains, syms = sample_chains(d9ctl, p, 1)
         t.ok(rc == 0, f"{os.path.basename(p)} decodes")
         for ch in chains:
             user = [a for a in ch if a < KERNEL_MIN]

@@ -18,25 +18,11 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import D9d, Tap, dump_json_lines  # noqa
+from d9harness import D9d, Tap, sample_chains  # noqa
 
 KERNEL_MIN = 0xffff800000000000
 PROBE_PATH = ("asm_exc_int3", "exc_int3", "uprobe_notify_resume", "handle_swbp", "handler_chain",
               "uprobe_prog_run", "uprobe_multi_link_handler", "uprobe_handle_trampoline")
-
-
-def cpu_chains(d9ctl, path):
-    rc, out = dump_json_lines(d9ctl, path)
-    syms, chains = {}, []
-    for line in out.splitlines():
-        if line.startswith('{"event":"SymbolTableEntry"'):
-            f = json.loads(line)["fields"]
-            syms[int(f["addr"], 16) if isinstance(f["addr"], str) else f["addr"]] = f["symbol_name"]
-        elif line.startswith('{"event":"CpuSampleEvent"'):
-            f = json.loads(line)["fields"]
-            if f["source"] == 0:
-                chains.append([int(a, 16) for a in f.get("callchain") or []])
-    return rc, [[(a, syms.get(a, "")) for a in ch] for ch in chains]
 
 
 def main():
@@ -50,7 +36,8 @@ def main():
     t.ok(r.returncode == 0 and paths, f"record -- CMD sealed {len(paths)} segments", r.stderr)
     samples, in_probe, raw_path, top = 0, 0, [], collections.Counter()
     for p in paths:
-        rc, chains = cpu_chains(d9ctl, p)
+        rc, chains, syms = sample_chains(d9ctl, p, 0)
+        chains = [[(a, syms.get(a, "")) for a in ch] for ch in chains]
         t.ok(rc == 0, f"{os.path.basename(p)} decodes")
         for ch in chains:
             samples += 1
