@@ -9,7 +9,6 @@ stack or a reason (here: all), and at least 80 % carry a stack; the shares
 are printed.
 Usage: test_record_offcpu_reasons.py D9D D9CTL TARGET"""
 import collections
-import json
 import os
 import shutil
 import sys

@@ -11,7 +11,6 @@
    path.
 Usage: test_record_probe_share.py D9D D9CTL TARGET"""
 import collections
-import json
 import os
 import shutil
 import sys
