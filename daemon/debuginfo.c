@@ -1,10 +1,14 @@
 /* debuginfo.c: see debuginfo.h. A download is cut off by a progress
  * callback at the deadline (libdebuginfod's own DEBUGINFOD_TIMEOUT only
- * counts inactivity), and a build-id the servers did not have is not asked
- * for again for ten minutes: a sealer naming hundreds of frames of one
- * unknown library must not wait hundreds of times. */
+ * counts inactivity). A file the servers said they do not have is not asked
+ * for again for ten minutes (a sealer naming hundreds of frames of one
+ * unknown library must not wait hundreds of times); a failed request (no
+ * answer, timeout, server error) only for thirty seconds, so a server that
+ * was busy or still indexing is asked again by the next segment. */
 #include <elfutils/debuginfod.h>
+#include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -15,13 +19,16 @@
 
 static struct debuginfo_opts cfg;
 static _Thread_local bool network_ok;
+static _Thread_local char last_failure[160];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-/* Build-ids no server had, and when: asked again after MISS_RETRY_MS (a
- * debug file may be uploaded later), not for every segment before that. */
-#define MISS_RETRY_MS (10 * 60 * 1000)
+#define NOT_FOUND_RETRY_MS (10 * 60 * 1000)
+#define FAILED_RETRY_MS (30 * 1000)
+/* Keyed by build-id and kind: a server may hold a build's debug file but
+ * not its executable, and one missing must not hide the other. */
 static struct miss {
         char *id;
-        uint64_t at_ms;
+        bool executable;
+        uint64_t retry_at_ms;
 } *missed;
 static size_t n_missed;
 
@@ -40,32 +47,38 @@ static int past_deadline(debuginfod_client *c, long a, long b)
         return now_ms() > *deadline;
 }
 
-static bool was_missed(const char *id)
+static struct miss *find_miss(const char *id, bool executable)
 {
-        bool seen = false;
+        for (size_t i = 0; i < n_missed; i++)
+                if (missed[i].executable == executable && !strcmp(missed[i].id, id))
+                        return &missed[i];
+        return NULL;
+}
 
+static bool was_missed(const char *id, bool executable)
+{
         pthread_mutex_lock(&lock);
-        for (size_t i = 0; i < n_missed && !seen; i++)
-                seen = !strcmp(missed[i].id, id) && now_ms() - missed[i].at_ms < MISS_RETRY_MS;
+        struct miss *m = find_miss(id, executable);
+        bool seen = m && now_ms() < m->retry_at_ms;
         pthread_mutex_unlock(&lock);
         return seen;
 }
 
-static void note_result(const char *id, bool ok)
+static void note_miss(const char *id, bool executable, int err)
 {
+        uint64_t retry_at = now_ms() + (err == -ENOENT ? NOT_FOUND_RETRY_MS : FAILED_RETRY_MS);
+
         pthread_mutex_lock(&lock);
-        if (!ok) {
-                size_t i = 0;
-                while (i < n_missed && strcmp(missed[i].id, id))
-                        i++;
-                if (i < n_missed) {
-                        missed[i].at_ms = now_ms();
-                } else {
-                        struct miss *more = n_missed < 4096 ? realloc(missed, (n_missed + 1) * sizeof(*more)) : NULL;
-                        if (more) {
-                                missed = more;
-                                if ((missed[n_missed].id = strdup(id)))
-                                        missed[n_missed++].at_ms = now_ms();
+        struct miss *m = find_miss(id, executable);
+        if (m) {
+                m->retry_at_ms = retry_at;
+        } else {
+                struct miss *more = n_missed < 4096 ? realloc(missed, (n_missed + 1) * sizeof(*more)) : NULL;
+                if (more) {
+                        missed = more;
+                        if ((missed[n_missed].id = strdup(id))) {
+                                missed[n_missed].executable = executable;
+                                missed[n_missed++].retry_at_ms = retry_at;
                         }
                 }
         }
@@ -80,7 +93,7 @@ static char *fetch(const char *id, bool executable)
         char *path = NULL;
         int fd;
 
-        if (!cfg.debuginfod || !network_ok || !urls || !*urls || was_missed(id))
+        if (!cfg.debuginfod || !network_ok || !urls || !*urls || was_missed(id, executable))
                 return NULL;
         c = debuginfod_begin();
         if (!c)
@@ -92,14 +105,15 @@ static char *fetch(const char *id, bool executable)
         fd = executable ? debuginfod_find_executable(c, (const unsigned char *)id, 0, &path)
                         : debuginfod_find_debuginfo(c, (const unsigned char *)id, 0, &path);
         debuginfod_end(c);
-        if (fd >= 0)
+        if (fd >= 0) {
                 close(fd);
-        else {
-                free(path);
-                path = NULL;
+                return path;
         }
-        note_result(id, path != NULL);
-        return path;
+        free(path);
+        note_miss(id, executable, fd);
+        snprintf(last_failure, sizeof(last_failure), "%s %s: %s", executable ? "executable" : "debug file", id,
+                 fd == -ENOENT ? "no server has it" : strerror(-fd));
+        return NULL;
 }
 
 static char *fetch_debuginfo(const char *id, void *ctx)
@@ -125,4 +139,9 @@ void debuginfo_setup(const struct debuginfo_opts *opts)
 void debuginfo_allow_network(bool allow)
 {
         network_ok = allow;
+}
+
+const char *debuginfo_last_failure(void)
+{
+        return last_failure;
 }

@@ -24,3 +24,6 @@ void debuginfo_allow_network(bool allow);
 /* The executable with this build-id from a server (malloc'd path in the
  * client cache) or NULL; checked by the caller. */
 char *debuginfo_fetch_executable(const char *build_id);
+/* Why this thread's last server request failed ("debug file BUILD-ID: no
+ * server has it", "... : Connection refused"); "" if none did. */
+const char *debuginfo_last_failure(void);

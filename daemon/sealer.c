@@ -255,6 +255,9 @@ static int rename_labels(struct seal_job *job)
                                  job->active, (unsigned long long)st.labels_named,
                                  (unsigned long long)st.frames_named);
         }
+        if (r == 0 && st.missing[0])
+                log_info("%s: no debug file for build-id %s%s%s", job->active, st.missing,
+                         *debuginfo_last_failure() ? "; last debuginfod answer: " : "", debuginfo_last_failure());
         unlink(tmp);
         return r;
 }

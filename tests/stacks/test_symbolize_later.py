@@ -200,17 +200,19 @@ def start_debuginfod(t, folder, work):
     srv = subprocess.Popen(ns + ["debuginfod", "-F", "-p", "8002", "-d", os.path.join(work, "debuginfod.sqlite"),
                                  "-t", "0", "-g", "0", "-v", folder], stdout=log, stderr=subprocess.STDOUT,
                            preexec_fn=os.setsid)
-    # Ready once it has scanned the folder and answers for the build-id.
+    # Ready once its scan has indexed both files: it serves the debug file
+    # and the executable by build-id (either can be indexed first).
     bid = build_id(STRIPPED)
     deadline = time.time() + 60
     ok = False
     while time.time() < deadline and srv.poll() is None:
-        r = subprocess.run(ns + ["curl", "-sf", "-o", "/dev/null", f"http://127.0.0.1:8002/buildid/{bid}/debuginfo"])
-        if r.returncode == 0:
-            ok = True
+        ok = all(subprocess.run(ns + ["curl", "-sf", "-o", "/dev/null",
+                                      f"http://127.0.0.1:8002/buildid/{bid}/{kind}"]).returncode == 0
+                 for kind in ("debuginfo", "executable"))
+        if ok:
             break
         time.sleep(0.5)
-    t.ok(ok, "debuginfod on loopback serves the debug file by build-id",
+    t.ok(ok, "debuginfod on loopback serves the debug file and the executable by build-id",
          open(os.path.join(work, "debuginfod.log")).read())
     return holder, srv, ns
 
@@ -300,11 +302,18 @@ def main():
     try:
         cache = os.path.join(work, "client-cache")
         env = dict(os.environ, DEBUGINFOD_URLS="http://127.0.0.1:8002", DEBUGINFOD_CACHE_PATH=cache)
-        r = subprocess.run(ns + [D9CTL, "symbolize"] + copies2, capture_output=True, text=True, timeout=300, env=env)
+        r = subprocess.run(ns + [D9CTL, "symbolize"] + copies2, capture_output=True, text=True, timeout=300,
+                           env=dict(env, DEBUGINFOD_VERBOSE="1"))
         t.ok(r.returncode == 0, "debuginfod: d9ctl symbolize exits 0", r.stdout + r.stderr)
         for line in r.stdout.splitlines():
             print(f"# {line}")
+        failed = t.failed
         check_named(t, "debuginfod", copies2, refs, syms, before)
+        if t.failed > failed:
+            # What the client and the server said, for the next look at it.
+            for line in (r.stderr.splitlines()[-40:] +
+                         open(os.path.join(work, "debuginfod.log")).read().splitlines()[-40:]):
+                print(f"# {line}")
         got = os.listdir(os.path.join(cache, bid)) if os.path.isdir(os.path.join(cache, bid)) else []
         t.ok("debuginfo" in got and "executable" in got,
              f"debuginfod: the debug file and the executable came from the server ({got})")
