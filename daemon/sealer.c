@@ -204,8 +204,9 @@ static int append_symbols(struct seal_job *job, const uint64_t *addrs, size_t n)
                 if (!name) {
                         /* In a mapping: a name d9ctl symbolize can replace. */
                         if (addrs[i] >= 0xffff800000000000ull || !symbolizer_unnamed(sym, addrs[i], hex, sizeof(hex)))
-                                snprintf(hex, sizeof(hex), "%s 0x%llx", addrs[i] >= 0xffff800000000000ull ?
-                                         "[kernel]" : "[symbolize-failed]", (unsigned long long)addrs[i]);
+                                snprintf(hex, sizeof(hex), "%s 0x%llx", addrs[i] >= 0xffff800000000000ull ? "[kernel]"
+                                         : symbolizer_in_anonymous_code(sym, addrs[i]) ? "[anonymous code]"
+                                         : "[symbolize-failed]", (unsigned long long)addrs[i]);
                         name = hex;
                 } else {
                         job->symbols++;

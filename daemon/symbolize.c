@@ -54,6 +54,8 @@ struct symbolizer {
         int root_fd;            /* >= 0: files are looked up in this root (not owned) */
         struct mapping *maps;
         size_t n_maps;
+        struct anon_code { uint64_t start, end; } *anon;  /* executable, no file: JIT code */
+        size_t n_anon;
         struct elf_syms **elfs;
         size_t n_elfs;
         struct ksyms *ksyms;    /* shared table, taken on the first kernel address */
@@ -312,13 +314,47 @@ static bool maps_exec_line(const char *line, struct maps_line *m)
         return true;
 }
 
+/* An executable mapping with no file behind it (a JIT's code cache, as in
+ * V8 or the JVM): its frames can be told apart from lost ones. */
+static bool maps_anon_exec_line(const char *line, uint64_t *start, uint64_t *end)
+{
+        unsigned long long a, b;
+        char perms[8];
+        int at = 0;
+
+        if (sscanf(line, "%llx-%llx %7s %*x %*s %*u%n", &a, &b, perms, &at) != 3 || perms[2] != 'x')
+                return false;
+        line += at;
+        line += strspn(line, " \t");
+        if (*line && *line != '\n')
+                return false;
+        *start = a;
+        *end = b;
+        return true;
+}
+
+static void add_anon_code(struct symbolizer *s, uint64_t start, uint64_t end)
+{
+        struct anon_code *more = realloc(s->anon, (s->n_anon + 1) * sizeof(*more));
+
+        if (more) {
+                s->anon = more;
+                s->anon[s->n_anon++] = (struct anon_code){ start, end };
+        }
+}
+
 /* Every executable file mapping, or only those of the file `only`. */
 static void parse_maps(struct symbolizer *s, const char *text, const struct maps_line *only)
 {
         for (const char *line = text; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
                 struct maps_line m;
                 char path[PATH_MAX];
+                uint64_t a, b;
 
+                if (!only && maps_anon_exec_line(line, &a, &b)) {
+                        add_anon_code(s, a, b);
+                        continue;
+                }
                 if (!maps_exec_line(line, &m) || m.path_len >= sizeof(path) ||
                     (only && (m.path_len != only->path_len || memcmp(m.path, only->path, m.path_len))))
                         continue;
@@ -498,6 +534,14 @@ bool symbolizer_unnamed(const struct symbolizer *s, uint64_t addr, char *buf, si
         return true;
 }
 
+bool symbolizer_in_anonymous_code(const struct symbolizer *s, uint64_t addr)
+{
+        for (size_t i = 0; i < s->n_anon; i++)
+                if (addr >= s->anon[i].start && addr < s->anon[i].end)
+                        return true;
+        return false;
+}
+
 struct symbolizer *symbolizer_new_for_debug_file(const char *path)
 {
         struct symbolizer *s = calloc(1, sizeof(*s));
@@ -593,5 +637,6 @@ void symbolizer_free(struct symbolizer *s)
                 ksyms_put(s->ksyms);
         free(s->elfs);
         free(s->maps);
+        free(s->anon);
         free(s);
 }

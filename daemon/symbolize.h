@@ -44,6 +44,8 @@ bool symbolizer_mapping(const struct symbolizer *s, size_t i, struct sym_mapping
  * FILE takes, the same numbers stripped task labels use). False when addr
  * is in no mapping. */
 bool symbolizer_unnamed(const struct symbolizer *s, uint64_t addr, char *buf, size_t n);
+/* Is addr in executable memory with no file behind it (JIT code)? */
+bool symbolizer_in_anonymous_code(const struct symbolizer *s, uint64_t addr);
 
 /* Symbols of one ELF file (a separate debug file): looked up by link-time
  * address or by file offset (through that file's PT_LOAD headers, which

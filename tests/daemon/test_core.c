@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -327,6 +328,32 @@ static void test_kernel_symbols_shared(void)
         ksyms_put(k);
 }
 
+/* Code with no file behind it (a JIT's) is told apart from lost frames. */
+static void test_anonymous_code(void)
+{
+        static char maps[1 << 16];
+        void *code = mmap(NULL, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        void *data = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+        ssize_t n = 0, got;
+
+        while (fd >= 0 && (got = read(fd, maps + n, sizeof(maps) - 1 - (size_t)n)) > 0)
+                n += got;
+        if (fd >= 0)
+                close(fd);
+        ok(n > 0 && code != MAP_FAILED && data != MAP_FAILED, "an anonymous executable and a data mapping");
+        maps[n > 0 ? n : 0] = 0;
+        struct symbolizer *s = symbolizer_new(getpid(), maps);
+        ok(symbolizer_in_anonymous_code(s, (uint64_t)(uintptr_t)code + 100),
+           "an address in the anonymous executable mapping is anonymous code");
+        ok(!symbolizer_in_anonymous_code(s, (uint64_t)(uintptr_t)data + 100), "a data mapping is not");
+        ok(!symbolizer_in_anonymous_code(s, (uint64_t)(uintptr_t)&test_anonymous_code),
+           "this program's own text is not");
+        symbolizer_free(s);
+        munmap(code, 4096);
+        munmap(data, 4096);
+}
+
 int main(void)
 {
         snprintf(tmpdir, sizeof(tmpdir), "/tmp/d9d-test-core.XXXXXX");
@@ -343,6 +370,7 @@ int main(void)
         test_recovery();
         test_budget();
         test_kernel_symbols_shared();
+        test_anonymous_code();
         printf("1..%d\n", n_test);
         char cmd[300];
         snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);

@@ -39,8 +39,8 @@ def segment_stacks(path):
     for line in out.splitlines():
         if line.startswith('{"event":"SymbolTableEntry"'):
             f = json.loads(line)["fields"]
-            # Placeholders ("[unnamed] FILE 0x...", "[symbolize-failed] 0x...") are no names.
-            if not f["symbol_name"].startswith(("[symbolize-failed]", "[unnamed]")):
+            # Placeholders ("[unnamed] FILE 0x...", "[anonymous code] 0x...", "[symbolize-failed] 0x...") are no names.
+            if not f["symbol_name"].startswith(("[symbolize-failed]", "[unnamed]", "[anonymous code]")):
                 syms[f["addr"]] = f["symbol_name"]
         elif line.startswith('{"event":"CpuSampleEvent"'):
             f = json.loads(line)["fields"]
