@@ -20,6 +20,7 @@
 #include "cleanup.h"
 #include "d9d.h"
 #include "debuginfo.h"
+#include "jit_map.h"
 #include "log.h"
 #include "sealer.h"
 #include "trace_access.h"
@@ -178,6 +179,7 @@ static int append_symbols(struct seal_job *job, const uint64_t *addrs, size_t n)
 {
         _cleanup_close_ int fd = open(job->active, O_WRONLY | O_APPEND | O_CLOEXEC);
         struct symbolizer *sym;
+        struct jit_map *jit = NULL;
         struct d9_enc *enc = NULL;
         uint8_t buf[64 * 1024];
         uint32_t empty;
@@ -186,6 +188,15 @@ static int append_symbols(struct seal_job *job, const uint64_t *addrs, size_t n)
         if (fd < 0)
                 return -errno;
         sym = symbolizer_new_in_root(job->root_fd, job->maps);
+        /* Read at every seal: the JIT appends as it compiles. Absent for
+         * most targets; refused (and said once) when it is not theirs. */
+        if (job->root_fd >= 0 && job->target_nspid > 0) {
+                r = jit_map_load(job->root_fd, job->target_nspid, job->target_uid, &jit);
+                if (r < 0 && r != -ENOENT)
+                        log_warn("%s: /tmp/perf-%d.map of the target not read: %s", job->active,
+                                 (int)job->target_nspid, r == -EPERM ? "not owned by the target's user"
+                                 : r == -EBADFD ? "not a regular file" : strerror(-r));
+        }
         r = sym ? d9_enc_new(&enc) : -ENOMEM;
         if (r < 0)
                 goto out;
@@ -201,6 +212,8 @@ static int append_symbols(struct seal_job *job, const uint64_t *addrs, size_t n)
                 char hex[320];
                 uint32_t atom;
 
+                if (!name && jit && symbolizer_in_anonymous_code(sym, addrs[i]))
+                        name = jit_map_lookup(jit, addrs[i]);
                 if (!name) {
                         /* In a mapping: a name d9ctl symbolize can replace. */
                         if (addrs[i] >= 0xffff800000000000ull || !symbolizer_unnamed(sym, addrs[i], hex, sizeof(hex)))
@@ -220,6 +233,7 @@ static int append_symbols(struct seal_job *job, const uint64_t *addrs, size_t n)
 out:
         d9_enc_free(enc);
         symbolizer_free(sym);
+        jit_map_free(jit);
         return r;
 }
 

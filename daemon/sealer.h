@@ -19,6 +19,8 @@ struct seal_job {
         char *maps;             /* /proc/PID/maps snapshot, owned by the job */
         uint64_t session_id;    /* 0 = nobody waits for this one */
         uid_t reader_uid;       /* may read the sealed file (0: root and d9d only) */
+        pid_t target_nspid;     /* the target's own pid, for its JIT map (0: none) */
+        uid_t target_uid;       /* who may own that map */
         /* Filled by the sealer: */
         char sealed[4096];
         uint64_t bytes;         /* size of the sealed file */

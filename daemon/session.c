@@ -77,6 +77,31 @@ static int read_proc_identity(pid_t pid, uint64_t *starttime, uid_t *uid)
         return 0;
 }
 
+/* The pid the process sees for itself (the last NSpid of its status): in a
+ * container it names its files by that one, e.g. /tmp/perf-PID.map. */
+static pid_t read_nspid(pid_t pid)
+{
+        char path[64];
+        _cleanup_free_ char *status = NULL;
+        const char *line;
+        pid_t last = pid;
+
+        snprintf(path, sizeof(path), "/proc/%d/status", pid);
+        status = read_proc_text(path);
+        line = status ? strstr(status, "\nNSpid:") : NULL;
+        if (!line)
+                return pid;
+        for (const char *p = line + 7; *p && *p != '\n';) {
+                char *end;
+                long v = strtol(p, &end, 10);
+                if (end == p)
+                        break;
+                last = (pid_t)v;
+                p = end;
+        }
+        return last;
+}
+
 static void service_from_exe(const struct d9d *d, const char *exe, char *out, size_t len)
 {
         const char *base = strrchr(exe, '/');
@@ -351,6 +376,8 @@ static void session_close_segment(struct session *s)
         job->compression = s->d->cfg.compression;
         job->session_id = s->id;
         job->reader_uid = s->starter_uid;
+        job->target_nspid = s->nspid;
+        job->target_uid = s->uid;
         s->segments_pending++;
         sealer_submit(s->d->sealer, job);
 }
@@ -711,6 +738,7 @@ static int session_check_target(struct session *s, const struct session_request 
         if (r == 0) {
                 snprintf(path, sizeof(path), "/proc/%d/root", req->pid);
                 s->root_fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC); /* -1: plain paths at seal time */
+                s->nspid = read_nspid(req->pid);
         }
         if (r == 0 && pidfd_alive(s->pidfd_w.fd) < 0)
                 r = -ESRCH;

@@ -31,6 +31,7 @@ struct session {
         uint64_t id;
         pid_t pid;
         uint64_t starttime;             /* /proc/PID/stat field 22, clock ticks since boot */
+        pid_t nspid;                    /* its pid in its own pid namespace: names of files it writes */
         uid_t uid;                      /* the target's (owner of /proc/PID) */
         uid_t starter_uid;              /* the peer that attached (may detach, sees it) */
         int status_fd;                  /* /proc/PID/status, for peers other than root */

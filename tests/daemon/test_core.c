@@ -14,6 +14,7 @@
 
 #include "budget.h"
 #include "config.h"
+#include "jit_map.h"
 #include "kallsyms.h"
 #include "proto/d9control.h"
 #include "proto/d9proto.h"
@@ -354,6 +355,49 @@ static void test_anonymous_code(void)
         munmap(data, 4096);
 }
 
+/* A JIT's perf map inside a target's root: read only as a regular file of
+ * the target's user (or root), never through a symlink, later lines win. */
+static void test_jit_map(void)
+{
+        char root[300], path[400];
+        struct jit_map *m = NULL;
+        FILE *f;
+
+        snprintf(root, sizeof(root), "%s/jitroot", tmpdir);
+        snprintf(path, sizeof(path), "%s/tmp", root);
+        ok(mkdir(root, 0755) == 0 && mkdir(path, 01777) == 0, "a target root with a tmp directory");
+        snprintf(path, sizeof(path), "%s/tmp/perf-77.map", root);
+        f = fopen(path, "w");
+        fprintf(f, "1000 100 JS:*handler file:///srv/app.js:3:1\n"
+                   "1100 40 JS:~helper file:///srv/app.js:9:5\n"
+                   "garbage line\n"
+                   "1000 80 JS:*handler2 file:///srv/app.js:3:1\n"
+                   "2000 10 half written");      /* no newline yet: not read */
+        fclose(f);
+        int rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        int r = jit_map_load(rootfd, 77, 4242, &m);
+        ok(r == 0 && jit_map_count(m) == 3, "the map is read: 3 good lines (r %d, %zu)", r, jit_map_count(m));
+        const char *a = jit_map_lookup(m, 0x1010), *b = jit_map_lookup(m, 0x1090), *c = jit_map_lookup(m, 0x1120);
+        ok(a && !strcmp(a, "JS:*handler2 file:///srv/app.js:3:1"), "recompiled code: the later line wins (%s)", a);
+        ok(b && !strcmp(b, "JS:*handler file:///srv/app.js:3:1"), "past the new code's end the older one holds (%s)", b);
+        ok(c && !strcmp(c, "JS:~helper file:///srv/app.js:9:5"), "a second function (%s)", c);
+        ok(!jit_map_lookup(m, 0x2005) && !jit_map_lookup(m, 0xfff), "the half-written line and gaps name nothing");
+        jit_map_free(m);
+        ok(chown(path, 12345, 12345) == 0 && jit_map_load(rootfd, 77, 4242, &m) == -EPERM && !m,
+           "another user's map is refused");
+        ok(jit_map_load(rootfd, 77, 12345, &m) == 0 && m, "the target user's own map is read");
+        jit_map_free(m);
+        char other[400];
+        snprintf(other, sizeof(other), "%s/tmp/perf-78.map", root);
+        r = symlink(path, other) == 0 ? jit_map_load(rootfd, 78, 12345, &m) : -errno;
+        ok(r == -EBADFD && !m, "a symlink is not followed (r %d)", r);
+        snprintf(other, sizeof(other), "%s/tmp/perf-79.map", root);
+        ok(mkfifo(other, 0644) == 0 && jit_map_load(rootfd, 79, 0, &m) == -EBADFD,
+           "a FIFO is refused without blocking");
+        ok(jit_map_load(rootfd, 80, 0, &m) == -ENOENT, "no map: -ENOENT");
+        close(rootfd);
+}
+
 int main(void)
 {
         snprintf(tmpdir, sizeof(tmpdir), "/tmp/d9d-test-core.XXXXXX");
@@ -371,6 +415,7 @@ int main(void)
         test_budget();
         test_kernel_symbols_shared();
         test_anonymous_code();
+        test_jit_map();
         printf("1..%d\n", n_test);
         char cmd[300];
         snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
