@@ -9,8 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/s3/s3-int.h"
-#include "daemon/ship.h"
+#include "daemon/ship/s3/s3-int.h"
+#include "daemon/ship/ship.h"
 
 static double now_s(void)
 {

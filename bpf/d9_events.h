@@ -183,7 +183,7 @@ struct d9_rec_proc {
         d9_u32 _pad;
 };
 
-/* Stack capture (bpf/d9_stack.bpf.h, daemon/unwind.c, docs/stacks.md).
+/* Stack capture (bpf/d9_stack.bpf.h, daemon/record/unwind.c, docs/stacks.md).
  * A STACK record carries what user space needs to unwind without frame
  * pointers: the thread's user registers, the top of its user stack
  * (variable length, from regs[D9_DW_RSP] up) and the kernel frames. It is

@@ -6,7 +6,7 @@
  * an .eh_frame unwinder needs: the user registers (task_pt_regs: for a
  * thread in a syscall or interrupted by the perf timer these are the user
  * registers at kernel entry) and the top of the user stack; d9d unwinds it
- * (daemon/unwind.c). Kernel frames come from the kernel's walker.
+ * (daemon/record/unwind.c). Kernel frames come from the kernel's walker.
  *
  * Cost bounds (all in d9_stack_cfg, set per target by user space):
  * - user_bytes: the copy per stack;

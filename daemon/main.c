@@ -18,18 +18,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "d9d.h"
-#include "daemon/ship.h"
-#include "debuginfo.h"
-#include "kallsyms.h"
-#include "log.h"
-#include "notify.h"
-#include "planner.h"
-#include "preflight.h"
-#include "recover.h"
-#include "sealer.h"
-#include "trace_access.h"
-#include "session.h"
+#include "daemon/core/d9d.h"
+#include "daemon/ship/ship.h"
+#include "daemon/symbolize/debuginfo.h"
+#include "daemon/symbolize/kallsyms.h"
+#include "daemon/core/log.h"
+#include "daemon/core/notify.h"
+#include "daemon/record/planner.h"
+#include "daemon/core/preflight.h"
+#include "daemon/seal/recover.h"
+#include "daemon/seal/sealer.h"
+#include "daemon/core/trace_access.h"
+#include "daemon/record/session.h"
 
 #define TICK_MS 250
 #define TRIM_TICKS 40   /* 10 s */

@@ -71,7 +71,7 @@ static int by_kind_addr(const void *a, const void *b)
 /* Why a kind has no point: depends on whether symbols were there at all. */
 static int note_missing_kinds(struct probe_plan *plan)
 {
-        /* Each says what d9d really does instead (daemon/translate.c). */
+        /* Each says what d9d really does instead (daemon/record/translate.c). */
         static const char *const fallback[PROBE_KIND_MAX] = {
                 [PROBE_SPAWN] = "spawn = first sight of a task id at poll entry",
                 [PROBE_COMPLETE] = "none: no terminate events",

@@ -92,7 +92,7 @@ struct probe_point {
          * runtime scheduler is, so the vtable's id offset is not its
          * scheduler offset + 8; or, without a vtable, the symbol names
          * BlockingTask. Such polls never make their thread a
-         * worker (daemon/translate.c). */
+         * worker (daemon/record/translate.c). */
         bool blocking_task;
 };
 

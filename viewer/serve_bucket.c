@@ -1,5 +1,5 @@
 /* Bucket mode of d9ctl serve: lists and fetches segments from S3 (or any
- * S3-compatible store) through daemon/s3's client. Keys are shown relative
+ * S3-compatible store) through daemon/ship/s3's client. Keys are shown relative
  * to --prefix, and a client-supplied path is checked with the same syntax
  * rules as local paths before it becomes a key, so a request cannot reach
  * objects outside the prefix. Credentials come from the environment or the
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "daemon/s3/s3.h"
+#include "daemon/ship/s3/s3.h"
 #include "serve.h"
 #include "serve_int.h"
 

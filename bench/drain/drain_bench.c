@@ -27,8 +27,8 @@
 #include <bpf/libbpf.h>
 
 #include "producer.skel.h"
-#include "segment.h"
-#include "translate.h"
+#include "daemon/record/segment.h"
+#include "daemon/record/translate.h"
 #include "uprobes/uprobes.h"
 
 #define ROTATE_BYTES (64ull << 20)

@@ -31,7 +31,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
-#include "bpf_loader.h"
+#include "bpf/bpf_loader.h"
 #include "helpers.skel.h"
 #include "hitcost.h"
 #include "synth.h"

@@ -1,7 +1,7 @@
 /* d9ctl symbolize: names what sealed segments left unnamed ("[unnamed]
  * FILE 0x..." frames, "0x..." task labels) from debug files found by
  * build-id now: the standard places, --debug-dir directories, and the
- * debuginfod servers in DEBUGINFOD_URLS (daemon/resymbolize.c does the
+ * debuginfod servers in DEBUGINFOD_URLS (daemon/symbolize/resymbolize.c does the
  * work). Each segment is replaced atomically by a new sealed file in the
  * same folder: written to a temporary file made with O_EXCL|O_NOFOLLOW,
  * given the original's owner, mode and ACL (the access d9d gave the
@@ -24,8 +24,8 @@
 #include "trace_read.h"
 #include "d9proto.h"
 #include "proto/d9control.h"
-#include "daemon/debuginfo.h"
-#include "daemon/resymbolize.h"
+#include "daemon/symbolize/debuginfo.h"
+#include "daemon/symbolize/resymbolize.h"
 
 /* resymbolize's output sink: the rewritten segment, in memory. */
 static int buf_put(void *ctx, const uint8_t *data, size_t len)

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "bpf_loader.h"
+#include "bpf/bpf_loader.h"
 
 void tap_plan(int n);
 bool tap_ok(bool cond, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

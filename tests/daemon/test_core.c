@@ -12,16 +12,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "budget.h"
-#include "config.h"
-#include "jit_map.h"
-#include "kallsyms.h"
+#include "daemon/seal/budget.h"
+#include "daemon/core/config.h"
+#include "daemon/symbolize/kallsyms.h"
+#include "daemon/symbolize/jit_map.h"
 #include "proto/d9control.h"
 #include "proto/d9proto.h"
-#include "recover.h"
-#include "sealer.h"
-#include "segment.h"
-#include "symbolize.h"
+#include "daemon/seal/recover.h"
+#include "daemon/seal/sealer.h"
+#include "daemon/record/segment.h"
+#include "daemon/symbolize/symbolize.h"
 
 static int n_test, n_fail;
 static char tmpdir[256];

@@ -55,7 +55,7 @@ def rotate_size(t):
 def rotate_events(t):
     """dial9's viewer holds a whole file in memory: segments end at a count of
     events (max_segment_events), whatever their size or age."""
-    limit = 100000  # the default (daemon/config.h), not set here
+    limit = 100000  # the default (daemon/core/config.h), not set here
     d = D9d(D9D, D9CTL, {"rotate_period": "1h", "compression": "none"}).start()
     tgt = start_target(TARGET, "mixed", "--duration", "6")
     time.sleep(0.3)

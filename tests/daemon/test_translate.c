@@ -1,4 +1,4 @@
-/* translate's identity rules (daemon/translate.c, docs/probe-plan.md "Worker
+/* translate's identity rules (daemon/record/translate.c, docs/probe-plan.md "Worker
  * identity"), each fed a synthetic d9_rec_* stream and checked on the
  * decoded dial9 events: which lane every poll, park and unpark lands on,
  * and what runtime.<name> lists. The orders are the ones that broke on
@@ -10,7 +10,7 @@
 
 #include "bpf/d9_events.h"
 #include "proto/d9proto.h"
-#include "translate.h"
+#include "daemon/record/translate.h"
 #include "uprobes/uprobes.h"
 #include "../proto/tap.h"
 

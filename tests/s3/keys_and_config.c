@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon/s3/s3.h"
+#include "daemon/ship/s3/s3.h"
 #include "tap.h"
 
 static void key_layout(void)

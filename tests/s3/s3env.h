@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/s3/s3.h"
+#include "daemon/ship/s3/s3.h"
 #include "tap.h"
 
 static inline void s3env_config(struct s3_config *cfg, const char *bucket)

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/ship.h"
+#include "daemon/ship/ship.h"
 #include "s3env.h"
 
 #define BUCKET "d9-ship"

@@ -1,6 +1,6 @@
 /* stack_hold: not a test; bench/stacks drives it. Attaches sched + 99 Hz
  * CPU sampling to --pid with or without stack capture, drains and unwinds
- * every STACK record as d9d would (daemon/unwind.c, default budget), until
+ * every STACK record as d9d would (daemon/record/unwind.c, default budget), until
  * SIGTERM/SIGINT. Prints "attached" on stderr once attached, and at the end
  * one JSON line on stdout: records, stacks unwound, unwind us per stack,
  * frames per stack, stacks over budget, ring drops, and for each of our BPF
@@ -21,7 +21,7 @@
 #include <bpf/bpf.h>
 
 #include "harness.h"
-#include "unwind.h"
+#include "daemon/record/unwind.h"
 
 #define MAX_FRAMES 128
 

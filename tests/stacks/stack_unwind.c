@@ -1,5 +1,5 @@
 /* stack_unwind: issue 5's must-show on a real release Tokio target (no
- * frame pointers), through the BPF loader and daemon/unwind.c directly.
+ * frame pointers), through the BPF loader and daemon/record/unwind.c directly.
  *
  * Runs TARGET `mixed` (50 ms busy_block_50ms polls and 20 ms
  * sleep_block_20ms polls, once per second each), attaches sched + CPU
@@ -14,7 +14,7 @@
  * With --tiny-budget (1 us of unwinding per 100 ms), only checks that
  * stacks over the budget are refused and counted, none lost silently.
  * With --sealer-names, the user frames of busy stacks must also resolve
- * with daemon/symbolize.c, the sealer's SymbolTableEntry symbolizer.
+ * with daemon/symbolize/symbolize.c, the sealer's SymbolTableEntry symbolizer.
  * With --offcpu-through F1,F2,... (a musl static-pie target, whose libc
  * has no FDE, tests/targets/musl_block.c): the off-CPU stacks must name
  * every Fi and their median user depth must be >= 5, instead of the busy
@@ -25,7 +25,7 @@
  * The executable's lack of CFI makes this test ask BPF for the
  * frame-pointer tail (D9_STACK_FP_TAIL), as d9d does; --no-fp-tail not.
  * With --swap-unwinder, a second unwinder of the same process shares the
- * first one's ELF files (daemon/unwind.c keeps one handle per file); the
+ * first one's ELF files (daemon/record/unwind.c keeps one handle per file); the
  * first is freed after SWAP_AFTER stacks and the second unwinds and names
  * the rest: the shared handles outlive the unwinder that opened them.
  *
@@ -41,10 +41,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cleanup.h"
+#include "daemon/core/cleanup.h"
 #include "harness.h"
-#include "symbolize.h"
-#include "unwind.h"
+#include "daemon/symbolize/symbolize.h"
+#include "daemon/record/unwind.h"
 
 #define MAX_FRAMES 128
 #define MAX_TIDS 128

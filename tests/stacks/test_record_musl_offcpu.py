@@ -3,7 +3,7 @@
 Tokio release binary (stripped, no FDE for musl's syscall stubs), attached
 mid-run while it serves JSON-RPC lines on stdin, and the off-CPU stacks of
 its blocked threads must reach past the syscall stub into the callers'
-frames: median user depth >= 5 (daemon/unwind_step.c). Before, every such
+frames: median user depth >= 5 (daemon/record/unwind_step.c). Before, every such
 stack stopped at the stub: one user frame.
 Usage: test_record_musl_offcpu.py D9D D9CTL -- CMD..."""
 import json

@@ -3,7 +3,7 @@
 (`d9ctl record -- TARGET mixed`), and every off-CPU CpuSampleEvent (source 1)
 of the sealed trace must either carry a stack (kernel and user frames) or a
 single "[no stack: WHY]" frame named by the segment's SymbolTableEntry
-records (daemon/stack_marks.c): rate cap, short interval, unwind budget...
+records (daemon/symbolize/stack_marks.c): rate cap, short interval, unwind budget...
 Nothing is an empty callchain or an unnamed frame. At least 80 % carry a
 stack or a reason (here: all), and at least 80 % carry a stack; the shares
 are printed.

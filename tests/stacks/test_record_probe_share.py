@@ -3,7 +3,7 @@
 `mixed` target fully traced (every Tokio probe, CPU samples), and
  - no CPU sample shows the uprobe trap/handler kernel frames themselves
    (asm_exc_int3, uprobe_notify_resume, handle_swbp, ...): they are one
-   "[d9d uprobe]" frame (daemon/stack_marks.c);
+   "[d9d uprobe]" frame (daemon/symbolize/stack_marks.c);
  - the share of CPU samples whose leaf is that frame is printed apart;
  - among the other CPU samples busy_block_50ms (50 ms of CPU per second)
    is one of the top three user functions (the others: the runtime's

@@ -1,4 +1,4 @@
-/* notify-harness: drives daemon/notify.c the way d9d's main loop does, so its
+/* notify-harness: drives daemon/core/notify.c the way d9d's main loop does, so its
  * sd_notify and socket-activation behaviour can be tested on its own:
  * take the activated control socket, accept one client and answer it, send
  * READY, ping the watchdog from its timerfd N times, then send STOPPING. */
@@ -11,7 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "daemon/notify.h"
+#include "daemon/core/notify.h"
 
 static int serve_one_client(int listen_fd)
 {

@@ -3,7 +3,7 @@
  * when any finding is fatal, like d9d would refuse to trace. */
 #include <stdio.h>
 
-#include "daemon/preflight.h"
+#include "daemon/core/preflight.h"
 
 int main(void)
 {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""daemon/notify.c through notify-harness (which uses it the way d9d does):
+"""daemon/core/notify.c through notify-harness (which uses it the way d9d does):
 READY/STATUS/WATCHDOG/STOPPING reach a NOTIFY_SOCKET we own, the watchdog
 timer follows WATCHDOG_USEC, and socket activation by
 systemd-socket-activate hands over the control socket by name."""

@@ -1,0 +1,932 @@
+/* bpf_loader.c: load d9's BPF objects once, attach and detach targets.
+ *
+ * Two skeletons: d9_sched (scheduler/perf/exit programs, owner of every
+ * map) and d9_tokio (uprobes, reusing d9_sched's maps by fd). Per target:
+ * a slot for drop counters, a ring buffer inserted into d9_rings, a config
+ * in d9_targets, and one link per probe kind (uprobe_multi) or per point
+ * (classic uprobes, the fallback for kernels without uprobe_multi). */
+#include "bpf/bpf_loader.h"
+
+#include <errno.h>
+#include <linux/perf_event.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "bpf/bpf_pidns.h"
+#include "d9_sched.skel.h"
+#include "d9_tokio.skel.h"
+#include "uprobes/uprobes.h"
+
+#define D9_DEFAULT_RING_BYTES (8u << 20)
+#define D9_DEFAULT_SAMPLE_HZ 99
+
+struct d9_bpf {
+        struct d9_sched *sched;
+        struct d9_tokio *tokio;
+        struct bpf_link **sched_links;
+        size_t n_sched_links;
+        int *perf_fds;
+        size_t n_perf_fds;
+        bool multi;
+        size_t ring_bytes;
+        int ring_tmpl_fd;
+        bool slot_used[D9_MAX_TARGETS];
+        struct teardown *teardowns;     /* released targets whose links are still going */
+};
+
+/* The slow half of a detach: destroying the uprobe links (each waits for
+ * an RCU-tasks grace period, tens of ms). It runs on its own thread once
+ * the target records nothing more, so a detach returns without waiting for
+ * it. The slot stays taken until the thread is done, so a new target can
+ * never share drop counters with links still alive. */
+struct teardown {
+        struct teardown *next;
+        pthread_t th;
+        bool started;                   /* th is joinable */
+        bool done;                      /* set by th (atomic) */
+        pid_t pid;
+        uint32_t slot;                  /* UINT32_MAX until the target lets go */
+        struct bpf_link **links;
+        size_t n_links;
+};
+
+static void teardowns_reap(struct d9_bpf *bpf, bool wait_all, pid_t pid);
+
+struct d9_bpf_target {
+        struct d9_bpf *bpf;
+        pid_t pid;                      /* in d9d's pid namespace: attach, /proc */
+        uint32_t kernel_tgid;           /* task->tgid: the key of every BPF map */
+        uint32_t slot;
+        int ring_fd;
+        struct ring_buffer *rb;
+        struct bpf_link **links;
+        size_t n_links, cap_links;
+        size_t n_attached;
+        enum d9_poll_end poll_end;
+        uint64_t attach_ns;
+        struct teardown *td;            /* set once stopped */
+        bool in_rings, in_targets;      /* this target's entries were inserted (not another's) */
+        d9_bpf_record_fn on_record;
+        void *ctx;
+};
+
+static uint64_t now_ns(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void set_err(char **err, const char *fmt, ...)
+{
+        va_list ap;
+
+        if (!err)
+                return;
+        free(*err);
+        *err = NULL;
+        va_start(ap, fmt);
+        if (vasprintf(err, fmt, ap) < 0)
+                *err = NULL;
+        va_end(ap);
+}
+
+/* The same test libbpf uses: a kernel with uprobe_multi *and* the fixed
+ * process (not thread) pid filter rejects pid -1 on a bogus path with
+ * EINVAL. Older kernels fail the load or answer differently. */
+static bool probe_uprobe_multi(void)
+{
+        struct bpf_insn insns[] = {
+                { .code = 0xb7, .dst_reg = 0, .imm = 0 },      /* r0 = 0 */
+                { .code = 0x95 },                               /* exit */
+        };
+        LIBBPF_OPTS(bpf_prog_load_opts, popts,
+                    .expected_attach_type = BPF_TRACE_UPROBE_MULTI);
+        LIBBPF_OPTS(bpf_link_create_opts, lopts);
+        unsigned long offset = 0;
+        int prog_fd, link_fd, err;
+
+        prog_fd = bpf_prog_load(BPF_PROG_TYPE_KPROBE, "d9_probe_umulti", "GPL",
+                                insns, 2, &popts);
+        if (prog_fd < 0)
+                return false;
+        lopts.uprobe_multi.path = "/";
+        lopts.uprobe_multi.offsets = &offset;
+        lopts.uprobe_multi.cnt = 1;
+        lopts.uprobe_multi.pid = -1;
+        link_fd = bpf_link_create(prog_fd, -1, BPF_TRACE_UPROBE_MULTI, &lopts);
+        err = -errno;
+        if (link_fd >= 0)
+                close(link_fd);
+        close(prog_fd);
+        return link_fd < 0 && err == -EINVAL;
+}
+
+static int push_sched_link(struct d9_bpf *bpf, struct bpf_link *link)
+{
+        struct bpf_link **n;
+
+        if (!link)
+                return -errno;
+        n = realloc(bpf->sched_links, (bpf->n_sched_links + 1) * sizeof(*n));
+        if (!n) {
+                bpf_link__destroy(link);
+                return -ENOMEM;
+        }
+        bpf->sched_links = n;
+        bpf->sched_links[bpf->n_sched_links++] = link;
+        return 0;
+}
+
+/* System-wide CPU-clock events, one per CPU; the BPF program keeps only
+ * samples of target threads. */
+static int open_cpu_sampling(struct d9_bpf *bpf, unsigned hz)
+{
+        int ncpu = libbpf_num_possible_cpus();
+        int r;
+
+        if (ncpu < 0)
+                return ncpu;
+        bpf->perf_fds = calloc((size_t)ncpu, sizeof(int));
+        if (!bpf->perf_fds)
+                return -ENOMEM;
+        for (int cpu = 0; cpu < ncpu; cpu++) {
+                struct perf_event_attr attr = {
+                        .type = PERF_TYPE_SOFTWARE,
+                        .size = sizeof(attr),
+                        .config = PERF_COUNT_SW_CPU_CLOCK,
+                        .freq = 1,
+                        .sample_freq = hz,
+                };
+                int fd = (int)syscall(SYS_perf_event_open, &attr, -1, cpu, -1,
+                                      PERF_FLAG_FD_CLOEXEC);
+
+                if (fd < 0) {
+                        if (errno == ENODEV)    /* possible but offline */
+                                continue;
+                        return -errno;
+                }
+                bpf->perf_fds[bpf->n_perf_fds++] = fd;
+                r = push_sched_link(bpf, bpf_program__attach_perf_event(
+                                                 bpf->sched->progs.d9_cpu_sample, fd));
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* The inner map of d9_rings fixes every target ring's size: give libbpf a
+ * template of the configured size (the BPF-side definition is a stand-in).
+ * libbpf borrows the fd; it is only needed until both objects are loaded. */
+static int set_ring_template(struct d9_bpf *bpf, struct bpf_map *outer)
+{
+        if (bpf->ring_tmpl_fd < 0) {
+                bpf->ring_tmpl_fd = bpf_map_create(BPF_MAP_TYPE_RINGBUF, "d9_ring_tmpl", 0,
+                                                   0, (uint32_t)bpf->ring_bytes, NULL);
+                if (bpf->ring_tmpl_fd < 0)
+                        return -errno;
+        }
+        return bpf_map__set_inner_map_fd(outer, bpf->ring_tmpl_fd);
+}
+
+static int load_sched(struct d9_bpf *bpf)
+{
+        struct bpf_program *progs[4];
+        int r;
+
+        bpf->sched = d9_sched__open();
+        if (!bpf->sched)
+                return -errno;
+        r = set_ring_template(bpf, bpf->sched->maps.d9_rings);
+        if (r < 0)
+                return r;
+        r = d9_sched__load(bpf->sched);
+        if (r < 0)
+                return r;
+        progs[0] = bpf->sched->progs.d9_sched_switch;
+        progs[1] = bpf->sched->progs.d9_sched_wakeup;
+        progs[2] = bpf->sched->progs.d9_proc_exit;
+        progs[3] = bpf->sched->progs.d9_proc_exec;
+        for (size_t i = 0; i < 4; i++) {
+                r = push_sched_link(bpf, bpf_program__attach(progs[i]));
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* The tokio object writes into d9_sched's maps: same fds, not copies. */
+static int load_tokio(struct d9_bpf *bpf)
+{
+        struct bpf_map *shared[][2] = {
+                { bpf->sched->maps.d9_targets, NULL },
+                { bpf->sched->maps.d9_rings, NULL },
+                { bpf->sched->maps.d9_drops, NULL },
+                { bpf->sched->maps.d9_threads, NULL },
+        };
+        struct bpf_program *prog;
+        int r;
+
+        bpf->tokio = d9_tokio__open();
+        if (!bpf->tokio)
+                return -errno;
+        shared[0][1] = bpf->tokio->maps.d9_targets;
+        shared[1][1] = bpf->tokio->maps.d9_rings;
+        shared[2][1] = bpf->tokio->maps.d9_drops;
+        shared[3][1] = bpf->tokio->maps.d9_threads;
+        r = set_ring_template(bpf, bpf->tokio->maps.d9_rings);
+        for (size_t i = 0; r == 0 && i < sizeof(shared) / sizeof(shared[0]); i++)
+                r = bpf_map__reuse_fd(shared[i][1], bpf_map__fd(shared[i][0]));
+        if (r < 0)
+                return r;
+        if (bpf->multi)
+                bpf_object__for_each_program(prog, bpf->tokio->obj)
+                        bpf_program__set_expected_attach_type(prog, BPF_TRACE_UPROBE_MULTI);
+        return d9_tokio__load(bpf->tokio);
+}
+
+static int libbpf_quiet(enum libbpf_print_level level, const char *fmt, va_list ap)
+{
+        return 0;
+}
+
+static int libbpf_warnings(enum libbpf_print_level level, const char *fmt, va_list ap)
+{
+        return level == LIBBPF_WARN ? vfprintf(stderr, fmt, ap) : 0;
+}
+
+int d9_bpf_open(const struct d9_bpf_opts *opts, struct d9_bpf **out)
+{
+        struct d9_bpf_opts none = { 0 };
+        struct d9_bpf *bpf;
+        int r;
+
+        if (!opts)
+                opts = &none;
+        bpf = calloc(1, sizeof(*bpf));
+        if (!bpf)
+                return -ENOMEM;
+        bpf->ring_bytes = opts->ring_bytes ? opts->ring_bytes : D9_DEFAULT_RING_BYTES;
+        bpf->ring_tmpl_fd = -1;
+        libbpf_set_print(opts->libbpf_log ? libbpf_warnings : libbpf_quiet);
+        bpf->multi = !opts->force_per_probe && probe_uprobe_multi();
+        r = load_sched(bpf);
+        if (r == 0)
+                r = load_tokio(bpf);
+        if (bpf->ring_tmpl_fd >= 0)
+                close(bpf->ring_tmpl_fd);
+        bpf->ring_tmpl_fd = -1;
+        if (r == 0 && !opts->no_cpu_sampling)
+                r = open_cpu_sampling(bpf, opts->sample_hz ? opts->sample_hz
+                                                           : D9_DEFAULT_SAMPLE_HZ);
+        if (r < 0) {
+                d9_bpf_close(bpf);
+                return r;
+        }
+        *out = bpf;
+        return 0;
+}
+
+void d9_bpf_close(struct d9_bpf *bpf)
+{
+        if (!bpf)
+                return;
+        teardowns_reap(bpf, true, 0);
+        for (size_t i = 0; i < bpf->n_sched_links; i++)
+                bpf_link__destroy(bpf->sched_links[i]);
+        for (size_t i = 0; i < bpf->n_perf_fds; i++)
+                close(bpf->perf_fds[i]);
+        free(bpf->sched_links);
+        free(bpf->perf_fds);
+        d9_tokio__destroy(bpf->tokio);
+        d9_sched__destroy(bpf->sched);
+        free(bpf);
+}
+
+bool d9_bpf_uses_uprobe_multi(const struct d9_bpf *bpf)
+{
+        return bpf->multi;
+}
+
+/* ---- per target ---------------------------------------------------- */
+
+static int push_link(struct d9_bpf_target *t, struct bpf_link *link)
+{
+        if (!link)
+                return -errno;
+        if (t->n_links == t->cap_links) {
+                size_t cap = t->cap_links ? 2 * t->cap_links : 16;
+                struct bpf_link **n = realloc(t->links, cap * sizeof(*n));
+
+                if (!n) {
+                        bpf_link__destroy(link);
+                        return -ENOMEM;
+                }
+                t->links = n;
+                t->cap_links = cap;
+        }
+        t->links[t->n_links++] = link;
+        return 0;
+}
+
+/* Where the BPF program finds its value: the plan's value_from, or the
+ * documented default of the kind when the plan leaves it open. */
+static uint64_t point_arg(const struct probe_point *p)
+{
+        switch (p->value_from) {
+        case PROBE_ARG_RET: return D9_ARG_RET;
+        case PROBE_ARG0: return D9_ARG_0;
+        case PROBE_ARG1: return D9_ARG_1;
+        case PROBE_ARG0_DEREF: return D9_ARG_0_DEREF;
+        case PROBE_ARG_NONE: break;
+        }
+        switch (p->kind) {
+        case PROBE_SPAWN: return D9_ARG_RET;
+        case PROBE_PARK: return D9_ARG_0_DEREF;
+        case PROBE_POLL: case PROBE_COMPLETE: case PROBE_WAKE: return D9_ARG_0;
+        default: return D9_ARG_NONE;
+        }
+}
+
+/* A boxed dyn future's vtable offset, for poll entries that have one. */
+static uint64_t point_dyn_off(const struct probe_point *p, enum d9_point what)
+{
+        if (what != D9_POINT_POLL || !p->boxed_dyn || p->dyn_vtable_hdr_off > 0xffff)
+                return 0;
+        return p->dyn_vtable_hdr_off;
+}
+
+/* The uprobe points of one target, entries and returns apart: each set
+ * becomes one uprobe_multi link (or one link per point without it). */
+struct point_set {
+        unsigned long *offs;
+        __u64 *cookies;
+        size_t n;
+};
+
+static void point_sets_free(struct point_set sets[2])
+{
+        for (int i = 0; i < 2; i++) {
+                free(sets[i].offs);
+                free(sets[i].cookies);
+        }
+}
+
+/* Add every non-skipped point of `kind` as `what`. Its uretprobe flag
+ * picks the set, unless as_ret forces the return set (poll end by
+ * uretprobe on raw::poll's entry). */
+static void collect(struct point_set sets[2], const struct probe_plan *plan,
+                    enum probe_kind kind, enum d9_point what, bool as_ret)
+{
+        for (size_t i = 0; i < plan->n_points; i++) {
+                const struct probe_point *p = &plan->points[i];
+                struct point_set *set;
+
+                if (p->kind != kind || p->skipped)
+                        continue;
+                set = &sets[as_ret || p->uretprobe];
+                set->offs[set->n] = p->file_offset;
+                set->cookies[set->n++] = (p->cookie & D9_COOKIE_MASK) |
+                                         (point_dyn_off(p, what) << D9_COOKIE_DYN_SHIFT) |
+                                         ((__u64)what << D9_COOKIE_KIND_SHIFT) |
+                                         (point_arg(p) << D9_COOKIE_ARG_SHIFT);
+        }
+}
+
+static int attach_set(struct d9_bpf_target *t, const char *path, const struct point_set *set,
+                      bool ret)
+{
+        struct bpf_program *prog = t->bpf->tokio->progs.d9_tokio_probe;
+        int r = 0;
+
+        if (set->n == 0)
+                return 0;
+        if (t->bpf->multi) {
+                LIBBPF_OPTS(bpf_uprobe_multi_opts, mo, .offsets = set->offs,
+                            .cookies = set->cookies, .cnt = set->n, .retprobe = ret);
+
+                r = push_link(t, bpf_program__attach_uprobe_multi(prog, t->pid, path, NULL,
+                                                                  &mo));
+        }
+        for (size_t i = 0; !t->bpf->multi && r == 0 && i < set->n; i++) {
+                LIBBPF_OPTS(bpf_uprobe_opts, uo, .bpf_cookie = set->cookies[i],
+                            .retprobe = ret);
+
+                r = push_link(t, bpf_program__attach_uprobe_opts(prog, t->pid, path,
+                                                                 set->offs[i], &uo));
+        }
+        if (r == 0)
+                t->n_attached += set->n;
+        return r;
+}
+
+static size_t plan_count(const struct probe_plan *plan, enum probe_kind kind)
+{
+        size_t n = 0;
+
+        for (size_t i = 0; plan && i < plan->n_points; i++)
+                n += plan->points[i].kind == kind && !plan->points[i].skipped;
+        return n;
+}
+
+static enum d9_poll_end choose_poll_end(const struct probe_plan *plan, unsigned probes,
+                                        enum d9_poll_end asked)
+{
+        if (asked != D9_POLL_END_AUTO)
+                return asked;
+        if ((probes & D9_PROBE_PARK) && plan_count(plan, PROBE_PARK) > 0)
+                return D9_POLL_END_ENTRY_ONLY;
+        return D9_POLL_END_URETPROBE;
+}
+
+static int attach_uprobes(struct d9_bpf_target *t, const struct probe_plan *plan,
+                          unsigned probes, char **err)
+{
+        /* Each point lands in at most one set, and poll points at most twice. */
+        size_t cap = 2 * plan->n_points + 1;
+        struct point_set sets[2] = {
+                { calloc(cap, sizeof(unsigned long)), calloc(cap, sizeof(__u64)), 0 },
+                { calloc(cap, sizeof(unsigned long)), calloc(cap, sizeof(__u64)), 0 },
+        };
+        int r = -ENOMEM;
+
+        if (!sets[0].offs || !sets[0].cookies || !sets[1].offs || !sets[1].cookies)
+                goto out;
+        if (probes & D9_PROBE_POLL) {
+                collect(sets, plan, PROBE_POLL, D9_POINT_POLL, false);
+                if (t->poll_end == D9_POLL_END_URETPROBE)
+                        collect(sets, plan, PROBE_POLL, D9_POINT_POLL_END, true);
+                if (t->poll_end == D9_POLL_END_RETSITES)
+                        collect(sets, plan, PROBE_POLL_RETURN, D9_POINT_POLL_END, false);
+        }
+        if (probes & D9_PROBE_SPAWN)
+                collect(sets, plan, PROBE_SPAWN, D9_POINT_SPAWN, false);
+        if (probes & D9_PROBE_TERMINATE)
+                collect(sets, plan, PROBE_COMPLETE, D9_POINT_TERMINATE, false);
+        if (probes & D9_PROBE_WAKE)
+                collect(sets, plan, PROBE_WAKE, D9_POINT_WAKE, false);
+        if (probes & D9_PROBE_PARK) {
+                collect(sets, plan, PROBE_PARK, D9_POINT_PARK, false);
+                collect(sets, plan, PROBE_UNPARK_RETURN, D9_POINT_UNPARK, false);
+        }
+        /* Returns first: a poll entered between the two attaches must not
+         * miss its end (an end without a start is ignored in BPF). */
+        /* The planned inode itself (see probe_plan.exe_fd), not a path. */
+        const char *path = plan->attach_path ? plan->attach_path : plan->exe_path;
+
+        r = attach_set(t, path, &sets[1], true);
+        if (r == 0)
+                r = attach_set(t, path, &sets[0], false);
+        if (r < 0)
+                set_err(err, "cannot attach %zu Tokio probes to PID %d (%s): %s",
+                        sets[0].n + sets[1].n, t->pid, plan->exe_path, strerror(-r));
+out:
+        point_sets_free(sets);
+        return r;
+}
+
+static int alloc_slot(struct d9_bpf *bpf, uint32_t *slot)
+{
+        for (uint32_t i = 0; i < D9_MAX_TARGETS; i++) {
+                if (!bpf->slot_used[i]) {
+                        bpf->slot_used[i] = true;
+                        *slot = i;
+                        return 0;
+                }
+        }
+        return -ENOSPC;
+}
+
+/* A per-CPU counter map's row for one target slot: zeroed at attach (the
+ * slot may have served an earlier target), summed over CPUs when read. */
+static int percpu_row_zero(struct bpf_map *map, uint32_t slot)
+{
+        size_t size = bpf_map__value_size(map);
+        int ncpu = libbpf_num_possible_cpus();
+        void *zeros;
+        int r;
+
+        if (ncpu < 0)
+                return ncpu;
+        zeros = calloc((size_t)ncpu, size);
+        if (!zeros)
+                return -ENOMEM;
+        r = bpf_map__update_elem(map, &slot, sizeof(slot), zeros, (size_t)ncpu * size, BPF_ANY);
+        free(zeros);
+        return r;
+}
+
+/* Sums n_cols u64 columns of the row over CPUs into sum[]. */
+static int percpu_row_sum(struct bpf_map *map, uint32_t slot, uint64_t *sum, size_t n_cols)
+{
+        size_t size = bpf_map__value_size(map);
+        int ncpu = libbpf_num_possible_cpus();
+        uint64_t *v;
+        int r;
+
+        if (ncpu < 0)
+                return ncpu;
+        if (size != n_cols * sizeof(*v))
+                return -EINVAL;
+        v = calloc((size_t)ncpu, size);
+        if (!v)
+                return -ENOMEM;
+        r = bpf_map__lookup_elem(map, &slot, sizeof(slot), v, (size_t)ncpu * size, 0);
+        memset(sum, 0, size);
+        for (int i = 0; r == 0 && i < ncpu; i++)
+                for (size_t c = 0; c < n_cols; c++)
+                        sum[c] += v[(size_t)i * n_cols + c];
+        free(v);
+        return r;
+}
+
+/* Task-id layout: the caller's, else the plan's. False if neither has one. */
+static bool layout_of(const struct probe_plan *plan, const struct d9_bpf_target_opts *o,
+                      struct d9_target_cfg *cfg)
+{
+        uint64_t vt = o->header_vtable_off, id = o->vtable_id_off_slot;
+
+        if ((!vt || !id) && plan && plan->vtable_id_off > 0) {
+                vt = plan->hdr_vtable_off;
+                id = (uint64_t)plan->vtable_id_off;
+        }
+        if (cfg) {
+                cfg->header_vtable_off = vt;
+                cfg->vtable_id_off_slot = id;
+                /* The scheduler's slot only with the plan's own layout. */
+                cfg->vtable_sched_off_slot = plan && id == (uint64_t)plan->vtable_id_off &&
+                                                     plan->vtable_scheduler_off > 0 ?
+                                                     (uint64_t)plan->vtable_scheduler_off : 0;
+        }
+        return vt && id;
+}
+
+static int deliver_record(void *ctx, void *data, size_t size)
+{
+        struct d9_bpf_target *t = ctx;
+
+        return t->on_record(t->ctx, data, size);
+}
+
+/* Ring + config: the order matters, BPF checks the config first, so a
+ * config is only visible once its ring exists. */
+static int install_target(struct d9_bpf_target *t, const struct probe_plan *plan,
+                          const struct d9_bpf_target_opts *o)
+{
+        struct d9_bpf *bpf = t->bpf;
+        struct d9_target_cfg cfg = {
+                .slot = t->slot,
+                .probes = o->probes,
+                .entry_only = t->poll_end == D9_POLL_END_ENTRY_ONLY,
+                .dyn_poll_slot = plan ? plan->dyn_future_poll_slot : 0,
+                .stack = o->stack,
+                .offcpu_min_ns = o->offcpu_min_ns,
+        };
+        uint32_t tgid = t->kernel_tgid;
+        int r;
+
+        layout_of(plan, o, &cfg);
+        t->ring_fd = bpf_map_create(BPF_MAP_TYPE_RINGBUF, "d9_ring", 0, 0,
+                                    (uint32_t)bpf->ring_bytes, NULL);
+        if (t->ring_fd < 0)
+                return -errno;
+        t->rb = ring_buffer__new(t->ring_fd, deliver_record, t, NULL);
+        if (!t->rb)
+                return -errno;
+        r = percpu_row_zero(bpf->sched->maps.d9_drops, t->slot);
+        if (r == 0)
+                r = percpu_row_zero(bpf->sched->maps.d9_offcpu_short, t->slot);
+        if (r == 0)
+                r = bpf_map__update_elem(bpf->sched->maps.d9_rings, &tgid, sizeof(tgid),
+                                         &t->ring_fd, sizeof(t->ring_fd), BPF_NOEXIST);
+        t->in_rings = r == 0;
+        if (r == 0)
+                r = bpf_map__update_elem(bpf->sched->maps.d9_targets, &tgid, sizeof(tgid),
+                                         &cfg, sizeof(cfg), BPF_NOEXIST);
+        t->in_targets = r == 0;
+        return r;
+}
+
+static int check_request(pid_t pid, const struct probe_plan *plan,
+                         const struct d9_bpf_target_opts *o, char **err)
+{
+        unsigned uprobe_bits = D9_PROBE_PARK | D9_PROBE_POLL | D9_PROBE_SPAWN |
+                               D9_PROBE_WAKE | D9_PROBE_TERMINATE;
+
+        /* EPERM means the process exists but belongs to another user: d9d
+         * running as its own user with CAP_SYS_PTRACE may still trace it. */
+        if (pid <= 0 || (kill(pid, 0) < 0 && errno == ESRCH)) {
+                set_err(err, "no such process: PID %d", (int)pid);
+                return -ESRCH;
+        }
+        if (!o->on_record) {
+                set_err(err, "internal: no record callback for PID %d", (int)pid);
+                return -EINVAL;
+        }
+        if (!(o->probes & uprobe_bits))
+                return 0;
+        if (!plan || plan_count(plan, PROBE_POLL) == 0) {
+                set_err(err, "PID %d is not a Tokio process: no raw::poll probe points found",
+                        (int)pid);
+                return -ENOENT;
+        }
+        if (!layout_of(plan, o, NULL)) {
+                set_err(err, "PID %d: the probe plan gives no task-id layout", (int)pid);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan *plan,
+                         const struct d9_bpf_target_opts *o,
+                         struct d9_bpf_target **out, char **err)
+{
+        struct d9_bpf_target *t;
+        uint64_t t0;
+        int r;
+
+        r = check_request(pid, plan, o, err);
+        if (r < 0)
+                return r;
+        t = calloc(1, sizeof(*t));
+        if (!t)
+                return -ENOMEM;
+        t->bpf = bpf;
+        t->pid = pid;
+        t->ring_fd = -1;
+        t->slot = UINT32_MAX;
+        t->poll_end = choose_poll_end(plan, o->probes, o->poll_end);
+        t->on_record = o->on_record;
+        t->ctx = o->ctx;
+        /* Links of an earlier session on this pid may still be going away:
+         * they would feed the new config (with their own probe set). */
+        teardowns_reap(bpf, false, pid);
+        r = alloc_slot(bpf, &t->slot);
+        if (r == -ENOSPC && bpf->teardowns) {
+                teardowns_reap(bpf, true, 0);
+                r = alloc_slot(bpf, &t->slot);
+        }
+        if (r < 0) {
+                set_err(err, "cannot trace PID %d: already %d targets", (int)pid,
+                        D9_MAX_TARGETS);
+                goto fail;
+        }
+        r = d9_bpf_kernel_tgid(bpf->sched, pid, &t->kernel_tgid);
+        if (r < 0) {
+                set_err(err, "cannot find the kernel's pid of PID %d (d9d in a pid namespace): %s",
+                        (int)pid, strerror(-r));
+                goto fail;
+        }
+        r = install_target(t, plan, o);
+        if (r < 0) {
+                set_err(err, "cannot set up the ring buffer for PID %d: %s%s", (int)pid,
+                        strerror(-r), r == -EEXIST ? " (already traced)" : "");
+                goto fail;
+        }
+        t0 = now_ns();
+        if (plan)
+                r = attach_uprobes(t, plan, o->probes, err);
+        t->attach_ns = now_ns() - t0;
+        if (r < 0)
+                goto fail;
+        *out = t;
+        return 0;
+fail:
+        d9_bpf_detach_target(t);
+        return r;
+}
+
+struct link_stripe {
+        struct bpf_link **links;
+        size_t n, first, step;
+};
+
+static void *destroy_stripe(void *arg)
+{
+        struct link_stripe *st = arg;
+
+        for (size_t i = st->first; i < st->n; i += st->step)
+                bpf_link__destroy(st->links[i]);
+        return NULL;
+}
+
+/* Destroying a uprobe link waits for an RCU-tasks grace period (tens of
+ * ms); destroying them from several threads lets the waits overlap, so a
+ * teardown costs one grace period, not one per link. */
+static void destroy_links(struct bpf_link **links, size_t n)
+{
+        enum { MAX_THREADS = 16 };
+        struct link_stripe st[MAX_THREADS];
+        pthread_t th[MAX_THREADS];
+        size_t k = n < MAX_THREADS ? n : MAX_THREADS;
+        bool started[MAX_THREADS] = { false };
+
+        for (size_t i = 1; i < k; i++) {
+                st[i] = (struct link_stripe){ links, n, i, k };
+                started[i] = pthread_create(&th[i], NULL, destroy_stripe, &st[i]) == 0;
+        }
+        for (size_t i = 0; i < k; i++) {
+                if (i == 0 || !started[i]) {
+                        st[i] = (struct link_stripe){ links, n, i, k };
+                        destroy_stripe(&st[i]);
+                }
+        }
+        for (size_t i = 1; i < k; i++)
+                if (started[i])
+                        pthread_join(th[i], NULL);
+}
+
+static void *teardown_run(void *arg)
+{
+        struct teardown *td = arg;
+
+        destroy_links(td->links, td->n_links);
+        __atomic_store_n(&td->done, true, __ATOMIC_RELEASE);
+        return NULL;
+}
+
+/* Main thread only (like every slot_used access): join, give the slot back. */
+static void teardown_finish(struct d9_bpf *bpf, struct teardown *td)
+{
+        if (td->started)
+                pthread_join(td->th, NULL);
+        if (td->slot != UINT32_MAX)
+                bpf->slot_used[td->slot] = false;
+        free(td->links);
+        free(td);
+}
+
+/* Finish the teardowns that are done; also wait for those of `pid` (> 0),
+ * or for all of them with wait_all. */
+static void teardowns_reap(struct d9_bpf *bpf, bool wait_all, pid_t pid)
+{
+        for (struct teardown **pp = &bpf->teardowns; *pp;) {
+                struct teardown *td = *pp;
+
+                if (wait_all || td->pid == pid || __atomic_load_n(&td->done, __ATOMIC_ACQUIRE)) {
+                        *pp = td->next;
+                        teardown_finish(bpf, td);
+                        continue;
+                }
+                pp = &td->next;
+        }
+}
+
+size_t d9_bpf_teardowns_pending(struct d9_bpf *bpf)
+{
+        size_t n = 0;
+
+        if (!bpf)
+                return 0;
+        teardowns_reap(bpf, false, 0);
+        for (struct teardown *td = bpf->teardowns; td; td = td->next)
+                n++;
+        return n;
+}
+
+bool d9_bpf_teardown_pending_for(struct d9_bpf *bpf, pid_t pid)
+{
+        if (!bpf)
+                return false;
+        teardowns_reap(bpf, false, 0);
+        for (struct teardown *td = bpf->teardowns; td; td = td->next)
+                if (td->pid == pid)
+                        return true;
+        return false;
+}
+
+int d9_bpf_target_stop(struct d9_bpf_target *t)
+{
+        uint32_t tgid = t->kernel_tgid;
+        struct teardown *td;
+
+        if (t->td)
+                return 0;
+        teardowns_reap(t->bpf, false, 0);       /* earlier ones, if done */
+        td = calloc(1, sizeof(*td));
+        if (!td)
+                return -ENOMEM;
+        td->pid = t->pid;
+        td->slot = UINT32_MAX;
+        td->links = t->links;
+        td->n_links = t->n_links;
+        t->links = NULL;
+        t->n_links = t->cap_links = 0;
+        t->td = td;
+        /* Every program looks the config up first: without it they write
+         * nothing more for this pid (links or not). */
+        if (t->slot != UINT32_MAX)
+                bpf_map__delete_elem(t->bpf->sched->maps.d9_targets, &tgid, sizeof(tgid), 0);
+        /* The links are dead weight from here on; their grace periods run
+         * while this thread waits for its own below. */
+        td->started = pthread_create(&td->th, NULL, teardown_run, td) == 0;
+        if (!td->started) {
+                destroy_links(td->links, td->n_links);
+                td->done = true;
+        }
+        /* The kernel answers a delete from a map-in-map only after
+         * synchronize_rcu(): no program that still saw the config is
+         * running, so every record it reserved is now submitted. */
+        if (t->slot != UINT32_MAX)
+                bpf_map__delete_elem(t->bpf->sched->maps.d9_rings, &tgid, sizeof(tgid), 0);
+        if (t->rb)
+                ring_buffer__consume(t->rb);
+        return 0;
+}
+
+void d9_bpf_detach_target(struct d9_bpf_target *t)
+{
+        uint32_t tgid;
+
+        if (!t)
+                return;
+        tgid = t->kernel_tgid;
+        if (t->td) {
+                /* Stopped: the links die on their own thread; the slot is
+                 * released with them (teardowns_reap). */
+                t->td->slot = t->slot;
+                t->td->next = t->bpf->teardowns;
+                t->bpf->teardowns = t->td;
+        } else {
+                destroy_links(t->links, t->n_links);
+                if (t->slot != UINT32_MAX) {
+                        /* An insert refused with EEXIST left another
+                         * target's entries under this tgid: not ours to delete. */
+                        if (t->in_targets)
+                                bpf_map__delete_elem(t->bpf->sched->maps.d9_targets, &tgid, sizeof(tgid), 0);
+                        if (t->in_rings)
+                                bpf_map__delete_elem(t->bpf->sched->maps.d9_rings, &tgid, sizeof(tgid), 0);
+                        t->bpf->slot_used[t->slot] = false;
+                }
+        }
+        if (t->rb) {
+                ring_buffer__consume(t->rb);
+                ring_buffer__free(t->rb);
+        }
+        if (t->ring_fd >= 0)
+                close(t->ring_fd);
+        free(t->links);
+        free(t);
+}
+
+int d9_bpf_target_epoll_fd(const struct d9_bpf_target *t)
+{
+        return ring_buffer__epoll_fd(t->rb);
+}
+
+int d9_bpf_target_consume(struct d9_bpf_target *t)
+{
+        return ring_buffer__consume(t->rb);
+}
+
+int d9_bpf_target_poll(struct d9_bpf_target *t, int timeout_ms)
+{
+        int woken = ring_buffer__poll(t->rb, timeout_ms), more;
+
+        /* BPF wakes us only when D9_WAKEUP_BYTES are pending: drain the rest. */
+        if (woken < 0 && woken != -EINTR)
+                return woken;
+        more = ring_buffer__consume(t->rb);
+        return more < 0 ? more : (woken > 0 ? woken : 0) + more;
+}
+
+int d9_bpf_target_drops(const struct d9_bpf_target *t, uint64_t *dropped)
+{
+        return percpu_row_sum(t->bpf->sched->maps.d9_drops, t->slot, dropped, 1);
+}
+
+int d9_bpf_target_offcpu_short(const struct d9_bpf_target *t, struct d9_offcpu_short *sum)
+{
+        uint64_t v[2];
+        int r = percpu_row_sum(t->bpf->sched->maps.d9_offcpu_short, t->slot, v, 2);
+
+        sum->count = v[0];
+        sum->ns = v[1];
+        return r;
+}
+
+enum d9_poll_end d9_bpf_target_poll_end(const struct d9_bpf_target *t)
+{
+        return t->poll_end;
+}
+
+size_t d9_bpf_target_n_attached(const struct d9_bpf_target *t)
+{
+        return t->n_attached;
+}
+
+uint64_t d9_bpf_target_attach_ns(const struct d9_bpf_target *t)
+{
+        return t->attach_ns;
+}

@@ -1,0 +1,248 @@
+/* config.c: d9d's settings. The file is key = value with '#' comments; every
+ * key is documented in systemd/d9d.conf. Flags given on the command line are
+ * applied after the file, so they win. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/core/cleanup.h"
+#include "daemon/core/config.h"
+#include "daemon/core/log.h"
+#include "proto/d9control.h"
+
+void config_defaults(struct d9d_config *cfg)
+{
+        memset(cfg, 0, sizeof(*cfg));
+        snprintf(cfg->state_dir, sizeof(cfg->state_dir), "/var/lib/d9d");
+        snprintf(cfg->socket_path, sizeof(cfg->socket_path), "/run/d9d/control.sock");
+        /* Who may connect is decided by the file mode; what they may do is
+         * decided per request from SO_PEERCRED. */
+        cfg->socket_mode = 0660;
+        /* d9ctl sends its request at once and reads the answer: only a
+         * client holding a connection open for nothing waits this long. */
+        cfg->control_idle_ms = 30 * 1000;
+        /* Used only if it exists (systemd/sysusers.d creates it). */
+        snprintf(cfg->trace_group, sizeof(cfg->trace_group), "d9d-traces");
+        cfg->rotate_period_ms = 60 * 1000;
+        cfg->finished_keep_ms = 60 * 60 * 1000;
+        cfg->max_segment_bytes = 64ull << 20;
+        cfg->max_segment_events = D9D_DEFAULT_SEGMENT_EVENTS;
+        cfg->disk_budget_bytes = 1ull << 30;
+        cfg->compression = D9_COMPRESS_ZSTD;
+        cfg->sample_hz = 99;
+        /* The kernel maps a ring's data twice (for wrap-around), so each
+         * target costs d9d twice this in RSS: 2 MiB keeps 8 targets under
+         * 64 MiB and still holds ~35 ms of a 1 M records/s target. */
+        cfg->ring_bytes = 2ull << 20;
+        /* A busy server blocks for microseconds thousands of times a
+         * second; recording each costs it more than the 2 % we allow. */
+        cfg->offcpu_min_us = 1000;
+        /* Sealing waits for it: a segment is sealed late, never lost. */
+        cfg->debuginfod_timeout_ms = 10 * 1000;
+        ship_config_init(&cfg->ship);
+}
+
+void config_free(struct d9d_config *cfg)
+{
+        ship_config_free(&cfg->ship);
+}
+
+const char *compression_suffix(enum d9_compress c)
+{
+        switch (c) {
+        case D9_COMPRESS_ZSTD: return ".zst";
+        case D9_COMPRESS_GZIP: return ".gz";
+        default: return "";
+        }
+}
+
+static int set_path(char *dst, size_t n, const char *value)
+{
+        if (!*value || strlen(value) >= n)
+                return -EINVAL;
+        snprintf(dst, n, "%s", value);
+        return 0;
+}
+
+int config_set(struct d9d_config *cfg, const char *key, const char *value, const char **why)
+{
+        uint64_t v;
+
+        *why = "bad value";
+        if (!strcmp(key, "state_dir"))
+                return set_path(cfg->state_dir, sizeof(cfg->state_dir), value);
+        if (!strcmp(key, "socket"))
+                return set_path(cfg->socket_path, sizeof(cfg->socket_path), value);
+        if (!strcmp(key, "socket_mode")) {
+                char *end;
+                unsigned long m = strtoul(value, &end, 8);
+
+                *why = "expected octal permission bits such as 0660";
+                if (*end || !*value || m > 0777)
+                        return -EINVAL;
+                cfg->socket_mode = (unsigned)m;
+                return 0;
+        }
+        if (!strcmp(key, "control_idle_timeout")) {
+                *why = "expected a duration between 100ms and 1h such as 30s";
+                if (d9_parse_duration_ms(value, &v) < 0 || v < 100 || v > 3600 * 1000)
+                        return -EINVAL;
+                cfg->control_idle_ms = v;
+                return 0;
+        }
+        if (!strcmp(key, "trace_group")) {
+                *why = "expected a group name";
+                if (strlen(value) >= sizeof(cfg->trace_group) || strchr(value, ':'))
+                        return -EINVAL;
+                snprintf(cfg->trace_group, sizeof(cfg->trace_group), "%s", value);
+                cfg->trace_group_set = true;
+                return 0;
+        }
+        if (!strcmp(key, "service"))
+                return strlen(value) < sizeof(cfg->service) && !strchr(value, '/') ?
+                        (snprintf(cfg->service, sizeof(cfg->service), "%s", value), 0) : -EINVAL;
+        if (!strcmp(key, "rotate_period")) {
+                *why = "expected a duration such as 60s or 5m";
+                if (d9_parse_duration_ms(value, &v) < 0 || v < 100)
+                        return -EINVAL;
+                cfg->rotate_period_ms = v;
+                return 0;
+        }
+        if (!strcmp(key, "max_segment_events")) {
+                char *end;
+                errno = 0;
+                unsigned long long n = strtoull(value, &end, 10);
+
+                *why = "expected a count of events such as 500000 (0 = no limit)";
+                if (errno || end == value || *end || value[0] == '-')
+                        return -EINVAL;
+                cfg->max_segment_events = n;
+                return 0;
+        }
+        if (!strcmp(key, "finished_keep")) {
+                *why = "expected a duration such as 1h or 10m";
+                return d9_parse_duration_ms(value, &cfg->finished_keep_ms) < 0 ? -EINVAL : 0;
+        }
+        if (!strcmp(key, "max_segment_size") || !strcmp(key, "disk_budget")) {
+                *why = "expected a size such as 64M or 1G";
+                if (d9_parse_size(value, &v) < 0)
+                        return -EINVAL;
+                if (key[0] == 'm') {
+                        if (v < 4096)
+                                return -EINVAL;
+                        cfg->max_segment_bytes = v;
+                } else {
+                        cfg->disk_budget_bytes = v;
+                }
+                return 0;
+        }
+        if (!strcmp(key, "ring_size")) {
+                *why = "expected a power of two between 64K and 1G, such as 2M";
+                if (d9_parse_size(value, &v) < 0 || v < (64 << 10) || v > (1ull << 30) || (v & (v - 1)))
+                        return -EINVAL;
+                cfg->ring_bytes = v;
+                return 0;
+        }
+        if (!strcmp(key, "compression")) {
+                *why = "expected zstd, gzip or none";
+                if (!strcmp(value, "zstd"))
+                        cfg->compression = D9_COMPRESS_ZSTD;
+                else if (!strcmp(value, "gzip"))
+                        cfg->compression = D9_COMPRESS_GZIP;
+                else if (!strcmp(value, "none"))
+                        cfg->compression = D9_COMPRESS_NONE;
+                else
+                        return -EINVAL;
+                return 0;
+        }
+        if (!strcmp(key, "offcpu_min")) {
+                *why = "expected a duration up to 10s such as 1ms or 500us (0: record every off-CPU interval)";
+                return d9_parse_offcpu_min_us(value, &cfg->offcpu_min_us) < 0 ? -EINVAL : 0;
+        }
+        if (!strcmp(key, "debug_dirs")) {
+                *why = "expected absolute folders separated by ':'";
+                if (strlen(value) >= sizeof(cfg->debug_dirs) || (*value && *value != '/') || strstr(value, "::"))
+                        return -EINVAL;
+                snprintf(cfg->debug_dirs, sizeof(cfg->debug_dirs), "%s", value);
+                return 0;
+        }
+        if (!strcmp(key, "debuginfod_urls")) {
+                *why = "expected server URLs separated by spaces";
+                if (strlen(value) >= sizeof(cfg->debuginfod_urls))
+                        return -EINVAL;
+                snprintf(cfg->debuginfod_urls, sizeof(cfg->debuginfod_urls), "%s", value);
+                return 0;
+        }
+        if (!strcmp(key, "debuginfod_timeout")) {
+                *why = "expected a duration between 100ms and 5m such as 10s";
+                if (d9_parse_duration_ms(value, &v) < 0 || v < 100 || v > 300 * 1000)
+                        return -EINVAL;
+                cfg->debuginfod_timeout_ms = v;
+                return 0;
+        }
+        if (!strcmp(key, "sample_rate")) {
+                char *end;
+                unsigned long hz = strtoul(value, &end, 10);
+
+                *why = "expected a rate in Hz between 1 and 10000";
+                if (*end || hz < 1 || hz > 10000)
+                        return -EINVAL;
+                cfg->sample_hz = (unsigned)hz;
+                return 0;
+        }
+        if (!strncmp(key, "s3_", 3)) {
+                int r = ship_config_set(&cfg->ship, key, value, why);
+                if (r == 0)
+                        cfg->s3_enabled = true;
+                if (r != -ENOENT)
+                        return r;
+        }
+        *why = "unknown key";
+        return -EINVAL;
+}
+
+static char *trim(char *s)
+{
+        while (isspace((unsigned char)*s))
+                s++;
+        char *e = s + strlen(s);
+        while (e > s && isspace((unsigned char)e[-1]))
+                *--e = 0;
+        return s;
+}
+
+int config_load(struct d9d_config *cfg, const char *path, bool required)
+{
+        _cleanup_fclose_ FILE *f = fopen(path, "re");
+        char line[PATH_MAX + 128];
+        unsigned lineno = 0;
+
+        if (!f) {
+                if (errno == ENOENT && !required)
+                        return 0;
+                int r = -errno;
+                log_error("cannot read config %s: %s", path, strerror(errno));
+                return r;
+        }
+        while (fgets(line, sizeof(line), f)) {
+                char *s = trim(line), *eq;
+                const char *why;
+
+                lineno++;
+                if (!*s || *s == '#')
+                        continue;
+                eq = strchr(s, '=');
+                if (!eq) {
+                        log_error("%s:%u: expected key = value", path, lineno);
+                        return -EINVAL;
+                }
+                *eq = 0;
+                if (config_set(cfg, trim(s), trim(eq + 1), &why) < 0) {
+                        log_error("%s:%u: %s: %s", path, lineno, trim(s), why);
+                        return -EINVAL;
+                }
+        }
+        return 0;
+}

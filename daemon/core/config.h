@@ -1,0 +1,50 @@
+/* d9d configuration: /etc/d9d/d9d.conf (key = value), then command-line flags. */
+#pragma once
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "daemon/ship/ship.h"
+#include "proto/d9proto.h"
+
+struct d9d_config {
+        char state_dir[PATH_MAX];       /* segments go to <state_dir>/traces */
+        char socket_path[PATH_MAX];
+        unsigned socket_mode;           /* permission bits of the socket we bind */
+        uint64_t control_idle_ms;       /* close control connections idle this long */
+        uint64_t rotate_period_ms;
+        uint64_t finished_keep_ms;      /* finished sessions stay in list/status this long */
+        uint64_t max_segment_bytes;
+        uint64_t max_segment_events;    /* rotate at this many events (0 = no limit) */
+        uint64_t disk_budget_bytes;     /* 0 = unlimited */
+        enum d9_compress compression;
+        unsigned sample_hz;             /* on-CPU stack sampling rate */
+        uint64_t ring_bytes;            /* per-target BPF ring buffer (power of 2) */
+        uint64_t offcpu_min_us;         /* shorter off-CPU intervals: counted, not recorded */
+        char service[128];              /* "" = derive from the executable name */
+        char debug_dirs[4096];          /* ':'-separated extra debug file folders */
+        char debuginfod_urls[4096];     /* "" = ask no debuginfod server */
+        uint64_t debuginfod_timeout_ms; /* longest wait for one download */
+        char trace_group[64];           /* may read every trace ("" = none) */
+        bool trace_group_set;           /* named in the config (warned about if missing) */
+        bool foreground;
+        bool s3_enabled;                /* some s3_* key was set: ship sealed segments */
+        struct ship_config ship;        /* s3_* keys, see daemon/ship/ship.h */
+};
+
+#define D9D_DEFAULT_CONFIG "/etc/d9d/d9d.conf"
+/* Events per segment before rotating: what dial9's viewer opens in under
+ * 10 s here (bench/dial9-viewer, docs/performance.md "Segments dial9's
+ * viewer opens"). */
+#define D9D_DEFAULT_SEGMENT_EVENTS 100000ull
+
+void config_defaults(struct d9d_config *cfg);
+void config_free(struct d9d_config *cfg);
+/* Apply one key = value setting. Returns 0, or -EINVAL with *why set. */
+int config_set(struct d9d_config *cfg, const char *key, const char *value, const char **why);
+/* Read a config file. A missing file is fine only when !required.
+ * Returns 0 or a negative errno; logs the offending line. */
+int config_load(struct d9d_config *cfg, const char *path, bool required);
+const char *compression_suffix(enum d9_compress c);

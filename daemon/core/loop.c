@@ -1,0 +1,39 @@
+/* loop.c: the epoll registration helpers and clocks every daemon module
+ * shares; the loop itself runs in main.c. */
+#include <errno.h>
+#include <sys/epoll.h>
+#include <time.h>
+
+#include "daemon/core/d9d.h"
+
+uint64_t d9_now_ns(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t d9_now_ms(void)
+{
+        return d9_now_ns() / 1000000ull;
+}
+
+int d9d_watch_add(struct d9d *d, struct d9_watch *w, uint32_t events)
+{
+        struct epoll_event ev = { .events = events, .data.ptr = w };
+
+        return epoll_ctl(d->epfd, EPOLL_CTL_ADD, w->fd, &ev) < 0 ? -errno : 0;
+}
+
+int d9d_watch_mod(struct d9d *d, struct d9_watch *w, uint32_t events)
+{
+        struct epoll_event ev = { .events = events, .data.ptr = w };
+
+        return epoll_ctl(d->epfd, EPOLL_CTL_MOD, w->fd, &ev) < 0 ? -errno : 0;
+}
+
+void d9d_watch_del(struct d9d *d, struct d9_watch *w)
+{
+        epoll_ctl(d->epfd, EPOLL_CTL_DEL, w->fd, NULL);
+}

@@ -1,0 +1,264 @@
+/* planner.c: one planning thread, a bounded queue served by turns per uid,
+ * and an eventfd that hands finished jobs back to the main loop. One thread
+ * on purpose: a plan holds a sealed copy of the whole executable (up to
+ * 1 GiB) while it runs, so plans in parallel would multiply d9d's memory. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "daemon/core/d9d.h"
+#include "daemon/record/planner.h"
+
+#define PLANS_PER_UID 2         /* queued or running, for a uid other than root */
+#define PLANS_MAX 64            /* queued or running, all uids */
+#define PLANNER_NICE 10         /* below the drain loop: on a busy machine it gets the CPU first */
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+struct planner {
+        struct d9_watch w;      /* eventfd: jobs finished */
+        struct d9d *d;
+        pthread_t thread;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        struct plan_job *queue; /* in submission order */
+        struct plan_job *running;
+        struct plan_job *done;  /* newest first */
+        uint64_t seq;
+        bool stop;
+        uint64_t built, longest_ms;
+};
+
+/* Jobs of uid waiting or running; caller holds the lock. */
+static unsigned uid_jobs(const struct planner *p, uid_t uid)
+{
+        unsigned n = p->running && p->running->uid == uid;
+
+        for (const struct plan_job *j = p->queue; j; j = j->next)
+                n += j->uid == uid;
+        return n;
+}
+
+static unsigned all_jobs(const struct planner *p)
+{
+        unsigned n = p->running != NULL;
+
+        for (const struct plan_job *j = p->queue; j; j = j->next)
+                n++;
+        return n;
+}
+
+/* The next job: the lowest turn, first come first served within a turn. */
+static struct plan_job *take_next(struct planner *p)
+{
+        struct plan_job **best = NULL;
+
+        for (struct plan_job **pp = &p->queue; *pp; pp = &(*pp)->next)
+                if (!best || (*pp)->turn < (*best)->turn)
+                        best = pp;
+        if (!best)
+                return NULL;
+        struct plan_job *j = *best;
+        *best = j->next;
+        j->next = NULL;
+        return j;
+}
+
+static void push_done(struct planner *p, struct plan_job *j)
+{
+        uint64_t one = 1;
+
+        j->next = p->done;
+        p->done = j;
+        (void)!write(p->w.fd, &one, sizeof(one));
+}
+
+static void *planner_main(void *arg)
+{
+        struct planner *p = arg;
+
+        /* A plan keeps a core busy for seconds. Where cores are few and
+         * loaded, it must not take the drain loop's share: a nice of its
+         * own (Linux threads have one each). */
+        setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), PLANNER_NICE);
+        pthread_mutex_lock(&p->lock);
+        for (;;) {
+                while (!p->queue && !p->stop)
+                        pthread_cond_wait(&p->cond, &p->lock);
+                struct plan_job *j = take_next(p);
+                if (!j)
+                        break;
+                p->running = j;
+                pthread_mutex_unlock(&p->lock);
+                uint64_t t0 = d9_now_ms();
+                j->run(j);
+                uint64_t ms = d9_now_ms() - t0;
+                pthread_mutex_lock(&p->lock);
+                p->running = NULL;
+                p->built++;
+                if (ms > p->longest_ms)
+                        p->longest_ms = ms;
+                push_done(p, j);
+        }
+        pthread_mutex_unlock(&p->lock);
+        return NULL;
+}
+
+static struct plan_job *jobs_reverse(struct plan_job *list)
+{
+        struct plan_job *rev = NULL;
+
+        while (list) {
+                struct plan_job *next = list->next;
+                list->next = rev;
+                rev = list;
+                list = next;
+        }
+        return rev;
+}
+
+/* Hands finished jobs to their owners, in the order they finished. */
+static void planner_collect(struct planner *p)
+{
+        struct plan_job *done;
+
+        pthread_mutex_lock(&p->lock);
+        done = jobs_reverse(p->done);
+        p->done = NULL;
+        pthread_mutex_unlock(&p->lock);
+        while (done) {
+                struct plan_job *next = done->next;
+                done->next = NULL;
+                done->done(p->d, done);
+                done = next;
+        }
+}
+
+static void planner_on_event(struct d9d *d, struct d9_watch *w, uint32_t events)
+{
+        struct planner *p = (struct planner *)w;
+        uint64_t n;
+
+        (void)!read(w->fd, &n, sizeof(n));
+        planner_collect(p);
+}
+
+int planner_start(struct d9d *d, struct planner **out)
+{
+        struct planner *p = calloc(1, sizeof(*p));
+        int r;
+
+        if (!p)
+                return -ENOMEM;
+        p->d = d;
+        p->w.fn = planner_on_event;
+        pthread_mutex_init(&p->lock, NULL);
+        pthread_cond_init(&p->cond, NULL);
+        p->w.fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        r = p->w.fd < 0 ? -errno : d9d_watch_add(d, &p->w, EPOLLIN);
+        if (r == 0)
+                r = -pthread_create(&p->thread, NULL, planner_main, p);
+        if (r < 0) {
+                if (p->w.fd >= 0) {
+                        d9d_watch_del(d, &p->w);
+                        close(p->w.fd);
+                }
+                free(p);
+                return r;
+        }
+        pthread_setname_np(p->thread, "d9d-planner");
+        *out = p;
+        return 0;
+}
+
+const char *planner_refuses(struct planner *p, uid_t uid)
+{
+        const char *why = NULL;
+
+        pthread_mutex_lock(&p->lock);
+        if (p->stop)
+                why = "d9d is shutting down";
+        else if (uid != 0 && uid_jobs(p, uid) >= PLANS_PER_UID)
+                why = "too many probe plans queued for this uid (at most " STR(PLANS_PER_UID)
+                      "); try again when they finish";
+        else if (all_jobs(p) >= PLANS_MAX)
+                why = "too many probe plans queued; try again later";
+        pthread_mutex_unlock(&p->lock);
+        return why;
+}
+
+void planner_submit(struct planner *p, struct plan_job *job)
+{
+        struct plan_job **tail;
+
+        pthread_mutex_lock(&p->lock);
+        job->cancelled = false;
+        job->turn = uid_jobs(p, job->uid);
+        job->seq = ++p->seq;
+        job->next = NULL;
+        for (tail = &p->queue; *tail; tail = &(*tail)->next)
+                ;
+        *tail = job;
+        pthread_cond_signal(&p->cond);
+        pthread_mutex_unlock(&p->lock);
+}
+
+void planner_finish_now(struct planner *p, struct plan_job *job)
+{
+        pthread_mutex_lock(&p->lock);
+        job->cancelled = false;
+        push_done(p, job);
+        pthread_mutex_unlock(&p->lock);
+}
+
+void planner_cancel(struct planner *p, struct plan_job *job)
+{
+        pthread_mutex_lock(&p->lock);
+        job->cancelled = true;
+        for (struct plan_job **pp = &p->queue; *pp; pp = &(*pp)->next) {
+                if (*pp == job) {
+                        *pp = job->next;
+                        push_done(p, job);      /* done runs from the loop, not from here */
+                        break;
+                }
+        }
+        pthread_mutex_unlock(&p->lock);
+}
+
+void planner_get_stats(struct planner *p, struct planner_stats *st)
+{
+        pthread_mutex_lock(&p->lock);
+        st->running = p->running != NULL;
+        st->queued = all_jobs(p) - st->running;
+        st->built = p->built;
+        st->longest_ms = p->longest_ms;
+        pthread_mutex_unlock(&p->lock);
+}
+
+void planner_stop(struct planner *p)
+{
+        if (!p)
+                return;
+        pthread_mutex_lock(&p->lock);
+        p->stop = true;
+        while (p->queue) {
+                struct plan_job *j = p->queue;
+                p->queue = j->next;
+                j->cancelled = true;
+                push_done(p, j);
+        }
+        pthread_cond_signal(&p->cond);
+        pthread_mutex_unlock(&p->lock);
+        pthread_join(p->thread, NULL);
+        planner_collect(p);
+        d9d_watch_del(p->d, &p->w);
+        close(p->w.fd);
+        pthread_mutex_destroy(&p->lock);
+        pthread_cond_destroy(&p->cond);
+        free(p);
+}

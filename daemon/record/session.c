@@ -1,0 +1,1167 @@
+/* session.c: life of one traced target. Attach (plan + BPF), drain its
+ * ring into the open segment, rotate by period and size, account drops,
+ * end when the target exits, the deadline passes or d9ctl detaches, and
+ * hand every closed segment to the sealer. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bpf/bpf_loader.h"
+#include "daemon/core/cleanup.h"
+#include "daemon/core/log.h"
+#include "daemon/record/planner.h"
+#include "proto/d9control.h"
+#include "daemon/seal/sealer.h"
+#include "daemon/record/session.h"
+#include "daemon/record/unwind.h"
+#include "daemon/symbolize/symbolize.h"
+#include "uprobes/uprobes.h"
+
+#define FINISHED_KEPT 64
+/* The probe sets that need a plan of the target's executable. */
+#define TOKIO_PROBES (D9_PROBES_PARK | D9_PROBES_POLL | D9_PROBES_SPAWN | D9_PROBES_WAKE | D9_PROBES_TERMINATE)
+
+static struct d9_bpf *shared_bpf;
+
+static int64_t wall_clock_ms(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+static uint64_t next_session_id = 1;
+
+static char *dupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *dupf(const char *fmt, ...)
+{
+        va_list ap;
+        char *s = NULL;
+
+        va_start(ap, fmt);
+        if (vasprintf(&s, fmt, ap) < 0)
+                s = NULL;
+        va_end(ap);
+        return s;
+}
+
+/* Start time (field 22 of /proc/PID/stat) makes pid + starttime unique. */
+static int read_proc_identity(pid_t pid, uint64_t *starttime, uid_t *uid)
+{
+        char path[64];
+        _cleanup_free_ char *stat = NULL;
+        struct stat st;
+        char *p;
+        unsigned long long start;
+
+        snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+        stat = read_proc_text(path);
+        if (!stat)
+                return -ESRCH;
+        p = strrchr(stat, ')'); /* comm may contain spaces and parentheses */
+        if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+                         &start) != 1)
+                return -EIO;
+        *starttime = start;
+        snprintf(path, sizeof(path), "/proc/%d", pid);
+        if (lstat(path, &st) < 0)
+                return -ESRCH;
+        *uid = st.st_uid;
+        return 0;
+}
+
+/* The pid the process sees for itself (the last NSpid of its status): in a
+ * container it names its files by that one, e.g. /tmp/perf-PID.map. */
+static pid_t read_nspid(pid_t pid)
+{
+        char path[64];
+        _cleanup_free_ char *status = NULL;
+        const char *line;
+        pid_t last = pid;
+
+        snprintf(path, sizeof(path), "/proc/%d/status", pid);
+        status = read_proc_text(path);
+        line = status ? strstr(status, "\nNSpid:") : NULL;
+        if (!line)
+                return pid;
+        for (const char *p = line + 7; *p && *p != '\n';) {
+                char *end;
+                long v = strtol(p, &end, 10);
+                if (end == p)
+                        break;
+                last = (pid_t)v;
+                p = end;
+        }
+        return last;
+}
+
+static void service_from_exe(const struct d9d *d, const char *exe, char *out, size_t len)
+{
+        const char *base = strrchr(exe, '/');
+
+        if (d->cfg.service[0]) {
+                snprintf(out, len, "%s", d->cfg.service);
+                return;
+        }
+        base = base ? base + 1 : exe;
+        snprintf(out, len, "%.100s", *base ? base : "unknown");
+        /* " (deleted)" and other oddities must not become path components. */
+        for (char *c = out; *c; c++)
+                if (*c == '/' || *c == ' ' || *c == '(' || *c == ')')
+                        *c = '_';
+}
+
+/* Which probe set a plan kind belongs to (0: none attaches it). */
+static int kind_probe_bit(enum probe_kind k)
+{
+        switch (k) {
+        case PROBE_POLL: case PROBE_POLL_RETURN: return D9_PROBES_POLL;
+        case PROBE_SPAWN: return D9_PROBES_SPAWN;
+        case PROBE_COMPLETE: return D9_PROBES_TERMINATE;
+        case PROBE_WAKE: return D9_PROBES_WAKE;
+        case PROBE_PARK: case PROBE_UNPARK_RETURN: return D9_PROBES_PARK;
+        default: return 0;
+        }
+}
+
+/* What feeds each dial9 event in this session: an attached probe, a
+ * derivation translate really does, or nothing. */
+static json_t *routes_json(const struct session *s)
+{
+        const struct probe_plan *p = s->plan;
+        bool sched = s->probes & D9_PROBES_SCHED;
+        bool has[PROBE_KIND_MAX] = { false };
+        bool complete_by_symbols = false, wake_by_symbols = false, by_ref = false;
+        char wake[160], term[200];
+
+        for (size_t i = 0; p && i < p->n_points; i++) {
+                const struct probe_point *pt = &p->points[i];
+
+                if (pt->skipped || !(s->probes & kind_probe_bit(pt->kind)))
+                        continue;
+                has[pt->kind] = true;
+                complete_by_symbols |= pt->kind == PROBE_COMPLETE && (pt->sources & PROBE_FROM_SYMBOLS);
+                wake_by_symbols |= pt->kind == PROBE_WAKE && (pt->sources & PROBE_FROM_SYMBOLS);
+                by_ref |= pt->kind == PROBE_WAKE && pt->label && strstr(pt->label, "wake_by_ref");
+        }
+        /* wake_by_ref is optional (single-stepped in most builds): say when
+         * wakes by reference are not seen. */
+        snprintf(wake, sizeof(wake), "uprobe waker::wake_by_val%s%s",
+                 by_ref ? " and wake_by_ref" : " (wake_by_ref not attached: wakes by reference are not traced)",
+                 wake_by_symbols ? "" : ", found through the task waker vtable");
+        /* From the vtables, types whose complete was not singled out get none. */
+        snprintf(term, sizeof(term), "uprobe Harness::complete, found as the callee of each task vtable's poll and "
+                 "shutdown%s", p && p->completes_unfound ? " (not for every task type: see missing)" : "");
+        return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s}",
+                "poll", has[PROBE_POLL] ? "uprobe raw::poll (plan points)" : "none",
+                "spawn", has[PROBE_SPAWN] ? "uprobe OwnedTasks::bind" :
+                         has[PROBE_POLL] && (s->probes & D9_PROBES_SPAWN) ? "first poll of a new task id" : "none",
+                "terminate", !has[PROBE_COMPLETE] ? "none" : complete_by_symbols ? "uprobe Harness::complete" : term,
+                "wake", has[PROBE_WAKE] ? wake : "none",
+                "park", has[PROBE_PARK] ? "uprobe worker park function" :
+                        sched && has[PROBE_POLL] ? "sched_switch: worker switch-out with no poll open" : "none",
+                "unpark", has[PROBE_PARK] ? "uretprobe worker park function" :
+                          sched && has[PROBE_POLL] ? "sched_switch: that worker's switch-in" : "none",
+                "blocking_pool", has[PROBE_POLL] ? "D9BlockingPollEvent: polls of blocking_task vtables" : "none");
+}
+
+static json_t *plan_to_json(const struct session *s)
+{
+        json_t *j = json_object(), *attached = json_object(), *missing = json_array(), *skipped = json_array();
+        const struct probe_plan *p = s->plan;
+        char probes[96];
+
+        d9c_format_probes(s->probes, probes, sizeof(probes));
+        json_object_set_new(j, "probes", json_string(probes));
+        json_object_set_new(j, "attached", attached);
+        json_object_set_new(j, "missing", missing);
+        json_object_set_new(j, "skipped", skipped);
+        if (s->probes & (D9_PROBES_SCHED))
+                json_object_set_new(attached, "sched_switch", json_integer(1));
+        if (s->probes & (D9_PROBES_CPU))
+                json_object_set_new(attached, "cpu_sampling", json_integer(1));
+        if (!p)
+                return j;
+        json_object_set_new(j, "exe", json_string(p->exe_path ? p->exe_path : ""));
+        if (p->build_id)
+                json_object_set_new(j, "build_id", json_string(p->build_id));
+        if (p->tokio_version)
+                json_object_set_new(j, "tokio_version", json_string(p->tokio_version));
+        if (p->shape)
+                json_object_set_new(j, "shape", json_string(p->shape));
+        for (size_t i = 0; i < p->n_points; i++) {
+                const struct probe_point *pt = &p->points[i];
+                const char *kind = probe_kind_name(pt->kind);
+                if (pt->skipped) {
+                        json_array_append_new(skipped, json_pack("{s:s,s:s,s:s}", "kind", kind, "label",
+                                pt->label ? pt->label : "", "reason", pt->skip_reason ? pt->skip_reason : ""));
+                        continue;
+                }
+                /* Counted only when its probe set is on. */
+                if (!(s->probes & kind_probe_bit(pt->kind)))
+                        continue;
+                json_t *n = json_object_get(attached, kind);
+                json_object_set_new(attached, kind, json_integer(n ? json_integer_value(n) + 1 : 1));
+        }
+        for (size_t i = 0; i < p->n_missing; i++)
+                json_array_append_new(missing, json_pack("{s:s,s:s}", "kind", probe_kind_name(p->missing[i].kind),
+                                                         "reason", p->missing[i].reason ? p->missing[i].reason : ""));
+        json_object_set_new(j, "routes", routes_json(s));
+        if (s->bpf)
+                json_object_set_new(j, "uprobes_attached", json_integer((json_int_t)d9_bpf_target_n_attached(s->bpf)));
+        return j;
+}
+
+struct session_meta {
+        char pid[24], start[24], probes[96], plan[512], hz[16];
+        struct tr_runtimes runtimes;
+        struct d9_kv kv[17 + TR_MAX_RUNTIMES];
+        uint32_t n;
+};
+
+/* SegmentMetadataEvent entries (design.md §4). */
+static void session_meta_build(const struct session *s, struct session_meta *m)
+{
+        const struct probe_plan *p = s->plan;
+
+        snprintf(m->pid, sizeof(m->pid), "%d", s->pid);
+        snprintf(m->start, sizeof(m->start), "%llu", (unsigned long long)s->starttime);
+        d9c_format_probes(s->probes, m->probes, sizeof(m->probes));
+        translate_runtimes(&s->tr, &m->runtimes);
+        m->n = 0;
+        m->kv[m->n++] = (struct d9_kv){ "service", s->service };
+        m->kv[m->n++] = (struct d9_kv){ "host", s->d->host };
+        m->kv[m->n++] = (struct d9_kv){ "pid", m->pid };
+        m->kv[m->n++] = (struct d9_kv){ "start_time", m->start };
+        m->kv[m->n++] = (struct d9_kv){ "exe", s->exe };
+        m->kv[m->n++] = (struct d9_kv){ "probes", m->probes };
+        if (s->probes & D9_PROBES_CPU) {
+                /* what one on-CPU sample stands for (export's pprof period) */
+                snprintf(m->hz, sizeof(m->hz), "%u", s->d->cfg.sample_hz);
+                m->kv[m->n++] = (struct d9_kv){ "cpu_sample_hz", m->hz };
+        }
+        if (p) {
+                /* Which probe points attached, by kind: "poll=28,complete=26,...". */
+                unsigned count[PROBE_KIND_MAX] = { 0 };
+                size_t off = 0;
+
+                for (size_t i = 0; i < p->n_points; i++)
+                        if (!p->points[i].skipped && p->points[i].kind < PROBE_KIND_MAX)
+                                count[p->points[i].kind]++;
+                m->plan[0] = 0;
+                for (int k = 1; k < PROBE_KIND_MAX && off < sizeof(m->plan); k++)
+                        if (count[k])
+                                off += (size_t)snprintf(m->plan + off, sizeof(m->plan) - off, "%s%s=%u",
+                                                        off ? "," : "", probe_kind_name((enum probe_kind)k), count[k]);
+                m->kv[m->n++] = (struct d9_kv){ "probe_plan", m->plan };
+        }
+        m->kv[m->n++] = (struct d9_kv){ "d9d_version", D9_VERSION };
+        /* dial9's runtime.<name>: each runtime's worker ids. */
+        for (uint32_t i = 0; i < m->runtimes.n; i++)
+                m->kv[m->n++] = (struct d9_kv){ m->runtimes.key[i], m->runtimes.val[i] };
+        if (p && p->build_id)
+                m->kv[m->n++] = (struct d9_kv){ "build_id", p->build_id };
+        if (p && p->tokio_version)
+                m->kv[m->n++] = (struct d9_kv){ "tokio_version", p->tokio_version };
+        if (p && p->shape)
+                m->kv[m->n++] = (struct d9_kv){ "tokio_shape", p->shape };
+}
+
+/* Why the open segment is full ("size", "events") or NULL: by bytes, or by
+ * events, as dial9's viewer holds every event of a file in
+ * memory, and past about max_segment_events it takes longer than a user
+ * waits (docs/daemon.md, "Segment size"). */
+static const char *session_segment_full(const struct session *s)
+{
+        uint64_t max_events = s->d->cfg.max_segment_events;
+
+        if (segment_size(&s->seg) >= s->d->cfg.max_segment_bytes)
+                return "size";
+        if (max_events && s->tr.events - s->seg_first_event >= max_events)
+                return "events";
+        return NULL;
+}
+
+static int session_open_segment(struct session *s)
+{
+        struct session_meta m;
+        int r;
+
+        session_meta_build(s, &m);
+        r = segment_open(&s->seg, m.kv, m.n);
+        if (r < 0) {
+                log_error("pid %d: cannot open segment in %s: %s", s->pid, s->seg.dir, strerror(-r));
+                return r;
+        }
+        s->tr.workers_changed = false;
+        s->seg_first_event = s->tr.events;
+        return translate_set_encoder(&s->tr, s->seg.enc);
+}
+
+/* New workers showed up: restate the metadata (runtime.<name>) in the same
+ * segment, as dial9 does, in a stream of its own followed by a clock sync. */
+static int session_refresh_metadata(struct session *s)
+{
+        struct session_meta m;
+        int r;
+
+        session_meta_build(s, &m);
+        s->tr.workers_changed = false;
+        r = d9_enc_new_stream(s->seg.enc);
+        if (!r)
+                r = d9_enc_segment_metadata(s->seg.enc, d9_now_ns(), m.kv, m.n);
+        if (!r)
+                r = segment_clock_sync(s->seg.enc);
+        if (!r)
+                r = d9_enc_new_stream(s->seg.enc);
+        return r;
+}
+
+/* Keep the target's mappings: once it has exited they cannot be read, and
+ * the sealer needs them to name the addresses of its last segment. Read
+ * only while the pidfd proves the PID is still the target's: a recycled
+ * PID's maps would name another program's code. */
+static void session_snapshot_maps(struct session *s)
+{
+        char path[64];
+        char *maps;
+
+        if (s->pidfd_w.fd < 0)
+                return;
+        snprintf(path, sizeof(path), "/proc/%d/maps", s->pid);
+        maps = read_proc_text(path);
+        if (maps && *maps && pidfd_alive(s->pidfd_w.fd) == 0) {
+                free(s->maps);
+                s->maps = maps;
+        } else {
+                free(maps);
+        }
+        s->maps_ms = d9_now_ms();
+}
+
+/* Close the open segment and queue it for sealing. */
+static void session_close_segment(struct session *s)
+{
+        struct seal_job *job = calloc(1, sizeof(*job));
+        int r;
+
+        if (!job)
+                return;
+        /* Workers seen since the last tick (a target that exits within a
+         * second of starting its runtime) still get their names into this
+         * segment: the refresh otherwise waits for the next tick. */
+        if (s->tr.workers_changed && s->seg.enc && session_refresh_metadata(s) < 0)
+                log_warn("pid %d: worker names not restated in %s", s->pid, s->seg.dir);
+        r = segment_close(&s->seg, job->active, sizeof(job->active));
+        if (r == -ENOENT) {
+                free(job);
+                return;
+        }
+        if (r < 0)
+                log_error("pid %d: %s ended with a write error: %s", s->pid, job->active, strerror(-r));
+        s->tr.enc = NULL;
+        session_snapshot_maps(s);
+        job->maps = s->maps ? strdup(s->maps) : NULL;
+        /* The sealer opens the target's files in this root, taken while
+         * the pidfd was valid: never through /proc/PID, which may be
+         * another process by the time the segment is sealed. */
+        job->root_fd = s->root_fd >= 0 ? fcntl(s->root_fd, F_DUPFD_CLOEXEC, 3) : -1;
+        job->compression = s->d->cfg.compression;
+        job->session_id = s->id;
+        job->reader_uid = s->starter_uid;
+        job->target_nspid = s->nspid;
+        job->target_uid = s->uid;
+        s->segments_pending++;
+        sealer_submit(s->d->sealer, job);
+}
+
+static void session_rotate(struct session *s, const char *why)
+{
+        log_info("pid %d: rotating segment %u (%s)", s->pid, s->seg.index, why);
+        session_close_segment(s);
+        if (session_open_segment(s) < 0)
+                session_end(s, "cannot open a new segment");
+}
+
+static int read_sysctl(const char *path)
+{
+        _cleanup_free_ char *text = read_proc_text(path);
+
+        return text ? atoi(text) : 2;
+}
+
+/* Whether the uid that reads this session's traces may see kernel
+ * addresses: the test /proc/kallsyms applies (kallsyms_show_value). Root
+ * unless kptr_restrict is 2; anyone else only with kptr_restrict 0 and
+ * perf_event_paranoid <= 1 (no capabilities are assumed for them). */
+static bool kernel_addresses_visible(uid_t reader)
+{
+        int kptr = read_sysctl("/proc/sys/kernel/kptr_restrict");
+
+        if (reader == 0)
+                return kptr < 2;
+        return kptr == 0 && read_sysctl("/proc/sys/kernel/perf_event_paranoid") <= 1;
+}
+
+/* The credential lines of /proc/PID/status (ids, groups, capability sets). */
+static char *read_creds(int status_fd)
+{
+        char buf[8192], *out = NULL, *line, *save = NULL;
+        size_t len = 0;
+        ssize_t n = pread(status_fd, buf, sizeof(buf) - 1, 0);
+        FILE *f;
+
+        if (n <= 0)
+                return NULL;
+        buf[n] = 0;
+        f = open_memstream(&out, &len);
+        if (!f)
+                return NULL;
+        for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+                if (!strncmp(line, "Uid:", 4) || !strncmp(line, "Gid:", 4) || !strncmp(line, "Groups:", 7) ||
+                    !strncmp(line, "Cap", 3) || !strncmp(line, "NoNewPrivs:", 11))
+                        fprintf(f, "%s\n", line);
+        fclose(f);
+        return out;
+}
+
+/* The rule perf and ptrace follow: a peer other than root traces a process
+ * only while it runs with the credentials it had at attach. A setuid, setgid
+ * or file-capabilities exec (or any credential change) ends the session. */
+static bool session_gained_privileges(struct session *s)
+{
+        _cleanup_free_ char *now = NULL;
+
+        if (s->status_fd < 0 || s->privileged)
+                return s->privileged;
+        now = read_creds(s->status_fd);
+        /* Unreadable: exited (the pidfd ends the session) or now beyond us. */
+        if (now && s->creds && !strcmp(now, s->creds))
+                return false;
+        if (!now && pidfd_alive(s->pidfd_w.fd) < 0)
+                return false;
+        s->privileged = true;
+        return true;
+}
+
+static int on_ring_record(void *ctx, const void *rec, size_t size)
+{
+        struct session *s = ctx;
+        unsigned execs = s->tr.exec_seen;
+
+        if (s->privileged) {
+                s->discarded++;
+                return 0;
+        }
+        if (!s->tr.enc)
+                return 0;
+        translate_record(&s->tr, rec, size);
+        /* After an exec nothing more is recorded until the credentials are
+         * checked again (a negative return stops this drain). */
+        if (s->tr.exec_seen != execs && session_gained_privileges(s))
+                return -1;
+        return 0;
+}
+
+static void session_end_privileged(struct session *s)
+{
+        log_warn("pid %d: gained privileges (setuid/setgid/capabilities exec or credential change); "
+                 "session of uid %u ended", s->pid, (unsigned)s->starter_uid);
+        session_end(s, "target gained privileges (setuid/setgid/capabilities exec or credential change)");
+}
+
+static void session_on_ring(struct d9d *d, struct d9_watch *w, uint32_t events)
+{
+        struct session *s = (struct session *)((char *)w - offsetof(struct session, ring_w));
+        const char *full;
+
+        if (s->state != SESSION_RECORDING)
+                return;
+        if (!session_gained_privileges(s))
+                d9_bpf_target_consume(s->bpf);
+        if (s->privileged) {
+                session_end_privileged(s);
+                return;
+        }
+        if (s->tr.error) {
+                log_error("pid %d: encoding failed: %s", s->pid, strerror(-s->tr.error));
+                session_end(s, "encoder error");
+                return;
+        }
+        if (s->tr.exited)
+                session_end(s, "target exited");
+        else if (s->tr.exec_seen > (s->expect_exec ? 1u : 0u))
+                session_end(s, "target called exec: its probes are gone");
+        else if ((full = session_segment_full(s)))
+                session_rotate(s, full);
+}
+
+static void session_on_pidfd(struct d9d *d, struct d9_watch *w, uint32_t events)
+{
+        struct session *s = (struct session *)((char *)w - offsetof(struct session, pidfd_w));
+
+        if (s->state == SESSION_RECORDING)
+                session_end(s, "target exited");
+}
+
+static int session_attach_bpf(struct session *s, char **why)
+{
+        struct d9_bpf_target_opts to = {
+                .probes = (unsigned)s->probes,
+                /* Task-id layout: 0 = the plan's (uprobes reads it from the binary). */
+                /* Stacks for CPU samples and for every recorded off-CPU
+                 * interval (offcpu_min and longer), at most 500/s per thread,
+                 * unwound in translate.c; a sample without one says why
+                 * (docs/stacks.md, "Samples without a stack"). */
+                .stack = {
+                        .flags = (s->probes & D9_PROBES_CPU ? D9_STACK_CPU : 0) |
+                                 (s->probes & D9_PROBES_SCHED ? D9_STACK_OFFCPU : 0),
+                        .user_bytes = 8192, .offcpu_min_us = (uint32_t)s->offcpu_min_us,
+                        .offcpu_per_sec = 500, .offcpu_burst = 100,
+                },
+                .offcpu_min_ns = s->offcpu_min_us * 1000,
+                .on_record = on_ring_record,
+                .ctx = s,
+        };
+        int r;
+
+        /* An executable without CFI (frame pointers, .eh_frame stripped) is
+         * unwound by frame pointer (daemon/record/unwind_step.c); BPF then also
+         * follows rbp past the copy, for frames deeper than it. */
+        if (to.stack.flags && unwind_exe_has_cfi(s->pid) == 0) {
+                to.stack.flags |= D9_STACK_FP_TAIL;
+                log_info("pid %d: its executable has no CFI: stacks by frame pointer", s->pid);
+        }
+        if (!shared_bpf) {
+                struct d9_bpf_opts bo = { .sample_hz = s->d->cfg.sample_hz, .ring_bytes = s->d->cfg.ring_bytes };
+                r = d9_bpf_open(&bo, &shared_bpf);
+                if (r < 0) {
+                        *why = dupf("cannot load d9's BPF programs: %s (see d9d's preflight log)", strerror(-r));
+                        return r;
+                }
+                log_info("BPF programs loaded (uprobe_multi: %s)", d9_bpf_uses_uprobe_multi(shared_bpf) ? "yes" : "no");
+        }
+        r = d9_bpf_attach_target(shared_bpf, s->pid, s->plan, &to, &s->bpf, why);
+        if (r < 0) {
+                if (!*why)
+                        *why = dupf("cannot attach to pid %d: %s", s->pid, strerror(-r));
+                return r;
+        }
+        s->ring_w.fd = d9_bpf_target_epoll_fd(s->bpf);
+        s->ring_w.fn = session_on_ring;
+        return d9d_watch_add(s->d, &s->ring_w, EPOLLIN);
+}
+
+/* The file the target has open as fd (d9ctl record: the command's
+ * executable, opened by the user's own process with the user's rights),
+ * reopened through /proc/PID/fd/N; the pidfd check after the open makes sure
+ * that PID still is the target. Returns an fd or a negative errno. */
+static int open_target_fd(struct session *s, int fd_in_target)
+{
+        char path[64];
+        int fd;
+
+        snprintf(path, sizeof(path), "/proc/%d/fd/%d", s->pid, fd_in_target);
+        /* O_PATH first: a device or FIFO the target holds is never opened. */
+        fd = open(path, O_PATH | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        fd = d9_target_file_reopen(fd);
+        if (fd < 0)
+                return fd;
+        if (pidfd_alive(s->pidfd_w.fd) < 0) {
+                close(fd);
+                return -ESRCH;
+        }
+        return fd;
+}
+
+static int session_plan(struct session *s, const struct session_request *req, char **why)
+{
+        char *err = NULL;
+        int r;
+
+        if (!(s->probes & TOKIO_PROBES))
+                return 0;
+        if (req->exe_fd >= 0) {
+                int fd = open_target_fd(s, req->exe_fd);
+
+                if (fd < 0) {
+                        if (fd == -EBADFD)
+                                *why = dupf("fd %d of pid %d is not a regular file", req->exe_fd, s->pid);
+                        else
+                                *why = dupf("cannot read fd %d of pid %d: %s", req->exe_fd, s->pid, strerror(-fd));
+                        return fd;
+                }
+                r = probe_plan_for_fd(fd, s->exe, &s->plan, &err);
+        } else if (req->exe)
+                r = probe_plan_for_file(req->exe, &s->plan, &err);
+        else
+                r = probe_plan_for_pidfd(s->pidfd_w.fd, s->pid, &s->plan, &err);
+        if (r < 0) {
+                *why = err ? err : dupf("no probe plan for pid %d: %s", s->pid, strerror(-r));
+                if (err && *why != err)
+                        free(err);
+                return r;
+        }
+        free(err);
+        return 0;
+}
+
+static void session_link(struct d9d *d, struct session *s)
+{
+        s->next = d->sessions;
+        d->sessions = s;
+}
+
+static void session_free(struct session *s)
+{
+        if (s->bpf)
+                d9_bpf_detach_target(s->bpf);
+        if (s->pidfd_w.fd >= 0)
+                close(s->pidfd_w.fd);
+        if (s->status_fd >= 0)
+                close(s->status_fd);
+        if (s->root_fd >= 0)
+                close(s->root_fd);
+        free(s->creds);
+        segment_writer_destroy(&s->seg);
+        translate_destroy(&s->tr);
+        if (s->plan)
+                probe_plan_free(s->plan);
+        json_decref(s->plan_json);
+        json_decref(s->sealed_paths);
+        free(s->maps);
+        free(s);
+}
+
+/* An attach between its checks on the loop and its BPF attach: its plan is
+ * built by the planner thread meanwhile. */
+struct session_start {
+        struct plan_job job;            /* first: the planner hands this back */
+        struct session *s;              /* checked, not linked yet */
+        struct session_request req;     /* req.exe points to exe_copy */
+        char *exe_copy;
+        int r;                          /* the plan's result, with why */
+        char *why;
+        void (*done)(void *ctx, struct session *s, const char *why);
+        void *ctx;
+        bool parked;                    /* planned; waits for a teardown of its pid */
+        bool cancelled;                 /* while parked */
+        struct session_start *next;
+};
+
+static struct session_start *starting;
+
+static void starting_unlink(struct session_start *st)
+{
+        struct session_start **pp = &starting;
+
+        while (*pp && *pp != st)
+                pp = &(*pp)->next;
+        if (*pp)
+                *pp = st->next;
+}
+
+/* Whether pid has a live or starting session; *starter is whose. */
+static bool pid_taken(struct d9d *d, pid_t pid, uid_t *starter)
+{
+        struct session *s = session_find(d, pid, true);
+
+        if (s) {
+                *starter = s->starter_uid;
+                return true;
+        }
+        for (struct session_start *st = starting; st; st = st->next) {
+                if (st->s->pid == pid) {
+                        *starter = st->s->starter_uid;
+                        return true;
+                }
+        }
+        return false;
+}
+
+/* One answer for every process a peer may not trace: another uid's, or one
+ * a session the peer cannot see already traces, so the answer tells
+ * nothing about other users' sessions. */
+static char *not_yours(const struct session_request *req)
+{
+        return dupf("permission denied: uid %u may not trace pid %d", (unsigned)req->peer_uid, req->pid);
+}
+
+static struct session *session_new(struct d9d *d, const struct session_request *req)
+{
+        struct session *s = calloc(1, sizeof(*s));
+
+        if (!s)
+                return NULL;
+        s->d = d;
+        s->pid = req->pid;
+        s->pidfd_w.fd = -1;
+        s->status_fd = -1;
+        s->root_fd = -1;
+        s->seg.fd = -1;
+        s->probes = req->probes;
+        s->offcpu_min_us = req->offcpu_min_us >= 0 ? (uint64_t)req->offcpu_min_us : d->cfg.offcpu_min_us;
+        s->expect_exec = req->exe != NULL || req->exe_fd >= 0;
+        s->starter_uid = req->peer_uid;
+        s->sealed_paths = json_array();
+        return s;
+}
+
+/* The quick checks, on the loop: pidfd first, since every check is about
+ * the process behind it and pidfd_alive() after the reads proves the PID
+ * was not reused meanwhile. Also keeps the target's root directory: the
+ * sealer finds its files there after it exited, never via /proc/PID. */
+static int session_check_target(struct session *s, const struct session_request *req, char **why)
+{
+        char path[64];
+        ssize_t n;
+        int r;
+
+        s->pidfd_w.fd = (int)syscall(SYS_pidfd_open, s->pid, 0);
+        r = s->pidfd_w.fd < 0 ? -ESRCH : read_proc_identity(req->pid, &s->starttime, &s->uid);
+        if (r == 0 && req->peer_uid != 0) {
+                snprintf(path, sizeof(path), "/proc/%d/status", req->pid);
+                s->status_fd = open(path, O_RDONLY | O_CLOEXEC);
+                s->creds = s->status_fd >= 0 ? read_creds(s->status_fd) : NULL;
+                if (!s->creds)
+                        r = -ESRCH;
+        }
+        if (r == 0) {
+                snprintf(path, sizeof(path), "/proc/%d/root", req->pid);
+                s->root_fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC); /* -1: plain paths at seal time */
+                s->nspid = read_nspid(req->pid);
+        }
+        if (r == 0 && pidfd_alive(s->pidfd_w.fd) < 0)
+                r = -ESRCH;
+        if (r < 0) {
+                *why = dupf("no process with pid %d", req->pid);
+                return r;
+        }
+        if (req->peer_uid != 0 && req->peer_uid != s->uid) {
+                *why = not_yours(req);
+                return -EPERM;
+        }
+        if (req->exe_fd >= 0)
+                snprintf(path, sizeof(path), "/proc/%d/fd/%d", req->pid, req->exe_fd);
+        else
+                snprintf(path, sizeof(path), "/proc/%d/exe", req->pid);
+        if (req->exe)
+                snprintf(s->exe, sizeof(s->exe), "%s", req->exe);
+        else if ((n = readlink(path, s->exe, sizeof(s->exe) - 1)) > 0)
+                s->exe[n] = 0;
+        service_from_exe(s->d, s->exe, s->service, sizeof(s->service));
+        return 0;
+}
+
+/* The second half, back on the loop once the plan is built: the target
+ * must still be the process checked before it (and hold the credentials it
+ * had), then segments and BPF. */
+static int session_start_attach(struct session *s, const struct session_request *req, char **why)
+{
+        char dir[PATH_MAX];
+        int r;
+
+        if (pidfd_alive(s->pidfd_w.fd) < 0) {
+                *why = dupf("pid %d exited while its probe plan was built", s->pid);
+                return -ESRCH;
+        }
+        if (session_gained_privileges(s)) {
+                *why = dupf("pid %d changed credentials while its probe plan was built", s->pid);
+                return -EPERM;
+        }
+        /* What the trace claims follows what attaches, not what was asked
+         * for: a stripped build has no wake or park point to attach. */
+        r = translate_init(&s->tr, s->pid, s->plan,
+                           (s->probes & D9_PROBES_WAKE) && s->plan && probe_plan_count(s->plan, PROBE_WAKE, false),
+                           (s->probes & D9_PROBES_PARK) && s->plan && probe_plan_count(s->plan, PROBE_PARK, false));
+        if (r < 0)
+                return r;
+        s->tr.spawn_from_first_poll &= (s->probes & D9_PROBES_SPAWN) != 0;
+        s->tr.hide_kernel = !kernel_addresses_visible(s->starter_uid);
+        snprintf(dir, sizeof(dir), "%.3800s/%.127s/%d-%llu", s->d->traces_dir, s->service, s->pid,
+                 (unsigned long long)s->starttime);
+        r = segment_writer_init(&s->seg, dir);
+        if (r == 0)
+                segment_writer_grant(&s->seg, s->starter_uid); /* failure logged once, traces stay private */
+        if (r == 0)
+                r = session_open_segment(s);
+        if (r < 0) {
+                *why = dupf("cannot write segments in %s: %s", dir, strerror(-r));
+                return r;
+        }
+        r = session_attach_bpf(s, why);
+        if (r == 0 && pidfd_alive(s->pidfd_w.fd) < 0) {
+                /* Exited during the attach: the PID filter could now match a
+                 * process that is not the one checked above. */
+                *why = dupf("pid %d exited while being attached", s->pid);
+                r = -ESRCH;
+        }
+        if (r < 0)
+                return r;
+        /* pidfd: the exit notice even when sched probes are off. */
+        s->pidfd_w.fn = session_on_pidfd;
+        d9d_watch_add(s->d, &s->pidfd_w, EPOLLIN);
+        session_snapshot_maps(s);
+        s->id = next_session_id++;
+        s->started_ms = s->rate_ms = d9_now_ms();
+        s->deadline_ms = req->duration_ms ? s->started_ms + req->duration_ms : 0;
+        s->started_unix_ms = wall_clock_ms();
+        s->plan_json = plan_to_json(s);
+        session_link(s->d, s);
+        log_info("pid %d (%s): attached, %zu uprobes, writing %s", s->pid, s->service,
+                 d9_bpf_target_n_attached(s->bpf), dir);
+        return 0;
+}
+
+static void session_discard(struct session *s)
+{
+        if (s->seg.fd >= 0) {
+                char path[PATH_MAX];
+                segment_close(&s->seg, path, sizeof(path));
+                unlink(path);
+        }
+        session_free(s);
+}
+
+/* On the planner thread: s is nobody else's until the job is done. */
+static void session_plan_run(struct plan_job *job)
+{
+        struct session_start *st = (struct session_start *)job;
+
+        st->r = session_plan(st->s, &st->req, &st->why);
+}
+
+static void session_start_finish(struct d9d *d, struct session_start *st, bool cancelled)
+{
+        struct session *s = st->s;
+        char *why = st->why;
+        int r = st->r;
+
+        starting_unlink(st);
+        if (cancelled || d->stopping) {
+                free(why);
+                why = dupf(d->stopping ? "d9d is shutting down" : "the client went away");
+                r = -ECANCELED;
+        } else if (r == 0) {
+                r = session_start_attach(s, &st->req, &why);
+        }
+        if (r < 0) {
+                if (!why)
+                        why = dupf("cannot attach to pid %d: %s", s->pid, strerror(-r));
+                session_discard(s);
+                s = NULL;
+        }
+        st->done(st->ctx, s, why ? why : "out of memory");
+        free(why);
+        free(st->exe_copy);
+        free(st);
+}
+
+static void session_plan_done(struct d9d *d, struct plan_job *job)
+{
+        struct session_start *st = (struct session_start *)job;
+
+        /* The links of this pid's last session are still going away (4,752
+         * of them take up to a second): attaching now would wait for them
+         * on the loop. The tick attaches once they are gone. */
+        if (!job->cancelled && !d->stopping && st->r == 0 &&
+            d9_bpf_teardown_pending_for(shared_bpf, st->s->pid)) {
+                st->parked = true;
+                return;
+        }
+        session_start_finish(d, st, job->cancelled);
+}
+
+void session_starts_resume(struct d9d *d)
+{
+        struct session_start *st, *next;
+
+        for (st = starting; st; st = next) {
+                next = st->next;
+                if (st->parked && (st->cancelled || d->stopping ||
+                                   !d9_bpf_teardown_pending_for(shared_bpf, st->s->pid)))
+                        session_start_finish(d, st, st->cancelled);
+        }
+}
+
+int session_start(struct d9d *d, const struct session_request *req,
+                  void (*done)(void *ctx, struct session *s, const char *why), void *ctx,
+                  struct session_start **out, char **why)
+{
+        bool plan = (req->probes & TOKIO_PROBES) != 0;
+        struct session_start *st = calloc(1, sizeof(*st));
+        const char *busy;
+        uid_t holder;
+        int r;
+
+        *why = NULL;
+        if (!st || !(st->s = session_new(d, req))) {
+                free(st);
+                return -ENOMEM;
+        }
+        r = session_check_target(st->s, req, why);
+        /* After the owner check: a session the peer may not see reads as a
+         * process it may not trace. */
+        if (r == 0 && pid_taken(d, req->pid, &holder)) {
+                r = req->peer_uid == 0 || req->peer_uid == holder ? -EBUSY : -EPERM;
+                *why = r == -EBUSY ? dupf("pid %d is already being traced (detach it first)", req->pid)
+                                   : not_yours(req);
+        }
+        if (r == 0 && plan && (busy = planner_refuses(d->planner, req->peer_uid))) {
+                *why = dupf("%s", busy);
+                r = -EAGAIN;
+        }
+        st->req = *req;
+        if (r == 0 && req->exe && !(st->exe_copy = strdup(req->exe)))
+                r = -ENOMEM;
+        if (r < 0) {
+                session_free(st->s);
+                free(st);
+                return r;
+        }
+        st->req.exe = st->exe_copy;
+        st->done = done;
+        st->ctx = ctx;
+        st->job = (struct plan_job){ .uid = req->peer_uid, .run = session_plan_run, .done = session_plan_done };
+        st->next = starting;
+        starting = st;
+        if (plan)
+                planner_submit(d->planner, &st->job);
+        else
+                planner_finish_now(d->planner, &st->job);
+        *out = st;
+        return 0;
+}
+
+void session_start_cancel(struct session_start *st)
+{
+        if (st->parked)
+                st->cancelled = true;   /* the next tick finishes it */
+        else
+                planner_cancel(st->s->d->planner, &st->job);
+}
+
+static void session_account_drops(struct session *s)
+{
+        uint64_t dropped = 0;
+
+        if (!s->bpf || d9_bpf_target_drops(s->bpf, &dropped) < 0 || dropped <= s->drops_reported)
+                return;
+        if (s->tr.enc && translate_lost(&s->tr, d9_now_ns(), dropped - s->drops_reported, "ring") == 0)
+                s->drops_reported = dropped;
+        if (dropped > s->drops && d9_now_ms() - s->drops_logged_ms >= 10000) {
+                s->drops_logged_ms = d9_now_ms();
+                log_warn("pid %d: ring buffer full, %llu records lost so far", s->pid, (unsigned long long)dropped);
+        }
+        s->drops = dropped;
+}
+
+static void session_account_short_offcpu(struct session *s)
+{
+        struct d9_offcpu_short now, *was = &s->offcpu_short_reported;
+
+        if (!s->bpf || d9_bpf_target_offcpu_short(s->bpf, &now) < 0)
+                return;
+        s->offcpu_short = now;
+        if (now.count <= was->count || !s->tr.enc)
+                return;
+        if (translate_offcpu_short(&s->tr, d9_now_ns(), now.count - was->count, now.ns - was->ns,
+                                   s->offcpu_min_us * 1000) == 0)
+                *was = now;
+}
+
+/* The target's BPF counters, into status and the trace. */
+static void session_account_bpf_counters(struct session *s)
+{
+        session_account_drops(s);
+        session_account_short_offcpu(s);
+}
+
+void session_end(struct session *s, const char *reason)
+{
+        if (s->state != SESSION_RECORDING)
+                return;
+        if (s->bpf) {
+                d9d_watch_del(s->d, &s->ring_w);
+                /* Stop first (the programs write nothing more, the ring is
+                 * drained into this segment), count the last drops, then let
+                 * the links go in the background: the caller need not wait
+                 * for their grace periods. */
+                if (d9_bpf_target_stop(s->bpf) < 0)
+                        d9_bpf_target_consume(s->bpf);
+                session_account_bpf_counters(s);
+                d9_bpf_detach_target(s->bpf);
+                s->bpf = NULL;
+        }
+        session_snapshot_maps(s);      /* the last chance: the pidfd goes next */
+        if (s->pidfd_w.fd >= 0) {
+                d9d_watch_del(s->d, &s->pidfd_w);
+                close(s->pidfd_w.fd);
+                s->pidfd_w.fd = -1;
+        }
+        if (s->status_fd >= 0) {
+                close(s->status_fd);
+                s->status_fd = -1;
+        }
+        s->state = SESSION_SEALING;
+        s->ended_ms = d9_now_ms();
+        snprintf(s->end_reason, sizeof(s->end_reason), "%s", reason);
+        session_close_segment(s);
+        if (s->root_fd >= 0) {
+                close(s->root_fd);
+                s->root_fd = -1;
+        }
+        /* Finished sessions stay listed (up to FINISHED_KEPT) for status. */
+        translate_release(&s->tr);
+        if (!s->segments_pending)
+                s->state = SESSION_DONE;
+        log_info("pid %d: session ended (%s): %llu events, %llu drops", s->pid, reason,
+                 (unsigned long long)s->tr.events, (unsigned long long)s->drops);
+}
+
+void session_tick(struct session *s, uint64_t now_ms)
+{
+        const char *full;
+
+        if (s->state != SESSION_RECORDING)
+                return;
+        /* Pick up what arrived since the last wakeup before judging time. */
+        if (!session_gained_privileges(s))
+                d9_bpf_target_consume(s->bpf);
+        if (s->privileged) {
+                session_end_privileged(s);
+                return;
+        }
+        session_account_bpf_counters(s);
+        if (now_ms > s->rate_ms) {
+                s->events_per_s = (double)(s->tr.events - s->rate_events) * 1000.0 / (double)(now_ms - s->rate_ms);
+                s->rate_events = s->tr.events;
+                s->rate_ms = now_ms;
+        }
+        if (s->tr.exited) {
+                session_end(s, "target exited");
+                return;
+        }
+        if (now_ms - s->maps_ms >= 2000)
+                session_snapshot_maps(s);
+        if (s->deadline_ms && now_ms >= s->deadline_ms) {
+                session_end(s, "duration reached");
+                return;
+        }
+        if (now_ms - s->seg.opened_ms >= s->d->cfg.rotate_period_ms)
+                session_rotate(s, "period");
+        else if ((full = session_segment_full(s)))
+                session_rotate(s, full);
+        else if (s->tr.workers_changed && session_refresh_metadata(s) < 0)
+                session_end(s, "encoder error");
+}
+
+struct session *session_find(struct d9d *d, pid_t pid, bool live_only)
+{
+        for (struct session *s = d->sessions; s; s = s->next)
+                if (s->pid == pid && (!live_only || s->state == SESSION_RECORDING))
+                        return s;
+        return NULL;
+}
+
+static const char *state_name(enum session_state st)
+{
+        return st == SESSION_RECORDING ? "recording" : st == SESSION_SEALING ? "sealing" : "done";
+}
+
+json_t *session_status_json(const struct session *s)
+{
+        json_t *j = json_pack("{s:I,s:i,s:I,s:s,s:s,s:s,s:f,s:I,s:I,s:I,s:i,s:i,s:O,s:O,s:I,s:s,s:{s:I,s:I,s:I}}",
+                "session", (json_int_t)s->id, "pid", s->pid, "starttime", (json_int_t)s->starttime,
+                "service", s->service, "state", state_name(s->state), "dir", s->seg.dir,
+                "events_per_s", s->events_per_s, "events", (json_int_t)s->tr.events,
+                "drops", (json_int_t)s->drops, "bytes", (json_int_t)(s->bytes_sealed + segment_size(&s->seg)),
+                "segments", s->segments_sealed, "segments_pending", s->segments_pending,
+                "sealed", s->sealed_paths, "probe_plan", s->plan_json ? s->plan_json : json_null(),
+                "records", (json_int_t)s->tr.records, "end_reason", s->end_reason,
+                "offcpu_short", "min_us", (json_int_t)s->offcpu_min_us,
+                "intervals", (json_int_t)s->offcpu_short.count, "total_ns", (json_int_t)s->offcpu_short.ns);
+        if (j && s->privileged)
+                json_object_set_new(j, "discarded_privileged", json_integer((json_int_t)s->discarded));
+        /* Stacks: unwound, not, off-CPU samples that say why they have none,
+         * and those taken in d9d's own probes ([d9d uprobe], docs/stacks.md). */
+        json_object_set_new(j, "stacks", json_pack("{s:I,s:I,s:I,s:I,s:I}",
+                "unwound", (json_int_t)s->tr.stacks, "failed", (json_int_t)s->tr.stacks_failed,
+                "offcpu_without_stack", (json_int_t)s->tr.offcpu_no_stack,
+                "in_d9d_probes", (json_int_t)s->tr.probe_stacks,
+                "frames_outside_mappings", (json_int_t)s->tr.frames_outside));
+        /* Ended sessions: the length of the recording; live ones: so far. */
+        uint64_t until = s->state == SESSION_RECORDING ? d9_now_ms() : s->ended_ms;
+        json_object_set_new(j, "started_unix_ms", json_integer((json_int_t)s->started_unix_ms));
+        json_object_set_new(j, "duration_ms", json_integer((json_int_t)(until - s->started_ms)));
+        if (s->state != SESSION_RECORDING)
+                json_object_del(j, "events_per_s"); /* a rate only means something while recording */
+        return j;
+}
+
+void session_on_sealed(struct d9d *d, struct seal_job *job)
+{
+        for (struct session *s = d->sessions; s; s = s->next) {
+                if (s->id != job->session_id)
+                        continue;
+                s->segments_pending--;
+                if (!job->error) {
+                        s->segments_sealed++;
+                        s->bytes_sealed += job->bytes;
+                        json_array_append_new(s->sealed_paths, json_string(job->sealed));
+                }
+                if (s->state == SESSION_SEALING && !s->segments_pending)
+                        s->state = SESSION_DONE;
+                return;
+        }
+}
+
+void sessions_prune(struct d9d *d)
+{
+        uint64_t now = d9_now_ms();
+        unsigned finished = 0;
+
+        for (struct session **pp = &d->sessions; *pp;) {
+                struct session *s = *pp;
+                if (s->state == SESSION_DONE && (++finished > FINISHED_KEPT ||
+                                                 now - s->ended_ms >= d->cfg.finished_keep_ms)) {
+                        *pp = s->next;
+                        session_free(s);
+                        continue;
+                }
+                pp = &s->next;
+        }
+}
+
+void sessions_free_all(struct d9d *d)
+{
+        while (d->sessions) {
+                struct session *s = d->sessions;
+                d->sessions = s->next;
+                session_free(s);
+        }
+}
+
+size_t session_bpf_teardowns_pending(void)
+{
+        return d9_bpf_teardowns_pending(shared_bpf);
+}
+
+void session_bpf_close(void)
+{
+        size_t n = d9_bpf_teardowns_pending(shared_bpf);
+
+        if (n)
+                log_info("waiting for the uprobe links of %zu detached target(s) to go", n);
+        d9_bpf_close(shared_bpf);
+        shared_bpf = NULL;
+}

@@ -1,0 +1,113 @@
+/* session: one traced target process, from attach to its last sealed
+ * segment. Keyed by pid + process start time, so a recycled PID is a new
+ * session in a new folder. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "daemon/core/d9d.h"
+#include "daemon/record/segment.h"
+#include "daemon/record/translate.h"
+#include "bpf/d9_events.h"
+
+struct probe_plan;
+struct d9_bpf_target;
+struct seal_job;
+
+enum session_state {
+        SESSION_RECORDING,
+        SESSION_SEALING,        /* ended; segments still queued for sealing */
+        SESSION_DONE,
+};
+
+struct session {
+        struct d9_watch ring_w;         /* the target's ring buffer */
+        struct d9_watch pidfd_w;        /* readable when the target exits */
+        struct d9d *d;
+        struct session *next;
+        uint64_t id;
+        pid_t pid;
+        uint64_t starttime;             /* /proc/PID/stat field 22, clock ticks since boot */
+        pid_t nspid;                    /* its pid in its own pid namespace: names of files it writes */
+        uid_t uid;                      /* the target's (owner of /proc/PID) */
+        uid_t starter_uid;              /* the peer that attached (may detach, sees it) */
+        int status_fd;                  /* /proc/PID/status, for peers other than root */
+        int root_fd;                    /* /proc/PID/root (O_PATH), taken with the pidfd valid */
+        char *creds;                    /* its Uid/Gid/Groups/Cap lines at attach */
+        bool privileged;                /* gained privileges: records discarded from now */
+        uint64_t discarded;             /* records discarded for that reason */
+        char service[128];
+        char exe[4096];
+        int probes;                     /* enum d9_probe_group mask asked for */
+        uint64_t offcpu_min_us;         /* shorter off-CPU intervals only counted */
+        bool expect_exec;               /* record -- CMD: the child execs once after attach */
+        enum session_state state;
+        char end_reason[128];
+        uint64_t started_ms, deadline_ms; /* deadline 0 = until detached */
+        uint64_t ended_ms;              /* when recording stopped (0: still recording) */
+        int64_t started_unix_ms;        /* wall clock at attach, for list */
+
+        char *maps;                     /* last /proc/PID/maps seen: symbols after exit */
+        uint64_t maps_ms;
+        struct probe_plan *plan;
+        struct d9_bpf_target *bpf;
+        json_t *plan_json;              /* what attached, what is missing and why */
+        struct segment_writer seg;
+        struct translate tr;
+
+        /* Counters for status. */
+        uint64_t events, bytes_sealed, drops, drops_reported;
+        struct d9_offcpu_short offcpu_short, offcpu_short_reported;
+        uint64_t drops_logged_ms;       /* drop warnings: at most one per 10 s */
+        uint64_t rate_events, rate_ms;  /* events at the last rate sample */
+        uint64_t seg_first_event;       /* tr.events when the open segment began */
+        double events_per_s;
+        unsigned segments_sealed, segments_pending;
+        json_t *sealed_paths;           /* array of sealed segment paths */
+};
+
+struct session_request {
+        pid_t pid;
+        const char *exe;                /* plan from this file (root peers only) */
+        int exe_fd;                     /* or from this fd of the target (>= 0; d9ctl record) */
+        int probes;
+        uint64_t duration_ms;
+        int64_t offcpu_min_us;          /* < 0: d9d's configured default */
+        uid_t peer_uid;
+};
+
+struct session_start;
+
+/* Start tracing: the target is checked at once (pidfd first, owner), its
+ * probe plan is built in the planner thread, and the BPF attach follows on
+ * the loop. Returns 0 when under way: done(ctx, s, why) then runs once on
+ * the loop, with the session, or with NULL and a one-line reason. Refused
+ * at once: a negative errno and a malloc'd one-line reason in *why. */
+int session_start(struct d9d *d, const struct session_request *req,
+                  void (*done)(void *ctx, struct session *s, const char *why), void *ctx,
+                  struct session_start **out, char **why);
+/* Nobody waits for it any more: its plan is dropped if it has not started,
+ * and it never attaches. done still runs. */
+void session_start_cancel(struct session_start *st);
+/* Once a tick, and at shutdown: planned attaches that waited for their
+ * pid's last links to go away. */
+void session_starts_resume(struct d9d *d);
+/* Stop recording: drain, detach, close the open segment and queue it. */
+void session_end(struct session *s, const char *reason);
+/* Once a second: rotation, deadline, drop accounting, rates. */
+void session_tick(struct session *s, uint64_t now_ms);
+struct session *session_find(struct d9d *d, pid_t pid, bool live_only);
+json_t *session_status_json(const struct session *s);
+/* A sealing job finished (called on the main loop). */
+void session_on_sealed(struct d9d *d, struct seal_job *job);
+/* Drop finished sessions older than finished_keep, and beyond the most recent few. */
+void sessions_prune(struct d9d *d);
+void sessions_free_all(struct d9d *d);
+/* Detached targets whose BPF links are still being destroyed. */
+size_t session_bpf_teardowns_pending(void);
+/* The shared BPF objects, opened on first attach; waits for the pending
+ * teardowns. */
+void session_bpf_close(void);

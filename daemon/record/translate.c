@@ -1,0 +1,921 @@
+/* translate.c: BPF records -> dial9 events.
+ *
+ * A pure function of the record stream and the plan (no /proc or ELF reads
+ * decide an identity). Identity rules (docs/probe-plan.md, "Worker
+ * identity"; trace-format.md §8):
+ * - a poll of a blocking-pool task (the plan's blocking_task: Tokio's
+ *   BlockingSchedule, told from the vtable's shape) is a
+ *   D9BlockingPollEvent, not a poll on a worker lane, wherever it runs,
+ *   and never makes its thread a worker. A worker's own launch is such a
+ *   task, and so is every spawn_blocking job. Samples of blocking-pool
+ *   threads are on 254, as dial9 writes them.
+ * - a thread becomes a worker when it polls a runtime task (any other
+ *   poll) or parks a worker's core. With park probes a worker is the core
+ *   its park key names, not a thread (block_in_place moves a core to
+ *   another thread): a thread that polls before its first park holds an id
+ *   until that park; if the core turns out to be known already, the id is
+ *   given back and the next new core reuses it, so ids never outnumber
+ *   cores plus threads not yet seen parking. Without park probes a worker
+ *   is its thread. Thread names, first sight of a tid or the order threads
+ *   show up never decide a worker.
+ * - a current-thread runtime: the thread that polls its tasks is its worker.
+ * - runtimes: a worker belongs to the runtime whose tasks it polls (the
+ *   task's scheduler field, its runtime Handle's Arc, read by BPF); each
+ *   runtime is one runtime.<name> entry (translate_runtimes).
+ * - parks without park probes: a worker thread's voluntary off-CPU
+ *   interval (sched_switch, prev_state != running) with no poll open is a
+ *   park at switch-out and an unpark at switch-in.
+ * - task ids are read by BPF at poll entry; spawn_loc is the future-type
+ *   label of the poll<T,S> instance the probe cookie names. When the build
+ *   has no spawn probe point (OwnedTasks::bind inlined), a task's spawn is
+ *   reported at the first poll of an id not seen before, as the plan says.
+ * - a task whose future is a `Pin<Box<dyn Future>>` is labelled with the
+ *   name of the concrete future's poll fn (BPF reads it from the box's
+ *   vtable), symbolized once per address from the target's own ELF.
+ * - values we cannot observe from outside (local/global queue lengths) are
+ *   written as 0, documented in docs/daemon.md. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bpf/d9_events.h"
+#include "daemon/symbolize/kallsyms.h"
+#include "daemon/core/log.h"
+#include "daemon/symbolize/stack_marks.h"
+#include "daemon/symbolize/symbolize.h"
+#include "daemon/record/unwind.h"
+#include "daemon/record/translate.h"
+#include "uprobes/uprobes.h"
+
+static const struct d9_field_def lost_fields[] = {
+        { "lost", D9_T_VARINT },
+        { "source", D9_T_POOLED_STRING },
+};
+static const struct d9_schema_def lost_schema = { "D9LostEventsEvent", 2, lost_fields };
+
+/* Off-CPU intervals below the session's minimum since the last such event:
+ * not recorded one by one, but not hidden either. */
+static const struct d9_field_def offcpu_short_fields[] = {
+        { "intervals", D9_T_VARINT },
+        { "total_ns", D9_T_VARINT },
+        { "min_ns", D9_T_VARINT },
+};
+static const struct d9_schema_def offcpu_short_schema = { "D9ShortOffCpuEvent", 3, offcpu_short_fields };
+
+/* A blocking-pool task's poll (a spawn_blocking job), written at its end.
+ * dial9 records polls of runtime tasks on workers only and its viewer draws
+ * a lane per worker id seen in poll and park events, so these are not
+ * PollStart/PollEnd on 254 (a "Worker 254" lane) but an event of their own;
+ * dial9's readers skip it, d9's keep it. start = ts - duration_ns. */
+static const struct d9_field_def blocking_fields[] = {
+        { "task_id", D9_T_VARINT },
+        { "spawn_loc", D9_T_POOLED_STRING },
+        { "tid", D9_T_VARINT },
+        { "duration_ns", D9_T_VARINT },
+};
+static const struct d9_schema_def blocking_schema = { "D9BlockingPollEvent", 4, blocking_fields };
+
+/* A task label that is only an address (a stripped build: the poll
+ * instance's link-time address in the executable, "0x44ad4d8"): where
+ * `d9ctl symbolize` finds its future type once a debug file turns up.
+ * Written once per label and segment, when the label is first used. */
+static const struct d9_field_def label_addr_fields[] = {
+        { "label", D9_T_POOLED_STRING },
+        { "vaddr", D9_T_VARINT },
+        { "file_offset", D9_T_VARINT },
+        { "build_id", D9_T_POOLED_STRING },
+};
+static const struct d9_schema_def label_addr_schema = { "D9TaskLabelAddrEvent", 4, label_addr_fields };
+
+int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *plan, bool wake_probes,
+                   bool park_probes)
+{
+        memset(tr, 0, sizeof(*tr));
+        tr->pid = pid;
+        tr->plan = plan;
+        tr->wake_probes = wake_probes;
+        tr->park_from_sched = !park_probes;
+        tr->n_labels = plan ? plan->n_points : 0;
+        tr->label_atoms = calloc(tr->n_labels ? tr->n_labels : 1, sizeof(*tr->label_atoms));
+        tr->threads_cap = 256;
+        tr->threads = calloc(tr->threads_cap, sizeof(*tr->threads));
+        tr->park_keys = calloc(256, sizeof(*tr->park_keys));
+        tr->worker_rt = malloc(256);
+        if (tr->worker_rt)
+                memset(tr->worker_rt, TR_RT_UNKNOWN, 256);
+        tr->spawn_from_first_poll = true;
+        for (size_t i = 0; plan && i < plan->n_points; i++)
+                if (plan->points[i].kind == PROBE_SPAWN && !plan->points[i].skipped)
+                        tr->spawn_from_first_poll = false;
+        tr->live_cap = 1024;
+        tr->live_tasks = calloc(tr->live_cap, sizeof(*tr->live_tasks));
+        /* Kernel names for collapse_probe_path, taken now: reading
+         * /proc/kallsyms takes 0.1-0.3 s, and on the drain thread at the
+         * first stack it stalled the rings of a busy target into drops. */
+        tr->ksyms = ksyms_get();
+        return tr->label_atoms && tr->threads && tr->park_keys && tr->worker_rt && tr->live_tasks ? 0 : -ENOMEM;
+}
+
+void translate_destroy(struct translate *tr)
+{
+        free(tr->label_atoms);
+        for (size_t i = 0; tr->threads && i < tr->threads_cap; i++)
+                for (int k = 0; k < 2; k++)
+                        free(tr->threads[i].stk[k].frames);
+        free(tr->threads);
+        free(tr->park_keys);
+        free(tr->worker_rt);
+        free(tr->live_tasks);
+        unwinder_free(tr->unw);
+        if (tr->ksyms)
+                ksyms_put(tr->ksyms);
+        for (size_t i = 0; i < tr->n_dyn; i++)
+                free(tr->dyn[i].name);
+        free(tr->dyn);
+        symbolizer_free(tr->sym);
+        memset(tr, 0, sizeof(*tr));
+}
+
+void translate_release(struct translate *tr)
+{
+        struct translate counters = {
+                .pid = tr->pid, .first_ts = tr->first_ts, .last_ts = tr->last_ts,
+                .events = tr->events, .records = tr->records, .exited = tr->exited,
+                .exec_seen = tr->exec_seen, .error = tr->error,
+                .stacks = tr->stacks, .stacks_failed = tr->stacks_failed,
+                .offcpu_no_stack = tr->offcpu_no_stack, .probe_stacks = tr->probe_stacks,
+                .frames_outside = tr->frames_outside,
+        };
+
+        translate_destroy(tr);
+        *tr = counters;
+}
+
+int translate_set_encoder(struct translate *tr, struct d9_enc *enc)
+{
+        int r;
+
+        tr->enc = enc;
+        memset(tr->label_atoms, 0xff, (tr->n_labels ? tr->n_labels : 1) * sizeof(*tr->label_atoms));
+        for (size_t i = 0; i < tr->threads_cap; i++)
+                tr->threads[i].name_atom = D9_NO_ATOM;
+        for (size_t i = 0; i < tr->n_dyn; i++)
+                tr->dyn[i].atom = D9_NO_ATOM;
+        r = d9_enc_declare(enc, &lost_schema);
+        if (r < 0)
+                return r;
+        tr->lost_schema = r;
+        r = d9_enc_declare(enc, &offcpu_short_schema);
+        if (r < 0)
+                return r;
+        tr->offcpu_short_schema = r;
+        r = d9_enc_declare(enc, &blocking_schema);
+        if (r < 0)
+                return r;
+        tr->blocking_schema = r;
+        r = d9_enc_declare(enc, &label_addr_schema);
+        if (r < 0)
+                return r;
+        tr->label_addr_schema = r;
+        r = d9_enc_intern_string(enc, "", 0, &tr->empty_atom);
+        if (!r)
+                r = d9_enc_intern_stack(enc, NULL, 0, &tr->empty_stack);
+        return r;
+}
+
+static struct tr_thread *thread_slot(struct translate *tr, uint32_t tid);
+
+static int threads_grow(struct translate *tr)
+{
+        struct tr_thread *old = tr->threads;
+        size_t old_cap = tr->threads_cap;
+
+        tr->threads = calloc(old_cap * 2, sizeof(*tr->threads));
+        if (!tr->threads) {
+                tr->threads = old;
+                return -ENOMEM;
+        }
+        tr->threads_cap = old_cap * 2;
+        tr->threads_used = 0;
+        for (size_t i = 0; i < old_cap; i++)
+                if (old[i].tid)
+                        *thread_slot(tr, old[i].tid) = old[i];
+        free(old);
+        return 0;
+}
+
+static struct tr_thread *thread_slot(struct translate *tr, uint32_t tid)
+{
+        size_t mask = tr->threads_cap - 1, i = (tid * 2654435761u) & mask;
+
+        while (tr->threads[i].tid && tr->threads[i].tid != tid)
+                i = (i + 1) & mask;
+        if (!tr->threads[i].tid) {
+                tr->threads[i] = (struct tr_thread){ .tid = tid, .worker = D9_WORKER_NONE,
+                                                     .poll_worker = D9_WORKER_NONE,
+                                                     .name_atom = D9_NO_ATOM };
+                tr->threads_used++;
+        }
+        return &tr->threads[i];
+}
+
+static struct tr_thread *thread_get(struct translate *tr, uint32_t tid)
+{
+        if (tr->threads_used * 2 >= tr->threads_cap && threads_grow(tr) < 0)
+                return NULL;
+        return thread_slot(tr, tid);
+}
+
+#define PROVISIONAL_KEY(tid) (((uint64_t)1 << 63) | (tid))
+#define FREE_KEY UINT64_MAX
+
+static uint32_t worker_new(struct translate *tr, uint64_t park_key)
+{
+        tr->workers_changed = true;
+        /* An id given back (see worker_of_key) is used again first. */
+        for (uint32_t i = 0; i < tr->n_workers; i++) {
+                if (tr->park_keys[i] == FREE_KEY) {
+                        tr->park_keys[i] = park_key;
+                        tr->worker_rt[i] = TR_RT_UNKNOWN;
+                        return i;
+                }
+        }
+        /* Ids above 253 would collide with the sentinels. */
+        if (tr->n_workers >= 254)
+                return D9_WORKER_NONE;
+        tr->park_keys[tr->n_workers] = park_key;
+        tr->worker_rt[tr->n_workers] = TR_RT_UNKNOWN;
+        return tr->n_workers++;
+}
+
+static bool holds_provisional(const struct translate *tr, const struct tr_thread *t)
+{
+        return t->worker < tr->n_workers && tr->park_keys[t->worker] == PROVISIONAL_KEY(t->tid);
+}
+
+static uint32_t worker_of_key(struct translate *tr, uint64_t park_key, struct tr_thread *t)
+{
+        for (uint32_t i = 0; i < tr->n_workers; i++) {
+                if (tr->park_keys[i] != park_key)
+                        continue;
+                /* The thread held an id only until it showed which core it
+                 * drives, and that core already has one: give it back. */
+                if (holds_provisional(tr, t) && t->worker != i) {
+                        tr->park_keys[t->worker] = FREE_KEY;
+                        tr->workers_changed = true;
+                }
+                return i;
+        }
+        /* The thread polled before it first parked: its id becomes this
+         * core's id instead of burning a second one. */
+        if (holds_provisional(tr, t)) {
+                tr->park_keys[t->worker] = park_key;
+                return t->worker;
+        }
+        return worker_new(tr, park_key);
+}
+
+/* A worker polled a task whose scheduler is sched: the worker belongs to
+ * that runtime (all tasks of one runtime share its Handle's Arc). The
+ * first one decides: a LocalSet's tasks (another scheduler) polled inside
+ * a worker must not move it, nor restate the metadata at every poll. */
+static void worker_runtime_seen(struct translate *tr, uint32_t w, uint64_t sched)
+{
+        uint32_t rt = 0;
+
+        if (!sched || w >= tr->n_workers || tr->worker_rt[w] != TR_RT_UNKNOWN)
+                return;
+        while (rt < tr->n_runtimes && tr->rt_keys[rt] != sched)
+                rt++;
+        if (rt == tr->n_runtimes) {
+                if (rt == TR_MAX_RUNTIMES) {
+                        tr->rt_overflow++;
+                        return;
+                }
+                tr->rt_keys[tr->n_runtimes++] = sched;
+        }
+        tr->worker_rt[w] = (uint8_t)rt;
+        tr->workers_changed = true;
+}
+
+/* Live task ids: linear probing, deletion by backward shift (no tombstones). */
+static size_t live_home(const struct translate *tr, uint64_t id)
+{
+        return (size_t)((id * 0x9e3779b97f4a7c15ull) >> 20) & (tr->live_cap - 1);
+}
+
+static int live_grow(struct translate *tr);
+
+/* Returns 1 if id was new (and is now recorded), 0 if known, <0 on error. */
+static int live_insert(struct translate *tr, uint64_t id)
+{
+        size_t i;
+
+        if ((tr->live_used + 1) * 2 > tr->live_cap && live_grow(tr) < 0)
+                return -ENOMEM;
+        for (i = live_home(tr, id); tr->live_tasks[i]; i = (i + 1) & (tr->live_cap - 1))
+                if (tr->live_tasks[i] == id)
+                        return 0;
+        tr->live_tasks[i] = id;
+        tr->live_used++;
+        return 1;
+}
+
+static int live_grow(struct translate *tr)
+{
+        uint64_t *old = tr->live_tasks;
+        size_t old_cap = tr->live_cap;
+
+        tr->live_tasks = calloc(old_cap * 2, sizeof(*old));
+        if (!tr->live_tasks) {
+                tr->live_tasks = old;
+                return -ENOMEM;
+        }
+        tr->live_cap = old_cap * 2;
+        tr->live_used = 0;
+        for (size_t i = 0; i < old_cap; i++)
+                if (old[i])
+                        live_insert(tr, old[i]);
+        free(old);
+        return 0;
+}
+
+static void live_remove(struct translate *tr, uint64_t id)
+{
+        size_t mask = tr->live_cap - 1, i = live_home(tr, id), j;
+
+        while (tr->live_tasks[i] && tr->live_tasks[i] != id)
+                i = (i + 1) & mask;
+        if (!tr->live_tasks[i])
+                return;
+        tr->live_tasks[i] = 0;
+        tr->live_used--;
+        for (j = (i + 1) & mask; tr->live_tasks[j]; j = (j + 1) & mask) {
+                size_t h = live_home(tr, tr->live_tasks[j]);
+                /* Move j back into the hole if its home is not in (i, j]. */
+                if ((j > i && (h <= i || h > j)) || (j < i && h <= i && h > j)) {
+                        tr->live_tasks[i] = tr->live_tasks[j];
+                        tr->live_tasks[j] = 0;
+                        i = j;
+                }
+        }
+}
+
+static const char *cookie_label(const struct translate *tr, uint64_t cookie)
+{
+        if (!tr->plan || cookie >= tr->n_labels)
+                return NULL;
+        return tr->plan->points[cookie].label;
+}
+
+static void note_label_addr(struct translate *tr, const struct probe_point *pt, uint32_t atom)
+{
+        const char *id = tr->plan->build_id ? tr->plan->build_id : "";
+        char hex[24];
+        struct d9_enc_value v[4] = { { .atom = atom }, { .u = pt->vaddr }, { .u = pt->file_offset } };
+
+        snprintf(hex, sizeof(hex), "0x%llx", (unsigned long long)pt->vaddr);
+        if (strcmp(pt->label, hex) || d9_enc_intern_string(tr->enc, id, strlen(id), &v[3].atom) < 0)
+                return;
+        /* Only a loss of this hint: the label itself is written anyway. */
+        (void)d9_enc_event(tr->enc, tr->label_addr_schema, tr->last_ts, v);
+}
+
+static uint32_t label_atom(struct translate *tr, uint64_t cookie)
+{
+        const char *label = cookie_label(tr, cookie);
+        uint32_t atom;
+
+        if (!label)
+                return tr->empty_atom;
+        if (tr->label_atoms[cookie] != D9_NO_ATOM)
+                return tr->label_atoms[cookie];
+        if (d9_enc_intern_string(tr->enc, label, strlen(label), &atom) < 0)
+                return tr->empty_atom;
+        tr->label_atoms[cookie] = atom;
+        note_label_addr(tr, &tr->plan->points[cookie], atom);
+        return atom;
+}
+
+#define MAX_DYN_LABELS 1024
+
+/* A boxed future's poll fn is named from the symbols of the one file
+ * mapped at its address (the executable, nearly always), not of every
+ * library: the table is ~1 MiB per target otherwise. The symbolizer is
+ * dropped once no new address came for SYM_IDLE_NS of trace time (names
+ * already found stay in tr->dyn); a new address loads it again. */
+#define SYM_IDLE_NS (5 * 1000000000ull)
+
+/* Name of the function at addr in the target, or NULL. */
+static const char *dyn_lookup(struct translate *tr, uint64_t addr)
+{
+        uint64_t size;
+
+        tr->sym_used_ts = tr->last_ts;
+        if (!tr->sym || addr < tr->sym_lo || addr >= tr->sym_hi) {
+                struct symbolizer *found;
+                char path[64];
+                char *maps;
+
+                snprintf(path, sizeof(path), "/proc/%d/maps", tr->pid);
+                maps = read_proc_text(path);
+                found = maps ? symbolizer_new_for_file_at(tr->pid, maps, addr, &tr->sym_lo, &tr->sym_hi) : NULL;
+                free(maps);
+                if (!found)
+                        return NULL;
+                symbolizer_free(tr->sym);
+                tr->sym = found;
+        }
+        return tr->sym ? symbolizer_lookup(tr->sym, addr, &size) : NULL;
+}
+
+/* Label of a boxed future by its concrete poll fn; falls back to the
+ * poll<T,S> instance's label when the address has no symbol. */
+static uint32_t poll_label_atom(struct translate *tr, uint64_t cookie, uint64_t future_poll)
+{
+        struct tr_dyn *e = NULL;
+
+        if (!future_poll)
+                return label_atom(tr, cookie);
+        for (size_t i = 0; i < tr->n_dyn; i++)
+                if (tr->dyn[i].addr == future_poll)
+                        e = &tr->dyn[i];
+        if (!e && tr->n_dyn < MAX_DYN_LABELS) {
+                struct tr_dyn *more = realloc(tr->dyn, (tr->n_dyn + 1) * sizeof(*more));
+                const char *name;
+                char unnamed[320];
+
+                if (!more)
+                        return label_atom(tr, cookie);
+                tr->dyn = more;
+                name = dyn_lookup(tr, future_poll);
+                /* Unnamed (a stripped build): the concrete future's poll fn
+                 * as "[unnamed] FILE 0xVADDR", as frames are written, which
+                 * d9ctl symbolize names later; two futures stay apart. */
+                if (!name && tr->sym && symbolizer_unnamed(tr->sym, future_poll, unnamed, sizeof(unnamed)))
+                        name = unnamed;
+                e = &tr->dyn[tr->n_dyn++];
+                *e = (struct tr_dyn){ future_poll, name ? strdup(name) : NULL, D9_NO_ATOM };
+        }
+        if (!e || !e->name)
+                return label_atom(tr, cookie);
+        if (e->atom == D9_NO_ATOM && d9_enc_intern_string(tr->enc, e->name, strlen(e->name), &e->atom) < 0)
+                return label_atom(tr, cookie);
+        return e->atom;
+}
+
+static uint32_t thread_name_atom(struct translate *tr, struct tr_thread *t)
+{
+        if (!t->name_read) {
+                char path[64];
+                int fd;
+
+                t->name_read = true;
+                snprintf(path, sizeof(path), "/proc/%d/task/%u/comm", tr->pid, t->tid);
+                fd = open(path, O_RDONLY | O_CLOEXEC);
+                if (fd >= 0) {
+                        ssize_t n = read(fd, t->name, sizeof(t->name) - 1);
+                        close(fd);
+                        if (n > 0 && t->name[n - 1] == '\n')
+                                n--;
+                        t->name[n > 0 ? n : 0] = 0;
+                }
+        }
+        if (!t->name[0])
+                return D9_NO_ATOM;
+        if (t->name_atom == D9_NO_ATOM &&
+            d9_enc_intern_string(tr->enc, t->name, strlen(t->name), &t->name_atom) < 0)
+                t->name_atom = D9_NO_ATOM;
+        return t->name_atom;
+}
+
+static bool cookie_is_blocking(const struct translate *tr, uint64_t cookie)
+{
+        return tr->plan && cookie < tr->n_labels && tr->plan->points[cookie].blocking_task;
+}
+
+/* The lane a poll starts on (rules at the top of this file). */
+static uint32_t poll_worker(struct translate *tr, struct tr_thread *t, uint64_t cookie)
+{
+        if (cookie_is_blocking(tr, cookie))
+                return D9_WORKER_BLOCKING;
+        if (t->worker == D9_WORKER_NONE)
+                t->worker = worker_new(tr, PROVISIONAL_KEY(t->tid));
+        return t->worker;
+}
+
+static int blocking_poll_end(struct translate *tr, struct tr_thread *t, uint64_t ts)
+{
+        struct d9_enc_value v[4] = {
+                { .present = true, .u = t->blocking_task },
+                { .present = true, .atom = poll_label_atom(tr, t->blocking_cookie, t->blocking_future) },
+                { .present = true, .u = t->tid },
+                { .present = true, .u = ts >= t->blocking_ts ? ts - t->blocking_ts : 0 },
+        };
+
+        return d9_enc_event(tr->enc, tr->blocking_schema, ts, v);
+}
+
+/* Returns 1 when the record writes no event. */
+static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_thread *t)
+{
+        switch (r->hdr.type) {
+        case D9_REC_POLL_START:
+                if (tr->spawn_from_first_poll && r->task_id && live_insert(tr, r->task_id) == 1) {
+                        int e = d9_enc_task_spawn(tr->enc, r->hdr.ts, r->task_id,
+                                                  poll_label_atom(tr, r->cookie, r->future_poll), tr->wake_probes);
+                        if (e < 0)
+                                return e;
+                        tr->events++;
+                }
+                /* A poll still open here never got its end (it began before
+                 * the attach, or a worker's launch poll that encloses all of
+                 * its task polls): closed now, so no lane stays open. */
+                if (t->poll_worker < D9_WORKER_BLOCKING) {
+                        int e = d9_enc_poll_end(tr->enc, r->hdr.ts, t->poll_worker);
+                        if (e < 0)
+                                return e;
+                        tr->events++;
+                }
+                /* Runtime task polls inside an open blocking poll: it is the
+                 * worker's launch, whose poll runs the worker loop; it stays
+                 * open until the launch task ends (TERMINATE below). */
+                if (t->poll_worker == D9_WORKER_BLOCKING)
+                        t->blocking_nested = !cookie_is_blocking(tr, r->cookie);
+                t->poll_worker = poll_worker(tr, t, r->cookie);
+                if (t->poll_worker == D9_WORKER_BLOCKING) {
+                        t->pool_thread |= t->worker == D9_WORKER_NONE;
+                        t->blocking_ts = r->hdr.ts;
+                        t->blocking_task = r->task_id;
+                        t->blocking_cookie = r->cookie;
+                        t->blocking_future = r->future_poll;
+                        return 1;
+                }
+                worker_runtime_seen(tr, t->poll_worker, r->sched);
+                return d9_enc_poll_start(tr->enc, r->hdr.ts, t->poll_worker, 0,
+                                         r->task_id, poll_label_atom(tr, r->cookie, r->future_poll));
+        case D9_REC_POLL_END: {
+                uint32_t w = t->poll_worker;
+
+                t->poll_worker = D9_WORKER_NONE;
+                if (w == D9_WORKER_BLOCKING)
+                        return blocking_poll_end(tr, t, r->hdr.ts);
+                if (t->blocking_nested && r->task_id && r->task_id == t->blocking_task) {
+                        t->blocking_nested = false;
+                        return blocking_poll_end(tr, t, r->hdr.ts);
+                }
+                /* A poll that started before the attach has no start here. */
+                if (w == D9_WORKER_NONE && (cookie_is_blocking(tr, r->cookie) || t->worker == D9_WORKER_NONE))
+                        return 1;
+                return d9_enc_poll_end(tr->enc, r->hdr.ts, w != D9_WORKER_NONE ? w : t->worker);
+        }
+        case D9_REC_SPAWN:
+                return d9_enc_task_spawn(tr->enc, r->hdr.ts, r->task_id, tr->empty_atom, tr->wake_probes);
+        default:
+                if (tr->spawn_from_first_poll)
+                        live_remove(tr, r->task_id);
+                /* A launch's poll ends as its task completes (complete runs
+                 * as the poll returns Ready, on the same thread). */
+                if (t->blocking_nested && r->task_id && r->task_id == t->blocking_task) {
+                        int e = blocking_poll_end(tr, t, r->hdr.ts);
+
+                        t->blocking_nested = false;
+                        if (e < 0)
+                                return e;
+                        tr->events++;
+                }
+                return d9_enc_task_terminate(tr->enc, r->hdr.ts, r->task_id);
+        }
+}
+
+static int on_park(struct translate *tr, const struct d9_rec_park *r, struct tr_thread *t)
+{
+        uint32_t w;
+
+        /* An unreadable key names no core: the thread keeps what it was. */
+        if (!r->park_key && t->worker == D9_WORKER_NONE)
+                return 1;
+        w = r->park_key ? worker_of_key(tr, r->park_key, t) : t->worker;
+        /* In entry-only mode BPF closed the thread's poll before this park. */
+        t->poll_worker = D9_WORKER_NONE;
+
+        /* A thread that polled before its first park took a provisional id;
+         * the Parker key is the real identity from here on. */
+        t->worker = w;
+        if (r->hdr.type == D9_REC_PARK) {
+                t->park_run_delay = r->run_delay_ns;
+                return d9_enc_worker_park(tr->enc, r->hdr.ts, w, 0, r->cpu_ns, r->hdr.tid);
+        }
+        uint64_t wait = t->park_run_delay && r->run_delay_ns >= t->park_run_delay ?
+                        r->run_delay_ns - t->park_run_delay : 0;
+        return d9_enc_worker_unpark(tr->enc, r->hdr.ts, w, 0, r->cpu_ns, wait, r->hdr.tid);
+}
+
+/* A sample's worker_id: its worker, else 254 for a blocking-pool thread
+ * (as dial9 marks them), else 255. */
+static uint32_t sample_lane(const struct tr_thread *t)
+{
+        return t->worker != D9_WORKER_NONE ? t->worker : t->pool_thread ? D9_WORKER_BLOCKING : D9_WORKER_NONE;
+}
+
+/* Callchain atom for a sample that names stack_id; fallback: [ip] or empty. */
+static uint32_t sample_stack(struct translate *tr, struct tr_thread *t, uint64_t stack_id, uint64_t ip);
+/* An off-CPU sample's: its stack, else the mark saying why it has none. */
+static uint32_t offcpu_stack(struct translate *tr, struct tr_thread *t, const struct d9_rec_offcpu *o);
+
+/* An off-CPU sample; without park probes, a worker's voluntary sleep
+ * outside a poll is also its park (at switch-out) and unpark (at
+ * switch-in). Preemption (prev_state 0) is not a park: the worker still
+ * wanted the CPU. Both carry the thread's CPU time (it does not grow while
+ * off CPU); the unpark's scheduler wait is from its wakeup to switch-in,
+ * as a parked thread's run_delay grows between park and unpark. */
+static int on_offcpu(struct translate *tr, const struct d9_rec_offcpu *o, struct tr_thread *t)
+{
+        int r = d9_enc_cpu_sample(tr->enc, o->off_ts, sample_lane(t), o->hdr.tid, 1, D9_NO_ATOM,
+                                  offcpu_stack(tr, t, o), o->hdr.cpu);
+
+        if (r < 0 || !tr->park_from_sched || t->worker >= D9_WORKER_BLOCKING ||
+            t->poll_worker != D9_WORKER_NONE || o->prev_state == 0)
+                return r;
+        tr->events++;
+        r = d9_enc_worker_park(tr->enc, o->off_ts, t->worker, 0, o->cpu_ns, o->hdr.tid);
+        if (r < 0)
+                return r;
+        tr->events++;
+        tr->sched_parks++;
+        return d9_enc_worker_unpark(tr->enc, o->hdr.ts, t->worker, 0, o->cpu_ns, o->sched_wait_ns, o->hdr.tid);
+}
+
+#define MAX_FRAMES (D9_STACK_KERN_MAX + 96)
+#define UNW_RETRY_NS (100 * 1000000ull)
+
+/* A stack taken in d9d's own probe path (the uprobe trap and handler, our
+ * BPF programs): its kernel frames become one "[d9d uprobe]" frame, so a
+ * flamegraph shows d9d's cost as one thing of its own and the target's
+ * own hot spots stay on top (docs/stacks.md). */
+static uint32_t collapse_probe_path(struct translate *tr, uint64_t *frames, uint32_t n, uint32_t n_kern)
+{
+        const char *names[D9_STACK_KERN_MAX];
+        unsigned mark;
+
+        if (!n_kern || n_kern > D9_STACK_KERN_MAX || !tr->ksyms)
+                return n;
+        for (uint32_t i = 0; i < n_kern; i++)
+                names[i] = ksyms_lookup(tr->ksyms, frames[i]);
+        mark = stack_mark_probe_path(names, n_kern);
+        if (!mark)
+                return n;
+        tr->probe_stacks++;
+        frames[0] = stack_mark_addr(mark);
+        memmove(frames + 1, frames + n_kern, (n - n_kern) * sizeof(*frames));
+        return n - n_kern + 1;
+}
+
+/* A STACK record comes right before the SAMPLE/OFFCPU record of the same
+ * thread that names it: unwind it now and keep the frames on the thread. */
+static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_t size, struct tr_thread *t)
+{
+        struct unwind_stats us;
+        struct tr_stack *st;
+        uint32_t n_kern;
+        int n = 0;
+
+        /* A target traced from exec can send its first stacks while its
+         * maps are still being replaced, and unwinder_new then fails:
+         * try again later (100 ms, doubling up to 12.8 s) instead of giving
+         * up on the session's stacks. */
+        if (!tr->unw && rec->hdr.ts >= tr->unw_retry_ts) {
+                struct unwind_opts uo = { .hide_kernel = tr->hide_kernel };
+                int r = unwinder_new(tr->pid, &uo, &tr->unw);
+
+                if (r < 0) {
+                        tr->unw = NULL;
+                        if (!tr->unw_fails)
+                                log_warn("pid %d: cannot read its modules to unwind stacks (%s), trying again",
+                                         (int)tr->pid, strerror(-r));
+                        tr->unw_retry_ts = rec->hdr.ts + (UNW_RETRY_NS << (tr->unw_fails < 7 ? tr->unw_fails : 7));
+                        tr->unw_fails++;
+                }
+        }
+        /* The other slot may hold a stack whose owner record is still to
+         * come; take it only if it is free (or used). */
+        st = &t->stk[t->stk_next];
+        if (st->id && !t->stk[t->stk_next ^ 1].id)
+                st = &t->stk[t->stk_next ^ 1];
+        else
+                t->stk_next ^= 1;
+        if (!st->frames)
+                st->frames = malloc(MAX_FRAMES * sizeof(*st->frames));
+        st->id = rec->stack_id;
+        if (!tr->unw || !st->frames || (n = unwinder_stack(tr->unw, rec, size, st->frames, MAX_FRAMES, &n_kern)) <= 0) {
+                tr->stacks_failed++;
+                /* Over the unwind budget (daemon/record/unwind.h): dropped, and
+                 * said so in the trace with the next stack that unwinds. */
+                tr->stacks_lost += n == -EBUSY;
+                st->n = 0;
+                st->fail = !tr->unw ? STACK_MARK_NO_MODULES :
+                           n == -EBUSY ? STACK_MARK_UNWIND_BUDGET : STACK_MARK_UNWIND_NONE;
+                return;
+        }
+        if (tr->stacks_lost && translate_lost(tr, rec->hdr.ts, tr->stacks_lost, "stack_unwind") == 0)
+                tr->stacks_lost = 0;
+        tr->stacks++;
+        unwinder_get_stats(tr->unw, &us);
+        tr->frames_outside = us.outside;
+        st->n = collapse_probe_path(tr, st->frames, (uint32_t)n, n_kern);
+}
+
+/* The thread's stack named stack_id, taken (its slot freed), or NULL. */
+static struct tr_stack *take_stack(struct tr_thread *t, uint64_t stack_id)
+{
+        for (int k = 0; stack_id && k < 2; k++) {
+                if (t->stk[k].id == stack_id) {
+                        t->stk[k].id = 0;
+                        return &t->stk[k];
+                }
+        }
+        return NULL;
+}
+
+static uint32_t sample_stack(struct translate *tr, struct tr_thread *t, uint64_t stack_id, uint64_t ip)
+{
+        struct tr_stack *st = take_stack(t, stack_id);
+        uint32_t atom;
+
+        if (st && st->n && d9_enc_intern_stack(tr->enc, st->frames, st->n, &atom) == 0)
+                return atom;
+        if (tr->hide_kernel && ip >= UNWIND_KERNEL_MIN)
+                ip = 0;
+        if (ip && d9_enc_intern_stack(tr->enc, &ip, 1, &atom) == 0)
+                return atom;
+        return tr->empty_stack;
+}
+
+static uint32_t offcpu_stack(struct translate *tr, struct tr_thread *t, const struct d9_rec_offcpu *o)
+{
+        struct tr_stack *st = take_stack(t, o->stack_id);
+        uint64_t mark;
+        uint32_t atom;
+
+        if (st && st->n && d9_enc_intern_stack(tr->enc, st->frames, st->n, &atom) == 0)
+                return atom;
+        if (o->stack_id)
+                mark = st ? st->fail : STACK_MARK_MISSING;
+        else
+                mark = o->no_stack > D9_NOSTACK_NONE && o->no_stack < D9_NOSTACK_MAX ? o->no_stack
+                                                                                   : D9_NOSTACK_OFF;
+        mark = stack_mark_addr((unsigned)mark);
+        tr->offcpu_no_stack++;
+        if (d9_enc_intern_stack(tr->enc, &mark, 1, &atom) == 0)
+                return atom;
+        return tr->empty_stack;
+}
+
+int translate_record(struct translate *tr, const void *rec, size_t size)
+{
+        const struct d9_rec_hdr *h = rec;
+        struct tr_thread *t;
+        int r = 0;
+
+        tr->records++;
+        if (size < sizeof(*h))
+                return -EBADMSG;
+        if (!tr->first_ts || h->ts < tr->first_ts)
+                tr->first_ts = h->ts;
+        if (h->ts > tr->last_ts)
+                tr->last_ts = h->ts;
+        if (tr->sym && tr->last_ts - tr->sym_used_ts > SYM_IDLE_NS) {
+                symbolizer_free(tr->sym);
+                tr->sym = NULL;
+        }
+        t = thread_get(tr, h->tid);
+        if (!t)
+                return -ENOMEM;
+        switch (h->type) {
+        case D9_REC_POLL_START:
+        case D9_REC_POLL_END:
+        case D9_REC_SPAWN:
+        case D9_REC_TERMINATE:
+                if (size < sizeof(struct d9_rec_task))
+                        return -EBADMSG;
+                r = on_task(tr, rec, t);
+                if (r == 1)
+                        return 0;
+                break;
+        case D9_REC_WAKE: {
+                const struct d9_rec_wake *w = rec;
+                if (size < sizeof(*w))
+                        return -EBADMSG;
+                r = d9_enc_wake(tr->enc, h->ts, w->waker_task_id, w->woken_task_id,
+                                t->worker > 254 ? 255 : (uint8_t)t->worker);
+                break;
+        }
+        case D9_REC_PARK:
+        case D9_REC_UNPARK:
+                if (size < sizeof(struct d9_rec_park))
+                        return -EBADMSG;
+                r = on_park(tr, rec, t);
+                if (r == 1)
+                        return 0;
+                break;
+        case D9_REC_OFFCPU:
+                if (size < sizeof(struct d9_rec_offcpu))
+                        return -EBADMSG;
+                r = on_offcpu(tr, rec, t);
+                break;
+        case D9_REC_CPU_SAMPLE: {
+                const struct d9_rec_sample *s = rec;
+                if (size < sizeof(*s))
+                        return -EBADMSG;
+                r = d9_enc_cpu_sample(tr->enc, h->ts, sample_lane(t), h->tid, 0, thread_name_atom(tr, t),
+                                      sample_stack(tr, t, s->stack_id, s->ip), h->cpu);
+                break;
+        }
+        case D9_REC_STACK:
+                on_stack(tr, rec, size, t);
+                return 0;
+        case D9_REC_EXIT:
+                tr->exited++;
+                return 0;
+        case D9_REC_EXEC:
+                tr->exec_seen++;
+                return 0;
+        default:
+                return 0; /* WAKEUP and future types carry no dial9 event */
+        }
+        if (r < 0) {
+                if (!tr->error)
+                        tr->error = r;
+                return r;
+        }
+        tr->events++;
+        return 0;
+}
+
+int translate_lost(struct translate *tr, uint64_t ts, uint64_t lost, const char *source)
+{
+        struct d9_enc_value v[2] = { { .present = true, .u = lost }, { .present = true } };
+        int r = d9_enc_intern_string(tr->enc, source, strlen(source), &v[1].atom);
+
+        return r < 0 ? r : d9_enc_event(tr->enc, tr->lost_schema, ts, v);
+}
+
+int translate_offcpu_short(struct translate *tr, uint64_t ts, uint64_t intervals, uint64_t total_ns,
+                           uint64_t min_ns)
+{
+        struct d9_enc_value v[3] = {
+                { .present = true, .u = intervals },
+                { .present = true, .u = total_ns },
+                { .present = true, .u = min_ns },
+        };
+
+        return d9_enc_event(tr->enc, tr->offcpu_short_schema, ts, v);
+}
+
+void translate_worker_list(const struct translate *tr, char *buf, size_t len)
+{
+        size_t off = 0;
+        bool first = true;
+
+        buf[0] = 0;
+        for (uint32_t i = 0; i < tr->n_workers && off + 8 < len; i++) {
+                if (tr->park_keys[i] == FREE_KEY)
+                        continue;
+                off += (size_t)snprintf(buf + off, len - off, "%s%u", first ? "" : ",", i);
+                first = false;
+        }
+}
+
+void translate_runtimes(const struct translate *tr, struct tr_runtimes *out)
+{
+        size_t off = 0;
+
+        out->n = 0;
+        for (uint32_t rt = 0; rt < (tr->n_runtimes ? tr->n_runtimes : 1) && off + 64 < sizeof(out->text); rt++) {
+                const char *key = out->text + off;
+                bool any = false;
+
+                off += (size_t)snprintf(out->text + off, sizeof(out->text) - off, rt ? "runtime.rt%u" : "runtime.main",
+                                        rt) + 1;
+                const char *val = out->text + off;
+
+                out->text[off] = 0;
+                for (uint32_t i = 0; i < tr->n_workers && off + 8 < sizeof(out->text); i++) {
+                        uint32_t of = tr->worker_rt[i] == TR_RT_UNKNOWN ? 0 : tr->worker_rt[i];
+
+                        if (tr->park_keys[i] == FREE_KEY || of != rt)
+                                continue;
+                        off += (size_t)snprintf(out->text + off, sizeof(out->text) - off, "%s%u", any ? "," : "", i);
+                        any = true;
+                }
+                off++;
+                /* runtime.main always; a later runtime once it has a worker. */
+                if (rt && !any)
+                        continue;
+                out->key[out->n] = key;
+                out->val[out->n++] = val;
+        }
+}

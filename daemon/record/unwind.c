@@ -1,0 +1,745 @@
+/* unwind.c: .eh_frame unwinding of BPF stack snapshots with libdwfl.
+ *
+ * The Dwfl of a target is built from /proc/PID/maps and built again when
+ * a pc falls outside every known module (an exec, a dlopen, a JIT region). Its
+ * "process" is attached with our own thread callbacks: the single thread is
+ * the sample being unwound, its registers are the ones BPF captured, and
+ * its memory is the stack copy. Reads outside the copy that look like
+ * stack fail (the live stack has moved on since the sample); other reads
+ * (rare: CFI expressions reading data) go to /proc/PID/mem.
+ *
+ * Memory (docs/stacks.md): a Dwfl is per address space, but the ELF files
+ * behind it are not. Targets running the same executable, and every
+ * target's libc and ld.so, share one libelf handle per file (elf_shares),
+ * so .eh_frame and the section tables are mapped and read once, not once
+ * per target. Unwinding never loads DWARF debug info: libdwfl falls back
+ * to .debug_frame when .eh_frame has no answer (the outermost frame of
+ * every stack), and getting there decompresses all of the debug file's
+ * sections (about 1 MiB per target for libc's) to find a table that
+ * Rust and Debian binaries do not ship anyway. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <elfutils/libdwfl.h>
+#include <libiberty/demangle.h>
+
+#include "bpf/d9_events.h"
+#include "daemon/core/cleanup.h"
+#include "daemon/record/unwind.h"
+#include "daemon/record/unwind_step.h"
+#include "uprobes/uprobes.h"
+
+/* Thread stacks are at most this big (glibc's default is 8 MiB): a read
+ * this close above sp that misses the copy is stale stack, not data. */
+#define STACK_SPAN (8ull << 20)
+
+/* One opened ELF file, shared by every unwinder whose target maps it. */
+struct elf_share {
+        dev_t dev;
+        ino_t ino;
+        off_t size;
+        struct timespec mtime;
+        int fd;
+        Elf *elf;                       /* our reference; each module holds another */
+        unsigned users;                 /* unwinders holding it */
+        struct elf_share *next;
+};
+
+/* The 16 code bytes before a candidate return address: the same few
+ * hundred return addresses come back in every sample, and a read of
+ * /proc/PID/mem was seen to take 0.1 ms on average (up to 16 ms) on a
+ * loaded machine. Direct-mapped, dropped when the modules are reloaded. */
+#define CODE_CACHE_LINES 1024
+struct code_line {
+        uint64_t addr;                  /* 0: empty */
+        uint8_t code[16];
+};
+
+/* Unwinders live on the drain thread only, so this list needs no lock. */
+static struct elf_share *elf_shares;
+
+struct unwinder {
+        pid_t pid;
+        Dwfl *dwfl;
+        Dwfl_Callbacks callbacks;
+        char *debug_file;
+        int mem_fd;
+        uint32_t max_frames;
+        uint64_t budget_ns, window_ns, window_start, window_used;
+        uint64_t last_report_ns;
+        /* The sample being unwound. */
+        const struct d9_rec_stack *rec;
+        uint64_t *out;
+        size_t n_out, cap_out, n_user;
+        /* One libdw walk of it: from these registers (the sample's, or
+         * those a step without CFI found, whose pc is then a return
+         * address), until a frame without CFI, whose registers it leaves
+         * in stuck_regs (docs/stacks.md, "Frames without CFI"). */
+        uint64_t walk_regs[D9_STACK_NREGS];
+        bool walk_from_return, walk_first;
+        bool stuck;
+        enum unw_cfi stuck_cfi;
+        uint64_t stuck_regs[D9_STACK_NREGS];
+        char *name;                     /* last unwinder_addr_name result */
+        bool unwinding;                 /* inside dwfl_getthread_frames */
+        bool hide_kernel;
+        struct code_line *code_cache;   /* code before return addresses (step_read_code) */
+        struct elf_share **held;        /* shares this unwinder took a user on */
+        size_t n_held;
+        struct unwind_stats stats;
+};
+
+/* libdwfl's find_debuginfo callback gets no context pointer; every libdwfl
+ * call that may reach it is made from this file with `active` set. */
+static __thread struct unwinder *active;
+
+static uint64_t now_ns(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static struct elf_share *elf_share_find(const struct stat *st)
+{
+        for (struct elf_share *e = elf_shares; e; e = e->next)
+                if (e->dev == st->st_dev && e->ino == st->st_ino && e->size == st->st_size &&
+                    e->mtime.tv_sec == st->st_mtim.tv_sec && e->mtime.tv_nsec == st->st_mtim.tv_nsec)
+                        return e;
+        return NULL;
+}
+
+/* The share for the file open on fd, created if new (taking fd), or NULL
+ * (fd left to the caller). */
+static struct elf_share *elf_share_get(int fd)
+{
+        struct elf_share *e;
+        struct stat st;
+        Elf *elf;
+
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+                return NULL;
+        e = elf_share_find(&st);
+        if (e) {
+                close(fd);
+                return e;
+        }
+        /* Read with pread, not mapped: the target's owner may truncate the
+         * file, and a mapping would then fault (SIGBUS) inside libdw. */
+        elf = elf_begin(fd, ELF_C_READ, NULL);
+        if (!elf || elf_kind(elf) != ELF_K_ELF || !(e = calloc(1, sizeof(*e)))) {
+                elf_end(elf);
+                return NULL;
+        }
+        *e = (struct elf_share){ st.st_dev, st.st_ino, st.st_size, st.st_mtim, fd, elf, 0, elf_shares };
+        elf_shares = e;
+        return e;
+}
+
+static void elf_share_put(struct elf_share *e)
+{
+        struct elf_share **p;
+
+        if (e->users && --e->users)
+                return;
+        for (p = &elf_shares; *p != e; p = &(*p)->next)
+                ;
+        *p = e->next;
+        elf_end(e->elf);
+        close(e->fd);
+        free(e);
+}
+
+/* Take a user on e for u (once per unwinder). */
+static int unwinder_hold(struct unwinder *u, struct elf_share *e)
+{
+        struct elf_share **more;
+
+        for (size_t i = 0; i < u->n_held; i++)
+                if (u->held[i] == e)
+                        return 0;
+        more = realloc(u->held, (u->n_held + 1) * sizeof(*more));
+        if (!more)
+                return -ENOMEM;
+        u->held = more;
+        u->held[u->n_held++] = e;
+        e->users++;
+        return 0;
+}
+
+/* libdwfl's /proc/PID/maps lookup, then the file's shared handle instead
+ * of a new one: libdwfl takes a reference (elf_begin with a ref) and
+ * drops it in dwfl_end. */
+/* A file module of the target: its path inside the target's root, opened
+ * the careful way (d9_target_file_open: no FIFO a user planted at
+ * "... (deleted)" can block the drain loop, regular files only). libdwfl's
+ * own lookup opens the bare path with a blocking open(). */
+static int open_module(pid_t pid, const char *modname, char **file_name)
+{
+        char *in_root = NULL;
+        int fd;
+
+        if (asprintf(&in_root, "/proc/%d/root%s", pid, modname) < 0)
+                return -1;
+        fd = d9_target_file_open(in_root);
+        free(in_root);
+        if (fd < 0)
+                return -1;
+        *file_name = strdup(modname);
+        if (!*file_name) {
+                close(fd);
+                return -1;
+        }
+        return fd;
+}
+
+static int find_elf(Dwfl_Module *mod, void **userdata, const char *modname, Dwarf_Addr base,
+                    char **file_name, Elf **elfp)
+{
+        struct unwinder *u = active;
+        /* [vdso] and other non-file modules: libdwfl reads them from memory. */
+        int fd = modname[0] == '/' ? open_module(u ? u->pid : 0, modname, file_name)
+                                   : dwfl_linux_proc_find_elf(mod, userdata, modname, base, file_name, elfp);
+        struct elf_share *e;
+
+        if (fd < 0 || *elfp || !u)
+                return fd;
+        e = elf_share_get(fd);
+        if (!e) {
+                /* Not an ELF file (or out of memory): never handed to
+                 * libdwfl, which would map it. */
+                close(fd);
+                return -1;
+        }
+        if (unwinder_hold(u, e) < 0) {
+                if (!e->users)
+                        elf_share_put(e);       /* just made: nobody else has it */
+                return -1;
+        }
+        *elfp = elf_begin(-1, ELF_C_READ, e->elf);
+        return -1;
+}
+
+static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname,
+                          GElf_Addr base, const char *file_name, const char *debuglink_file,
+                          GElf_Word debuglink_crc, char **debuginfo_file_name)
+{
+        struct unwinder *u = active;
+        char exe[64], real[4096];
+        ssize_t n;
+
+        /* See the top of this file: CFI comes from .eh_frame only. libdwfl
+         * remembers the failure for DWARF, not for symbols, so names
+         * (unwinder_addr_name) still find the debug file. */
+        if (u && u->unwinding)
+                return -1;
+        snprintf(exe, sizeof(exe), "/proc/%d/exe", u ? u->pid : 0);
+        if (u && u->debug_file && file_name && (n = readlink(exe, real, sizeof(real) - 1)) > 0) {
+                real[n] = 0;
+                if (!strcmp(real, file_name)) {
+                        /* libdwfl maps it: a sealed copy cannot shrink. */
+                        int fd = d9_target_file_open_copy(u->debug_file);
+                        if (fd >= 0) {
+                                *debuginfo_file_name = strdup(u->debug_file);
+                                return fd;
+                        }
+                }
+        }
+        return dwfl_standard_find_debuginfo(mod, userdata, modname, base, file_name,
+                                            debuglink_file, debuglink_crc, debuginfo_file_name);
+}
+
+static pid_t next_thread(Dwfl *dwfl, void *arg, void **thread_argp)
+{
+        struct unwinder *u = arg;
+
+        (void)dwfl;
+        if (*thread_argp || !u->rec)
+                return 0;
+        *thread_argp = u;
+        return (pid_t)u->rec->hdr.tid;
+}
+
+static bool get_thread(Dwfl *dwfl, pid_t tid, void *arg, void **thread_argp)
+{
+        struct unwinder *u = arg;
+
+        (void)dwfl;
+        *thread_argp = u;
+        return u->rec && (pid_t)u->rec->hdr.tid == tid;
+}
+
+/* The frame-pointer frames BPF read past the end of the copy. */
+static const struct d9_fp_frame *fp_tail(const struct d9_rec_stack *r)
+{
+        return (const struct d9_fp_frame *)(const void *)(r->data + ((r->user_len + 7) & ~7u));
+}
+
+static bool fp_tail_read(const struct d9_rec_stack *r, uint64_t addr, Dwarf_Word *result)
+{
+        const struct d9_fp_frame *f = fp_tail(r);
+
+        for (uint32_t i = 0; i < r->n_fp; i++) {
+                if (addr == f[i].addr || addr == f[i].addr + 8) {
+                        *result = addr == f[i].addr ? f[i].bp : f[i].ra;
+                        return true;
+                }
+        }
+        return false;
+}
+
+static bool memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void *arg)
+{
+        struct unwinder *u = arg;
+        const struct d9_rec_stack *r = u->rec;
+        uint64_t sp = r->regs[D9_DW_RSP];
+
+        (void)dwfl;
+        /* A pending uretprobe's slot: the real return address, not the
+         * trampoline the kernel put there. */
+        for (uint32_t i = 0; i < r->n_uret && i < D9_STACK_URET_MAX; i++) {
+                if (addr == r->uret[i].stack) {
+                        *result = r->uret[i].orig_ret;
+                        return true;
+                }
+        }
+        if (addr >= sp && addr - sp + sizeof(*result) <= r->user_len) {
+                memcpy(result, r->data + (addr - sp), sizeof(*result));
+                return true;
+        }
+        if (r->n_fp && fp_tail_read(r, addr, result))
+                return true;
+        if (addr + 4096 >= sp && addr < sp + STACK_SPAN)
+                return false;
+        return pread(u->mem_fd, result, sizeof(*result), (off_t)addr) == sizeof(*result);
+}
+
+static bool set_initial_registers(Dwfl_Thread *thread, void *arg)
+{
+        struct unwinder *u = arg;
+        Dwarf_Word regs[D9_STACK_NREGS];
+
+        for (int i = 0; i < D9_STACK_NREGS; i++)
+                regs[i] = u->walk_regs[i];
+        dwfl_thread_state_register_pc(thread, regs[D9_DW_RIP]);
+        return dwfl_thread_state_registers(thread, 0, D9_STACK_NREGS, regs);
+}
+
+static const Dwfl_Thread_Callbacks thread_callbacks = {
+        .next_thread = next_thread,
+        .get_thread = get_thread,
+        .memory_read = memory_read,
+        .set_initial_registers = set_initial_registers,
+};
+
+/* A new Dwfl from /proc/PID/maps, attached to our thread callbacks,
+ * replacing u->dwfl on success. Never a re-report into the old one:
+ * dwfl_attach_state borrows the first module's backend (Ebl), and a
+ * re-report that drops that module (the image an exec replaced) would
+ * leave the Dwfl using it after it was freed. The ELF files stay open in
+ * elf_shares, so this reads the maps, not the files. */
+static int dwfl_load(struct unwinder *u)
+{
+        Dwfl *dwfl = dwfl_begin(&u->callbacks);
+        Dwfl *old = u->dwfl;
+        int r;
+
+        if (!dwfl)
+                return -ENOMEM;
+        u->dwfl = dwfl;
+        dwfl_report_begin(dwfl);
+        r = dwfl_linux_proc_report(dwfl, u->pid);
+        dwfl_report_end(dwfl, NULL, NULL);
+        r = r > 0 ? -r : r < 0 ? -EIO : 0;
+        if (r == 0 && !dwfl_attach_state(dwfl, NULL, u->pid, &thread_callbacks, u))
+                r = -EINVAL;
+        u->last_report_ns = now_ns();
+        u->stats.reports++;
+        if (r < 0) {
+                dwfl_end(dwfl);
+                u->dwfl = old;
+                return r;
+        }
+        if (old)
+                dwfl_end(old);
+        free(u->code_cache);
+        u->code_cache = NULL;
+        return 0;
+}
+
+int unwinder_new(pid_t pid, const struct unwind_opts *opts, struct unwinder **out)
+{
+        static const struct unwind_opts none;
+        struct unwinder *u = calloc(1, sizeof(*u));
+        char path[64];
+        int r;
+
+        if (!u)
+                return -ENOMEM;
+        if (!opts)
+                opts = &none;
+        u->pid = pid;
+        u->max_frames = opts->max_frames ? opts->max_frames : 64;
+        u->budget_ns = (opts->budget_us ? opts->budget_us : 20000) * 1000ull;
+        u->window_ns = (opts->window_ms ? opts->window_ms : 100) * 1000000ull;
+        u->debug_file = opts->debug_file ? strdup(opts->debug_file) : NULL;
+        u->hide_kernel = opts->hide_kernel;
+        snprintf(path, sizeof(path), "/proc/%d/mem", pid);
+        u->mem_fd = open(path, O_RDONLY | O_CLOEXEC);
+        u->callbacks.find_elf = find_elf;
+        u->callbacks.find_debuginfo = find_debuginfo;
+        if (u->mem_fd < 0 || (opts->debug_file && !u->debug_file)) {
+                r = u->mem_fd < 0 ? -errno : -ENOMEM;
+                unwinder_free(u);
+                return r;
+        }
+        active = u;
+        r = dwfl_load(u);
+        active = NULL;
+        if (r < 0) {
+                unwinder_free(u);
+                return r;
+        }
+        *out = u;
+        return 0;
+}
+
+void unwinder_free(struct unwinder *u)
+{
+        if (!u)
+                return;
+        if (u->dwfl)
+                dwfl_end(u->dwfl);
+        for (size_t i = 0; i < u->n_held; i++)
+                elf_share_put(u->held[i]);
+        free(u->held);
+        free(u->code_cache);
+        if (u->mem_fd >= 0)
+                close(u->mem_fd);
+        free(u->debug_file);
+        free(u->name);
+        free(u);
+}
+
+/* What libdw can do at pc: only .eh_frame counts (see the top). */
+static enum unw_cfi cfi_at(void *arg, uint64_t pc)
+{
+        struct unwinder *u = arg;
+        Dwfl_Module *mod = dwfl_addrmodule(u->dwfl, pc);
+        Dwarf_Frame *frame;
+        Dwarf_CFI *cfi;
+        Dwarf_Addr bias;
+
+        if (!mod)
+                return UNW_CFI_NO_MODULE;
+        cfi = dwfl_module_eh_cfi(mod, &bias);
+        if (!cfi)
+                return UNW_CFI_NONE;
+        if (dwarf_cfi_addrframe(cfi, pc - bias, &frame) != 0)
+                return UNW_CFI_NO_FDE;
+        free(frame);
+        return UNW_CFI_FDE;
+}
+
+static bool step_read_word(void *arg, uint64_t addr, uint64_t *val)
+{
+        Dwarf_Word w;
+
+        if (!memory_read(NULL, addr, &w, arg))
+                return false;
+        *val = w;
+        return true;
+}
+
+/* Code bytes from the module's file (also for a target that is gone: its
+ * last stacks are unwound after it exited). libelf keeps each chunk, one
+ * per return address, until the file is closed. */
+static bool module_code(struct unwinder *u, uint64_t addr, uint8_t code[16])
+{
+        Dwfl_Module *mod = dwfl_addrmodule(u->dwfl, addr - 16);
+        GElf_Addr bias, vaddr;
+        Elf *elf = mod ? dwfl_module_getelf(mod, &bias) : NULL;
+        size_t n;
+
+        if (!elf || elf_getphdrnum(elf, &n) != 0)
+                return false;
+        vaddr = addr - 16 - bias;
+        for (size_t i = 0; i < n; i++) {
+                GElf_Phdr ph;
+                Elf_Data *d;
+
+                if (!gelf_getphdr(elf, (int)i, &ph) || ph.p_type != PT_LOAD || vaddr < ph.p_vaddr ||
+                    vaddr + 16 > ph.p_vaddr + ph.p_filesz)
+                        continue;
+                d = elf_getdata_rawchunk(elf, (int64_t)(ph.p_offset + vaddr - ph.p_vaddr), 16, ELF_T_BYTE);
+                if (!d || d->d_size != 16)
+                        return false;
+                memcpy(code, d->d_buf, 16);
+                return true;
+        }
+        return false;
+}
+
+static bool step_read_code(void *arg, uint64_t addr, uint8_t code[16])
+{
+        struct unwinder *u = arg;
+        struct code_line *line;
+
+        if (addr < 16)
+                return false;
+        if (!u->code_cache)
+                u->code_cache = calloc(CODE_CACHE_LINES, sizeof(*u->code_cache));
+        line = u->code_cache ? &u->code_cache[(addr ^ (addr >> 12)) % CODE_CACHE_LINES] : NULL;
+        if (line && line->addr == addr) {
+                memcpy(code, line->code, 16);
+                return true;
+        }
+        /* The module's file first: no lock on the target's memory map. */
+        if (!module_code(u, addr, code) && pread(u->mem_fd, code, 16, (off_t)(addr - 16)) != 16)
+                return false;
+        if (line) {
+                line->addr = addr;
+                memcpy(line->code, code, 16);
+        }
+        return true;
+}
+
+/* Keep a frame's registers for the step that follows it; libdw knows
+ * those its CFI restored (and sp, the CFA), the first frame all. */
+static void keep_stuck_regs(struct unwinder *u, Dwfl_Frame *frame, uint64_t pc)
+{
+        for (unsigned i = 0; i < D9_STACK_NREGS; i++) {
+                Dwarf_Word v;
+                u->stuck_regs[i] = dwfl_frame_reg(frame, i, &v) == 0 ? v : 0;
+        }
+        u->stuck_regs[D9_DW_RIP] = pc;
+}
+
+static int frame_cb(Dwfl_Frame *frame, void *arg)
+{
+        struct unwinder *u = arg;
+        Dwarf_Addr pc;
+        bool activation, ret;
+        enum unw_cfi cfi;
+
+        if (!dwfl_frame_pc(frame, &pc, &activation))
+                return DWARF_CB_ABORT;
+        ret = !activation || (u->walk_first && u->walk_from_return);
+        u->walk_first = false;
+        if (u->n_user == u->max_frames) {
+                u->stats.truncated++;
+                return DWARF_CB_ABORT;
+        }
+        if (u->n_out == u->cap_out || pc == 0)
+                return DWARF_CB_ABORT;
+        cfi = cfi_at(u, ret ? pc - 1 : pc);
+        /* A caller outside every module is junk CFI found past the real
+         * outermost frame (or a stale slot): dropped, counted. The leaf
+         * stays wherever it is (a JIT, the [uprobes] page). */
+        if (cfi == UNW_CFI_NO_MODULE && u->n_user > 0) {
+                u->stats.outside++;
+                return DWARF_CB_ABORT;
+        }
+        u->out[u->n_out++] = ret ? pc - 1 : pc;
+        u->n_user++;
+        /* Without an FDE libdw would guess from rbp (its x86-64 fallback)
+         * with no check at all: stop it and take the step ourselves. */
+        if (cfi != UNW_CFI_FDE) {
+                keep_stuck_regs(u, frame, pc);
+                u->stuck = true;
+                u->stuck_cfi = cfi;
+                return DWARF_CB_ABORT;
+        }
+        return DWARF_CB_OK;
+}
+
+/* The time window's budget: true if this record may be unwound. */
+static bool budget_allows(struct unwinder *u, uint64_t now)
+{
+        if (now - u->window_start >= u->window_ns) {
+                u->window_start = now;
+                u->window_used = 0;
+        }
+        return u->window_used < u->budget_ns;
+}
+
+/* A pc outside every known module means the maps changed (a process
+ * traced from exec loads its libraries after we first looked; dlopen):
+ * look again, but at most every REREPORT_NS, since each look parses
+ * /proc/PID/maps. */
+#define REREPORT_NS (50 * 1000000ull)
+
+/* libdw walks per stack: each after steps without CFI. */
+#define MAX_WALKS 16
+
+/* Frames without CFI from the one stuck_regs holds, until a pc libdw can
+ * unwind (true: walk on from stuck_regs) or the end (false). Frames of a
+ * frame-pointer build follow each other here without a libdw walk each. */
+static bool steps_without_cfi(struct unwinder *u, const struct unw_step_ops *o, bool leaf)
+{
+        for (;;) {
+                enum unw_step_kind k = unw_step_no_cfi(o, u->stuck_regs, u->stuck_cfi, leaf);
+                uint64_t pc = u->stuck_regs[D9_DW_RIP];
+
+                /* Every step moves sp up: no loop. */
+                if (k == UNW_STEP_NONE || pc == 0)
+                        return false;
+                u->stats.steps[k]++;
+                leaf = false;
+                u->stuck_cfi = cfi_at(u, pc - 1);
+                if (u->stuck_cfi == UNW_CFI_FDE)
+                        return true;
+                if (u->n_user == u->max_frames) {
+                        u->stats.truncated++;
+                        return false;
+                }
+                if (u->n_out == u->cap_out)
+                        return false;
+                u->out[u->n_out++] = pc - 1;
+                u->n_user++;
+        }
+}
+
+static void unwind_user(struct unwinder *u)
+{
+        static const struct unw_step_ops ops = {
+                .read_word = step_read_word, .read_code = step_read_code, .cfi_at = cfi_at,
+        };
+        struct unw_step_ops o = ops;
+        uint64_t pc = u->rec->regs[D9_DW_RIP];
+
+        if (!dwfl_addrmodule(u->dwfl, pc) && now_ns() - u->last_report_ns > REREPORT_NS)
+                dwfl_load(u);
+        o.ctx = u;
+        memcpy(u->walk_regs, u->rec->regs, sizeof(u->walk_regs));
+        u->walk_from_return = false;
+        /* Each walk stops with an error at the outermost frame or where
+         * the copy runs out (the frames so far are the result), or at a
+         * frame without CFI, where unwind_step's steps may find the callers
+         * and a new walk starts at the first one with CFI. */
+        u->unwinding = true;
+        for (int walks = 1;; walks++) {
+                u->walk_first = true;
+                u->stuck = false;
+                dwfl_getthread_frames(u->dwfl, (pid_t)u->rec->hdr.tid, frame_cb, u);
+                if (!u->stuck || walks == MAX_WALKS || u->n_user >= u->max_frames ||
+                    u->n_out >= u->cap_out ||
+                    !steps_without_cfi(u, &o, u->n_user == 1 && !u->walk_from_return))
+                        break;
+                memcpy(u->walk_regs, u->stuck_regs, sizeof(u->walk_regs));
+                u->walk_from_return = true;
+        }
+        u->unwinding = false;
+}
+
+int unwinder_stack(struct unwinder *u, const struct d9_rec_stack *rec, size_t size,
+                   uint64_t *out, size_t cap, uint32_t *n_kern)
+{
+        uint64_t start = now_ns(), spent;
+
+        if (size < D9_REC_STACK_FIXED || rec->n_kern > D9_STACK_KERN_MAX ||
+            rec->user_len > D9_STACK_USER_MAX || rec->n_fp > D9_STACK_FP_MAX ||
+            size < D9_REC_STACK_FIXED + rec->user_len ||
+            (rec->n_fp && size < D9_REC_STACK_FIXED + ((rec->user_len + 7) & ~7u) +
+                                 rec->n_fp * sizeof(struct d9_fp_frame)))
+                return -EBADMSG;
+        if (!budget_allows(u, start)) {
+                u->stats.over_budget++;
+                return -EBUSY;
+        }
+        u->out = out;
+        u->cap_out = cap;
+        u->n_out = 0;
+        u->n_user = 0;
+        for (uint32_t i = 0; !u->hide_kernel && i < rec->n_kern && u->n_out < cap; i++)
+                out[u->n_out++] = rec->kern[i];
+        if (n_kern)
+                *n_kern = (uint32_t)u->n_out;
+        if (rec->flags & D9_SREC_USER_FP) {
+                const uint64_t *ips = (const uint64_t *)(const void *)rec->data;
+                for (uint32_t i = 0; i < rec->user_len / 8 && u->n_out < cap && ips[i]; i++)
+                        out[u->n_out++] = ips[i];
+        } else if (!(rec->flags & D9_SREC_NO_REGS)) {
+                u->rec = rec;
+                active = u;
+                unwind_user(u);
+                active = NULL;
+                u->rec = NULL;
+        }
+        spent = now_ns() - start;
+        u->window_used += spent;
+        u->stats.ns += spent;
+        u->stats.stacks++;
+        u->stats.frames += u->n_user;
+        return (int)u->n_out;
+}
+
+void unwinder_get_stats(const struct unwinder *u, struct unwind_stats *st)
+{
+        *st = u->stats;
+}
+
+const char *unwinder_addr_name(struct unwinder *u, uint64_t addr)
+{
+        Dwfl_Module *mod;
+        const char *raw = NULL;
+        GElf_Off off;
+        GElf_Sym sym;
+
+        active = u;
+        mod = dwfl_addrmodule(u->dwfl, addr);
+        if (mod)
+                raw = dwfl_module_addrinfo(mod, addr, &off, &sym, NULL, NULL, NULL);
+        active = NULL;
+        if (!raw)
+                return NULL;
+        free(u->name);
+        u->name = cplus_demangle(raw, DMGL_PARAMS | DMGL_AUTO);
+        if (!u->name)
+                u->name = strdup(raw);
+        return u->name;
+}
+
+int unwind_file_has_cfi(int fd)
+{
+        struct stat st;
+        Elf *elf;
+        size_t n;
+        int r = 0;
+
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+                return -EBADFD;
+        elf_version(EV_CURRENT);
+        elf = elf_begin(fd, ELF_C_READ, NULL);
+        if (!elf || elf_getphdrnum(elf, &n) != 0) {
+                elf_end(elf);
+                return -ENOEXEC;
+        }
+        /* PT_GNU_EH_FRAME is what the unwinder uses (.eh_frame_hdr). */
+        for (size_t i = 0; i < n && !r; i++) {
+                GElf_Phdr ph;
+                r = gelf_getphdr(elf, (int)i, &ph) && ph.p_type == PT_GNU_EH_FRAME && ph.p_memsz > 0;
+        }
+        elf_end(elf);
+        return r;
+}
+
+int unwind_exe_has_cfi(pid_t pid)
+{
+        char path[64];
+        _cleanup_close_ int fd = -1;
+
+        /* The magic link itself (d9_target_file_open refuses links);
+         * unwind_file_has_cfi reads regular files only, never a FIFO. */
+        snprintf(path, sizeof(path), "/proc/%d/exe", pid);
+        fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+        return fd < 0 ? -errno : unwind_file_has_cfi(fd);
+}

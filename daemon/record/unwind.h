@@ -1,0 +1,72 @@
+/* unwind: user stacks without frame pointers, in d9d.
+ *
+ * BPF (bpf/d9_stack.bpf.h) hands us a D9_REC_STACK: the thread's user
+ * registers, a copy of the top of its user stack and its kernel frames.
+ * We unwind the user part through .eh_frame/.debug_frame with elfutils'
+ * libdwfl, as `perf --call-graph dwarf` does, reading stack memory from
+ * the copy. One unwinder per target caches the Dwfl (modules and their CFI)
+ * across samples. Work is bounded per sample (max_frames) and per time
+ * window (budget): over budget, stacks are dropped and counted, never
+ * queued, so the drain loop cannot fall behind because of unwinding.
+ * Functions return 0 / a count, or a negative errno. */
+#pragma once
+
+#include <stddef.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct d9_rec_stack;
+struct unwinder;
+
+struct unwind_opts {
+        uint32_t max_frames;            /* user frames per stack; 0: 64 */
+        uint32_t budget_us;             /* unwind time allowed per window; 0: 20000 */
+        uint32_t window_ms;             /* 0: 100 (so 20 % of a core by default) */
+        const char *debug_file;         /* separate debug file for the main
+                                         * executable (stripped binaries), or NULL:
+                                         * build-id / .gnu_debuglink lookup */
+        bool hide_kernel;               /* leave kernel frames out (kptr_restrict rules) */
+};
+
+/* Addresses from here up are the kernel's. */
+#define UNWIND_KERNEL_MIN 0xffff800000000000ull
+
+struct unwind_stats {
+        uint64_t stacks;                /* records unwound */
+        uint64_t frames;                /* user frames produced */
+        uint64_t over_budget;           /* records dropped: budget used up */
+        uint64_t truncated;             /* stopped at max_frames */
+        uint64_t ns;                    /* time spent unwinding */
+        uint64_t reports;               /* module (re)reports of /proc/PID/maps */
+        uint64_t outside;               /* callers outside every module, dropped */
+        uint64_t steps[4];              /* steps past frames without CFI, by enum
+                                         * unw_step_kind (daemon/record/unwind_step.h):
+                                         * [1] frameless leaf, [2] frame pointer, [3] scan */
+};
+
+int unwinder_new(pid_t pid, const struct unwind_opts *opts, struct unwinder **out);
+void unwinder_free(struct unwinder *u);
+
+/* Frames of one STACK record (size bytes as read from the ring), leaf
+ * first: kernel frames, then user frames. A caller's frame is given as
+ * its return address - 1 (inside the call), the leaf as its exact pc.
+ * Returns the number of frames written to out (<= cap), -EBUSY if the
+ * budget is used up (counted in over_budget), -EBADMSG for a short record. */
+int unwinder_stack(struct unwinder *u, const struct d9_rec_stack *rec, size_t size,
+                   uint64_t *out, size_t cap, uint32_t *n_kern);
+
+void unwinder_get_stats(const struct unwinder *u, struct unwind_stats *st);
+
+/* Name of a user address from the target's symbols (its debug file if one
+ * is found or given), Rust names demangled by libdw's caller; NULL if
+ * unknown. The string lives until the next call. For tests and tools: the
+ * sealer names trace addresses with daemon/symbolize/symbolize.c. */
+const char *unwinder_addr_name(struct unwinder *u, uint64_t addr);
+
+/* 1 if the target's executable has CFI (.eh_frame_hdr), 0 if it has none
+ * (built with frame pointers, .eh_frame stripped: d9d then has BPF follow
+ * rbp past the stack copy, D9_STACK_FP_TAIL), or a negative errno. */
+int unwind_exe_has_cfi(pid_t pid);
+/* The same for the ELF file open on fd. */
+int unwind_file_has_cfi(int fd);

@@ -1,0 +1,147 @@
+/* debuginfo.c: see debuginfo.h. A download is cut off by a progress
+ * callback at the deadline (libdebuginfod's own DEBUGINFOD_TIMEOUT only
+ * counts inactivity). A file the servers said they do not have is not asked
+ * for again for ten minutes (a sealer naming hundreds of frames of one
+ * unknown library must not wait hundreds of times); a failed request (no
+ * answer, timeout, server error) only for thirty seconds, so a server that
+ * was busy or still indexing is asked again by the next segment. */
+#include <elfutils/debuginfod.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon/symbolize/debuginfo.h"
+#include "uprobes/uprobes.h"
+
+static struct debuginfo_opts cfg;
+static _Thread_local bool network_ok;
+static _Thread_local char last_failure[160];
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+#define NOT_FOUND_RETRY_MS (10 * 60 * 1000)
+#define FAILED_RETRY_MS (30 * 1000)
+/* Keyed by build-id and kind: a server may hold a build's debug file but
+ * not its executable, and one missing must not hide the other. */
+static struct miss {
+        char *id;
+        bool executable;
+        uint64_t retry_at_ms;
+} *missed;
+static size_t n_missed;
+
+static uint64_t now_ms(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static int past_deadline(debuginfod_client *c, long a, long b)
+{
+        const uint64_t *deadline = debuginfod_get_user_data(c);
+
+        return now_ms() > *deadline;
+}
+
+static struct miss *find_miss(const char *id, bool executable)
+{
+        for (size_t i = 0; i < n_missed; i++)
+                if (missed[i].executable == executable && !strcmp(missed[i].id, id))
+                        return &missed[i];
+        return NULL;
+}
+
+static bool was_missed(const char *id, bool executable)
+{
+        pthread_mutex_lock(&lock);
+        struct miss *m = find_miss(id, executable);
+        bool seen = m && now_ms() < m->retry_at_ms;
+        pthread_mutex_unlock(&lock);
+        return seen;
+}
+
+static void note_miss(const char *id, bool executable, int err)
+{
+        uint64_t retry_at = now_ms() + (err == -ENOENT ? NOT_FOUND_RETRY_MS : FAILED_RETRY_MS);
+
+        pthread_mutex_lock(&lock);
+        struct miss *m = find_miss(id, executable);
+        if (m) {
+                m->retry_at_ms = retry_at;
+        } else {
+                struct miss *more = n_missed < 4096 ? realloc(missed, (n_missed + 1) * sizeof(*more)) : NULL;
+                if (more) {
+                        missed = more;
+                        if ((missed[n_missed].id = strdup(id))) {
+                                missed[n_missed].executable = executable;
+                                missed[n_missed++].retry_at_ms = retry_at;
+                        }
+                }
+        }
+        pthread_mutex_unlock(&lock);
+}
+
+static char *fetch(const char *id, bool executable)
+{
+        const char *urls = getenv("DEBUGINFOD_URLS");
+        debuginfod_client *c;
+        uint64_t deadline;
+        char *path = NULL;
+        int fd;
+
+        if (!cfg.debuginfod || !network_ok || !urls || !*urls || was_missed(id, executable))
+                return NULL;
+        c = debuginfod_begin();
+        if (!c)
+                return NULL;
+        deadline = now_ms() + (cfg.timeout_ms ? cfg.timeout_ms : 10000);
+        debuginfod_set_user_data(c, &deadline);
+        debuginfod_set_progressfn(c, past_deadline);
+        /* A hex build-id is passed as text with length 0. */
+        fd = executable ? debuginfod_find_executable(c, (const unsigned char *)id, 0, &path)
+                        : debuginfod_find_debuginfo(c, (const unsigned char *)id, 0, &path);
+        debuginfod_end(c);
+        if (fd >= 0) {
+                close(fd);
+                return path;
+        }
+        free(path);
+        note_miss(id, executable, fd);
+        snprintf(last_failure, sizeof(last_failure), "%s %s: %s", executable ? "executable" : "debug file", id,
+                 fd == -ENOENT ? "no server has it" : strerror(-fd));
+        return NULL;
+}
+
+static char *fetch_debuginfo(const char *id, void *ctx)
+{
+        return fetch(id, false);
+}
+
+char *debuginfo_fetch_executable(const char *build_id)
+{
+        return fetch(build_id, true);
+}
+
+void debuginfo_setup(const struct debuginfo_opts *opts)
+{
+        cfg = opts ? *opts : (struct debuginfo_opts){ 0 };
+        struct uprobes_debug_lookup l = {
+                .dirs = cfg.dirs, .n_dirs = cfg.n_dirs,
+                .fetch = cfg.debuginfod ? fetch_debuginfo : NULL,
+        };
+        uprobes_set_debug_lookup(&l);
+}
+
+void debuginfo_allow_network(bool allow)
+{
+        network_ok = allow;
+}
+
+const char *debuginfo_last_failure(void)
+{
+        return last_failure;
+}

@@ -1,0 +1,178 @@
+/* kallsyms.c: one sorted table of the kernel's text symbols per d9d.
+ *
+ * Reading and sorting /proc/kallsyms costs ~100 ms of CPU (the kernel
+ * formats ~120k lines), which every sealed segment used to pay. Kernel text
+ * only moves when modules load or unload, so the table is kept, keyed by a
+ * hash of /proc/modules, and rebuilt when that changes. BPF programs loaded
+ * after the table was read (by other tools) stay unnamed until the next
+ * rebuild. Readers hold a reference, so a rebuild never frees a table under
+ * a sealer that is using it. */
+#include "daemon/symbolize/kallsyms.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon/core/cleanup.h"
+#include "daemon/symbolize/symbolize.h"
+
+struct ksym {
+        uint64_t addr;
+        uint32_t name;          /* offset into names */
+};
+
+struct ksyms {
+        struct ksym *syms;
+        size_t n;
+        char *names;
+        uint64_t modules_hash;
+        unsigned refs;          /* the cache's own counts as one */
+};
+
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ksyms *cache;
+static time_t cache_used;       /* CLOCK_MONOTONIC seconds of the last get */
+
+static time_t mono_s(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return ts.tv_sec;
+}
+
+/* FNV-1a of /proc/modules: names, sizes and load addresses of modules. */
+static uint64_t modules_hash(void)
+{
+        _cleanup_free_ char *text = read_proc_text("/proc/modules");
+        uint64_t h = 1469598103934665603ull;
+
+        for (const char *p = text ? text : ""; *p; p++)
+                h = (h ^ (unsigned char)*p) * 1099511628211ull;
+        return h;
+}
+
+static int ksym_cmp(const void *a, const void *b)
+{
+        const struct ksym *x = a, *y = b;
+        return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+static void ksyms_free(struct ksyms *k)
+{
+        if (!k)
+                return;
+        free(k->syms);
+        free(k->names);
+        free(k);
+}
+
+/* Text symbols ('t'/'T') with real addresses; names kept in one arena. */
+static struct ksyms *ksyms_read(uint64_t hash)
+{
+        _cleanup_fclose_ FILE *f = fopen("/proc/kallsyms", "re");
+        struct ksyms *k = calloc(1, sizeof(*k));
+        size_t cap = 0, names_len = 0, names_cap = 0;
+        char line[512];
+
+        if (!f || !k) {
+                free(k);
+                return NULL;
+        }
+        k->modules_hash = hash;
+        while (fgets(line, sizeof(line), f)) {
+                unsigned long long addr;
+                char type, name[256];
+
+                if (sscanf(line, "%llx %c %255s", &addr, &type, name) != 3 || !addr ||
+                    (type != 't' && type != 'T'))
+                        continue;
+                size_t len = strlen(name) + 1;
+                if (k->n == cap) {
+                        struct ksym *more = realloc(k->syms, (cap = cap ? cap * 2 : 65536) * sizeof(*more));
+                        if (!more)
+                                goto fail;
+                        k->syms = more;
+                }
+                if (names_len + len > names_cap) {
+                        char *more = realloc(k->names, names_cap = (names_cap ? names_cap * 2 : 1u << 21));
+                        if (!more)
+                                goto fail;
+                        k->names = more;
+                }
+                if (names_len + len > UINT32_MAX)
+                        goto fail;
+                memcpy(k->names + names_len, name, len);
+                k->syms[k->n++] = (struct ksym){ addr, (uint32_t)names_len };
+                names_len += len;
+        }
+        if (k->n == 0)
+                goto fail;
+        qsort(k->syms, k->n, sizeof(*k->syms), ksym_cmp);
+        return k;
+fail:
+        ksyms_free(k);
+        return NULL;
+}
+
+static void put_locked(struct ksyms *k)
+{
+        if (k && --k->refs == 0)
+                ksyms_free(k);
+}
+
+struct ksyms *ksyms_get(void)
+{
+        uint64_t hash = modules_hash();
+        struct ksyms *k;
+
+        pthread_mutex_lock(&cache_lock);
+        if (!cache || cache->modules_hash != hash) {
+                struct ksyms *fresh = ksyms_read(hash);
+                if (cache)
+                        put_locked(cache);
+                cache = fresh;
+                if (cache)
+                        cache->refs = 1;
+        }
+        k = cache;
+        if (k)
+                k->refs++;
+        cache_used = mono_s();
+        pthread_mutex_unlock(&cache_lock);
+        return k;
+}
+
+void ksyms_put(struct ksyms *k)
+{
+        pthread_mutex_lock(&cache_lock);
+        put_locked(k);
+        pthread_mutex_unlock(&cache_lock);
+}
+
+void ksyms_drop_idle(unsigned idle_s)
+{
+        pthread_mutex_lock(&cache_lock);
+        if (cache && mono_s() - cache_used >= (time_t)idle_s) {
+                put_locked(cache);
+                cache = NULL;
+        }
+        pthread_mutex_unlock(&cache_lock);
+}
+
+const char *ksyms_lookup(const struct ksyms *k, uint64_t addr)
+{
+        size_t lo = 0, hi = k ? k->n : 0;
+
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (k->syms[mid].addr <= addr)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return lo ? k->names + k->syms[lo - 1].name : NULL;
+}

@@ -1,0 +1,642 @@
+/* symbolize.c: turn callchain addresses into names at seal time. Every
+ * executable mapping of the target is mapped back to its ELF file; the
+ * file offset becomes a link-time address through the PT_LOAD headers and
+ * is looked up in the sorted function symbols. A file without .symtab
+ * (stripped) takes its symbols from its separate debug file, found by the
+ * same lookup the probe planner uses (uprobes_debug_file_for). Rust names
+ * (legacy and v0) are demangled with libiberty. What stays unnamed is
+ * written by file and link-time address, with each mapping's build-id and
+ * load bias, so a debug file found later names it (resymbolize.c). */
+#include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <libelf.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <unistd.h>
+#include <libiberty/demangle.h>
+#include <elfutils/libdwelf.h>
+
+#include "daemon/core/cleanup.h"
+#include "daemon/symbolize/kallsyms.h"
+#include "daemon/symbolize/stack_marks.h"
+#include "daemon/symbolize/symbolize.h"
+#include "uprobes/uprobes.h"
+
+#define KERNEL_MIN 0xffff800000000000ull
+
+struct sym {
+        uint64_t addr, size;
+        char *name;             /* demangled on first use */
+        bool demangled;
+};
+
+struct elf_syms {
+        char *path;
+        char *build_id;         /* lowercase hex, NULL if none or unreadable */
+        struct sym *syms;
+        size_t n;
+        GElf_Phdr *loads;
+        size_t n_loads;
+};
+
+struct mapping {
+        uint64_t start, end, offset;
+        struct elf_syms *elf;
+};
+
+struct symbolizer {
+        pid_t pid;
+        int root_fd;            /* >= 0: files are looked up in this root (not owned) */
+        struct mapping *maps;
+        size_t n_maps;
+        struct anon_code { uint64_t start, end; } *anon;  /* executable, no file: JIT code */
+        size_t n_anon;
+        struct elf_syms **elfs;
+        size_t n_elfs;
+        struct ksyms *ksyms;    /* shared table, taken on the first kernel address */
+        bool ksyms_tried;
+};
+
+char *read_proc_text(const char *path)
+{
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        size_t cap = 16384, used = 0;
+        char *buf;
+
+        if (fd < 0)
+                return NULL;
+        buf = malloc(cap);
+        while (buf) {
+                ssize_t r = read(fd, buf + used, cap - used - 1);
+                if (r < 0 && errno == EINTR)
+                        continue;
+                if (r <= 0) {
+                        if (r < 0) {
+                                free(buf);
+                                return NULL;
+                        }
+                        buf[used] = 0;
+                        return buf;
+                }
+                used += (size_t)r;
+                if (used + 1 == cap) {
+                        char *bigger = realloc(buf, cap *= 2);
+                        if (!bigger)
+                                free(buf);
+                        buf = bigger;
+                }
+        }
+        return NULL;
+}
+
+static int sym_cmp(const void *a, const void *b)
+{
+        const struct sym *x = a, *y = b;
+        return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+/* Bounds per file, as in uprobes/symbols.c: a hostile file cannot make the
+ * sealer copy gigabytes of names. */
+#define SYM_NAME_MAX 4096
+#define SYMS_MAX (4u << 20)
+
+/* Appends the function symbols of elf to es; true if it has a .symtab. */
+static bool elf_collect_syms(Elf *elf, struct elf_syms *es)
+{
+        Elf_Scn *scn = NULL;
+        GElf_Shdr sh;
+        size_t cap = es->n;
+        bool has_symtab = false;
+
+        while ((scn = elf_nextscn(elf, scn))) {
+                if (!gelf_getshdr(scn, &sh) || (sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM))
+                        continue;
+                has_symtab |= sh.sh_type == SHT_SYMTAB;
+                Elf_Data *data = elf_getdata(scn, NULL);
+                size_t count = sh.sh_entsize ? sh.sh_size / sh.sh_entsize : 0;
+                GElf_Shdr strsh;
+                Elf_Scn *strscn = elf_getscn(elf, sh.sh_link);
+                /* As in uprobes/symbols.c: names beyond 4x their string table. */
+                uint64_t budget = (strscn && gelf_getshdr(strscn, &strsh) ? 4 * strsh.sh_size : 0) + (1u << 20);
+                for (size_t i = 0; data && i < count; i++) {
+                        GElf_Sym s;
+                        const char *name;
+
+                        if (!gelf_getsym(data, (int)i, &s) || GELF_ST_TYPE(s.st_info) != STT_FUNC ||
+                            !s.st_value || !(name = elf_strptr(elf, sh.sh_link, s.st_name)) || !*name ||
+                            strnlen(name, SYM_NAME_MAX + 1) > SYM_NAME_MAX)
+                                continue;
+                        size_t len = strlen(name);
+                        if (es->n >= SYMS_MAX || len > budget)
+                                return has_symtab;
+                        budget -= len;
+                        if (es->n == cap) {
+                                struct sym *more = realloc(es->syms, (cap = cap ? cap * 2 : 1024) * sizeof(*more));
+                                if (!more)
+                                        return has_symtab;
+                                es->syms = more;
+                        }
+                        es->syms[es->n++] = (struct sym){ s.st_value, s.st_size, strdup(name), false };
+                }
+        }
+        return has_symtab;
+}
+
+/* Stripped file: .dynsym names little of a Rust binary, so read the .symtab
+ * of its debug file. Its symbol values are the same link-time addresses,
+ * and the PT_LOAD headers of the file itself keep mapping offsets to them. */
+static void debug_file_syms(const char *opened, const char *root, struct elf_syms *es)
+{
+        char *dbg = uprobes_debug_file_for(opened, root);
+        int fd = dbg ? d9_target_file_open(dbg) : -1;
+        Elf *elf;
+
+        free(dbg);
+        if (fd < 0)
+                return;
+        elf = elf_begin(fd, ELF_C_READ, NULL);
+        if (elf) {
+                elf_collect_syms(elf, es);
+                elf_end(elf);
+        }
+        close(fd);
+}
+
+static char *elf_build_id_hex(Elf *elf)
+{
+        const void *id = NULL;
+        ssize_t n = dwelf_elf_gnu_build_id(elf, &id);
+        char *hex;
+
+        if (n <= 0 || n > 64 || !(hex = malloc(2 * (size_t)n + 1)))
+                return NULL;
+        for (ssize_t i = 0; i < n; i++)
+                snprintf(hex + 2 * i, 3, "%02x", ((const uint8_t *)id)[i]);
+        return hex;
+}
+
+static void elf_read_loads(Elf *elf, struct elf_syms *es)
+{
+        size_t nph = 0;
+
+        if (elf_getphdrnum(elf, &nph) != 0)
+                return;
+        es->loads = calloc(nph ? nph : 1, sizeof(*es->loads));
+        for (size_t i = 0; es->loads && i < nph; i++) {
+                GElf_Phdr ph;
+                if (gelf_getphdr(elf, (int)i, &ph) && ph.p_type == PT_LOAD)
+                        es->loads[es->n_loads++] = ph;
+        }
+}
+
+static struct elf_syms *elf_load(const struct symbolizer *s, const char *path)
+{
+        char via_root[PATH_MAX + 64], root[64];
+        struct elf_syms *es = calloc(1, sizeof(*es));
+        Elf *elf;
+        size_t nph = 0;
+        int fd;
+
+        if (!es)
+                return NULL;
+        es->path = strdup(path);
+        /* A root taken while the target lived stays right after it exited;
+         * /proc/PID/root is only asked while it runs (a recycled PID's root
+         * is another process's). */
+        if (s->root_fd >= 0)
+                snprintf(root, sizeof(root), "/proc/self/fd/%d", s->root_fd);
+        else
+                snprintf(root, sizeof(root), "/proc/%d/root", s->pid);
+        snprintf(via_root, sizeof(via_root), "%s%s", root, path);
+        /* A target's files: no FIFO, device, symlink or oversized file (see
+         * d9_target_file_open), and read with pread (ELF_C_READ), not mapped,
+         * so a file truncated under us is a read error, not SIGBUS. */
+        fd = s->root_fd >= 0 ? d9_target_file_openat(s->root_fd, path, true) :
+             s->pid > 0 ? d9_target_file_open(via_root) : -ENOENT;
+        if (fd < 0 && fd != -EBADFD && s->root_fd < 0) {
+                /* The target is gone: its files are looked up in our namespace. */
+                root[0] = 0;
+                fd = d9_target_file_open(path);
+        }
+        if (fd < 0)
+                return es; /* no symbols: addresses stay hex */
+        elf_version(EV_CURRENT);
+        elf = elf_begin(fd, ELF_C_READ, NULL);
+        if (elf && elf_getphdrnum(elf, &nph) == 0) {
+                elf_read_loads(elf, es);
+                es->build_id = elf_build_id_hex(elf);
+                if (!elf_collect_syms(elf, es))
+                        debug_file_syms(root[0] ? via_root : path, root, es);
+                qsort(es->syms, es->n, sizeof(*es->syms), sym_cmp);
+        }
+        if (elf)
+                elf_end(elf);
+        close(fd);
+        return es;
+}
+
+/* The vDSO is the kernel's image, the same in every 64-bit process of this
+ * kernel: d9d's own names the target's [vdso] frames, also after the
+ * target exited. Copied out of our mapping (libelf gets memory it may
+ * own) as far as its section headers reach. */
+static void vdso_load(struct elf_syms *es)
+{
+        const unsigned char *image = (const unsigned char *)getauxval(AT_SYSINFO_EHDR);
+        const Elf64_Ehdr *eh = (const Elf64_Ehdr *)image;
+        size_t size, nph = 0;
+        char *copy;
+        Elf *elf;
+
+        if (!image || memcmp(eh->e_ident, ELFMAG, SELFMAG) || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
+            eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shnum > 64)
+                return;
+        size = eh->e_shoff + (size_t)eh->e_shnum * eh->e_shentsize;
+        if (size > (1u << 20) || !(copy = malloc(size)))
+                return;
+        memcpy(copy, image, size);
+        elf_version(EV_CURRENT);
+        elf = elf_memory(copy, size);
+        if (elf && elf_getphdrnum(elf, &nph) == 0) {
+                es->loads = calloc(nph ? nph : 1, sizeof(*es->loads));
+                for (size_t i = 0; es->loads && i < nph; i++) {
+                        GElf_Phdr ph;
+                        if (gelf_getphdr(elf, (int)i, &ph) && ph.p_type == PT_LOAD)
+                                es->loads[es->n_loads++] = ph;
+                }
+                elf_collect_syms(elf, es);
+                qsort(es->syms, es->n, sizeof(*es->syms), sym_cmp);
+        }
+        elf_end(elf);
+        free(copy);
+}
+
+static struct elf_syms *elf_get(struct symbolizer *s, const char *path)
+{
+        for (size_t i = 0; i < s->n_elfs; i++)
+                if (!strcmp(s->elfs[i]->path, path))
+                        return s->elfs[i];
+        struct elf_syms **more = realloc(s->elfs, (s->n_elfs + 1) * sizeof(*more));
+        if (!more)
+                return NULL;
+        s->elfs = more;
+        struct elf_syms *es = strcmp(path, "[vdso]") ? elf_load(s, path) : calloc(1, sizeof(*es));
+        if (es && !es->path && (es->path = strdup(path)))
+                vdso_load(es);
+        if (es)
+                s->elfs[s->n_elfs++] = es;
+        return es;
+}
+
+/* An executable mapping of a file, from one line of /proc/PID/maps. */
+struct maps_line {
+        unsigned long long start, end, offset;
+        const char *path;
+        size_t path_len;
+};
+
+static bool maps_exec_line(const char *line, struct maps_line *m)
+{
+        char perms[8];
+        int path_at = 0;
+
+        if (sscanf(line, "%llx-%llx %7s %llx %*s %*u %n", &m->start, &m->end, perms, &m->offset, &path_at) != 4 ||
+            !path_at || perms[2] != 'x' ||
+            (line[path_at] != '/' && strncmp(line + path_at, "[vdso]\n", 7) && strcmp(line + path_at, "[vdso]")))
+                return false;
+        const char *nl = strchr(line + path_at, '\n');
+        m->path = line + path_at;
+        m->path_len = nl ? (size_t)(nl - m->path) : strlen(m->path);
+        return true;
+}
+
+/* An executable mapping with no file behind it (a JIT's code cache, as in
+ * V8 or the JVM): its frames can be told apart from lost ones. */
+static bool maps_anon_exec_line(const char *line, uint64_t *start, uint64_t *end)
+{
+        unsigned long long a, b;
+        char perms[8];
+        int at = 0;
+
+        if (sscanf(line, "%llx-%llx %7s %*x %*s %*u%n", &a, &b, perms, &at) != 3 || perms[2] != 'x')
+                return false;
+        line += at;
+        line += strspn(line, " \t");
+        if (*line && *line != '\n')
+                return false;
+        *start = a;
+        *end = b;
+        return true;
+}
+
+static void add_anon_code(struct symbolizer *s, uint64_t start, uint64_t end)
+{
+        struct anon_code *more = realloc(s->anon, (s->n_anon + 1) * sizeof(*more));
+
+        if (more) {
+                s->anon = more;
+                s->anon[s->n_anon++] = (struct anon_code){ start, end };
+        }
+}
+
+/* Every executable file mapping, or only those of the file `only`. */
+static void parse_maps(struct symbolizer *s, const char *text, const struct maps_line *only)
+{
+        for (const char *line = text; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+                struct maps_line m;
+                char path[PATH_MAX];
+                uint64_t a, b;
+
+                if (!only && maps_anon_exec_line(line, &a, &b)) {
+                        add_anon_code(s, a, b);
+                        continue;
+                }
+                if (!maps_exec_line(line, &m) || m.path_len >= sizeof(path) ||
+                    (only && (m.path_len != only->path_len || memcmp(m.path, only->path, m.path_len))))
+                        continue;
+                struct mapping *more = realloc(s->maps, (s->n_maps + 1) * sizeof(*more));
+                if (!more)
+                        continue;
+                memcpy(path, m.path, m.path_len);
+                path[m.path_len] = 0;
+                s->maps = more;
+                s->maps[s->n_maps++] = (struct mapping){ m.start, m.end, m.offset, elf_get(s, path) };
+        }
+}
+
+static struct symbolizer *symbolizer_alloc(pid_t pid, int root_fd)
+{
+        struct symbolizer *s = calloc(1, sizeof(*s));
+
+        if (s) {
+                s->pid = pid;
+                s->root_fd = root_fd;
+        }
+        return s;
+}
+
+struct symbolizer *symbolizer_new(pid_t pid, const char *maps_text)
+{
+        struct symbolizer *s = symbolizer_alloc(pid, -1);
+
+        if (s && maps_text)
+                parse_maps(s, maps_text, NULL);
+        return s;
+}
+
+struct symbolizer *symbolizer_new_in_root(int root_fd, const char *maps_text)
+{
+        struct symbolizer *s = symbolizer_alloc(0, root_fd);
+
+        if (s && maps_text)
+                parse_maps(s, maps_text, NULL);
+        return s;
+}
+
+struct symbolizer *symbolizer_new_for_file_at(pid_t pid, const char *maps_text, uint64_t addr,
+                                              uint64_t *lo, uint64_t *hi)
+{
+        struct maps_line file = { 0 };
+        struct symbolizer *s;
+
+        for (const char *line = maps_text; line && *line && !file.path;
+             line = strchr(line, '\n'), line = line ? line + 1 : NULL)
+                if (!maps_exec_line(line, &file) || addr < file.start || addr >= file.end)
+                        file.path = NULL;
+        if (!file.path || !(s = symbolizer_alloc(pid, -1)))
+                return NULL;
+        parse_maps(s, maps_text, &file);
+        *lo = UINT64_MAX;
+        *hi = 0;
+        for (size_t i = 0; i < s->n_maps; i++) {
+                *lo = s->maps[i].start < *lo ? s->maps[i].start : *lo;
+                *hi = s->maps[i].end > *hi ? s->maps[i].end : *hi;
+        }
+        return s;
+}
+
+static struct sym *sym_find(struct sym *syms, size_t n, uint64_t addr)
+{
+        size_t lo = 0, hi = n;
+
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (syms[mid].addr <= addr)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return lo ? &syms[lo - 1] : NULL;
+}
+
+static const char *sym_name(struct sym *sym)
+{
+        if (!sym->demangled) {
+                char *d = cplus_demangle(sym->name, DMGL_PARAMS | DMGL_AUTO);
+                sym->demangled = true;
+                if (d) {
+                        free(sym->name);
+                        sym->name = d;
+                }
+        }
+        return sym->name;
+}
+
+/* The PT_LOAD of es holding file offset off, or NULL. */
+static const GElf_Phdr *load_at(const struct elf_syms *es, uint64_t off)
+{
+        for (size_t j = 0; es && j < es->n_loads; j++)
+                if (off >= es->loads[j].p_offset && off < es->loads[j].p_offset + es->loads[j].p_filesz)
+                        return &es->loads[j];
+        return NULL;
+}
+
+static const char *lookup_vaddr(struct elf_syms *es, uint64_t vaddr, uint64_t *size)
+{
+        struct sym *sym = sym_find(es->syms, es->n, vaddr);
+
+        /* A size-0 symbol still names the code up to the next one. */
+        if (!sym || (sym->size && vaddr >= sym->addr + sym->size))
+                return NULL;
+        *size = sym->size;
+        return sym_name(sym);
+}
+
+static const struct mapping *mapping_at(const struct symbolizer *s, uint64_t addr)
+{
+        for (size_t i = 0; i < s->n_maps; i++)
+                if (addr >= s->maps[i].start && addr < s->maps[i].end)
+                        return &s->maps[i];
+        return NULL;
+}
+
+/* The executable PT_LOAD inside a mapping of [off, off + len): the page
+ * the mapping starts on usually also holds the tail of the segment before,
+ * whose link-time delta differs (lld puts segments on their own pages in
+ * memory but packs them in the file). */
+static const GElf_Phdr *exec_load_in(const struct elf_syms *es, uint64_t off, uint64_t len)
+{
+        const GElf_Phdr *any = NULL;
+
+        for (size_t j = 0; es && j < es->n_loads; j++) {
+                const GElf_Phdr *ph = &es->loads[j];
+                if (ph->p_offset >= off + len || ph->p_offset + ph->p_filesz <= off)
+                        continue;
+                if (ph->p_flags & PF_X)
+                        return ph;
+                any = any ? any : ph;
+        }
+        return any;
+}
+
+bool symbolizer_mapping(const struct symbolizer *s, size_t i, struct sym_mapping *out)
+{
+        const struct mapping *m;
+        const GElf_Phdr *ph;
+
+        if (i >= s->n_maps)
+                return false;
+        m = &s->maps[i];
+        ph = exec_load_in(m->elf, m->offset, m->end - m->start);
+        *out = (struct sym_mapping){
+                .start = m->start, .end = m->end, .offset = m->offset,
+                .bias_known = ph != NULL,
+                .bias = ph ? m->start - m->offset + ph->p_offset - ph->p_vaddr : 0,
+                .path = m->elf ? m->elf->path : "",
+                .build_id = m->elf && m->elf->build_id ? m->elf->build_id : "",
+        };
+        return true;
+}
+
+static void unnamed_text(char *buf, size_t n, const char *path, uint64_t vaddr)
+{
+        const char *base = strrchr(path, '/');
+
+        snprintf(buf, n, "[unnamed] %s 0x%llx", base ? base + 1 : path, (unsigned long long)vaddr);
+}
+
+bool symbolizer_unnamed(const struct symbolizer *s, uint64_t addr, char *buf, size_t n)
+{
+        const struct mapping *m = mapping_at(s, addr);
+        struct sym_mapping sm;
+
+        if (!m || !symbolizer_mapping(s, (size_t)(m - s->maps), &sm))
+                return false;
+        if (sm.bias_known)
+                unnamed_text(buf, n, sm.path, addr - sm.bias);
+        else
+                snprintf(buf, n, "[unnamed] %s offset 0x%llx", strrchr(sm.path, '/') ? strrchr(sm.path, '/') + 1 : sm.path,
+                         (unsigned long long)(addr - m->start + m->offset));
+        return true;
+}
+
+bool symbolizer_in_anonymous_code(const struct symbolizer *s, uint64_t addr)
+{
+        for (size_t i = 0; i < s->n_anon; i++)
+                if (addr >= s->anon[i].start && addr < s->anon[i].end)
+                        return true;
+        return false;
+}
+
+struct symbolizer *symbolizer_new_for_debug_file(const char *path)
+{
+        struct symbolizer *s = calloc(1, sizeof(*s));
+        struct elf_syms *es = calloc(1, sizeof(*es));
+        int fd = d9_target_file_open(path);
+        Elf *elf;
+
+        if (!s || !es || fd < 0 || !(s->elfs = calloc(1, sizeof(*s->elfs)))) {
+                if (fd >= 0)
+                        close(fd);
+                free(es);
+                symbolizer_free(s);
+                return NULL;
+        }
+        s->elfs[s->n_elfs++] = es;
+        es->path = strdup(path);
+        elf_version(EV_CURRENT);
+        elf = elf_begin(fd, ELF_C_READ, NULL);
+        if (elf) {
+                elf_read_loads(elf, es);
+                es->build_id = elf_build_id_hex(elf);
+                elf_collect_syms(elf, es);
+                qsort(es->syms, es->n, sizeof(*es->syms), sym_cmp);
+                elf_end(elf);
+        }
+        close(fd);
+        return s;
+}
+
+const char *symbolizer_debug_build_id(const struct symbolizer *s)
+{
+        return s->n_elfs && s->elfs[0]->build_id ? s->elfs[0]->build_id : NULL;
+}
+
+const char *symbolizer_lookup_vaddr(struct symbolizer *s, uint64_t vaddr, uint64_t *size)
+{
+        return s->n_elfs ? lookup_vaddr(s->elfs[0], vaddr, size) : NULL;
+}
+
+const char *symbolizer_lookup_offset(struct symbolizer *s, uint64_t off, uint64_t *size)
+{
+        const GElf_Phdr *ph = s->n_elfs ? load_at(s->elfs[0], off) : NULL;
+
+        return ph ? lookup_vaddr(s->elfs[0], off - ph->p_offset + ph->p_vaddr, size) : NULL;
+}
+
+const char *symbolizer_lookup(struct symbolizer *s, uint64_t addr, uint64_t *size)
+{
+        const char *mark = stack_mark_name(addr);
+
+        if (mark) {
+                *size = 1;
+                return mark;
+        }
+        if (addr >= KERNEL_MIN) {
+                if (!s->ksyms_tried) {
+                        s->ksyms = ksyms_get();
+                        s->ksyms_tried = true;
+                }
+                *size = 0;
+                return ksyms_lookup(s->ksyms, addr);
+        }
+        for (size_t i = 0; i < s->n_maps; i++) {
+                struct mapping *m = &s->maps[i];
+                if (addr < m->start || addr >= m->end || !m->elf)
+                        continue;
+                uint64_t off = addr - m->start + m->offset;
+                const GElf_Phdr *ph = load_at(m->elf, off);
+                return ph ? lookup_vaddr(m->elf, off - ph->p_offset + ph->p_vaddr, size) : NULL;
+        }
+        return NULL;
+}
+
+static void syms_free(struct sym *syms, size_t n)
+{
+        for (size_t i = 0; i < n; i++)
+                free(syms[i].name);
+        free(syms);
+}
+
+void symbolizer_free(struct symbolizer *s)
+{
+        if (!s)
+                return;
+        for (size_t i = 0; i < s->n_elfs; i++) {
+                syms_free(s->elfs[i]->syms, s->elfs[i]->n);
+                free(s->elfs[i]->loads);
+                free(s->elfs[i]->path);
+                free(s->elfs[i]->build_id);
+                free(s->elfs[i]);
+        }
+        if (s->ksyms)
+                ksyms_put(s->ksyms);
+        free(s->elfs);
+        free(s->maps);
+        free(s->anon);
+        free(s);
+}
