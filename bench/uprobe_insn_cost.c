@@ -5,7 +5,7 @@
  * called in a loop without and then with a uprobe (perf_event_open on the
  * uprobe PMU, no BPF program: the bare cost of the trap plus emulation or
  * single-step) and the difference per call is printed. Run as root:
- *   build-x/uprobes/uprobe-insn-cost [calls]                                  */
+ *   build-x/bench/uprobe-insn-cost [calls]                                  */
 #include <errno.h>
 #include <inttypes.h>
 #include <linux/perf_event.h>

@@ -3,6 +3,8 @@
  * applied after the file, so they win. */
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,4 +247,60 @@ int config_load(struct d9d_config *cfg, const char *path, bool required)
                 }
         }
         return 0;
+}
+
+void ship_config_init(struct ship_config *cfg)
+{
+        *cfg = (struct ship_config){
+                .queue_max = 4096, .retry_base_ms = 500, .retry_max_ms = 60000,
+                .breaker_threshold = 5, .breaker_cooldown_ms = 30000,
+        };
+        s3_config_init(&cfg->s3);
+}
+
+void ship_config_free(struct ship_config *cfg)
+{
+        s3_config_free(&cfg->s3);
+        free(cfg->state_dir);
+        cfg->state_dir = NULL;
+}
+
+int ship_config_set(struct ship_config *cfg, const char *key, const char *value, const char **why)
+{
+        static const struct {
+                const char *key;
+                size_t offset;
+        } numbers[] = {
+                { "s3_queue_max", offsetof(struct ship_config, queue_max) },
+                { "s3_retry_base_ms", offsetof(struct ship_config, retry_base_ms) },
+                { "s3_retry_max_ms", offsetof(struct ship_config, retry_max_ms) },
+                { "s3_breaker_threshold", offsetof(struct ship_config, breaker_threshold) },
+                { "s3_breaker_cooldown_ms", offsetof(struct ship_config, breaker_cooldown_ms) },
+        };
+        int err = s3_config_set(&cfg->s3, key, value, why);
+        if (err != -ENOENT)
+                return err;
+        if (!strcmp(key, "s3_state_dir")) {
+                free(cfg->state_dir);
+                return (cfg->state_dir = strdup(value)) ? 0 : -ENOMEM;
+        }
+        if (!strcmp(key, "s3_delete_after_upload")) {
+                bool yes = !strcmp(value, "yes") || !strcmp(value, "true") || !strcmp(value, "1");
+                bool no = !strcmp(value, "no") || !strcmp(value, "false") || !strcmp(value, "0");
+                if (!yes && !no)
+                        return *why = "expected yes or no", -EINVAL;
+                cfg->delete_after_upload = yes;
+                return 0;
+        }
+        for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++) {
+                if (strcmp(key, numbers[i].key))
+                        continue;
+                char *end;
+                unsigned long n = strtoul(value, &end, 10);
+                if (end == value || *end || n == 0 || n > UINT_MAX)
+                        return *why = "expected a positive integer", -EINVAL;
+                *(unsigned *)((char *)cfg + numbers[i].offset) = (unsigned)n;
+                return 0;
+        }
+        return -ENOENT;
 }

@@ -14,31 +14,11 @@
 #include "daemon/core/cleanup.h"
 #include "daemon/core/d9d.h"
 #include "daemon/core/log.h"
+#include "daemon/core/segment_name.h"
 #include "daemon/record/segment.h"
 #include "daemon/core/trace_access.h"
 
 #define SEGMENT_BUF (256 * 1024)
-
-int segment_index_of(const char *name)
-{
-        unsigned n;
-        int end = 0;
-
-        if (sscanf(name, "trace.%u.bin%n", &n, &end) != 1 || end == 0 || n > 1000000000u)
-                return -1;
-        return (int)n;
-}
-
-int segment_sealed_path(const char *active, const char *suffix, char *out, size_t len)
-{
-        size_t n = strlen(active);
-
-        if (n < 7 || strcmp(active + n - 7, ".active"))
-                return -EINVAL;
-        if ((size_t)snprintf(out, len, "%.*s%s", (int)(n - 7), active, suffix) >= len)
-                return -ENAMETOOLONG;
-        return 0;
-}
 
 static int mkdir_p(const char *path)
 {

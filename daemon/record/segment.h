@@ -41,7 +41,3 @@ void segment_writer_destroy(struct segment_writer *sw);
 
 /* Write a ClockSyncEvent (monotonic now + realtime now) into enc. */
 int segment_clock_sync(struct d9_enc *enc);
-
-/* Name helpers shared with sealing and recovery. */
-int segment_index_of(const char *name);        /* N of "trace.N.bin*", or -1 */
-int segment_sealed_path(const char *active, const char *suffix, char *out, size_t len);

@@ -12,7 +12,7 @@
 
 #include "daemon/seal/budget.h"
 #include "daemon/core/log.h"
-#include "daemon/record/segment.h"
+#include "daemon/core/segment_name.h"
 
 struct sealed_file {
         char *path;

@@ -26,7 +26,7 @@
 #include "daemon/symbolize/jit_map.h"
 #include "uprobes/uprobes.h"
 #include "daemon/symbolize/resymbolize.h"
-#include "daemon/record/segment.h"
+#include "daemon/core/segment_name.h"
 #include "daemon/symbolize/symbolize.h"
 
 struct sealer {

@@ -16,16 +16,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "daemon/core/config.h"
 #include "daemon/ship/s3/s3.h"
-
-struct ship_config {
-        struct s3_config s3;            /* resolved (s3_config_resolve) */
-        char *state_dir;                /* where .job files live, e.g. /var/lib/d9d/ship */
-        bool delete_after_upload;
-        unsigned queue_max;             /* jobs held in memory; more wait on disk */
-        unsigned retry_base_ms, retry_max_ms;
-        unsigned breaker_threshold, breaker_cooldown_ms;
-};
 
 /* What the sealing path knows about a segment. */
 struct segment_meta {
@@ -47,14 +39,6 @@ struct ship_stats {
 };
 
 struct shipper;
-
-void ship_config_init(struct ship_config *cfg);
-void ship_config_free(struct ship_config *cfg);
-/* d9d.conf keys: every s3_* key of s3_config_set(), plus s3_state_dir,
- * s3_delete_after_upload (yes/no), s3_queue_max, s3_retry_base_ms,
- * s3_retry_max_ms, s3_breaker_threshold, s3_breaker_cooldown_ms.
- * Returns 0, -ENOENT for a key that is not ours, -EINVAL with *why. */
-int ship_config_set(struct ship_config *cfg, const char *key, const char *value, const char **why);
 
 /* Starts the thread and re-queues every pending job found in state_dir.
  * cfg is copied. */
