@@ -359,6 +359,7 @@ static void session_close_segment(struct session *s)
          * segment: the refresh otherwise waits for the next tick. */
         if (s->tr.workers_changed && s->seg.enc && session_refresh_metadata(s) < 0)
                 log_warn("pid %d: worker names not restated in %s", s->pid, s->seg.dir);
+        job->index = s->seg.index;
         r = segment_close(&s->seg, job->active, sizeof(job->active));
         if (r == -ENOENT) {
                 free(job);
@@ -378,6 +379,10 @@ static void session_close_segment(struct session *s)
         job->reader_uid = s->starter_uid;
         job->target_nspid = s->nspid;
         job->target_uid = s->uid;
+        /* The folder segment_writer_init was given, spelled as fields. */
+        snprintf(job->service, sizeof(job->service), "%s", s->service);
+        job->pid = s->pid;
+        job->starttime = s->starttime;
         s->segments_pending++;
         sealer_submit(s->d->sealer, job);
 }

@@ -66,6 +66,9 @@ static int recover_one(const char *path, const struct stat *st, int type, struct
                 return 0;
         }
         strcpy(job->active, path);
+        /* Outside a <service>/<pid>-<starttime> folder it stays unshipped,
+         * as before: only its owner's session could have said whose it is. */
+        (void)seal_job_identity_from_path(job, path);
         job->root_fd = -1;
         job->compression = (enum d9_compress)recover_compression;
         log_info("recovery: %s left by an earlier run, %lld torn bytes cut; sealing it", path, cut);

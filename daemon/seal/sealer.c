@@ -48,29 +48,41 @@ void sealer_set_shipper(struct sealer *s, struct shipper *sh)
         s->shipper = sh;
 }
 
-/* <traces>/<service>/<pid>-<starttime>/trace.N.bin.X: everything the S3 key
- * needs is in the path, also for segments recovered after a crash. */
-static void ship_sealed(struct shipper *sh, const struct seal_job *job)
+int seal_job_identity_from_path(struct seal_job *job, const char *path)
 {
-        char path[4096], boot_id[32], *file, *target, *service;
+        char dir[4096], *file, *target, *service;
         unsigned long long starttime = 0;
         int pid = 0, n;
 
-        snprintf(path, sizeof(path), "%s", job->sealed);
-        file = strrchr(path, '/');
+        snprintf(dir, sizeof(dir), "%s", path);
+        file = strrchr(dir, '/');
         if (!file)
-                return;
+                return -EINVAL;
         *file++ = 0;
-        target = strrchr(path, '/');
+        target = strrchr(dir, '/');
         if (!target)
-                return;
+                return -EINVAL;
         *target++ = 0;
-        service = strrchr(path, '/');
-        if (!service || sscanf(target, "%d-%llu", &pid, &starttime) != 2 || (n = segment_index_of(file)) < 0)
+        service = strrchr(dir, '/');
+        if (!service || sscanf(target, "%d-%llu", &pid, &starttime) != 2 || (n = segment_index_of(file)) < 0 ||
+            strlen(service + 1) >= sizeof(job->service))
+                return -EINVAL;
+        snprintf(job->service, sizeof(job->service), "%s", service + 1);
+        job->pid = pid;
+        job->starttime = starttime;
+        job->index = (unsigned)n;
+        return 0;
+}
+
+static void ship_sealed(struct shipper *sh, const struct seal_job *job)
+{
+        char boot_id[32];
+
+        if (!job->service[0])
                 return;
-        s3_dial9_boot_id(boot_id, starttime ^ ((uint64_t)pid << 32), pid);
+        s3_dial9_boot_id(boot_id, job->starttime ^ ((uint64_t)job->pid << 32), job->pid);
         struct segment_meta m = {
-                .service = service + 1, .boot_id = boot_id, .pid = pid, .index = (uint64_t)n,
+                .service = job->service, .boot_id = boot_id, .pid = job->pid, .index = job->index,
                 .start_realtime_ns = (int64_t)job->start_realtime_ns,
         };
         int r = shipper_enqueue(sh, job->sealed, &m);

@@ -21,6 +21,13 @@ struct seal_job {
         uid_t reader_uid;       /* may read the sealed file (0: root and d9d only) */
         pid_t target_nspid;     /* the target's own pid, for its JIT map (0: none) */
         uid_t target_uid;       /* who may own that map */
+        /* Whose segment this is, for its S3 key: the session that wrote it
+         * says so; recovery reads it off the folder the segment was found
+         * in (seal_job_identity_from_path). service[0] == 0: not shipped. */
+        char service[128];
+        pid_t pid;
+        uint64_t starttime;     /* with pid, the dial9 boot id */
+        unsigned index;         /* N of trace.N.bin */
         /* Filled by the sealer: */
         char sealed[4096];
         uint64_t bytes;         /* size of the sealed file */
@@ -50,6 +57,11 @@ void sealer_stop(struct sealer *s);
 
 /* Hand every sealed segment to the S3 shipper (NULL: keep them local). */
 void sealer_set_shipper(struct sealer *s, struct shipper *sh);
+
+/* Fill job's service, pid, starttime and index from a segment path laid
+ * out as <traces>/<service>/<pid>-<starttime>/trace.N.bin*, for segments
+ * nobody is left to describe (recovery). Returns 0 or -EINVAL. */
+int seal_job_identity_from_path(struct seal_job *job, const char *path);
 
 /* The work itself (also used by tests): returns 0 or a negative errno. */
 int seal_segment(struct seal_job *job);

@@ -249,6 +249,18 @@ static void test_recovery(void)
         (void)!write(fd, "\x77\x01\x02", 3);
         close(fd);
         ok(recover_trim(active) == 3, "recovery: trailing garbage removed");
+
+        /* A recovered segment has no session to say whose it is: its folder
+         * does, as session.c laid it out (<service>/<pid>-<starttime>). */
+        struct seal_job job = { 0 };
+        ok(seal_job_identity_from_path(&job, active) == 0 && !strcmp(job.service, "svc") && job.pid == 1 &&
+           job.starttime == 2 && job.index == 0,
+           "recovery: service, pid, start time and N read off %s (%s %d %llu %u)", active, job.service, job.pid,
+           (unsigned long long)job.starttime, job.index);
+        struct seal_job stray = { 0 };
+        ok(seal_job_identity_from_path(&stray, "/tmp/x/trace.3.bin.active") < 0 && !stray.service[0] &&
+           seal_job_identity_from_path(&stray, "/a/svc/notapid/trace.3.bin.active") < 0 && !stray.service[0],
+           "recovery: a segment outside a <service>/<pid>-<starttime> folder gets no identity (not shipped)");
 }
 
 static void make_file(const char *path, size_t size, time_t mtime)
