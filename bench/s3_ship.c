@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/ship/s3/s3-int.h"
+#include "daemon/ship/s3/s3_int.h"
 #include "daemon/ship/ship.h"
 
 static double now_s(void)

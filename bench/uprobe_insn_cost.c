@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "uprobes-int.h"
+#include "uprobes_int.h"
 #include "uprobe_pmu.h"
 
 /* Each probe target: a global function whose first instruction is the one
@@ -82,7 +82,7 @@ int main(int argc, char **argv)
                 return 1;
         }
         exe[n] = 0;
-        if (elf_image_open(exe, &img, &err) < 0) {
+        if (d9_elf_image_open(exe, &img, &err) < 0) {
                 fprintf(stderr, "uprobe-insn-cost: %s\n", err);
                 return 1;
         }
@@ -94,11 +94,11 @@ int main(int argc, char **argv)
                "cost ns", "hits");
         for (size_t i = 0; i < sizeof(targets) / sizeof(targets[0]); i++) {
                 uint64_t vaddr = (uint64_t)(uintptr_t)targets[i].fn - bias, off, hits = 0;
-                const uint8_t *code = elf_vaddr_bytes(img, vaddr, 8);
+                const uint8_t *code = d9_elf_vaddr_bytes(img, vaddr, 8);
                 struct x86_insn in;
                 int fd;
 
-                if (!code || elf_vaddr_to_offset(img, vaddr, &off) < 0) {
+                if (!code || d9_elf_vaddr_to_offset(img, vaddr, &off) < 0) {
                         fprintf(stderr, "uprobe-insn-cost: cannot map %s\n", targets[i].name);
                         return 1;
                 }
@@ -120,6 +120,6 @@ int main(int argc, char **argv)
                        in.cls == PROBE_INSN_EMULATED ? "emulated" : "single-step", bare, probed,
                        probed - bare, hits, hits == (uint64_t)calls ? "" : "  (hits != calls!)");
         }
-        elf_image_free(img);
+        d9_elf_image_free(img);
         return 0;
 }

@@ -431,21 +431,12 @@ static int attach_set(struct d9_bpf_target *t, const char *path, const struct po
         return r;
 }
 
-static size_t plan_count(const struct probe_plan *plan, enum probe_kind kind)
-{
-        size_t n = 0;
-
-        for (size_t i = 0; plan && i < plan->n_points; i++)
-                n += plan->points[i].kind == kind && !plan->points[i].skipped;
-        return n;
-}
-
 static enum d9_poll_end choose_poll_end(const struct probe_plan *plan, unsigned probes,
                                         enum d9_poll_end asked)
 {
         if (asked != D9_POLL_END_AUTO)
                 return asked;
-        if ((probes & D9_PROBE_PARK) && plan_count(plan, PROBE_PARK) > 0)
+        if ((probes & D9_PROBE_PARK) && plan && probe_plan_count(plan, PROBE_PARK, false) > 0)
                 return D9_POLL_END_ENTRY_ONLY;
         return D9_POLL_END_URETPROBE;
 }
@@ -636,7 +627,7 @@ static int check_request(pid_t pid, const struct probe_plan *plan,
         }
         if (!(o->probes & uprobe_bits))
                 return 0;
-        if (!plan || plan_count(plan, PROBE_POLL) == 0) {
+        if (!plan || probe_plan_count(plan, PROBE_POLL, false) == 0) {
                 set_err(err, "PID %d is not a Tokio process: no raw::poll probe points found",
                         (int)pid);
                 return -ENOENT;

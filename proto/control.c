@@ -93,7 +93,7 @@ int d9c_parse_probes(const char *list, const char **bad)
         const char *p = list;
 
         if (!list || !strcmp(list, "all"))
-                return D9_PROBES_ALL;
+                return D9_PROBE_ALL;
         while (*p) {
                 size_t len = strcspn(p, ",");
                 size_t i;
@@ -102,7 +102,7 @@ int d9c_parse_probes(const char *list, const char **bad)
                         if (strlen(probe_group_names[i]) == len && !strncmp(p, probe_group_names[i], len))
                                 break;
                 if (len == 3 && !strncmp(p, "all", 3))
-                        mask |= D9_PROBES_ALL;
+                        mask |= D9_PROBE_ALL;
                 else if (i == n) {
                         if (bad)
                                 *bad = p;
@@ -121,7 +121,7 @@ void d9c_format_probes(int mask, char *buf, size_t len)
         size_t off = 0;
 
         buf[0] = 0;
-        if ((mask & D9_PROBES_ALL) == D9_PROBES_ALL) {
+        if ((mask & D9_PROBE_ALL) == D9_PROBE_ALL) {
                 snprintf(buf, len, "all");
                 return;
         }

@@ -17,20 +17,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The probe groups a user can choose with --probes are the BPF loader's
+ * probe sets: enum d9_probe_bits, D9_PROBE_SCHED .. D9_PROBE_ALL. */
+#include "bpf/d9_events.h"
+
 #define D9_CONTROL_VERSION 1
 #define D9_CONTROL_MAX_LINE (64 * 1024)
-
-/* Probe groups a user can choose with --probes. */
-enum d9_probe_group {
-        D9_PROBES_SCHED = 1 << 0,
-        D9_PROBES_CPU = 1 << 1,
-        D9_PROBES_PARK = 1 << 2,
-        D9_PROBES_POLL = 1 << 3,
-        D9_PROBES_SPAWN = 1 << 4,
-        D9_PROBES_WAKE = 1 << 5,
-        D9_PROBES_TERMINATE = 1 << 6,
-        D9_PROBES_ALL = (1 << 7) - 1,
-};
 
 /* Build a request {"v":1,"cmd":cmd}; add fields with json_object_set_new. */
 json_t *d9c_request(const char *cmd);
@@ -46,7 +38,7 @@ char *d9c_encode_line(const json_t *obj, size_t *len);
 json_t *d9c_parse_request(const char *line, size_t len, char *why, size_t why_len);
 
 /* "all" or a comma-separated subset of sched,cpu,park,poll,spawn,wake,terminate.
- * Returns a mask of enum d9_probe_group, or -EINVAL (bad names go to *bad). */
+ * Returns a mask of enum d9_probe_bits, or -EINVAL (bad names go to *bad). */
 int d9c_parse_probes(const char *list, const char **bad);
 /* Render a mask back to the comma-separated form (static buffer-free: writes into buf). */
 void d9c_format_probes(int mask, char *buf, size_t len);

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dec_internal.h"
+#include "dec_int.h"
 
 static size_t slot_of(uint32_t id, size_t nslots)
 {

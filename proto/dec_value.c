@@ -2,7 +2,7 @@
  * type, and walking the elements of containers. */
 #include <string.h>
 
-#include "dec_internal.h"
+#include "dec_int.h"
 
 static enum dec_status bad(struct dec_err *err, const uint8_t *at, const char *why)
 {

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dec_internal.h"
+#include "dec_int.h"
 
 struct dec_schema {
         struct d9_dec_schema pub;

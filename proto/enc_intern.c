@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "enc_internal.h"
+#include "enc_int.h"
 
 static uint64_t mix64(uint64_t h)
 {

@@ -5,7 +5,7 @@
  * through d9_enc_event(), which declares what is missing. */
 #include <errno.h>
 
-#include "enc_internal.h"
+#include "enc_int.h"
 
 #define F(n, t) { .name = (n), .type = (t) }
 #define OPT(t) ((uint8_t)((t) | D9_T_OPTIONAL))

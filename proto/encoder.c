@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "enc_internal.h"
+#include "enc_int.h"
 
 int d9_enc_new(struct d9_enc **out)
 {

@@ -10,19 +10,19 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "uprobes-int.h"
+#include "uprobes_int.h"
 
 static bool build_id_matches(const char *path, const char *want)
 {
         struct elf_image *dbg = NULL;
         bool ok;
 
-        if (access(path, R_OK) < 0 || elf_image_open(path, &dbg, NULL) < 0)
+        if (access(path, R_OK) < 0 || d9_elf_image_open(path, &dbg, NULL) < 0)
                 return false;
-        _cleanup_free_ char *have = elf_build_id(dbg);
+        _cleanup_free_ char *have = d9_elf_build_id(dbg);
         /* Without build-ids on both sides, trust the debuglink name. */
         ok = !want || !have || strcmp(want, have) == 0;
-        elf_image_free(dbg);
+        d9_elf_image_free(dbg);
         return ok;
 }
 
@@ -92,8 +92,8 @@ char *debug_file_find(const struct elf_image *img, const char *root)
         char *p = debug_file_standard(img, root);
 
         if (!p && (extra.n_dirs || extra.fetch)) {
-                _cleanup_free_ char *id = elf_build_id(img);
-                _cleanup_free_ char *link = elf_debuglink(img);
+                _cleanup_free_ char *id = d9_elf_build_id(img);
+                _cleanup_free_ char *link = d9_elf_debuglink(img);
 
                 p = debug_file_extra(id, link);
         }
@@ -102,7 +102,7 @@ char *debug_file_find(const struct elf_image *img, const char *root)
 
 static char *debug_file_standard(const struct elf_image *img, const char *root)
 {
-        _cleanup_free_ char *id = elf_build_id(img);
+        _cleanup_free_ char *id = d9_elf_build_id(img);
         _cleanup_free_ char *link = NULL;
         _cleanup_free_ char *dir_copy = NULL;
         char *p = NULL;
@@ -112,7 +112,7 @@ static char *debug_file_standard(const struct elf_image *img, const char *root)
                 if ((p = try_path(p, id)))
                         return p;
         }
-        link = elf_debuglink(img);
+        link = d9_elf_debuglink(img);
         if (!link || (strncmp(img->path, "/proc/", 6) == 0 && !strstr(img->path, "/root/") &&
                       strncmp(img->path, "/proc/self/fd/", 14) != 0))
                 return NULL; /* no link, or /proc/PID/exe: no directory to look in */
@@ -143,9 +143,9 @@ char *uprobes_debug_file_for(const char *path, const char *root)
         struct elf_image *img = NULL;
         char *found;
 
-        if (elf_image_open(path, &img, NULL) < 0)
+        if (d9_elf_image_open(path, &img, NULL) < 0)
                 return NULL;
         found = debug_file_find(img, root ? root : "");
-        elf_image_free(img);
+        d9_elf_image_free(img);
         return found;
 }

@@ -7,7 +7,7 @@
 #include <libiberty/demangle.h>
 #include <string.h>
 
-#include "uprobes-int.h"
+#include "uprobes_int.h"
 
 /* LLVM clones get `.llvm.123`, `.cold`, `.part.0` ... after the mangled
  * name. v0 names never contain '.', so cut at the first one; legacy names

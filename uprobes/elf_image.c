@@ -1,14 +1,14 @@
 /* elf_image: open an executable read-only with libelf and answer the address
  * questions a probe plan needs (vaddr -> file offset, section contents,
  * build-id, debuglink). Uprobes attach by file offset, so every point in the
- * plan goes through elf_vaddr_to_offset(). */
+ * plan goes through d9_elf_vaddr_to_offset(). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "uprobes-int.h"
+#include "uprobes_int.h"
 
 static int load_segments(struct elf_image *img)
 {
@@ -36,7 +36,7 @@ static int load_segments(struct elf_image *img)
 /* Takes fd over. The ELF is read from a sealed copy (d9_target_file_copy):
  * the owner of the file can truncate or rewrite it while we look, and a
  * mapping of the file itself would then fault (SIGBUS) inside libelf. */
-int elf_image_open_fd(int fd, const char *path, struct elf_image **out, char **err_msg)
+int d9_elf_image_open_fd(int fd, const char *path, struct elf_image **out, char **err_msg)
 {
         struct elf_image *img;
         GElf_Ehdr eh;
@@ -58,14 +58,14 @@ int elf_image_open_fd(int fd, const char *path, struct elf_image **out, char **e
                                  r == -EFBIG ? "%s is larger than d9d reads (1 GiB)" :
                                  r == -ENODATA ? "%s changed while being read" : "cannot read %s: %s",
                                  path, strerror(-r));
-                elf_image_free(img);
+                d9_elf_image_free(img);
                 return r;
         }
         img->elf = elf_begin(img->fd, ELF_C_READ_MMAP, NULL);
         if (!img->elf || elf_kind(img->elf) != ELF_K_ELF || !gelf_getehdr(img->elf, &eh)) {
                 if (err_msg)
                         asprintf(err_msg, "%s is not an ELF file", path);
-                elf_image_free(img);
+                d9_elf_image_free(img);
                 return -ENOEXEC;
         }
         img->e_type = eh.e_type;
@@ -74,14 +74,14 @@ int elf_image_open_fd(int fd, const char *path, struct elf_image **out, char **e
                 if (err_msg)
                         asprintf(err_msg, "%s is not an x86-64 executable (e_machine %u)",
                                  path, eh.e_machine);
-                elf_image_free(img);
+                d9_elf_image_free(img);
                 return -ENOEXEC;
         }
         r = load_segments(img);
         if (r < 0) {
                 if (err_msg)
                         asprintf(err_msg, "%s has no loadable segments", path);
-                elf_image_free(img);
+                d9_elf_image_free(img);
                 return r;
         }
         img->has_sections = elf_getshdrstrndx(img->elf, &img->shstrndx) == 0;
@@ -89,7 +89,7 @@ int elf_image_open_fd(int fd, const char *path, struct elf_image **out, char **e
         return 0;
 }
 
-int elf_image_open(const char *path, struct elf_image **out, char **err_msg)
+int d9_elf_image_open(const char *path, struct elf_image **out, char **err_msg)
 {
         int fd = d9_target_file_open(path);
 
@@ -99,10 +99,10 @@ int elf_image_open(const char *path, struct elf_image **out, char **err_msg)
                                  path, strerror(-fd));
                 return fd;
         }
-        return elf_image_open_fd(fd, path, out, err_msg);
+        return d9_elf_image_open_fd(fd, path, out, err_msg);
 }
 
-void elf_image_free(struct elf_image *img)
+void d9_elf_image_free(struct elf_image *img)
 {
         if (!img)
                 return;
@@ -126,7 +126,7 @@ static const struct elf_segment *segment_of(const struct elf_image *img, uint64_
         return NULL;
 }
 
-int elf_vaddr_to_offset(const struct elf_image *img, uint64_t vaddr, uint64_t *offset)
+int d9_elf_vaddr_to_offset(const struct elf_image *img, uint64_t vaddr, uint64_t *offset)
 {
         const struct elf_segment *s = segment_of(img, vaddr);
 
@@ -136,14 +136,14 @@ int elf_vaddr_to_offset(const struct elf_image *img, uint64_t vaddr, uint64_t *o
         return 0;
 }
 
-bool elf_vaddr_is_exec(const struct elf_image *img, uint64_t vaddr)
+bool d9_elf_vaddr_is_exec(const struct elf_image *img, uint64_t vaddr)
 {
         const struct elf_segment *s = segment_of(img, vaddr);
 
         return s && (s->flags & PF_X);
 }
 
-const uint8_t *elf_vaddr_bytes(const struct elf_image *img, uint64_t vaddr, size_t n)
+const uint8_t *d9_elf_vaddr_bytes(const struct elf_image *img, uint64_t vaddr, size_t n)
 {
         const struct elf_segment *s = segment_of(img, vaddr);
         size_t file_size;
@@ -157,7 +157,7 @@ const uint8_t *elf_vaddr_bytes(const struct elf_image *img, uint64_t vaddr, size
         return (const uint8_t *)base + s->offset + (vaddr - s->vaddr);
 }
 
-Elf_Scn *elf_section_by_name(const struct elf_image *img, const char *name, GElf_Shdr *shdr)
+Elf_Scn *d9_elf_section_by_name(const struct elf_image *img, const char *name, GElf_Shdr *shdr)
 {
         Elf_Scn *scn = NULL;
 
@@ -175,11 +175,11 @@ Elf_Scn *elf_section_by_name(const struct elf_image *img, const char *name, GElf
         return NULL;
 }
 
-const uint8_t *elf_section_data(const struct elf_image *img, const char *name,
+const uint8_t *d9_elf_section_data(const struct elf_image *img, const char *name,
                                 size_t *size, uint64_t *addr)
 {
         GElf_Shdr sh;
-        Elf_Scn *scn = elf_section_by_name(img, name, &sh);
+        Elf_Scn *scn = d9_elf_section_by_name(img, name, &sh);
         Elf_Data *d;
 
         if (!scn || sh.sh_type == SHT_NOBITS)
@@ -215,7 +215,7 @@ static char *build_id_in(Elf_Data *d)
         return NULL;
 }
 
-char *elf_build_id(const struct elf_image *img)
+char *d9_elf_build_id(const struct elf_image *img)
 {
         Elf_Scn *scn = NULL;
         GElf_Shdr sh;
@@ -248,10 +248,10 @@ char *elf_build_id(const struct elf_image *img)
         return NULL;
 }
 
-char *elf_debuglink(const struct elf_image *img)
+char *d9_elf_debuglink(const struct elf_image *img)
 {
         size_t size;
-        const uint8_t *d = elf_section_data(img, ".gnu_debuglink", &size, NULL);
+        const uint8_t *d = d9_elf_section_data(img, ".gnu_debuglink", &size, NULL);
 
         if (!d || size < 2 || !memchr(d, 0, size))
                 return NULL;

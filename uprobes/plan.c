@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "plan-int.h"
+#include "plan_int.h"
 
 const char *probe_kind_name(enum probe_kind kind)
 {
@@ -220,7 +220,7 @@ static int plan_fill(struct plan_builder *b, struct probe_plan *plan, char **err
 {
         int r;
 
-        plan->build_id = elf_build_id(b->img);
+        plan->build_id = d9_elf_build_id(b->img);
         plan->tokio_version = tokio_version_detect(b->img);
         plan->has_symbols = b->st.from_symtab;
         plan->stripped = !b->st.from_symtab;
@@ -291,7 +291,7 @@ static int plan_build(int fd, const char *path, const char *root, struct probe_p
         r = asprintf(&plan->attach_path, "/proc/self/fd/%d", fd) < 0 ? -ENOMEM : 0;
         if (r == 0) {
                 int copy = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-                r = copy < 0 ? -errno : elf_image_open_fd(copy, path, &b.img, err_msg);
+                r = copy < 0 ? -errno : d9_elf_image_open_fd(copy, path, &b.img, err_msg);
         }
         if (r == 0)
                 r = symtab_load(b.img, root, &b.st);
@@ -309,7 +309,7 @@ static int plan_build(int fd, const char *path, const char *root, struct probe_p
         free(b.meta);
         symtab_free(&b.st);
         vtable_scan_free(&b.vs);
-        elf_image_free(b.img);
+        d9_elf_image_free(b.img);
         if (r == -E2BIG && err_msg && !*err_msg)
                 asprintf(err_msg, "%s has more function symbols or symbol name bytes than d9d reads "
                          "(4M symbols, 4x the string table)", path);

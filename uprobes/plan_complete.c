@@ -34,7 +34,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "plan-int.h"
+#include "plan_int.h"
 
 #define MAX_CALLEES 256
 #define MAX_BODY (64u << 10)
@@ -84,7 +84,7 @@ static uint64_t jump_table_reach(const struct elf_image *img, uint64_t table, ui
         uint64_t far = 0;
 
         for (int i = 0; i < 512; i++) {
-                const uint8_t *e = elf_vaddr_bytes(img, table + 4 * (uint64_t)i, 4);
+                const uint8_t *e = d9_elf_vaddr_bytes(img, table + 4 * (uint64_t)i, 4);
                 int32_t rel;
 
                 if (!e)
@@ -101,7 +101,7 @@ static uint64_t jump_table_reach(const struct elf_image *img, uint64_t table, ui
 /* True if [from, to) is one or more of the kernel's and compilers' nops. */
 static bool all_nops(const struct elf_image *img, uint64_t from, uint64_t to)
 {
-        const uint8_t *b = elf_vaddr_bytes(img, from, to - from);
+        const uint8_t *b = d9_elf_vaddr_bytes(img, from, to - from);
 
         for (uint64_t off = 0; b && off < to - from;) {
                 struct x86_insn in;
@@ -118,7 +118,7 @@ static bool all_nops(const struct elf_image *img, uint64_t from, uint64_t to)
  * int3, ud2, jmp rel8/rel32, jmp *mem; read backwards, so a heuristic.) */
 static bool terminator_ends_at(const struct elf_image *img, uint64_t end)
 {
-        const uint8_t *b = elf_vaddr_bytes(img, end - 6, 6);
+        const uint8_t *b = d9_elf_vaddr_bytes(img, end - 6, 6);
 
         return b && (b[5] == 0xc3 || b[5] == 0xcc || (b[4] == 0x0f && b[5] == 0x0b) || b[4] == 0xeb ||
                      b[1] == 0xe9 || (b[0] == 0xff && (b[1] == 0x25 || b[1] == 0x24)));
@@ -129,7 +129,7 @@ static bool terminator_ends_at(const struct elf_image *img, uint64_t end)
  * instruction that never falls through, up to a 16-byte aligned entry. */
 static bool is_function_entry(const struct elf_image *img, uint64_t to)
 {
-        const uint8_t *b = elf_vaddr_bytes(img, to - 1, 1);
+        const uint8_t *b = d9_elf_vaddr_bytes(img, to - 1, 1);
 
         if (!b)
                 return false;
@@ -180,7 +180,7 @@ static size_t code_callees(const struct elf_image *img, uint64_t vaddr, const st
         /* The body may end closer to the end of the segment than MAX_BODY. */
         if (bound - start < avail)
                 avail = bound - start; /* never into the next function we know of */
-        while (avail >= 16 && !(code = elf_vaddr_bytes(img, start, avail)))
+        while (avail >= 16 && !(code = d9_elf_vaddr_bytes(img, start, avail)))
                 avail /= 2;
         if (*left < avail)
                 return 0;
@@ -201,7 +201,7 @@ static size_t code_callees(const struct elf_image *img, uint64_t vaddr, const st
 
                         reach = far > reach ? far : reach;
                 }
-                if (in.is_call_rel && elf_vaddr_is_exec(img, to))
+                if (in.is_call_rel && d9_elf_vaddr_is_exec(img, to))
                         n = add_unique(out, n, max, to);
                 bool tail = in.is_jmp_rel && to > reach && (is_known(known, to) || is_function_entry(img, to));
 
@@ -213,7 +213,7 @@ static size_t code_callees(const struct elf_image *img, uint64_t vaddr, const st
                                           to == at + (uint64_t)in.len);
                 if ((in.is_jcc || in.is_jmp_rel) && !tail && to > reach && to < start + MAX_BODY)
                         reach = to;
-                if (tail && elf_vaddr_is_exec(img, to))
+                if (tail && d9_elf_vaddr_is_exec(img, to))
                         n = add_unique(out, n, max, to);
                 off += (uint64_t)in.len;
                 /* The function ends at a terminator no earlier branch jumps past. */

@@ -17,7 +17,7 @@
  * flags boxed tasks in stripped binaries. */
 #include <string.h>
 
-#include "plan-int.h"
+#include "plan_int.h"
 
 #define REG_RDI 7
 #define MAX_BODY 8192
@@ -86,7 +86,7 @@ static int64_t find_dyn_vtable_load(struct plan_builder *b, uint64_t poll_vaddr)
 
         if (fs && fs->vaddr == body && fs->size)
                 size = fs->size < MAX_BODY ? fs->size : MAX_BODY;
-        while (size > 16 && !(code = elf_vaddr_bytes(b->img, body, size)))
+        while (size > 16 && !(code = d9_elf_vaddr_bytes(b->img, body, size)))
                 size /= 2;
         if (size <= 16)
                 return -1;

@@ -4,7 +4,7 @@
 #include <jansson.h>
 #include <stdio.h>
 
-#include "uprobes-int.h"
+#include "uprobes_int.h"
 
 static const char *insn_class_name(enum probe_insn_class c)
 {

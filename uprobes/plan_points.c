@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "plan-int.h"
+#include "plan_int.h"
 #include "tokio.h"
 
 struct probe_point *plan_point_add(struct plan_builder *b, enum probe_kind kind, uint64_t vaddr)
@@ -169,7 +169,7 @@ static bool is_runtime_crate(const char *name)
 uint64_t plan_follow_jumps(const struct elf_image *img, uint64_t vaddr)
 {
         for (int hop = 0; hop < 4; hop++) {
-                const uint8_t *code = elf_vaddr_bytes(img, vaddr, 5);
+                const uint8_t *code = d9_elf_vaddr_bytes(img, vaddr, 5);
                 struct x86_insn in;
 
                 if (!code)
@@ -191,7 +191,7 @@ static char *scan_callees(struct plan_builder *b, uint64_t vaddr, char *(*f)(con
 
         if (!fs || fs->vaddr != body || !fs->size)
                 return NULL;
-        const uint8_t *code = elf_vaddr_bytes(b->img, body, fs->size);
+        const uint8_t *code = d9_elf_vaddr_bytes(b->img, body, fs->size);
         for (uint64_t off = 0; code && off < fs->size;) {
                 struct x86_insn in;
                 char *label;
@@ -349,9 +349,9 @@ int plan_classify(struct plan_builder *b)
                 size_t avail = 15;
                 struct x86_insn in = { 0 };
 
-                while (avail && !(code = elf_vaddr_bytes(b->img, p->vaddr, avail)))
+                while (avail && !(code = d9_elf_vaddr_bytes(b->img, p->vaddr, avail)))
                         avail--;
-                if (elf_vaddr_to_offset(b->img, p->vaddr, &p->file_offset) < 0 || !code) {
+                if (d9_elf_vaddr_to_offset(b->img, p->vaddr, &p->file_offset) < 0 || !code) {
                         p->skipped = true;
                         asprintf(&p->skip_reason, "address 0x%" PRIx64 " is not in the file", p->vaddr);
                         continue;

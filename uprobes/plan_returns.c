@@ -19,7 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "plan-int.h"
+#include "plan_int.h"
 
 struct ret_walk {
         uint64_t rets[64];
@@ -30,7 +30,7 @@ struct ret_walk {
 
 static void walk_body(const struct elf_image *img, uint64_t start, uint64_t size, struct ret_walk *w)
 {
-        const uint8_t *code = elf_vaddr_bytes(img, start, size);
+        const uint8_t *code = d9_elf_vaddr_bytes(img, start, size);
 
         memset(w, 0, sizeof(*w));
         for (uint64_t off = 0; code && off < size;) {

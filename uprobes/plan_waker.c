@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "plan-int.h"
+#include "plan_int.h"
 
 int plan_waker_route(struct plan_builder *b, struct probe_plan *plan)
 {

@@ -7,7 +7,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "uprobes-int.h"
+#include "uprobes_int.h"
 
 /* Bounds on what one (possibly hostile) file can make us allocate: a crafted
  * 250 KB ELF whose symbols all point at one huge string would otherwise cost
@@ -142,9 +142,9 @@ int symtab_load(const struct elf_image *img, const char *root, struct symtab *st
                 if (st->debug_path) {
                         struct elf_image *dbg = NULL;
 
-                        if (elf_image_open(st->debug_path, &dbg, NULL) == 0) {
+                        if (d9_elf_image_open(st->debug_path, &dbg, NULL) == 0) {
                                 r = load_image(dbg, st, &cap, &st->from_symtab);
-                                elf_image_free(dbg);
+                                d9_elf_image_free(dbg);
                                 if (r < 0)
                                         return r;
                         }

@@ -18,7 +18,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "uprobes-int.h"
+#include "uprobes_int.h"
 
 int pidfd_alive(int pidfd)
 {

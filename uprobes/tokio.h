@@ -3,7 +3,7 @@
 
 #include <stdbool.h>
 
-#include "uprobes-int.h"
+#include "uprobes_int.h"
 
 struct tokio_rule {
         enum probe_kind kind;

@@ -7,7 +7,7 @@
 #include <ctype.h>
 #include <string.h>
 
-#include "uprobes-int.h"
+#include "uprobes_int.h"
 
 #define MAX_SEEN 8
 
@@ -46,7 +46,7 @@ char *tokio_version_detect(const struct elf_image *img)
 {
         struct seen seen[MAX_SEEN];
         size_t n_seen = 0, size;
-        const uint8_t *d = elf_section_data(img, ".rodata", &size, NULL);
+        const uint8_t *d = d9_elf_section_data(img, ".rodata", &size, NULL);
 
         if (!d) {
                 /* No section headers: fall back to the whole file. */

@@ -18,7 +18,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "uprobes-int.h"
+#include "uprobes_int.h"
 
 #define VT_FNS 7
 #define VT_OFFS 3
@@ -68,7 +68,7 @@ static const uint8_t *dynamic_table(const struct elf_image *img, int64_t tag_add
                 if (!gelf_getphdr(img->elf, (int)i, &ph) || ph.p_type != PT_DYNAMIC)
                         continue;
                 for (uint64_t off = 0; off + 16 <= ph.p_filesz; off += 16) {
-                        const uint8_t *e = elf_vaddr_bytes(img, ph.p_vaddr + off, 16);
+                        const uint8_t *e = d9_elf_vaddr_bytes(img, ph.p_vaddr + off, 16);
                         int64_t tag;
                         uint64_t val;
 
@@ -87,14 +87,14 @@ static const uint8_t *dynamic_table(const struct elf_image *img, int64_t tag_add
         if (!addr || !sz)
                 return NULL;
         *size = sz;
-        return elf_vaddr_bytes(img, addr, sz);
+        return d9_elf_vaddr_bytes(img, addr, sz);
 }
 
 /* Section by name, else the dynamic segment's entry for the same table. */
 static const uint8_t *reloc_table(const struct elf_image *img, const char *section, int64_t tag_addr,
                                   int64_t tag_size, size_t *size)
 {
-        const uint8_t *d = elf_section_data(img, section, size, NULL);
+        const uint8_t *d = d9_elf_section_data(img, section, size, NULL);
 
         return d ? d : dynamic_table(img, tag_addr, tag_size, size);
 }
@@ -121,7 +121,7 @@ static int collect_rela(const struct elf_image *img, struct reloc_list *l)
 /* RELR: the addend is the word already in the file at the relocated place. */
 static int relr_apply(const struct elf_image *img, struct reloc_list *l, uint64_t where)
 {
-        const uint8_t *p = elf_vaddr_bytes(img, where, 8);
+        const uint8_t *p = d9_elf_vaddr_bytes(img, where, 8);
         uint64_t v;
 
         if (!p)
@@ -225,7 +225,7 @@ static int vt_push(struct vtable_scan *vs, size_t *cap, const struct task_vtable
 /* Reads the offset words after the pointer run; false if any is missing. */
 static bool read_offsets(const struct elf_image *img, uint64_t at, uint64_t off[VT_OFFS])
 {
-        const uint8_t *p = elf_vaddr_bytes(img, at, 8 * VT_OFFS);
+        const uint8_t *p = d9_elf_vaddr_bytes(img, at, 8 * VT_OFFS);
 
         if (!p)
                 return false;
@@ -239,7 +239,7 @@ static int scan_relocs(const struct elf_image *img, struct reloc_list *l, struct
 
         for (size_t i = 0; i < l->n; i++) {
                 const struct reloc *r = &l->r[i];
-                bool code = elf_vaddr_is_exec(img, r->value);
+                bool code = d9_elf_vaddr_is_exec(img, r->value);
 
                 if (!code) {
                         run = 0;
@@ -269,7 +269,7 @@ static int scan_section_words(const struct elf_image *img, const char *name, str
 {
         size_t size;
         uint64_t addr;
-        const uint8_t *d = elf_section_data(img, name, &size, &addr);
+        const uint8_t *d = d9_elf_section_data(img, name, &size, &addr);
 
         if (!d)
                 return 0;
@@ -280,7 +280,7 @@ static int scan_section_words(const struct elf_image *img, const char *name, str
                 memcpy(v.fn, d + off, sizeof(v.fn));
                 memcpy(v.off, d + off + sizeof(v.fn), sizeof(v.off));
                 for (int k = 0; ok && k < VT_FNS; k++)
-                        ok = elf_vaddr_is_exec(img, v.fn[k]);
+                        ok = d9_elf_vaddr_is_exec(img, v.fn[k]);
                 if (!ok || !offsets_plausible(v.off))
                         continue;
                 if (vt_push(vs, cap, &v) < 0)
@@ -358,7 +358,7 @@ static void clone_sweep(const struct elf_image *img, const struct reloc_list *l,
 {
         const uint8_t *code = NULL;
 
-        while (window >= 16 && !(code = elf_vaddr_bytes(img, fn, window)))
+        while (window >= 16 && !(code = d9_elf_vaddr_bytes(img, fn, window)))
                 window /= 2;
         for (size_t off = 0; code && off < window;) {
                 const uint8_t *p = code + off;
@@ -409,7 +409,7 @@ static bool is_task_clone_waker(const struct elf_image *img, const struct reloc_
         clone_sweep(img, l, clone, vt, window, &cs);
         if (!cs.self)
                 return false;
-        if (!(cs.locked && cs.ref_one) && cs.callee && elf_vaddr_is_exec(img, cs.callee)) {
+        if (!(cs.locked && cs.ref_one) && cs.callee && d9_elf_vaddr_is_exec(img, cs.callee)) {
                 struct clone_sight inc = { 0 };
 
                 clone_sweep(img, l, cs.callee, vt, 64, &inc);
@@ -435,10 +435,10 @@ static void find_task_waker(const struct elf_image *img, const struct reloc_list
 
                         for (int k = 0; run && k < 4; k++)
                                 run = l->r[i + k].where == vt + 8 * (uint64_t)k &&
-                                      elf_vaddr_is_exec(img, l->r[i + k].value);
+                                      d9_elf_vaddr_is_exec(img, l->r[i + k].value);
                         if (!run)
                                 continue;
-                        if (pass && !((code = elf_vaddr_bytes(img, clone, windows[pass])) &&
+                        if (pass && !((code = d9_elf_vaddr_bytes(img, clone, windows[pass])) &&
                                       leas_vt(code, windows[pass], clone, vt)))
                                 continue;
                         if (!is_task_clone_waker(img, l, clone, vt, windows[pass]))

@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "uprobes-int.h"
+#include "uprobes_int.h"
 
 /* One-byte opcodes that take a ModRM byte (bit set = yes). */
 static bool op1_has_modrm(uint8_t op)

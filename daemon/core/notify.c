@@ -1,5 +1,6 @@
 /* notify: sd_notify state changes, the watchdog timer and the socket-activated
  * control socket. See notify.h for the contract. */
+#include "daemon/core/cleanup.h"
 #include "daemon/core/notify.h"
 
 #include <errno.h>
@@ -130,7 +131,7 @@ static int listen_fd_pick(char **names, int n, const char *name)
 
 int notify_listen_fd(const char *name)
 {
-        __attribute__((cleanup(strv_freep))) char **names = NULL;
+        _cleanup_(strv_freep) char **names = NULL;
         /* unset_environment = 1: children (e.g. `record -- CMD`) must not
          * believe the fds are theirs. */
         int n = sd_listen_fds_with_names(1, &names);

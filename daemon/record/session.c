@@ -26,7 +26,7 @@
 
 #define FINISHED_KEPT 64
 /* The probe sets that need a plan of the target's executable. */
-#define TOKIO_PROBES (D9_PROBES_PARK | D9_PROBES_POLL | D9_PROBES_SPAWN | D9_PROBES_WAKE | D9_PROBES_TERMINATE)
+#define TOKIO_PROBES (D9_PROBE_PARK | D9_PROBE_POLL | D9_PROBE_SPAWN | D9_PROBE_WAKE | D9_PROBE_TERMINATE)
 
 static struct d9_bpf *shared_bpf;
 
@@ -122,11 +122,11 @@ static void service_from_exe(const struct d9d *d, const char *exe, char *out, si
 static int kind_probe_bit(enum probe_kind k)
 {
         switch (k) {
-        case PROBE_POLL: case PROBE_POLL_RETURN: return D9_PROBES_POLL;
-        case PROBE_SPAWN: return D9_PROBES_SPAWN;
-        case PROBE_COMPLETE: return D9_PROBES_TERMINATE;
-        case PROBE_WAKE: return D9_PROBES_WAKE;
-        case PROBE_PARK: case PROBE_UNPARK_RETURN: return D9_PROBES_PARK;
+        case PROBE_POLL: case PROBE_POLL_RETURN: return D9_PROBE_POLL;
+        case PROBE_SPAWN: return D9_PROBE_SPAWN;
+        case PROBE_COMPLETE: return D9_PROBE_TERMINATE;
+        case PROBE_WAKE: return D9_PROBE_WAKE;
+        case PROBE_PARK: case PROBE_UNPARK_RETURN: return D9_PROBE_PARK;
         default: return 0;
         }
 }
@@ -136,7 +136,7 @@ static int kind_probe_bit(enum probe_kind k)
 static json_t *routes_json(const struct session *s)
 {
         const struct probe_plan *p = s->plan;
-        bool sched = s->probes & D9_PROBES_SCHED;
+        bool sched = s->probes & D9_PROBE_SCHED;
         bool has[PROBE_KIND_MAX] = { false };
         bool complete_by_symbols = false, wake_by_symbols = false, by_ref = false;
         char wake[160], term[200];
@@ -162,7 +162,7 @@ static json_t *routes_json(const struct session *s)
         return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s}",
                 "poll", has[PROBE_POLL] ? "uprobe raw::poll (plan points)" : "none",
                 "spawn", has[PROBE_SPAWN] ? "uprobe OwnedTasks::bind" :
-                         has[PROBE_POLL] && (s->probes & D9_PROBES_SPAWN) ? "first poll of a new task id" : "none",
+                         has[PROBE_POLL] && (s->probes & D9_PROBE_SPAWN) ? "first poll of a new task id" : "none",
                 "terminate", !has[PROBE_COMPLETE] ? "none" : complete_by_symbols ? "uprobe Harness::complete" : term,
                 "wake", has[PROBE_WAKE] ? wake : "none",
                 "park", has[PROBE_PARK] ? "uprobe worker park function" :
@@ -183,9 +183,9 @@ static json_t *plan_to_json(const struct session *s)
         json_object_set_new(j, "attached", attached);
         json_object_set_new(j, "missing", missing);
         json_object_set_new(j, "skipped", skipped);
-        if (s->probes & (D9_PROBES_SCHED))
+        if (s->probes & (D9_PROBE_SCHED))
                 json_object_set_new(attached, "sched_switch", json_integer(1));
-        if (s->probes & (D9_PROBES_CPU))
+        if (s->probes & (D9_PROBE_CPU))
                 json_object_set_new(attached, "cpu_sampling", json_integer(1));
         if (!p)
                 return j;
@@ -242,7 +242,7 @@ static void session_meta_build(const struct session *s, struct session_meta *m)
         m->kv[m->n++] = (struct d9_kv){ "start_time", m->start };
         m->kv[m->n++] = (struct d9_kv){ "exe", s->exe };
         m->kv[m->n++] = (struct d9_kv){ "probes", m->probes };
-        if (s->probes & D9_PROBES_CPU) {
+        if (s->probes & D9_PROBE_CPU) {
                 /* what one on-CPU sample stands for (export's pprof period) */
                 snprintf(m->hz, sizeof(m->hz), "%u", s->d->cfg.sample_hz);
                 m->kv[m->n++] = (struct d9_kv){ "cpu_sample_hz", m->hz };
@@ -526,8 +526,8 @@ static int session_attach_bpf(struct session *s, char **why)
                  * unwound in translate.c; a sample without one says why
                  * (docs/stacks.md, "Samples without a stack"). */
                 .stack = {
-                        .flags = (s->probes & D9_PROBES_CPU ? D9_STACK_CPU : 0) |
-                                 (s->probes & D9_PROBES_SCHED ? D9_STACK_OFFCPU : 0),
+                        .flags = (s->probes & D9_PROBE_CPU ? D9_STACK_CPU : 0) |
+                                 (s->probes & D9_PROBE_SCHED ? D9_STACK_OFFCPU : 0),
                         .user_bytes = 8192, .offcpu_min_us = (uint32_t)s->offcpu_min_us,
                         .offcpu_per_sec = 500, .offcpu_burst = 100,
                 },
@@ -786,11 +786,11 @@ static int session_start_attach(struct session *s, const struct session_request 
         /* What the trace claims follows what attaches, not what was asked
          * for: a stripped build has no wake or park point to attach. */
         r = translate_init(&s->tr, s->pid, s->plan,
-                           (s->probes & D9_PROBES_WAKE) && s->plan && probe_plan_count(s->plan, PROBE_WAKE, false),
-                           (s->probes & D9_PROBES_PARK) && s->plan && probe_plan_count(s->plan, PROBE_PARK, false));
+                           (s->probes & D9_PROBE_WAKE) && s->plan && probe_plan_count(s->plan, PROBE_WAKE, false),
+                           (s->probes & D9_PROBE_PARK) && s->plan && probe_plan_count(s->plan, PROBE_PARK, false));
         if (r < 0)
                 return r;
-        s->tr.spawn_from_first_poll &= (s->probes & D9_PROBES_SPAWN) != 0;
+        s->tr.spawn_from_first_poll &= (s->probes & D9_PROBE_SPAWN) != 0;
         s->tr.hide_kernel = !kernel_addresses_visible(s->starter_uid);
         snprintf(dir, sizeof(dir), "%.3800s/%.127s/%d-%llu", s->d->traces_dir, s->service, s->pid,
                  (unsigned long long)s->starttime);

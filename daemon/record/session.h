@@ -41,7 +41,7 @@ struct session {
         uint64_t discarded;             /* records discarded for that reason */
         char service[128];
         char exe[4096];
-        int probes;                     /* enum d9_probe_group mask asked for */
+        int probes;                     /* enum d9_probe_bits mask asked for */
         uint64_t offcpu_min_us;         /* shorter off-CPU intervals only counted */
         bool expect_exec;               /* record -- CMD: the child execs once after attach */
         enum session_state state;

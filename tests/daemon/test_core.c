@@ -168,8 +168,8 @@ static void test_control_protocol(void)
         j = d9c_parse_request("{\"v\":1,\"cmd\":\"list\"}", 20, why, sizeof(why));
         ok(j != NULL, "control: a valid request parses");
         json_decref(j);
-        ok(d9c_parse_probes("all", NULL) == D9_PROBES_ALL && d9c_parse_probes("poll,park", NULL) ==
-           (D9_PROBES_POLL | D9_PROBES_PARK) && d9c_parse_probes("poll,nope", NULL) == -EINVAL,
+        ok(d9c_parse_probes("all", NULL) == D9_PROBE_ALL && d9c_parse_probes("poll,park", NULL) ==
+           (D9_PROBE_POLL | D9_PROBE_PARK) && d9c_parse_probes("poll,nope", NULL) == -EINVAL,
            "probe lists: all, subsets, unknown names refused");
         ok(d9_parse_duration_ms("10s", &v) == 0 && v == 10000 && d9_parse_duration_ms("250ms", &v) == 0 && v == 250 &&
            d9_parse_duration_ms("2m", &v) == 0 && v == 120000 && d9_parse_duration_ms("3", &v) == 0 && v == 3000 &&

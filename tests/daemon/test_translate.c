@@ -12,7 +12,7 @@
 #include "proto/d9proto.h"
 #include "daemon/record/translate.h"
 #include "uprobes/uprobes.h"
-#include "../proto/tap.h"
+#include "../tap.h"
 
 /* Cookies of the fake plan. */
 enum { C_TASK, C_TASK2, C_BLOCKING, C_LAUNCH, C_PARK, N_POINTS };

@@ -10,7 +10,7 @@
 #include <zlib.h>
 
 #include "d9proto.h"
-#include "tap.h"
+#include "../tap.h"
 
 static uint8_t ex[512];
 static size_t ex_len;

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "d9proto.h"
-#include "tap.h"
+#include "../tap.h"
 
 struct bytes {
         uint8_t b[1024];

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "d9proto.h"
-#include "tap.h"
+#include "../tap.h"
 
 struct counts {
         uint64_t by_name[16];
@@ -85,10 +85,10 @@ int main(int argc, char **argv)
         int r;
 
         if (argc != 2)
-                tap_bail("usage: test_fixture PATH/demo-trace.bin.gz");
+                bail("usage: test_fixture PATH/demo-trace.bin.gz");
         r = d9_read_trace_file(argv[1], &buf, &len, &kind);
         if (r < 0)
-                tap_bail("cannot read dial9 fixture %s: %s (shared/ must sit beside the source tree)",
+                bail("cannot read dial9 fixture %s: %s (shared/ must sit beside the source tree)",
                          argv[1], strerror(-r));
         ok(kind == D9_COMPRESS_GZIP, "fixture is detected as gzip");
         ok(len == 4047237, "decompresses to 4,047,237 raw bytes (got %zu)", len);

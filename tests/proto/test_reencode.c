@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "d9proto.h"
-#include "tap.h"
+#include "../tap.h"
 
 struct orig {
         char name[160];
@@ -235,10 +235,10 @@ int main(int argc, char **argv)
         int r;
 
         if (argc != 2)
-                tap_bail("usage: test_reencode FIXTURE");
+                bail("usage: test_reencode FIXTURE");
         r = d9_read_trace_file(argv[1], &raw, &raw_len, NULL);
         if (r < 0)
-                tap_bail("cannot read dial9 fixture %s: %s", argv[1], strerror(-r));
+                bail("cannot read dial9 fixture %s: %s", argv[1], strerror(-r));
         d9_decode(raw, raw_len, &(struct d9_dec_opts){ .strict = true, .on_event = keep }, &res);
         ok(nev == 210639, "fixture gives 210639 events to re-encode");
 

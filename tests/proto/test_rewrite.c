@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "d9proto.h"
-#include "tap.h"
+#include "../tap.h"
 
 struct buf {
         uint8_t *p;
@@ -142,9 +142,9 @@ int main(int argc, char **argv)
         size_t fix_len = 0;
 
         if (argc < 2)
-                tap_bail("usage: test_rewrite FIXTURE");
+                bail("usage: test_rewrite FIXTURE");
         if (d9_read_trace_file(argv[1], &fix, &fix_len, NULL) < 0)
-                tap_bail("cannot read %s", argv[1]);
+                bail("cannot read %s", argv[1]);
         struct buf fx = { 0 };
         ok(d9_rewrite_strings(fix, fix_len, nothing, NULL, put, &fx, &res) == 0 && fx.len == fix_len &&
            !memcmp(fx.p, fix, fix_len), "dial9 fixture, nothing replaced: the same %zu bytes", fix_len);

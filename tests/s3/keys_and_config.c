@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "daemon/ship/s3/s3.h"
-#include "tap.h"
+#include "../tap.h"
 
 static void key_layout(void)
 {

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "daemon/ship/s3/s3.h"
-#include "tap.h"
+#include "../tap.h"
 
 static inline void s3env_config(struct s3_config *cfg, const char *bucket)
 {

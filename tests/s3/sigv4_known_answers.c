@@ -3,8 +3,8 @@
  * example with a Range header. Any byte off in canonicalisation fails here. */
 #include <string.h>
 
-#include "daemon/ship/s3/s3-int.h"
-#include "tap.h"
+#include "daemon/ship/s3/s3_int.h"
+#include "../tap.h"
 
 static void hex32(const uint8_t *k, char out[65])
 {

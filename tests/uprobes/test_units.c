@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "tokio.h"
-#include "uprobes-int.h"
+#include "uprobes_int.h"
 
 static int n_tests, n_failed;
 

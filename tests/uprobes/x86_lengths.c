@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "uprobes-int.h"
+#include "uprobes_int.h"
 
 int main(int argc, char **argv)
 {
@@ -16,14 +16,14 @@ int main(int argc, char **argv)
                 fprintf(stderr, "usage: x86-lengths EXE START END [START END...]\n");
                 return 2;
         }
-        if (elf_image_open(argv[1], &img, &err) < 0) {
+        if (d9_elf_image_open(argv[1], &img, &err) < 0) {
                 fprintf(stderr, "x86-lengths: %s\n", err);
                 free(err);
                 return 1;
         }
         for (int a = 2; a + 1 < argc; a += 2) {
                 uint64_t start = strtoull(argv[a], NULL, 0), end = strtoull(argv[a + 1], NULL, 0);
-                const uint8_t *code = elf_vaddr_bytes(img, start, end - start);
+                const uint8_t *code = d9_elf_vaddr_bytes(img, start, end - start);
 
                 for (uint64_t off = 0; code && off < end - start;) {
                         struct x86_insn in;
@@ -35,6 +35,6 @@ int main(int argc, char **argv)
                         off += (uint64_t)in.len;
                 }
         }
-        elf_image_free(img);
+        d9_elf_image_free(img);
         return 0;
 }

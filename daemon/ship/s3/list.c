@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/ship/s3/s3-int.h"
+#include "daemon/ship/s3/s3_int.h"
 
 /* Raw (undecoded) copy of the next <tag>...</tag> block's inside. */
 static char *next_block(const char **pos, const char *tag)

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon/ship/s3/s3-int.h"
+#include "daemon/ship/s3/s3_int.h"
 
 static int create_upload(struct s3_client *c, const char *key, const struct s3_put_opts *opts,
                          char **upload_id)

@@ -8,7 +8,7 @@
 #include <strings.h>
 #include <time.h>
 
-#include "daemon/ship/s3/s3-int.h"
+#include "daemon/ship/s3/s3_int.h"
 
 #define MAX_HEADERS 32
 #define MAX_QUERY 8

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "daemon/ship/s3/s3-int.h"
+#include "daemon/ship/s3/s3_int.h"
 
 static void hex(const uint8_t *in, size_t n, char *out)
 {

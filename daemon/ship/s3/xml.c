@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/ship/s3/s3-int.h"
+#include "daemon/ship/s3/s3_int.h"
 
 static const struct {
         const char *entity;

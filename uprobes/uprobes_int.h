@@ -9,13 +9,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "daemon/core/cleanup.h"
 #include "uprobes.h"
-
-static inline void freep(void *p)
-{
-        free(*(void **)p);
-}
-#define _cleanup_free_ __attribute__((cleanup(freep)))
 
 /* ---- elf_image.c: one opened ELF file, read-only ------------------------ */
 
@@ -37,25 +32,25 @@ struct elf_image {
 };
 
 /* Opens path with d9_target_file_open (no symlink, regular, size-capped). */
-int elf_image_open(const char *path, struct elf_image **out, char **err_msg);
+int d9_elf_image_open(const char *path, struct elf_image **out, char **err_msg);
 /* Same from an open file, which it takes over (closed in all cases). */
-int elf_image_open_fd(int fd, const char *path, struct elf_image **out, char **err_msg);
-void elf_image_free(struct elf_image *img);
+int d9_elf_image_open_fd(int fd, const char *path, struct elf_image **out, char **err_msg);
+void d9_elf_image_free(struct elf_image *img);
 /* File offset of a link-time address inside a PT_LOAD segment; -ERANGE if none. */
-int elf_vaddr_to_offset(const struct elf_image *img, uint64_t vaddr, uint64_t *offset);
+int d9_elf_vaddr_to_offset(const struct elf_image *img, uint64_t vaddr, uint64_t *offset);
 /* True if vaddr lies in an executable PT_LOAD segment. */
-bool elf_vaddr_is_exec(const struct elf_image *img, uint64_t vaddr);
+bool d9_elf_vaddr_is_exec(const struct elf_image *img, uint64_t vaddr);
 /* Pointer to n bytes of file content at vaddr, or NULL (bss, out of range). */
-const uint8_t *elf_vaddr_bytes(const struct elf_image *img, uint64_t vaddr, size_t n);
+const uint8_t *d9_elf_vaddr_bytes(const struct elf_image *img, uint64_t vaddr, size_t n);
 /* Section by name (first match); returns the Elf_Scn or NULL. */
-Elf_Scn *elf_section_by_name(const struct elf_image *img, const char *name, GElf_Shdr *shdr);
+Elf_Scn *d9_elf_section_by_name(const struct elf_image *img, const char *name, GElf_Shdr *shdr);
 /* Whole section contents (NULL for SHT_NOBITS or when absent). */
-const uint8_t *elf_section_data(const struct elf_image *img, const char *name,
+const uint8_t *d9_elf_section_data(const struct elf_image *img, const char *name,
                                 size_t *size, uint64_t *addr);
 /* Build-id as lowercase hex (malloc'd) or NULL. */
-char *elf_build_id(const struct elf_image *img);
+char *d9_elf_build_id(const struct elf_image *img);
 /* .gnu_debuglink file name (malloc'd) or NULL. */
-char *elf_debuglink(const struct elf_image *img);
+char *d9_elf_debuglink(const struct elf_image *img);
 
 /* ---- target_open.c: from a PID to a readable executable path ------------ */
 

@@ -1,7 +1,7 @@
 /* Internal: the state shared by the plan-building steps (plan*.c). */
 #pragma once
 
-#include "uprobes-int.h"
+#include "uprobes_int.h"
 
 struct tokio_rule;
 

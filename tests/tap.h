@@ -1,4 +1,4 @@
-/* Minimal TAP output for the s3 suite's C tests. */
+/* Minimal TAP output for the C tests (ok, diag, bail, tap_done). */
 #pragma once
 
 #include <stdio.h>
