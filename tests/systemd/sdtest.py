@@ -5,38 +5,12 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tap import Tap  # noqa: E402,F401  (the tests import it from here)
+
 SOURCE_ROOT = os.environ.get("D9_SOURCE_ROOT", "")
 BUILD_ROOT = os.environ.get("D9_BUILD_ROOT", "")
 PREFIX = os.environ.get("D9_PREFIX", "/usr/local")
-
-
-class Tap:
-    """Minimal TAP producer: plan up front, one line per check."""
-
-    def __init__(self, planned):
-        self.n = 0
-        self.failed = 0
-        print(f"1..{planned}", flush=True)
-
-    def ok(self, cond, name, diag=""):
-        self.n += 1
-        print(f"{'ok' if cond else 'not ok'} {self.n} - {name}", flush=True)
-        if not cond:
-            self.failed += 1
-            for line in str(diag).rstrip().splitlines():
-                print(f"# {line}", flush=True)
-        return cond
-
-    def diag(self, msg):
-        for line in str(msg).rstrip().splitlines():
-            print(f"# {line}", flush=True)
-
-    def bail(self, msg):
-        print(f"Bail out! {msg}", flush=True)
-        sys.exit(1)
-
-    def done(self):
-        sys.exit(1 if self.failed else 0)
 
 
 def install_to(destdir):

@@ -14,23 +14,12 @@ import subprocess
 import sys
 import time
 
-results = []
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tap import Tap  # noqa: E402
 
-
-def ok(cond, name, diag=None):
-    results.append(bool(cond))
-    n = len(results)
-    print(("ok" if cond else "not ok") + f" {n} - {name}")
-    if not cond and diag is not None:
-        for line in str(diag).splitlines():
-            print(f"# {line}")
-    sys.stdout.flush()
-    return cond
-
-
-def finish():
-    print(f"1..{len(results)}")
-    sys.exit(0 if results and all(results) else 1)
+tap = Tap()
+ok = tap.ok
+finish = tap.done
 
 
 def last_json(text):

@@ -25,22 +25,12 @@ import sys
 import tempfile
 import time
 
-results = []
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tap import Tap  # noqa: E402
 
-
-def ok(cond, name, diag=None):
-    results.append(bool(cond))
-    print(("ok" if cond else "not ok") + f" {len(results)} - {name}")
-    if not cond and diag is not None:
-        for line in str(diag).splitlines()[:40]:
-            print(f"# {line}")
-    sys.stdout.flush()
-    return cond
-
-
-def finish():
-    print(f"1..{len(results)}")
-    sys.exit(0 if results and all(results) else 1)
+tap = Tap()
+ok = tap.ok
+finish = tap.done
 
 
 def plan(plan_dump, *args):
