@@ -306,6 +306,12 @@ int d9_buf_reserve(struct d9_buf *b, size_t extra);
 int d9_buf_append(struct d9_buf *b, const void *data, size_t len);
 void d9_buf_free(struct d9_buf *b);
 
+/* ---- The clock ----------------------------------------------------------- */
+
+/* CLOCK_MONOTONIC, the clock trace timestamps and every deadline use. */
+uint64_t d9_now_ns(void);
+uint64_t d9_now_ms(void);
+
 /* ---- Compression and input files ---------------------------------------- */
 
 enum d9_compress {

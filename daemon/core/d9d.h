@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include "daemon/core/config.h"
+#include "proto/d9proto.h"      /* d9_now_ms, d9_now_ns */
 
 struct d9d;
 struct session;
@@ -36,8 +37,6 @@ struct d9d {
 int d9d_watch_add(struct d9d *d, struct d9_watch *w, uint32_t events);
 int d9d_watch_mod(struct d9d *d, struct d9_watch *w, uint32_t events);
 void d9d_watch_del(struct d9d *d, struct d9_watch *w);
-uint64_t d9_now_ms(void);       /* CLOCK_MONOTONIC, milliseconds */
-uint64_t d9_now_ns(void);
 
 /* control_server.c */
 int control_server_start(struct d9d *d, struct control_server **out);

@@ -1,23 +1,9 @@
-/* loop.c: the epoll registration helpers and clocks every daemon module
- * shares; the loop itself runs in main.c. */
+/* loop.c: the epoll registration helpers every daemon module shares; the
+ * loop itself runs in main.c (clocks: d9_now_ns in proto). */
 #include <errno.h>
 #include <sys/epoll.h>
-#include <time.h>
 
 #include "daemon/core/d9d.h"
-
-uint64_t d9_now_ns(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-uint64_t d9_now_ms(void)
-{
-        return d9_now_ns() / 1000000ull;
-}
 
 int d9d_watch_add(struct d9d *d, struct d9_watch *w, uint32_t events)
 {

@@ -22,12 +22,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "client.h"
 #include "d9ctl.h"
 #include "proto/d9control.h"
+#include "proto/d9proto.h"
 #include "record_child.h"
 
 static volatile sig_atomic_t interrupted;
@@ -35,14 +35,6 @@ static volatile sig_atomic_t interrupted;
 static void on_interrupt(int sig)
 {
         interrupted = 1;
-}
-
-static uint64_t now_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 struct recording {
@@ -242,7 +234,7 @@ static void warn_missing(const json_t *plan)
  * otherwise (logs, CI). */
 static void progress(struct recording *rec, const json_t *t)
 {
-        uint64_t now = now_ms(), elapsed = now - rec->started_ms;
+        uint64_t now = d9_now_ms(), elapsed = now - rec->started_ms;
         long long events = json_integer_value(json_object_get(t, "events"));
         char el[32], rem[48] = "";
 
@@ -494,7 +486,7 @@ int cmd_record(int argc, char **argv)
                 rec.child.pid ? "the command exits" : "it exits or Ctrl-C", where);
         warn_missing(json_object_get(t, "probe_plan"));
         json_decref(resp);
-        rec.started_ms = rec.rate_ms = now_ms();
+        rec.started_ms = rec.rate_ms = d9_now_ms();
         rec.last_line_ms = rec.tty ? 0 : rec.started_ms; /* first plain line after 2 s */
         record_child_release(&rec.child);
         final = wait_sealed(&rec, session);

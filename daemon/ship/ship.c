@@ -15,6 +15,7 @@
 #include "daemon/core/log.h"
 #include "daemon/ship/ship.h"
 #include "daemon/ship/ship_job.h"
+#include "proto/d9proto.h"
 
 struct shipper {
         struct ship_config cfg;
@@ -32,13 +33,6 @@ struct shipper {
         uint64_t breaker_until_ms;
         struct ship_stats stats;
 };
-
-static uint64_t now_ms(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /* Waits up to ms or until stop; lock held. */
 static void wait_ms(struct shipper *s, uint64_t ms)
@@ -151,7 +145,7 @@ static void record_failure(struct shipper *s, struct ship_job *job, int err)
                  *s3_client_last_error(s->client) ? s3_client_last_error(s->client) : strerror(-err));
         push(s, job); /* to the back: one bad segment does not block the rest */
         if (s->consecutive_failures >= s->cfg.breaker_threshold) {
-                s->breaker_until_ms = now_ms() + s->cfg.breaker_cooldown_ms;
+                s->breaker_until_ms = d9_now_ms() + s->cfg.breaker_cooldown_ms;
                 if (!s->stats.breaker_open)
                         log_error("shipper: %u uploads failed in a row, pausing uploads for %u ms: %s",
                                   s->consecutive_failures, s->cfg.breaker_cooldown_ms, s->stats.last_error);
@@ -202,7 +196,7 @@ static void *ship_thread(void *arg)
                         pthread_cond_wait(&s->wake, &s->lock);
                         continue;
                 }
-                uint64_t now = now_ms();
+                uint64_t now = d9_now_ms();
                 if (now < s->breaker_until_ms) {
                         wait_ms(s, s->breaker_until_ms - now);
                         continue;
@@ -272,7 +266,7 @@ int shipper_start(const struct ship_config *cfg, struct shipper **out)
         else if (gethostname(s->instance, sizeof s->instance) < 0 || !*s->instance)
                 snprintf(s->instance, sizeof s->instance, "localhost");
         s3_client_set_cancel_flag(s->client, (const volatile bool *)&s->stopping);
-        srand((unsigned)(now_ms() ^ (uint64_t)getpid()));
+        srand((unsigned)(d9_now_ms() ^ (uint64_t)getpid()));
         rescan(s); /* pending jobs from before a restart */
         if ((err = -pthread_create(&s->thread, NULL, ship_thread, s))) {
                 free_shipper(s);
@@ -306,11 +300,11 @@ void shipper_stats(struct shipper *s, struct ship_stats *out)
 
 int shipper_flush(struct shipper *s, unsigned timeout_ms)
 {
-        uint64_t deadline = now_ms() + timeout_ms;
+        uint64_t deadline = d9_now_ms() + timeout_ms;
         int err = 0;
         pthread_mutex_lock(&s->lock);
         while (s->stats.queue_len || s->overflow) {
-                uint64_t now = now_ms();
+                uint64_t now = d9_now_ms();
                 if (now >= deadline) {
                         err = -ETIMEDOUT;
                         break;

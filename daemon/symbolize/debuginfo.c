@@ -11,10 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "daemon/symbolize/debuginfo.h"
+#include "proto/d9proto.h"
 #include "uprobes/uprobes.h"
 
 static struct debuginfo_opts cfg;
@@ -32,19 +32,11 @@ static struct miss {
 } *missed;
 static size_t n_missed;
 
-static uint64_t now_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static int past_deadline(debuginfod_client *c, long a, long b)
 {
         const uint64_t *deadline = debuginfod_get_user_data(c);
 
-        return now_ms() > *deadline;
+        return d9_now_ms() > *deadline;
 }
 
 static struct miss *find_miss(const char *id, bool executable)
@@ -59,14 +51,14 @@ static bool was_missed(const char *id, bool executable)
 {
         pthread_mutex_lock(&lock);
         struct miss *m = find_miss(id, executable);
-        bool seen = m && now_ms() < m->retry_at_ms;
+        bool seen = m && d9_now_ms() < m->retry_at_ms;
         pthread_mutex_unlock(&lock);
         return seen;
 }
 
 static void note_miss(const char *id, bool executable, int err)
 {
-        uint64_t retry_at = now_ms() + (err == -ENOENT ? NOT_FOUND_RETRY_MS : FAILED_RETRY_MS);
+        uint64_t retry_at = d9_now_ms() + (err == -ENOENT ? NOT_FOUND_RETRY_MS : FAILED_RETRY_MS);
 
         pthread_mutex_lock(&lock);
         struct miss *m = find_miss(id, executable);
@@ -98,7 +90,7 @@ static char *fetch(const char *id, bool executable)
         c = debuginfod_begin();
         if (!c)
                 return NULL;
-        deadline = now_ms() + (cfg.timeout_ms ? cfg.timeout_ms : 10000);
+        deadline = d9_now_ms() + (cfg.timeout_ms ? cfg.timeout_ms : 10000);
         debuginfod_set_user_data(c, &deadline);
         debuginfod_set_progressfn(c, past_deadline);
         /* A hex build-id is passed as text with length 0. */
