@@ -107,8 +107,8 @@ def one_try(t, d, binary, n):
          f"target ran {truth['blocking_jobs']} in {truth['duration_s']:.0f} s)")
     moved = {w: len(tids) for w, tids in lane_tids.items()}
     t.ok(truth.get("block_in_place", 0) >= 5 and max(moved.values(), default=0) >= 2,
-         f"try {n}: block_in_place ({truth.get('block_in_place')} calls) moved a core to another thread that "
-         f"kept the worker's id (threads parking per worker: {moved})")
+         f"try {n}: block_in_place ({truth.get('block_in_place')} calls) moved cores between threads, each still "
+         f"parking as its worker (threads parking per worker: {moved}; no new id: see runtime.main above)")
     t.ok(not overlaps, f"try {n}: polls on one worker never overlap, the core's thread changing included "
          f"({len(overlaps)} do; block_in_place sections left on a worker: {len(bip_on_worker)})", overlaps[:5])
     alternate = all(all(a != b for a, b in zip(seq, seq[1:])) for seq in order.values())
