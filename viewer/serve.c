@@ -10,6 +10,8 @@
  *   GET /api/trace?seg=P[&seg=P...]
  *                              raw trace bytes of the segments, decompressed
  *                              and concatenated (valid per trace-format 2.2)
+ *   GET /api/info?seg=P        JSON: the segment's wall-clock start, duration
+ *                              and event count (the listing's columns)
  *
  * Every path a client names goes through serve_path_open(). */
 #include <arpa/inet.h>
@@ -211,6 +213,8 @@ static enum MHD_Result handle_request(void *cls, struct MHD_Connection *conn, co
                 return serve_list(&rq);
         if (strcmp(url, "/api/trace") == 0)
                 return serve_trace(&rq);
+        if (strcmp(url, "/api/info") == 0)
+                return serve_info(&rq);
         return serve_reply_error(&rq, 404, "not found", url);
 }
 

@@ -116,3 +116,10 @@ enum MHD_Result serve_reply_open_error(struct serve_req *rq, int err, const char
 
 /* GET /api/trace?seg=P[&seg=P...] (viewer/serve_trace.c). */
 enum MHD_Result serve_trace(struct serve_req *rq);
+/* True when REL's last part is a trace segment name (what may be served). */
+bool serve_is_trace_path(const char *rel);
+/* The reply for a segment that cannot be served: -EPERM (no trace file),
+ * -EIO (bucket), path errors, -EBADMSG, -EFBIG, others. */
+enum MHD_Result serve_reply_segment_error(struct serve_req *rq, int r, const char *path);
+/* GET /api/info?seg=P (viewer/serve_info.c): one segment's time span. */
+enum MHD_Result serve_info(struct serve_req *rq);

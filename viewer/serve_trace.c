@@ -42,7 +42,7 @@ static void job_free(void *cls)
         free(j);
 }
 
-static bool is_trace_file(const char *rel)
+bool serve_is_trace_path(const char *rel)
 {
         const char *base = strrchr(rel, '/');
 
@@ -96,7 +96,7 @@ static int seg_check(struct trace_job *j, int i, size_t path_len, uint8_t *scrat
 
         if (!serve_path_syntax_ok(j->path[i], path_len))
                 return -EINVAL;
-        if (!is_trace_file(j->path[i]))
+        if (!serve_is_trace_path(j->path[i]))
                 return -EPERM;
         if (j->ctx->bucket && (r = serve_bucket_fetch(j->ctx->bucket, j->path[i], path_len, &j->obj[i])) < 0)
                 return r;
@@ -141,7 +141,7 @@ static ssize_t job_read(void *cls, uint64_t pos, char *buf, size_t max)
         }
 }
 
-static enum MHD_Result check_error(struct serve_req *rq, int r, const char *path)
+enum MHD_Result serve_reply_segment_error(struct serve_req *rq, int r, const char *path)
 {
         char msg[512];
 
@@ -198,7 +198,7 @@ enum MHD_Result serve_trace(struct serve_req *rq)
                 if (r == 0 && (total += j->size[i]) > SERVE_MAX_BODY)
                         r = -EFBIG;
                 if (r < 0) {
-                        ret = check_error(rq, r, j->path[i]);
+                        ret = serve_reply_segment_error(rq, r, j->path[i]);
                         goto out;
                 }
         }

@@ -16,8 +16,9 @@
  *   until that park; if the core turns out to be known already, the id is
  *   given back and the next new core reuses it, so ids never outnumber
  *   cores plus threads not yet seen parking. Without park probes a worker
- *   is its thread. Thread names, first sight of a tid or the order threads
- *   show up never decide a worker.
+ *   is its thread until block_in_place hands its core to another thread
+ *   (core_giver: the taker keeps the worker's id). Thread names, first
+ *   sight of a tid or the order threads show up never decide a worker.
  * - a current-thread runtime: the thread that polls its tasks is its worker.
  * - runtimes: a worker belongs to the runtime whose tasks it polls (the
  *   task's scheduler field, its runtime Handle's Arc, read by BPF); each
@@ -216,6 +217,7 @@ static struct tr_thread *thread_slot(struct translate *tr, uint32_t tid)
         if (!tr->threads[i].tid) {
                 tr->threads[i] = (struct tr_thread){ .tid = tid, .worker = D9_WORKER_NONE,
                                                      .poll_worker = D9_WORKER_NONE,
+                                                     .lost_worker = D9_WORKER_NONE,
                                                      .name_atom = D9_NO_ATOM };
                 tr->threads_used++;
         }
@@ -278,16 +280,47 @@ static uint32_t worker_of_key(struct translate *tr, uint64_t park_key, struct tr
         return worker_new(tr, park_key);
 }
 
+/* The runtime index of scheduler value sched, TR_RT_UNKNOWN if none yet. */
+static uint8_t runtime_of(const struct translate *tr, uint64_t sched)
+{
+        for (uint32_t rt = 0; sched && rt < tr->n_runtimes; rt++)
+                if (tr->rt_keys[rt] == sched)
+                        return (uint8_t)rt;
+        return TR_RT_UNKNOWN;
+}
+
+/* A runtime known only by the Box<Core> its current-thread driver parks
+ * with (user addresses are below 2^47, so this is never a Handle). */
+#define CT_CORE_KEY(core) (((uint64_t)1 << 62) | (core))
+static bool rt_key_is_core(uint64_t key)
+{
+        return key >> 62 == 1;
+}
+
 /* A worker polled a task whose scheduler is sched: the worker belongs to
  * that runtime (all tasks of one runtime share its Handle's Arc). The
  * first one decides: a LocalSet's tasks (another scheduler) polled inside
- * a worker must not move it, nor restate the metadata at every poll. */
+ * a worker must not move it, nor restate the metadata at every poll. A
+ * runtime known so far only by its current-thread core takes the Handle
+ * as its key (or the worker joins the runtime already known by it). */
 static void worker_runtime_seen(struct translate *tr, uint32_t w, uint64_t sched)
 {
         uint32_t rt = 0;
 
-        if (!sched || w >= tr->n_workers || tr->worker_rt[w] != TR_RT_UNKNOWN)
+        if (!sched || w >= tr->n_workers)
                 return;
+        if (tr->worker_rt[w] != TR_RT_UNKNOWN) {
+                uint8_t cur = tr->worker_rt[w], known;
+
+                if (!rt_key_is_core(tr->rt_keys[cur]) || rt_key_is_core(sched))
+                        return;
+                if ((known = runtime_of(tr, sched)) != TR_RT_UNKNOWN)
+                        tr->worker_rt[w] = known;
+                else
+                        tr->rt_keys[cur] = sched;
+                tr->workers_changed = true;
+                return;
+        }
         while (rt < tr->n_runtimes && tr->rt_keys[rt] != sched)
                 rt++;
         if (rt == tr->n_runtimes) {
@@ -497,14 +530,130 @@ static bool cookie_is_blocking(const struct translate *tr, uint64_t cookie)
         return tr->plan && cookie < tr->n_labels && tr->plan->points[cookie].blocking_task;
 }
 
-/* The lane a poll starts on (rules at the top of this file). */
-static uint32_t poll_worker(struct translate *tr, struct tr_thread *t, uint64_t cookie)
+static bool worker_in_runtime(const struct translate *tr, uint32_t w, uint8_t rt)
 {
-        if (cookie_is_blocking(tr, cookie))
-                return D9_WORKER_BLOCKING;
+        return rt == TR_RT_UNKNOWN || tr->worker_rt[w] == TR_RT_UNKNOWN || tr->worker_rt[w] == rt;
+}
+
+/* block_in_place without park probes. Tokio puts the calling worker's core
+ * back in its Worker and spawns a blocking task running the worker loop
+ * (multi_thread::worker::run) for it, from inside the caller's poll; the
+ * thread that runs that task takes the core and polls. So when thread t,
+ * in a blocking poll seen from its start, polls its first runtime task,
+ * the core it drives is that of a worker of the same runtime whose last
+ * poll began before t's blocking poll and was still running when it
+ * began: that poll called block_in_place. It may have ended since (the
+ * taker can idle with the core before its first poll), but its thread has
+ * polled nothing after it (a thread that did still had its core). A
+ * worker's first launch has no such giver (the runtime has no tasks yet
+ * while it launches). Of several, the longest poll (another worker in an
+ * ordinary long poll is the case this can get wrong, undone by
+ * reclaim_core below). */
+static uint64_t giver_poll_len(const struct tr_thread *a, uint64_t now)
+{
+        return (a->poll_end_ts ? a->poll_end_ts : now) - a->poll_ts;
+}
+
+static struct tr_thread *core_giver(struct translate *tr, const struct tr_thread *t, uint64_t sched, uint64_t now)
+{
+        uint8_t rt = runtime_of(tr, sched);
+        struct tr_thread *best = NULL;
+
+        /* A runtime none of whose tasks ran yet is being launched. */
+        if (sched && rt == TR_RT_UNKNOWN)
+                return NULL;
+        for (size_t i = 0; i < tr->threads_cap; i++) {
+                struct tr_thread *a = &tr->threads[i];
+                bool open = a->poll_worker == a->worker && !a->poll_end_ts;
+
+                if (!a->tid || a == t || a->worker >= D9_WORKER_BLOCKING || !a->poll_ts ||
+                    a->poll_ts >= t->blocking_ts || !(open || a->poll_end_ts > t->blocking_ts) ||
+                    !worker_in_runtime(tr, a->worker, rt))
+                        continue;
+                if (!best || giver_poll_len(a, now) > giver_poll_len(best, now))
+                        best = a;
+        }
+        return best;
+}
+
+/* Thread t takes over the core of worker a->worker at ts. The giver's poll
+ * leaves that worker's lane here (the core runs other tasks on t from now
+ * on; the rest of the poll is the blocking section, on no worker), and the
+ * giver is a blocking-pool thread again. */
+static int core_take_over(struct translate *tr, struct tr_thread *t, struct tr_thread *a, uint64_t ts)
+{
+        uint32_t w = a->worker;
+        int e = 0;
+
+        if (a->poll_worker == w && !a->poll_end_ts) {
+                e = d9_enc_poll_end(tr->enc, ts, w);
+                tr->events += e == 0;
+        }
+        a->poll_worker = D9_WORKER_NONE;
+        a->worker = D9_WORKER_NONE;
+        a->lost_worker = w;
+        a->pool_thread = true;
+        t->worker = w;
+        t->lost_worker = D9_WORKER_NONE;
+        tr->cores_handed++;
+        return e;
+}
+
+/* A thread taken for a core's giver polls a task of that core's runtime
+ * outside any blocking poll: it kept its core (the giver was another
+ * worker in a long poll). It gets its id back; the taker takes the core
+ * of the next giver, if one is still in its poll, else a new id. */
+static int reclaim_core(struct translate *tr, struct tr_thread *t, uint64_t sched, uint64_t ts)
+{
+        uint32_t w = t->lost_worker;
+        struct tr_thread *taker = NULL;
+
+        t->lost_worker = D9_WORKER_NONE;
+        if (!worker_in_runtime(tr, w, runtime_of(tr, sched)))
+                return 0;
+        for (size_t i = 0; i < tr->threads_cap && !taker; i++)
+                if (tr->threads[i].tid && &tr->threads[i] != t && tr->threads[i].worker == w)
+                        taker = &tr->threads[i];
+        t->worker = w;
+        t->pool_thread = false;
+        if (!taker)
+                return 0;
+        /* The taker's open poll on w ends here; it goes on on its new lane. */
+        if (taker->poll_worker == w) {
+                int e = d9_enc_poll_end(tr->enc, ts, w);
+                if (e < 0)
+                        return e;
+                tr->events++;
+                taker->poll_worker = D9_WORKER_NONE;
+        }
+        struct tr_thread *a = core_giver(tr, taker, sched, ts);
+        taker->worker = D9_WORKER_NONE;
+        if (a)
+                return core_take_over(tr, taker, a, ts);
+        taker->worker = worker_new(tr, PROVISIONAL_KEY(taker->tid));
+        return 0;
+}
+
+/* The lane a poll starts on (rules at the top of this file). */
+static int poll_worker(struct translate *tr, struct tr_thread *t, const struct d9_rec_task *r, uint32_t *lane)
+{
+        int e = 0;
+
+        *lane = D9_WORKER_BLOCKING;
+        if (cookie_is_blocking(tr, r->cookie))
+                return 0;
+        if (tr->park_from_sched && t->worker == D9_WORKER_NONE) {
+                struct tr_thread *a;
+
+                if (t->poll_worker == D9_WORKER_BLOCKING && (a = core_giver(tr, t, r->sched, r->hdr.ts)))
+                        e = core_take_over(tr, t, a, r->hdr.ts);
+                else if (t->poll_worker != D9_WORKER_BLOCKING && t->lost_worker != D9_WORKER_NONE)
+                        e = reclaim_core(tr, t, r->sched, r->hdr.ts);
+        }
         if (t->worker == D9_WORKER_NONE)
                 t->worker = worker_new(tr, PROVISIONAL_KEY(t->tid));
-        return t->worker;
+        *lane = t->worker;
+        return e;
 }
 
 static int blocking_poll_end(struct translate *tr, struct tr_thread *t, uint64_t ts)
@@ -545,7 +694,15 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                  * open until the launch task ends (TERMINATE below). */
                 if (t->poll_worker == D9_WORKER_BLOCKING)
                         t->blocking_nested = !cookie_is_blocking(tr, r->cookie);
-                t->poll_worker = poll_worker(tr, t, r->cookie);
+                uint32_t lane;
+                int err = poll_worker(tr, t, r, &lane);
+                if (err < 0)
+                        return err;
+                t->poll_worker = lane;
+                if (lane < D9_WORKER_BLOCKING) {
+                        t->poll_ts = r->hdr.ts;
+                        t->poll_end_ts = 0;
+                }
                 if (t->poll_worker == D9_WORKER_BLOCKING) {
                         t->pool_thread |= t->worker == D9_WORKER_NONE;
                         t->blocking_ts = r->hdr.ts;
@@ -561,6 +718,8 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                 uint32_t w = t->poll_worker;
 
                 t->poll_worker = D9_WORKER_NONE;
+                if (w < D9_WORKER_BLOCKING)
+                        t->poll_end_ts = r->hdr.ts;
                 if (w == D9_WORKER_BLOCKING)
                         return blocking_poll_end(tr, t, r->hdr.ts);
                 if (t->blocking_nested && r->task_id && r->task_id == t->blocking_task) {
@@ -591,6 +750,17 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
         }
 }
 
+/* A park through current_thread::Context (the plan point names it): the
+ * thread drives a current-thread runtime, whose only worker it is, so it
+ * is not listed under main while none of its tasks has been polled (a
+ * restate partition processor's runtime idles for seconds). */
+static bool cookie_is_ct_park(const struct translate *tr, uint64_t cookie)
+{
+        const char *label = tr->plan && cookie < tr->plan->n_points ? tr->plan->points[cookie].label : NULL;
+
+        return label && (strstr(label, "current_thread") || strstr(label, "basic_scheduler"));
+}
+
 static int on_park(struct translate *tr, const struct d9_rec_park *r, struct tr_thread *t)
 {
         uint32_t w;
@@ -606,6 +776,9 @@ static int on_park(struct translate *tr, const struct d9_rec_park *r, struct tr_
          * the Parker key is the real identity from here on. */
         t->worker = w;
         if (r->hdr.type == D9_REC_PARK) {
+                if (r->park_key && w < tr->n_workers && tr->worker_rt[w] == TR_RT_UNKNOWN &&
+                    cookie_is_ct_park(tr, r->cookie))
+                        worker_runtime_seen(tr, w, CT_CORE_KEY(r->park_key));
                 t->park_run_delay = r->run_delay_ns;
                 return d9_enc_worker_park(tr->enc, r->hdr.ts, w, 0, r->cpu_ns, r->hdr.tid);
         }
@@ -889,33 +1062,47 @@ void translate_worker_list(const struct translate *tr, char *buf, size_t len)
         }
 }
 
-void translate_runtimes(const struct translate *tr, struct tr_runtimes *out)
+/* One "runtime.<name>" entry: the workers of runtime index rt (and, for
+ * main, those whose runtime is not known). Returns the new text offset. */
+static size_t runtime_entry(const struct translate *tr, struct tr_runtimes *out, size_t off, uint32_t rt,
+                            bool is_main, uint32_t name)
 {
-        size_t off = 0;
+        const char *key = out->text + off, *val;
+        bool any = false;
 
-        out->n = 0;
-        for (uint32_t rt = 0; rt < (tr->n_runtimes ? tr->n_runtimes : 1) && off + 64 < sizeof(out->text); rt++) {
-                const char *key = out->text + off;
-                bool any = false;
+        off += (size_t)snprintf(out->text + off, sizeof(out->text) - off, is_main ? "runtime.main" : "runtime.rt%u",
+                                name) + 1;
+        val = out->text + off;
+        out->text[off] = 0;
+        for (uint32_t i = 0; i < tr->n_workers && off + 8 < sizeof(out->text); i++) {
+                uint8_t of = tr->worker_rt[i];
 
-                off += (size_t)snprintf(out->text + off, sizeof(out->text) - off, rt ? "runtime.rt%u" : "runtime.main",
-                                        rt) + 1;
-                const char *val = out->text + off;
-
-                out->text[off] = 0;
-                for (uint32_t i = 0; i < tr->n_workers && off + 8 < sizeof(out->text); i++) {
-                        uint32_t of = tr->worker_rt[i] == TR_RT_UNKNOWN ? 0 : tr->worker_rt[i];
-
-                        if (tr->park_keys[i] == FREE_KEY || of != rt)
-                                continue;
-                        off += (size_t)snprintf(out->text + off, sizeof(out->text) - off, "%s%u", any ? "," : "", i);
-                        any = true;
-                }
-                off++;
-                /* runtime.main always; a later runtime once it has a worker. */
-                if (rt && !any)
+                if (tr->park_keys[i] == FREE_KEY || !(of == rt || (is_main && of == TR_RT_UNKNOWN)))
                         continue;
+                off += (size_t)snprintf(out->text + off, sizeof(out->text) - off, "%s%u", any ? "," : "", i);
+                any = true;
+        }
+        off++;
+        /* runtime.main always; a later runtime once it has a worker. */
+        if (is_main || any) {
                 out->key[out->n] = key;
                 out->val[out->n++] = val;
         }
+        return off;
+}
+
+void translate_runtimes(const struct translate *tr, struct tr_runtimes *out)
+{
+        uint32_t main_rt = 0, name = 1;
+        size_t off;
+
+        /* main: the first runtime seen polling, not one known only by a
+         * current-thread core it parked with. */
+        while (main_rt < tr->n_runtimes && rt_key_is_core(tr->rt_keys[main_rt]))
+                main_rt++;
+        out->n = 0;
+        off = runtime_entry(tr, out, 0, main_rt, true, 0);
+        for (uint32_t rt = 0; rt < tr->n_runtimes && off + 64 < sizeof(out->text); rt++)
+                if (rt != main_rt)
+                        off = runtime_entry(tr, out, off, rt, false, name++);
 }

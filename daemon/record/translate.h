@@ -21,6 +21,10 @@ struct tr_thread {
         uint32_t worker;                /* D9_WORKER_NONE until the thread polls a
                                          * runtime task or parks a worker's core */
         uint32_t poll_worker;           /* lane of its open poll, D9_WORKER_NONE if none */
+        uint64_t poll_ts;               /* when its last runtime-task poll began */
+        uint64_t poll_end_ts;           /* ... and ended (0 while it is open) */
+        uint32_t lost_worker;           /* the worker whose core this thread handed
+                                         * over (block_in_place), D9_WORKER_NONE if none */
         bool pool_thread;               /* has run blocking-pool tasks (samples: 254) */
         uint64_t blocking_ts;           /* its open blocking-pool poll: start, */
         uint64_t blocking_task;         /* task id, */
@@ -103,6 +107,7 @@ struct translate {
         uint64_t records;               /* BPF records seen */
         uint64_t exited, exec_seen;     /* EXIT / EXEC records */
         uint64_t sched_parks;           /* parks derived from off-CPU records */
+        uint64_t cores_handed;          /* block_in_place hand-offs followed without park probes */
         int error;                      /* first encoder error */
 };
 

@@ -15,7 +15,7 @@
 #include "../tap.h"
 
 /* Cookies of the fake plan. */
-enum { C_TASK, C_TASK2, C_BLOCKING, C_LAUNCH, C_PARK, N_POINTS };
+enum { C_TASK, C_TASK2, C_BLOCKING, C_LAUNCH, C_PARK, C_CT_PARK, N_POINTS };
 
 static struct probe_point points[N_POINTS];
 static struct probe_plan plan = { .points = points, .n_points = N_POINTS };
@@ -30,6 +30,8 @@ static void plan_init(void)
         points[C_LAUNCH] = (struct probe_point){ .kind = PROBE_POLL, .cookie = C_LAUNCH,
                                                  .label = (char *)"0x6b4d0", .blocking_task = true };
         points[C_PARK] = (struct probe_point){ .kind = PROBE_PARK, .cookie = C_PARK, .label = (char *)"park" };
+        points[C_CT_PARK] = (struct probe_point){ .kind = PROBE_PARK, .cookie = C_CT_PARK,
+                                                  .label = (char *)"tokio::runtime::scheduler::current_thread::Context::park" };
 }
 
 struct lane_log {
@@ -140,14 +142,19 @@ static void poll(struct run *r, uint32_t tid, uint64_t cookie, uint64_t task, bo
         }
 }
 
-static void park(struct run *r, uint32_t tid, uint64_t key)
+static void park_at(struct run *r, uint32_t tid, uint64_t key, uint64_t cookie)
 {
-        struct d9_rec_park p = { .park_key = key, .cookie = C_PARK };
+        struct d9_rec_park p = { .park_key = key, .cookie = cookie };
 
         hdr(&p.hdr, r, D9_REC_PARK, tid);
         translate_record(&r->tr, &p, sizeof(p));
         hdr(&p.hdr, r, D9_REC_UNPARK, tid);
         translate_record(&r->tr, &p, sizeof(p));
+}
+
+static void park(struct run *r, uint32_t tid, uint64_t key)
+{
+        park_at(r, tid, key, C_PARK);
 }
 
 static void offcpu_sched(struct run *r, uint32_t tid, uint32_t prev_state, uint64_t cpu_ns, uint64_t wait_ns)
@@ -519,6 +526,209 @@ static void test_current_thread(void)
            workers, l.poll_start[0], l.blocking_polls);
 }
 
+static void poll_open(struct run *r, uint32_t tid, uint64_t cookie, uint64_t task, uint64_t sched)
+{
+        struct d9_rec_task t = { .task_id = task, .cookie = cookie, .sched = sched };
+
+        hdr(&t.hdr, r, D9_REC_POLL_START, tid);
+        translate_record(&r->tr, &t, sizeof(t));
+}
+
+static void poll_close(struct run *r, uint32_t tid, uint64_t cookie, uint64_t task)
+{
+        struct d9_rec_task t = { .task_id = task, .cookie = cookie };
+
+        hdr(&t.hdr, r, D9_REC_POLL_END, tid);
+        translate_record(&r->tr, &t, sizeof(t));
+}
+
+static bool lanes_balanced(const struct lane_log *l)
+{
+        for (int w = 0; w < 256; w++)
+                if (l->poll_start[w] != l->poll_end[w])
+                        return false;
+        return true;
+}
+
+#define RT_A 0xA000
+
+/* block_in_place on a stripped build (no park probes, so no key follows
+ * the core): attached mid-run, worker 0 (thread 101) calls block_in_place
+ * inside a poll; Tokio hands its core to a blocking-pool thread (103) that
+ * runs the worker loop as a blocking task. 103 is worker 0 from its first
+ * poll on, 101's poll leaves lane 0 at the hand-off, 101 is a blocking
+ * thread again (its sleeps are no parks, its samples on 254). */
+static void test_block_in_place_keeps_worker_id(void)
+{
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r, false, false);
+        for (int i = 0; i < 3; i++) {
+                poll_rt(&r, 101, C_TASK, 1 + i, RT_A);
+                poll_rt(&r, 102, C_TASK, 10 + i, RT_A);
+        }
+        poll_open(&r, 101, C_TASK, 7, RT_A);      /* ... calls block_in_place */
+        poll_rt(&r, 102, C_TASK, 20, RT_A);
+        poll_open(&r, 103, C_LAUNCH, 900, 0);     /* worker::run for core 0 */
+        for (int i = 0; i < 4; i++) {
+                poll_rt(&r, 103, C_TASK, 30 + i, RT_A);
+                poll_rt(&r, 102, C_TASK, 40 + i, RT_A);
+        }
+        offcpu(&r, 101, 1);                       /* the blocking section sleeps */
+        sample(&r, 101);
+        poll_close(&r, 101, C_TASK, 7);           /* block_in_place returned */
+        offcpu(&r, 101, 1);                       /* idle in the blocking pool */
+        offcpu(&r, 103, 1);                       /* worker 0 parks, on 103 */
+        uint64_t handed = r.tr.cores_handed;
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!strcmp(workers, "0,1"), "block_in_place without park probes: runtime.main '0,1' ('%s')", workers);
+        ok(l.poll_start[0] == 3 + 1 + 4 && l.poll_start[1] == 3 + 1 + 4 && polls_off(&l, 2) == 0 &&
+           lanes_balanced(&l),
+           "the new thread's polls are on worker 0 (%d of 8), worker 1's stay (%d of 8), none elsewhere, every "
+           "lane balanced", l.poll_start[0], l.poll_start[1]);
+        ok(l.park[0] == 1 && l.park[1] == 0 && l.samples[254] == 3,
+           "worker 0 parks once (on 103: %d); the giver's sleeps are no parks, its 2 off-CPU and 1 CPU samples on "
+           "254 (%d)", l.park[0], l.samples[254]);
+        ok(handed == 1, "one hand-off followed (%llu)", (unsigned long long)handed);
+}
+
+/* The same while worker 1 is in an older, ordinary long poll: the first
+ * guess takes worker 1 for the giver; when 102 polls again outside any
+ * blocking poll (it kept its core), it gets 1 back and 103 takes the core
+ * of 101, still inside its block_in_place poll. */
+static void test_block_in_place_wrong_giver_undone(void)
+{
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r, false, false);
+        poll_rt(&r, 101, C_TASK, 1, RT_A);
+        poll_rt(&r, 102, C_TASK, 2, RT_A);
+        poll_open(&r, 102, C_TASK, 8, RT_A);      /* a long ordinary poll */
+        poll_open(&r, 101, C_TASK, 7, RT_A);      /* block_in_place */
+        poll_open(&r, 103, C_LAUNCH, 900, 0);
+        poll_rt(&r, 103, C_TASK, 30, RT_A);       /* guessed: worker 1's core */
+        poll_close(&r, 102, C_TASK, 8);
+        poll_rt(&r, 102, C_TASK, 9, RT_A);        /* 102 still drives core 1 */
+        for (int i = 0; i < 3; i++) {
+                poll_rt(&r, 103, C_TASK, 31 + i, RT_A);
+                poll_rt(&r, 102, C_TASK, 40 + i, RT_A);
+        }
+        poll_close(&r, 101, C_TASK, 7);
+        uint64_t handed = r.tr.cores_handed;
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!strcmp(workers, "0,1") && polls_off(&l, 2) == 0 && lanes_balanced(&l) && handed == 2,
+           "wrong giver undone: runtime.main '0,1' ('%s'), no poll elsewhere, lanes balanced, 2 hand-offs (%llu)",
+           workers, (unsigned long long)handed);
+        ok(l.poll_start[0] == 1 + 1 + 3 && l.poll_start[1] == 1 + 1 + 1 + 1 + 3,
+           "after the undo 103 polls on 0, 102 on 1 (%d, %d)", l.poll_start[0], l.poll_start[1]);
+}
+
+/* A runtime launched after the attach: its workers' launch polls start
+ * while no worker of that runtime is inside a poll, so each launch is a
+ * new worker, not a hand-off; another runtime's busy worker is no giver. */
+static void test_launch_after_attach_is_no_hand_off(void)
+{
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r, false, false);
+        poll_rt(&r, 101, C_TASK, 1, 0xB000);
+        poll_open(&r, 101, C_TASK, 2, 0xB000);    /* other runtime, long poll */
+        poll_open(&r, 201, C_LAUNCH, 900, 0);
+        poll_open(&r, 202, C_LAUNCH, 901, 0);
+        poll_rt(&r, 201, C_TASK, 10, RT_A);
+        poll_rt(&r, 202, C_TASK, 11, RT_A);
+        poll_close(&r, 101, C_TASK, 2);
+        uint64_t handed = r.tr.cores_handed;
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!strcmp(workers, "0,1,2") && handed == 0 && lanes_balanced(&l),
+           "two launches after the attach: new workers 1 and 2 ('%s'), no hand-off (%llu)", workers,
+           (unsigned long long)handed);
+}
+
+/* restate's shape, with park probes, attached mid-run: a multi-thread main
+ * runtime whose workers poll, and current-thread runtimes (one per
+ * partition) whose drivers only park for seconds. Each of those is a
+ * runtime of its own from its first current-thread park, not part of
+ * runtime.main; once one polls a task, the Handle becomes its key, and
+ * main stays the first runtime seen polling even when a current-thread
+ * park came first. */
+static void test_idle_current_thread_runtimes_apart(void)
+{
+        enum { A = 0x7f00aa00, P = 0x7f00dd00 };
+        struct tr_runtimes rts;
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+        const char *main_, *rt1, *rt2;
+
+        run_start(&r, false, true);
+        park_at(&r, 301, 0xC7000, C_CT_PARK);     /* a partition's runtime, idle */
+        poll_rt(&r, 101, C_TASK, 1, A);
+        park(&r, 101, 0xA1);
+        poll_rt(&r, 102, C_TASK, 2, A);
+        park(&r, 102, 0xA2);
+        park_at(&r, 302, 0xC8000, C_CT_PARK);     /* another one */
+        park_at(&r, 301, 0xC7000, C_CT_PARK);
+        translate_runtimes(&r.tr, &rts);
+        main_ = rt_val(&rts, "runtime.main");
+        rt1 = rt_val(&rts, "runtime.rt1");
+        rt2 = rt_val(&rts, "runtime.rt2");
+        ok(rts.n == 3 && main_ && rt1 && rt2 && !strcmp(main_, "1,2") && !strcmp(rt1, "0") && !strcmp(rt2, "3"),
+           "idle current-thread runtimes: main '%s', rt1 '%s', rt2 '%s'", main_ ? main_ : "-", rt1 ? rt1 : "-",
+           rt2 ? rt2 : "-");
+        poll_rt(&r, 302, C_TASK2, 9, P);          /* the second polls a task */
+        park_at(&r, 302, 0xC8000, C_CT_PARK);
+        poll_rt(&r, 303, C_TASK2, 10, P);         /* block_on from another thread: same runtime */
+        translate_runtimes(&r.tr, &rts);
+        rt2 = rt_val(&rts, "runtime.rt2");
+        ok(rts.n == 3 && rt2 && !strncmp(rt2, "3", 1) && r.tr.n_runtimes == 3,
+           "its first poll keys it by the Handle: rt2 '%s', still 3 runtimes (%u)", rt2 ? rt2 : "-",
+           r.tr.n_runtimes);
+        run_end(&r, &l, workers, sizeof(workers));
+}
+
+/* The taker may idle with the core before its first poll: the giver's
+ * block_in_place poll has ended by then (300 ms on a loaded machine). The
+ * giver is still the worker whose last poll spanned the taker's blocking
+ * poll start and that polled nothing since; a worker that polled again
+ * after it kept its core. */
+static void test_block_in_place_taker_polls_late(void)
+{
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r, false, false);
+        poll_rt(&r, 101, C_TASK, 1, RT_A);
+        poll_rt(&r, 102, C_TASK, 2, RT_A);
+        poll_open(&r, 101, C_TASK, 7, RT_A);      /* block_in_place */
+        poll_open(&r, 102, C_TASK, 8, RT_A);      /* an ordinary poll spanning the spawn too */
+        poll_open(&r, 103, C_LAUNCH, 900, 0);
+        poll_close(&r, 102, C_TASK, 8);
+        poll_rt(&r, 102, C_TASK, 9, RT_A);        /* 102 polls on: it has its core */
+        poll_close(&r, 101, C_TASK, 7);           /* returned before the taker polled */
+        offcpu(&r, 103, 1);                       /* the taker idles with the core */
+        for (int i = 0; i < 3; i++) {
+                poll_rt(&r, 103, C_TASK, 30 + i, RT_A);
+                poll_rt(&r, 102, C_TASK, 40 + i, RT_A);
+        }
+        offcpu(&r, 101, 1);                       /* the giver, in the blocking pool now */
+        uint64_t handed = r.tr.cores_handed;
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!strcmp(workers, "0,1") && handed == 1 && polls_off(&l, 2) == 0 && lanes_balanced(&l),
+           "taker's first poll after the giver returned: runtime.main '%s', %llu hand-off, lanes balanced", workers,
+           (unsigned long long)handed);
+        ok(l.poll_start[0] == 2 + 3 && l.poll_start[1] == 3 + 3 && l.park[0] == 0,
+           "the taker polls on worker 0 (%d of 5), 102 stays on 1 (%d of 6), the giver's pool sleep is no park (%d)",
+           l.poll_start[0], l.poll_start[1], l.park[0]);
+}
+
 int main(void)
 {
         plan_init();
@@ -535,5 +745,10 @@ int main(void)
         test_runtimes_told_apart(true);
         test_runtime_unknown_is_main();
         test_local_set_does_not_move_worker();
+        test_block_in_place_keeps_worker_id();
+        test_block_in_place_wrong_giver_undone();
+        test_launch_after_attach_is_no_hand_off();
+        test_block_in_place_taker_polls_late();
+        test_idle_current_thread_runtimes_apart();
         return tap_done();
 }

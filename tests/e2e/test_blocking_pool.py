@@ -6,7 +6,10 @@ for both cores: runtime.main lists exactly the real workers, no blocking
 job is ever a poll on a worker lane, the 50 ms busy polls are on a real
 worker, blocking jobs are D9BlockingPollEvents, and parks come from
 sched_switch (a stripped build has no park symbol) alternating with
-unparks per worker.
+unparks per worker. The target also calls block_in_place (300 ms) every
+900 ms: the core moves to another thread, which must keep the worker's id
+(no third id, the core's parks on two or more threads), and polls on one
+worker never overlap.
 Usage: test_blocking_pool.py D9D D9CTL STRIPPED_TARGET [TRIES]"""
 import json
 import os
@@ -48,7 +51,7 @@ def one_try(t, d, binary, n):
     workers = truth["workers"]
     meta, open_poll, polls, long_on_worker, busy_on_worker = None, {}, 0, [], 0
     blocking, long_blocking, lanes_bad = 0, 0, 0
-    order = {}
+    order, lane_tids, bip_on_worker, overlaps = {}, {}, [], []
     # Parks from sched_switch: CPU time from the kernel's sum_exec_runtime,
     # the unpark's wait from sched_wakeup to switch-in.
     last_park, cpu_bad, cpu_seen, waits, wait_bad = {}, [], 0, 0, []
@@ -59,6 +62,8 @@ def one_try(t, d, binary, n):
         elif name == "PollStartEvent":
             w = f["worker_id"]
             lanes_bad += not 0 <= w < workers
+            if w in open_poll:
+                overlaps.append((w, open_poll[w], ts))
             open_poll[w] = ts
             polls += 1
         elif name == "PollEndEvent":
@@ -68,12 +73,15 @@ def one_try(t, d, binary, n):
                 if dur >= 900_000_000:
                     long_on_worker.append((w, dur))
                 busy_on_worker += 40_000_000 <= dur < 900_000_000
+                if 250_000_000 <= dur < 900_000_000:
+                    bip_on_worker.append((w, dur))
         elif name == "D9BlockingPollEvent":
             blocking += 1
             long_blocking += f["duration_ns"] >= 900_000_000
         elif name in ("WorkerParkEvent", "WorkerUnparkEvent"):
             w = f["worker_id"]
             order.setdefault(w, []).append("p" if name == "WorkerParkEvent" else "u")
+            lane_tids.setdefault(w, set()).add(f["tid"])
             if name == "WorkerParkEvent":
                 prev = last_park.get(f["tid"])
                 if f["cpu_time_ns"] == 0 or (prev and f["cpu_time_ns"] < prev[1]):
@@ -97,6 +105,12 @@ def one_try(t, d, binary, n):
     t.ok(blocking >= 40 and long_blocking >= 1,
          f"try {n}: spawn_blocking jobs are blocking-pool polls ({blocking}, {long_blocking} of >= 0.9 s; "
          f"target ran {truth['blocking_jobs']} in {truth['duration_s']:.0f} s)")
+    moved = {w: len(tids) for w, tids in lane_tids.items()}
+    t.ok(truth.get("block_in_place", 0) >= 5 and max(moved.values(), default=0) >= 2,
+         f"try {n}: block_in_place ({truth.get('block_in_place')} calls) moved cores between threads, each still "
+         f"parking as its worker (threads parking per worker: {moved}; no new id: see runtime.main above)")
+    t.ok(not overlaps, f"try {n}: polls on one worker never overlap, the core's thread changing included "
+         f"({len(overlaps)} do; block_in_place sections left on a worker: {len(bip_on_worker)})", overlaps[:5])
     alternate = all(all(a != b for a, b in zip(seq, seq[1:])) for seq in order.values())
     t.ok(set(order) == set(range(workers)) and all(len(s) >= 4 for s in order.values()) and alternate,
          f"try {n}: parks from sched_switch on each worker, alternating with unparks "

@@ -7,7 +7,7 @@ const t = require('./lib');
 async function main() {
   const [dir, ...segs] = process.argv.slice(2);
   if (!segs.length) t.bail('no segments given');
-  t.plan(16);
+  t.plan(22);
   const srv = await t.startServe(dir);
   const { ctx, close } = await t.launchBrowser();
   try {
@@ -123,6 +123,67 @@ async function main() {
       `worker sample rows: ${px.red} red (blocked in a poll), ${px.dim} dim (waiting), ${px.blue} blue (on CPU) pixels`, JSON.stringify(px));
     t.ok(px.cols.blocking > 0 && px.red > 0, 'the 20 ms thread::sleep polls still show red (off-CPU inside a poll)', JSON.stringify(px.cols));
     await t.shot(page, 'recording-sample-rows');
+
+    // Under the worker lanes: tasks alive, queued (woken or spawned, not yet
+    // polled) and being polled over time. Polls on one worker never overlap,
+    // so "being polled" never exceeds the worker lanes; the mixed target
+    // keeps its channel, timer and blocker tasks alive throughout.
+    const chart = await page.evaluate(() => {
+      const c = document.querySelector('#tasks-chart'), m = window.d9.model;
+      const shown = JSON.parse(c.dataset.shown || '{}');
+      const s = window.d9.taskChart.series;
+      const workers = m.workers.filter((w) => w < 254).length;
+      // independent count: tasks with a poll, spawn or terminate seen
+      const seen = new Set([...m.polls.task, ...m.d.spawn.task, ...m.d.terminate.task]);
+      const g = c.getContext('2d'), row = g.getImageData(0, 0, c.width, c.height).data;
+      const colours = { alive: [0x8a, 0x9b, 0xd6], queued: [0xe0, 0xa0, 0x40], running: [0x3f, 0xae, 0x6a] };
+      const px = {};
+      for (const [k, [r, gg, b]] of Object.entries(colours)) {
+        px[k] = 0;
+        for (let i = 0; i < row.length; i += 4) px[k] += Math.abs(row[i] - r) < 24 && Math.abs(row[i + 1] - gg) < 24 && Math.abs(row[i + 2] - b) < 24;
+      }
+      return { shown, workers, seen: seen.size, maxAlive: s.alive.max, minAlive: Math.min(s.alive.start, ...s.alive.v), px, h: c.height };
+    });
+    t.ok(chart.shown.running >= 1 && chart.shown.running <= chart.workers && chart.shown.queued >= 1,
+      `task chart: at most ${chart.shown.running} polls at once on ${chart.workers} workers, up to ${chart.shown.queued} tasks queued`, JSON.stringify(chart));
+    t.ok(chart.shown.alive >= 3 && chart.maxAlive <= chart.seen && chart.minAlive >= 0,
+      `task chart: up to ${chart.shown.alive} tasks alive (of ${chart.seen} seen), never below 0`, JSON.stringify(chart));
+    t.ok(chart.px.alive > 50 && chart.px.queued > 10 && chart.px.running > 50, 'the three series are drawn under the lanes', JSON.stringify(chart.px));
+    await page.locator('#tasks-chart').scrollIntoViewIfNeeded();
+    await t.shot(page, 'recording-task-chart');
+
+    // The recording list: pid, start and duration columns (start and
+    // duration come from d9ctl serve decoding each segment), and search.
+    const wall = await page.evaluate(() => ({ t0: window.d9.model.t0, t1: window.d9.model.t1, off: window.d9.model.wallOffsetMs }));
+    // The first segment's own ClockSyncEvent, read by the viewer's decoder:
+    // the instant it was opened, its first event written.
+    await t.openViewer(page, `${srv.url}#seg=${encodeURIComponent(segs[0])}`);
+    const sync0 = await page.evaluate(() => { const c = window.d9.model.d.clockSyncs[0]; return Number(c.realtime / 1000n) / 1e3; });
+    await page.goto(srv.url);
+    await page.waitForFunction((n) => +document.querySelector('#segments')?.dataset.infoFilled === n, segs.length, { timeout: 30000 });
+    const rows = await page.$$eval('#segments tbody tr', (trs) => trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent)));
+    const head = await page.$$eval('#segments thead th', (ths) => ths.map((th) => th.textContent));
+    const col = (name) => head.indexOf(name);
+    const toNs = (x) => { const m = /^([\d.]+) (ns|µs|ms|s)$/.exec(x); return m ? +m[1] * { ns: 1, 'µs': 1e3, ms: 1e6, s: 1e9 }[m[2]] : NaN; };
+    const starts = rows.map((r) => Date.parse(r[col('start (UTC)')].replace(' ', 'T') + 'Z'));
+    const durs = rows.map((r) => toNs(r[col('duration')]) / 1e6);
+    const ends = starts.map((s, i) => s + durs[i]);
+    const firstEvent = wall.off + wall.t0 / 1e6, lastEvent = wall.off + wall.t1 / 1e6;
+    t.ok(rows.length === segs.length && Math.abs(starts[0] - sync0) <= 1,
+      `listing start of the first segment ${rows[0]?.[col('start (UTC)')]} is its ClockSyncEvent (${(starts[0] - sync0).toFixed(1)} ms off)`, JSON.stringify({ head, rows: rows.slice(0, 3), sync0 }));
+    const tiled = starts.every((s, i) => i === 0 || (s >= starts[i - 1] && s >= ends[i - 1] - 1 && s - ends[i - 1] < 1000));
+    t.ok(durs.every((d) => d > 0) && tiled && starts[0] <= firstEvent + 1 && ends[ends.length - 1] >= lastEvent - 1,
+      `${rows.length} segments follow each other (${durs.map((d) => d.toFixed(0)).join(', ')} ms) and cover the recording's first to last event`,
+      JSON.stringify({ starts, durs, firstEvent, lastEvent }));
+    const pid = rows[0]?.[col('pid')];
+    await page.fill('#segment-filter', `${pid} ${rows[rows.length - 1][col('start (UTC)')]}`);
+    const visible = await page.$$eval('#segments tbody tr', (trs) => trs.filter((tr) => !tr.hidden).length);
+    await page.fill('#segment-filter', 'no-such-service-xyz');
+    const none = await page.$$eval('#segments tbody tr', (trs) => trs.filter((tr) => !tr.hidden).length);
+    t.ok(/^\d+$/.test(pid) && visible === 1 && none === 0,
+      `search by pid ${pid} and start time keeps ${visible} row(s), a miss none`, JSON.stringify({ visible, none }));
+    await page.fill('#segment-filter', '');
+    await t.shot(page, 'recording-listing');
   } finally {
     await close();
     srv.stop();

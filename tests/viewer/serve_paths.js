@@ -42,7 +42,7 @@ async function main() {
   fs.symlinkSync(path.join(outside, 'secret.bin'), path.join(seg, 'escape.bin'));
   fs.symlinkSync('../../../outside', path.join(seg, 'outdir'));
 
-  t.plan(23);
+  t.plan(30);
   const bad = spawnSync(process.env.D9CTL, ['serve'], { encoding: 'utf8' });
   t.ok(bad.status === 2 && bad.stderr.trim().split('\n').length === 1, 'serve without --dir/--bucket fails with one line', bad.stderr);
   const badListen = spawnSync(process.env.D9CTL, ['serve', '--dir', root, '--listen', 'nonsense'], { encoding: 'utf8', env: { ...process.env } });
@@ -84,6 +84,29 @@ async function main() {
     await refuse('/static/../../../../etc/passwd', [400], 'refuses ".." in an asset path');
     await refuse('/static/%2e%2e/%2e%2e/etc/passwd', [400], 'refuses encoded ".." in an asset path');
     await refuse(q('demo/nothing.bin'), [404], 'missing segment is a 404');
+
+    // /api/info: the listing's start and duration. Expected values from
+    // d9ctl dump's events: the first written (ts > 0) and the latest.
+    const dumped = execFileSync(process.env.D9CTL, ['dump', '--json', path.join(seg, 'trace.2.bin')], { encoding: 'utf8', maxBuffer: 1 << 28 })
+      .split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
+    const stamped = dumped.filter((e) => e.ts > 0);
+    const first = stamped[0].ts, last = stamped.reduce((a, e) => (e.ts > a ? e.ts : a), 0);
+    const sync = dumped.find((e) => e.event === 'ClockSyncEvent');
+    const info = async (p) => { const res = await get(srv.url, `/api/info?seg=${encodeURIComponent(p)}`); return { status: res.status, j: res.status === 200 ? JSON.parse(res.body) : null, body: res.body.toString() }; };
+    const infos = await Promise.all(['trace.0.bin.gz', 'trace.1.bin.zst', 'trace.2.bin'].map((f) => info(`demo/4242-777/${f}`)));
+    const i0 = infos[2].j;
+    t.ok(infos.every((x) => x.status === 200 && JSON.stringify({ ...x.j, path: 0 }) === JSON.stringify({ ...i0, path: 0 })),
+      'info is the same for the gzip, zstd and raw copies', JSON.stringify(infos));
+    t.ok(i0 && i0.events === dumped.length && Math.abs(i0.duration_ns - (last - first)) < 1000,
+      `info: ${i0?.events} events (dump: ${dumped.length}), ${i0?.duration_ns} ns from the first written to the latest (dump: ${last - first})`, JSON.stringify(i0));
+    const wantStart = sync ? BigInt(sync.fields.realtime_ns) + BigInt(first) - BigInt(sync.ts) : null;
+    t.ok(i0 && sync && Math.abs(Number(BigInt(i0.start_ns) - wantStart)) < 1000, `info start_ns is the first event's wall clock (${i0?.start_ns}, want ${wantStart})`);
+    let ri = await info('demo/4242-777/trace.3.bin.gz');
+    t.ok(ri.status === 422, 'info on a truncated gzip segment: 422', `${ri.status} ${ri.body}`);
+    for (const [p, want, name] of [['../outside/secret.bin', 400, '".."'], ['demo/4242-777/escape.bin', 403, 'a symlink out of the root'], ['demo/nothing.bin', 404, 'a missing segment']]) {
+      ri = await info(p);
+      t.ok(ri.status === want && !ri.body.includes('SECRET'), `info refuses ${name} (${ri.status})`, ri.body);
+    }
     r = await get(srv.url, '/');
     t.ok(r.status === 200 && /<canvas id="timeline"/.test(r.body), 'serves the viewer page at /');
     r = await get(srv.url, '/api/list', 'POST');

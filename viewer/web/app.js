@@ -5,8 +5,10 @@
 import { decodeTrace, decompressFile, concatBytes } from './decode.js';
 import { buildModel, formatCount, formatDur, workerName } from './model.js';
 import { Timeline } from './timeline.js';
+import { TaskChart } from './tasks.js';
 import { Flamegraph, buildFlameTree } from './flame.js';
 import { renderDetails, renderNavigators } from './panels.js';
+import { fillSegmentInfo } from './listing_info.js';
 
 const $ = (s) => document.querySelector(s);
 window.d9 = { state: 'idle', timings: {} };
@@ -98,7 +100,10 @@ function show(m) {
   $('#browser').hidden = true;
   $('#main').hidden = false;
   // a fresh canvas drops the previous trace's listeners
-  if (current) { const old = $('#timeline'); old.replaceWith(old.cloneNode()); for (const e of document.querySelectorAll('.tl-tip')) e.remove(); }
+  if (current) {
+    for (const id of ['#timeline', '#tasks-chart']) { const old = $(id); old.replaceWith(old.cloneNode()); }
+    for (const e of document.querySelectorAll('.tl-tip')) e.remove();
+  }
   const canvas = $('#timeline');
   const flame = current?.flame || new Flamegraph($('#flame'));
   const refreshFlame = () => {
@@ -109,11 +114,12 @@ function show(m) {
     flame.setTree(tree);
     $('#flame-info').textContent = `${tree.value} samples in ${formatDur(b - a)}` + (tree.empty ? ` (${tree.empty} more without a stack)` : '');
   };
-  let flameTimer = 0;
+  let flameTimer = 0, chart = null;
   const tl = new Timeline(canvas, m, {
     onSelectPoll: (p) => selectPoll(p, false),
-    onRangeChange: () => { clearTimeout(flameTimer); flameTimer = setTimeout(refreshFlame, 120); },
+    onRangeChange: () => { chart?.requestDraw(); clearTimeout(flameTimer); flameTimer = setTimeout(refreshFlame, 120); },
   });
+  chart = new TaskChart($('#tasks-chart'), m, tl);
   const selectPoll = (p, zoom, stay = false) => {
     if (tl.task?.id !== m.polls.task[p]) tl.setTaskLane(p);
     if (zoom) tl.showPoll(p);
@@ -128,6 +134,7 @@ function show(m) {
   current = { canvas, flame, tl, m, selectPoll, refreshFlame };
   window.d9.model = m;
   window.d9.timeline = tl;
+  window.d9.taskChart = chart;
   window.d9.selectPoll = selectPoll;
   refreshFlame();
 }
@@ -195,26 +202,32 @@ async function listSegments() {
     if (!r.ok) throw new Error(`server said ${r.status}`);
     list = await r.json();
   } catch (e) {
-    $('#segments tbody').innerHTML = `<tr><td colspan="7" class="hint">No recording list (${e.message}); open or drop a file.</td></tr>`;
+    $('#segments tbody').innerHTML = `<tr><td colspan="9" class="hint">No recording list (${e.message}); open or drop a file.</td></tr>`;
     return;
   }
   const segs = list.segments.sort((a, b) => (a.service + a.instance).localeCompare(b.service + b.instance) || (a.index ?? 0) - (b.index ?? 0) || a.path.localeCompare(b.path));
   const tb = $('#segments tbody');
   tb.innerHTML = '';
+  const infoRows = [];
   for (const s of segs) {
     const tr = document.createElement('tr');
     const pid = /^(\d+)-/.exec(s.instance || '')?.[1] ?? '';
-    const cells = [s.service, pid, s.instance + (s.boot ? ` / ${s.boot}` : ''), s.path.split('/').pop() + (s.active ? ' (recording)' : ''), `${(s.size / 1e6).toFixed(2)} MB`, new Date(s.mtime * 1000).toISOString().slice(0, 19).replace('T', ' ')];
+    const cells = [s.service, pid, s.instance + (s.boot ? ` / ${s.boot}` : ''), s.path.split('/').pop() + (s.active ? ' (recording)' : ''), '…', '…', `${(s.size / 1e6).toFixed(2)} MB`, new Date(s.mtime * 1000).toISOString().slice(0, 19).replace('T', ' ')];
     const cb = document.createElement('input');
     cb.type = 'checkbox';
     cb.value = s.path;
     const td0 = document.createElement('td');
     td0.append(cb);
-    tr.append(td0, ...cells.map((c) => { const td = document.createElement('td'); td.textContent = c; return td; }));
+    const tds = cells.map((c) => { const td = document.createElement('td'); td.textContent = c; return td; });
+    tds[4].className = 'seg-start';
+    tds[5].className = 'seg-duration';
+    tr.append(td0, ...tds);
     tb.append(tr);
+    infoRows.push({ path: s.path, start: tds[4], duration: tds[5] });
   }
-  if (!segs.length) tb.innerHTML = '<tr><td colspan="7" class="hint">No segments under the served directory.</td></tr>';
+  if (!segs.length) tb.innerHTML = '<tr><td colspan="9" class="hint">No segments under the served directory.</td></tr>';
   filterSegments();
+  fillSegmentInfo(infoRows, filterSegments).then(() => { $('#segments').dataset.infoFilled = String(infoRows.length); });
 }
 
 // Rows whose text holds every word of the filter stay visible.

@@ -4,7 +4,10 @@
 //! keep-alive), some of them 1-5 s long, next to worker tasks: a 50 ms busy
 //! poll once per second and small spawn churn. A tracer must never show a
 //! blocking job as a poll on a worker, nor count blocking threads as
-//! workers. At exit it prints its own counts as one JSON line.
+//! workers. A task also blocks in place (`block_in_place`, 300 ms) every
+//! 900 ms: Tokio hands that worker's core to another thread meanwhile, and
+//! the worker must keep its id there. At exit it prints its own counts as
+//! one JSON line.
 
 use crate::args::Args;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +21,7 @@ struct Truth {
     busy_polls: AtomicU64,
     blocking_jobs: AtomicU64,
     long_jobs: AtomicU64,
+    block_in_place: AtomicU64,
 }
 
 /// A job for the blocking pool: off-CPU for `ms` (as file or DNS work is).
@@ -33,6 +37,16 @@ async fn busy_poller(truth: Arc<Truth>, deadline: Instant) {
         iv.tick().await;
         std::hint::black_box(crate::mixed::busy_block_50ms());
         truth.busy_polls.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+async fn blocks_in_place(truth: Arc<Truth>, deadline: Instant) {
+    let mut iv = interval(Duration::from_millis(900));
+    iv.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    while Instant::now() + Duration::from_millis(400) < deadline {
+        iv.tick().await;
+        tokio::task::block_in_place(|| blocking_job(300));
+        truth.block_in_place.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -81,11 +95,16 @@ pub async fn run(args: &Args) -> Result<(), String> {
     let deadline = start + duration;
     let t = &truth;
     truth.tasks_spawned.fetch_add(3, Ordering::Relaxed);
-    let tasks = vec![
+    let mut tasks = vec![
         tokio::spawn(busy_poller(t.clone(), deadline)),
         tokio::spawn(job_stream(t.clone(), deadline)),
         tokio::spawn(churn(t.clone(), deadline)),
     ];
+    // block_in_place exists on the multi-thread runtime only.
+    if args.flavor == crate::args::Flavor::MultiThread {
+        truth.tasks_spawned.fetch_add(1, Ordering::Relaxed);
+        tasks.push(tokio::spawn(blocks_in_place(t.clone(), deadline)));
+    }
     let mut failed = 0;
     for h in tasks {
         if h.await.is_err() {
@@ -94,7 +113,7 @@ pub async fn run(args: &Args) -> Result<(), String> {
     }
     let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
     println!(
-        "{{\"mode\":\"pool\",\"pid\":{},\"flavor\":\"{}\",\"workers\":{},\"tokio\":\"{}\",\"duration_s\":{:.3},\"tasks_spawned\":{},\"busy_polls\":{},\"blocking_jobs\":{},\"long_jobs\":{},\"failed_tasks\":{}}}",
+        "{{\"mode\":\"pool\",\"pid\":{},\"flavor\":\"{}\",\"workers\":{},\"tokio\":\"{}\",\"duration_s\":{:.3},\"tasks_spawned\":{},\"busy_polls\":{},\"blocking_jobs\":{},\"long_jobs\":{},\"block_in_place\":{},\"failed_tasks\":{}}}",
         std::process::id(),
         args.flavor.name(),
         if args.flavor == crate::args::Flavor::MultiThread { args.workers } else { 1 },
@@ -104,6 +123,7 @@ pub async fn run(args: &Args) -> Result<(), String> {
         n(&truth.busy_polls),
         n(&truth.blocking_jobs),
         n(&truth.long_jobs),
+        n(&truth.block_in_place),
         failed
     );
     if failed > 0 {
