@@ -24,6 +24,7 @@
 #include "daemon/symbolize/kallsyms.h"
 #include "daemon/core/log.h"
 #include "daemon/core/notify.h"
+#include "daemon/record/autoattach.h"
 #include "daemon/record/planner.h"
 #include "daemon/core/preflight.h"
 #include "daemon/seal/recover.h"
@@ -58,6 +59,7 @@ static void on_tick(struct d9d *d, struct d9_watch *w, uint32_t events)
         }
         sessions_prune(d);
         session_starts_resume(d);
+        autoattach_tick(d->autoattach);
         /* Sealing (symbols, compression) runs in the sealer thread's own
          * malloc arena, which keeps ~10 MiB it no longer uses after each
          * segment; give free pages back every TRIM_TICKS (a few ms at most). */
@@ -181,6 +183,8 @@ static void shutdown_all(struct d9d *d)
         planner_stop(d->planner);       /* attaches still planning are answered and dropped */
         session_starts_resume(d);       /* and those planned, waiting for a teardown */
         d->planner = NULL;
+        autoattach_stop(d->autoattach);
+        d->autoattach = NULL;
         control_server_stop(d->control);
         sealer_stop(d->sealer); /* seals whatever is queued, then joins */
         if (d->shipper) {
@@ -271,10 +275,14 @@ static int run_loop(struct d9d *d)
                 if (n < 0 && errno != EINTR)
                         return -errno;
                 uint64_t t0 = d9_now_ns();
-                for (int i = 0; i < n; i++) {
-                        struct d9_watch *w = evs[i].data.ptr;
-                        w->fn(d, w, evs[i].events);
-                }
+                /* Two passes: a watch marked first (exec notices) does not
+                 * wait behind the drains of every busy target's ring. */
+                for (int pass = 0; pass < 2; pass++)
+                        for (int i = 0; i < n; i++) {
+                                struct d9_watch *w = evs[i].data.ptr;
+                                if (w->first == !pass)
+                                        w->fn(d, w, evs[i].events);
+                        }
                 loop_stall_note(t0, d9_now_ns());
         }
         return 0;
@@ -395,6 +403,11 @@ int main(int argc, char **argv)
         r = control_server_start(&d, &d.control);
         if (r < 0)
                 return 1;
+        r = autoattach_start(&d, &d.autoattach);
+        if (r < 0) {
+                log_error("cannot start auto-attach: %s", strerror(-r));
+                return 1;
+        }
         log_info("d9d %s ready: state %s, socket %s", D9_VERSION, d.cfg.state_dir, d.cfg.socket_path);
         notify_ready("tracing 0 targets");
         r = run_loop(&d);

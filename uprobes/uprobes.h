@@ -183,6 +183,19 @@ int probe_plan_for_pidfd(int pidfd, pid_t pid, struct probe_plan **out, char **e
  * executable a d9ctl record child opened with its own permissions. */
 int probe_plan_for_fd(int fd, const char *display, struct probe_plan **out, char **err_msg);
 
+/* ---- plan_cache.c: plans of files planned before ------------------------ */
+
+struct probe_plan_cache;
+struct probe_plan_cache *probe_plan_cache_new(unsigned capacity);
+void probe_plan_cache_free(struct probe_plan_cache *cache);
+/* Keep a copy of plan (one built from its exe_fd) for processes that run
+ * the same, unchanged file later; the least recently used entry goes. */
+void probe_plan_cache_put(struct probe_plan_cache *cache, const struct probe_plan *plan);
+/* The plan for pid's executable, when that file was planned unchanged:
+ * 0, -ENOENT if not, another negative errno if its executable cannot be
+ * opened (pidfd checked, as probe_plan_for_pidfd). */
+int probe_plan_cache_get(struct probe_plan_cache *cache, int pidfd, pid_t pid, struct probe_plan **out);
+
 /* ---- target_file.c: reading files a target or user controls ------------ */
 
 #define D9_TARGET_FILE_MAX (1ull << 30) /* larger "executables" are refused */

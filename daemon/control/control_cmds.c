@@ -11,6 +11,7 @@
 #include "daemon/core/d9d.h"
 #include "daemon/ship/ship.h"
 #include "daemon/core/log.h"
+#include "daemon/record/autoattach.h"
 #include "daemon/record/planner.h"
 #include "proto/d9control.h"
 #include "daemon/seal/sealer.h"
@@ -59,6 +60,9 @@ static json_t *cmd_list(struct d9d *d, const struct peer *p, json_t *req)
                 json_array_append_new(arr, t);
         }
         json_object_set_new(r, "targets", arr);
+        /* The rules are root's configuration, their sessions root's. */
+        if (p->uid == 0 && d->autoattach)
+                json_object_set_new(r, "auto_attach", autoattach_status_json(d->autoattach));
         return r;
 }
 
@@ -91,6 +95,8 @@ static json_t *cmd_status(struct d9d *d, const struct peer *p, json_t *req)
         planner_get_stats(d->planner, &ps);
         d9d_loop_stall(&stall_max, &stall_recent);
         json_object_set_new(r, "targets", arr);
+        if (p->uid == 0 && d->autoattach)
+                json_object_set_new(r, "auto_attach", autoattach_status_json(d->autoattach));
         if (d->shipper) {
                 struct ship_stats ss;
                 shipper_stats(d->shipper, &ss);

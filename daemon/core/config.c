@@ -44,11 +44,14 @@ void config_defaults(struct d9d_config *cfg)
         /* Sealing waits for it: a segment is sealed late, never lost. */
         cfg->debuginfod_timeout_ms = 10 * 1000;
         ship_config_init(&cfg->ship);
+        /* Each target costs twice ring_size in RSS and a planner turn. */
+        cfg->attach.max_targets = ATTACH_DEFAULT_MAX_TARGETS;
 }
 
 void config_free(struct d9d_config *cfg)
 {
         ship_config_free(&cfg->ship);
+        attach_rules_free(&cfg->attach);
 }
 
 const char *compression_suffix(enum d9_compress c)
@@ -192,6 +195,18 @@ int config_set(struct d9d_config *cfg, const char *key, const char *value, const
                 if (*end || hz < 1 || hz > 10000)
                         return -EINVAL;
                 cfg->sample_hz = (unsigned)hz;
+                return 0;
+        }
+        if (!strcmp(key, "attach"))
+                return attach_rules_add(&cfg->attach, value, why);
+        if (!strcmp(key, "auto_attach_max")) {
+                char *end;
+                unsigned long n = strtoul(value, &end, 10);
+
+                *why = "expected a count of targets between 1 and 200";
+                if (*end || !*value || n < 1 || n > 200)
+                        return -EINVAL;
+                cfg->attach.max_targets = (unsigned)n;
                 return 0;
         }
         if (!strncmp(key, "s3_", 3)) {

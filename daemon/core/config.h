@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "daemon/core/attach_rules.h"
 #include "daemon/ship/s3/s3.h"
 #include "proto/d9proto.h"
 
@@ -51,6 +52,7 @@ struct d9d_config {
         bool foreground;
         bool s3_enabled;                /* some s3_* key was set: ship sealed segments */
         struct ship_config ship;        /* s3_* keys, see daemon/ship/ship.h */
+        struct attach_rules attach;     /* attach = ... lines and auto_attach_max */
 };
 
 #define D9D_DEFAULT_CONFIG "/etc/d9d/d9d.conf"

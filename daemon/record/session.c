@@ -17,6 +17,7 @@
 #include "daemon/core/cleanup.h"
 #include "daemon/core/log.h"
 #include "daemon/record/planner.h"
+#include "daemon/record/proc_facts.h"
 #include "proto/d9control.h"
 #include "daemon/seal/sealer.h"
 #include "daemon/record/session.h"
@@ -29,6 +30,10 @@
 #define TOKIO_PROBES (D9_PROBE_PARK | D9_PROBE_POLL | D9_PROBE_SPAWN | D9_PROBE_WAKE | D9_PROBE_TERMINATE)
 
 static struct d9_bpf *shared_bpf;
+/* Plans by executable file: the next process of a planned binary attaches
+ * without a planner turn (the whole of exec -> attach for auto-attach). */
+#define PLAN_CACHE_FILES 8
+static struct probe_plan_cache *plan_cache;
 
 static int64_t wall_clock_ms(void)
 {
@@ -75,31 +80,6 @@ static int read_proc_identity(pid_t pid, uint64_t *starttime, uid_t *uid)
                 return -ESRCH;
         *uid = st.st_uid;
         return 0;
-}
-
-/* The pid the process sees for itself (the last NSpid of its status): in a
- * container it names its files by that one, e.g. /tmp/perf-PID.map. */
-static pid_t read_nspid(pid_t pid)
-{
-        char path[64];
-        _cleanup_free_ char *status = NULL;
-        const char *line;
-        pid_t last = pid;
-
-        snprintf(path, sizeof(path), "/proc/%d/status", pid);
-        status = read_proc_text(path);
-        line = status ? strstr(status, "\nNSpid:") : NULL;
-        if (!line)
-                return pid;
-        for (const char *p = line + 7; *p && *p != '\n';) {
-                char *end;
-                long v = strtol(p, &end, 10);
-                if (end == p)
-                        break;
-                last = (pid_t)v;
-                p = end;
-        }
-        return last;
 }
 
 static void service_from_exe(const struct d9d *d, const char *exe, char *out, size_t len)
@@ -220,9 +200,9 @@ static json_t *plan_to_json(const struct session *s)
 }
 
 struct session_meta {
-        char pid[24], start[24], probes[96], plan[512], hz[16];
+        char pid[24], start[24], probes[96], plan[512], hz[16], ns_pid[16];
         struct tr_runtimes runtimes;
-        struct d9_kv kv[17 + TR_MAX_RUNTIMES];
+        struct d9_kv kv[21 + TR_MAX_RUNTIMES];
         uint32_t n;
 };
 
@@ -241,6 +221,14 @@ static void session_meta_build(const struct session *s, struct session_meta *m)
         m->kv[m->n++] = (struct d9_kv){ "pid", m->pid };
         m->kv[m->n++] = (struct d9_kv){ "start_time", m->start };
         m->kv[m->n++] = (struct d9_kv){ "exe", s->exe };
+        /* Containers: the pid it knows itself by, and where it runs. */
+        snprintf(m->ns_pid, sizeof(m->ns_pid), "%d", (int)s->nspid);
+        m->kv[m->n++] = (struct d9_kv){ "ns_pid", m->ns_pid };
+        m->kv[m->n++] = (struct d9_kv){ "nspid", s->pid_chain };
+        if (s->cgroup[0])
+                m->kv[m->n++] = (struct d9_kv){ "cgroup", s->cgroup };
+        if (s->rule[0])
+                m->kv[m->n++] = (struct d9_kv){ "attach_rule", s->rule };
         m->kv[m->n++] = (struct d9_kv){ "probes", m->probes };
         if (s->probes & D9_PROBE_CPU) {
                 /* what one on-CPU sample stands for (export's pprof period) */
@@ -516,6 +504,19 @@ static void session_on_pidfd(struct d9d *d, struct d9_watch *w, uint32_t events)
                 session_end(s, "target exited");
 }
 
+int session_bpf_load(struct d9d *d)
+{
+        struct d9_bpf_opts bo = { .sample_hz = d->cfg.sample_hz, .ring_bytes = d->cfg.ring_bytes };
+        int r;
+
+        if (shared_bpf)
+                return 0;
+        r = d9_bpf_open(&bo, &shared_bpf);
+        if (r == 0)
+                log_info("BPF programs loaded (uprobe_multi: %s)", d9_bpf_uses_uprobe_multi(shared_bpf) ? "yes" : "no");
+        return r;
+}
+
 static int session_attach_bpf(struct session *s, char **why)
 {
         struct d9_bpf_target_opts to = {
@@ -544,14 +545,10 @@ static int session_attach_bpf(struct session *s, char **why)
                 to.stack.flags |= D9_STACK_FP_TAIL;
                 log_info("pid %d: its executable has no CFI: stacks by frame pointer", s->pid);
         }
-        if (!shared_bpf) {
-                struct d9_bpf_opts bo = { .sample_hz = s->d->cfg.sample_hz, .ring_bytes = s->d->cfg.ring_bytes };
-                r = d9_bpf_open(&bo, &shared_bpf);
-                if (r < 0) {
-                        *why = dupf("cannot load d9's BPF programs: %s (see d9d's preflight log)", strerror(-r));
-                        return r;
-                }
-                log_info("BPF programs loaded (uprobe_multi: %s)", d9_bpf_uses_uprobe_multi(shared_bpf) ? "yes" : "no");
+        r = session_bpf_load(s->d);
+        if (r < 0) {
+                *why = dupf("cannot load d9's BPF programs: %s (see d9d's preflight log)", strerror(-r));
+                return r;
         }
         r = d9_bpf_attach_target(shared_bpf, s->pid, s->plan, &to, &s->bpf, why);
         if (r < 0) {
@@ -660,6 +657,7 @@ struct session_start {
         void *ctx;
         bool parked;                    /* planned; waits for a teardown of its pid */
         bool cancelled;                 /* while parked */
+        bool planned;                   /* by the planner, not from plan_cache */
         struct session_start *next;
 };
 
@@ -717,8 +715,25 @@ static struct session *session_new(struct d9d *d, const struct session_request *
         s->offcpu_min_us = req->offcpu_min_us >= 0 ? (uint64_t)req->offcpu_min_us : d->cfg.offcpu_min_us;
         s->expect_exec = req->exe != NULL || req->exe_fd >= 0;
         s->starter_uid = req->peer_uid;
+        snprintf(s->rule, sizeof(s->rule), "%s", req->rule ? req->rule : "");
+        s->exec_to_attach_ms = -1;
         s->sealed_paths = json_array();
         return s;
+}
+
+/* Its pids in every pid namespace (the last, its own, names the files it
+ * writes, e.g. /tmp/perf-PID.map) and its cgroup, for the metadata. */
+static int session_read_placement(struct session *s)
+{
+        struct proc_facts f;
+        int r = proc_facts_read(s->pid, s->pidfd_w.fd, &f);
+
+        if (r < 0)
+                return r;
+        s->nspid = f.ns_pid;
+        snprintf(s->pid_chain, sizeof(s->pid_chain), "%s", f.nspid);
+        snprintf(s->cgroup, sizeof(s->cgroup), "%s", f.cgroup);
+        return 0;
 }
 
 /* The quick checks, on the loop: pidfd first, since every check is about
@@ -743,7 +758,7 @@ static int session_check_target(struct session *s, const struct session_request 
         if (r == 0) {
                 snprintf(path, sizeof(path), "/proc/%d/root", req->pid);
                 s->root_fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC); /* -1: plain paths at seal time */
-                s->nspid = read_nspid(req->pid);
+                r = session_read_placement(s);
         }
         if (r == 0 && pidfd_alive(s->pidfd_w.fd) < 0)
                 r = -ESRCH;
@@ -820,6 +835,8 @@ static int session_start_attach(struct session *s, const struct session_request 
         s->started_ms = s->rate_ms = d9_now_ms();
         s->deadline_ms = req->duration_ms ? s->started_ms + req->duration_ms : 0;
         s->started_unix_ms = wall_clock_ms();
+        if (req->exec_ns)
+                s->exec_to_attach_ms = (int64_t)(d9_now_ns() - req->exec_ns) / 1000000;
         s->plan_json = plan_to_json(s);
         session_link(s->d, s);
         log_info("pid %d (%s): attached, %zu uprobes, writing %s", s->pid, s->service,
@@ -843,6 +860,7 @@ static void session_plan_run(struct plan_job *job)
         struct session_start *st = (struct session_start *)job;
 
         st->r = session_plan(st->s, &st->req, &st->why);
+        st->planned = true;
 }
 
 static void session_start_finish(struct d9d *d, struct session_start *st, bool cancelled)
@@ -871,10 +889,22 @@ static void session_start_finish(struct d9d *d, struct session_start *st, bool c
         free(st);
 }
 
+/* A plan of a running process's executable may serve the next ones. */
+static void session_plan_keep(const struct session_start *st)
+{
+        if (st->r == 0 && st->s->plan && st->planned && !st->req.exe && st->req.exe_fd < 0) {
+                if (!plan_cache)
+                        plan_cache = probe_plan_cache_new(PLAN_CACHE_FILES);
+                probe_plan_cache_put(plan_cache, st->s->plan);
+        }
+}
+
 static void session_plan_done(struct d9d *d, struct plan_job *job)
 {
         struct session_start *st = (struct session_start *)job;
 
+        if (!job->cancelled)
+                session_plan_keep(st);
         /* The links of this pid's last session are still going away (4,752
          * of them take up to a second): attaching now would wait for them
          * on the loop. The tick attaches once they are gone. */
@@ -921,6 +951,10 @@ int session_start(struct d9d *d, const struct session_request *req,
                 *why = r == -EBUSY ? dupf("pid %d is already being traced (detach it first)", req->pid)
                                    : not_yours(req);
         }
+        /* The same file planned before: no planner turn. */
+        if (r == 0 && plan && !req->exe && req->exe_fd < 0 &&
+            probe_plan_cache_get(plan_cache, st->s->pidfd_w.fd, req->pid, &st->s->plan) == 0)
+                plan = false;
         if (r == 0 && plan && (busy = planner_refuses(d->planner, req->peer_uid))) {
                 *why = dupf("%s", busy);
                 r = -EAGAIN;
@@ -1097,6 +1131,13 @@ json_t *session_status_json(const struct session *s)
                 "intervals", (json_int_t)s->offcpu_short.count, "total_ns", (json_int_t)s->offcpu_short.ns);
         if (j && s->privileged)
                 json_object_set_new(j, "discarded_privileged", json_integer((json_int_t)s->discarded));
+        json_object_set_new(j, "nspid", json_string(s->pid_chain));
+        json_object_set_new(j, "cgroup", json_string(s->cgroup));
+        if (s->rule[0]) {
+                json_object_set_new(j, "rule", json_string(s->rule));
+                if (s->exec_to_attach_ms >= 0)
+                        json_object_set_new(j, "exec_to_attach_ms", json_integer(s->exec_to_attach_ms));
+        }
         /* Stacks: unwound, not, off-CPU samples that say why they have none,
          * and those taken in d9d's own probes ([d9d uprobe], docs/stacks.md). */
         json_object_set_new(j, "stacks", json_pack("{s:I,s:I,s:I,s:I,s:I}",
@@ -1169,4 +1210,6 @@ void session_bpf_close(void)
                 log_info("waiting for the uprobe links of %zu detached target(s) to go", n);
         d9_bpf_close(shared_bpf);
         shared_bpf = NULL;
+        probe_plan_cache_free(plan_cache);
+        plan_cache = NULL;
 }

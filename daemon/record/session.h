@@ -41,6 +41,10 @@ struct session {
         uint64_t discarded;             /* records discarded for that reason */
         char service[128];
         char exe[4096];
+        char pid_chain[128];            /* NSpid: d9d's pid first, then each namespace's below */
+        char cgroup[1024];              /* cgroup v2 path at attach */
+        char rule[384];                 /* the auto-attach rule that started it, "" = d9ctl */
+        int64_t exec_to_attach_ms;      /* auto-attach on exec: from the exec to attached; -1 */
         int probes;                     /* enum d9_probe_bits mask asked for */
         uint64_t offcpu_min_us;         /* shorter off-CPU intervals only counted */
         bool expect_exec;               /* record -- CMD: the child execs once after attach */
@@ -77,6 +81,8 @@ struct session_request {
         uint64_t duration_ms;
         int64_t offcpu_min_us;          /* < 0: d9d's configured default */
         uid_t peer_uid;
+        const char *rule;               /* auto-attach: the rule that matched (NULL = a client) */
+        uint64_t exec_ns;               /* auto-attach: CLOCK_MONOTONIC of its exec, 0 = was running */
 };
 
 struct session_start;
@@ -108,6 +114,9 @@ void sessions_prune(struct d9d *d);
 void sessions_free_all(struct d9d *d);
 /* Detached targets whose BPF links are still being destroyed. */
 size_t session_bpf_teardowns_pending(void);
+/* Open the shared BPF objects now (else the first attach does, on the
+ * loop: over a second of verifier time). */
+int session_bpf_load(struct d9d *d);
 /* The shared BPF objects, opened on first attach; waits for the pending
  * teardowns. */
 void session_bpf_close(void);

@@ -27,7 +27,8 @@ def _die_with_parent():
 class D9d:
     """A d9d process private to one test."""
 
-    def __init__(self, d9d, d9ctl, settings=None, state=None):
+    def __init__(self, d9d, d9ctl, settings=None, state=None, conf=None):
+        """conf: d9d.conf text (keys that repeat, such as attach); else none."""
         self.d9d, self.d9ctl = d9d, d9ctl
         self.tmp = state or tempfile.mkdtemp(prefix="d9d-test-")
         os.chmod(self.tmp, 0o755)
@@ -35,9 +36,14 @@ class D9d:
         self.logpath = os.path.join(self.tmp, "d9d.log")
         self.settings = dict(settings or {})
         self.proc = None
+        self.conf = "/dev/null"
+        if conf is not None:
+            self.conf = os.path.join(self.tmp, "d9d.conf")
+            with open(self.conf, "w") as f:
+                f.write(conf)
 
     def start(self):
-        args = [self.d9d, "--config", "/dev/null", "--state-dir", self.tmp, "--socket", self.sock, "--foreground"]
+        args = [self.d9d, "--config", self.conf, "--state-dir", self.tmp, "--socket", self.sock, "--foreground"]
         for k, v in self.settings.items():
             args += ["--set", f"{k}={v}"]
         self.log = open(self.logpath, "a")
