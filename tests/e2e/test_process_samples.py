@@ -15,14 +15,13 @@ in a network namespace of its own (unshare --net): its listener is not in
 d9d's, so only entering the target's namespace can see it."""
 import json
 import os
-import re
-import signal
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
 from d9harness import D9d, Tap, dump_json_lines, dump_summary, sealed_files, wait_for  # noqa
+from d9harness import start_backlog_target, start_flood  # noqa
 
 D9D, D9CTL, TARGET = sys.argv[1:4]
 NETNS = len(sys.argv) > 4 and sys.argv[4] == "netns"
@@ -33,41 +32,6 @@ ACC_MS = 400
 # The test's own /proc read and d9d's are each stamped when they start; a
 # read of d9d's that started this long before the test's has ended by then.
 READ_MARGIN_NS = 20_000_000
-
-FLOOD = r"""
-import socket, sys, time
-conns = []
-for _ in range(int(sys.argv[2])):
-    s = socket.socket()
-    s.setblocking(False)
-    try:
-        s.connect(("127.0.0.1", int(sys.argv[1])))
-    except BlockingIOError:
-        pass
-    conns.append(s)
-print("flooding", flush=True)
-time.sleep(60)
-"""
-
-
-def start_backlog_target():
-    argv = [TARGET, "backlog", "--backlog", str(BACKLOG)]
-    if NETNS:
-        argv = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', *argv]
-    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    line = p.stdout.readline()
-    m = re.match(r"listening 127\.0\.0\.1:(\d+)", line)
-    return p, int(m.group(1)) if m else None
-
-
-def start_flood(pid, port):
-    argv = [sys.executable, "-c", FLOOD, str(port), str(CONNS)]
-    if NETNS:
-        argv = ["nsenter", "-t", str(pid), "-n", *argv]
-    f = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    f.stdout.readline()
-    return f
-
 
 def read_kv(path):
     out = {}
@@ -153,7 +117,7 @@ def check_reading(t, samples, reading, i):
 def main():
     t = Tap()
     d = D9d(D9D, D9CTL).start_or_bail(t)
-    target, port = start_backlog_target()
+    target, port = start_backlog_target(TARGET, BACKLOG, NETNS)
     flood = None
     try:
         if not port:
@@ -166,7 +130,7 @@ def main():
             t.bail("attach failed")
         t.ok(wait_for(lambda: d.status(target.pid)["targets"][0]["samples"]["accept_queues"] >= 2, 10),
              "accept-queue samples arrive")
-        flood = start_flood(target.pid, port)
+        flood = start_flood(target.pid, port, CONNS, NETNS)
         t_flood = time.monotonic_ns()
         readings = []
         for _ in range(6):
