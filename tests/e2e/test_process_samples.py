@@ -183,6 +183,12 @@ def main():
         t.ok(counts.get("ProcessResourceUsageEvent") == counts.get("D9ProcessResourcesEvent") ==
              final["samples"]["resources"] and counts.get("SocketAcceptQueueEvent") == final["samples"]["accept_queues"],
              f"status 'samples' counts what the trace holds ({final['samples']})", counts)
+        rep = subprocess.run([D9CTL, "report", "--json", *paths], capture_output=True, text=True)
+        proc = json.loads(rep.stdout).get("process", {}) if rep.returncode == 0 else {}
+        q = [x for x in proc.get("accept_queues", []) if x["local_port"] == port]
+        t.ok(proc.get("resource_samples") == final["samples"]["resources"] and q and q[0]["max_pending"] >= BACKLOG
+             and q[0]["samples_full"] >= 3 and q[0]["backlog_limit"] == BACKLOG,
+             "d9ctl report: the resource samples and the listener's fullest queue", rep.stdout[-800:] + rep.stderr)
         t.ok(final["samples"]["lost"] == 0 and "accept_queues_error" not in final["samples"]
              and "resources_error" not in final["samples"], "no sample lost, no sampling error", final["samples"])
     finally:

@@ -27,6 +27,11 @@ def check_common(t, d, paths, truth, counts):
     t.ok(paths and all(p.startswith(d.out) for p in paths), f"record printed {len(paths)} sealed paths in --out")
     for name in WANTED:
         t.ok(counts.get(name, 0) > 0, f"{name} present ({counts.get(name, 0)})")
+    # Resources are sampled by default, accept queues only when asked for.
+    t.ok(counts.get("ProcessResourceUsageEvent", 0) > 0 and
+         counts.get("ProcessResourceUsageEvent") == counts.get("D9ProcessResourcesEvent")
+         and not counts.get("SocketAcceptQueueEvent"),
+         f"resource samples by default ({counts.get('ProcessResourceUsageEvent', 0)}), no accept queues unasked")
     # One JSON dump per segment serves the metadata, sample-source and worker checks.
     meta, src, bad_worker, boxed, erased = None, {0: 0, 1: 0}, 0, 0, 0
     deep, tokio_syms = 0, 0
