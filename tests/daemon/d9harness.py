@@ -213,10 +213,10 @@ time.sleep(60)
 """
 
 
-def start_backlog_target(binary, backlog, netns=False):
+def start_backlog_target(binary, backlog, netns=False, extra=()):
     """d9-target backlog (accepts only after an 'accept' line on stdin), in
     a network namespace of its own if netns. Returns (proc, port or None)."""
-    argv = [binary, "backlog", "--backlog", str(backlog)]
+    argv = [binary, "backlog", "--backlog", str(backlog), *extra]
     if netns:
         argv = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', *argv]
     p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
