@@ -16,6 +16,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,20 +123,30 @@ static int cmp_tid(const void *a, const void *b)
         return x < y ? -1 : x > y;
 }
 
-/* Threads of the last sample missing from this one have exited: their
- * last counts go to the gone totals. Both lists are sorted by tid. */
-static void account_gone(struct proc_usage_threads *th, const struct proc_thread_switches *now, size_t n)
+/* Threads of the last sample missing from this one: exited, their last
+ * counts go to the gone totals; or, when this sample could not list every
+ * thread (cap), kept as they were (appended to now, which has room). Both
+ * lists are sorted by tid; returns now's new length. */
+static size_t account_gone(struct proc_usage_threads *th, struct proc_thread_switches *now, size_t n,
+                           bool complete)
 {
-        size_t j = 0;
+        size_t j = 0, out = n;
 
         for (size_t i = 0; i < th->n_seen; i++) {
                 while (j < n && now[j].tid < th->seen[i].tid)
                         j++;
                 if (j < n && now[j].tid == th->seen[i].tid)
                         continue;
+                if (!complete) {
+                        now[out++] = th->seen[i];
+                        continue;
+                }
                 th->gone_vol += th->seen[i].vol;
                 th->gone_invol += th->seen[i].invol;
         }
+        if (out != n)
+                qsort(now, out, sizeof(*now), cmp_tid);
+        return out;
 }
 
 static int read_switches(int proc_fd, struct proc_usage_threads *th, struct d9_process_usage *u)
@@ -144,6 +155,7 @@ static int read_switches(int proc_fd, struct proc_usage_threads *th, struct d9_p
         struct proc_thread_switches *now;
         struct dirent *de;
         size_t n = 0;
+        bool complete = true;
         DIR *dir;
 
         if (task_fd < 0)
@@ -153,15 +165,17 @@ static int read_switches(int proc_fd, struct proc_usage_threads *th, struct d9_p
                 close(task_fd);
                 return -errno;
         }
-        now = calloc(PROC_USAGE_THREADS_MAX, sizeof(*now));
+        /* Room for the threads stat counted and some born since. */
+        size_t cap = u->threads + 64 < PROC_USAGE_THREADS_MAX ? u->threads + 64 : PROC_USAGE_THREADS_MAX;
+        now = calloc(cap + th->n_seen, sizeof(*now));
         while (now && (de = readdir(dir))) {
                 char name[300], buf[8192];
 
                 if (de->d_name[0] < '1' || de->d_name[0] > '9')
                         continue;
-                if (n == PROC_USAGE_THREADS_MAX) {
-                        th->threads_unread++;
-                        continue;
+                if (n == cap) {
+                        complete = false;
+                        break;
                 }
                 snprintf(name, sizeof(name), "%s/status", de->d_name);
                 if (read_at(task_fd, name, buf, sizeof(buf)) < 0)
@@ -175,7 +189,7 @@ static int read_switches(int proc_fd, struct proc_usage_threads *th, struct d9_p
         if (!now)
                 return -ENOMEM;
         qsort(now, n, sizeof(*now), cmp_tid);
-        account_gone(th, now, n);
+        n = account_gone(th, now, n, complete);
         u->voluntary_context_switches = th->gone_vol;
         u->involuntary_context_switches = th->gone_invol;
         for (size_t i = 0; i < n; i++) {

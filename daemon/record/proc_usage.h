@@ -17,10 +17,11 @@ struct proc_usage_threads {
         } *seen;                        /* last sample's threads, by tid */
         size_t n_seen;
         uint64_t gone_vol, gone_invol;  /* of threads that exited since */
-        uint64_t threads_unread;        /* past PROC_USAGE_THREADS_MAX in one sample */
 };
 
-#define PROC_USAGE_THREADS_MAX 4096     /* threads whose switches one sample reads */
+/* Threads whose switches one sample reads; past it (or past the threads
+ * stat counted + 64) the others keep their last counts. */
+#define PROC_USAGE_THREADS_MAX 4096
 
 /* proc_fd: O_PATH|O_DIRECTORY fd of /proc/PID, opened while the caller's
  * pidfd proved the PID was the target's (reads fail with ESRCH once it has

@@ -465,6 +465,11 @@ static bool session_gained_privileges(struct session *s)
         return true;
 }
 
+bool session_sample_allowed(struct session *s)
+{
+        return !session_gained_privileges(s);
+}
+
 static int on_ring_record(void *ctx, const void *rec, size_t size)
 {
         struct session *s = ctx;

@@ -119,6 +119,9 @@ struct sample;
 int session_samples_start(struct session *s);
 void session_samples_stop(struct session *s);
 json_t *session_samples_json(const struct session *s);
+/* Whether a sample of the target may go into its trace now: not once it
+ * gained privileges (the credential check a non-root starter's records pass). */
+bool session_sample_allowed(struct session *s);
 /* A resource or accept-queue sample from the sampler (on the main loop). */
 void session_on_sample(struct d9d *d, const struct sample *smp);
 /* A sealing job finished (called on the main loop). */

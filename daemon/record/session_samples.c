@@ -68,6 +68,12 @@ void session_on_sample(struct d9d *d, const struct sample *smp)
         for (s = d->sessions; s && s->id != smp->session_id; s = s->next) {}
         if (!s || s->state != SESSION_RECORDING || !s->tr.enc)
                 return;
+        /* A setuid exec since the last check: the trace's reader may not
+         * see this process any more (the next tick ends the session). */
+        if (!session_sample_allowed(s)) {
+                s->discarded++;
+                return;
+        }
         s->samples.lost += smp->dropped;
         s->samples.listeners_unlisted += smp->listeners_unlisted;
         if (smp->dropped)
