@@ -4,7 +4,7 @@
  * D9ProcessResourcesEvent. A few per 100 ms: the generic path is enough. */
 #include <string.h>
 
-#include "enc_internal.h"
+#include "enc_int.h"
 
 #define V_U(x) { .u = (x) }
 

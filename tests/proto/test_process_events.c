@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "d9proto.h"
-#include "tap.h"
+#include "../tap.h"
 
 struct want {
         const char *event;
