@@ -26,6 +26,7 @@
 #include "daemon/core/notify.h"
 #include "daemon/record/autoattach.h"
 #include "daemon/record/planner.h"
+#include "daemon/record/sampler.h"
 #include "daemon/core/preflight.h"
 #include "daemon/seal/recover.h"
 #include "daemon/seal/sealer.h"
@@ -180,6 +181,8 @@ static void shutdown_all(struct d9d *d)
         notify_stopping("sealing segments");
         for (struct session *s = d->sessions; s; s = s->next)
                 session_end(s, "d9d stopping");
+        sampler_stop(d->sampler);       /* no session samples any more */
+        d->sampler = NULL;
         planner_stop(d->planner);       /* attaches still planning are answered and dropped */
         session_starts_resume(d);       /* and those planned, waiting for a teardown */
         d->planner = NULL;
@@ -392,6 +395,11 @@ int main(int argc, char **argv)
         r = planner_start(&d, &d.planner);
         if (r < 0) {
                 log_error("cannot start the planning thread: %s", strerror(-r));
+                return 1;
+        }
+        r = sampler_start(&d, session_on_sample, &d.sampler);
+        if (r < 0) {
+                log_error("cannot start the sampling thread: %s", strerror(-r));
                 return 1;
         }
         r = start_shipper(&d);

@@ -166,6 +166,7 @@ static json_t *cmd_attach(struct d9d *d, const struct peer *p, json_t *req)
         json_t *dur = json_object_get(req, "duration_ms"), *probes = json_object_get(req, "probes");
         json_t *exe = json_object_get(req, "exe"), *offcpu = json_object_get(req, "offcpu_min_us");
         json_t *exe_fd = json_object_get(req, "exe_fd");
+        json_t *acc = json_object_get(req, "accept_queues"), *res = json_object_get(req, "resources_interval_ms");
         const char *bad = NULL;
         char *why = NULL;
         int r;
@@ -180,6 +181,13 @@ static json_t *cmd_attach(struct d9d *d, const struct peer *p, json_t *req)
                 return d9c_error("\"offcpu_min_us\" must be an integer from 0 to %llu",
                                  (unsigned long long)D9_OFFCPU_MIN_US_MAX);
         sr.offcpu_min_us = offcpu ? json_integer_value(offcpu) : -1;
+        if (acc && !json_is_boolean(acc))
+                return d9c_error("\"accept_queues\" must be true or false");
+        sr.accept_queues = acc && json_is_true(acc);
+        if (res && (!json_is_integer(res) || json_integer_value(res) < 0 || json_integer_value(res) > 60000 ||
+                    (json_integer_value(res) > 0 && json_integer_value(res) < 10)))
+                return d9c_error("\"resources_interval_ms\" must be 0 (off) or from 10 to 60000");
+        sr.resources_every_ms = res ? json_integer_value(res) : -1;
         if (probes && !json_is_string(probes))
                 return d9c_error("\"probes\" must be a string");
         sr.probes = d9c_parse_probes(probes ? json_string_value(probes) : NULL, &bad);

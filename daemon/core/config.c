@@ -41,6 +41,9 @@ void config_defaults(struct d9d_config *cfg)
         /* A busy server blocks for microseconds thousands of times a
          * second; recording each costs it more than the 2 % we allow. */
         cfg->offcpu_min_us = 1000;
+        /* dial9's own periods: getrusage every 100 ms, sock_diag every 400 ms. */
+        cfg->resources_every_ms = 100;
+        cfg->accept_queues_every_ms = 400;
         /* Sealing waits for it: a segment is sealed late, never lost. */
         cfg->debuginfod_timeout_ms = 10 * 1000;
         ship_config_init(&cfg->ship);
@@ -165,6 +168,13 @@ int config_set(struct d9d_config *cfg, const char *key, const char *value, const
         if (!strcmp(key, "offcpu_min")) {
                 *why = "expected a duration up to 10s such as 1ms or 500us (0: record every off-CPU interval)";
                 return d9_parse_offcpu_min_us(value, &cfg->offcpu_min_us) < 0 ? -EINVAL : 0;
+        }
+        if (!strcmp(key, "resources_interval") || !strcmp(key, "accept_queues_interval")) {
+                *why = "expected a duration between 10ms and 60s such as 100ms (resources_interval: 0 = off)";
+                if (d9_parse_duration_ms(value, &v) < 0 || v > 60000 || (v < 10 && (v || key[0] == 'a')))
+                        return -EINVAL;
+                *(key[0] == 'r' ? &cfg->resources_every_ms : &cfg->accept_queues_every_ms) = v;
+                return 0;
         }
         if (!strcmp(key, "debug_dirs")) {
                 *why = "expected absolute folders separated by ':'";

@@ -43,6 +43,8 @@ struct d9d_config {
         unsigned sample_hz;             /* on-CPU stack sampling rate */
         uint64_t ring_bytes;            /* per-target BPF ring buffer (power of 2) */
         uint64_t offcpu_min_us;         /* shorter off-CPU intervals: counted, not recorded */
+        uint64_t resources_every_ms;    /* process resource samples (0 = none) */
+        uint64_t accept_queues_every_ms; /* accept-queue samples, for attaches that ask */
         char service[128];              /* "" = derive from the executable name */
         char debug_dirs[4096];          /* ':'-separated extra debug file folders */
         char debuginfod_urls[4096];     /* "" = ask no debuginfod server */

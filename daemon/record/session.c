@@ -200,9 +200,9 @@ static json_t *plan_to_json(const struct session *s)
 }
 
 struct session_meta {
-        char pid[24], start[24], probes[96], plan[512], hz[16], ns_pid[16];
+        char pid[24], start[24], probes[96], plan[512], hz[16], ns_pid[16], res_ms[24], acc_ms[24];
         struct tr_runtimes runtimes;
-        struct d9_kv kv[21 + TR_MAX_RUNTIMES];
+        struct d9_kv kv[23 + TR_MAX_RUNTIMES];
         uint32_t n;
 };
 
@@ -249,6 +249,15 @@ static void session_meta_build(const struct session *s, struct session_meta *m)
                                 off += (size_t)snprintf(m->plan + off, sizeof(m->plan) - off, "%s%s=%u",
                                                         off ? "," : "", probe_kind_name((enum probe_kind)k), count[k]);
                 m->kv[m->n++] = (struct d9_kv){ "probe_plan", m->plan };
+        }
+        /* The sampling periods of the resource and accept-queue events. */
+        if (s->resources_every_ms) {
+                snprintf(m->res_ms, sizeof(m->res_ms), "%llu", (unsigned long long)s->resources_every_ms);
+                m->kv[m->n++] = (struct d9_kv){ "resources_interval_ms", m->res_ms };
+        }
+        if (s->accept_queues) {
+                snprintf(m->acc_ms, sizeof(m->acc_ms), "%llu", (unsigned long long)s->d->cfg.accept_queues_every_ms);
+                m->kv[m->n++] = (struct d9_kv){ "accept_queues_interval_ms", m->acc_ms };
         }
         m->kv[m->n++] = (struct d9_kv){ "d9d_version", D9_VERSION };
         /* dial9's runtime.<name>: each runtime's worker ids. */
@@ -444,6 +453,11 @@ static bool session_gained_privileges(struct session *s)
         return true;
 }
 
+bool session_sample_allowed(struct session *s)
+{
+        return !session_gained_privileges(s);
+}
+
 static int on_ring_record(void *ctx, const void *rec, size_t size)
 {
         struct session *s = ctx;
@@ -633,6 +647,8 @@ static void session_free(struct session *s)
                 close(s->status_fd);
         if (s->root_fd >= 0)
                 close(s->root_fd);
+        if (s->proc_fd >= 0)
+                close(s->proc_fd);
         free(s->creds);
         segment_writer_destroy(&s->seg);
         translate_destroy(&s->tr);
@@ -710,7 +726,11 @@ static struct session *session_new(struct d9d *d, const struct session_request *
         s->pidfd_w.fd = -1;
         s->status_fd = -1;
         s->root_fd = -1;
+        s->proc_fd = -1;
         s->seg.fd = -1;
+        s->resources_every_ms = req->resources_every_ms >= 0 ? (uint64_t)req->resources_every_ms
+                                                              : d->cfg.resources_every_ms;
+        s->accept_queues = req->accept_queues;
         s->probes = req->probes;
         s->offcpu_min_us = req->offcpu_min_us >= 0 ? (uint64_t)req->offcpu_min_us : d->cfg.offcpu_min_us;
         s->expect_exec = req->exe != NULL || req->exe_fd >= 0;
@@ -759,6 +779,10 @@ static int session_check_target(struct session *s, const struct session_request 
                 snprintf(path, sizeof(path), "/proc/%d/root", req->pid);
                 s->root_fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC); /* -1: plain paths at seal time */
                 r = session_read_placement(s);
+                /* The sampler's reads go below this fd (openat, O_NOFOLLOW),
+                 * never through the PID again: it names this process only. */
+                snprintf(path, sizeof(path), "/proc/%d", req->pid);
+                s->proc_fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
         }
         if (r == 0 && pidfd_alive(s->pidfd_w.fd) < 0)
                 r = -ESRCH;
@@ -838,6 +862,9 @@ static int session_start_attach(struct session *s, const struct session_request 
         if (req->exec_ns)
                 s->exec_to_attach_ms = (int64_t)(d9_now_ns() - req->exec_ns) / 1000000;
         s->plan_json = plan_to_json(s);
+        r = session_samples_start(s);
+        if (r < 0)
+                log_warn("pid %d: resources and accept queues not sampled: %s", s->pid, strerror(-r));
         session_link(s->d, s);
         log_info("pid %d (%s): attached, %zu uprobes, writing %s", s->pid, s->service,
                  d9_bpf_target_n_attached(s->bpf), dir);
@@ -1041,6 +1068,7 @@ void session_end(struct session *s, const char *reason)
                 d9_bpf_detach_target(s->bpf);
                 s->bpf = NULL;
         }
+        session_samples_stop(s);
         session_snapshot_maps(s);      /* the last chance: the pidfd goes next */
         if (s->pidfd_w.fd >= 0) {
                 d9d_watch_del(s->d, &s->pidfd_w);
@@ -1058,6 +1086,10 @@ void session_end(struct session *s, const char *reason)
         if (s->root_fd >= 0) {
                 close(s->root_fd);
                 s->root_fd = -1;
+        }
+        if (s->proc_fd >= 0) {
+                close(s->proc_fd);
+                s->proc_fd = -1;
         }
         /* Finished sessions stay listed (up to FINISHED_KEPT) for status. */
         translate_release(&s->tr);
@@ -1145,6 +1177,7 @@ json_t *session_status_json(const struct session *s)
                 "offcpu_without_stack", (json_int_t)s->tr.offcpu_no_stack,
                 "in_d9d_probes", (json_int_t)s->tr.probe_stacks,
                 "frames_outside_mappings", (json_int_t)s->tr.frames_outside));
+        json_object_set_new(j, "samples", session_samples_json(s));
         /* Ended sessions: the length of the recording; live ones: so far. */
         uint64_t until = s->state == SESSION_RECORDING ? d9_now_ms() : s->ended_ms;
         json_object_set_new(j, "started_unix_ms", json_integer((json_int_t)s->started_unix_ms));

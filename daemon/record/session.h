@@ -36,6 +36,8 @@ struct session {
         uid_t starter_uid;              /* the peer that attached (may detach, sees it) */
         int status_fd;                  /* /proc/PID/status, for peers other than root */
         int root_fd;                    /* /proc/PID/root (O_PATH), taken with the pidfd valid */
+        int proc_fd;                    /* /proc/PID (O_PATH), taken with the pidfd valid:
+                                         * the sampler reads below it */
         char *creds;                    /* its Uid/Gid/Groups/Cap lines at attach */
         bool privileged;                /* gained privileges: records discarded from now */
         uint64_t discarded;             /* records discarded for that reason */
@@ -47,6 +49,14 @@ struct session {
         int64_t exec_to_attach_ms;      /* auto-attach on exec: from the exec to attached; -1 */
         int probes;                     /* enum d9_probe_bits mask asked for */
         uint64_t offcpu_min_us;         /* shorter off-CPU intervals only counted */
+        uint64_t resources_every_ms;    /* process resource samples (0: none) */
+        bool accept_queues;             /* accept-queue samples asked for */
+        struct session_samples {        /* what the sampler delivered, for status */
+                uint64_t resources, accept_queues; /* samples written */
+                uint64_t lost;          /* not written: the sampler's queue was full */
+                uint64_t listeners_unlisted;
+                char resources_error[96], accept_queues_error[96]; /* why a kind stopped */
+        } samples;
         bool expect_exec;               /* record -- CMD: the child execs once after attach */
         enum session_state state;
         char end_reason[128];
@@ -80,6 +90,8 @@ struct session_request {
         int probes;
         uint64_t duration_ms;
         int64_t offcpu_min_us;          /* < 0: d9d's configured default */
+        int64_t resources_every_ms;     /* < 0: d9d's configured default; 0: none */
+        bool accept_queues;             /* sample the target's listeners' accept queues */
         uid_t peer_uid;
         const char *rule;               /* auto-attach: the rule that matched (NULL = a client) */
         uint64_t exec_ns;               /* auto-attach: CLOCK_MONOTONIC of its exec, 0 = was running */
@@ -107,6 +119,17 @@ void session_end(struct session *s, const char *reason);
 void session_tick(struct session *s, uint64_t now_ms);
 struct session *session_find(struct d9d *d, pid_t pid, bool live_only);
 json_t *session_status_json(const struct session *s);
+struct sample;
+/* session_samples.c: register with / leave the sampler (at attach, at end),
+ * and the "samples" object of status. */
+int session_samples_start(struct session *s);
+void session_samples_stop(struct session *s);
+json_t *session_samples_json(const struct session *s);
+/* Whether a sample of the target may go into its trace now: not once it
+ * gained privileges (the credential check a non-root starter's records pass). */
+bool session_sample_allowed(struct session *s);
+/* A resource or accept-queue sample from the sampler (on the main loop). */
+void session_on_sample(struct d9d *d, const struct sample *smp);
 /* A sealing job finished (called on the main loop). */
 void session_on_sealed(struct d9d *d, struct seal_job *job);
 /* Drop finished sessions older than finished_keep, and beyond the most recent few. */

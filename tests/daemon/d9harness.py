@@ -199,3 +199,43 @@ def active_files(root):
     for dirpath, _, files in os.walk(root):
         out += [os.path.join(dirpath, f) for f in files if f.endswith(".active")]
     return sorted(out)
+
+
+# Opens CONNS non-blocking connections to 127.0.0.1:PORT and holds them:
+# those the listener's accept queue cannot take stay in SYN retry.
+_FLOOD = r"""
+import socket, sys, time
+conns = []
+for _ in range(int(sys.argv[2])):
+    s = socket.socket()
+    s.setblocking(False)
+    try:
+        s.connect(("127.0.0.1", int(sys.argv[1])))
+    except BlockingIOError:
+        pass
+    conns.append(s)
+print("flooding", flush=True)
+time.sleep(60)
+"""
+
+
+def start_backlog_target(binary, backlog, netns=False, extra=()):
+    """d9-target backlog (accepts only after an 'accept' line on stdin), in
+    a network namespace of its own if netns. Returns (proc, port or None)."""
+    argv = [binary, "backlog", "--backlog", str(backlog), *extra]
+    if netns:
+        argv = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', *argv]
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    m = re.match(r"listening 127\.0\.0\.1:(\d+)", p.stdout.readline())
+    return p, int(m.group(1)) if m else None
+
+
+def start_flood(pid, port, conns, netns=False):
+    """A process holding conns connections to the target's port (from inside
+    the target's network namespace if netns), started once they are open."""
+    argv = [sys.executable, "-c", _FLOOD, str(port), str(conns)]
+    if netns:
+        argv = ["nsenter", "-t", str(pid), "-n", *argv]
+    f = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    f.stdout.readline()
+    return f
