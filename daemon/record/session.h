@@ -43,6 +43,8 @@ struct session {
         char exe[4096];
         int probes;                     /* enum d9_probe_bits mask asked for */
         uint64_t offcpu_min_us;         /* shorter off-CPU intervals only counted */
+        bool wakes_sampled;             /* wake points attached WAKE_ON_TICKS of */
+        unsigned wake_tick;             /* every WAKE_PERIOD_TICKS session ticks */
         bool expect_exec;               /* record -- CMD: the child execs once after attach */
         enum session_state state;
         char end_reason[128];
@@ -76,6 +78,7 @@ struct session_request {
         int probes;
         uint64_t duration_ms;
         int64_t offcpu_min_us;          /* < 0: d9d's configured default */
+        bool wakes_exact;               /* wake points attached all the time */
         uid_t peer_uid;
 };
 

@@ -76,7 +76,7 @@ def run_pid(t, d):
     tgt = start_target(TARGET, "mixed", "--duration", "16")
     time.sleep(0.5)
     t0 = time.time()
-    r = d.ctl("record", "--pid", str(tgt.pid), "--duration", "10s", "--out", d.out)
+    r = d.ctl("record", "--probes", "all", "--pid", str(tgt.pid), "--duration", "10s", "--out", d.out)
     took = time.time() - t0
     truth = target_truth(tgt)
     t.ok(r.returncode == 0, f"record --pid --duration 10s succeeded in {took:.1f} s", r.stderr)
@@ -97,7 +97,7 @@ def run_pid(t, d):
 
 
 def run_cmd(t, d):
-    r = d.ctl("record", "--duration", "30s", "--out", d.out, "--", TARGET, "mixed", "--flavor", FLAVOR,
+    r = d.ctl("record", "--probes", "all", "--duration", "30s", "--out", d.out, "--", TARGET, "mixed", "--flavor", FLAVOR,
               "--duration", "4")
     truth = None
     for line in r.stderr.splitlines():

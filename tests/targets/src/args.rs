@@ -4,7 +4,7 @@ use std::time::Duration;
 
 pub const USAGE: &str = "usage: d9-target server|load|mixed|pool|runtimes|deep [--flavor multi-thread|current-thread] \
 [--workers N] [--thread-name NAME] [--listen ADDR] [--connect ADDR] [--conns N] [--duration SECS] \
-[--start-delay SECS] [--wait-stdin]";
+[--start-delay SECS] [--wait-stdin] [--work-us N]";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -45,6 +45,9 @@ pub struct Args {
     pub duration: Option<Duration>,
     pub start_delay_ms: u64,
     pub wait_stdin: bool,
+    /// server: real work per request (parse, hash, a timer, sometimes a
+    /// spawn_blocking), about this many µs; 0: a bare echo.
+    pub work_us: u64,
 }
 
 fn parse_secs(flag: &str, v: &str) -> Result<Duration, String> {
@@ -83,6 +86,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         duration: None,
         start_delay_ms: 0,
         wait_stdin: false,
+        work_us: 0,
     };
     while let Some(flag) = it.next() {
         if flag == "--wait-stdin" {
@@ -105,6 +109,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--conns" => a.conns = parse_count(&flag, &v)?,
             "--duration" => a.duration = Some(parse_secs(&flag, &v)?),
             "--start-delay" => a.start_delay_ms = parse_secs(&flag, &v)?.as_millis() as u64,
+            "--work-us" => a.work_us = parse_count(&flag, &v)? as u64,
             _ => return Err(format!("unknown option '{flag}'")),
         }
     }
