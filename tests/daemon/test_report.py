@@ -37,7 +37,7 @@ def stripped_once_symbolized(t, d, out):
     exe = os.path.join(out, "bin", os.path.basename(STRIPPED))
     os.makedirs(os.path.dirname(exe))
     shutil.copy2(STRIPPED, exe)
-    r = d.ctl("record", "--duration", "40s", "--out", out + "/stripped", "--", exe, "mixed", "--duration", "6")
+    r = d.ctl("record", "--probes", "all", "--duration", "40s", "--out", out + "/stripped", "--", exe, "mixed", "--duration", "6")
     paths = r.stdout.split()
     t.ok(r.returncode == 0 and paths, "recorded the stripped build", r.stderr)
     if not paths:
