@@ -68,6 +68,12 @@ static struct elf_share *elf_shares;
 struct unwinder {
         pid_t pid;
         Dwfl *dwfl;
+        /* unwinder_link_vaddr's last module with the asked build-id:
+         * [lv_lo, lv_hi) maps to link-time addresses by lv_bias. Every user
+         * frame of every stack is looked up (daemon/record/long_poll.c), and
+         * a module lookup plus build-id check per frame slowed the drain. */
+        uint64_t lv_lo, lv_hi, lv_bias;
+        const char *lv_build_id;
         Dwfl_Callbacks callbacks;
         char *debug_file;
         int mem_fd;
@@ -367,6 +373,7 @@ static int dwfl_load(struct unwinder *u)
         if (!dwfl)
                 return -ENOMEM;
         u->dwfl = dwfl;
+        u->lv_hi = 0;           /* the maps may have moved */
         dwfl_report_begin(dwfl);
         r = dwfl_linux_proc_report(dwfl, u->pid);
         dwfl_report_end(dwfl, NULL, NULL);
@@ -785,13 +792,24 @@ int unwinder_link_vaddr(struct unwinder *u, uint64_t addr, const char *build_id,
         Dwarf_Addr bias = 0;
         int r = -ENOENT;
 
+        Dwarf_Addr lo = 0, hi = 0;
+
         if (!u->dwfl)
                 return -ENOENT;
+        if (u->lv_hi && build_id == u->lv_build_id && addr >= u->lv_lo && addr < u->lv_hi) {
+                *vaddr = addr - u->lv_bias;
+                return 0;
+        }
         active = u;
         mod = dwfl_addrmodule(u->dwfl, addr);
         if (mod && module_has_build_id(mod, build_id) && dwfl_module_getelf(mod, &bias)) {
                 *vaddr = addr - bias;
                 r = 0;
+                dwfl_module_info(mod, NULL, &lo, &hi, NULL, NULL, NULL, NULL);
+                u->lv_lo = lo;
+                u->lv_hi = hi;
+                u->lv_bias = bias;
+                u->lv_build_id = build_id;
         }
         active = NULL;
         return r;
