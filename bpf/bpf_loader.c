@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,6 +38,9 @@ struct d9_bpf {
         size_t n_sched_links;
         int *perf_fds;
         size_t n_perf_fds;
+        int *run_fds;                   /* the run ticks' events, one per CPU, */
+        size_t n_run_fds;               /* enabled while run_users > 0 */
+        unsigned run_users;             /* attached targets with D9_PROBE_RUNS */
         bool multi;
         size_t ring_bytes;
         int ring_tmpl_fd;
@@ -78,6 +82,14 @@ struct d9_bpf_target {
         bool in_rings, in_targets;      /* this target's entries were inserted (not another's) */
         d9_bpf_record_fn on_record;
         void *ctx;
+        bool runs;                      /* counted in bpf->run_users */
+        bool unpark_at_resume;          /* no uretprobe on the park functions */
+        /* wakes_switchable: the wake points, where, and their own links
+         * (none while off) */
+        struct point_set *wake_set;
+        char *wake_path;
+        struct bpf_link **wake_links;
+        size_t n_wake_links;
 };
 
 static uint64_t now_ns(void)
@@ -149,41 +161,70 @@ static int push_sched_link(struct d9_bpf *bpf, struct bpf_link *link)
         return 0;
 }
 
-/* System-wide CPU-clock events, one per CPU; the BPF program keeps only
- * samples of target threads. */
-static int open_cpu_sampling(struct d9_bpf *bpf, unsigned hz)
+/* System-wide CPU-clock events, one per CPU, running prog: at `hz` (freq
+ * mode), or every `period_ns` of CPU time and opened disabled (hz 0). The
+ * BPF program keeps only ticks of target threads. */
+static int open_cpu_clock(struct d9_bpf *bpf, struct bpf_program *prog, unsigned hz, uint64_t period_ns,
+                          int **fds, size_t *n_fds)
 {
         int ncpu = libbpf_num_possible_cpus();
         int r;
 
         if (ncpu < 0)
                 return ncpu;
-        bpf->perf_fds = calloc((size_t)ncpu, sizeof(int));
-        if (!bpf->perf_fds)
+        *fds = calloc((size_t)ncpu, sizeof(int));
+        if (!*fds)
                 return -ENOMEM;
         for (int cpu = 0; cpu < ncpu; cpu++) {
                 struct perf_event_attr attr = {
                         .type = PERF_TYPE_SOFTWARE,
                         .size = sizeof(attr),
                         .config = PERF_COUNT_SW_CPU_CLOCK,
-                        .freq = 1,
-                        .sample_freq = hz,
+                        .freq = hz != 0,
+                        .disabled = hz == 0,
                 };
-                int fd = (int)syscall(SYS_perf_event_open, &attr, -1, cpu, -1,
-                                      PERF_FLAG_FD_CLOEXEC);
+                int fd;
 
+                if (hz)
+                        attr.sample_freq = hz;
+                else
+                        attr.sample_period = period_ns;
+                fd = (int)syscall(SYS_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC);
                 if (fd < 0) {
                         if (errno == ENODEV)    /* possible but offline */
                                 continue;
                         return -errno;
                 }
-                bpf->perf_fds[bpf->n_perf_fds++] = fd;
-                r = push_sched_link(bpf, bpf_program__attach_perf_event(
-                                                 bpf->sched->progs.d9_cpu_sample, fd));
+                (*fds)[(*n_fds)++] = fd;
+                r = push_sched_link(bpf, bpf_program__attach_perf_event(prog, fd));
                 if (r < 0)
                         return r;
         }
         return 0;
+}
+
+static int open_cpu_sampling(struct d9_bpf *bpf, unsigned hz, unsigned run_us)
+{
+        int r = open_cpu_clock(bpf, bpf->sched->progs.d9_cpu_sample, hz, 0, &bpf->perf_fds, &bpf->n_perf_fds);
+
+        if (r == 0)
+                r = open_cpu_clock(bpf, bpf->sched->progs.d9_cpu_sample, 0, (uint64_t)run_us * 1000,
+                                   &bpf->run_fds, &bpf->n_run_fds);
+        return r;
+}
+
+/* The fast ticks cost every CPU an interrupt per period even when nothing
+ * is traced: they run only while some target asked for them. */
+static void run_sampling_use(struct d9_bpf *bpf, bool on)
+{
+        static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+        unsigned long req = on ? PERF_EVENT_IOC_ENABLE : PERF_EVENT_IOC_DISABLE;
+
+        pthread_mutex_lock(&lock);
+        if (on ? bpf->run_users++ == 0 : --bpf->run_users == 0)
+                for (size_t i = 0; i < bpf->n_run_fds; i++)
+                        ioctl(bpf->run_fds[i], req, 0);
+        pthread_mutex_unlock(&lock);
 }
 
 /* The inner map of d9_rings fixes every target ring's size: give libbpf a
@@ -200,7 +241,7 @@ static int set_ring_template(struct d9_bpf *bpf, struct bpf_map *outer)
         return bpf_map__set_inner_map_fd(outer, bpf->ring_tmpl_fd);
 }
 
-static int load_sched(struct d9_bpf *bpf)
+static int load_sched(struct d9_bpf *bpf, uint64_t run_period_ns)
 {
         struct bpf_program *progs[4];
         int r;
@@ -211,6 +252,7 @@ static int load_sched(struct d9_bpf *bpf)
         r = set_ring_template(bpf, bpf->sched->maps.d9_rings);
         if (r < 0)
                 return r;
+        bpf->sched->rodata->d9_run_period_ns = run_period_ns;
         r = d9_sched__load(bpf->sched);
         if (r < 0)
                 return r;
@@ -281,15 +323,15 @@ int d9_bpf_open(const struct d9_bpf_opts *opts, struct d9_bpf **out)
         bpf->ring_tmpl_fd = -1;
         libbpf_set_print(opts->libbpf_log ? libbpf_warnings : libbpf_quiet);
         bpf->multi = !opts->force_per_probe && probe_uprobe_multi();
-        r = load_sched(bpf);
+        r = load_sched(bpf, (uint64_t)(opts->run_sample_us ? opts->run_sample_us : D9_RUN_SAMPLE_US_DEFAULT) * 1000);
         if (r == 0)
                 r = load_tokio(bpf);
         if (bpf->ring_tmpl_fd >= 0)
                 close(bpf->ring_tmpl_fd);
         bpf->ring_tmpl_fd = -1;
         if (r == 0 && !opts->no_cpu_sampling)
-                r = open_cpu_sampling(bpf, opts->sample_hz ? opts->sample_hz
-                                                           : D9_DEFAULT_SAMPLE_HZ);
+                r = open_cpu_sampling(bpf, opts->sample_hz ? opts->sample_hz : D9_DEFAULT_SAMPLE_HZ,
+                                      opts->run_sample_us ? opts->run_sample_us : D9_RUN_SAMPLE_US_DEFAULT);
         if (r < 0) {
                 d9_bpf_close(bpf);
                 return r;
@@ -307,8 +349,11 @@ void d9_bpf_close(struct d9_bpf *bpf)
                 bpf_link__destroy(bpf->sched_links[i]);
         for (size_t i = 0; i < bpf->n_perf_fds; i++)
                 close(bpf->perf_fds[i]);
+        for (size_t i = 0; i < bpf->n_run_fds; i++)
+                close(bpf->run_fds[i]);
         free(bpf->sched_links);
         free(bpf->perf_fds);
+        free(bpf->run_fds);
         d9_tokio__destroy(bpf->tokio);
         d9_sched__destroy(bpf->sched);
         free(bpf);
@@ -465,11 +510,29 @@ static int attach_uprobes(struct d9_bpf_target *t, const struct probe_plan *plan
                 collect(sets, plan, PROBE_SPAWN, D9_POINT_SPAWN, false);
         if (probes & D9_PROBE_TERMINATE)
                 collect(sets, plan, PROBE_COMPLETE, D9_POINT_TERMINATE, false);
-        if (probes & D9_PROBE_WAKE)
+        if ((probes & D9_PROBE_WAKE) && !t->wake_set)
                 collect(sets, plan, PROBE_WAKE, D9_POINT_WAKE, false);
+        if (t->wake_set) {
+                struct point_set ws[2] = {
+                        *t->wake_set,
+                        { calloc(cap, sizeof(unsigned long)), calloc(cap, sizeof(__u64)), 0 },
+                };
+
+                if (!ws[1].offs || !ws[1].cookies) {
+                        free(ws[1].offs);
+                        free(ws[1].cookies);
+                        goto out;
+                }
+                collect(ws, plan, PROBE_WAKE, D9_POINT_WAKE, false);
+                *t->wake_set = ws[0];
+                t->n_attached += ws[0].n;
+                free(ws[1].offs);
+                free(ws[1].cookies);
+        }
         if (probes & D9_PROBE_PARK) {
                 collect(sets, plan, PROBE_PARK, D9_POINT_PARK, false);
-                collect(sets, plan, PROBE_UNPARK_RETURN, D9_POINT_UNPARK, false);
+                if (!t->unpark_at_resume)
+                        collect(sets, plan, PROBE_UNPARK_RETURN, D9_POINT_UNPARK, false);
         }
         /* Returns first: a poll entered between the two attaches must not
          * miss its end (an end without a start is ignored in BPF). */
@@ -479,6 +542,10 @@ static int attach_uprobes(struct d9_bpf_target *t, const struct probe_plan *plan
         r = attach_set(t, path, &sets[1], true);
         if (r == 0)
                 r = attach_set(t, path, &sets[0], false);
+        if (r == 0 && t->wake_set && !(t->wake_path = strdup(path)))
+                r = -ENOMEM;
+        if (r == 0 && t->wake_set)
+                r = d9_bpf_target_set_wakes(t, true);
         if (r < 0)
                 set_err(err, "cannot attach %zu Tokio probes to PID %d (%s): %s",
                         sets[0].n + sets[1].n, t->pid, plan->exe_path, strerror(-r));
@@ -580,6 +647,7 @@ static int install_target(struct d9_bpf_target *t, const struct probe_plan *plan
                 .slot = t->slot,
                 .probes = o->probes,
                 .entry_only = t->poll_end == D9_POLL_END_ENTRY_ONLY,
+                .unpark_at_resume = (o->probes & D9_PROBE_PARK) && o->unpark_at_resume,
                 .dyn_poll_slot = plan ? plan->dyn_future_poll_slot : 0,
                 .stack = o->stack,
                 .offcpu_min_ns = o->offcpu_min_ns,
@@ -660,6 +728,7 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
         t->poll_end = choose_poll_end(plan, o->probes, o->poll_end);
         t->on_record = o->on_record;
         t->ctx = o->ctx;
+        t->unpark_at_resume = o->unpark_at_resume;
         /* Links of an earlier session on this pid may still be going away:
          * they would feed the new config (with their own probe set). */
         teardowns_reap(bpf, false, pid);
@@ -684,6 +753,24 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
                 set_err(err, "cannot set up the ring buffer for PID %d: %s%s", (int)pid,
                         strerror(-r), r == -EEXIST ? " (already traced)" : "");
                 goto fail;
+        }
+        if (o->probes & D9_PROBE_RUNS) {
+                t->runs = true;
+                run_sampling_use(bpf, true);
+        }
+        if (plan && o->wakes_switchable && (o->probes & D9_PROBE_WAKE)) {
+                size_t cap = plan->n_points + 1;
+
+                t->wake_set = calloc(1, sizeof(*t->wake_set));
+                if (t->wake_set) {
+                        t->wake_set->offs = calloc(cap, sizeof(unsigned long));
+                        t->wake_set->cookies = calloc(cap, sizeof(__u64));
+                }
+                if (!t->wake_set || !t->wake_set->offs || !t->wake_set->cookies) {
+                        r = -ENOMEM;
+                        set_err(err, "cannot trace PID %d: out of memory", (int)pid);
+                        goto fail;
+                }
         }
         t0 = now_ns();
         if (plan)
@@ -797,6 +884,69 @@ bool d9_bpf_teardown_pending_for(struct d9_bpf *bpf, pid_t pid)
         return false;
 }
 
+/* Hand links to a teardown thread (the target keeps its slot). */
+static int links_release(struct d9_bpf *bpf, pid_t pid, struct bpf_link **links, size_t n)
+{
+        struct teardown *td = calloc(1, sizeof(*td));
+
+        if (!td) {
+                destroy_links(links, n);
+                free(links);
+                return 0;
+        }
+        td->pid = pid;
+        td->slot = UINT32_MAX;
+        td->links = links;
+        td->n_links = n;
+        td->started = pthread_create(&td->th, NULL, teardown_run, td) == 0;
+        if (!td->started) {
+                destroy_links(td->links, td->n_links);
+                td->done = true;
+        }
+        td->next = bpf->teardowns;
+        bpf->teardowns = td;
+        return 0;
+}
+
+bool d9_bpf_target_wakes_on(const struct d9_bpf_target *t)
+{
+        return t->n_wake_links > 0;
+}
+
+int d9_bpf_target_set_wakes(struct d9_bpf_target *t, bool on)
+{
+        size_t before = t->n_links, n_attached = t->n_attached;
+        int r;
+
+        if (!t->wake_set || !t->wake_set->n || t->td || on == (t->n_wake_links > 0))
+                return 0;
+        if (!on) {
+                r = links_release(t->bpf, t->pid, t->wake_links, t->n_wake_links);
+                t->wake_links = NULL;
+                t->n_wake_links = 0;
+                return r;
+        }
+        teardowns_reap(t->bpf, false, 0);
+        r = attach_set(t, t->wake_path, t->wake_set, false);
+        t->n_attached = n_attached;     /* counted once, at the attach */
+        /* attach_set appended them to the target's links: move them out. */
+        t->wake_links = calloc(t->n_links - before + 1, sizeof(*t->wake_links));
+        if (!t->wake_links) {
+                destroy_links(t->links + before, t->n_links - before);
+                t->n_links = before;
+                return -ENOMEM;
+        }
+        memcpy(t->wake_links, t->links + before, (t->n_links - before) * sizeof(*t->links));
+        t->n_wake_links = t->n_links - before;
+        t->n_links = before;
+        if (r < 0) {
+                links_release(t->bpf, t->pid, t->wake_links, t->n_wake_links);
+                t->wake_links = NULL;
+                t->n_wake_links = 0;
+        }
+        return r;
+}
+
 int d9_bpf_target_stop(struct d9_bpf_target *t)
 {
         uint32_t tgid = t->kernel_tgid;
@@ -805,6 +955,10 @@ int d9_bpf_target_stop(struct d9_bpf_target *t)
         if (t->td)
                 return 0;
         teardowns_reap(t->bpf, false, 0);       /* earlier ones, if done */
+        for (size_t i = 0; i < t->n_wake_links; i++)
+                if (push_link(t, t->wake_links[i]) < 0)
+                        bpf_link__destroy(t->wake_links[i]);
+        t->n_wake_links = 0;
         td = calloc(1, sizeof(*td));
         if (!td)
                 return -ENOMEM;
@@ -843,6 +997,17 @@ void d9_bpf_detach_target(struct d9_bpf_target *t)
         if (!t)
                 return;
         tgid = t->kernel_tgid;
+        if (t->runs)
+                run_sampling_use(t->bpf, false);
+        if (!t->td)
+                destroy_links(t->wake_links, t->n_wake_links);
+        free(t->wake_links);
+        free(t->wake_path);
+        if (t->wake_set) {
+                free(t->wake_set->offs);
+                free(t->wake_set->cookies);
+                free(t->wake_set);
+        }
         if (t->td) {
                 /* Stopped: the links die on their own thread; the slot is
                  * released with them (teardowns_reap). */

@@ -28,9 +28,14 @@ struct probe_plan;
 struct d9_bpf;
 struct d9_bpf_target;
 
+/* D9_PROBE_RUNS tick period (CPU time): a poll of 1 ms or more is ticked
+ * at least twice. */
+#define D9_RUN_SAMPLE_US_DEFAULT 500
+
 struct d9_bpf_opts {
         size_t ring_bytes;      /* per-target ring size (power of 2); 0: 8 MiB */
         unsigned sample_hz;     /* perf CPU-clock frequency; 0: 99 */
+        unsigned run_sample_us; /* D9_PROBE_RUNS tick, CPU-time us; 0: the default */
         bool no_cpu_sampling;   /* don't open perf events at all */
         bool force_per_probe;   /* classic uprobes even if uprobe_multi works */
         bool libbpf_log;        /* let libbpf print its warnings (verifier log)
@@ -69,6 +74,13 @@ struct d9_bpf_target_opts {
         /* Off-CPU intervals shorter than this are counted, not recorded
          * (0: every one is recorded). */
         uint64_t offcpu_min_ns;
+        /* Wake points in a link of their own, which d9_bpf_target_set_wakes
+         * attaches and detaches (sampled wakes); false: with the others. */
+        bool wakes_switchable;
+        /* Park probes without the uretprobe on the park functions: unparks
+         * at the parked thread's switch-in (needs D9_PROBE_SCHED to be
+         * timely), else at its next poll or park. */
+        bool unpark_at_resume;
         d9_bpf_record_fn on_record;
         void *ctx;
 };
@@ -83,6 +95,12 @@ bool d9_bpf_uses_uprobe_multi(const struct d9_bpf *bpf);
 int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan *plan,
                          const struct d9_bpf_target_opts *opts,
                          struct d9_bpf_target **out, char **err);
+/* wakes_switchable targets: attach the wake points (on) or let them go (off;
+ * the link dies on a thread of its own, like a detach's). Each hit costs the
+ * target a trap, so off is the only way to make wakes cheaper. Returns 0 or
+ * a negative errno (on: the wakes stay off). No-op without wake points. */
+int d9_bpf_target_set_wakes(struct d9_bpf_target *t, bool on);
+bool d9_bpf_target_wakes_on(const struct d9_bpf_target *t);
 
 /* Stop recording: the target's config and ring leave the maps (the latter
  * waits for an RCU grace period, ≈ 10 ms, so that no program is still

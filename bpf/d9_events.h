@@ -40,6 +40,8 @@ enum d9_rec_type {
         D9_REC_EXIT,            /* the target's leader thread exited */
         D9_REC_EXEC,            /* the target exec'd: its probes are gone */
         D9_REC_STACK,           /* raw stack of the next SAMPLE/OFFCPU (d9_stack.bpf.h) */
+        D9_REC_RUN_SAMPLE,      /* fast sample of a thread that has not slept
+                                 * since the previous one (D9_PROBE_RUNS) */
         D9_REC_TYPE_MAX,
 };
 
@@ -56,6 +58,13 @@ enum d9_probe_bits {
         /* sched_wakeup records: not part of ALL, since no dial9 event
          * comes from them and they double the ring traffic of SCHED. */
         D9_PROBE_WAKEUPS = 1u << 7,
+        /* Long runs: d9_run_sample's fast CPU-clock ticks on a thread that
+         * has not switched out voluntarily since its previous tick write a
+         * RUN_SAMPLE with a stack (long polls without poll probes). */
+        D9_PROBE_RUNS = 1u << 8,
+        /* What attach/record do without --probes: no uprobe at all
+         * ("longpoll" on the command line is RUNS). */
+        D9_PROBE_DEFAULT = D9_PROBE_SCHED | D9_PROBE_CPU | D9_PROBE_RUNS,
 };
 
 /* A uprobe's BPF cookie: the plan point's cookie in the low 32 bits; for a
@@ -169,6 +178,16 @@ struct d9_rec_sample {
         d9_u64 stack_id;        /* its D9_REC_STACK (0 = none) */
 };
 
+/* RUN_SAMPLE: a fast tick found the thread running, with no voluntary
+ * switch-out (task->nvcsw unchanged) since since_ts, the first tick of this
+ * stretch: it has been busy (on CPU or preempted) for at least ts - since_ts. */
+struct d9_rec_run {
+        struct d9_rec_hdr hdr;
+        d9_u64 ip;              /* user IP if the tick hit user mode, else 0 */
+        d9_u64 stack_id;        /* its D9_REC_STACK (0 = none) */
+        d9_u64 since_ts;
+};
+
 /* WAKEUP: a target thread was made runnable (sched_wakeup). */
 struct d9_rec_wakeup {
         struct d9_rec_hdr hdr;  /* tid/tgid: the woken thread */
@@ -273,6 +292,11 @@ struct d9_target_cfg {
                                  * counted (d9_offcpu_short), not recorded */
         d9_u64 vtable_sched_off_slot; /* like vtable_id_off_slot, for the
                                  * scheduler field (0: not read) */
+        /* Park probes without their uretprobe: the UNPARK is written when
+         * the parked thread is switched back in after sleeping (sched
+         * side), else by its next poll or park (tokio side). */
+        d9_u32 unpark_at_resume;
+        d9_u32 _pad2;
 };
 
 /* Per target slot and CPU (map d9_offcpu_short): the off-CPU intervals

@@ -56,9 +56,13 @@ struct d9_thread {
         __u64 off_ts;           /* last switch-out, 0 if on CPU */
         __u64 park_key;         /* key of the park in progress */
         __u32 off_state;        /* task state at that switch-out */
-        __u32 _pad;
+        __u32 parked;           /* unpark_at_resume: in a park, no UNPARK yet */
         __u64 off_cpu_ns;       /* se.sum_exec_runtime at that switch-out */
         __u64 wake_ts;          /* sched_wakeup since then, 0 if none */
+        __u64 run_nvcsw;        /* d9_run_sample: task->nvcsw at the tick that */
+        __u64 run_since;        /* started this stretch without a voluntary switch */
+        __u32 run_ticks;        /* ticks in it since */
+        __u32 _pad;
 };
 
 struct {

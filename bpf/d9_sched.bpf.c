@@ -167,6 +167,25 @@ static __always_inline __u32 d9_offcpu_defer(const struct d9_target_cfg *cfg, st
         return D9_NOSTACK_NONE;
 }
 
+/* A parked worker resumes after sleeping: its park ends here, not at the
+ * park function's return (no uretprobe: one trap less per park). Same
+ * record as the tokio side's, read from the thread coming in. */
+static __always_inline void d9_unpark_write(const struct d9_target_cfg *cfg, struct task_struct *next,
+                                            struct d9_thread *th, __u64 now)
+{
+        void *ring = d9_ring_of(next->tgid);
+        struct d9_rec_park *r = D9_RING_RESERVE_CUR(ring, cfg, next->tgid, next->pid, D9_REC_UNPARK,
+                                                    struct d9_rec_park, now);
+
+        th->parked = 0;
+        if (!r)
+                return;
+        r->park_key = th->park_key;
+        r->cpu_ns = next->se.sum_exec_runtime;
+        r->run_delay_ns = next->sched_info.run_delay;
+        d9_ring_submit(ring, r);
+}
+
 /* ... and account for the whole interval when it comes back: a short one
  * is only counted, a long one becomes one record carrying both ends. */
 static __always_inline void d9_switch_in(struct task_struct *next)
@@ -183,6 +202,8 @@ static __always_inline void d9_switch_in(struct task_struct *next)
         if (!th || !th->off_ts)
                 return;
         now = bpf_ktime_get_ns();
+        if (th->parked && th->off_state)
+                d9_unpark_write(cfg, next, th, now);
         if (now - th->off_ts < cfg->offcpu_min_ns)
                 d9_count_short(cfg, now - th->off_ts);
         else if ((why = d9_offcpu_defer(cfg, next, th, now)) != D9_NOSTACK_NONE) {
@@ -231,28 +252,84 @@ int BPF_PROG(d9_sched_wakeup, struct task_struct *p)
         return 0;
 }
 
+/* The run ticks' period (d9_bpf_open sets it): their perf events are the
+ * ones with exactly this sample_period (the 99 Hz ones run in frequency
+ * mode, ~10 ms). */
+const volatile __u64 d9_run_period_ns = 500000;
+
+/* A run tick (D9_PROBE_RUNS, while such a target is attached): a tick on a
+ * thread that switched out voluntarily since its previous tick
+ * (task->nvcsw moved) only starts a new stretch; a tick on one that did
+ * not gets a RUN_SAMPLE with its stack: every tick for the stretch's first
+ * 8 ticks (4 ms of CPU time), then every 4th up to the 64th (32 ms), then
+ * every 16th. A worker that parks between short polls pays one
+ * task-storage lookup per tick; one that never sleeps (a busy server, a
+ * long poll) a stack per 8 ms, not per 0.5 ms (at 2 000 stacks/s a busy
+ * worker filled the 2 MiB ring and kept d9d unwinding). d9d finds the poll
+ * frame in the stacks (daemon/long_poll.c); a long poll's end is seen up
+ * to 2 ms late before 32 ms, 8 ms after. Returns the stretch's start, 0:
+ * no record. */
+static __always_inline __u64 d9_run_tick(__u64 now)
+{
+        struct task_struct *task = bpf_get_current_task_btf();
+        struct d9_thread *th = bpf_task_storage_get(&d9_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+        __u64 nv;
+        __u32 n;
+
+        if (!th)
+                return 0;
+        nv = task->nvcsw;
+        if (!th->run_since || th->run_nvcsw != nv) {
+                th->run_nvcsw = nv;
+                th->run_since = now;
+                th->run_ticks = 0;
+                return 0;
+        }
+        n = ++th->run_ticks;
+        if (n > 8 && (n & (n < 64 ? 3 : 15)))
+                return 0;
+        return th->run_since;
+}
+
+/* Both CPU-clock event sets run this one program, so the stack capture is
+ * verified once (it dominates d9_sched's load time). */
 SEC("perf_event")
 int d9_cpu_sample(struct bpf_perf_event_data *ctx)
 {
-        __u64 id = bpf_get_current_pid_tgid();
+        __u64 id = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns();
+        bool run = ctx->sample_period == d9_run_period_ns;
         __u32 tgid = id >> 32;
-        struct d9_target_cfg *cfg = d9_target_with(tgid, D9_PROBE_CPU);
-        struct d9_rec_sample *r;
+        struct d9_target_cfg *cfg = d9_target_with(tgid, run ? D9_PROBE_RUNS : D9_PROBE_CPU);
         __u64 ip, stack_id;
         void *ring;
 
-        if (!cfg)
+        if (!cfg || (run && !d9_run_tick(now)))
                 return 0;
+        /* Nothing of the run/sample choice is live across the stack code, so
+         * the verifier walks it once for both (twice took 2 s to load). */
         stack_id = d9_stack_sample(ctx, cfg, tgid, (__u32)id);
         ring = d9_ring_of(tgid);
-        r = D9_RING_RESERVE_CUR(ring, cfg, tgid, (__u32)id, D9_REC_CPU_SAMPLE,
-                                struct d9_rec_sample, bpf_ktime_get_ns());
-        if (!r)
-                return 0;
         /* x86-64 user addresses are the lower half; a kernel IP means the
          * sample hit a syscall or interrupt of this thread. */
         ip = ctx->regs.ip;
-        r->ip = ip < (1ull << 47) ? ip : 0;
+        ip = ip < (1ull << 47) ? ip : 0;
+        if (ctx->sample_period == d9_run_period_ns) {
+                struct d9_thread *th = bpf_task_storage_get(&d9_threads, bpf_get_current_task_btf(), 0, 0);
+                struct d9_rec_run *r = D9_RING_RESERVE_CUR(ring, cfg, tgid, (__u32)id, D9_REC_RUN_SAMPLE,
+                                                           struct d9_rec_run, now);
+                if (!r)
+                        return 0;
+                r->ip = ip;
+                r->stack_id = stack_id;
+                r->since_ts = th ? th->run_since : 0;
+                d9_ring_submit(ring, r);
+                return 0;
+        }
+        struct d9_rec_sample *r = D9_RING_RESERVE_CUR(ring, cfg, tgid, (__u32)id, D9_REC_CPU_SAMPLE,
+                                                      struct d9_rec_sample, now);
+        if (!r)
+                return 0;
+        r->ip = ip;
         r->stack_id = stack_id;
         d9_ring_submit(ring, r);
         return 0;

@@ -136,6 +136,8 @@ static __always_inline void d9_close_poll(const struct d9_hit *h, __u32 why)
         th->header = 0;
 }
 
+static __always_inline void d9_unpark_pending(const struct d9_hit *h);
+
 static __always_inline int d9_poll_start(const struct d9_hit *h)
 {
         __u64 header = d9_point_value(h), sched = 0;
@@ -144,6 +146,8 @@ static __always_inline int d9_poll_start(const struct d9_hit *h)
 
         if (h->cfg->entry_only)
                 d9_close_poll(h, D9_END_NEXT_POLL);
+        if (h->cfg->unpark_at_resume)
+                d9_unpark_pending(h);
         th->header = header;
         th->task_id = d9_task_id_sched(h->cfg, header, &sched);
         th->cookie = h->cookie & D9_COOKIE_MASK;
@@ -206,12 +210,25 @@ static __always_inline void d9_park_event(const struct d9_hit *h, __u16 type)
         d9_ring_submit(h->ring, r);
 }
 
+/* unpark_at_resume: a park the scheduler did not end (it never slept, or
+ * the sched side is off) ends at the thread's next poll or park. */
+static __always_inline void d9_unpark_pending(const struct d9_hit *h)
+{
+        if (h->th->parked) {
+                h->th->parked = 0;
+                d9_park_event(h, D9_REC_UNPARK);
+        }
+}
+
 static __always_inline int d9_park(const struct d9_hit *h)
 {
         if (h->cfg->entry_only)
                 d9_close_poll(h, D9_END_PARK);
+        if (h->cfg->unpark_at_resume)
+                d9_unpark_pending(h);
         h->th->park_key = d9_point_value(h);
         d9_park_event(h, D9_REC_PARK);
+        h->th->parked = h->cfg->unpark_at_resume;
         return 0;
 }
 

@@ -33,7 +33,6 @@
 #include "daemon/core/trace_access.h"
 #include "daemon/record/session.h"
 
-#define TICK_MS 250
 #define TRIM_TICKS 40   /* 10 s */
 
 static void on_signal(struct d9d *d, struct d9_watch *w, uint32_t events)
@@ -87,7 +86,7 @@ static void on_watchdog(struct d9d *d, struct d9_watch *w, uint32_t events)
 
 static int tick_timer(void)
 {
-        struct itimerspec its = { .it_interval = { 0, TICK_MS * 1000000L }, .it_value = { 0, TICK_MS * 1000000L } };
+        struct itimerspec its = { .it_interval = { 0, D9D_TICK_MS * 1000000L }, .it_value = { 0, D9D_TICK_MS * 1000000L } };
         int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 
         if (fd >= 0 && timerfd_settime(fd, 0, &its, NULL) < 0) {

@@ -12,8 +12,9 @@
 
 #include "d9control.h"
 
+/* Index = bit; NULL: a bit no user names. */
 static const char *const probe_group_names[] = {
-        "sched", "cpu", "park", "poll", "spawn", "wake", "terminate",
+        "sched", "cpu", "park", "poll", "spawn", "wake", "terminate", NULL, "longpoll",
 };
 
 json_t *d9c_request(const char *cmd)
@@ -92,17 +93,22 @@ int d9c_parse_probes(const char *list, const char **bad)
         int mask = 0;
         const char *p = list;
 
-        if (!list || !strcmp(list, "all"))
+        if (!list || !strcmp(list, "default"))
+                return D9_PROBE_DEFAULT;
+        if (!strcmp(list, "all"))
                 return D9_PROBE_ALL;
         while (*p) {
                 size_t len = strcspn(p, ",");
                 size_t i;
 
                 for (i = 0; i < n; i++)
-                        if (strlen(probe_group_names[i]) == len && !strncmp(p, probe_group_names[i], len))
+                        if (probe_group_names[i] && strlen(probe_group_names[i]) == len &&
+                            !strncmp(p, probe_group_names[i], len))
                                 break;
                 if (len == 3 && !strncmp(p, "all", 3))
                         mask |= D9_PROBE_ALL;
+                else if (len == 7 && !strncmp(p, "default", 7))
+                        mask |= D9_PROBE_DEFAULT;
                 else if (i == n) {
                         if (bad)
                                 *bad = p;
@@ -122,11 +128,11 @@ void d9c_format_probes(int mask, char *buf, size_t len)
 
         buf[0] = 0;
         if ((mask & D9_PROBE_ALL) == D9_PROBE_ALL) {
-                snprintf(buf, len, "all");
+                snprintf(buf, len, "all%s", mask & D9_PROBE_RUNS ? ",longpoll" : "");
                 return;
         }
         for (size_t i = 0; i < sizeof(probe_group_names) / sizeof(probe_group_names[0]); i++)
-                if (mask & (1 << i) && off < len)
+                if (probe_group_names[i] && mask & (1 << i) && off < len)
                         off += snprintf(buf + off, len - off, "%s%s", off ? "," : "", probe_group_names[i]);
 }
 

@@ -37,7 +37,8 @@ char *d9c_encode_line(const json_t *obj, size_t *len);
  * unsupported "v", missing "cmd". */
 json_t *d9c_parse_request(const char *line, size_t len, char *why, size_t why_len);
 
-/* "all" or a comma-separated subset of sched,cpu,park,poll,spawn,wake,terminate.
+/* "all", "default" or a comma-separated subset of
+ * sched,cpu,park,poll,spawn,wake,terminate,longpoll; NULL is "default".
  * Returns a mask of enum d9_probe_bits, or -EINVAL (bad names go to *bad). */
 int d9c_parse_probes(const char *list, const char **bad);
 /* Render a mask back to the comma-separated form (static buffer-free: writes into buf). */

@@ -245,6 +245,7 @@ static int plan_fill(struct plan_builder *b, struct probe_plan *plan, char **err
                 return -ENOTSUP;
         }
         plan_find_dyn_futures(b);
+        plan_poll_bounds(b);
         if ((r = plan_label_polls(b)) < 0 || (r = plan_return_sites(b, plan)) < 0 ||
             (r = plan_classify(b)) < 0 || (r = skip_unattached_kinds(b)) < 0)
                 return r;

@@ -31,3 +31,5 @@ struct probe_point *plan_point_add(struct plan_builder *b, enum probe_kind kind,
 int plan_add_missing(struct probe_plan *plan, enum probe_kind kind, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
 void plan_find_dyn_futures(struct plan_builder *b);
+/* func_bounds.c: func_end of every poll point (0: unknown). */
+void plan_poll_bounds(struct plan_builder *b);

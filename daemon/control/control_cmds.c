@@ -165,7 +165,7 @@ static json_t *cmd_attach(struct d9d *d, const struct peer *p, json_t *req)
         struct attach_call *a;
         json_t *dur = json_object_get(req, "duration_ms"), *probes = json_object_get(req, "probes");
         json_t *exe = json_object_get(req, "exe"), *offcpu = json_object_get(req, "offcpu_min_us");
-        json_t *exe_fd = json_object_get(req, "exe_fd");
+        json_t *exe_fd = json_object_get(req, "exe_fd"), *wakes = json_object_get(req, "wakes");
         json_t *acc = json_object_get(req, "accept_queues"), *res = json_object_get(req, "resources_interval_ms");
         const char *bad = NULL;
         char *why = NULL;
@@ -192,8 +192,12 @@ static json_t *cmd_attach(struct d9d *d, const struct peer *p, json_t *req)
                 return d9c_error("\"probes\" must be a string");
         sr.probes = d9c_parse_probes(probes ? json_string_value(probes) : NULL, &bad);
         if (sr.probes < 0)
-                return d9c_error("unknown probe group in \"%s\" (use sched,cpu,park,poll,spawn,wake,terminate or all)",
+                return d9c_error("unknown probe group in \"%s\" (use sched,cpu,park,poll,spawn,wake,terminate,longpoll, default or all)",
                                  json_string_value(probes));
+        if (wakes && (!json_is_string(wakes) || (strcmp(json_string_value(wakes), "exact") &&
+                                                 strcmp(json_string_value(wakes), "sampled"))))
+                return d9c_error("\"wakes\" must be \"exact\" or \"sampled\"");
+        sr.wakes_exact = wakes && !strcmp(json_string_value(wakes), "exact");
         if (exe && (!json_is_string(exe) || json_string_value(exe)[0] != '/'))
                 return d9c_error("\"exe\" must be an absolute path");
         /* d9d never opens a path a client names with its own rights: only root

@@ -40,6 +40,8 @@ struct d9d {
 int d9d_watch_add(struct d9d *d, struct d9_watch *w, uint32_t events);
 int d9d_watch_mod(struct d9d *d, struct d9_watch *w, uint32_t events);
 void d9d_watch_del(struct d9d *d, struct d9_watch *w);
+/* session_tick's period */
+#define D9D_TICK_MS 250u
 
 /* control_server.c */
 int control_server_start(struct d9d *d, struct control_server **out);

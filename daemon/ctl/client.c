@@ -126,6 +126,8 @@ void d9ctl_print_plan(FILE *out, const json_t *plan)
                 fprintf(out, "  %-16s %lld\n", key, (long long)json_integer_value(v));
         json_object_foreach((json_t *)json_object_get(plan, "routes"), key, v)
                 fprintf(out, "route: %-14s %s\n", key, json_string_value(v));
+        if ((v = json_object_get(plan, "not_recorded")))
+                fprintf(out, "not recorded: %s\n", json_string_value(v));
         json_array_foreach(json_object_get(plan, "missing"), i, item)
                 fprintf(out, "missing: %s: %s\n", json_string_value(json_object_get(item, "kind")),
                         json_string_value(json_object_get(item, "reason")));

@@ -16,6 +16,7 @@ int cmd_attach(int argc, char **argv)
                 { "duration", required_argument, NULL, 'd' },
                 { "probes", required_argument, NULL, 'P' },
                 { "offcpu-min", required_argument, NULL, 'O' },
+                { "wakes", required_argument, NULL, 'W' },
                 { "json", no_argument, NULL, 'j' },
                 D9CTL_SAMPLE_OPTIONS,
                 {},
@@ -26,7 +27,7 @@ int cmd_attach(int argc, char **argv)
         bool as_json = false;
         int opt, pid = 0;
 
-        while ((opt = getopt_long(argc, argv, "p:d:P:O:jAR:", opts, NULL)) != -1) {
+        while ((opt = getopt_long(argc, argv, "p:d:P:O:W:jAR:", opts, NULL)) != -1) {
                 switch (opt) {
                 case 'p':
                         if ((pid = d9ctl_parse_pid("attach", optarg)) < 0)
@@ -41,7 +42,7 @@ int cmd_attach(int argc, char **argv)
                         break;
                 case 'P':
                         if (d9c_parse_probes(optarg, NULL) < 0) {
-                                fprintf(stderr, "d9ctl attach: bad --probes '%s' (any of sched,cpu,park,poll,spawn,wake,terminate or all)\n", optarg);
+                                fprintf(stderr, "d9ctl attach: bad --probes '%s' (any of sched,cpu,park,poll,spawn,wake,terminate,longpoll, default or all)\n", optarg);
                                 goto bad;
                         }
                         json_object_set_new(req, "probes", json_string(optarg));
@@ -50,6 +51,13 @@ int cmd_attach(int argc, char **argv)
                         if ((us = d9ctl_parse_offcpu_min("attach", optarg)) < 0)
                                 goto bad;
                         json_object_set_new(req, "offcpu_min_us", json_integer((json_int_t)us));
+                        break;
+                case 'W':
+                        if (strcmp(optarg, "exact") && strcmp(optarg, "sampled")) {
+                                fprintf(stderr, "d9ctl attach: bad --wakes '%s' (exact or sampled)\n", optarg);
+                                goto bad;
+                        }
+                        json_object_set_new(req, "wakes", json_string(optarg));
                         break;
                 case 'j':
                         as_json = true;

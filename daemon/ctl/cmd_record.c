@@ -360,19 +360,21 @@ int cmd_record(int argc, char **argv)
                 { "out", required_argument, NULL, 'o' },
                 { "probes", required_argument, NULL, 'P' },
                 { "offcpu-min", required_argument, NULL, 'O' },
+                { "wakes", required_argument, NULL, 'W' },
                 { "follow-children", no_argument, NULL, 'f' },
                 D9CTL_SAMPLE_OPTIONS,
                 {},
         };
         struct recording rec = { .child.go_fd = -1, .tty = isatty(STDERR_FILENO) };
-        const char *probes = "all";
+        const char *probes = "default";
         int64_t offcpu_min_us = -1;     /* -1: d9d's own setting */
+        const char *wakes = NULL;       /* NULL: d9d's default (sampled) */
         int opt, rc;
         json_t *req, *resp, *final, *t;
         /* --accept-queues, --resources-interval, until req exists */
         __attribute__((cleanup(json_decrefp))) json_t *samples = json_object();
 
-        while ((opt = getopt_long(argc, argv, "+p:d:o:P:O:fAR:", opts, NULL)) != -1) {
+        while ((opt = getopt_long(argc, argv, "+p:d:o:P:O:W:fAR:", opts, NULL)) != -1) {
                 switch (opt) {
                 case 'p':
                         if ((rec.pid = d9ctl_parse_pid("record", optarg)) < 0)
@@ -385,12 +387,17 @@ int cmd_record(int argc, char **argv)
                 case 'o': rec.out_dir = optarg; break;
                 case 'P':
                         if (d9c_parse_probes(optarg, NULL) < 0)
-                                return usage_error("bad --probes (any of sched,cpu,park,poll,spawn,wake,terminate or all)");
+                                return usage_error("bad --probes (any of sched,cpu,park,poll,spawn,wake,terminate,longpoll, default or all)");
                         probes = optarg;
                         break;
                 case 'O':
                         if ((offcpu_min_us = d9ctl_parse_offcpu_min("record", optarg)) < 0)
                                 return 2;
+                        break;
+                case 'W':
+                        if (strcmp(optarg, "exact") && strcmp(optarg, "sampled"))
+                                return usage_error("bad --wakes (exact or sampled)");
+                        wakes = optarg;
                         break;
                 case 'f': rec.follow = true; break;
                 case 'A': case 'R':
@@ -459,6 +466,8 @@ int cmd_record(int argc, char **argv)
         json_object_set_new(req, "probes", json_string(probes));
         if (offcpu_min_us >= 0)
                 json_object_set_new(req, "offcpu_min_us", json_integer((json_int_t)offcpu_min_us));
+        if (wakes)
+                json_object_set_new(req, "wakes", json_string(wakes));
         char *why = NULL;
         resp = d9ctl_call_quiet(req, &why);
         if (!resp) {

@@ -7,7 +7,14 @@
 
 #include "d9ctl.h"
 
-#define PROBES_HELP "  --probes LIST       comma-separated subset of sched,cpu,park,poll,spawn,wake,terminate or all (default)\n"
+#define PROBES_HELP "  --probes LIST       comma-separated subset of sched,cpu,park,poll,spawn,wake,terminate,longpoll,\n" \
+                    "                      or all (every poll, spawn, terminate, park exact, wakes per\n" \
+                    "                      --wakes: about +35% CPU per request on a busy server), or default:\n" \
+                    "                      sched,cpu,longpoll, no uprobe (parks from switches, polls over\n" \
+                    "                      1 ms from samples; no per-poll, spawn, terminate or wake events)\n"
+#define WAKES_HELP  "  --wakes MODE        with wake probes: sampled (default: attached 250 ms of every\n" \
+                    "                      2.5 s, D9WakeWindowEvent marks the windows) or exact (every\n" \
+                    "                      wake, about one more trap per request)\n"
 #define OFFCPU_HELP "  --offcpu-min T      record off-CPU intervals of at least T (e.g. 1ms, 500us; 0 = all);\n" \
                     "                      shorter ones are only counted (default: d9d's offcpu_min, 1ms)\n"
 #define SAMPLES_HELP "  --accept-queues     also sample the accept queues of its listening TCP sockets\n" \
@@ -17,7 +24,7 @@
 
 static const struct d9ctl_help helps[] = {
         { "attach", "start tracing a running process",
-          "usage: d9ctl attach --pid N [--duration D] [--probes LIST] [--offcpu-min T]\n"
+          "usage: d9ctl attach --pid N [--duration D] [--probes LIST] [--wakes MODE] [--offcpu-min T]\n"
           "                    [--accept-queues] [--resources-interval T] [--json]\n"
           "\n"
           "Start tracing process N until `d9ctl detach` (or for D, e.g. 30s, 5m) and print\n"
@@ -25,7 +32,7 @@ static const struct d9ctl_help helps[] = {
           "\n"
           "  --pid N             process to trace\n"
           "  --duration D        stop by itself after D\n"
-          PROBES_HELP OFFCPU_HELP SAMPLES_HELP
+          PROBES_HELP WAKES_HELP OFFCPU_HELP SAMPLES_HELP
           "  --json              print d9d's answer as JSON\n" },
         { "detach", "stop tracing a process and seal its segment",
           "usage: d9ctl detach --pid N\n"
@@ -67,7 +74,7 @@ static const struct d9ctl_help helps[] = {
           "  --out DIR           copy the sealed segments to DIR/SERVICE/INSTANCE/\n"
           "  --follow-children   CMD is a launcher (shell or npm script, ...): trace the\n"
           "                      first Tokio process it execs or starts\n"
-          PROBES_HELP OFFCPU_HELP SAMPLES_HELP },
+          PROBES_HELP WAKES_HELP OFFCPU_HELP SAMPLES_HELP },
         { "plan", "probe plan for a Tokio binary (no d9d needed)",
           "usage: d9ctl plan (--pid N | --exe PATH) [--json] [--all]\n"
           "\n"

@@ -16,6 +16,7 @@
 #include "bpf/bpf_loader.h"
 #include "daemon/core/cleanup.h"
 #include "daemon/core/log.h"
+#include "daemon/record/long_poll.h"
 #include "daemon/record/planner.h"
 #include "daemon/record/proc_facts.h"
 #include "proto/d9control.h"
@@ -28,6 +29,8 @@
 #define FINISHED_KEPT 64
 /* The probe sets that need a plan of the target's executable. */
 #define TOKIO_PROBES (D9_PROBE_PARK | D9_PROBE_POLL | D9_PROBE_SPAWN | D9_PROBE_WAKE | D9_PROBE_TERMINATE)
+/* Probe sets that need a probe plan: long polls read its poll functions. */
+#define PLANNED_PROBES (TOKIO_PROBES | D9_PROBE_RUNS)
 
 static struct d9_bpf *shared_bpf;
 /* Plans by executable file: the next process of a planned binary attaches
@@ -111,15 +114,45 @@ static int kind_probe_bit(enum probe_kind k)
         }
 }
 
+/* Are the plan's missing and skipped points worth telling for this probe
+ * set? Not for one without Tokio probes (the default set): it attaches no
+ * uprobe, so a missing spawn point or an optional poll return changes
+ * nothing it records. */
+static bool plan_gaps_told(const struct session *s)
+{
+        return (s->probes & TOKIO_PROBES) != 0;
+}
+
+/* Sampled wakes: on for WAKE_ON_TICKS of every WAKE_PERIOD_TICKS ticks.
+ * Every wake between a D9WakeWindowEvent attached=1 and the next attached=0
+ * is recorded (the points are attached before the first is written and
+ * leave after the second); some just outside may be too. */
+#define WAKE_ON_TICKS 1u
+#define WAKE_PERIOD_TICKS 10u
+
+/* The default set's derivations (daemon/translate.c), in plan, status and
+ * the trace's metadata alike. */
+#define D9_LONG_POLL_ROUTE                                                                          \
+        "D9LongPollEvent from CPU-clock ticks every 500us of a worker that did not sleep: a poll "   \
+        "seen in one task poll frame for >= 1 ms (sampled: back-to-back polls of one future type "  \
+        "without a sleep between read as one), or a worker off CPU >= 1 ms inside a poll frame"
+#define D9_STACK_PARK_ROUTE                                                                         \
+        "sched_switch: a worker's (a thread whose stacks show task polls) voluntary switch-out of "  \
+        ">= offcpu_min outside a task poll frame; shorter ones are only counted per target"
+#define D9_DEFAULT_NOT_RECORDED "poll start/end, spawn, terminate, wake (no uprobes attached)"
+
 /* What feeds each dial9 event in this session: an attached probe, a
  * derivation translate really does, or nothing. */
 static json_t *routes_json(const struct session *s)
 {
         const struct probe_plan *p = s->plan;
         bool sched = s->probes & D9_PROBE_SCHED;
+        /* Workers told by their stacks (translate.c): parks from switches
+         * without a single uprobe. */
+        bool stack_workers = sched && (s->probes & D9_PROBE_RUNS) && p && probe_plan_count(p, PROBE_POLL, false);
         bool has[PROBE_KIND_MAX] = { false };
         bool complete_by_symbols = false, wake_by_symbols = false, by_ref = false;
-        char wake[160], term[200];
+        char wake[160], term[200], wake_sampled[400];
 
         for (size_t i = 0; p && i < p->n_points; i++) {
                 const struct probe_point *pt = &p->points[i];
@@ -136,19 +169,27 @@ static json_t *routes_json(const struct session *s)
         snprintf(wake, sizeof(wake), "uprobe waker::wake_by_val%s%s",
                  by_ref ? " and wake_by_ref" : " (wake_by_ref not attached: wakes by reference are not traced)",
                  wake_by_symbols ? "" : ", found through the task waker vtable");
+        snprintf(wake_sampled, sizeof(wake_sampled), "%s; sampled: attached %u ms of every %u ms (D9WakeWindowEvent "
+                 "marks each window; --wakes exact records every wake)", wake, WAKE_ON_TICKS * D9D_TICK_MS,
+                 WAKE_PERIOD_TICKS * D9D_TICK_MS);
         /* From the vtables, types whose complete was not singled out get none. */
         snprintf(term, sizeof(term), "uprobe Harness::complete, found as the callee of each task vtable's poll and "
                  "shutdown%s", p && p->completes_unfound ? " (not for every task type: see missing)" : "");
-        return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s}",
+        return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}",
                 "poll", has[PROBE_POLL] ? "uprobe raw::poll (plan points)" : "none",
+                "long_poll", has[PROBE_POLL] ? "none (every poll is recorded)" :
+                             stack_workers ? D9_LONG_POLL_ROUTE : "none",
                 "spawn", has[PROBE_SPAWN] ? "uprobe OwnedTasks::bind" :
                          has[PROBE_POLL] && (s->probes & D9_PROBE_SPAWN) ? "first poll of a new task id" : "none",
                 "terminate", !has[PROBE_COMPLETE] ? "none" : complete_by_symbols ? "uprobe Harness::complete" : term,
-                "wake", has[PROBE_WAKE] ? wake : "none",
+                "wake", !has[PROBE_WAKE] ? "none" : s->wakes_sampled ? wake_sampled : wake,
                 "park", has[PROBE_PARK] ? "uprobe worker park function" :
-                        sched && has[PROBE_POLL] ? "sched_switch: worker switch-out with no poll open" : "none",
-                "unpark", has[PROBE_PARK] ? "uretprobe worker park function" :
-                          sched && has[PROBE_POLL] ? "sched_switch: that worker's switch-in" : "none",
+                        sched && has[PROBE_POLL] ? "sched_switch: worker switch-out with no poll open" :
+                        stack_workers ? D9_STACK_PARK_ROUTE : "none",
+                "unpark", has[PROBE_PARK] && sched ? "sched_switch: the parked worker's switch-in after it slept "
+                                                     "(no uretprobe), else its next poll or park" :
+                          has[PROBE_PARK] ? "uretprobe worker park function" :
+                          sched && (has[PROBE_POLL] || stack_workers) ? "sched_switch: that worker's switch-in" : "none",
                 "blocking_pool", has[PROBE_POLL] ? "D9BlockingPollEvent: polls of blocking_task vtables" : "none");
 }
 
@@ -167,6 +208,10 @@ static json_t *plan_to_json(const struct session *s)
                 json_object_set_new(attached, "sched_switch", json_integer(1));
         if (s->probes & (D9_PROBE_CPU))
                 json_object_set_new(attached, "cpu_sampling", json_integer(1));
+        if (s->probes & D9_PROBE_RUNS)
+                json_object_set_new(attached, "run_sampling", json_integer(1));
+        if (!(s->probes & TOKIO_PROBES))
+                json_object_set_new(j, "not_recorded", json_string(D9_DEFAULT_NOT_RECORDED));
         if (!p)
                 return j;
         json_object_set_new(j, "exe", json_string(p->exe_path ? p->exe_path : ""));
@@ -180,18 +225,23 @@ static json_t *plan_to_json(const struct session *s)
                 const struct probe_point *pt = &p->points[i];
                 const char *kind = probe_kind_name(pt->kind);
                 if (pt->skipped) {
+                        if (!plan_gaps_told(s))
+                                continue;
                         json_array_append_new(skipped, json_pack("{s:s,s:s,s:s}", "kind", kind, "label",
                                 pt->label ? pt->label : "", "reason", pt->skip_reason ? pt->skip_reason : ""));
                         continue;
                 }
-                /* Counted only when its probe set is on. */
-                if (!(s->probes & kind_probe_bit(pt->kind)))
+                /* Counted only when its probe set is on; the park uretprobes
+                 * are left out when sched_switch ends parks. */
+                if (!(s->probes & kind_probe_bit(pt->kind)) ||
+                    (pt->kind == PROBE_UNPARK_RETURN && (s->probes & D9_PROBE_SCHED)))
                         continue;
                 json_t *n = json_object_get(attached, kind);
                 json_object_set_new(attached, kind, json_integer(n ? json_integer_value(n) + 1 : 1));
         }
         for (size_t i = 0; i < p->n_missing; i++)
-                json_array_append_new(missing, json_pack("{s:s,s:s}", "kind", probe_kind_name(p->missing[i].kind),
+                if (plan_gaps_told(s))
+                        json_array_append_new(missing, json_pack("{s:s,s:s}", "kind", probe_kind_name(p->missing[i].kind),
                                                          "reason", p->missing[i].reason ? p->missing[i].reason : ""));
         json_object_set_new(j, "routes", routes_json(s));
         if (s->bpf)
@@ -235,6 +285,12 @@ static void session_meta_build(const struct session *s, struct session_meta *m)
                 snprintf(m->hz, sizeof(m->hz), "%u", s->d->cfg.sample_hz);
                 m->kv[m->n++] = (struct d9_kv){ "cpu_sample_hz", m->hz };
         }
+        if (!(s->probes & TOKIO_PROBES))
+                m->kv[m->n++] = (struct d9_kv){ "not_recorded", D9_DEFAULT_NOT_RECORDED };
+        if (s->probes & D9_PROBE_RUNS)
+                m->kv[m->n++] = (struct d9_kv){ "long_polls", D9_LONG_POLL_ROUTE };
+        if (s->wakes_sampled)
+                m->kv[m->n++] = (struct d9_kv){ "wakes", "sampled: see D9WakeWindowEvent (attached, on_ms, period_ms)" };
         if (p) {
                 /* Which probe points attached, by kind: "poll=28,complete=26,...". */
                 unsigned count[PROBE_KIND_MAX] = { 0 };
@@ -299,7 +355,12 @@ static int session_open_segment(struct session *s)
         }
         s->tr.workers_changed = false;
         s->seg_first_event = s->tr.events;
-        return translate_set_encoder(&s->tr, s->seg.enc);
+        r = translate_set_encoder(&s->tr, s->seg.enc);
+        /* Each segment restates whether its wakes are being recorded. */
+        if (r == 0 && s->wakes_sampled && s->bpf)
+                r = translate_wake_window(&s->tr, d9_now_ns(), d9_bpf_target_wakes_on(s->bpf),
+                                          WAKE_ON_TICKS * D9D_TICK_MS, WAKE_PERIOD_TICKS * D9D_TICK_MS);
+        return r;
 }
 
 /* New workers showed up: restate the metadata (runtime.<name>) in the same
@@ -346,8 +407,13 @@ static void session_snapshot_maps(struct session *s)
 /* Close the open segment and queue it for sealing. */
 static void session_close_segment(struct session *s)
 {
-        struct seal_job *job = calloc(1, sizeof(*job));
+        struct seal_job *job;
         int r;
+
+        /* A long poll still running is written into the segment it is in. */
+        if (s->tr.enc)
+                long_poll_flush(&s->tr, true);
+        job = calloc(1, sizeof(*job));
 
         if (!job)
                 return;
@@ -541,12 +607,16 @@ static int session_attach_bpf(struct session *s, char **why)
                  * unwound in translate.c; a sample without one says why
                  * (docs/stacks.md, "Samples without a stack"). */
                 .stack = {
-                        .flags = (s->probes & D9_PROBE_CPU ? D9_STACK_CPU : 0) |
+                        .flags = (s->probes & (D9_PROBE_CPU | D9_PROBE_RUNS) ? D9_STACK_CPU : 0) |
                                  (s->probes & D9_PROBE_SCHED ? D9_STACK_OFFCPU : 0),
                         .user_bytes = 8192, .offcpu_min_us = (uint32_t)s->offcpu_min_us,
                         .offcpu_per_sec = 500, .offcpu_burst = 100,
                 },
                 .offcpu_min_ns = s->offcpu_min_us * 1000,
+                .wakes_switchable = s->wakes_sampled,
+                /* One trap per park: the uretprobe on the park function cost
+                 * as much as a poll start (docs/performance.md). */
+                .unpark_at_resume = (s->probes & D9_PROBE_SCHED) != 0,
                 .on_record = on_ring_record,
                 .ctx = s,
         };
@@ -604,7 +674,9 @@ static int session_plan(struct session *s, const struct session_request *req, ch
         char *err = NULL;
         int r;
 
-        if (!(s->probes & TOKIO_PROBES))
+        /* Long polls need the plan's poll functions: like the Tokio
+         * probes, the default set is for Tokio processes. */
+        if (!(s->probes & PLANNED_PROBES))
                 return 0;
         if (req->exe_fd >= 0) {
                 int fd = open_target_fd(s, req->exe_fd);
@@ -733,6 +805,7 @@ static struct session *session_new(struct d9d *d, const struct session_request *
         s->accept_queues = req->accept_queues;
         s->probes = req->probes;
         s->offcpu_min_us = req->offcpu_min_us >= 0 ? (uint64_t)req->offcpu_min_us : d->cfg.offcpu_min_us;
+        s->wakes_sampled = (req->probes & D9_PROBE_WAKE) && !req->wakes_exact;
         s->expect_exec = req->exe != NULL || req->exe_fd >= 0;
         s->starter_uid = req->peer_uid;
         snprintf(s->rule, sizeof(s->rule), "%s", req->rule ? req->rule : "");
@@ -825,11 +898,16 @@ static int session_start_attach(struct session *s, const struct session_request 
         /* What the trace claims follows what attaches, not what was asked
          * for: a stripped build has no wake or park point to attach. */
         r = translate_init(&s->tr, s->pid, s->plan,
-                           (s->probes & D9_PROBE_WAKE) && s->plan && probe_plan_count(s->plan, PROBE_WAKE, false),
+                           (s->probes & D9_PROBE_WAKE) && !s->wakes_sampled && s->plan &&
+                           probe_plan_count(s->plan, PROBE_WAKE, false),
                            (s->probes & D9_PROBE_PARK) && s->plan && probe_plan_count(s->plan, PROBE_PARK, false));
         if (r < 0)
                 return r;
         s->tr.spawn_from_first_poll &= (s->probes & D9_PROBE_SPAWN) != 0;
+        /* Default set: workers, parks and long polls from stacks. */
+        if ((s->probes & D9_PROBE_RUNS) && s->plan &&
+            (r = long_poll_enable(&s->tr, D9_RUN_SAMPLE_US_DEFAULT * 1000ull, NULL, NULL)) < 0)
+                return r;
         s->tr.hide_kernel = !kernel_addresses_visible(s->starter_uid);
         snprintf(dir, sizeof(dir), "%.3800s/%.127s/%d-%llu", s->d->traces_dir, s->service, s->pid,
                  (unsigned long long)s->starttime);
@@ -851,6 +929,10 @@ static int session_start_attach(struct session *s, const struct session_request 
         }
         if (r < 0)
                 return r;
+        /* The wake points attached with the rest: say so, from now on. */
+        if (s->wakes_sampled)
+                translate_wake_window(&s->tr, d9_now_ns(), d9_bpf_target_wakes_on(s->bpf),
+                                      WAKE_ON_TICKS * D9D_TICK_MS, WAKE_PERIOD_TICKS * D9D_TICK_MS);
         /* pidfd: the exit notice even when sched probes are off. */
         s->pidfd_w.fn = session_on_pidfd;
         d9d_watch_add(s->d, &s->pidfd_w, EPOLLIN);
@@ -959,7 +1041,7 @@ int session_start(struct d9d *d, const struct session_request *req,
                   void (*done)(void *ctx, struct session *s, const char *why), void *ctx,
                   struct session_start **out, char **why)
 {
-        bool plan = (req->probes & TOKIO_PROBES) != 0;
+        bool plan = (req->probes & PLANNED_PROBES) != 0;
         struct session_start *st = calloc(1, sizeof(*st));
         const char *busy;
         uid_t holder;
@@ -1050,6 +1132,8 @@ static void session_account_bpf_counters(struct session *s)
 {
         session_account_drops(s);
         session_account_short_offcpu(s);
+        if (s->tr.enc)
+                long_poll_flush(&s->tr, false);
 }
 
 void session_end(struct session *s, const char *reason)
@@ -1099,6 +1183,34 @@ void session_end(struct session *s, const char *reason)
                  (unsigned long long)s->tr.events, (unsigned long long)s->drops);
 }
 
+/* Sampled wakes: the wake points attached for WAKE_ON_TICKS ticks of every
+ * WAKE_PERIOD_TICKS, each change written into the trace. A wake hit costs
+ * the target a trap (about a poll's worth, docs/performance.md) whatever
+ * the program does, so only detaching makes wakes cheaper. */
+static void session_sample_wakes(struct session *s)
+{
+        bool on, was;
+
+        if (!s->wakes_sampled || !s->bpf)
+                return;
+        on = ++s->wake_tick % WAKE_PERIOD_TICKS < WAKE_ON_TICKS;
+        was = d9_bpf_target_wakes_on(s->bpf);
+        if (on == was)
+                return;
+        uint64_t t0 = d9_now_ns();
+        int r = d9_bpf_target_set_wakes(s->bpf, on);
+        uint64_t took = d9_now_ns() - t0;
+
+        if (took > 20000000ull)
+                log_info("pid %d: attaching/detaching the wake points took %llu ms", s->pid,
+                         (unsigned long long)(took / 1000000));
+        if (r < 0 || d9_bpf_target_wakes_on(s->bpf) == was)
+                return;
+        if (s->tr.enc)
+                translate_wake_window(&s->tr, d9_now_ns(), on, WAKE_ON_TICKS * D9D_TICK_MS,
+                                      WAKE_PERIOD_TICKS * D9D_TICK_MS);
+}
+
 void session_tick(struct session *s, uint64_t now_ms)
 {
         const char *full;
@@ -1113,6 +1225,7 @@ void session_tick(struct session *s, uint64_t now_ms)
                 return;
         }
         session_account_bpf_counters(s);
+        session_sample_wakes(s);
         if (now_ms > s->rate_ms) {
                 s->events_per_s = (double)(s->tr.events - s->rate_events) * 1000.0 / (double)(now_ms - s->rate_ms);
                 s->rate_events = s->tr.events;
@@ -1246,3 +1359,7 @@ void session_bpf_close(void)
         probe_plan_cache_free(plan_cache);
         plan_cache = NULL;
 }
+
+/* s->probes goes to BPF as is: the groups are the BPF side's bits. */
+_Static_assert((unsigned)D9_PROBE_RUNS == D9_PROBE_RUNS, "longpoll group = D9_PROBE_RUNS");
+_Static_assert((unsigned)D9_PROBE_ALL == D9_PROBE_ALL, "probe groups = BPF probe bits");

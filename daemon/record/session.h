@@ -57,6 +57,8 @@ struct session {
                 uint64_t listeners_unlisted;
                 char resources_error[96], accept_queues_error[96]; /* why a kind stopped */
         } samples;
+        bool wakes_sampled;             /* wake points attached WAKE_ON_TICKS of */
+        unsigned wake_tick;             /* every WAKE_PERIOD_TICKS session ticks */
         bool expect_exec;               /* record -- CMD: the child execs once after attach */
         enum session_state state;
         char end_reason[128];
@@ -92,6 +94,7 @@ struct session_request {
         int64_t offcpu_min_us;          /* < 0: d9d's configured default */
         int64_t resources_every_ms;     /* < 0: d9d's configured default; 0: none */
         bool accept_queues;             /* sample the target's listeners' accept queues */
+        bool wakes_exact;               /* wake points attached all the time */
         uid_t peer_uid;
         const char *rule;               /* auto-attach: the rule that matched (NULL = a client) */
         uint64_t exec_ns;               /* auto-attach: CLOCK_MONOTONIC of its exec, 0 = was running */

@@ -46,6 +46,7 @@
 #include "daemon/symbolize/kallsyms.h"
 #include "daemon/core/log.h"
 #include "daemon/symbolize/stack_marks.h"
+#include "daemon/record/long_poll.h"
 #include "daemon/symbolize/symbolize.h"
 #include "daemon/record/unwind.h"
 #include "daemon/record/translate.h"
@@ -65,6 +66,15 @@ static const struct d9_field_def offcpu_short_fields[] = {
         { "min_ns", D9_T_VARINT },
 };
 static const struct d9_schema_def offcpu_short_schema = { "D9ShortOffCpuEvent", 3, offcpu_short_fields };
+
+/* Sampled wakes (d9ctl --wakes sampled): from ts on, the wake points are
+ * attached (every wake is recorded) or not (none is), until the next one. */
+static const struct d9_field_def wake_window_fields[] = {
+        { "attached", D9_T_VARINT },
+        { "on_ms", D9_T_VARINT },
+        { "period_ms", D9_T_VARINT },
+};
+static const struct d9_schema_def wake_window_schema = { "D9WakeWindowEvent", 3, wake_window_fields };
 
 /* A blocking-pool task's poll (a spawn_blocking job), written at its end.
  * dial9 records polls of runtime tasks on workers only and its viewer draws
@@ -137,6 +147,7 @@ void translate_destroy(struct translate *tr)
                 free(tr->dyn[i].name);
         free(tr->dyn);
         symbolizer_free(tr->sym);
+        long_poll_free(tr);
         memset(tr, 0, sizeof(*tr));
 }
 
@@ -149,6 +160,7 @@ void translate_release(struct translate *tr)
                 .stacks = tr->stacks, .stacks_failed = tr->stacks_failed,
                 .offcpu_no_stack = tr->offcpu_no_stack, .probe_stacks = tr->probe_stacks,
                 .frames_outside = tr->frames_outside,
+                .long_polls = tr->long_polls,
         };
 
         translate_destroy(tr);
@@ -160,6 +172,7 @@ int translate_set_encoder(struct translate *tr, struct d9_enc *enc)
         int r;
 
         tr->enc = enc;
+        tr->enc_gen++;
         memset(tr->label_atoms, 0xff, (tr->n_labels ? tr->n_labels : 1) * sizeof(*tr->label_atoms));
         for (size_t i = 0; i < tr->threads_cap; i++)
                 tr->threads[i].name_atom = D9_NO_ATOM;
@@ -173,6 +186,10 @@ int translate_set_encoder(struct translate *tr, struct d9_enc *enc)
         if (r < 0)
                 return r;
         tr->offcpu_short_schema = r;
+        r = d9_enc_declare(enc, &wake_window_schema);
+        if (r < 0)
+                return r;
+        tr->wake_window_schema = r;
         r = d9_enc_declare(enc, &blocking_schema);
         if (r < 0)
                 return r;
@@ -181,6 +198,8 @@ int translate_set_encoder(struct translate *tr, struct d9_enc *enc)
         if (r < 0)
                 return r;
         tr->label_addr_schema = r;
+        if (tr->stack_workers && (r = long_poll_declare(tr)) < 0)
+                return r;
         r = d9_enc_intern_string(enc, "", 0, &tr->empty_atom);
         if (!r)
                 r = d9_enc_intern_stack(enc, NULL, 0, &tr->empty_stack);
@@ -433,6 +452,11 @@ static uint32_t label_atom(struct translate *tr, uint64_t cookie)
         return atom;
 }
 
+uint32_t translate_label_atom(struct translate *tr, uint64_t cookie)
+{
+        return label_atom(tr, cookie);
+}
+
 #define MAX_DYN_LABELS 1024
 
 /* A boxed future's poll fn is named from the symbols of the one file
@@ -656,6 +680,13 @@ static int poll_worker(struct translate *tr, struct tr_thread *t, const struct d
         return e;
 }
 
+uint32_t translate_thread_worker(struct translate *tr, struct tr_thread *t)
+{
+        if (t->worker == D9_WORKER_NONE)
+                t->worker = worker_new(tr, PROVISIONAL_KEY(t->tid));
+        return t->worker;
+}
+
 static int blocking_poll_end(struct translate *tr, struct tr_thread *t, uint64_t ts)
 {
         struct d9_enc_value v[4] = {
@@ -807,13 +838,19 @@ static uint32_t offcpu_stack(struct translate *tr, struct tr_thread *t, const st
  * as a parked thread's run_delay grows between park and unpark. */
 static int on_offcpu(struct translate *tr, const struct d9_rec_offcpu *o, struct tr_thread *t)
 {
-        int r = d9_enc_cpu_sample(tr->enc, o->off_ts, sample_lane(t), o->hdr.tid, 1, D9_NO_ATOM,
-                                  offcpu_stack(tr, t, o), o->hdr.cpu);
+        uint32_t stack = offcpu_stack(tr, t, o);
+        int r = d9_enc_cpu_sample(tr->enc, o->off_ts, sample_lane(t), o->hdr.tid, 1, D9_NO_ATOM, stack,
+                                  o->hdr.cpu);
 
+        if (r == 0 && tr->stack_workers && o->prev_state == 0)
+                long_poll_on_preempt(tr, t, o);
         if (r < 0 || !tr->park_from_sched || t->worker >= D9_WORKER_BLOCKING ||
             t->poll_worker != D9_WORKER_NONE || o->prev_state == 0)
                 return r;
         tr->events++;
+        /* Default set: an interval inside a task poll is that poll blocking. */
+        if (tr->stack_workers && (r = long_poll_on_offcpu(tr, t, o, stack)) != 0)
+                return r < 0 ? r : 0;
         r = d9_enc_worker_park(tr->enc, o->off_ts, t->worker, 0, o->cpu_ns, o->hdr.tid);
         if (r < 0)
                 return r;
@@ -847,6 +884,19 @@ static uint32_t collapse_probe_path(struct translate *tr, uint64_t *frames, uint
         return n - n_kern + 1;
 }
 
+/* The slot for a thread's next STACK record: the other slot may hold a
+ * stack whose owner record is still to come; take it only if it is free
+ * (or used). */
+static struct tr_stack *stack_slot(struct tr_thread *t)
+{
+        struct tr_stack *st = &t->stk[t->stk_next];
+
+        if (st->id && !t->stk[t->stk_next ^ 1].id)
+                return &t->stk[t->stk_next ^ 1];
+        t->stk_next ^= 1;
+        return st;
+}
+
 /* A STACK record comes right before the SAMPLE/OFFCPU record of the same
  * thread that names it: unwind it now and keep the frames on the thread. */
 static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_t size, struct tr_thread *t)
@@ -873,13 +923,7 @@ static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_
                         tr->unw_fails++;
                 }
         }
-        /* The other slot may hold a stack whose owner record is still to
-         * come; take it only if it is free (or used). */
-        st = &t->stk[t->stk_next];
-        if (st->id && !t->stk[t->stk_next ^ 1].id)
-                st = &t->stk[t->stk_next ^ 1];
-        else
-                t->stk_next ^= 1;
+        st = stack_slot(t);
         if (!st->frames)
                 st->frames = malloc(MAX_FRAMES * sizeof(*st->frames));
         st->id = rec->stack_id;
@@ -898,7 +942,27 @@ static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_
         tr->stacks++;
         unwinder_get_stats(tr->unw, &us);
         tr->frames_outside = us.outside;
+        if (tr->stack_workers)
+                long_poll_on_stack(tr, t, rec->stack_id, st->frames, (uint32_t)n, n_kern);
         st->n = collapse_probe_path(tr, st->frames, (uint32_t)n, n_kern);
+}
+
+int translate_stack_frames(struct translate *tr, uint32_t tid, uint64_t stack_id, const uint64_t *frames,
+                           uint32_t n, uint32_t n_kern)
+{
+        struct tr_thread *t = thread_get(tr, tid);
+        struct tr_stack *st = t ? stack_slot(t) : NULL;
+
+        if (!st || (!st->frames && !(st->frames = malloc(MAX_FRAMES * sizeof(*st->frames)))))
+                return -ENOMEM;
+        if (n > MAX_FRAMES)
+                n = MAX_FRAMES;
+        memcpy(st->frames, frames, n * sizeof(*frames));
+        st->id = stack_id;
+        st->n = n;
+        if (tr->stack_workers)
+                long_poll_on_stack(tr, t, stack_id, st->frames, n, n_kern < n ? n_kern : n);
+        return 0;
 }
 
 /* The thread's stack named stack_id, taken (its slot freed), or NULL. */
@@ -1010,6 +1074,18 @@ int translate_record(struct translate *tr, const void *rec, size_t size)
         case D9_REC_STACK:
                 on_stack(tr, rec, size, t);
                 return 0;
+        case D9_REC_RUN_SAMPLE: {
+                const struct d9_rec_run *run = rec;
+                struct tr_stack *st;
+
+                if (size < sizeof(*run))
+                        return -EBADMSG;
+                st = take_stack(t, run->stack_id);
+                r = tr->stack_workers && st && st->n ? long_poll_on_run(tr, t, run, st->frames, st->n) : 0;
+                if (r < 0 && !tr->error)
+                        tr->error = r;
+                return r < 0 ? r : 0;
+        }
         case D9_REC_EXIT:
                 tr->exited++;
                 return 0;
@@ -1046,6 +1122,19 @@ int translate_offcpu_short(struct translate *tr, uint64_t ts, uint64_t intervals
         };
 
         return d9_enc_event(tr->enc, tr->offcpu_short_schema, ts, v);
+}
+
+int translate_wake_window(struct translate *tr, uint64_t ts, bool attached, uint64_t on_ms, uint64_t period_ms)
+{
+        struct d9_enc_value v[3] = {
+                { .present = true, .u = attached },
+                { .present = true, .u = on_ms },
+                { .present = true, .u = period_ms },
+        };
+        int r = d9_enc_event(tr->enc, tr->wake_window_schema, ts, v);
+
+        tr->events += r == 0;
+        return r;
 }
 
 void translate_worker_list(const struct translate *tr, char *buf, size_t len)

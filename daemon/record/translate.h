@@ -47,7 +47,16 @@ struct tr_thread {
                 uint32_t fail;          /* ... this enum stack_mark */
         } stk[2];
         uint8_t stk_next;               /* slot of the next STACK record */
+        /* long_poll.c (default set): what stack lp_stack showed: cookie + 1
+         * of its innermost task poll frame and of its launch poll frame. */
+        uint64_t lp_stack;
+        uint32_t lp_poll, lp_launch;
+        /* The open run of fast ticks in one task poll (run_poll = cookie + 1). */
+        uint32_t run_poll, run_n, run_stack_atom, run_gen;
+        uint64_t run_since, run_first, run_last;
 };
+
+struct lp_range;
 
 /* A boxed `dyn Future` seen in a poll: its concrete poll fn, named. */
 struct tr_dyn {
@@ -63,6 +72,7 @@ struct translate {
         struct d9_enc *enc;             /* current segment's encoder */
         int lost_schema;                /* D9LostEventsEvent handle in enc */
         int offcpu_short_schema;        /* D9ShortOffCpuEvent handle in enc */
+        int wake_window_schema;         /* D9WakeWindowEvent handle in enc */
         int blocking_schema;            /* D9BlockingPollEvent handle in enc */
         int label_addr_schema;          /* D9TaskLabelAddrEvent handle in enc */
         uint32_t empty_atom, empty_stack;
@@ -108,6 +118,17 @@ struct translate {
         uint64_t exited, exec_seen;     /* EXIT / EXEC records */
         uint64_t sched_parks;           /* parks derived from off-CPU records */
         uint64_t cores_handed;          /* block_in_place hand-offs followed without park probes */
+        /* long_poll.c: workers and long polls from stacks (default set). */
+        bool stack_workers;
+        uint64_t run_period_ns;
+        int (*lp_vaddr_of)(void *ctx, uint64_t addr, uint64_t *vaddr);
+        void *lp_ctx;
+        struct lp_range *lp_ranges;     /* poll functions, sorted by start */
+        size_t n_lp_ranges;
+        uint8_t *launch_polls;          /* per cookie: a worker's launch poll */
+        int long_poll_schema;
+        uint32_t enc_gen;               /* bumped with each encoder (atoms) */
+        uint64_t long_polls;            /* D9LongPollEvents written */
         int error;                      /* first encoder error */
 };
 
@@ -130,6 +151,20 @@ int translate_lost(struct translate *tr, uint64_t ts, uint64_t lost, const char 
  * than `min_ns` and so not recorded: a D9ShortOffCpuEvent. */
 int translate_offcpu_short(struct translate *tr, uint64_t ts, uint64_t intervals, uint64_t total_ns,
                            uint64_t min_ns);
+/* A STACK record of tid, as unwound (leaf first, n_kern kernel frames
+ * first): what the next SAMPLE/OFFCPU/RUN_SAMPLE naming stack_id shows.
+ * translate_record does this itself; tests feed synthetic stacks here. */
+int translate_stack_frames(struct translate *tr, uint32_t tid, uint64_t stack_id, const uint64_t *frames,
+                           uint32_t n, uint32_t n_kern);
+/* t's worker id, a new one if it has none yet (long_poll.c). */
+uint32_t translate_thread_worker(struct translate *tr, struct tr_thread *t);
+/* The future-type label of a plan cookie, interned in the current segment. */
+uint32_t translate_label_atom(struct translate *tr, uint64_t cookie);
+
+/* Sampled wakes: the wake points are attached from ts on (or not), for
+ * on_ms of every period_ms: a D9WakeWindowEvent. */
+int translate_wake_window(struct translate *tr, uint64_t ts, bool attached, uint64_t on_ms, uint64_t period_ms);
+
 /* "0,1,2": all worker ids in use (an id a thread held only until its first
  * park showed it drives a known core is not). */
 void translate_worker_list(const struct translate *tr, char *buf, size_t len);

@@ -21,7 +21,7 @@ struct unwinder;
 
 struct unwind_opts {
         uint32_t max_frames;            /* user frames per stack; 0: 64 */
-        uint32_t budget_us;             /* unwind time allowed per window; 0: 20000 */
+        uint32_t budget_us;             /* unwind CPU time (d9d thread) per window; 0: 20000 */
         uint32_t window_ms;             /* 0: 100 (so 20 % of a core by default) */
         const char *debug_file;         /* separate debug file for the main
                                          * executable (stripped binaries), or NULL:
@@ -55,6 +55,10 @@ void unwinder_free(struct unwinder *u);
  * budget is used up (counted in over_budget), -EBADMSG for a short record. */
 int unwinder_stack(struct unwinder *u, const struct d9_rec_stack *rec, size_t size,
                    uint64_t *out, size_t cap, uint32_t *n_kern);
+
+/* A user address as a link-time address of the module it lies in, if that
+ * module's build-id is build_id (hex; NULL: any module). 0, or -ENOENT. */
+int unwinder_link_vaddr(struct unwinder *u, uint64_t addr, const char *build_id, uint64_t *vaddr);
 
 void unwinder_get_stats(const struct unwinder *u, struct unwind_stats *st);
 

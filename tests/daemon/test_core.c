@@ -171,6 +171,16 @@ static void test_control_protocol(void)
         ok(d9c_parse_probes("all", NULL) == D9_PROBE_ALL && d9c_parse_probes("poll,park", NULL) ==
            (D9_PROBE_POLL | D9_PROBE_PARK) && d9c_parse_probes("poll,nope", NULL) == -EINVAL,
            "probe lists: all, subsets, unknown names refused");
+        {
+                char buf[96];
+
+                d9c_format_probes(D9_PROBE_DEFAULT, buf, sizeof(buf));
+                ok(d9c_parse_probes(NULL, NULL) == D9_PROBE_DEFAULT && d9c_parse_probes("default", NULL) ==
+                   D9_PROBE_DEFAULT && !(D9_PROBE_DEFAULT & (D9_PROBE_PARK | D9_PROBE_POLL | D9_PROBE_SPAWN |
+                   D9_PROBE_WAKE | D9_PROBE_TERMINATE)) && !strcmp(buf, "sched,cpu,longpoll") &&
+                   d9c_parse_probes("longpoll,all", NULL) == (D9_PROBE_ALL | D9_PROBE_RUNS),
+                   "no --probes is the default set: sched,cpu,longpoll, no uprobe group ('%s')", buf);
+        }
         ok(d9_parse_duration_ms("10s", &v) == 0 && v == 10000 && d9_parse_duration_ms("250ms", &v) == 0 && v == 250 &&
            d9_parse_duration_ms("2m", &v) == 0 && v == 120000 && d9_parse_duration_ms("3", &v) == 0 && v == 3000 &&
            d9_parse_duration_ms("x", &v) < 0 && d9_parse_duration_ms("-1s", &v) < 0, "durations parse");

@@ -184,7 +184,7 @@ def record_mode(t):
     try:
         out = os.path.join(tmp, "out")
         tgt = start_target(TARGET, "mixed", "--duration", "8", stdout=subprocess.DEVNULL)
-        r = d.ctl("record", "--pid", str(tgt.pid), "--duration", "5s", "--out", out)
+        r = d.ctl("record", "--probes", "all", "--pid", str(tgt.pid), "--duration", "5s", "--out", out)
         lines = r.stderr.splitlines()
         t.ok(r.returncode == 0 and lines and lines[0].startswith(f"d9ctl record: recording pid {tgt.pid}")
              and lines[0].endswith(f"into {out}/d9-target-1.24-release/{tgt.pid}-" + lines[0].split("-")[-1]),
@@ -202,7 +202,7 @@ def record_mode(t):
         tgt.wait(timeout=30)
 
         # A terminal gets one line that redraws.
-        rc, so, se = run_on_pty([D9CTL, "--socket", d.sock, "record", "--duration", "3s", "--",
+        rc, so, se = run_on_pty([D9CTL, "--socket", d.sock, "record", "--probes", "all", "--duration", "3s", "--",
                                  TARGET, "mixed", "--duration", "6"])
         t.ok(rc == 0 and se.count("\r\x1b[K") >= 3 and re.search(r"\r\x1b\[Kd9ctl record: pid \d+ recording "
                                                                  r"\d+\.\ds, \d+\.\ds left", se),
@@ -210,16 +210,16 @@ def record_mode(t):
 
         # -- CMD without --duration: until it exits, with its exit status.
         t0 = time.time()
-        r = d.ctl("record", "--", TARGET, "mixed", "--duration", "3")
+        r = d.ctl("record", "--probes", "all", "--", TARGET, "mixed", "--duration", "3")
         took = time.time() - t0
         t.ok(r.returncode == 0 and r.stdout.split() and 3 <= took < 20 and "target exited" in r.stderr
              and "until the command exits" in r.stderr,
              f"record -- CMD needs no --duration: it runs until CMD exits ({took:.1f} s)", r.stderr)
-        r = d.ctl("record", "--", TARGET, "mixed", "--duration", "nonsense")
+        r = d.ctl("record", "--probes", "all", "--", TARGET, "mixed", "--duration", "nonsense")
         t.ok(r.returncode == 2 and "exited with status 2" in r.stderr,
              f"record -- CMD returns CMD's exit status (2, got {r.returncode})", r.stderr)
         t0 = time.time()
-        r = d.ctl("record", "--duration", "2s", "--", TARGET, "mixed", "--duration", "30")
+        r = d.ctl("record", "--probes", "all", "--duration", "2s", "--", TARGET, "mixed", "--duration", "30")
         took = time.time() - t0
         t.ok(r.returncode == 0 and took < 15 and "duration reached" in r.stderr and r.stdout.split(),
              f"--duration with -- CMD stops CMD when reached ({took:.1f} s)", r.stderr)
@@ -280,12 +280,12 @@ def follow_mode(t):
         os.symlink("../server/bin/server.js", os.path.join(bindir, "server"))
         npm_bin = os.path.join(bindir, "server")
 
-        r = d.ctl("record", "--", npm_bin, "mixed", "--duration", "2")
+        r = d.ctl("record", "--probes", "all", "--", npm_bin, "mixed", "--duration", "2")
         t.ok(r.returncode == 1 and one_line(r) and "script" in r.stderr and "--follow-children" in r.stderr,
              "a launcher script without --follow-children: one line suggesting it", r.stderr)
         out = os.path.join(tmp, "out")
         t0 = time.time()
-        r = d.ctl("record", "--follow-children", "--out", out, "--", npm_bin, "mixed", "--duration", "4")
+        r = d.ctl("record", "--probes", "all", "--follow-children", "--out", out, "--", npm_bin, "mixed", "--duration", "4")
         took = time.time() - t0
         m = re.search(r"following pid (\d+)", r.stderr)
         paths = r.stdout.split()
@@ -298,7 +298,7 @@ def follow_mode(t):
         # A shell launcher that execs (same pid) ...
         sh_exec = os.path.join(tmp, "run-exec.sh")
         write_exec(sh_exec, f"#!/bin/sh\nsleep 0.3\nexec '{TARGET}' \"$@\"\n")
-        r = d.ctl("record", "--follow-children", "--", sh_exec, "mixed", "--duration", "3")
+        r = d.ctl("record", "--probes", "all", "--follow-children", "--", sh_exec, "mixed", "--duration", "3")
         m = re.search(r"following pid (\d+)", r.stderr)
         ok, counts, text = dump_summary(D9CTL, r.stdout.split()[0]) if r.stdout.split() else (False, {}, "")
         t.ok(r.returncode == 0 and ok and counts.get("PollStartEvent", 0) > 100,
@@ -306,7 +306,7 @@ def follow_mode(t):
         # ... and one that starts it as a child, then fails.
         sh_child = os.path.join(tmp, "run-child.sh")
         write_exec(sh_child, f"#!/bin/sh\n'{TARGET}' \"$@\"\nexit 3\n")
-        r = d.ctl("record", "--follow-children", "--", sh_child, "mixed", "--duration", "3")
+        r = d.ctl("record", "--probes", "all", "--follow-children", "--", sh_child, "mixed", "--duration", "3")
         t.ok(r.returncode == 3 and r.stdout.split() and "target exited" in r.stderr,
              "shell launcher with a child: traced, and record returns the launcher's status 3", r.stderr)
         r = d.ctl("record", "--", "/bin/sh", "-c", "exit 5")
@@ -350,7 +350,7 @@ def serve_dump_mode(t):
     env = dict(os.environ)
     try:
         out = os.path.join(tmp, "out")
-        r = d.ctl("record", "--duration", "30s", "--out", out, "--", TARGET, "mixed", "--duration", "3")
+        r = d.ctl("record", "--probes", "all", "--duration", "30s", "--out", out, "--", TARGET, "mixed", "--duration", "3")
         paths = r.stdout.split()
         t.ok(r.returncode == 0 and paths, "recorded a trace into --out", r.stderr)
         for spec, host in [("PORT", "127.0.0.1"), ("localhost:PORT", "127.0.0.1"), ("127.0.0.1:PORT", "127.0.0.1")]:

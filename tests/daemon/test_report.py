@@ -37,7 +37,7 @@ def stripped_once_symbolized(t, d, out):
     exe = os.path.join(out, "bin", os.path.basename(STRIPPED))
     os.makedirs(os.path.dirname(exe))
     shutil.copy2(STRIPPED, exe)
-    r = d.ctl("record", "--duration", "40s", "--out", out + "/stripped", "--", exe, "mixed", "--duration", "6")
+    r = d.ctl("record", "--probes", "all", "--duration", "40s", "--out", out + "/stripped", "--", exe, "mixed", "--duration", "6")
     paths = r.stdout.split()
     t.ok(r.returncode == 0 and paths, "recorded the stripped build", r.stderr)
     if not paths:
@@ -67,7 +67,7 @@ def main():
     d = D9d(D9D, D9CTL)
     d.start_or_bail(t)
     out = tempfile.mkdtemp(prefix="d9-report-")
-    r = d.ctl("record", "--duration", "40s", "--out", out, "--", TARGET, "mixed", "--duration", "6")
+    r = d.ctl("record", "--probes", "all", "--duration", "40s", "--out", out, "--", TARGET, "mixed", "--duration", "6")
     paths = r.stdout.split()
     t.ok(r.returncode == 0 and paths, "recorded the mixed target", r.stderr)
     if not paths:
@@ -122,7 +122,7 @@ def main():
 
     # The pool mode's spawn_blocking jobs (some 1-5 s) are listed apart,
     # never as polls on a worker.
-    r2 = d.ctl("record", "--duration", "40s", "--out", out + "/pool", "--", TARGET, "pool", "--duration", "4")
+    r2 = d.ctl("record", "--probes", "all", "--duration", "40s", "--out", out + "/pool", "--", TARGET, "pool", "--duration", "4")
     pool = json.loads(report("--json", *r2.stdout.split()).stdout or "{}") if r2.returncode == 0 else {}
     jobs = pool.get("longest_blocking_pool_jobs", [])
     t.ok(jobs and jobs[0]["duration_ns"] >= 0.9e9 and "BlockingTask" in (jobs[0].get("future") or ""),

@@ -5,6 +5,7 @@ MODE: rotate-size | rotate-events | rotate-period | budget | crash | target-exit
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -25,9 +26,12 @@ def check_segments(t, paths, what):
     t.ok(paths and not bad, f"{what}: all {len(paths)} segments decode strictly with metadata + clock sync", bad)
 
 
+def record_args(pid, duration, out=None):
+    return ["record", "--probes", "all", "--pid", str(pid), "--duration", duration] + (["--out", out] if out else [])
+
+
 def record(d, pid, duration, out=None):
-    args = ["record", "--pid", str(pid), "--duration", duration] + (["--out", out] if out else [])
-    return d.ctl(*args)
+    return d.ctl(*record_args(pid, duration, out))
 
 
 def rotate_size(t):
@@ -118,7 +122,7 @@ def crash(t):
     d = D9d(D9D, D9CTL, {"rotate_period": "1h", "max_segment_events": "0"}).start()
     tgt = start_target(TARGET, "mixed", "--duration", "8")
     time.sleep(0.3)
-    r = d.ctl("attach", "--pid", str(tgt.pid))
+    r = d.ctl("attach", "--probes", "all", "--pid", str(tgt.pid))
     t.ok(r.returncode == 0, "attached", r.stderr)
     traces = os.path.join(d.tmp, "traces")
     # Killed once the open segment holds real data (how soon depends on
@@ -141,7 +145,7 @@ def crash(t):
          f"({counts.get('PollStartEvent', 0)} polls)", text)
     t.ok("recovery:" in d2.logtext(), "d9d logged the recovery")
     # The target is still running: a new attach writes a new segment, never reusing the recovered name.
-    r = d2.ctl("record", "--pid", str(tgt.pid), "--duration", "1s")
+    r = d2.ctl("record", "--probes", "all", "--pid", str(tgt.pid), "--duration", "1s")
     t.ok(r.returncode == 0 and r.stdout.strip().endswith("trace.1.bin.zst"),
          "re-attach continues numbering in the same pid+starttime folder", r.stdout + r.stderr)
     target_truth(tgt)
@@ -150,15 +154,24 @@ def crash(t):
 
 def target_exit(t):
     d = D9d(D9D, D9CTL).start()
-    # 4 s: on a loaded machine the uprobes can take 2 s to go live (see
-    # docs/performance.md, attach); a target gone by then has no workers in
-    # its trace, which would be right but is not what this test is about.
-    tgt = start_target(TARGET, "mixed", "--duration", "4")
-    time.sleep(0.3)
+    # The workload starts once d9ctl says it records: a first attach loads
+    # the BPF programs (0.4-0.5 s of verifier CPU), which on a loaded
+    # 2-core machine took over the 1.7 s a running 2 s target had left, so
+    # the session saw nothing but the exit; a longer-lived target only
+    # narrows that race (first attaches took 3-4 s at load 12-16).
+    tgt = subprocess.Popen([TARGET, "mixed", "--wait-stdin", "--duration", "2"], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    tgt.stdout.readline()
     t0 = time.time()
-    r = record(d, tgt.pid, "20s")
-    took = time.time() - t0
+    rec = subprocess.Popen([D9CTL, "--socket", d.sock, *record_args(tgt.pid, "20s")], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    err = [rec.stderr.readline()]
+    tgt.stdin.write("go\n")
+    tgt.stdin.flush()
     truth = target_truth(tgt)
+    out, rest = rec.communicate(timeout=60)
+    took = time.time() - t0
+    r = subprocess.CompletedProcess(rec.args, rec.returncode, out, "".join(err) + rest)
     paths = r.stdout.split()
     t.ok(r.returncode == 0 and paths, "record returns the sealed segments", r.stderr)
     t.ok(took < 10, f"the session ended with the target, not at the 20 s deadline ({took:.1f} s)")

@@ -39,7 +39,7 @@ def one_try(t, d, binary, n):
     try:
         tgt = start_target(binary, "pool", "--thread-name", "tokio-rt-worker", "--duration", "14")
         time.sleep(1.5)  # mid-run: workers parked and polling, blocking threads alive
-        r = d.ctl("record", "--pid", str(tgt.pid), "--duration", "8s", "--out", d.out)
+        r = d.ctl("record", "--probes", "all", "--pid", str(tgt.pid), "--duration", "8s", "--out", d.out)
         truth = target_truth(tgt)
     finally:
         for h in hogs:

@@ -37,7 +37,7 @@ def main():
         tgt = start_target(binary, "runtimes", "--thread-name", "tokio-rt-worker", "--workers", "2",
                            "--duration", "10")
         time.sleep(1.5)
-        r = d.ctl("record", "--pid", str(tgt.pid), "--duration", "6s", "--out", d.out)
+        r = d.ctl("record", "--probes", "all", "--pid", str(tgt.pid), "--duration", "6s", "--out", d.out)
         truth = target_truth(tgt)
     finally:
         for h in hogs:

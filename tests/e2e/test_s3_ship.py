@@ -27,7 +27,7 @@ def main():
     d.start_or_bail(t)
     tgt = start_target(TARGET, "mixed", "--duration", "5")
     time.sleep(0.3)
-    r = d.ctl("record", "--pid", str(tgt.pid), "--duration", "2500ms")
+    r = d.ctl("record", "--probes", "all", "--pid", str(tgt.pid), "--duration", "2500ms")
     truth = target_truth(tgt)
     paths = r.stdout.split()
     t.ok(r.returncode == 0 and len(paths) >= 2, f"recorded {len(paths)} segments", r.stderr)

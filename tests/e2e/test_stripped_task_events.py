@@ -27,7 +27,7 @@ D9D, D9CTL, TARGET = sys.argv[1:4]
 def check_routes(t, d, binary):
     tgt = start_target(binary, "mixed", "--duration", "5")
     time.sleep(0.5)
-    r = d.ctl("attach", "--pid", str(tgt.pid))
+    r = d.ctl("attach", "--probes", "all", "--pid", str(tgt.pid))
     routes = {}
     for line in r.stdout.splitlines():
         if line.startswith("route: "):
@@ -52,7 +52,8 @@ def main():
     d.out = tempfile.mkdtemp(prefix="d9-term-out-")
     d.start_or_bail(t)
     check_routes(t, d, binary)
-    r = d.ctl("record", "--duration", "30s", "--out", d.out, "--", binary, "mixed", "--duration", "4")
+    r = d.ctl("record", "--probes", "all", "--wakes", "exact", "--duration", "30s", "--out", d.out, "--", binary, "mixed",
+              "--duration", "4")
     truth = None
     for line in r.stderr.splitlines():
         if line.startswith("{"):

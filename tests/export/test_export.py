@@ -42,7 +42,8 @@ def main():
     d = D9d(D9D, D9CTL)
     d.start_or_bail(t)
     out = tempfile.mkdtemp(prefix="d9-export-")
-    r = d.ctl("record", "--duration", "40s", "--out", out + "/rec", "--", TARGET, "mixed", "--duration", "6")
+    r = d.ctl("record", "--probes", "all", "--wakes", "exact", "--duration", "40s", "--out", out + "/rec", "--",
+              TARGET, "mixed", "--duration", "6")
     paths = r.stdout.split()
     t.ok(r.returncode == 0 and paths, "recorded the mixed target", r.stderr)
     if not paths:

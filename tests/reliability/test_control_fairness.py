@@ -127,7 +127,7 @@ def under_attack(t, d, uid, mode, seconds):
     attacker's output lines and what root saw."""
     tgt = start_target(TARGET, "mixed", "--duration", str(seconds + 10), "--workers", "2")
     time.sleep(0.5)
-    r = d.ctl("attach", "--pid", str(tgt.pid), "--duration", f"{seconds + 6}s")
+    r = d.ctl("attach", "--probes", "all", "--pid", str(tgt.pid), "--duration", f"{seconds + 6}s")
     t.ok(r.returncode == 0, "root attached to a busy Tokio target", r.stderr)
     time.sleep(1.5)
     before = target_status(d, tgt.pid) or {}

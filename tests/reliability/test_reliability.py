@@ -66,7 +66,7 @@ def multi(t):
 
     def rec(p):
         out = os.path.join(d.tmp, f"out-{p.pid}")
-        res[p.pid] = d.ctl("record", "--pid", str(p.pid), "--duration", "10s", "--out", out)
+        res[p.pid] = d.ctl("record", "--probes", "all", "--pid", str(p.pid), "--duration", "10s", "--out", out)
     threads = [threading.Thread(target=rec, args=(p,)) for p in busy + idle]
     for th in threads:
         th.start()
@@ -124,7 +124,7 @@ def overflow(t):
     t.ok(alive(d), "d9d keeps running and serving after the overflow")
     tgt2 = start_target(TARGET, "mixed", "--duration", "4")
     time.sleep(0.3)
-    r2 = d.ctl("record", "--pid", str(tgt2.pid), "--duration", "1s")
+    r2 = d.ctl("record", "--probes", "all", "--pid", str(tgt2.pid), "--duration", "1s")
     target_truth(tgt2)
     t.ok(r2.returncode == 0 and r2.stdout.split(), "a new recording works after the overflow", r2.stderr)
     d.cleanup(keep=t.failed > 0)
@@ -143,7 +143,7 @@ def diskfull(t):
         d.start()
         tgt = start_target(TARGET, "mixed", "--duration", "40")
         time.sleep(0.3)
-        r = d.ctl("attach", "--pid", str(tgt.pid), "--duration", "30s")
+        r = d.ctl("attach", "--probes", "all", "--pid", str(tgt.pid), "--duration", "30s")
         t.ok(r.returncode == 0, "attached", r.stderr)
         before = wait_for(lambda: sealed_files(mnt) if len(sealed_files(mnt)) >= 2 else None, 20)
         t.ok(before, f"segments sealed before the disk fills: {before}")
@@ -185,7 +185,7 @@ def diskfull(t):
         else:
             # The session ended on the write error: recording resumes by attaching again.
             wait_for(lambda: target_status(d, tgt.pid) and target_status(d, tgt.pid)["state"] == "done", 20)
-            r = d.ctl("record", "--pid", str(tgt.pid), "--duration", "2s")
+            r = d.ctl("record", "--probes", "all", "--pid", str(tgt.pid), "--duration", "2s")
             after = r.stdout.split()
             t.ok(r.returncode == 0 and after, "with space back, recording the target again works", r.stderr)
         t.ok(after and all(segment_facts(p)[0] for p in after), f"segments written after space returned decode ({len(after)})")
@@ -227,7 +227,7 @@ def lifecycle(t):
                            stderr=subprocess.DEVNULL, env=env)
     time.sleep(0.5)
     t0 = time.time()
-    r = d.ctl("record", "--pid", str(tgt.pid), "--duration", "15s")
+    r = d.ctl("record", "--probes", "all", "--pid", str(tgt.pid), "--duration", "15s")
     took = time.time() - t0
     paths = r.stdout.split()
     t.ok(r.returncode == 0 and paths, f"record of a forking, exec'ing target returned in {took:.1f} s", r.stderr)
@@ -255,7 +255,7 @@ def lifecycle(t):
     time.sleep(0.3)
     pid = a.pid
     st_a = starttime_of(pid)
-    ra = d.ctl("record", "--pid", str(pid), "--duration", "10s")
+    ra = d.ctl("record", "--probes", "all", "--pid", str(pid), "--duration", "10s")
     target_truth(a)
     pa = ra.stdout.split()
     t.ok(ra.returncode == 0 and pa, f"first target (pid {pid}) recorded until it exited", ra.stderr)
@@ -266,7 +266,7 @@ def lifecycle(t):
         return
     time.sleep(0.3)
     st_b = starttime_of(pid)
-    rb = d.ctl("record", "--pid", str(pid), "--duration", "1500ms")
+    rb = d.ctl("record", "--probes", "all", "--pid", str(pid), "--duration", "1500ms")
     target_truth(b)
     pb = rb.stdout.split()
     t.ok(rb.returncode == 0 and pb, "the pid's new owner is recorded", rb.stderr)

@@ -54,7 +54,7 @@ def main():
     d = D9d(D9D, D9CTL)
     d.out = tempfile.mkdtemp(prefix="d9-stacks-out-")
     d.start_or_bail(t)
-    r = d.ctl("record", "--duration", "30s", "--out", d.out, "--", TARGET, "mixed", "--duration", "4")
+    r = d.ctl("record", "--probes", "all", "--duration", "30s", "--out", d.out, "--", TARGET, "mixed", "--duration", "4")
     paths = r.stdout.split()
     t.ok(r.returncode == 0 and paths, f"record -- CMD sealed {len(paths)} segments", r.stderr)
     busy, busy_good, sleep, sleep_good, shown = 0, 0, 0, 0, set()

@@ -105,7 +105,7 @@ def labels(ev):
 
 def record(t, d, binary, what):
     d.out = tempfile.mkdtemp(prefix="out-", dir=work)
-    r = d.ctl("record", "--duration", "30s", "--out", d.out, "--", binary, "mixed", "--duration", "4")
+    r = d.ctl("record", "--probes", "all", "--duration", "30s", "--out", d.out, "--", binary, "mixed", "--duration", "4")
     paths = r.stdout.split()
     t.ok(r.returncode == 0 and paths, f"{what}: record -- CMD sealed {len(paths)} segments", r.stderr)
     return paths

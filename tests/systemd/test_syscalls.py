@@ -88,7 +88,7 @@ for _ in range(300):
 target = subprocess.Popen([TARGET, "mixed", "--duration", "8"], stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL)
 time.sleep(0.5)
-r = subprocess.run([D9CTL, "--socket", sock, "record", "--pid", str(target.pid), "--duration", "2s",
+r = subprocess.run([D9CTL, "--socket", sock, "record", "--probes", "all", "--pid", str(target.pid), "--duration", "2s",
                     "--out", os.path.join(tmp.name, "out")], capture_output=True, text=True, timeout=90)
 target.kill()
 target.wait()

@@ -53,7 +53,7 @@ def record(tap, sock, target_uid, label, out, exe=TARGET):
         cmd = ["setpriv", f"--reuid={target_uid}", f"--regid={target_uid}", "--clear-groups", *cmd]
     target = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.5)
-    r = subprocess.run([D9CTL, "--socket", sock, "record", "--pid", str(target.pid), "--duration", "2s",
+    r = subprocess.run([D9CTL, "--socket", sock, "record", "--probes", "all", "--pid", str(target.pid), "--duration", "2s",
                         "--out", out], capture_output=True, text=True, timeout=60)
     target.kill()
     target.wait()

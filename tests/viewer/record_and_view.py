@@ -18,7 +18,7 @@ def main():
     d = D9d(D9D, D9CTL)
     try:
         d.start()
-        r = d.ctl("record", "--duration", "30s", "--out", out, "--", TARGET, "mixed", "--duration", "4")
+        r = d.ctl("record", "--probes", "all", "--duration", "30s", "--out", out, "--", TARGET, "mixed", "--duration", "4")
     except Exception as e:  # noqa: BLE001 - any failure to record is fatal here
         print(f"Bail out! recording failed: {e}")
         return 1

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 pub const USAGE: &str = "usage: d9-target server|load|mixed|pool|runtimes|deep|backlog [--flavor multi-thread|current-thread] \
 [--workers N] [--thread-name NAME] [--listen ADDR] [--backlog N] [--connect ADDR] [--conns N] [--duration SECS] \
-[--start-delay SECS] [--wait-stdin]";
+[--start-delay SECS] [--wait-stdin] [--work-us N]";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -48,6 +48,9 @@ pub struct Args {
     pub wait_stdin: bool,
     /// backlog mode: the listen() backlog.
     pub backlog: u32,
+    /// server: real work per request (parse, hash, a timer, sometimes a
+    /// spawn_blocking), about this many µs; 0: a bare echo.
+    pub work_us: u64,
 }
 
 fn parse_secs(flag: &str, v: &str) -> Result<Duration, String> {
@@ -88,6 +91,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         start_delay_ms: 0,
         wait_stdin: false,
         backlog: 16,
+        work_us: 0,
     };
     while let Some(flag) = it.next() {
         if flag == "--wait-stdin" {
@@ -111,6 +115,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--backlog" => a.backlog = parse_count(&flag, &v)?.min(65535) as u32,
             "--duration" => a.duration = Some(parse_secs(&flag, &v)?),
             "--start-delay" => a.start_delay_ms = parse_secs(&flag, &v)?.as_millis() as u64,
+            "--work-us" => a.work_us = parse_count(&flag, &v)? as u64,
             _ => return Err(format!("unknown option '{flag}'")),
         }
     }

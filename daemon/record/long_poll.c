@@ -1,0 +1,260 @@
+/* long_poll.c: workers, parks' stacks and long polls from stacks and fast
+ * run ticks, for the default probe set (rules in long_poll.h). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bpf/d9_events.h"
+#include "daemon/record/long_poll.h"
+#include "daemon/record/translate.h"
+#include "daemon/record/unwind.h"
+#include "uprobes/uprobes.h"
+
+/* A run with no tick for this long of trace time is written by
+ * long_poll_flush: its thread was preempted that long, or exited. */
+#define LONG_POLL_IDLE_NS (1000 * 1000000ull)
+
+struct lp_range {
+        uint64_t lo, hi;        /* [lo, hi): the poll function, link-time */
+        uint32_t cookie;
+        bool blocking;          /* a blocking-pool task's poll */
+};
+
+/* A long poll seen from outside, lasting at least min_ns: from its first
+ * to its last tick ("running"; ticks counts them, and the poll began up to
+ * a tick of the thread's CPU time earlier and ended up to one later), or
+ * the worker's off-CPU interval inside it ("blocked", ticks 0). No upper
+ * bound is claimed: the thread may have been preempted around the ends.
+ * Written at its end (ts); dial9's readers skip it, d9's keep it. */
+static const struct d9_field_def long_poll_fields[] = {
+        { "worker_id", D9_T_VARINT },
+        { "tid", D9_T_VARINT },
+        { "spawn_loc", D9_T_POOLED_STRING },
+        { "min_ns", D9_T_VARINT },
+        { "ticks", D9_T_VARINT },
+        { "how", D9_T_POOLED_STRING },
+        { "stack", D9_T_POOLED_STACK },
+};
+static const struct d9_schema_def long_poll_schema = { "D9LongPollEvent", 7, long_poll_fields };
+
+static int by_lo(const void *a, const void *b)
+{
+        const struct lp_range *x = a, *y = b;
+
+        return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+static int unwinder_vaddr(void *ctx, uint64_t addr, uint64_t *vaddr)
+{
+        struct translate *tr = ctx;
+
+        return tr->unw ? unwinder_link_vaddr(tr->unw, addr, tr->plan->build_id, vaddr) : -ENOENT;
+}
+
+int long_poll_enable(struct translate *tr, uint64_t period_ns, long_poll_vaddr_fn vaddr_of, void *ctx)
+{
+        const struct probe_plan *p = tr->plan;
+
+        if (!p)
+                return 0;
+        tr->lp_ranges = calloc(p->n_points ? p->n_points : 1, sizeof(*tr->lp_ranges));
+        tr->launch_polls = calloc(p->n_points ? p->n_points : 1, 1);
+        if (!tr->lp_ranges || !tr->launch_polls) {
+                long_poll_free(tr);
+                return -ENOMEM;
+        }
+        for (size_t i = 0; i < p->n_points; i++) {
+                const struct probe_point *pt = &p->points[i];
+
+                if (pt->kind == PROBE_POLL && pt->func_end > pt->vaddr)
+                        tr->lp_ranges[tr->n_lp_ranges++] = (struct lp_range){
+                                pt->vaddr, pt->func_end, (uint32_t)pt->cookie, pt->blocking_task };
+        }
+        qsort(tr->lp_ranges, tr->n_lp_ranges, sizeof(*tr->lp_ranges), by_lo);
+        tr->run_period_ns = period_ns;
+        tr->lp_vaddr_of = vaddr_of ? vaddr_of : unwinder_vaddr;
+        tr->lp_ctx = vaddr_of ? ctx : tr;
+        tr->stack_workers = true;
+        return 0;
+}
+
+void long_poll_free(struct translate *tr)
+{
+        free(tr->lp_ranges);
+        free(tr->launch_polls);
+        tr->lp_ranges = NULL;
+        tr->launch_polls = NULL;
+        tr->n_lp_ranges = 0;
+}
+
+int long_poll_declare(struct translate *tr)
+{
+        int r = d9_enc_declare(tr->enc, &long_poll_schema);
+
+        if (r >= 0)
+                tr->long_poll_schema = r;
+        return r < 0 ? r : 0;
+}
+
+static const struct lp_range *range_of(const struct translate *tr, uint64_t vaddr)
+{
+        size_t lo = 0, hi = tr->n_lp_ranges;
+
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+
+                if (tr->lp_ranges[mid].lo <= vaddr)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        if (!lo || vaddr >= tr->lp_ranges[lo - 1].hi)
+                return NULL;
+        return &tr->lp_ranges[lo - 1];
+}
+
+void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stack_id, const uint64_t *frames,
+                        uint32_t n, uint32_t n_kern)
+{
+        uint32_t task = 0, launch = 0;
+
+        /* Leaf first: the first task poll frame is the innermost (a nested
+         * block_on inside a poll is still that worker's poll), the last
+         * blocking one the outermost. */
+        for (uint32_t i = n_kern; i < n; i++) {
+                const struct lp_range *r;
+                uint64_t v;
+
+                if (tr->lp_vaddr_of(tr->lp_ctx, frames[i], &v) < 0 || !(r = range_of(tr, v)))
+                        continue;
+                if (!r->blocking && !task)
+                        task = r->cookie + 1;
+                else if (r->blocking && task)
+                        launch = r->cookie + 1;
+                else if (r->blocking && tr->launch_polls[r->cookie])
+                        launch = r->cookie + 1;
+        }
+        /* A blocking poll below a task poll is the worker's launch. */
+        if (task && launch)
+                tr->launch_polls[launch - 1] = 1;
+        t->lp_stack = stack_id;
+        t->lp_poll = task;
+        t->lp_launch = launch;
+        if (task || launch)
+                translate_thread_worker(tr, t);
+}
+
+static int run_close(struct translate *tr, struct tr_thread *t)
+{
+        struct d9_enc_value v[7];
+        uint64_t min = t->run_last - t->run_first;
+        uint32_t cookie = t->run_poll - 1;
+        int r;
+
+        t->run_poll = 0;
+        /* One tick in the poll says nothing about its length. */
+        if (t->run_n < 2)
+                return 0;
+        v[0] = (struct d9_enc_value){ .present = true, .u = t->worker < D9_WORKER_BLOCKING ? t->worker : 255 };
+        v[1] = (struct d9_enc_value){ .present = true, .u = t->tid };
+        v[2] = (struct d9_enc_value){ .present = true, .atom = translate_label_atom(tr, cookie) };
+        v[3] = (struct d9_enc_value){ .present = true, .u = min };
+        v[4] = (struct d9_enc_value){ .present = true, .u = t->run_n };
+        v[5] = (struct d9_enc_value){ .present = true };
+        r = d9_enc_intern_string(tr->enc, "running", 7, &v[5].atom);
+        v[6] = (struct d9_enc_value){ .present = true,
+                                      .atom = t->run_gen == tr->enc_gen ? t->run_stack_atom : tr->empty_stack };
+        if (r == 0)
+                r = d9_enc_event(tr->enc, tr->long_poll_schema, t->run_last, v);
+        if (r == 0) {
+                tr->events++;
+                tr->long_polls++;
+        }
+        return r;
+}
+
+int long_poll_on_run(struct translate *tr, struct tr_thread *t, const struct d9_rec_run *rec,
+                     const uint64_t *frames, uint32_t n)
+{
+        bool same = t->lp_stack == rec->stack_id;
+        uint32_t poll = same ? t->lp_poll : 0, launch = same ? t->lp_launch : 0;
+        int r = 0;
+
+        /* A stack that reaches neither a task poll nor the launch frame
+         * (the unwind stopped early, e.g. in the vDSO) does not end a run:
+         * only a new stretch, another poll frame, or the worker loop outside
+         * any task poll (launch frame, no task frame) shows the poll ended. */
+        if (!poll && !launch && rec->since_ts == t->run_since)
+                return 0;
+        if (t->run_poll && (poll != t->run_poll || rec->since_ts != t->run_since))
+                r = run_close(tr, t);
+        if (r < 0 || !poll)
+                return r;
+        if (!t->run_poll) {
+                t->run_poll = poll;
+                t->run_since = rec->since_ts;
+                t->run_first = rec->hdr.ts;
+                t->run_n = 0;
+        }
+        t->run_last = rec->hdr.ts;
+        t->run_n++;
+        if (d9_enc_intern_stack(tr->enc, frames, n, &t->run_stack_atom) == 0)
+                t->run_gen = tr->enc_gen;
+        return 0;
+}
+
+void long_poll_on_preempt(struct translate *tr, struct tr_thread *t, const struct d9_rec_offcpu *o)
+{
+        (void)tr;
+        /* Its stack is the poll frame the run is in: it was in that poll
+         * when switched out, so it still is when switched back in. */
+        if (t->run_poll && o->stack_id && t->lp_stack == o->stack_id && t->lp_poll == t->run_poll &&
+            o->hdr.ts > t->run_last)
+                t->run_last = o->hdr.ts;
+}
+
+int long_poll_on_offcpu(struct translate *tr, struct tr_thread *t, const struct d9_rec_offcpu *o, uint32_t stack)
+{
+        struct d9_enc_value v[7];
+        uint64_t len = o->hdr.ts - o->off_ts;
+        int r = 0;
+
+        if (t->run_poll)
+                r = run_close(tr, t);
+        if (r < 0 || !o->stack_id || t->lp_stack != o->stack_id || !t->lp_poll)
+                return r;
+        v[0] = (struct d9_enc_value){ .present = true, .u = t->worker < D9_WORKER_BLOCKING ? t->worker : 255 };
+        v[1] = (struct d9_enc_value){ .present = true, .u = t->tid };
+        v[2] = (struct d9_enc_value){ .present = true, .atom = translate_label_atom(tr, t->lp_poll - 1) };
+        v[3] = (struct d9_enc_value){ .present = true, .u = len };
+        v[4] = (struct d9_enc_value){ .present = true, .u = 0 };
+        v[5] = (struct d9_enc_value){ .present = true };
+        v[6] = (struct d9_enc_value){ .present = true, .atom = stack };
+        r = d9_enc_intern_string(tr->enc, "blocked", 7, &v[5].atom);
+        if (r == 0)
+                r = d9_enc_event(tr->enc, tr->long_poll_schema, o->hdr.ts, v);
+        if (r < 0)
+                return r;
+        tr->long_polls++;
+        return 1;
+}
+
+int long_poll_flush(struct translate *tr, bool all)
+{
+        /* Idle by the trace's own clock (the newest record drained), not
+         * the wall clock: a drain running behind on a loaded machine made
+         * every open run look idle and split 50 ms polls into pieces.
+         * Preempted threads tick no more until they run again, so the idle
+         * time is long; a run's usual end is its thread's next tick or
+         * sleep. */
+        for (size_t i = 0; tr->stack_workers && i < tr->threads_cap; i++) {
+                struct tr_thread *t = &tr->threads[i];
+                int r;
+
+                if (!t->tid || !t->run_poll || (!all && t->run_last + LONG_POLL_IDLE_NS > tr->last_ts))
+                        continue;
+                if ((r = run_close(tr, t)) < 0)
+                        return r;
+        }
+        return 0;
+}

@@ -1,0 +1,330 @@
+/* The default probe set's derivations (daemon/long_poll.c), fed synthetic
+ * stacks and records: which threads become workers from what their stacks
+ * show, which off-CPU intervals are parks and which are polls blocking a
+ * worker, and how fast run ticks inside one poll frame become one
+ * D9LongPollEvent (and which do not). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bpf/d9_events.h"
+#include "daemon/record/long_poll.h"
+#include "proto/d9proto.h"
+#include "daemon/record/translate.h"
+#include "uprobes/uprobes.h"
+#include "../tap.h"
+
+enum { C_TASK, C_TASK2, C_LAUNCH, C_JOB, N_POINTS };
+/* Link-time ranges of the fake poll functions; stacks use these addresses
+ * as is (the hook below maps an address to itself). */
+#define TASK_FN 0x10000
+#define TASK2_FN 0x11000
+#define LAUNCH_FN 0x20000
+#define JOB_FN 0x30000
+#define OTHER_FN 0x90000        /* no poll: the worker loop, park, libc */
+#define PERIOD 500000ull
+
+static struct probe_point points[N_POINTS];
+static struct probe_plan plan = { .points = points, .n_points = N_POINTS };
+
+static void plan_init(void)
+{
+        points[C_TASK] = (struct probe_point){ .kind = PROBE_POLL, .cookie = C_TASK, .label = (char *)"app::serve",
+                                               .vaddr = TASK_FN, .func_end = TASK_FN + 0x400 };
+        points[C_TASK2] = (struct probe_point){ .kind = PROBE_POLL, .cookie = C_TASK2, .label = (char *)"app::tick",
+                                                .vaddr = TASK2_FN, .func_end = TASK2_FN + 0x400 };
+        points[C_LAUNCH] = (struct probe_point){ .kind = PROBE_POLL, .cookie = C_LAUNCH, .label = (char *)"0x20000",
+                                                 .vaddr = LAUNCH_FN, .func_end = LAUNCH_FN + 0x400,
+                                                 .blocking_task = true };
+        points[C_JOB] = (struct probe_point){ .kind = PROBE_POLL, .cookie = C_JOB, .label = (char *)"0x30000",
+                                              .vaddr = JOB_FN, .func_end = JOB_FN + 0x400, .blocking_task = true };
+}
+
+static int same_vaddr(void *ctx, uint64_t addr, uint64_t *vaddr)
+{
+        *vaddr = addr;
+        return 0;
+}
+
+struct log {
+        int park[256], unpark[256], samples[256];
+        int long_running, long_blocked;
+        uint64_t min_ns[8], ticks[8], worker[8];
+        char label[8][32];
+};
+
+static uint64_t field_u(const struct d9_dec_event *ev, const char *name)
+{
+        for (uint16_t i = 0; i < ev->schema->nfields; i++)
+                if (!strcmp(ev->schema->fields[i].name, name))
+                        return ev->values[i].u;
+        return UINT64_MAX;
+}
+
+/* A string field, copied (decoded strings are not NUL-terminated). */
+static const char *field_s(const struct d9_dec_event *ev, const char *name, char *buf, size_t len)
+{
+        buf[0] = 0;
+        for (uint16_t i = 0; i < ev->schema->nfields; i++)
+                if (!strcmp(ev->schema->fields[i].name, name) && ev->values[i].str.p)
+                        snprintf(buf, len, "%.*s", (int)ev->values[i].str.len, ev->values[i].str.p);
+        return buf;
+}
+
+static int on_event(const struct d9_dec_event *ev, void *ctx)
+{
+        struct log *l = ctx;
+        const char *n = ev->schema->name;
+        uint64_t w = field_u(ev, "worker_id");
+
+        if (!strcmp(n, "D9LongPollEvent")) {
+                int i = l->long_running + l->long_blocked;
+                char how[16];
+                bool running = !strcmp(field_s(ev, "how", how, sizeof(how)), "running");
+
+                if (i < 8) {
+                        l->min_ns[i] = field_u(ev, "min_ns");
+                        l->ticks[i] = field_u(ev, "ticks");
+                        l->worker[i] = w;
+                        field_s(ev, "spawn_loc", l->label[i], sizeof(l->label[i]));
+                }
+                running ? l->long_running++ : l->long_blocked++;
+                return 0;
+        }
+        if (w > 255)
+                return 0;
+        if (!strcmp(n, "WorkerParkEvent"))
+                l->park[w]++;
+        else if (!strcmp(n, "WorkerUnparkEvent"))
+                l->unpark[w]++;
+        else if (!strcmp(n, "CpuSampleEvent"))
+                l->samples[w]++;
+        return 0;
+}
+
+struct run {
+        struct translate tr;
+        struct d9_enc *enc;
+        uint8_t *buf;
+        uint64_t ts, stack_id;
+};
+
+static void run_start(struct run *r)
+{
+        memset(r, 0, sizeof(*r));
+        r->buf = malloc(1 << 22);
+        d9_enc_new(&r->enc);
+        d9_enc_set_output(r->enc, r->buf, 1 << 22, NULL, NULL);
+        translate_init(&r->tr, 1, &plan, false, false);
+        long_poll_enable(&r->tr, PERIOD, same_vaddr, NULL);
+        translate_set_encoder(&r->tr, r->enc);
+        r->ts = 1000000000;
+}
+
+/* A stack on tid: user frames leaf first, kernel ones none. */
+static uint64_t stack(struct run *r, uint32_t tid, const uint64_t *frames, uint32_t n)
+{
+        translate_stack_frames(&r->tr, tid, ++r->stack_id, frames, n, 0);
+        return r->stack_id;
+}
+
+static void offcpu(struct run *r, uint32_t tid, uint64_t stack_id, uint64_t len)
+{
+        struct d9_rec_offcpu o = { .prev_state = 1, .stack_id = stack_id };
+
+        o.off_ts = r->ts;
+        r->ts += len;
+        o.hdr = (struct d9_rec_hdr){ .type = D9_REC_OFFCPU, .tid = tid, .tgid = 1, .ts = r->ts };
+        translate_record(&r->tr, &o, sizeof(o));
+}
+
+/* tid preempted for len (an involuntary interval, its stack stack_id). */
+static void preempt(struct run *r, uint32_t tid, uint64_t stack_id, uint64_t len)
+{
+        struct d9_rec_offcpu o = { .prev_state = 0, .stack_id = stack_id };
+
+        o.off_ts = r->ts;
+        r->ts += len;
+        o.hdr = (struct d9_rec_hdr){ .type = D9_REC_OFFCPU, .tid = tid, .tgid = 1, .ts = r->ts };
+        translate_record(&r->tr, &o, sizeof(o));
+}
+
+static void tick(struct run *r, uint32_t tid, uint64_t stack_id, uint64_t since)
+{
+        struct d9_rec_run t = { .stack_id = stack_id, .since_ts = since };
+
+        r->ts += PERIOD;
+        t.hdr = (struct d9_rec_hdr){ .type = D9_REC_RUN_SAMPLE, .tid = tid, .tgid = 1, .ts = r->ts };
+        translate_record(&r->tr, &t, sizeof(t));
+}
+
+static void run_end(struct run *r, struct log *l, char *workers, size_t len)
+{
+        struct d9_dec_opts opts = { .strict = true, .on_event = on_event, .ctx = l };
+        struct d9_dec_result res;
+        const uint8_t *out;
+        size_t n;
+
+        memset(l, 0, sizeof(*l));
+        long_poll_flush(&r->tr, true);
+        translate_worker_list(&r->tr, workers, len);
+        out = d9_enc_output(r->enc, &n);
+        if (d9_decode(out, n, &opts, &res) < 0)
+                printf("# decode failed: %s\n", res.error);
+        translate_destroy(&r->tr);
+        d9_enc_free(r->enc);
+        free(r->buf);
+}
+
+/* Workers from stacks: a task poll frame makes a worker, and teaches which
+ * blocking poll is the launch; an idle worker whose park stack shows only
+ * that launch frame is a worker too; a spawn_blocking job's thread is not.
+ * Parks are a worker's sleeps outside a task poll; a sleep inside one is a
+ * blocked long poll, not a park. */
+static void test_workers_and_parks_from_stacks(void)
+{
+        const uint64_t busy[] = { OTHER_FN + 5, TASK_FN + 0x10, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        const uint64_t idle[] = { OTHER_FN + 1, OTHER_FN + 2, LAUNCH_FN + 0x30 };
+        const uint64_t job[] = { OTHER_FN + 1, JOB_FN + 0x10 };
+        const uint64_t loop[] = { OTHER_FN + 1, OTHER_FN + 7 };
+        struct log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r);
+        offcpu(&r, 102, stack(&r, 102, idle, 3), 2000000);     /* before any worker is known */
+        offcpu(&r, 101, stack(&r, 101, busy, 4), 3000000);     /* sleeps inside app::serve */
+        offcpu(&r, 102, stack(&r, 102, idle, 3), 2000000);     /* idle worker: a park */
+        offcpu(&r, 103, stack(&r, 103, job, 2), 2000000);      /* blocking-pool job */
+        offcpu(&r, 104, stack(&r, 104, loop, 2), 2000000);     /* no poll frame at all */
+        offcpu(&r, 101, stack(&r, 101, idle, 3), 2000000);     /* worker 0 parks */
+        offcpu(&r, 101, 0, 2000000);                           /* no stack: counted as a park */
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!strcmp(workers, "0,1"), "two workers from stacks, not the job's or the loop's thread ('%s')", workers);
+        ok(l.long_blocked == 1 && l.worker[0] == 0 && l.min_ns[0] == 3000000 && !strcmp(l.label[0], "app::serve"),
+           "sleep inside a task poll: one blocked long poll on worker 0, 3 ms, app::serve (%d, w%llu, %llu ns, '%s')",
+           l.long_blocked, (unsigned long long)l.worker[0], (unsigned long long)l.min_ns[0], l.label[0]);
+        ok(l.park[0] == 2 && l.unpark[0] == 2, "worker 0: 2 parks (launch-only stack, no stack), not the blocked poll (%d)",
+           l.park[0]);
+        ok(l.park[1] == 1 && l.unpark[1] == 1,
+           "worker 1: 1 park; its first sleep came before any worker taught the launch frame (%d)", l.park[1]);
+        ok(l.park[255] == 0 && l.park[254] == 0, "no parks for non-workers (%d, %d)", l.park[255], l.park[254]);
+}
+
+/* Ticks: a run of ticks in one task poll frame with no voluntary switch
+ * between is one long poll, from first to last tick; it ends at another
+ * poll frame, a new stretch (since), an off-CPU interval or a flush. One
+ * tick is not a long poll; a tick without a stack changes nothing. */
+static void test_long_polls_from_ticks(void)
+{
+        const uint64_t in_task[] = { TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        const uint64_t in_task2[] = { TASK2_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        const uint64_t outside[] = { OTHER_FN + 3, LAUNCH_FN + 0x20 };
+        const uint64_t truncated[] = { OTHER_FN + 3, OTHER_FN + 4 };
+        struct log l;
+        struct run r;
+        char workers[64];
+        uint64_t since;
+
+        run_start(&r);
+        since = r.ts;
+        for (int i = 0; i < 4; i++)     /* 5 ticks: 2.5 ms from first to last */
+                tick(&r, 101, stack(&r, 101, in_task, 3), since);
+        tick(&r, 101, 0, since);        /* no stack: neither extends nor ends it */
+        tick(&r, 101, stack(&r, 101, truncated, 2), since);    /* unwind stopped early: same */
+        tick(&r, 101, stack(&r, 101, in_task, 3), since);
+        for (int i = 0; i < 3; i++)     /* another future type, same stretch */
+                tick(&r, 101, stack(&r, 101, in_task2, 3), since);
+        since = r.ts;                   /* the worker slept: a new stretch */
+        tick(&r, 101, stack(&r, 101, in_task2, 3), since);
+        tick(&r, 101, stack(&r, 101, outside, 2), since);      /* one tick only: none */
+        for (int i = 0; i < 4; i++)     /* on worker 1, ended by its sleep */
+                tick(&r, 102, stack(&r, 102, in_task, 3), since);
+        offcpu(&r, 102, stack(&r, 102, outside, 2), 2000000);
+        since = r.ts;
+        for (int i = 0; i < 2; i++)     /* still open at the end: flushed */
+                tick(&r, 101, stack(&r, 101, in_task, 3), since);
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.long_running == 4, "4 running long polls (%d)", l.long_running);
+        ok(l.ticks[0] == 5 && l.min_ns[0] == 6 * PERIOD && !strcmp(l.label[0], "app::serve"),
+           "first: 5 ticks in it over 3 ms (a stackless and a truncated tick between), app::serve (%llu, %llu ns, '%s')", (unsigned long long)l.ticks[0],
+           (unsigned long long)l.min_ns[0], l.label[0]);
+        ok(l.ticks[1] == 3 && !strcmp(l.label[1], "app::tick") && l.min_ns[1] == 2 * PERIOD,
+           "second: another frame ends the first; 3 ticks of app::tick (%llu, '%s')", (unsigned long long)l.ticks[1],
+           l.label[1]);
+        ok(l.ticks[2] == 4 && l.worker[2] == 1, "third: worker 1's run, ended by its off-CPU interval (%llu, w%llu)",
+           (unsigned long long)l.ticks[2], (unsigned long long)l.worker[2]);
+        ok(l.ticks[3] == 2 && l.worker[3] == 0, "fourth: the open run, flushed at the end (%llu)",
+           (unsigned long long)l.ticks[3]);
+        ok(l.long_blocked == 0 && l.park[1] == 1, "worker 1's sleep outside a poll is a park (%d)", l.park[1]);
+}
+
+/* The periodic flush goes by trace time: a worker preempted for 50 ms in
+ * the middle of a long poll (other threads' records go on), with flushes
+ * between, still gives one long poll; only a second of trace time with no
+ * tick on it writes an open run. (It went by the wall clock: a drain
+ * running late split every busy poll.) */
+static void test_flush_by_trace_time(void)
+{
+        const uint64_t in_task[] = { TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        const uint64_t outside[] = { OTHER_FN + 3, LAUNCH_FN + 0x20 };
+        struct log l;
+        struct run r;
+        char workers[64];
+        uint64_t since;
+        int before;
+
+        run_start(&r);
+        since = r.ts;
+        for (int i = 0; i < 4; i++)
+                tick(&r, 101, stack(&r, 101, in_task, 3), since);
+        long_poll_flush(&r.tr, false);
+        offcpu(&r, 102, stack(&r, 102, outside, 2), 50000000);  /* 101 preempted meanwhile */
+        long_poll_flush(&r.tr, false);
+        for (int i = 0; i < 4; i++)
+                tick(&r, 101, stack(&r, 101, in_task, 3), since);
+        before = (int)r.tr.long_polls;
+        offcpu(&r, 102, stack(&r, 102, outside, 2), 1500000000);
+        long_poll_flush(&r.tr, false);
+        ok(before == 0 && r.tr.long_polls == 1, "flushes while the worker is preempted keep its run open; "
+           "1.5 s of trace time without a tick write it (%d, then %llu)", before, (unsigned long long)r.tr.long_polls);
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.long_running == 1 && l.ticks[0] == 8, "one long poll of 8 ticks across the preemption (%d, %llu)",
+           l.long_running, (unsigned long long)l.ticks[0]);
+}
+
+/* A busy poll on a loaded machine: ticks count CPU time, so its wall time
+ * is mostly preemptions. One whose stack shows the run's poll frame
+ * extends the run to its switch-in; one in another frame does not. */
+static void test_preemptions_extend_runs(void)
+{
+        const uint64_t in_task[] = { TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        const uint64_t in_task2[] = { TASK2_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        struct log l;
+        struct run r;
+        char workers[64];
+        uint64_t since;
+
+        run_start(&r);
+        since = r.ts;
+        for (int i = 0; i < 3; i++)     /* 1 ms from first to last tick */
+                tick(&r, 101, stack(&r, 101, in_task, 3), since);
+        preempt(&r, 101, stack(&r, 101, in_task, 3), 20000000);        /* 20 ms inside it */
+        tick(&r, 101, stack(&r, 101, in_task, 3), since);
+        preempt(&r, 101, stack(&r, 101, in_task2, 3), 20000000);       /* another frame: no */
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.long_running == 1 && l.ticks[0] == 4 && l.min_ns[0] == 3 * PERIOD + 20000000,
+           "a preemption inside the run's frame counts to its switch-in, one in another frame not "
+           "(%d, %llu ticks, %llu ns)", l.long_running, (unsigned long long)l.ticks[0],
+           (unsigned long long)l.min_ns[0]);
+}
+
+int main(void)
+{
+        plan_init();
+        test_workers_and_parks_from_stacks();
+        test_long_polls_from_ticks();
+        test_flush_by_trace_time();
+        test_preemptions_extend_runs();
+        return tap_done();
+}

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""The default probe set (record without --probes: sched,cpu,longpoll, no
+uprobe) on the mixed target, recorded from its first instruction: the trace
+says what it records and what not (metadata probes / not_recorded), has no
+per-poll, spawn, wake or terminate event, names both workers from their
+stacks and gives each of them parks and unparks from switches, and shows
+the target's long polls with their future type: mixed runs busy_block_50ms
+(50 ms on CPU inside one poll) at 0, 1, 2, 3 s and sleep_block_20ms
+(std::thread::sleep inside a poll) at 0.5, 1.5, 2.5, 3.5 s: each is one
+D9LongPollEvent ("running" 40 ms to 1 s, "blocked" 19-40 ms) with the same
+future type, and no other poll is reported longer than 5 ms. A busy poll's
+upper bound is loose on purpose: preempted near its end on a loaded
+machine, the 50 ms spin really lasts longer (it resumes inside the poll),
+and the trace says so; under a second, it is one poll, not two merged.
+Usage: test_default_set.py D9D D9CTL TARGET [stripped]"""
+import json
+import re
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
+from d9harness import D9d, Tap, dump_json_lines  # noqa
+
+D9D, D9CTL, TARGET = sys.argv[1:4]
+STRIPPED = len(sys.argv) > 4 and sys.argv[4] == "stripped"
+
+
+def main():
+    t = Tap()
+    binary = TARGET
+    if STRIPPED:
+        # Alone in a directory: no debug file is found, labels are addresses.
+        binary = os.path.join(tempfile.mkdtemp(prefix="d9-default-"), "service")
+        shutil.copy(TARGET, binary)
+    d = D9d(D9D, D9CTL)
+    d.out = tempfile.mkdtemp(prefix="d9-default-out-")
+    d.start_or_bail(t)
+    r = d.ctl("record", "--duration", "30s", "--out", d.out, "--", binary, "mixed", "--duration", "4")
+    truth = None
+    for line in r.stderr.splitlines():
+        if line.startswith("{"):
+            truth = json.loads(line)
+    t.ok(r.returncode == 0 and truth, "record -- CMD without --probes sealed its trace", r.stderr)
+    counts, meta, parks, unparks, longs, lost, text = {}, {}, {}, {}, [], {}, ""
+    for p in r.stdout.split():
+        rc, out = dump_json_lines(D9CTL, p)
+        for line in out.splitlines():
+            ev = json.loads(line)
+            name = ev["event"]
+            counts[name] = counts.get(name, 0) + 1
+            f = ev["fields"]
+            if name == "SegmentMetadataEvent":
+                meta = f["entries"]
+            elif name == "WorkerParkEvent":
+                parks[f["worker_id"]] = parks.get(f["worker_id"], 0) + 1
+            elif name == "WorkerUnparkEvent":
+                unparks[f["worker_id"]] = unparks.get(f["worker_id"], 0) + 1
+            elif name == "D9LongPollEvent":
+                longs.append(f)
+            elif name == "D9LostEventsEvent":
+                lost[f["source"]] = lost.get(f["source"], 0) + f["lost"]
+        text += subprocess.run([D9CTL, "dump", p], capture_output=True, text=True, timeout=120).stdout
+    t.ok(meta.get("probes") == "sched,cpu,longpoll" and "spawn" in meta.get("not_recorded", "")
+         and "wake" in meta.get("not_recorded", "") and "D9LongPollEvent" in meta.get("long_polls", ""),
+         f"metadata: probes {meta.get('probes')!r}, says what is not recorded ({meta.get('not_recorded')!r})")
+    exact = {k: counts.get(k, 0) for k in ("PollStartEvent", "PollEndEvent", "TaskSpawnEvent", "WakeEventEvent",
+                                           "TaskTerminateEvent")}
+    t.ok(not any(exact.values()), f"no per-poll, spawn, wake or terminate events: {exact}")
+    t.ok(meta.get("runtime.main") == "0,1", f"both workers told by their stacks: runtime.main {meta.get('runtime.main')!r}")
+    t.ok(all(parks.get(w, 0) >= 3 and parks.get(w) == unparks.get(w) for w in (0, 1)),
+         f"each worker parks and unparks (from sched_switch): parks {parks}, unparks {unparks}")
+    running = [f for f in longs if f["how"] == "running" and f["min_ns"] >= 5000000]
+    blocked = [f for f in longs if f["how"] == "blocked" and f["min_ns"] >= 5000000]
+    t.ok(len(running) == 4 and all(40e6 <= f["min_ns"] < 1e9 for f in running)
+         and len({f["spawn_loc"] for f in running}) == 1,
+         f"4 busy_block_50ms polls, 40 ms-1 s, one future type: "
+         f"{[(f['spawn_loc'], f['min_ns'], f['ticks']) for f in running]}; lost {lost}")
+    t.ok(len(blocked) == 4 and all(19e6 <= f["min_ns"] <= 40e6 for f in blocked)
+         and len({f["spawn_loc"] for f in blocked}) == 1,
+         f"4 sleep_block_20ms polls, blocked 19-40 ms, one future type: "
+         f"{[(f['spawn_loc'], f['min_ns']) for f in blocked]}; lost {lost}")
+    t.ok(all(w in (0, 1) for w in [f["worker_id"] for f in running + blocked]), "long polls on worker lanes")
+    if not STRIPPED:
+        lines = [ln for ln in text.splitlines() if "D9LongPollEvent" in ln and 'how="running"' in ln
+                 and int((re.search(r"min_ns=(\d+)", ln) or [0, 0])[1]) >= 40000000]
+        t.ok(running and running[0]["spawn_loc"].startswith("d9_target::mixed::blocker")
+             and all("d9_target::mixed::busy_block_50ms" in ln for ln in lines) and len(lines) >= 1,
+             f"running long polls name the future (blocker) and their stack shows busy_block_50ms: {lines[:1]}")
+        sleeps = [f["spawn_loc"] for f in blocked]
+        t.ok(sleeps and sleeps[0].startswith("d9_target::mixed::thread_sleeper"),
+             f"blocked long polls name the future: {sleeps[:1]}")
+    d.stop()
+    t.done()
+
+
+main()

@@ -1,0 +1,89 @@
+/* func_bounds.c: where each poll function ends, so d9d can tell a stack
+ * frame that lies inside raw::poll<T,S> (the default probe set finds long
+ * polls and workers from stacks, daemon/long_poll.c). The symbol's size
+ * where there is one; else the next function start in .eh_frame_hdr's
+ * search table, which stripped Rust binaries keep for unwinding. */
+#include <gelf.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "plan_int.h"
+
+/* DW_EH_PE_datarel | DW_EH_PE_sdata4: what every linker writes for the
+ * table; DW_EH_PE_udata4 for the count. Other encodings: no table. */
+#define EH_TABLE_ENC 0x3b
+#define EH_COUNT_ENC 0x03
+
+struct eh_table {
+        const uint8_t *entries; /* pairs of int32: function start, FDE (datarel) */
+        uint64_t base;          /* .eh_frame_hdr's vaddr */
+        uint32_t n;
+};
+
+static bool eh_table_find(const struct elf_image *img, struct eh_table *t)
+{
+        size_t n_ph;
+        GElf_Phdr ph;
+        const uint8_t *h;
+
+        if (elf_getphdrnum(img->elf, &n_ph) < 0)
+                return false;
+        for (size_t i = 0; i < n_ph; i++) {
+                if (!gelf_getphdr(img->elf, (int)i, &ph) || ph.p_type != PT_GNU_EH_FRAME || ph.p_filesz < 12)
+                        continue;
+                h = d9_elf_vaddr_bytes(img, ph.p_vaddr, ph.p_filesz);
+                /* version 1, eh_frame_ptr (4 bytes in every encoding we take), count, table */
+                if (!h || h[0] != 1 || h[2] != EH_COUNT_ENC || h[3] != EH_TABLE_ENC || (h[1] & 0x0f) != 0x0b)
+                        return false;
+                memcpy(&t->n, h + 8, 4);
+                if ((uint64_t)t->n * 8 > ph.p_filesz - 12)
+                        return false;
+                t->entries = h + 12;
+                t->base = ph.p_vaddr;
+                return true;
+        }
+        return false;
+}
+
+static uint64_t eh_start(const struct eh_table *t, uint32_t i)
+{
+        int32_t rel;
+
+        memcpy(&rel, t->entries + 8 * (size_t)i, 4);
+        return t->base + (uint64_t)(int64_t)rel;
+}
+
+/* The first function start after vaddr; 0 if none. */
+static uint64_t eh_next_start(const struct eh_table *t, uint64_t vaddr)
+{
+        uint32_t lo = 0, hi = t->n;
+
+        while (lo < hi) {
+                uint32_t mid = lo + (hi - lo) / 2;
+
+                if (eh_start(t, mid) <= vaddr)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return lo < t->n ? eh_start(t, lo) : 0;
+}
+
+void plan_poll_bounds(struct plan_builder *b)
+{
+        struct eh_table t = { 0 };
+        bool have_table = eh_table_find(b->img, &t);
+
+        for (size_t i = 0; i < b->n; i++) {
+                struct probe_point *p = &b->pts[i];
+                struct func_sym *s;
+
+                if (p->kind != PROBE_POLL)
+                        continue;
+                s = symtab_lookup(&b->st, p->vaddr);
+                if (s && s->vaddr == p->vaddr && s->size)
+                        p->func_end = p->vaddr + s->size;
+                else if (have_table)
+                        p->func_end = eh_next_start(&t, p->vaddr);
+        }
+}
