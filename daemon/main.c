@@ -400,8 +400,10 @@ int main(int argc, char **argv)
                 log_error("cannot start the sampling thread: %s", strerror(-r));
                 return 1;
         }
-        /* Off the loop, before the first client: /proc/kallsyms' 0.1-0.3 s. */
-        ksyms_preload();
+        /* Before the first client and before d9d is ready: /proc/kallsyms'
+         * 0.1-0.3 s, read here rather than on a thread of its own, whose
+         * open descriptor raced the fd-limit check of the accept loop. */
+        ksyms_put(ksyms_get());
         r = start_shipper(&d);
         if (r < 0)
                 return 1;
