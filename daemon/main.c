@@ -33,6 +33,7 @@
 #include "daemon/core/trace_access.h"
 #include "daemon/record/session.h"
 
+#define TICK_MS 250
 #define TRIM_TICKS 40   /* 10 s */
 
 static void on_signal(struct d9d *d, struct d9_watch *w, uint32_t events)
@@ -84,7 +85,7 @@ static void on_watchdog(struct d9d *d, struct d9_watch *w, uint32_t events)
 
 static int tick_timer(void)
 {
-        struct itimerspec its = { .it_interval = { 0, D9D_TICK_MS * 1000000L }, .it_value = { 0, D9D_TICK_MS * 1000000L } };
+        struct itimerspec its = { .it_interval = { 0, TICK_MS * 1000000L }, .it_value = { 0, TICK_MS * 1000000L } };
         int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 
         if (fd >= 0 && timerfd_settime(fd, 0, &its, NULL) < 0) {
@@ -399,8 +400,10 @@ int main(int argc, char **argv)
                 log_error("cannot start the sampling thread: %s", strerror(-r));
                 return 1;
         }
-        /* Off the loop, before the first client: /proc/kallsyms' 0.1-0.3 s. */
-        ksyms_preload();
+        /* Before the first client and before d9d is ready: /proc/kallsyms'
+         * 0.1-0.3 s, read here rather than on a thread of its own, whose
+         * open descriptor raced the fd-limit check of the accept loop. */
+        ksyms_put(ksyms_get());
         r = start_shipper(&d);
         if (r < 0)
                 return 1;

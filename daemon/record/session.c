@@ -550,19 +550,28 @@ static void session_end_privileged(struct session *s)
         session_end(s, "target gained privileges (setuid/setgid/capabilities exec or credential change)");
 }
 
+/* Drains the ring unless the target gained privileges the starter lacks,
+ * in which case the session ends unread. False: nothing more to do. */
+static bool session_drain_while_permitted(struct session *s)
+{
+        if (s->state != SESSION_RECORDING)
+                return false;
+        if (!session_gained_privileges(s))
+                d9_bpf_target_consume(s->bpf);
+        if (s->privileged) {
+                session_end_privileged(s);
+                return false;
+        }
+        return true;
+}
+
 static void session_on_ring(struct d9d *d, struct d9_watch *w, uint32_t events)
 {
         struct session *s = (struct session *)((char *)w - offsetof(struct session, ring_w));
         const char *full;
 
-        if (s->state != SESSION_RECORDING)
+        if (!session_drain_while_permitted(s))
                 return;
-        if (!session_gained_privileges(s))
-                d9_bpf_target_consume(s->bpf);
-        if (s->privileged) {
-                session_end_privileged(s);
-                return;
-        }
         if (s->tr.error) {
                 log_error("pid %d: encoding failed: %s", s->pid, strerror(-s->tr.error));
                 session_end(s, "encoder error");
@@ -1215,15 +1224,9 @@ void session_tick(struct session *s, uint64_t now_ms)
 {
         const char *full;
 
-        if (s->state != SESSION_RECORDING)
-                return;
         /* Pick up what arrived since the last wakeup before judging time. */
-        if (!session_gained_privileges(s))
-                d9_bpf_target_consume(s->bpf);
-        if (s->privileged) {
-                session_end_privileged(s);
+        if (!session_drain_while_permitted(s))
                 return;
-        }
         session_account_bpf_counters(s);
         session_sample_wakes(s);
         if (now_ms > s->rate_ms) {

@@ -174,14 +174,6 @@ static void preload_start_locked(void)
                 pthread_setname_np(th, "d9d-kallsyms");
 }
 
-void ksyms_preload(void)
-{
-        pthread_mutex_lock(&cache_lock);
-        if (!cache)
-                preload_start_locked();
-        pthread_mutex_unlock(&cache_lock);
-}
-
 struct ksyms *ksyms_get_ready(void)
 {
         struct ksyms *k;
