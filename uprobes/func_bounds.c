@@ -2,7 +2,11 @@
  * frame that lies inside raw::poll<T,S> (the default probe set finds long
  * polls and workers from stacks, daemon/long_poll.c). The symbol's size
  * where there is one; else the next function start in .eh_frame_hdr's
- * search table, which stripped Rust binaries keep for unwinding. */
+ * search table, which stripped Rust binaries keep for unwinding; else (a
+ * build with frame pointers and no CFI at all: Deno) where a code sweep
+ * from the vtable's entry finds the body's last terminator. The sweep's end
+ * is a guess, but one that errs short: it stops at the next function entry
+ * the plan knows and at the first terminator no branch passes. */
 #include <gelf.h>
 #include <stdint.h>
 #include <string.h>
@@ -85,5 +89,7 @@ void plan_poll_bounds(struct plan_builder *b)
                         p->func_end = p->vaddr + s->size;
                 else if (have_table)
                         p->func_end = eh_next_start(&t, p->vaddr);
+                else if (!plan_sweep_body(b, p->vaddr, &p->func_start, &p->func_end))
+                        p->func_start = p->func_end = 0;
         }
 }

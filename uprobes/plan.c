@@ -308,6 +308,7 @@ static int plan_build(int fd, const char *path, const char *root, struct probe_p
         }
         free(b.pts);
         free(b.meta);
+        free(b.known.v);
         symtab_free(&b.st);
         vtable_scan_free(&b.vs);
         d9_elf_image_free(b.img);

@@ -43,11 +43,6 @@
  * in ~0.7 s of a plan; this is ~5 times that). */
 #define SWEEP_BUDGET (256ull << 20)
 
-struct entry_set {
-        uint64_t *v;            /* sorted function entries */
-        size_t n;
-};
-
 static int cmp_u64(const void *a, const void *b)
 {
         uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -78,8 +73,9 @@ static bool lea_rip(const uint8_t *p, size_t n, uint64_t at, uint64_t *to)
 }
 
 /* The farthest case of a PIC jump table (int32 entries relative to its
- * base) that lands inside [start, start + MAX_BODY). */
-static uint64_t jump_table_reach(const struct elf_image *img, uint64_t table, uint64_t start)
+ * base) that lands inside [start, end): the table ends at the first entry
+ * that does not (the data after it: another table, or none). */
+static uint64_t jump_table_reach(const struct elf_image *img, uint64_t table, uint64_t start, uint64_t end)
 {
         uint64_t far = 0;
 
@@ -91,7 +87,7 @@ static uint64_t jump_table_reach(const struct elf_image *img, uint64_t table, ui
                         break;
                 memcpy(&rel, e, 4);
                 uint64_t to = table + (uint64_t)(int64_t)rel;
-                if (to < start || to >= start + MAX_BODY)
+                if (to < start || to >= end)
                         break;
                 far = to > far ? to : far;
         }
@@ -164,12 +160,34 @@ static bool is_known(const struct entry_set *known, uint64_t at)
         return known && known->n && bsearch(&at, known->v, known->n, sizeof(*known->v), cmp_u64);
 }
 
+/* push %rbp; mov %rsp,%rbp (either encoding of the mov). */
+static bool frame_prologue(const uint8_t *p, size_t n)
+{
+        return n >= 4 && p[0] == 0x55 && p[1] == 0x48 && ((p[2] == 0x89 && p[3] == 0xe5) || (p[2] == 0x8b && p[3] == 0xec));
+}
+
+/* int3 or a nop: what compilers and linkers put between functions. */
+static bool padding_at(const uint8_t *p, size_t n)
+{
+        struct x86_insn in;
+
+        if (p[0] == 0xcc)
+                return true;
+        x86_decode(p, n, &in);
+        return in.len && strcmp(in.what, "nop") == 0;
+}
+
 /* Direct call (and tail-jump) targets of the function at vaddr, sorted and
  * unique (at most max), by a linear sweep that ends at the next known entry
  * (known NULL: within 16 KiB) or at the first terminator no forward branch
- * passes. Charges the bytes swept to *left; nothing once it is spent. */
+ * passes. Charges the bytes swept to *left; nothing once it is spent.
+ * body (may be NULL): the function's bytes, [lo, hi), for which the sweep
+ * goes on past a terminator unless padding (int3, nops) or a frame-pointer
+ * prologue follows: landing pads and cold blocks no branch reaches sit
+ * after the last one, and their calls are frames of this function too; hi
+ * 0 when the sweep cannot tell (undecodable bytes, the budget). */
 static size_t code_callees(const struct elf_image *img, uint64_t vaddr, const struct entry_set *known,
-                           uint64_t *left, uint64_t *out, size_t max)
+                           uint64_t *left, uint64_t *out, size_t max, struct body_span *body)
 {
         uint64_t start = plan_follow_jumps(img, vaddr), reach = start, table = 0;
         /* Unbounded sweeps only collect entries: a few KiB past a body is enough. */
@@ -182,13 +200,21 @@ static size_t code_callees(const struct elf_image *img, uint64_t vaddr, const st
                 avail = bound - start; /* never into the next function we know of */
         while (avail >= 16 && !(code = d9_elf_vaddr_bytes(img, start, avail)))
                 avail /= 2;
+        if (body)
+                *body = (struct body_span){ start, 0 };
         if (*left < avail)
                 return 0;
-        uint64_t off = 0;
+        uint64_t off = 0, first_end = 0;
+        bool ended = false;
         for (; code && off < avail;) {
                 struct x86_insn in;
                 uint64_t at = start + off;
 
+                /* A function with a frame starts so: nothing inside one does. */
+                if (body && off && at > reach && frame_prologue(code + off, avail - off)) {
+                        ended = true;
+                        break;
+                }
                 x86_decode(code + off, avail - off, &in);
                 if (!in.len)
                         break;
@@ -197,7 +223,8 @@ static size_t code_callees(const struct elf_image *img, uint64_t vaddr, const st
                         table = to;
                 to = at + (uint64_t)in.len + (uint64_t)in.rel;
                 if (in.is_jmp_reg && table) {
-                        uint64_t far = jump_table_reach(img, table, start);
+                        /* A body's: never past the next function we know of. */
+                        uint64_t far = jump_table_reach(img, table, start, start + (body ? avail : MAX_BODY));
 
                         reach = far > reach ? far : reach;
                 }
@@ -217,9 +244,18 @@ static size_t code_callees(const struct elf_image *img, uint64_t vaddr, const st
                         n = add_unique(out, n, max, to);
                 off += (uint64_t)in.len;
                 /* The function ends at a terminator no earlier branch jumps past. */
-                if ((in.is_ret || in.is_jmp_rel || in.is_stop) && start + off > reach)
-                        break;
+                if ((in.is_ret || in.is_jmp_rel || in.is_stop) && start + off > reach) {
+                        first_end = first_end ? first_end : start + off;
+                        if (!body || off >= avail || padding_at(code + off, avail - off)) {
+                                ended = true;
+                                break;
+                        }
+                }
         }
+        /* Stopped by the next function we know of: it ends there at the latest. */
+        ended |= known && code && off >= avail && start + avail == bound;
+        if (body)
+                body->hi = ended ? start + off : first_end;
         *left -= off;
         qsort(out, n, sizeof(*out), cmp_u64);
         return n;
@@ -252,8 +288,8 @@ static uint64_t vtable_complete(const struct elf_image *img, const struct entry_
                                 const struct entry_set *shared, uint64_t *left, const struct task_vtable *v)
 {
         uint64_t poll[MAX_CALLEES], shut[MAX_CALLEES], common[MAX_CALLEES], sub[MAX_CALLEES];
-        size_t np = code_callees(img, v->fn[0], known, left, poll, MAX_CALLEES);
-        size_t ns = code_callees(img, v->fn[6], known, left, shut, MAX_CALLEES);
+        size_t np = code_callees(img, v->fn[0], known, left, poll, MAX_CALLEES, NULL);
+        size_t ns = code_callees(img, v->fn[6], known, left, shut, MAX_CALLEES, NULL);
         uint64_t dealloc = plan_follow_jumps(img, v->fn[2]);
         size_t nc = 0, found = 0, found_freeing = 0;
         uint64_t pick = 0, pick_freeing = 0;
@@ -262,7 +298,7 @@ static uint64_t vtable_complete(const struct elf_image *img, const struct entry_
                 if (contains(poll, np, shut[i]))
                         common[nc++] = shut[i];
         for (size_t i = 0; i < nc; i++) {
-                size_t nsub = code_callees(img, common[i], known, left, sub, MAX_CALLEES);
+                size_t nsub = code_callees(img, common[i], known, left, sub, MAX_CALLEES, NULL);
                 bool calls_common = false;
 
                 /* Shared by several task types: a common helper, not complete. */
@@ -349,7 +385,7 @@ static int shared_callees(struct plan_builder *b, const struct entry_set *known,
 
         for (size_t i = 0; i < b->vs.n && r == 0; i++)
                 for (int k = 0; k <= 6 && r == 0; k += 6) {
-                        size_t nc = code_callees(b->img, b->vs.v[i].fn[k], known, left, calls, MAX_CALLEES);
+                        size_t nc = code_callees(b->img, b->vs.v[i].fn[k], known, left, calls, MAX_CALLEES, NULL);
 
                         if (n + nc > cap) {
                                 size_t ncap = (n + nc) * 2;
@@ -397,7 +433,7 @@ static int known_entries(struct plan_builder *b, uint64_t *left, struct entry_se
                                 return -ENOMEM;
                         if (k != 0 && k != 6)
                                 continue;
-                        size_t n = code_callees(b->img, fn, NULL, left, calls, MAX_CALLEES);
+                        size_t n = code_callees(b->img, fn, NULL, left, calls, MAX_CALLEES, NULL);
                         for (size_t j = 0; j < n; j++)
                                 if (entry_push(e, &cap, calls[j]) < 0)
                                         return -ENOMEM;
@@ -413,15 +449,16 @@ static int known_entries(struct plan_builder *b, uint64_t *left, struct entry_se
 
 int plan_complete_route(struct plan_builder *b, struct probe_plan *plan)
 {
-        struct entry_set known = { 0 }, shared = { 0 };
+        struct entry_set *known = &b->known, shared = { 0 };
         bool by_symbols = false;
-        uint64_t left = SWEEP_BUDGET;
-        int r = known_entries(b, &left, &known);
+        uint64_t *left = &b->sweep_left;
+        int r;
 
+        *left = SWEEP_BUDGET;
+        r = known_entries(b, left, known);
         if (r == 0)
-                r = shared_callees(b, &known, &left, &shared);
+                r = shared_callees(b, known, left, &shared);
         if (r < 0) {
-                free(known.v);
                 free(shared.v);
                 return r;
         }
@@ -430,7 +467,7 @@ int plan_complete_route(struct plan_builder *b, struct probe_plan *plan)
                 by_symbols |= b->pts[i].kind == PROBE_COMPLETE;
         for (size_t i = 0; i < b->vs.n; i++) {
                 const struct task_vtable *v = &b->vs.v[i];
-                uint64_t at = vtable_complete(b->img, &known, &shared, &left, v);
+                uint64_t at = vtable_complete(b->img, known, &shared, left, v);
                 struct probe_point *p;
 
                 if (!at) {
@@ -463,10 +500,20 @@ int plan_complete_route(struct plan_builder *b, struct probe_plan *plan)
                         plan->completes_by_scan++;
                 p->sources |= PROBE_FROM_VTABLE_SCAN;
         }
-        free(known.v);
         free(shared.v);
-        if (r == 0 && left < MAX_BODY)
+        if (r == 0 && *left < MAX_BODY)
                 r = plan_add_missing(plan, PROBE_COMPLETE, "code sweep budget (%llu MiB) spent: not every task "
                                      "vtable's code was examined for Harness::complete", SWEEP_BUDGET >> 20);
         return r;
+}
+
+bool plan_sweep_body(struct plan_builder *b, uint64_t vaddr, uint64_t *lo, uint64_t *hi)
+{
+        uint64_t calls[MAX_CALLEES];
+        struct body_span body;
+
+        code_callees(b->img, vaddr, &b->known, &b->sweep_left, calls, MAX_CALLEES, &body);
+        *lo = body.lo;
+        *hi = body.hi;
+        return body.hi > body.lo;
 }

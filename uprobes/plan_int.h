@@ -10,6 +10,16 @@ struct point_meta {
         const struct tokio_rule *rule;  /* NULL for scan-only points */
 };
 
+/* Function entries known without symbols (plan_complete.c), sorted. */
+struct entry_set {
+        uint64_t *v;
+        size_t n;
+};
+
+struct body_span {
+        uint64_t lo, hi;
+};
+
 struct plan_builder {
         struct elf_image *img;
         struct symtab st;
@@ -17,6 +27,9 @@ struct plan_builder {
         struct probe_point *pts;
         struct point_meta *meta; /* parallel to pts until they are sorted */
         size_t n, cap;
+        /* Set by plan_complete_route for the sweeps after it. */
+        struct entry_set known;
+        uint64_t sweep_left;    /* code bytes the sweeps may still decode */
 };
 
 int plan_symbol_route(struct plan_builder *b);
@@ -31,5 +44,8 @@ struct probe_point *plan_point_add(struct plan_builder *b, enum probe_kind kind,
 int plan_add_missing(struct probe_plan *plan, enum probe_kind kind, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
 void plan_find_dyn_futures(struct plan_builder *b);
-/* func_bounds.c: func_end of every poll point (0: unknown). */
+/* plan_complete.c: a stripped function's body [lo, hi) by a code sweep
+ * (after plan_complete_route); false when the sweep cannot tell its end. */
+bool plan_sweep_body(struct plan_builder *b, uint64_t vaddr, uint64_t *lo, uint64_t *hi);
+/* func_bounds.c: func_start/func_end of every poll point (0: unknown). */
 void plan_poll_bounds(struct plan_builder *b);

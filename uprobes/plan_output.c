@@ -53,6 +53,11 @@ static json_t *point_json(const struct probe_point *p)
                 json_object_set_new(o, "vtable_vaddr", json_string(hex[1]));
         if (p->kind == PROBE_POLL_RETURN)
                 json_object_set_new(o, "func_vaddr", json_integer((json_int_t)p->func_vaddr));
+        if (p->kind == PROBE_POLL && p->func_end) {
+                /* The body the default set looks for in stacks. */
+                json_object_set_new(o, "body_start", json_integer((json_int_t)(p->func_start ? p->func_start : p->vaddr)));
+                json_object_set_new(o, "body_end", json_integer((json_int_t)p->func_end));
+        }
         if (p->blocking_task)
                 json_object_set_new(o, "blocking_task", json_true());
         if (p->boxed_dyn) {

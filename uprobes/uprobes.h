@@ -94,10 +94,12 @@ struct probe_point {
          * BlockingTask. Such polls never make their thread a
          * worker (daemon/record/translate.c). */
         bool blocking_task;
-        /* PROBE_POLL: end of the poll function (symbol size, else the next
-         * function start in .eh_frame_hdr), 0 if unknown: a stack frame in
-         * [vaddr, func_end) is inside this poll (daemon/long_poll.c). */
-        uint64_t func_end;
+        /* PROBE_POLL: the poll function's body (symbol size, else the next
+         * function start in .eh_frame_hdr, else a code sweep from where
+         * vaddr's leading jumps lead), func_end 0 if unknown: a stack frame
+         * in [func_start, func_end) is inside this poll (daemon/long_poll.c).
+         * func_start 0: vaddr. */
+        uint64_t func_start, func_end;
 };
 
 /* Something the plan wanted and did not find, with why. */

@@ -66,9 +66,11 @@ int long_poll_enable(struct translate *tr, uint64_t period_ns, long_poll_vaddr_f
         for (size_t i = 0; i < p->n_points; i++) {
                 const struct probe_point *pt = &p->points[i];
 
-                if (pt->kind == PROBE_POLL && pt->func_end > pt->vaddr)
+                uint64_t lo = pt->func_start ? pt->func_start : pt->vaddr;
+
+                if (pt->kind == PROBE_POLL && pt->func_end > lo)
                         tr->lp_ranges[tr->n_lp_ranges++] = (struct lp_range){
-                                pt->vaddr, pt->func_end, (uint32_t)pt->cookie, pt->blocking_task };
+                                lo, pt->func_end, (uint32_t)pt->cookie, pt->blocking_task };
         }
         qsort(tr->lp_ranges, tr->n_lp_ranges, sizeof(*tr->lp_ranges), by_lo);
         tr->run_period_ns = period_ns;

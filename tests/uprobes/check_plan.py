@@ -12,6 +12,7 @@ the target's own process for --pid.
   check_plan.py foreign  PLAN_DUMP BINARY   (a third-party Tokio binary)
   check_plan.py d9ctl    PLAN_DUMP D9CTL BINARY
   check_plan.py memory   PLAN_DUMP BINARY   (task layout checked in a live process)
+  check_plan.py bodies   PLAN_DUMP FP_BINARY (poll bodies by code sweep vs symbol sizes)
 """
 import json
 import os
@@ -598,6 +599,31 @@ def check_lengths(x86_lengths, binary):
     finish()
 
 
+def check_bodies(plan_dump, binary):
+    """A frame-pointer build without .eh_frame, stripped (Deno's shape): no
+    symbol size and no unwind table bounds a poll function, so a code sweep
+    does (the default probe set looks for these bodies in stacks). Each body
+    must be the symbol's: from its entry to its end, plus at most the
+    padding before the next function (15 bytes), never short of it."""
+    d = plan(plan_dump, "--exe", binary)
+    sym = {p["vaddr_int"]: p for p in polls(d)}
+    ok(d["has_symbols"] and sym and all("body_end" in p for p in sym.values()),
+       f"with symbols: a body for each of the {len(sym)} polls")
+    with tempfile.TemporaryDirectory() as tmp:
+        sbin = os.path.join(tmp, "fp-stripped")
+        subprocess.run(["objcopy", "--strip-all", binary, sbin], check=True)
+        d_s = plan(plan_dump, "--exe", sbin)
+    swept = {p["vaddr_int"]: p for p in polls(d_s)}
+    ok(not d_s["has_symbols"] and set(swept) == set(sym),
+       f"stripped: the same {len(swept)} polls, found by the vtable scan")
+    bad = [(hex(v), sym[v].get("body_end", 0) - v, p.get("body_start", 0) - v, p.get("body_end", 0) - v)
+           for v, p in swept.items() if v in sym and not (
+               p.get("body_start") == v and sym[v]["body_end"] <= p.get("body_end", 0) < sym[v]["body_end"] + 16)]
+    ok(swept and not bad, f"stripped: every swept body is its symbol's, at most its padding longer "
+       f"({len(swept) - len(bad)} of {len(swept)})", bad[:10])
+    finish()
+
+
 if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
     try:
@@ -619,6 +645,8 @@ if __name__ == "__main__":
             check_foreign(*sys.argv[2:])
         elif mode == "lengths" and len(sys.argv) == 4:
             check_lengths(*sys.argv[2:])
+        elif mode == "bodies" and len(sys.argv) == 4:
+            check_bodies(*sys.argv[2:])
         else:
             print(__doc__, file=sys.stderr)
             sys.exit(2)
