@@ -12,7 +12,10 @@ future type, and no other poll is reported longer than 5 ms. A busy poll's
 upper bound is loose on purpose: preempted near its end on a loaded
 machine, the 50 ms spin really lasts longer (it resumes inside the poll),
 and the trace says so; under a second, it is one poll, not two merged.
-Usage: test_default_set.py D9D D9CTL TARGET [stripped]"""
+KIND fp-stripped: a frame-pointer build without .eh_frame, stripped here of
+its symbols too (as Deno ships): the poll functions' bounds come from a
+code sweep, the stacks from the frame-pointer chain.
+Usage: test_default_set.py D9D D9CTL TARGET [stripped|fp-stripped]"""
 import json
 import re
 import os
@@ -25,7 +28,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from d9harness import D9d, Tap, dump_json_lines  # noqa
 
 D9D, D9CTL, TARGET = sys.argv[1:4]
-STRIPPED = len(sys.argv) > 4 and sys.argv[4] == "stripped"
+KIND = sys.argv[4] if len(sys.argv) > 4 else "release"
+STRIPPED = KIND in ("stripped", "fp-stripped")
 
 
 def main():
@@ -35,6 +39,8 @@ def main():
         # Alone in a directory: no debug file is found, labels are addresses.
         binary = os.path.join(tempfile.mkdtemp(prefix="d9-default-"), "service")
         shutil.copy(TARGET, binary)
+        if KIND == "fp-stripped":
+            subprocess.run(["strip", "--strip-all", binary], check=True)
     d = D9d(D9D, D9CTL)
     d.out = tempfile.mkdtemp(prefix="d9-default-out-")
     d.start_or_bail(t)
