@@ -159,6 +159,13 @@ void probe_plan_print(const struct probe_plan *plan, FILE *out, bool all_points)
                 !plan->has_symbols ? "" :
                 plan->waker_scan_agrees ? " (its wake slots are the symbols' wake_by_val, wake_by_ref)" :
                 " (SCAN DISAGREES WITH SYMBOLS)");
+        size_t bodies = probe_plan_poll_bodies(plan);
+        if (bodies)
+                fprintf(out, "default set:    %zu of %zu poll function bodies known: workers, parks and long "
+                        "polls from stacks\n", bodies, probe_plan_count(plan, PROBE_POLL, true));
+        else
+                fprintf(out, "default set:    no poll function body known: without uprobes d9d cannot tell "
+                        "this runtime's workers or long polls (use --probes all)\n");
         fprintf(out, "planned in:     %.1f ms\n\n", plan->elapsed_ms);
         for (int k = 1; k < PROBE_KIND_MAX; k++)
                 fprintf(out, "  %-15s %4zu attached, %4zu found\n", probe_kind_name(k),

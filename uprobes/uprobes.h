@@ -162,6 +162,9 @@ struct probe_plan {
 
 /* Point counts per kind, attached (not skipped) only. */
 size_t probe_plan_count(const struct probe_plan *plan, enum probe_kind kind, bool include_skipped);
+/* Poll points whose function body is known (func_end): what the default
+ * probe set can find in stacks. 0: it sees no worker or long poll. */
+size_t probe_plan_poll_bodies(const struct probe_plan *plan);
 
 /* Plan as a JSON document (malloc'd), and as human-readable text. */
 char *probe_plan_to_json(const struct probe_plan *plan);

@@ -149,7 +149,7 @@ static json_t *routes_json(const struct session *s)
         bool sched = s->probes & D9_PROBE_SCHED;
         /* Workers told by their stacks (translate.c): parks from switches
          * without a single uprobe. */
-        bool stack_workers = sched && (s->probes & D9_PROBE_RUNS) && p && probe_plan_count(p, PROBE_POLL, false);
+        bool stack_workers = sched && (s->probes & D9_PROBE_RUNS) && p && probe_plan_poll_bodies(p);
         bool has[PROBE_KIND_MAX] = { false };
         bool complete_by_symbols = false, wake_by_symbols = false, by_ref = false;
         char wake[160], term[200], wake_sampled[400];
@@ -243,6 +243,12 @@ static json_t *plan_to_json(const struct session *s)
                 if (plan_gaps_told(s))
                         json_array_append_new(missing, json_pack("{s:s,s:s}", "kind", probe_kind_name(p->missing[i].kind),
                                                          "reason", p->missing[i].reason ? p->missing[i].reason : ""));
+        /* The default set blind to this build: say so, and what sees it. */
+        if ((s->probes & D9_PROBE_RUNS) && !probe_plan_poll_bodies(p))
+                json_array_append_new(missing, json_pack("{s:s,s:s}", "kind", "longpoll", "reason",
+                        "no poll function body is known in this build (no symbol sizes, no .eh_frame_hdr, "
+                        "the code sweep found no end): without uprobes no worker, park or long poll is seen; "
+                        "--probes all records them"));
         json_object_set_new(j, "routes", routes_json(s));
         if (s->bpf)
                 json_object_set_new(j, "uprobes_attached", json_integer((json_int_t)d9_bpf_target_n_attached(s->bpf)));
@@ -914,7 +920,7 @@ static int session_start_attach(struct session *s, const struct session_request 
                 return r;
         s->tr.spawn_from_first_poll &= (s->probes & D9_PROBE_SPAWN) != 0;
         /* Default set: workers, parks and long polls from stacks. */
-        if ((s->probes & D9_PROBE_RUNS) && s->plan &&
+        if ((s->probes & D9_PROBE_RUNS) && s->plan && probe_plan_poll_bodies(s->plan) &&
             (r = long_poll_enable(&s->tr, D9_RUN_SAMPLE_US_DEFAULT * 1000ull, NULL, NULL)) < 0)
                 return r;
         s->tr.hide_kernel = !kernel_addresses_visible(s->starter_uid);
