@@ -262,7 +262,7 @@ static __always_inline __u64 d9_stack_output(const struct d9_target_cfg *cfg, __
         s->stack_id = d9_stack_next_id();
         if (!s->stack_id)
                 return 0;
-        if (bpf_ringbuf_output(ring, s, size, BPF_RB_NO_WAKEUP)) {
+        if (bpf_ringbuf_output(ring, s, size, d9_ring_output_flags(ring, size))) {
                 d9_stack_count_drop(cfg);
                 return 0;
         }
