@@ -46,8 +46,8 @@ static void test_parse(void)
         ok(r == 0 && cfg.attach.v[0].probes == (D9_PROBE_POLL | D9_PROBE_SCHED) &&
            !strcmp(cfg.attach.v[0].text, "exe:api probes=sched,poll"),
            "per-rule probe set parsed and shown: %s", cfg.attach.n ? cfg.attach.v[0].text : "");
-        ok(add(&cfg, "unit:pay.service") == 0 && cfg.attach.v[1].probes == D9_PROBE_ALL &&
-           !strcmp(cfg.attach.v[1].text, "unit:pay.service"), "no probes= means all");
+        ok(add(&cfg, "unit:pay.service") == 0 && cfg.attach.v[1].probes == D9_PROBE_DEFAULT &&
+           !strcmp(cfg.attach.v[1].text, "unit:pay.service"), "no probes= means the default set, as attach's");
         ok(cfg.attach.max_targets == ATTACH_DEFAULT_MAX_TARGETS, "auto_attach_max defaults to %u",
            ATTACH_DEFAULT_MAX_TARGETS);
         ok(config_set(&cfg, "auto_attach_max", "0", &why) == -EINVAL &&

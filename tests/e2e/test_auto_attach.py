@@ -18,7 +18,9 @@ from d9harness import D9d, Tap, dump_summary, metadata_of, wait_for  # noqa
 
 D9D, D9CTL, TARGET, OTHER = sys.argv[1:5]
 NAME = os.path.basename(TARGET)
-RULE = f"exe:{NAME}"
+# probes=all: the traces must hold polls, which the default set (a rule's
+# default, as attach's) does not record.
+RULE = f"exe:{NAME} probes=all"
 LATENCY_MS = 100
 
 
@@ -123,7 +125,7 @@ def main():
         t.ok(other.pid not in live, f"pid {other.pid} ({os.path.basename(OTHER)}) matches no rule: not attached")
         text = d.ctl("list").stdout
         rows = [line for line in text.splitlines() if line.split()[:1] and line.split()[0].isdigit()]
-        named = {int(r.split()[0]) for r in rows if RULE in r.split()}
+        named = {int(r.split()[0]) for r in rows if RULE in r}
         want = {before.pid, *[p.pid for p in procs]}
         n = len(want)
         t.ok("RULE" in text.splitlines()[0] and want <= named,

@@ -74,7 +74,7 @@ def main():
     cg = f"{CGROUP2}/{cg_name}"
     os.mkdir(cg)
     make_root(root)
-    rule = f"cgroup:/{cg_name}"
+    rule = f"cgroup:/{cg_name} probes=all"  # polls are checked: not the default set
     d = D9d(D9D, D9CTL, conf=f"attach = {rule}\n")
     d.start_or_bail(t)
     ctr = None

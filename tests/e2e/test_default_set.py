@@ -7,11 +7,13 @@ stacks and gives each of them parks and unparks from switches, and shows
 the target's long polls with their future type: mixed runs busy_block_50ms
 (50 ms on CPU inside one poll) at 0, 1, 2, 3 s and sleep_block_20ms
 (std::thread::sleep inside a poll) at 0.5, 1.5, 2.5, 3.5 s: each is one
-D9LongPollEvent ("running" 40 ms to 1 s, "blocked" 19-40 ms) with the same
-future type, and no other poll is reported longer than 5 ms. A busy poll's
-upper bound is loose on purpose: preempted near its end on a loaded
+D9LongPollEvent ("running" 40 ms to 1 s, "blocked" 19 ms to 1 s) with the
+same future type, and no other poll is reported longer than 5 ms. The
+upper bounds are loose on purpose: preempted near its end on a loaded
 machine, the 50 ms spin really lasts longer (it resumes inside the poll),
-and the trace says so; under a second, it is one poll, not two merged.
+and a sleeper woken after 20 ms waits its turn for a CPU inside the poll
+(78 ms seen at load 14); the trace says so; under a second, it is one
+poll, not two merged.
 KIND fp-stripped: a frame-pointer build without .eh_frame, stripped here of
 its symbols too (as Deno ships): the poll functions' bounds come from a
 code sweep, the stacks from the frame-pointer chain.
@@ -84,9 +86,9 @@ def main():
          and len({f["spawn_loc"] for f in running}) == 1,
          f"4 busy_block_50ms polls, 40 ms-1 s, one future type: "
          f"{[(f['spawn_loc'], f['min_ns'], f['ticks']) for f in running]}; lost {lost}")
-    t.ok(len(blocked) == 4 and all(19e6 <= f["min_ns"] <= 40e6 for f in blocked)
+    t.ok(len(blocked) == 4 and all(19e6 <= f["min_ns"] < 1e9 for f in blocked)
          and len({f["spawn_loc"] for f in blocked}) == 1,
-         f"4 sleep_block_20ms polls, blocked 19-40 ms, one future type: "
+         f"4 sleep_block_20ms polls, blocked 19 ms-1 s, one future type: "
          f"{[(f['spawn_loc'], f['min_ns']) for f in blocked]}; lost {lost}")
     t.ok(all(w in (0, 1) for w in [f["worker_id"] for f in running + blocked]), "long polls on worker lanes")
     if not STRIPPED:
