@@ -134,14 +134,25 @@ def check_default_set(t, report, evs, srv, at):
     first = min((ev["ts"] for ev in evs if ev["event"] == "CpuSampleEvent"), default=0)
     last = max((ev["ts"] for ev in evs if ev["ts"]), default=0)
     inside = [a for a in at if first + 200_000_000 < a < last - 100_000_000]
-    # A stall is seen when a long poll of the main thread overlaps most of it.
-    seen = [[e for s, end, e in spans if min(end, a + 30_000_000) - max(s, a) >= 20_000_000] for a in inside]
+    # A stall is seen when long polls cover >= 20 ms of its 30 ms: one, or
+    # pieces (under load V8's thread sleeps briefly inside the busy loop, a
+    # "blocked" piece between two "running" ones).
+    def overlap(s, end, a):
+        return max(0, min(end, a + 30_000_000) - max(s, a))
+    seen = [[e for s, end, e in spans if overlap(s, end, a)] for a in inside]
+    seen = [m if sum(overlap(s, end, a) for s, end, _ in spans) >= 20_000_000 else []
+            for a, m in zip(inside, seen)]
     covered = [m for m in seen if m]
+    for a, m in zip(inside, seen):
+        if not m:  # what the trace holds around a stall it missed (ms from the stall's start)
+            near = [(round((s - a) / 1e6, 1), round((end - a) / 1e6, 1), e["fields"]["ticks"], e["fields"]["how"])
+                    for s, end, e in spans if end > a - 50_000_000 and s < a + 80_000_000]
+            print(f"# missed stall at {a}: long polls near it {near}")
     print(f"# {len(inside)} stalls inside the recording, {len(covered)} seen as long polls; {len(longs)} long polls: "
           + json.dumps([(ev["fields"]["min_ns"] // 1000, ev["fields"]["ticks"], ev["fields"]["how"]) for ev in longs[:40]]))
     t.ok(len(inside) >= 10 and len(covered) >= 0.9 * len(inside),
-         f"the stalls are long polls: {len(covered)} of the {len(inside)} stalls made while recording overlap "
-         f"a D9LongPollEvent by >= 20 ms ({len(longs)} long polls)")
+         f"the stalls are long polls: {len(covered)} of the {len(inside)} stalls made while recording are covered "
+         f">= 20 ms by D9LongPollEvents ({len(longs)} long polls)")
     stall_polls = [e for m in covered for e in m]
     types = {e["fields"]["spawn_loc"] for e in stall_polls}
     on_main = all(e["fields"]["tid"] == srv.pid and e["fields"]["worker_id"] == 0 for e in stall_polls)
