@@ -20,7 +20,6 @@
 #include "proto/d9proto.h"
 #include "uprobes/uprobes.h"
 
-#define CHILD_TIMEOUT_MS 30000
 #define CHILD_FD_FILE 3
 #define CHILD_FD_ANSWER 4
 #define MAX_MESSAGE 4096u
@@ -81,9 +80,9 @@ int plan_child_main(int argc, char **argv)
 
 /* Everything the child writes until it closes the pipe, within the deadline
  * and MAX_PLAN. 0, -ETIMEDOUT or -EFBIG (the child is then still running). */
-static int read_answer(int fd, struct d9_buf *b)
+static int read_answer(int fd, uint64_t timeout_ms, struct d9_buf *b)
 {
-        uint64_t deadline = d9_now_ms() + CHILD_TIMEOUT_MS;
+        uint64_t deadline = d9_now_ms() + timeout_ms;
 
         for (;;) {
                 uint64_t now = d9_now_ms();
@@ -177,7 +176,8 @@ static int take_answer(const struct d9_buf *b, const char *display, struct probe
         return r;
 }
 
-int plan_child_build(int fd, const char *display, const char *root, struct probe_plan **out, char **why)
+int plan_child_build(int fd, const char *display, const char *root, uint64_t timeout_ms, struct probe_plan **out,
+                     char **why)
 {
         struct d9_buf answer = { 0 };
         struct probe_plan *plan = NULL;
@@ -195,7 +195,7 @@ int plan_child_build(int fd, const char *display, const char *root, struct probe
                 *why = d9_strdupf("cannot start the probe planner for %s: %s", display, strerror(-r));
                 return r;
         }
-        rd = read_answer(pipefd[0], &answer);
+        rd = read_answer(pipefd[0], timeout_ms, &answer);
         close(pipefd[0]);
         if (rd < 0)
                 kill(pid, SIGKILL);
@@ -203,8 +203,8 @@ int plan_child_build(int fd, const char *display, const char *root, struct probe
         if (r < 0)
                 *why = d9_strdupf("cannot reap the probe planner for %s: %s", display, strerror(-r));
         else if (rd == -ETIMEDOUT)
-                *why = d9_strdupf("planning %s took longer than %d s; the planner was stopped", display,
-                            CHILD_TIMEOUT_MS / 1000);
+                *why = d9_strdupf("planning %s took longer than plan_timeout (%llu ms); the planner was stopped",
+                                  display, (unsigned long long)timeout_ms);
         else if (rd < 0)
                 *why = d9_strdupf("reading the probe planner's answer for %s: %s", display, strerror(-rd));
         else if (WIFSIGNALED(status))

@@ -8,6 +8,7 @@
  * exits. The child is d9d itself, run again with PLAN_CHILD_ARG. */
 #pragma once
 
+#include <stdint.h>
 #include <sys/types.h>
 
 struct probe_plan;
@@ -18,7 +19,8 @@ struct probe_plan;
  * its own copy of it for the attach). display names it in messages and the
  * plan, root ("" for none) is where separate debug files are looked for.
  * 0, or a negative errno with *why (malloc'd) saying what went wrong. */
-int plan_child_build(int fd, const char *display, const char *root, struct probe_plan **out, char **why);
+int plan_child_build(int fd, const char *display, const char *root, uint64_t timeout_ms, struct probe_plan **out,
+                     char **why);
 
 /* main() of the child: argv is d9d PLAN_CHILD_ARG DISPLAY ROOT, the file
  * is fd 3, the answer goes to fd 4. Returns the exit status. */

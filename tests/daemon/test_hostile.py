@@ -5,6 +5,8 @@ unprivileged users this test creates and removes. One finding per mode:
             kill d9d (finding 1);
  bomb     - planning a crafted 250 KB ELF takes bounded time and memory
             (the planning part of finding 5);
+ planstall - a plan child that stops answering is killed at plan_timeout;
+            the attach says why and the next plan of the file works (5);
  pidreuse - the PID of a user's process, handed to a root process while
             d9d attaches to it, never gets the user a session on root's
             process (finding 4);
@@ -38,6 +40,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -250,6 +253,61 @@ def mode_bomb(t, users):
     t.ok(d.stop() == 0, "d9d exits 0 on SIGTERM")
     d.cleanup(keep=t.failed > 0)
     shutil.rmtree(home, ignore_errors=True)
+
+
+def plan_children_of(pid):
+    """PIDs of d9d's plan children (d9d --plan-child) under the d9d with this pid."""
+    found = []
+    for e in os.listdir("/proc"):
+        if not e.isdigit():
+            continue
+        try:
+            with open(f"/proc/{e}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{e}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid and b"--plan-child" in argv:
+            found.append(int(e))
+    return found
+
+
+def mode_planstall(t, users):
+    """A plan child that never answers (stopped here, as a crafted file or a
+    starved machine could keep it) is killed at plan_timeout; the attach
+    fails saying so, and the next attach of the same file is planned."""
+    d = D9d(D9D, D9CTL, {"plan_timeout": "10s"})
+    d.start_or_bail(t)
+    tgt = subprocess.Popen(["sleep", "60"])
+    big = BIG_BINARY if os.path.exists(BIG_BINARY) else TARGET
+    stopped, stop_now = [], threading.Event()
+
+    def stopper():
+        while not stop_now.is_set() and not stopped:
+            for c in plan_children_of(d.proc.pid):
+                os.kill(c, signal.SIGSTOP)
+                stopped.append(c)
+    try:
+        th = threading.Thread(target=stopper)
+        th.start()
+        t0 = time.time()
+        resp = root_request(d, {"v": 1, "cmd": "attach", "pid": tgt.pid, "exe": big, "probes": "poll"}, timeout=30)
+        took = time.time() - t0
+        stop_now.set()
+        th.join()
+        t.ok(stopped and resp.get("ok") is False and "plan_timeout" in resp.get("error", "") and 9.9 < took < 16,
+             f"a plan child stopped mid-plan (pid {stopped[:1]}) ends the attach after {took:.1f} s (plan_timeout 10 s) "
+             "with the reason", json.dumps(resp))
+        t.ok(stopped and not os.path.exists(f"/proc/{stopped[0]}"), "the stopped child was killed and reaped")
+        resp = root_request(d, {"v": 1, "cmd": "attach", "pid": tgt.pid, "exe": big, "probes": "poll"}, timeout=60)
+        t.ok(resp.get("ok") is True, "the next attach of the same file is planned and attached", json.dumps(resp))
+        t.ok(alive_and_serving(d) and not plan_children_of(d.proc.pid), "d9d serves, no plan child left")
+    finally:
+        stop_now.set()
+        tgt.kill()
+    t.ok(d.stop() == 0, "d9d exits 0 on SIGTERM")
+    d.cleanup(keep=t.failed > 0)
 
 
 def spawn_at(pid, argv, tries=40):
@@ -922,7 +980,7 @@ def main():
     t = Tap()
     users = Users()
     try:
-        {"sigbus": mode_sigbus, "bomb": mode_bomb, "pidreuse": mode_pidreuse, "fifo": mode_fifo, "setuid": mode_setuid, "files": mode_files,
+        {"sigbus": mode_sigbus, "bomb": mode_bomb, "planstall": mode_planstall, "pidreuse": mode_pidreuse, "fifo": mode_fifo, "setuid": mode_setuid, "files": mode_files,
          "access": mode_access, "planloop": mode_planloop, "plangone": mode_plangone, "traced": mode_traced,
          "recycle": mode_recycle}[MODE](t, users)
     finally:
