@@ -79,24 +79,27 @@ int plan_child_main(int argc, char **argv)
 }
 
 /* Everything the child writes until it closes the pipe, within the deadline
- * and MAX_PLAN. 0, -ETIMEDOUT or -EFBIG (the child is then still running). */
-static int read_answer(int fd, uint64_t timeout_ms, struct d9_buf *b)
+ * and MAX_PLAN. 0, -ETIMEDOUT, -ECANCELED (abort_fd became readable) or
+ * -EFBIG: the child is then still running. */
+static int read_answer(int fd, int abort_fd, uint64_t timeout_ms, struct d9_buf *b)
 {
         uint64_t deadline = d9_now_ms() + timeout_ms;
 
         for (;;) {
                 uint64_t now = d9_now_ms();
-                struct pollfd p = { .fd = fd, .events = POLLIN };
+                struct pollfd p[2] = { { .fd = fd, .events = POLLIN }, { .fd = abort_fd, .events = POLLIN } };
                 int n;
 
                 if (now >= deadline)
                         return -ETIMEDOUT;
-                n = poll(&p, 1, (int)(deadline - now));
+                n = poll(p, 2, (int)(deadline - now));
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0)
                         return -errno;
-                if (n == 0)
+                if (p[1].revents)
+                        return -ECANCELED;
+                if (!p[0].revents)
                         continue;
                 if (b->len >= MAX_PLAN + MAX_MESSAGE + sizeof(struct answer_header))
                         return -EFBIG;
@@ -176,8 +179,8 @@ static int take_answer(const struct d9_buf *b, const char *display, struct probe
         return r;
 }
 
-int plan_child_build(int fd, const char *display, const char *root, uint64_t timeout_ms, struct probe_plan **out,
-                     char **why)
+int plan_child_build(int fd, const char *display, const char *root, uint64_t timeout_ms, int abort_fd,
+                     struct probe_plan **out, char **why)
 {
         struct d9_buf answer = { 0 };
         struct probe_plan *plan = NULL;
@@ -195,7 +198,7 @@ int plan_child_build(int fd, const char *display, const char *root, uint64_t tim
                 *why = d9_strdupf("cannot start the probe planner for %s: %s", display, strerror(-r));
                 return r;
         }
-        rd = read_answer(pipefd[0], timeout_ms, &answer);
+        rd = read_answer(pipefd[0], abort_fd, timeout_ms, &answer);
         close(pipefd[0]);
         if (rd < 0)
                 kill(pid, SIGKILL);
@@ -205,6 +208,8 @@ int plan_child_build(int fd, const char *display, const char *root, uint64_t tim
         else if (rd == -ETIMEDOUT)
                 *why = d9_strdupf("planning %s took longer than plan_timeout (%llu ms); the planner was stopped",
                                   display, (unsigned long long)timeout_ms);
+        else if (rd == -ECANCELED)
+                *why = d9_strdupf("d9d is shutting down");
         else if (rd < 0)
                 *why = d9_strdupf("reading the probe planner's answer for %s: %s", display, strerror(-rd));
         else if (WIFSIGNALED(status))

@@ -658,7 +658,8 @@ static int session_plan(struct session *s, const struct session_request *req, ch
         }
         if (of_pid)
                 snprintf(root, sizeof(root), "/proc/%d/root", s->pid);
-        r = plan_child_build(fd, display, root, s->d->cfg.plan_timeout_ms, &s->plan, &err);
+        r = plan_child_build(fd, display, root, s->d->cfg.plan_timeout_ms, planner_abort_fd(s->d->planner), &s->plan,
+                             &err);
         if (r < 0)
                 *why = !err ? dupf("no probe plan for pid %d: %s", s->pid, strerror(-r))
                        : of_pid ? dupf("PID %d: %s", s->pid, err) : strdup(err);
