@@ -7,6 +7,8 @@ unprivileged users this test creates and removes. One finding per mode:
             (the planning part of finding 5);
  planstall - a plan child that stops answering is killed at plan_timeout;
             the attach says why and the next plan of the file works (5);
+ unwindmap - the unwinder maps only executables only root can shrink; a
+            user's own copy is read, and truncating it hurts nothing (1);
  pidreuse - the PID of a user's process, handed to a root process while
             d9d attaches to it, never gets the user a session on root's
             process (finding 4);
@@ -327,6 +329,62 @@ def mode_planstall(t, users):
         tgt.kill()
     d.stop()
     d.cleanup(keep=t.failed > 0)
+
+
+def mapped_by(pid, path):
+    with open(f"/proc/{pid}/maps") as f:
+        return any(line.rstrip().endswith(" " + path) for line in f)
+
+
+def mode_unwindmap(t, users):
+    """The unwinder maps only executables only root can shrink: a user's own
+    copy (which its owner may truncate under a mapping: SIGBUS) is read
+    with pread, a root-owned 0755 one is mapped (its .eh_frame pages only
+    are touched). Both unwind; a user truncating its copy meanwhile does
+    not hurt d9d."""
+    uid = users.user("a")
+    home = user_dir(uid)
+    d = D9d(D9D, D9CTL, {"socket_mode": "0666"})
+    d.start_or_bail(t)
+    mine = os.path.join(home, "tokio-app")
+    shutil.copy(TARGET, mine)
+    os.chown(mine, uid, -1)
+    roots = tempfile.mkdtemp(prefix="d9-rootexe-")
+    os.chmod(roots, 0o755)
+    root_exe = os.path.join(roots, "tokio-app")
+    shutil.copy(TARGET, root_exe)
+    os.chmod(root_exe, 0o755)
+    procs = []
+    try:
+        ta = subprocess.Popen(as_user(uid, mine, "mixed", "--duration", "8"), stdout=subprocess.DEVNULL)
+        tr = subprocess.Popen([root_exe, "mixed", "--duration", "8"], stdout=subprocess.DEVNULL)
+        procs += [ta, tr]
+        time.sleep(0.3)
+        ra = d.ctl("attach", "--pid", str(ta.pid), "--probes", "sched,cpu", user=uid)
+        rr = d.ctl("attach", "--pid", str(tr.pid), "--probes", "sched,cpu")
+        t.ok(ra.returncode == 0 and rr.returncode == 0, "the user and root attach to their targets",
+             ra.stderr + rr.stderr)
+
+        def unwound(pid):
+            st = (d.status(pid) or {}).get("targets", [{}])[-1]
+            return (st.get("stacks") or {}).get("unwound", 0) > 20
+        t.ok(wait_for(lambda: unwound(ta.pid) and unwound(tr.pid), 10, 0.2),
+             "both targets' stacks are unwound", json.dumps([d.status(ta.pid), d.status(tr.pid)])[:2000])
+        t.ok(mapped_by(d.proc.pid, root_exe) and not mapped_by(d.proc.pid, mine),
+             "d9d maps the root-owned executable and reads the user's own copy without mapping it")
+        ta.kill()
+        ta.wait()
+        run_as(uid, "truncate", "-s", "0", mine)
+        time.sleep(1)
+        t.ok(d.proc.poll() is None and alive_and_serving(d), "the user truncating its copy leaves d9d serving")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        shutil.rmtree(roots, ignore_errors=True)
+    t.ok(d.stop() == 0, "d9d exits 0 on SIGTERM")
+    d.cleanup(keep=t.failed > 0)
+    shutil.rmtree(home, ignore_errors=True)
 
 
 def spawn_at(pid, argv, tries=40):
@@ -999,7 +1057,7 @@ def main():
     t = Tap()
     users = Users()
     try:
-        {"sigbus": mode_sigbus, "bomb": mode_bomb, "planstall": mode_planstall, "pidreuse": mode_pidreuse, "fifo": mode_fifo, "setuid": mode_setuid, "files": mode_files,
+        {"sigbus": mode_sigbus, "bomb": mode_bomb, "planstall": mode_planstall, "unwindmap": mode_unwindmap, "pidreuse": mode_pidreuse, "fifo": mode_fifo, "setuid": mode_setuid, "files": mode_files,
          "access": mode_access, "planloop": mode_planloop, "plangone": mode_plangone, "traced": mode_traced,
          "recycle": mode_recycle}[MODE](t, users)
     finally:
