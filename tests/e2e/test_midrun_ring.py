@@ -5,7 +5,9 @@ park of 1 ms or more gets an off-CPU stack (an 8 KiB copy), ~7 MB/s into the
 target's 2 MiB ring. Nothing may be lost: the stacks must wake d9d as they
 fill the ring (they are most of its bytes), not leave it to its 250 ms
 timer. Checks the session's counters (drops 0) and that the stacks really
-flowed (>= 1000 unwound, off-CPU samples with stacks in the trace).
+flowed: at least 500 (4 MB, twice the ring; the target parks less when the
+machine is loaded: 550-2 200 seen), off-CPU samples with stacks in the
+trace. With the old wakeup rule this dropped 90 records at ~2 000 stacks.
 Usage: test_midrun_ring.py D9D D9CTL TARGET"""
 import json
 import os
@@ -53,7 +55,7 @@ def main():
                 off_stacks += 1
             elif ev["event"] == "D9LostEventsEvent":
                 lost += f["lost"]
-    t.ok(stacks.get("unwound", 0) >= 1000 and off_stacks >= 1000,
+    t.ok(stacks.get("unwound", 0) >= 500 and off_stacks >= 500,
          f"the stacks flowed: {stacks.get('unwound')} unwound, {off_stacks} off-CPU samples with a stack")
     t.ok(lost == 0, f"the trace counts no lost events ({lost})")
     t.ok(d.stop() == 0, "d9d stops cleanly")
