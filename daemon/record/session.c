@@ -26,6 +26,10 @@
 #include "daemon/symbolize/symbolize.h"
 #include "uprobes/uprobes.h"
 
+/* User stack bytes BPF copies per stack (docs/stacks.md): the unwinder is
+ * told too, so it can say when a stack went on past them. */
+#define STACK_COPY_BYTES 8192
+
 #define FINISHED_KEPT 64
 /* The probe sets that need a plan of the target's executable. */
 #define TOKIO_PROBES (D9_PROBE_PARK | D9_PROBE_POLL | D9_PROBE_SPAWN | D9_PROBE_WAKE | D9_PROBE_TERMINATE)
@@ -553,7 +557,7 @@ static int session_attach_bpf(struct session *s, char **why)
                 .stack = {
                         .flags = (s->probes & D9_PROBE_CPU ? D9_STACK_CPU : 0) |
                                  (s->probes & D9_PROBE_SCHED ? D9_STACK_OFFCPU : 0),
-                        .user_bytes = 8192, .offcpu_min_us = (uint32_t)s->offcpu_min_us,
+                        .user_bytes = STACK_COPY_BYTES, .offcpu_min_us = (uint32_t)s->offcpu_min_us,
                         .offcpu_per_sec = 500, .offcpu_burst = 100,
                 },
                 .offcpu_min_ns = s->offcpu_min_us * 1000,
@@ -866,6 +870,7 @@ static int session_start_attach(struct session *s, const struct session_request 
                 return r;
         s->tr.spawn_from_first_poll &= (s->probes & D9_PROBE_SPAWN) != 0;
         s->tr.hide_kernel = !kernel_addresses_visible(s->starter_uid);
+        s->tr.stack_copy_bytes = STACK_COPY_BYTES;
         snprintf(dir, sizeof(dir), "%.3800s/%.127s/%d-%llu", s->d->traces_dir, s->service, s->pid,
                  (unsigned long long)s->starttime);
         r = segment_writer_init(&s->seg, dir);
@@ -1201,11 +1206,12 @@ json_t *session_status_json(const struct session *s)
         }
         /* Stacks: unwound, not, off-CPU samples that say why they have none,
          * and those taken in d9d's own probes ([d9d uprobe], docs/stacks.md). */
-        json_object_set_new(j, "stacks", json_pack("{s:I,s:I,s:I,s:I,s:I}",
+        json_object_set_new(j, "stacks", json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}",
                 "unwound", (json_int_t)s->tr.stacks, "failed", (json_int_t)s->tr.stacks_failed,
                 "offcpu_without_stack", (json_int_t)s->tr.offcpu_no_stack,
                 "in_d9d_probes", (json_int_t)s->tr.probe_stacks,
-                "frames_outside_mappings", (json_int_t)s->tr.frames_outside));
+                "frames_outside_mappings", (json_int_t)s->tr.frames_outside,
+                "cut_at_copy_end", (json_int_t)s->tr.stacks_cut));
         json_object_set_new(j, "samples", session_samples_json(s));
         /* Ended sessions: the length of the recording; live ones: so far. */
         uint64_t until = s->state == SESSION_RECORDING ? d9_now_ms() : s->ended_ms;
