@@ -113,10 +113,10 @@ int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *pla
                         tr->spawn_from_first_poll = false;
         tr->live_cap = 1024;
         tr->live_tasks = calloc(tr->live_cap, sizeof(*tr->live_tasks));
-        /* Kernel names for collapse_probe_path, taken now: reading
-         * /proc/kallsyms takes 0.1-0.3 s, and on the drain thread at the
-         * first stack it stalled the rings of a busy target into drops. */
-        tr->ksyms = ksyms_get();
+        /* Kernel names for collapse_probe_path, only once read (d9d reads
+         * them at start, off this thread): reading /proc/kallsyms takes
+         * 0.1-0.3 s, and on the drain thread it stalled busy rings into drops. */
+        tr->ksyms = ksyms_get_ready();
         return tr->label_atoms && tr->threads && tr->park_keys && tr->worker_rt && tr->live_tasks ? 0 : -ENOMEM;
 }
 
@@ -834,6 +834,8 @@ static uint32_t collapse_probe_path(struct translate *tr, uint64_t *frames, uint
         const char *names[D9_STACK_KERN_MAX];
         unsigned mark;
 
+        if (!tr->ksyms && n_kern)
+                tr->ksyms = ksyms_get_ready();
         if (!n_kern || n_kern > D9_STACK_KERN_MAX || !tr->ksyms)
                 return n;
         for (uint32_t i = 0; i < n_kern; i++)

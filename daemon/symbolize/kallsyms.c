@@ -2,11 +2,13 @@
  *
  * Reading and sorting /proc/kallsyms costs ~100 ms of CPU (the kernel
  * formats ~120k lines), which every sealed segment used to pay. Kernel text
- * only moves when modules load or unload, so the table is kept, keyed by a
- * hash of /proc/modules, and rebuilt when that changes. BPF programs loaded
- * after the table was read (by other tools) stay unnamed until the next
- * rebuild. Readers hold a reference, so a rebuild never frees a table under
- * a sealer that is using it. */
+ * only moves when modules load or unload, so the table is read once, on a
+ * thread of its own when d9d starts, kept for d9d's life (≈ 4.5 MiB for
+ * 120k symbols), keyed by a hash of /proc/modules, and rebuilt when that
+ * changes. BPF programs loaded after the table was read (by other tools)
+ * stay unnamed until the next rebuild. Readers hold a reference, so a
+ * rebuild never frees a table under a sealer that is using it. The drain
+ * loop never reads the file: it takes the table only once it is there. */
 #include "daemon/symbolize/kallsyms.h"
 
 #include <pthread.h>
@@ -14,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "daemon/core/cleanup.h"
 #include "daemon/symbolize/symbolize.h"
@@ -34,15 +35,8 @@ struct ksyms {
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ksyms *cache;
-static time_t cache_used;       /* CLOCK_MONOTONIC seconds of the last get */
-
-static time_t mono_s(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return ts.tv_sec;
-}
+static bool preloading;         /* the preload thread runs */
+static bool preload_failed;     /* it found no table: do not start it again */
 
 /* FNV-1a of /proc/modules: names, sizes and load addresses of modules. */
 static uint64_t modules_hash(void)
@@ -111,6 +105,13 @@ static struct ksyms *ksyms_read(uint64_t hash)
         }
         if (k->n == 0)
                 goto fail;
+        /* Held for d9d's life: give back the doubling's slack. */
+        struct ksym *fit = realloc(k->syms, k->n * sizeof(*fit));
+        char *names_fit = realloc(k->names, names_len);
+        if (fit)
+                k->syms = fit;
+        if (names_fit)
+                k->names = names_fit;
         qsort(k->syms, k->n, sizeof(*k->syms), ksym_cmp);
         return k;
 fail:
@@ -141,7 +142,58 @@ struct ksyms *ksyms_get(void)
         k = cache;
         if (k)
                 k->refs++;
-        cache_used = mono_s();
+        pthread_mutex_unlock(&cache_lock);
+        return k;
+}
+
+static void *preload_run(void *arg)
+{
+        struct ksyms *k = ksyms_get();
+
+        ksyms_put(k);
+        pthread_mutex_lock(&cache_lock);
+        preloading = false;
+        preload_failed = !k;
+        pthread_mutex_unlock(&cache_lock);
+        return arg;
+}
+
+/* Caller holds cache_lock. */
+static void preload_start_locked(void)
+{
+        pthread_attr_t attr;
+        pthread_t th;
+
+        if (preloading || preload_failed)
+                return;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        preloading = pthread_create(&th, &attr, preload_run, NULL) == 0;
+        pthread_attr_destroy(&attr);
+        if (preloading)
+                pthread_setname_np(th, "d9d-kallsyms");
+}
+
+void ksyms_preload(void)
+{
+        pthread_mutex_lock(&cache_lock);
+        if (!cache)
+                preload_start_locked();
+        pthread_mutex_unlock(&cache_lock);
+}
+
+struct ksyms *ksyms_get_ready(void)
+{
+        struct ksyms *k;
+
+        /* Held while someone reads the file: not worth waiting for. */
+        if (pthread_mutex_trylock(&cache_lock) != 0)
+                return NULL;
+        k = cache;
+        if (k)
+                k->refs++;
+        else
+                preload_start_locked();
         pthread_mutex_unlock(&cache_lock);
         return k;
 }
@@ -150,16 +202,6 @@ void ksyms_put(struct ksyms *k)
 {
         pthread_mutex_lock(&cache_lock);
         put_locked(k);
-        pthread_mutex_unlock(&cache_lock);
-}
-
-void ksyms_drop_idle(unsigned idle_s)
-{
-        pthread_mutex_lock(&cache_lock);
-        if (cache && mono_s() - cache_used >= (time_t)idle_s) {
-                put_locked(cache);
-                cache = NULL;
-        }
         pthread_mutex_unlock(&cache_lock);
 }
 
