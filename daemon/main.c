@@ -57,7 +57,6 @@ static void on_tick(struct d9d *d, struct d9_watch *w, uint32_t events)
                 live += s->state == SESSION_RECORDING;
         }
         sessions_prune(d);
-        session_starts_resume(d);
         /* Sealing (symbols, compression) runs in the sealer thread's own
          * malloc arena, which keeps ~10 MiB it no longer uses after each
          * segment; give free pages back every TRIM_TICKS (a few ms at most). */
@@ -177,8 +176,9 @@ static void shutdown_all(struct d9d *d)
         for (struct session *s = d->sessions; s; s = s->next)
                 session_end(s, "d9d stopping");
         planner_stop(d->planner);       /* attaches still planning are answered and dropped */
-        session_starts_resume(d);       /* and those planned, waiting for a teardown */
         d->planner = NULL;
+        planner_stop(d->bpf_worker);    /* and those installing; stops under way finish */
+        d->bpf_worker = NULL;
         control_server_stop(d->control);
         sealer_stop(d->sealer); /* seals whatever is queued, then joins */
         if (d->shipper) {
@@ -379,12 +379,17 @@ int main(int argc, char **argv)
                 log_error("cannot start the sealing thread: %s", strerror(-r));
                 return 1;
         }
-        r = planner_start(&d, &d.planner);
+        r = planner_start(&d, "d9d-planner", &d.planner);
+        if (r == 0)
+                r = planner_start(&d, "d9d-bpf", &d.bpf_worker);
         if (r < 0) {
-                log_error("cannot start the planning thread: %s", strerror(-r));
+                log_error("cannot start the planning threads: %s", strerror(-r));
                 return 1;
         }
-        /* Off the loop, before the first client: /proc/kallsyms' 0.1-0.3 s. */
+        /* Both off the loop, before the first client: the verifier's
+         * 10-650 ms and /proc/kallsyms' 0.1-0.3 s. */
+        if (!pf.fatal)
+                session_bpf_preload(&d);
         ksyms_preload();
         r = start_shipper(&d);
         if (r < 0)

@@ -28,7 +28,32 @@
 /* The probe sets that need a plan of the target's executable. */
 #define TOKIO_PROBES (D9_PROBE_PARK | D9_PROBE_POLL | D9_PROBE_SPAWN | D9_PROBE_WAKE | D9_PROBE_TERMINATE)
 
+/* The BPF objects every session shares. Loading them (the verifier:
+ * 10-650 ms) and attaching a target (a grace period per map-in-map insert,
+ * uprobe registration) run on the planner thread, never on the loop that
+ * drains the other sessions: shared_bpf is written there before a job's
+ * done and read on the loop after it. */
 static struct d9_bpf *shared_bpf;
+static int shared_bpf_err;
+
+/* On the planner thread: d9d queues this at start, so the first attach
+ * finds the programs loaded; an attach after a failed load tries again. */
+static int shared_bpf_open(const struct d9d *d)
+{
+        struct d9_bpf_opts bo = { .sample_hz = d->cfg.sample_hz, .ring_bytes = d->cfg.ring_bytes };
+        struct d9_bpf *b;
+        int r;
+
+        if (__atomic_load_n(&shared_bpf, __ATOMIC_ACQUIRE))
+                return 0;
+        r = d9_bpf_open(&bo, &b);
+        __atomic_store_n(&shared_bpf_err, r, __ATOMIC_RELAXED);
+        if (r < 0)
+                return r;
+        log_info("BPF programs loaded (uprobe_multi: %s)", d9_bpf_uses_uprobe_multi(b) ? "yes" : "no");
+        __atomic_store_n(&shared_bpf, b, __ATOMIC_RELEASE);
+        return 0;
+}
 
 static int64_t wall_clock_ms(void)
 {
@@ -516,7 +541,9 @@ static void session_on_pidfd(struct d9d *d, struct d9_watch *w, uint32_t events)
                 session_end(s, "target exited");
 }
 
-static int session_attach_bpf(struct session *s, char **why)
+/* On the planner thread, once planned: the target's ring, config and
+ * uprobes. Its records wait in the ring until the loop drains it. */
+static int session_install_bpf(struct session *s, char **why)
 {
         struct d9_bpf_target_opts to = {
                 .probes = (unsigned)s->probes,
@@ -544,14 +571,10 @@ static int session_attach_bpf(struct session *s, char **why)
                 to.stack.flags |= D9_STACK_FP_TAIL;
                 log_info("pid %d: its executable has no CFI: stacks by frame pointer", s->pid);
         }
-        if (!shared_bpf) {
-                struct d9_bpf_opts bo = { .sample_hz = s->d->cfg.sample_hz, .ring_bytes = s->d->cfg.ring_bytes };
-                r = d9_bpf_open(&bo, &shared_bpf);
-                if (r < 0) {
-                        *why = dupf("cannot load d9's BPF programs: %s (see d9d's preflight log)", strerror(-r));
-                        return r;
-                }
-                log_info("BPF programs loaded (uprobe_multi: %s)", d9_bpf_uses_uprobe_multi(shared_bpf) ? "yes" : "no");
+        r = shared_bpf_open(s->d);
+        if (r < 0) {
+                *why = dupf("cannot load d9's BPF programs: %s (see d9d's preflight log)", strerror(-r));
+                return r;
         }
         r = d9_bpf_attach_target(shared_bpf, s->pid, s->plan, &to, &s->bpf, why);
         if (r < 0) {
@@ -559,6 +582,18 @@ static int session_attach_bpf(struct session *s, char **why)
                         *why = dupf("cannot attach to pid %d: %s", s->pid, strerror(-r));
                 return r;
         }
+        if (pidfd_alive(s->pidfd_w.fd) < 0) {
+                /* Exited during the attach: the PID filter could now match a
+                 * process that is not the one checked. */
+                *why = dupf("pid %d exited while being attached", s->pid);
+                return -ESRCH;
+        }
+        return 0;
+}
+
+/* Back on the loop: drain the ring installed above. */
+static int session_watch_ring(struct session *s)
+{
         s->ring_w.fd = d9_bpf_target_epoll_fd(s->bpf);
         s->ring_w.fn = session_on_ring;
         return d9d_watch_add(s->d, &s->ring_w, EPOLLIN);
@@ -658,8 +693,7 @@ struct session_start {
         char *why;
         void (*done)(void *ctx, struct session *s, const char *why);
         void *ctx;
-        bool parked;                    /* planned; waits for a teardown of its pid */
-        bool cancelled;                 /* while parked */
+        bool installing;                /* job is in d->bpf_worker's queue, not the planner's */
         struct session_start *next;
 };
 
@@ -803,13 +837,7 @@ static int session_start_attach(struct session *s, const struct session_request 
                 *why = dupf("cannot write segments in %s: %s", dir, strerror(-r));
                 return r;
         }
-        r = session_attach_bpf(s, why);
-        if (r == 0 && pidfd_alive(s->pidfd_w.fd) < 0) {
-                /* Exited during the attach: the PID filter could now match a
-                 * process that is not the one checked above. */
-                *why = dupf("pid %d exited while being attached", s->pid);
-                r = -ESRCH;
-        }
+        r = session_watch_ring(s);
         if (r < 0)
                 return r;
         /* pidfd: the exit notice even when sched probes are off. */
@@ -829,6 +857,10 @@ static int session_start_attach(struct session *s, const struct session_request 
 
 static void session_discard(struct session *s)
 {
+        /* Installed by the planner but not wanted now: stopped first, so
+         * the links go on a thread of their own, not on this loop. */
+        if (s->bpf)
+                d9_bpf_target_stop(s->bpf);
         if (s->seg.fd >= 0) {
                 char path[PATH_MAX];
                 segment_close(&s->seg, path, sizeof(path));
@@ -837,12 +869,60 @@ static void session_discard(struct session *s)
         session_free(s);
 }
 
-/* On the planner thread: s is nobody else's until the job is done. */
+/* On the planner thread: s is nobody else's until the job is done. The
+ * credentials are checked again on the loop, after the attach. */
 static void session_plan_run(struct plan_job *job)
 {
         struct session_start *st = (struct session_start *)job;
+        struct session *s = st->s;
 
-        st->r = session_plan(st->s, &st->req, &st->why);
+        st->r = session_plan(s, &st->req, &st->why);
+        if (st->r == 0 && pidfd_alive(s->pidfd_w.fd) < 0) {
+                st->why = dupf("pid %d exited while its probe plan was built", s->pid);
+                st->r = -ESRCH;
+        }
+        if (st->r == 0 && session_gained_privileges(s)) {
+                st->why = dupf("pid %d changed credentials while its probe plan was built", s->pid);
+                st->r = -EPERM;
+        }
+}
+
+/* On the BPF thread, once planned. */
+static void session_install_run(struct plan_job *job)
+{
+        struct session_start *st = (struct session_start *)job;
+
+        st->r = session_install_bpf(st->s, &st->why);
+}
+
+struct bpf_preload {
+        struct plan_job job;            /* first: the planner hands this back */
+        struct d9d *d;
+};
+
+static void bpf_preload_run(struct plan_job *job)
+{
+        int r = shared_bpf_open(((struct bpf_preload *)job)->d);
+
+        if (r < 0)
+                log_warn("cannot load d9's BPF programs: %s (attach will try again; see the preflight log)",
+                         strerror(-r));
+}
+
+static void bpf_preload_done(struct d9d *d, struct plan_job *job)
+{
+        free(job);
+}
+
+void session_bpf_preload(struct d9d *d)
+{
+        struct bpf_preload *p = calloc(1, sizeof(*p));
+
+        if (!p)
+                return;         /* the first attach loads them */
+        p->d = d;
+        p->job = (struct plan_job){ .uid = 0, .run = bpf_preload_run, .done = bpf_preload_done };
+        planner_submit(d->bpf_worker, &p->job);
 }
 
 static void session_start_finish(struct d9d *d, struct session_start *st, bool cancelled)
@@ -871,31 +951,26 @@ static void session_start_finish(struct d9d *d, struct session_start *st, bool c
         free(st);
 }
 
+static void session_install_done(struct d9d *d, struct plan_job *job)
+{
+        session_start_finish(d, (struct session_start *)job, job->cancelled);
+}
+
+/* Planned: the BPF side next, on the BPF thread. The links of this pid's
+ * last session may still be going away there (4,752 of them take up to a
+ * second): the install waits for them on that thread, not here. */
 static void session_plan_done(struct d9d *d, struct plan_job *job)
 {
         struct session_start *st = (struct session_start *)job;
 
-        /* The links of this pid's last session are still going away (4,752
-         * of them take up to a second): attaching now would wait for them
-         * on the loop. The tick attaches once they are gone. */
-        if (!job->cancelled && !d->stopping && st->r == 0 &&
-            d9_bpf_teardown_pending_for(shared_bpf, st->s->pid)) {
-                st->parked = true;
+        if (job->cancelled || d->stopping || st->r < 0) {
+                session_start_finish(d, st, job->cancelled);
                 return;
         }
-        session_start_finish(d, st, job->cancelled);
-}
-
-void session_starts_resume(struct d9d *d)
-{
-        struct session_start *st, *next;
-
-        for (st = starting; st; st = next) {
-                next = st->next;
-                if (st->parked && (st->cancelled || d->stopping ||
-                                   !d9_bpf_teardown_pending_for(shared_bpf, st->s->pid)))
-                        session_start_finish(d, st, st->cancelled);
-        }
+        st->installing = true;
+        st->job.run = session_install_run;
+        st->job.done = session_install_done;
+        planner_submit(d->bpf_worker, &st->job);
 }
 
 int session_start(struct d9d *d, const struct session_request *req,
@@ -939,20 +1014,24 @@ int session_start(struct d9d *d, const struct session_request *req,
         st->job = (struct plan_job){ .uid = req->peer_uid, .run = session_plan_run, .done = session_plan_done };
         st->next = starting;
         starting = st;
-        if (plan)
+        if (plan) {
                 planner_submit(d->planner, &st->job);
-        else
-                planner_finish_now(d->planner, &st->job);
+        } else {
+                /* Nothing to plan: straight to the BPF thread. */
+                st->installing = true;
+                st->job.run = session_install_run;
+                st->job.done = session_install_done;
+                planner_submit(d->bpf_worker, &st->job);
+        }
         *out = st;
         return 0;
 }
 
 void session_start_cancel(struct session_start *st)
 {
-        if (st->parked)
-                st->cancelled = true;   /* the next tick finishes it */
-        else
-                planner_cancel(st->s->d->planner, &st->job);
+        struct d9d *d = st->s->d;
+
+        planner_cancel(st->installing ? d->bpf_worker : d->planner, &st->job);
 }
 
 static void session_account_drops(struct session *s)
@@ -991,18 +1070,16 @@ static void session_account_bpf_counters(struct session *s)
         session_account_short_offcpu(s);
 }
 
-void session_end(struct session *s, const char *reason)
+static void session_end_now(struct session *s, const char *reason)
 {
-        if (s->state != SESSION_RECORDING)
-                return;
         if (s->bpf) {
                 d9d_watch_del(s->d, &s->ring_w);
                 /* Stop first (the programs write nothing more, the ring is
                  * drained into this segment), count the last drops, then let
                  * the links go in the background: the caller need not wait
-                 * for their grace periods. */
-                if (d9_bpf_target_stop(s->bpf) < 0)
-                        d9_bpf_target_consume(s->bpf);
+                 * for their grace periods. After a stop on the BPF thread
+                 * this only drains the rest. */
+                d9_bpf_target_stop(s->bpf);
                 session_account_bpf_counters(s);
                 d9_bpf_detach_target(s->bpf);
                 s->bpf = NULL;
@@ -1031,6 +1108,61 @@ void session_end(struct session *s, const char *reason)
                 s->state = SESSION_DONE;
         log_info("pid %d: session ended (%s): %llu events, %llu drops", s->pid, reason,
                  (unsigned long long)s->tr.events, (unsigned long long)s->drops);
+}
+
+/* A stop under way on the BPF thread: the config and ring leave the maps
+ * there, whose grace period (5-850 ms under load) the loop does not wait
+ * for; it keeps draining this ring meanwhile, and the rest of the end
+ * follows once the thread is done. */
+struct session_stop {
+        struct plan_job job;            /* first: the BPF thread hands this back */
+        struct session *s;
+        char reason[128];
+};
+
+static void session_stop_run(struct plan_job *job)
+{
+        d9_bpf_target_quiesce(((struct session_stop *)job)->s->bpf);
+}
+
+static void session_stop_done(struct d9d *d, struct plan_job *job)
+{
+        struct session_stop *st = (struct session_stop *)job;
+        struct session *s = st->s;
+
+        /* Cancelled (d9d stopping before it ran): the stop happens here. */
+        s->stopping = false;
+        session_end_now(s, st->reason);
+        if (s->on_ended)
+                s->on_ended(s->on_ended_ctx, s);
+        s->on_ended = NULL;
+        free(st);
+}
+
+void session_end(struct session *s, const char *reason)
+{
+        struct session_stop *st;
+
+        if (s->state != SESSION_RECORDING || s->stopping)
+                return;
+        if (s->bpf && !s->d->stopping && (st = calloc(1, sizeof(*st)))) {
+                st->s = s;
+                snprintf(st->reason, sizeof(st->reason), "%s", reason);
+                st->job = (struct plan_job){ .uid = s->starter_uid, .run = session_stop_run,
+                                             .done = session_stop_done };
+                s->stopping = true;
+                planner_submit(s->d->bpf_worker, &st->job);
+                return;
+        }
+        session_end_now(s, reason);
+        if (s->on_ended)
+                s->on_ended(s->on_ended_ctx, s);
+        s->on_ended = NULL;
+}
+
+bool session_ending(const struct session *s)
+{
+        return s->stopping;
 }
 
 void session_tick(struct session *s, uint64_t now_ms)
@@ -1073,7 +1205,7 @@ void session_tick(struct session *s, uint64_t now_ms)
 struct session *session_find(struct d9d *d, pid_t pid, bool live_only)
 {
         for (struct session *s = d->sessions; s; s = s->next)
-                if (s->pid == pid && (!live_only || s->state == SESSION_RECORDING))
+                if (s->pid == pid && (!live_only || (s->state == SESSION_RECORDING && !s->stopping)))
                         return s;
         return NULL;
 }
@@ -1087,7 +1219,7 @@ json_t *session_status_json(const struct session *s)
 {
         json_t *j = json_pack("{s:I,s:i,s:I,s:s,s:s,s:s,s:f,s:I,s:I,s:I,s:i,s:i,s:O,s:O,s:I,s:s,s:{s:I,s:I,s:I}}",
                 "session", (json_int_t)s->id, "pid", s->pid, "starttime", (json_int_t)s->starttime,
-                "service", s->service, "state", state_name(s->state), "dir", s->seg.dir,
+                "service", s->service, "state", s->stopping ? "stopping" : state_name(s->state), "dir", s->seg.dir,
                 "events_per_s", s->events_per_s, "events", (json_int_t)s->tr.events,
                 "drops", (json_int_t)s->drops, "bytes", (json_int_t)(s->bytes_sealed + segment_size(&s->seg)),
                 "segments", s->segments_sealed, "segments_pending", s->segments_pending,

@@ -67,6 +67,9 @@ struct session {
         double events_per_s;
         unsigned segments_sealed, segments_pending;
         json_t *sealed_paths;           /* array of sealed segment paths */
+        bool stopping;                  /* session_end under way on the BPF thread */
+        void (*on_ended)(void *ctx, struct session *s); /* once, when session_end is through */
+        void *on_ended_ctx;
 };
 
 struct session_request {
@@ -82,8 +85,8 @@ struct session_request {
 struct session_start;
 
 /* Start tracing: the target is checked at once (pidfd first, owner), its
- * probe plan is built in the planner thread, and the BPF attach follows on
- * the loop. Returns 0 when under way: done(ctx, s, why) then runs once on
+ * probe plan is built and its BPF side attached in the planner thread, and
+ * the loop then drains its ring. Returns 0 when under way: done(ctx, s, why) then runs once on
  * the loop, with the session, or with NULL and a one-line reason. Refused
  * at once: a negative errno and a malloc'd one-line reason in *why. */
 int session_start(struct d9d *d, const struct session_request *req,
@@ -92,11 +95,15 @@ int session_start(struct d9d *d, const struct session_request *req,
 /* Nobody waits for it any more: its plan is dropped if it has not started,
  * and it never attaches. done still runs. */
 void session_start_cancel(struct session_start *st);
-/* Once a tick, and at shutdown: planned attaches that waited for their
- * pid's last links to go away. */
-void session_starts_resume(struct d9d *d);
-/* Stop recording: drain, detach, close the open segment and queue it. */
+/* Queue the loading of the BPF programs on the planner thread (at start,
+ * so that the first attach does not wait for the verifier). */
+void session_bpf_preload(struct d9d *d);
+/* Stop recording: drain, detach, close the open segment and queue it. The
+ * BPF side stops on the BPF thread while the loop keeps draining, so this
+ * may return before the end is through (session_ending; on_ended runs when
+ * it is); while d9d is stopping it is through on return. */
 void session_end(struct session *s, const char *reason);
+bool session_ending(const struct session *s);
 /* Once a second: rotation, deadline, drop accounting, rates. */
 void session_tick(struct session *s, uint64_t now_ms);
 struct session *session_find(struct d9d *d, pid_t pid, bool live_only);
