@@ -386,11 +386,13 @@ int main(int argc, char **argv)
                 log_error("cannot start the planning threads: %s", strerror(-r));
                 return 1;
         }
-        /* Both off the loop, before the first client: the verifier's
-         * 10-650 ms and /proc/kallsyms' 0.1-0.3 s. */
+        /* Before the first client, while no ring waits to be drained:
+         * the verifier's 10-650 ms and /proc/kallsyms' 0.1-0.3 s, which an
+         * attach or a seal would pay otherwise. Done before d9d says it is
+         * ready, so that it holds its descriptors and memory from then on. */
         if (!pf.fatal)
-                session_bpf_preload(&d);
-        ksyms_preload();
+                session_bpf_load(&d);
+        ksyms_put(ksyms_get());
         r = start_shipper(&d);
         if (r < 0)
                 return 1;

@@ -36,8 +36,9 @@
 static struct d9_bpf *shared_bpf;
 static int shared_bpf_err;
 
-/* On the planner thread: d9d queues this at start, so the first attach
- * finds the programs loaded; an attach after a failed load tries again. */
+/* At d9d's start (before any job runs), so the first attach finds the
+ * programs loaded; on the BPF thread, an attach after a failed load tries
+ * again. */
 static int shared_bpf_open(const struct d9d *d)
 {
         struct d9_bpf_opts bo = { .sample_hz = d->cfg.sample_hz, .ring_bytes = d->cfg.ring_bytes };
@@ -895,34 +896,13 @@ static void session_install_run(struct plan_job *job)
         st->r = session_install_bpf(st->s, &st->why);
 }
 
-struct bpf_preload {
-        struct plan_job job;            /* first: the planner hands this back */
-        struct d9d *d;
-};
-
-static void bpf_preload_run(struct plan_job *job)
+void session_bpf_load(struct d9d *d)
 {
-        int r = shared_bpf_open(((struct bpf_preload *)job)->d);
+        int r = shared_bpf_open(d);
 
         if (r < 0)
                 log_warn("cannot load d9's BPF programs: %s (attach will try again; see the preflight log)",
                          strerror(-r));
-}
-
-static void bpf_preload_done(struct d9d *d, struct plan_job *job)
-{
-        free(job);
-}
-
-void session_bpf_preload(struct d9d *d)
-{
-        struct bpf_preload *p = calloc(1, sizeof(*p));
-
-        if (!p)
-                return;         /* the first attach loads them */
-        p->d = d;
-        p->job = (struct plan_job){ .uid = 0, .run = bpf_preload_run, .done = bpf_preload_done };
-        planner_submit(d->bpf_worker, &p->job);
 }
 
 static void session_start_finish(struct d9d *d, struct session_start *st, bool cancelled)

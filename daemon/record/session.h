@@ -95,9 +95,10 @@ int session_start(struct d9d *d, const struct session_request *req,
 /* Nobody waits for it any more: its plan is dropped if it has not started,
  * and it never attaches. done still runs. */
 void session_start_cancel(struct session_start *st);
-/* Queue the loading of the BPF programs on the planner thread (at start,
- * so that the first attach does not wait for the verifier). */
-void session_bpf_preload(struct d9d *d);
+/* Load the BPF programs (at start, before any attach: the first attach
+ * then does not wait for the verifier). A failure is logged; the next
+ * attach tries again. */
+void session_bpf_load(struct d9d *d);
 /* Stop recording: drain, detach, close the open segment and queue it. The
  * BPF side stops on the BPF thread while the loop keeps draining, so this
  * may return before the end is through (session_ending; on_ended runs when

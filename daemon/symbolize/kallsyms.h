@@ -14,9 +14,6 @@ struct ksyms *ksyms_get(void);
 /* The table if it was read already, else NULL at once (a thread then reads
  * it): for the drain loop, which must not wait 0.1-0.3 s for the file. */
 struct ksyms *ksyms_get_ready(void);
-/* Read the table on a thread of its own now, so that neither the first
- * seal nor the first session pays for it. */
-void ksyms_preload(void);
 void ksyms_put(struct ksyms *k);
 /* Name of the function holding addr, owned by k; NULL when below the first. */
 const char *ksyms_lookup(const struct ksyms *k, uint64_t addr);
