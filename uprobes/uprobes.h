@@ -152,6 +152,7 @@ struct probe_plan {
         char *debug_file;               /* separate debug file used, or NULL */
         bool v0_mangling;
         double elapsed_ms;              /* time to build the plan */
+        bool from_cache;                /* a copy of an earlier plan of the same file (plan_cache.c) */
 };
 
 /* Point counts per kind, attached (not skipped) only. */
