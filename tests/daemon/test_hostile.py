@@ -678,8 +678,13 @@ def mode_planloop(t, users):
              f"the drain loop's longest turn ({max(stalls, default=0)} ms logged; under 250 ms are not) stayed "
              f"under half the longest plan ({longest_plan} ms)", json.dumps(daemon))
         # The pidfd holds across the hand-off: the user's process exits while
-        # its plan is built and a root process takes its PID.
-        holder, fd = fd_holder(uid, BIG_BINARY)
+        # its plan is built and a root process takes its PID. A copy of the
+        # binary, a file d9d has not planned yet: a plan of BIG_BINARY now
+        # comes from the plan cache at once (uprobes/plan_cache.c).
+        fresh = os.path.join(home, "big-copy")
+        shutil.copyfile(BIG_BINARY, fresh)
+        os.chown(fresh, uid, -1)
+        holder, fd = fd_holder(uid, fresh)
         pid, root_proc = holder.pid, None
 
         def swap():
