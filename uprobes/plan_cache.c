@@ -15,7 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "uprobes-int.h"
+#include "uprobes_int.h"
 #include "uprobes.h"
 
 #define PLAN_CACHE_MAX 4

@@ -8,16 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../tap.h"
 #include "uprobes.h"
-
-static int n_tests, n_failed;
-
-static void ok(int cond, const char *name)
-{
-        n_tests++;
-        n_failed += !cond;
-        printf("%s %d - %s\n", cond ? "ok" : "not ok", n_tests, name);
-}
 
 static int copy_file(const char *from, const char *to)
 {
@@ -50,15 +42,11 @@ int main(int argc, char **argv)
         struct probe_plan *p1 = NULL, *p2 = NULL, *p3 = NULL;
         char *err = NULL;
 
-        if (argc != 2 || !mkdtemp(dir)) {
-                printf("Bail out! usage: plan-cache TOKIO_BINARY\n");
-                return 1;
-        }
+        if (argc != 2 || !mkdtemp(dir))
+                bail("usage: plan-cache TOKIO_BINARY");
         snprintf(path, sizeof(path), "%s/target", dir);
-        if (copy_file(argv[1], path) != 0) {
-                printf("Bail out! cannot copy %s\n", argv[1]);
-                return 1;
-        }
+        if (copy_file(argv[1], path) != 0)
+                bail("cannot copy %s", argv[1]);
         ok(probe_plan_for_file(path, &p1, &err) == 0 && p1 && !p1->from_cache && p1->n_points > 0,
            "the first plan of a file is built");
         ok(probe_plan_for_file(path, &p2, &err) == 0 && p2 && p2->from_cache, "the second is a copy from the cache");
@@ -80,6 +68,5 @@ int main(int argc, char **argv)
         free(err);
         unlink(path);
         rmdir(dir);
-        printf("1..%d\n", n_tests);
-        return n_failed ? 1 : 0;
+        return tap_done();
 }
