@@ -224,6 +224,19 @@ static int load_sched(struct d9_bpf *bpf)
         return d9_sched__load(bpf->sched);
 }
 
+/* Back to a loaded, idle state; caller holds bpf->lock. */
+static void disarm_locked(struct d9_bpf *bpf)
+{
+        for (size_t i = 0; i < bpf->n_sched_links; i++)
+                bpf_link__destroy(bpf->sched_links[i]);
+        for (size_t i = 0; i < bpf->n_perf_fds; i++)
+                close(bpf->perf_fds[i]);
+        free(bpf->perf_fds);
+        bpf->perf_fds = NULL;
+        bpf->n_sched_links = bpf->n_perf_fds = 0;
+        bpf->armed = false;
+}
+
 /* The system-wide programs, with the first target: they run on every
  * context switch of the machine. Caller holds bpf->lock. */
 static int arm_locked(struct d9_bpf *bpf)
@@ -241,7 +254,22 @@ static int arm_locked(struct d9_bpf *bpf)
         if (r == 0 && !bpf->no_cpu_sampling)
                 r = open_cpu_sampling(bpf, bpf->sample_hz);
         bpf->armed = r == 0;
+        if (r < 0)
+                disarm_locked(bpf);
         return r;
+}
+
+/* A first target that failed leaves d9d as idle as before it. */
+static void disarm_if_unused(struct d9_bpf *bpf)
+{
+        bool used = false;
+
+        pthread_mutex_lock(&bpf->lock);
+        for (uint32_t i = 0; i < D9_MAX_TARGETS && !used; i++)
+                used = bpf->slot_used[i];
+        if (!used)
+                disarm_locked(bpf);
+        pthread_mutex_unlock(&bpf->lock);
 }
 
 /* The tokio object writes into d9_sched's maps: same fds, not copies. */
@@ -663,6 +691,7 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
                          struct d9_bpf_target **out, char **err)
 {
         struct d9_bpf_target *t;
+        bool armed_here = false;
         uint64_t t0;
         int r;
 
@@ -694,6 +723,7 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
         }
         if (r == 0) {
                 pthread_mutex_lock(&bpf->lock);
+                armed_here = !bpf->armed;
                 r = arm_locked(bpf);
                 pthread_mutex_unlock(&bpf->lock);
                 if (r < 0) {
@@ -728,6 +758,8 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
         return 0;
 fail:
         d9_bpf_detach_target(t);
+        if (armed_here)
+                disarm_if_unused(bpf);
         return r;
 }
 

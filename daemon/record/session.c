@@ -29,10 +29,11 @@
 #define TOKIO_PROBES (D9_PROBE_PARK | D9_PROBE_POLL | D9_PROBE_SPAWN | D9_PROBE_WAKE | D9_PROBE_TERMINATE)
 
 /* The BPF objects every session shares. Loading them (the verifier:
- * 10-650 ms) and attaching a target (a grace period per map-in-map insert,
- * uprobe registration) run on the planner thread, never on the loop that
- * drains the other sessions: shared_bpf is written there before a job's
- * done and read on the loop after it. */
+ * 10-650 ms) happens at d9d's start; attaching and stopping a target (a
+ * grace period per map-in-map insert or delete, uprobe registration) run
+ * on the BPF thread (d->bpf_worker), never on the loop that drains the
+ * other sessions. A load retried there writes shared_bpf before its job's
+ * done; the loop reads it after. */
 static struct d9_bpf *shared_bpf;
 static int shared_bpf_err;
 
@@ -542,7 +543,7 @@ static void session_on_pidfd(struct d9d *d, struct d9_watch *w, uint32_t events)
                 session_end(s, "target exited");
 }
 
-/* On the planner thread, once planned: the target's ring, config and
+/* On the BPF thread, once planned: the target's ring, config and
  * uprobes. Its records wait in the ring until the loop drains it. */
 static int session_install_bpf(struct session *s, char **why)
 {
@@ -858,8 +859,10 @@ static int session_start_attach(struct session *s, const struct session_request 
 
 static void session_discard(struct session *s)
 {
-        /* Installed by the planner but not wanted now: stopped first, so
-         * the links go on a thread of their own, not on this loop. */
+        /* Installed by the BPF thread but not wanted now (an attach that
+         * failed or was cancelled afterwards, rare): stopped first, so the
+         * links go on a thread of their own; the maps' grace period is
+         * waited for here. */
         if (s->bpf)
                 d9_bpf_target_stop(s->bpf);
         if (s->seg.fd >= 0) {
