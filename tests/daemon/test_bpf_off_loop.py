@@ -54,11 +54,13 @@ def main():
 
         def sample():
             while not window["stop"]:
-                dj = (d.status() or {}).get("daemon", {})
+                # Root's small session only: a status with the big target's
+                # 7,000-point plan is itself a long turn of the loop.
+                dj = (d.status(busy.pid) or {}).get("daemon", {})
                 window["max"] = max(window["max"], dj.get("loop_recent_max_stall_ms", 0))
                 time.sleep(0.5)
         sampler = threading.Thread(target=sample)
-        base_stall = (d.status() or {}).get("daemon", {}).get("loop_recent_max_stall_ms", 0)
+        base_stall = (d.status(busy.pid) or {}).get("daemon", {}).get("loop_recent_max_stall_ms", 0)
         time.sleep(20)  # the start's turns age out of the recent maximum
         sampler.start()
         for _ in range(3):
@@ -93,13 +95,13 @@ def main():
         t.ok(st.get("state") == "recording" and st.get("drops") == 0,
              f"root's busy session kept zero drops through the installs and stops ({st.get('drops')} drops)",
              json.dumps(st)[:1000])
-        # On the loop, each install would hold it for the whole job; the
-        # longest turn stays well under the longest job (both stretch alike
-        # on a loaded machine). A machine that installs 7 000 uprobes in
+        # On the loop, each install would hold it for the whole job, so no
+        # turn could be shorter than the longest job; off the loop the turns
+        # are independent of it. A machine that installs 7 000 uprobes in
         # under 100 ms cannot tell the two apart: a failure, not a pass.
         t.ok(longest_bpf >= 100, f"the BPF jobs took long enough to tell ({longest_bpf} ms)", json.dumps(daemon))
-        t.ok(max(stalls) < longest_bpf / 2,
-             f"the drain loop's longest turn meanwhile ({max(stalls)} ms) stayed under half the longest "
+        t.ok(max(stalls) < longest_bpf,
+             f"the drain loop's longest turn meanwhile ({max(stalls)} ms) was shorter than the longest "
              f"BPF job ({longest_bpf} ms)", json.dumps(daemon))
         t.ok(wait_for(lambda: (d.status() or {}).get("daemon", {}).get("bpf_teardowns_pending") == 0, 30),
              "the big target's uprobe links are all gone afterwards")
