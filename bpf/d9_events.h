@@ -281,3 +281,13 @@ struct d9_offcpu_short {
         d9_u64 count;
         d9_u64 ns;              /* their summed length */
 };
+
+/* d9_exec.bpf.c -> daemon/exec_watch.c: some process called exec. Not a
+ * target's record (its own ring, shared by every rule of auto-attach):
+ * only who and when, since d9d reads the rest from /proc through a pidfd
+ * and must not trust a copy taken here. */
+struct d9_exec_rec {
+        d9_u64 ts;              /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
+        d9_u32 kernel_tgid;     /* task->tgid, the initial pid namespace's */
+        d9_u32 pid;             /* in d9d's own pid namespace; 0: not visible there */
+};

@@ -24,7 +24,9 @@
 #include "daemon/symbolize/kallsyms.h"
 #include "daemon/core/log.h"
 #include "daemon/core/notify.h"
+#include "daemon/record/autoattach.h"
 #include "daemon/record/planner.h"
+#include "daemon/record/sampler.h"
 #include "daemon/core/preflight.h"
 #include "daemon/seal/recover.h"
 #include "daemon/seal/sealer.h"
@@ -57,6 +59,7 @@ static void on_tick(struct d9d *d, struct d9_watch *w, uint32_t events)
                 live += s->state == SESSION_RECORDING;
         }
         sessions_prune(d);
+        autoattach_tick(d->autoattach);
         /* Sealing (symbols, compression) runs in the sealer thread's own
          * malloc arena, which keeps ~10 MiB it no longer uses after each
          * segment; give free pages back every TRIM_TICKS (a few ms at most). */
@@ -175,10 +178,14 @@ static void shutdown_all(struct d9d *d)
         notify_stopping("sealing segments");
         for (struct session *s = d->sessions; s; s = s->next)
                 session_end(s, "d9d stopping");
+        sampler_stop(d->sampler);       /* no session samples any more */
+        d->sampler = NULL;
         planner_stop(d->planner);       /* attaches still planning are answered and dropped */
         d->planner = NULL;
         planner_stop(d->bpf_worker);    /* and those installing; stops under way finish */
         d->bpf_worker = NULL;
+        autoattach_stop(d->autoattach);
+        d->autoattach = NULL;
         control_server_stop(d->control);
         sealer_stop(d->sealer); /* seals whatever is queued, then joins */
         if (d->shipper) {
@@ -269,10 +276,14 @@ static int run_loop(struct d9d *d)
                 if (n < 0 && errno != EINTR)
                         return -errno;
                 uint64_t t0 = d9_now_ns();
-                for (int i = 0; i < n; i++) {
-                        struct d9_watch *w = evs[i].data.ptr;
-                        w->fn(d, w, evs[i].events);
-                }
+                /* Two passes: a watch marked first (exec notices) does not
+                 * wait behind the drains of every busy target's ring. */
+                for (int pass = 0; pass < 2; pass++)
+                        for (int i = 0; i < n; i++) {
+                                struct d9_watch *w = evs[i].data.ptr;
+                                if (w->first == !pass)
+                                        w->fn(d, w, evs[i].events);
+                        }
                 loop_stall_note(t0, d9_now_ns());
         }
         return 0;
@@ -386,12 +397,20 @@ int main(int argc, char **argv)
                 log_error("cannot start the planning threads: %s", strerror(-r));
                 return 1;
         }
-        /* Before the first client, while no ring waits to be drained:
-         * the verifier's 10-650 ms and /proc/kallsyms' 0.1-0.3 s, which an
-         * attach or a seal would pay otherwise. Done before d9d says it is
-         * ready, so that it holds its descriptors and memory from then on. */
-        if (!pf.fatal)
-                session_bpf_load(&d);
+        r = sampler_start(&d, session_on_sample, &d.sampler);
+        if (r < 0) {
+                log_error("cannot start the sampling thread: %s", strerror(-r));
+                return 1;
+        }
+        /* Before the first client, while no ring waits to be drained: the
+         * verifier's 10-650 ms, which the first attach would pay otherwise,
+         * and /proc/kallsyms' 0.1-0.3 s (here rather than on a thread of
+         * its own, whose open descriptor raced the fd-limit check of the
+         * accept loop). Done before d9d says it is ready, so that it holds
+         * its descriptors and memory from then on. */
+        if (!pf.fatal && (r = session_bpf_load(&d)) < 0)
+                log_warn("cannot load d9's BPF programs: %s (attach will try again; see the preflight log)",
+                         strerror(-r));
         ksyms_put(ksyms_get());
         r = start_shipper(&d);
         if (r < 0)
@@ -402,6 +421,11 @@ int main(int argc, char **argv)
         r = control_server_start(&d, &d.control);
         if (r < 0)
                 return 1;
+        r = autoattach_start(&d, &d.autoattach);
+        if (r < 0) {
+                log_error("cannot start auto-attach: %s", strerror(-r));
+                return 1;
+        }
         log_info("d9d %s ready: state %s, socket %s", D9_VERSION, d.cfg.state_dir, d.cfg.socket_path);
         notify_ready("tracing 0 targets");
         r = run_loop(&d);

@@ -144,6 +144,11 @@ enum d9_tokio_schema {
         D9_S_CLOCK_SYNC,
         D9_S_SEGMENT_METADATA,
         D9_S_SYMBOL_TABLE_ENTRY,
+        /* Later dial9 revisions' process events (trace-format.md 8.14), and
+         * d9d's own complement of the first (proto/enc_resources.c). */
+        D9_S_PROCESS_RESOURCE_USAGE,
+        D9_S_SOCKET_ACCEPT_QUEUE,
+        D9_S_PROCESS_RESOURCES,
         D9_S_TOKIO_COUNT,
 };
 #define D9_NO_ATOM UINT32_MAX /* for optional pooled fields: absent */
@@ -174,6 +179,37 @@ int d9_enc_segment_metadata(struct d9_enc *enc, uint64_t ts,
 int d9_enc_symbol_entry(struct d9_enc *enc, uint64_t ts, uint64_t addr, uint64_t size,
                         uint32_t symbol_name, uint64_t inline_depth,
                         uint32_t source_file, uint64_t source_line);
+
+/* Process resources (proto/enc_resources.c). Counters are cumulative
+ * since the process started, as getrusage(RUSAGE_SELF) reports them. */
+struct d9_process_usage {
+        /* dial9's ProcessResourceUsageEvent */
+        uint64_t user_cpu_ns, system_cpu_ns;
+        uint64_t max_rss_bytes;                 /* peak resident set */
+        uint64_t minor_faults, major_faults;
+        uint64_t block_input_ops, block_output_ops; /* 512-byte units */
+        uint64_t voluntary_context_switches, involuntary_context_switches;
+        /* d9d's D9ProcessResourcesEvent: what getrusage does not say */
+        uint64_t rss_bytes;                     /* resident set now */
+        uint64_t threads, open_fds;
+        uint64_t read_bytes, write_bytes;       /* storage I/O (/proc/PID/io) */
+        uint64_t rchar, wchar;                  /* bytes through read/write syscalls */
+};
+/* Writes both ProcessResourceUsageEvent (dial9's fields only) and
+ * D9ProcessResourcesEvent at ts. */
+int d9_enc_process_usage(struct d9_enc *enc, uint64_t ts, const struct d9_process_usage *u);
+
+/* One listening TCP socket's accept queue: dial9's SocketAcceptQueueEvent. */
+struct d9_accept_queue {
+        uint64_t socket_cookie, socket_inode;
+        uint8_t ip_version;                     /* 4 or 6 */
+        uint8_t protocol;                       /* IPPROTO_TCP */
+        char local_addr[48];                    /* text, as inet_ntop writes it */
+        uint16_t local_port;
+        uint32_t pending_connections;           /* completed, not yet accepted */
+        uint32_t backlog_limit;                 /* the listen() backlog in effect */
+};
+int d9_enc_accept_queue(struct d9_enc *enc, uint64_t ts, const struct d9_accept_queue *q);
 
 /* ---- Decoder ------------------------------------------------------------ */
 

@@ -50,6 +50,29 @@ static const struct d9_field_def symbol_entry[] = {
         F("source_file", D9_T_POOLED_STRING), F("source_line", D9_T_VARINT),
 };
 
+/* Later dial9 revisions (trace-format.md 8.14). dial9 follows the first
+ * schema with a unit annotation frame; the viewer revision d9 targets
+ * cannot parse those (§3.6), so none is written: the names say the unit. */
+static const struct d9_field_def process_resource_usage[] = {
+        F("user_cpu_ns", D9_T_VARINT), F("system_cpu_ns", D9_T_VARINT),
+        F("max_rss_bytes", D9_T_VARINT), F("minor_faults", D9_T_VARINT),
+        F("major_faults", D9_T_VARINT), F("block_input_ops", D9_T_VARINT),
+        F("block_output_ops", D9_T_VARINT), F("voluntary_context_switches", D9_T_VARINT),
+        F("involuntary_context_switches", D9_T_VARINT),
+};
+static const struct d9_field_def socket_accept_queue[] = {
+        F("socket_cookie", D9_T_VARINT), F("socket_inode", D9_T_VARINT),
+        F("ip_version", D9_T_U8), F("protocol", D9_T_U8),
+        F("local_addr", D9_T_STRING), F("local_port", D9_T_U16),
+        F("pending_connections", D9_T_U32), F("backlog_limit", D9_T_U32),
+};
+/* d9d's own: the rest of what a tracer outside the process reads in /proc. */
+static const struct d9_field_def process_resources[] = {
+        F("rss_bytes", D9_T_VARINT), F("threads", D9_T_VARINT), F("open_fds", D9_T_VARINT),
+        F("read_bytes", D9_T_VARINT), F("write_bytes", D9_T_VARINT),
+        F("rchar", D9_T_VARINT), F("wchar", D9_T_VARINT),
+};
+
 #define S(n, f) { .name = (n), .nfields = sizeof(f) / sizeof(f[0]), .fields = (f) }
 
 /* Indexed by enum d9_tokio_schema. */
@@ -67,6 +90,9 @@ static const struct d9_schema_def tokio_schemas[D9_S_TOKIO_COUNT] = {
         [D9_S_CLOCK_SYNC] = S("ClockSyncEvent", clock_sync),
         [D9_S_SEGMENT_METADATA] = S("SegmentMetadataEvent", segment_metadata),
         [D9_S_SYMBOL_TABLE_ENTRY] = S("SymbolTableEntry", symbol_entry),
+        [D9_S_PROCESS_RESOURCE_USAGE] = S("ProcessResourceUsageEvent", process_resource_usage),
+        [D9_S_SOCKET_ACCEPT_QUEUE] = S("SocketAcceptQueueEvent", socket_accept_queue),
+        [D9_S_PROCESS_RESOURCES] = S("D9ProcessResourcesEvent", process_resources),
 };
 
 int enc_declare_tokio(struct d9_enc *e)

@@ -277,21 +277,12 @@ static int plan_build(int fd, const char *path, const char *root, struct probe_p
         struct plan_builder b = { 0 };
         struct probe_plan *plan;
         struct timespec t0, t1;
-        struct stat planned;
-        bool cacheable;
+        struct stat st;
         int r;
 
         clock_gettime(CLOCK_MONOTONIC, &t0);
         if (err_msg)
                 *err_msg = NULL;
-        plan = plan_cache_take(fd, path);
-        if (plan) {
-                clock_gettime(CLOCK_MONOTONIC, &t1);
-                plan->elapsed_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
-                *out = plan;
-                return 0;
-        }
-        cacheable = fstat(fd, &planned) == 0;
         plan = calloc(1, sizeof(*plan));
         if (!plan) {
                 close(fd);
@@ -299,6 +290,8 @@ static int plan_build(int fd, const char *path, const char *root, struct probe_p
         }
         plan->exe_fd = fd;
         plan->exe_path = strdup(path);
+        if (fstat(fd, &st) == 0)
+                plan->planned_ctime = st.st_ctim;
         r = asprintf(&plan->attach_path, "/proc/self/fd/%d", fd) < 0 ? -ENOMEM : 0;
         if (r == 0) {
                 int copy = fcntl(fd, F_DUPFD_CLOEXEC, 3);
@@ -332,8 +325,6 @@ static int plan_build(int fd, const char *path, const char *root, struct probe_p
         }
         clock_gettime(CLOCK_MONOTONIC, &t1);
         plan->elapsed_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
-        if (cacheable)
-                plan_cache_put(&planned, plan);
         *out = plan;
         return 0;
 }

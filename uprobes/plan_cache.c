@@ -1,40 +1,65 @@
-/* plan_cache.c: probe plans kept per executable file, so that attaching to
- * a program again, or to another process running it, skips planning (1-4 s
- * of copying, vtable scans and code decoding for a 300 MB binary).
+/* plan_cache: plans of executables planned before, for the next process
+ * running the same file. A service's replicas, restarts and every process
+ * an auto-attach rule matches run one binary: planning it again costs
+ * 15 ms to several seconds of the planner thread (a vtable scan of the
+ * whole file), a copy of the plan a fraction of a millisecond, which keeps
+ * exec -> attach short.
  *
- * The key is the file's identity: device, inode, size, mtime and ctime
- * (ctime changes with every write and no unprivileged user can set it), so
- * a changed file is planned again. A plan that used a separate debug file is
- * never kept: that file was found under the target's root, which a user
- * controls, and its symbols must not decide where another user's process
- * gets its probes. A few plans are kept (about 1 MiB each for 7,000
- * points), the least recently used goes first. */
+ * An entry is keyed by the file's identity and change marks (device,
+ * inode, size, mtime, ctime): any write to the file changes its ctime, and
+ * nobody can set a ctime back, so a file changed since it was planned is
+ * planned again, and so is one written while it was planned (its ctime
+ * then differs from planned_ctime). A plan that used a separate debug file
+ * is never kept: that file was found under the target's root or a debug
+ * directory, which its user may control, and its symbols must not decide
+ * where another user's process gets its probes. The copy gets the new
+ * process's own executable fd
+ * (target_exe_open: pidfd checked), so uprobes attach to the inode that
+ * process runs, as for a plan built from scratch. Not thread-safe: one
+ * owner (d9d's loop). */
 #include <errno.h>
-#include <pthread.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
-#include "uprobes_int.h"
-#include "uprobes.h"
+#include "uprobes/uprobes_int.h"
 
-#define PLAN_CACHE_MAX 4
-
-struct cached_plan {
-        struct stat st;
-        struct probe_plan *plan;        /* exe_fd -1, no attach_path */
-        uint64_t used;
+struct plan_key {
+        dev_t dev;
+        ino_t ino;
+        off_t size;
+        struct timespec mtime, ctime;
 };
 
-static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct cached_plan cache[PLAN_CACHE_MAX];
-static uint64_t cache_clock;
+struct plan_cache_entry {
+        struct plan_key key;
+        struct probe_plan *plan;        /* exe_fd -1: no file held */
+        uint64_t last_used;
+};
 
-static bool same_file(const struct stat *a, const struct stat *b)
+struct probe_plan_cache {
+        struct plan_cache_entry *v;
+        unsigned n;
+        uint64_t clock;
+};
+
+static int plan_key_of(int fd, struct plan_key *k)
 {
-        return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
-               a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
-               a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+        struct stat st;
+
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        *k = (struct plan_key){ st.st_dev, st.st_ino, st.st_size, st.st_mtim, st.st_ctim };
+        return 0;
+}
+
+static bool plan_key_eq(const struct plan_key *a, const struct plan_key *b)
+{
+        return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime.tv_sec == b->mtime.tv_sec &&
+               a->mtime.tv_nsec == b->mtime.tv_nsec && a->ctime.tv_sec == b->ctime.tv_sec &&
+               a->ctime.tv_nsec == b->ctime.tv_nsec;
 }
 
 static int dup_str(char **dst, const char *src)
@@ -43,98 +68,138 @@ static int dup_str(char **dst, const char *src)
         return src && !*dst ? -ENOMEM : 0;
 }
 
-/* A deep copy, without the file (exe_fd -1, attach_path NULL). */
-static struct probe_plan *plan_clone(const struct probe_plan *src)
+/* Everything but the file: exe_fd -1, attach_path NULL. */
+static int plan_copy(const struct probe_plan *src, struct probe_plan **out)
 {
-        struct probe_plan *p = calloc(1, sizeof(*p));
+        struct probe_plan *p = malloc(sizeof(*p));
         int r = 0;
 
         if (!p)
-                return NULL;
+                return -ENOMEM;
         *p = *src;
         p->exe_fd = -1;
         p->attach_path = p->exe_path = p->build_id = p->tokio_version = p->shape = p->debug_file = NULL;
-        p->points = NULL;
-        p->missing = NULL;
-        p->n_points = p->n_missing = 0;
-        r |= dup_str(&p->exe_path, src->exe_path) | dup_str(&p->build_id, src->build_id) |
-             dup_str(&p->tokio_version, src->tokio_version) | dup_str(&p->shape, src->shape) |
-             dup_str(&p->debug_file, src->debug_file);
         p->points = calloc(src->n_points ? src->n_points : 1, sizeof(*p->points));
         p->missing = calloc(src->n_missing ? src->n_missing : 1, sizeof(*p->missing));
-        if (r || !p->points || !p->missing) {
-                probe_plan_free(p);
-                return NULL;
-        }
-        for (size_t i = 0; i < src->n_points; i++, p->n_points++) {
+        p->n_points = p->n_missing = 0;
+        if (!p->points || !p->missing)
+                r = -ENOMEM;
+        for (size_t i = 0; r == 0 && i < src->n_points; i++) {
+                struct probe_point *d = &p->points[p->n_points++];
                 const struct probe_point *s = &src->points[i];
-                struct probe_point *d = &p->points[i];
 
                 *d = *s;
                 d->label = d->skip_reason = d->insn_desc = d->note = NULL;
-                r |= dup_str(&d->label, s->label) | dup_str(&d->skip_reason, s->skip_reason) |
-                     dup_str(&d->insn_desc, s->insn_desc) | dup_str(&d->note, s->note);
+                r = dup_str(&d->label, s->label) ?: dup_str(&d->skip_reason, s->skip_reason) ?:
+                    dup_str(&d->insn_desc, s->insn_desc) ?: dup_str(&d->note, s->note);
         }
-        for (size_t i = 0; i < src->n_missing; i++, p->n_missing++) {
-                p->missing[i] = src->missing[i];
-                r |= dup_str(&p->missing[i].reason, src->missing[i].reason);
+        for (size_t i = 0; r == 0 && i < src->n_missing; i++) {
+                p->missing[p->n_missing].kind = src->missing[i].kind;
+                r = dup_str(&p->missing[p->n_missing++].reason, src->missing[i].reason);
         }
-        if (r) {
+        if (r == 0)
+                r = dup_str(&p->exe_path, src->exe_path) ?: dup_str(&p->build_id, src->build_id) ?:
+                    dup_str(&p->tokio_version, src->tokio_version) ?: dup_str(&p->shape, src->shape) ?:
+                    dup_str(&p->debug_file, src->debug_file);
+        if (r < 0) {
                 probe_plan_free(p);
-                return NULL;
+                return r;
         }
-        return p;
+        *out = p;
+        return 0;
 }
 
-struct probe_plan *plan_cache_take(int fd, const char *path)
+struct probe_plan_cache *probe_plan_cache_new(unsigned capacity)
 {
-        struct probe_plan *hit = NULL;
-        struct stat st;
+        struct probe_plan_cache *c = calloc(1, sizeof(*c));
 
-        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-                return NULL;
-        pthread_mutex_lock(&cache_lock);
-        for (size_t i = 0; i < PLAN_CACHE_MAX && !hit; i++) {
-                if (cache[i].plan && same_file(&cache[i].st, &st)) {
-                        cache[i].used = ++cache_clock;
-                        hit = plan_clone(cache[i].plan);
-                }
-        }
-        pthread_mutex_unlock(&cache_lock);
-        if (!hit)
-                return NULL;
-        free(hit->exe_path);
-        hit->exe_path = strdup(path);
-        if (!hit->exe_path || asprintf(&hit->attach_path, "/proc/self/fd/%d", fd) < 0) {
-                hit->attach_path = NULL;
-                probe_plan_free(hit);
+        if (c && !(c->v = calloc(capacity, sizeof(*c->v)))) {
+                free(c);
                 return NULL;
         }
-        hit->exe_fd = fd;
-        hit->from_cache = true;
-        return hit;
+        if (c)
+                c->n = capacity;
+        return c;
 }
 
-void plan_cache_put(const struct stat *planned, const struct probe_plan *plan)
+void probe_plan_cache_free(struct probe_plan_cache *c)
 {
-        struct stat now;
-        struct probe_plan *copy;
-        size_t victim = 0;
-
-        /* Changed while it was planned: the plan may mix both versions. */
-        if (plan->debug_file || plan->exe_fd < 0 || fstat(plan->exe_fd, &now) < 0 ||
-            !S_ISREG(now.st_mode) || !same_file(planned, &now) || !(copy = plan_clone(plan)))
+        if (!c)
                 return;
-        pthread_mutex_lock(&cache_lock);
-        for (size_t i = 0; i < PLAN_CACHE_MAX; i++) {
-                if (!cache[i].plan || same_file(&cache[i].st, &now)) {
-                        victim = i;
-                        break;
-                }
-                if (cache[i].used < cache[victim].used)
-                        victim = i;
+        for (unsigned i = 0; i < c->n; i++)
+                probe_plan_free(c->v[i].plan);
+        free(c->v);
+        free(c);
+}
+
+void probe_plan_cache_put(struct probe_plan_cache *c, const struct probe_plan *plan)
+{
+        struct plan_cache_entry *slot = NULL;
+        struct plan_key k;
+
+        if (!c || plan->exe_fd < 0 || plan->debug_file || plan_key_of(plan->exe_fd, &k) < 0 ||
+            k.ctime.tv_sec != plan->planned_ctime.tv_sec || k.ctime.tv_nsec != plan->planned_ctime.tv_nsec)
+                return;
+        for (unsigned i = 0; i < c->n; i++) {
+                struct plan_cache_entry *e = &c->v[i];
+
+                if (e->plan && plan_key_eq(&e->key, &k))
+                        return;
+                if (!slot || !e->plan || (slot->plan && e->last_used < slot->last_used))
+                        slot = e;
         }
-        probe_plan_free(cache[victim].plan);
-        cache[victim] = (struct cached_plan){ now, copy, ++cache_clock };
-        pthread_mutex_unlock(&cache_lock);
+        if (!slot)
+                return;
+        probe_plan_free(slot->plan);
+        slot->plan = NULL;
+        if (plan_copy(plan, &slot->plan) == 0) {
+                slot->key = k;
+                slot->last_used = ++c->clock;
+        }
+}
+
+int probe_plan_cache_get(struct probe_plan_cache *c, int pidfd, pid_t pid, struct probe_plan **out)
+{
+        _cleanup_free_ char *display = NULL;
+        struct probe_plan *p = NULL;
+        struct plan_key k;
+        int fd, r;
+
+        if (!c)
+                return -ENOENT;
+        fd = target_exe_open(pidfd, pid, &display, NULL);
+        if (fd < 0)
+                return fd;
+        r = plan_key_of(fd, &k);
+        for (unsigned i = 0; r == 0 && i < c->n; i++) {
+                struct plan_cache_entry *e = &c->v[i];
+
+                if (!e->plan || !plan_key_eq(&e->key, &k))
+                        continue;
+                e->last_used = ++c->clock;
+                r = plan_copy(e->plan, &p);
+                break;
+        }
+        if (r == 0 && !p)
+                r = -ENOENT;
+        if (r == 0) {
+                free(p->exe_path);
+                p->exe_path = display;
+                display = NULL;
+                p->exe_fd = fd;
+                p->elapsed_ms = 0;
+                if (asprintf(&p->attach_path, "/proc/self/fd/%d", fd) < 0) {
+                        p->attach_path = NULL;
+                        r = -ENOMEM;
+                }
+        }
+        if (r < 0) {
+                if (p)
+                        probe_plan_free(p);     /* closes fd */
+                else
+                        close(fd);
+                return r;
+        }
+        *out = p;
+        return 0;
 }

@@ -152,7 +152,9 @@ struct probe_plan {
         char *debug_file;               /* separate debug file used, or NULL */
         bool v0_mangling;
         double elapsed_ms;              /* time to build the plan */
-        bool from_cache;                /* a copy of an earlier plan of the same file (plan_cache.c) */
+        /* The file's ctime when planning began: a plan of a file written
+         * since may mix both versions, and plan_cache.c does not keep it. */
+        struct timespec planned_ctime;
 };
 
 /* Point counts per kind, attached (not skipped) only. */
@@ -183,6 +185,21 @@ int probe_plan_for_pidfd(int pidfd, pid_t pid, struct probe_plan **out, char **e
 /* Same for an already open file (taken over: closed by the plan), e.g. the
  * executable a d9ctl record child opened with its own permissions. */
 int probe_plan_for_fd(int fd, const char *display, struct probe_plan **out, char **err_msg);
+
+/* ---- plan_cache.c: plans of files planned before ------------------------ */
+
+struct probe_plan_cache;
+struct probe_plan_cache *probe_plan_cache_new(unsigned capacity);
+void probe_plan_cache_free(struct probe_plan_cache *cache);
+/* Keep a copy of plan (one built from its exe_fd) for processes that run
+ * the same, unchanged file later; the least recently used entry goes. A
+ * plan that used a separate debug file, or of a file changed while it was
+ * planned, is not kept. */
+void probe_plan_cache_put(struct probe_plan_cache *cache, const struct probe_plan *plan);
+/* The plan for pid's executable, when that file was planned unchanged:
+ * 0, -ENOENT if not, another negative errno if its executable cannot be
+ * opened (pidfd checked, as probe_plan_for_pidfd). */
+int probe_plan_cache_get(struct probe_plan_cache *cache, int pidfd, pid_t pid, struct probe_plan **out);
 
 /* ---- target_file.c: reading files a target or user controls ------------ */
 

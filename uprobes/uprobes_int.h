@@ -61,13 +61,6 @@ char *d9_elf_debuglink(const struct elf_image *img);
  * one is taken here first. Returns the fd or a negative errno. */
 int target_exe_open(int pidfd, pid_t pid, char **display, char **err_msg);
 
-/* plan_cache.c: plans kept per executable file (identity by fstat). take:
- * a copy for fd (taken over on success: the copy's exe_fd), or NULL. put:
- * keep a copy of plan, planned from a file that fstat'ed as *planned. */
-struct stat;
-struct probe_plan *plan_cache_take(int fd, const char *path);
-void plan_cache_put(const struct stat *planned, const struct probe_plan *plan);
-
 
 /* ---- debug_file.c: separate debug info ---------------------------------- */
 

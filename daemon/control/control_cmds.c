@@ -11,6 +11,7 @@
 #include "daemon/core/d9d.h"
 #include "daemon/ship/ship.h"
 #include "daemon/core/log.h"
+#include "daemon/record/autoattach.h"
 #include "daemon/record/planner.h"
 #include "proto/d9control.h"
 #include "daemon/seal/sealer.h"
@@ -59,6 +60,9 @@ static json_t *cmd_list(struct d9d *d, const struct peer *p, json_t *req)
                 json_array_append_new(arr, t);
         }
         json_object_set_new(r, "targets", arr);
+        /* The rules are root's configuration, their sessions root's. */
+        if (p->uid == 0 && d->autoattach)
+                json_object_set_new(r, "auto_attach", autoattach_status_json(d->autoattach));
         return r;
 }
 
@@ -92,6 +96,8 @@ static json_t *cmd_status(struct d9d *d, const struct peer *p, json_t *req)
         planner_get_stats(d->bpf_worker, &bs);
         d9d_loop_stall(&stall_max, &stall_recent);
         json_object_set_new(r, "targets", arr);
+        if (p->uid == 0 && d->autoattach)
+                json_object_set_new(r, "auto_attach", autoattach_status_json(d->autoattach));
         if (d->shipper) {
                 struct ship_stats ss;
                 shipper_stats(d->shipper, &ss);
@@ -164,6 +170,7 @@ static json_t *cmd_attach(struct d9d *d, const struct peer *p, json_t *req)
         json_t *dur = json_object_get(req, "duration_ms"), *probes = json_object_get(req, "probes");
         json_t *exe = json_object_get(req, "exe"), *offcpu = json_object_get(req, "offcpu_min_us");
         json_t *exe_fd = json_object_get(req, "exe_fd");
+        json_t *acc = json_object_get(req, "accept_queues"), *res = json_object_get(req, "resources_interval_ms");
         const char *bad = NULL;
         char *why = NULL;
         int r;
@@ -178,6 +185,13 @@ static json_t *cmd_attach(struct d9d *d, const struct peer *p, json_t *req)
                 return d9c_error("\"offcpu_min_us\" must be an integer from 0 to %llu",
                                  (unsigned long long)D9_OFFCPU_MIN_US_MAX);
         sr.offcpu_min_us = offcpu ? json_integer_value(offcpu) : -1;
+        if (acc && !json_is_boolean(acc))
+                return d9c_error("\"accept_queues\" must be true or false");
+        sr.accept_queues = acc && json_is_true(acc);
+        if (res && (!json_is_integer(res) || json_integer_value(res) < 0 || json_integer_value(res) > 60000 ||
+                    (json_integer_value(res) > 0 && json_integer_value(res) < 10)))
+                return d9c_error("\"resources_interval_ms\" must be 0 (off) or from 10 to 60000");
+        sr.resources_every_ms = res ? json_integer_value(res) : -1;
         if (probes && !json_is_string(probes))
                 return d9c_error("\"probes\" must be a string");
         sr.probes = d9c_parse_probes(probes ? json_string_value(probes) : NULL, &bad);

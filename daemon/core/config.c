@@ -41,14 +41,20 @@ void config_defaults(struct d9d_config *cfg)
         /* A busy server blocks for microseconds thousands of times a
          * second; recording each costs it more than the 2 % we allow. */
         cfg->offcpu_min_us = 1000;
+        /* dial9's own periods: getrusage every 100 ms, sock_diag every 400 ms. */
+        cfg->resources_every_ms = 100;
+        cfg->accept_queues_every_ms = 400;
         /* Sealing waits for it: a segment is sealed late, never lost. */
         cfg->debuginfod_timeout_ms = 10 * 1000;
         ship_config_init(&cfg->ship);
+        /* Each target costs twice ring_size in RSS and a planner turn. */
+        cfg->attach.max_targets = ATTACH_DEFAULT_MAX_TARGETS;
 }
 
 void config_free(struct d9d_config *cfg)
 {
         ship_config_free(&cfg->ship);
+        attach_rules_free(&cfg->attach);
 }
 
 const char *compression_suffix(enum d9_compress c)
@@ -163,6 +169,13 @@ int config_set(struct d9d_config *cfg, const char *key, const char *value, const
                 *why = "expected a duration up to 10s such as 1ms or 500us (0: record every off-CPU interval)";
                 return d9_parse_offcpu_min_us(value, &cfg->offcpu_min_us) < 0 ? -EINVAL : 0;
         }
+        if (!strcmp(key, "resources_interval") || !strcmp(key, "accept_queues_interval")) {
+                *why = "expected a duration between 10ms and 60s such as 100ms (resources_interval: 0 = off)";
+                if (d9_parse_duration_ms(value, &v) < 0 || v > 60000 || (v < 10 && (v || key[0] == 'a')))
+                        return -EINVAL;
+                *(key[0] == 'r' ? &cfg->resources_every_ms : &cfg->accept_queues_every_ms) = v;
+                return 0;
+        }
         if (!strcmp(key, "debug_dirs")) {
                 *why = "expected absolute folders separated by ':'";
                 if (strlen(value) >= sizeof(cfg->debug_dirs) || (*value && *value != '/') || strstr(value, "::"))
@@ -192,6 +205,18 @@ int config_set(struct d9d_config *cfg, const char *key, const char *value, const
                 if (*end || hz < 1 || hz > 10000)
                         return -EINVAL;
                 cfg->sample_hz = (unsigned)hz;
+                return 0;
+        }
+        if (!strcmp(key, "attach"))
+                return attach_rules_add(&cfg->attach, value, why);
+        if (!strcmp(key, "auto_attach_max")) {
+                char *end;
+                unsigned long n = strtoul(value, &end, 10);
+
+                *why = "expected a count of targets between 1 and 200";
+                if (*end || !*value || n < 1 || n > 200)
+                        return -EINVAL;
+                cfg->attach.max_targets = (unsigned)n;
                 return 0;
         }
         if (!strncmp(key, "s3_", 3)) {

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "daemon/core/attach_rules.h"
 #include "daemon/ship/s3/s3.h"
 #include "proto/d9proto.h"
 
@@ -42,6 +43,8 @@ struct d9d_config {
         unsigned sample_hz;             /* on-CPU stack sampling rate */
         uint64_t ring_bytes;            /* per-target BPF ring buffer (power of 2) */
         uint64_t offcpu_min_us;         /* shorter off-CPU intervals: counted, not recorded */
+        uint64_t resources_every_ms;    /* process resource samples (0 = none) */
+        uint64_t accept_queues_every_ms; /* accept-queue samples, for attaches that ask */
         char service[128];              /* "" = derive from the executable name */
         char debug_dirs[4096];          /* ':'-separated extra debug file folders */
         char debuginfod_urls[4096];     /* "" = ask no debuginfod server */
@@ -51,6 +54,7 @@ struct d9d_config {
         bool foreground;
         bool s3_enabled;                /* some s3_* key was set: ship sealed segments */
         struct ship_config ship;        /* s3_* keys, see daemon/ship/ship.h */
+        struct attach_rules attach;     /* attach = ... lines and auto_attach_max */
 };
 
 #define D9D_DEFAULT_CONFIG "/etc/d9d/d9d.conf"

@@ -19,6 +19,7 @@ struct control_reply;
 struct d9_watch {
         int fd;
         void (*fn)(struct d9d *d, struct d9_watch *w, uint32_t events);
+        bool first;     /* served before the others ready in the same turn */
 };
 
 struct d9d {
@@ -29,8 +30,10 @@ struct d9d {
         struct sealer *sealer;
         struct planner *planner;        /* probe plans, off this loop */
         struct planner *bpf_worker;     /* BPF loads, installs and stops, off this loop */
+        struct sampler *sampler;        /* resource and accept-queue samples, off this loop */
         struct control_server *control;
         struct shipper *shipper;        /* NULL unless s3_* is configured */
+        struct autoattach *autoattach;  /* NULL without attach = rules */
         char traces_dir[PATH_MAX];      /* <state_dir>/traces */
         char host[256];
 };

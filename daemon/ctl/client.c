@@ -77,6 +77,23 @@ int64_t d9ctl_parse_offcpu_min(const char *cmd, const char *arg)
         return (int64_t)us;
 }
 
+int d9ctl_set_sample_option(const char *cmd, json_t *req, int opt, const char *arg)
+{
+        uint64_t ms;
+
+        if (opt == 'A') {
+                json_object_set_new(req, "accept_queues", json_true());
+                return 0;
+        }
+        if (d9_parse_duration_ms(arg, &ms) < 0 || ms > 60000 || (ms && ms < 10)) {
+                fprintf(stderr, "d9ctl %s: bad --resources-interval '%s' (10ms to 60s, e.g. 100ms; 0 = off)\n",
+                        cmd, arg);
+                return -1;
+        }
+        json_object_set_new(req, "resources_interval_ms", json_integer((json_int_t)ms));
+        return 0;
+}
+
 int d9ctl_parse_pid(const char *cmd, const char *arg)
 {
         char *end;

@@ -27,3 +27,9 @@ const char *d9ctl_format_wall(int64_t unix_ms, char *buf, size_t n);
 bool d9ctl_target_live(const json_t *t);
 /* JSON, indented, on stdout. */
 void d9ctl_print_json(const json_t *j);
+
+/* --accept-queues ('A') and --resources-interval ('R') of attach and
+ * record, into the attach request. Returns 0, or -1 after saying why. */
+#define D9CTL_SAMPLE_OPTIONS { "accept-queues", no_argument, NULL, 'A' }, \
+                             { "resources-interval", required_argument, NULL, 'R' }
+int d9ctl_set_sample_option(const char *cmd, json_t *req, int opt, const char *arg);

@@ -17,6 +17,7 @@ int cmd_attach(int argc, char **argv)
                 { "probes", required_argument, NULL, 'P' },
                 { "offcpu-min", required_argument, NULL, 'O' },
                 { "json", no_argument, NULL, 'j' },
+                D9CTL_SAMPLE_OPTIONS,
                 {},
         };
         json_t *req = d9c_request("attach"), *resp;
@@ -25,7 +26,7 @@ int cmd_attach(int argc, char **argv)
         bool as_json = false;
         int opt, pid = 0;
 
-        while ((opt = getopt_long(argc, argv, "p:d:P:O:j", opts, NULL)) != -1) {
+        while ((opt = getopt_long(argc, argv, "p:d:P:O:jAR:", opts, NULL)) != -1) {
                 switch (opt) {
                 case 'p':
                         if ((pid = d9ctl_parse_pid("attach", optarg)) < 0)
@@ -52,6 +53,10 @@ int cmd_attach(int argc, char **argv)
                         break;
                 case 'j':
                         as_json = true;
+                        break;
+                case 'A': case 'R':
+                        if (d9ctl_set_sample_option("attach", req, opt, optarg) < 0)
+                                goto bad;
                         break;
                 default:
                         goto bad;

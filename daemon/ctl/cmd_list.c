@@ -1,5 +1,6 @@
 /* d9ctl list: the targets d9d traces; --all adds the finished sessions d9d
- * still remembers (it forgets them after finished_keep). */
+ * still remembers (it forgets them after finished_keep). Targets that an
+ * auto-attach rule of d9d.conf attached name it in the RULE column. */
 #include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -7,6 +8,30 @@
 #include "client.h"
 #include "d9ctl.h"
 #include "proto/d9control.h"
+
+/* One line per rule: what it matched and attached, and what it could not. */
+static void print_auto_attach(json_t *aa)
+{
+        json_t *r;
+        size_t i;
+
+        if (!aa)
+                return;
+        printf("auto-attach: %lld of at most %lld targets, %lld refused at the cap, %lld exec notices lost%s\n",
+               (long long)json_integer_value(json_object_get(aa, "targets")),
+               (long long)json_integer_value(json_object_get(aa, "max_targets")),
+               (long long)json_integer_value(json_object_get(aa, "cap_refused")),
+               (long long)json_integer_value(json_object_get(aa, "execs_lost")),
+               json_is_true(json_object_get(aa, "watching_execs")) ? "" : " (NOT watching execs)");
+        json_array_foreach(json_object_get(aa, "rules"), i, r)
+                printf("  %s: %lld matched, %lld attached, %lld exited first, %lld failed, %lld capped\n",
+                       json_string_value(json_object_get(r, "rule")),
+                       (long long)json_integer_value(json_object_get(r, "matched")),
+                       (long long)json_integer_value(json_object_get(r, "attached")),
+                       (long long)json_integer_value(json_object_get(r, "exited_first")),
+                       (long long)json_integer_value(json_object_get(r, "failed")),
+                       (long long)json_integer_value(json_object_get(r, "capped")));
+}
 
 int cmd_list(int argc, char **argv)
 {
@@ -45,21 +70,28 @@ int cmd_list(int argc, char **argv)
                 json_decref(resp);
                 return 0;
         }
-        int w = 7; /* the SERVICE column fits the longest name */
+        int w = 7, rw = 0; /* the SERVICE and RULE columns fit the longest */
         json_array_foreach(targets, i, t) {
                 int n = (int)json_string_length(json_object_get(t, "service"));
+                int rn = (int)json_string_length(json_object_get(t, "rule"));
                 w = n > w ? n : w;
+                rw = rn > rw ? rn : rw;
         }
+        if (rw && rw < 4)
+                rw = 4;
         json_array_foreach(targets, i, t) {
                 char started[32], dur[32];
 
+                const char *rule = json_string_value(json_object_get(t, "rule"));
+
                 if (!shown++)
-                        printf("%-8s %-9s %-*s %-19s %8s %10s %6s  %s\n", "PID", "STATE", w, "SERVICE", "STARTED",
-                               "DURATION", "EVENTS", "DROPS", "SEGMENTS IN");
-                printf("%-8lld %-9s %-*s %-19s %8s %10lld %6lld  %s\n",
+                        printf("%-8s %-9s %-*s %-*s%s%-19s %8s %10s %6s  %s\n", "PID", "STATE", w, "SERVICE", rw,
+                               rw ? "RULE" : "", rw ? " " : "", "STARTED", "DURATION", "EVENTS", "DROPS", "SEGMENTS IN");
+                printf("%-8lld %-9s %-*s %-*s%s%-19s %8s %10lld %6lld  %s\n",
                        (long long)json_integer_value(json_object_get(t, "pid")),
                        json_string_value(json_object_get(t, "state")), w,
-                       json_string_value(json_object_get(t, "service")),
+                       json_string_value(json_object_get(t, "service")), rw, rule ? rule : (rw ? "-" : ""),
+                       rw ? " " : "",
                        d9ctl_format_wall(json_integer_value(json_object_get(t, "started_unix_ms")), started,
                                          sizeof(started)),
                        d9ctl_format_duration((uint64_t)json_integer_value(json_object_get(t, "duration_ms")), dur,
@@ -72,6 +104,7 @@ int cmd_list(int argc, char **argv)
                 printf("no target is being traced\n");
         if (hidden)
                 printf("(%zu finished session%s: d9ctl list --all)\n", hidden, hidden == 1 ? "" : "s");
+        print_auto_attach(json_object_get(resp, "auto_attach"));
         json_decref(resp);
         return 0;
 }

@@ -361,6 +361,7 @@ int cmd_record(int argc, char **argv)
                 { "probes", required_argument, NULL, 'P' },
                 { "offcpu-min", required_argument, NULL, 'O' },
                 { "follow-children", no_argument, NULL, 'f' },
+                D9CTL_SAMPLE_OPTIONS,
                 {},
         };
         struct recording rec = { .child.go_fd = -1, .tty = isatty(STDERR_FILENO) };
@@ -368,8 +369,10 @@ int cmd_record(int argc, char **argv)
         int64_t offcpu_min_us = -1;     /* -1: d9d's own setting */
         int opt, rc;
         json_t *req, *resp, *final, *t;
+        /* --accept-queues, --resources-interval, until req exists */
+        __attribute__((cleanup(json_decrefp))) json_t *samples = json_object();
 
-        while ((opt = getopt_long(argc, argv, "+p:d:o:P:O:f", opts, NULL)) != -1) {
+        while ((opt = getopt_long(argc, argv, "+p:d:o:P:O:fAR:", opts, NULL)) != -1) {
                 switch (opt) {
                 case 'p':
                         if ((rec.pid = d9ctl_parse_pid("record", optarg)) < 0)
@@ -390,6 +393,10 @@ int cmd_record(int argc, char **argv)
                                 return 2;
                         break;
                 case 'f': rec.follow = true; break;
+                case 'A': case 'R':
+                        if (d9ctl_set_sample_option("record", samples, opt, optarg) < 0)
+                                return 2;
+                        break;
                 default: return 2; /* getopt named the option */
                 }
         }
@@ -398,6 +405,7 @@ int cmd_record(int argc, char **argv)
         if (rec.follow && rec.pid)
                 return usage_error("--follow-children needs -- CMD");
         req = d9c_request("attach");
+        json_object_update(req, samples);
         signal(SIGINT, on_interrupt);
         signal(SIGTERM, on_interrupt);
         if (optind < argc) {

@@ -10,17 +10,22 @@
 #define PROBES_HELP "  --probes LIST       comma-separated subset of sched,cpu,park,poll,spawn,wake,terminate or all (default)\n"
 #define OFFCPU_HELP "  --offcpu-min T      record off-CPU intervals of at least T (e.g. 1ms, 500us; 0 = all);\n" \
                     "                      shorter ones are only counted (default: d9d's offcpu_min, 1ms)\n"
+#define SAMPLES_HELP "  --accept-queues     also sample the accept queues of its listening TCP sockets\n" \
+                     "                      (SocketAcceptQueueEvent, every accept_queues_interval, 400ms)\n" \
+                     "  --resources-interval T  sample its CPU, memory, faults, switches, threads, fds\n" \
+                     "                      and I/O every T (default: d9d's resources_interval, 100ms; 0 = off)\n"
 
 static const struct d9ctl_help helps[] = {
         { "attach", "start tracing a running process",
-          "usage: d9ctl attach --pid N [--duration D] [--probes LIST] [--offcpu-min T] [--json]\n"
+          "usage: d9ctl attach --pid N [--duration D] [--probes LIST] [--offcpu-min T]\n"
+          "                    [--accept-queues] [--resources-interval T] [--json]\n"
           "\n"
           "Start tracing process N until `d9ctl detach` (or for D, e.g. 30s, 5m) and print\n"
           "the probe plan: which probes attached, which are missing and why.\n"
           "\n"
           "  --pid N             process to trace\n"
           "  --duration D        stop by itself after D\n"
-          PROBES_HELP OFFCPU_HELP
+          PROBES_HELP OFFCPU_HELP SAMPLES_HELP
           "  --json              print d9d's answer as JSON\n" },
         { "detach", "stop tracing a process and seal its segment",
           "usage: d9ctl detach --pid N\n"
@@ -62,7 +67,7 @@ static const struct d9ctl_help helps[] = {
           "  --out DIR           copy the sealed segments to DIR/SERVICE/INSTANCE/\n"
           "  --follow-children   CMD is a launcher (shell or npm script, ...): trace the\n"
           "                      first Tokio process it execs or starts\n"
-          PROBES_HELP OFFCPU_HELP },
+          PROBES_HELP OFFCPU_HELP SAMPLES_HELP },
         { "plan", "probe plan for a Tokio binary (no d9d needed)",
           "usage: d9ctl plan (--pid N | --exe PATH) [--json] [--all]\n"
           "\n"
@@ -152,7 +157,8 @@ void d9ctl_usage(FILE *out)
                      "  --socket PATH  d9d's control socket (default: $D9_SOCKET, else %s)\n"
                      "  --help         this text; --version: d9ctl's version\n"
                      "\nattach and record also take --offcpu-min T (off-CPU intervals shorter than T\n"
-                     "are counted, not recorded; default d9d's offcpu_min, 1ms) and --probes LIST.\n"
+                     "are counted, not recorded; default d9d's offcpu_min, 1ms), --probes LIST,\n"
+                     "--accept-queues and --resources-interval T.\n"
                      "\nenvironment:\n"
                      "  D9_SOCKET      control socket when --socket is not given\n"
                      "  D9_VIEWER_DIR  the viewer's web files for serve\n",

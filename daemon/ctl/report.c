@@ -8,6 +8,7 @@
  * (what the trace does not hold). A sample belongs to the poll open on its
  * worker at its timestamp, as dial9's readers attach them. */
 #include "report.h"
+#include "report_process.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -76,6 +77,7 @@ struct report {
         uint64_t first_ts, last_ts, total_polls, lost, short_offcpu, short_offcpu_ns;
         unsigned segments;
         json_t *meta;
+        struct report_process process;
 };
 
 static bool grow(void **p, size_t *cap, size_t need, size_t size)
@@ -282,6 +284,8 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
                 if (ev->ts > r->last_ts)
                         r->last_ts = ev->ts;
         }
+        if (report_process_event(&r->process, ev))
+                return 0;
         if (!strcmp(name, "PollStartEvent"))
                 on_poll_start(r, ev);
         else if (!strcmp(name, "PollEndEvent"))
@@ -498,10 +502,11 @@ json_t *report_result(struct report *r)
                                     "short_offcpu_ns", (json_int_t)r->short_offcpu_ns,
                                     "polls_not_kept", (json_int_t)r->polls_dropped,
                                     "samples_not_kept", (json_int_t)r->samples_dropped);
-        return json_pack("{s:i, s:I, s:I, s:I, s:I, s:O, s:o, s:o, s:o, s:o, s:o, s:o}", "segments", (int)r->segments,
+        return json_pack("{s:i, s:I, s:I, s:I, s:I, s:O, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "segments", (int)r->segments,
                          "span_ns", (json_int_t)span, "polls", (json_int_t)r->total_polls,
                          "polls_over_1ms", (json_int_t)(r->npolls + r->polls_dropped),
                          "blocking_pool_jobs", (json_int_t)r->total_jobs, "metadata", r->meta,
                          "longest_polls", longest, "blocking_in_polls", blocking, "longest_wake_to_poll",
-                         wakes, "longest_blocking_pool_jobs", jobs, "workers", workers, "missing", missing);
+                         wakes, "longest_blocking_pool_jobs", jobs, "workers", workers, "missing", missing,
+                         "process", report_process_json(&r->process));
 }

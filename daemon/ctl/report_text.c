@@ -82,6 +82,33 @@ static void print_rows(FILE *out, const json_t *list, const char *key, bool work
         }
 }
 
+/* What d9d sampled of the process (docs/process.md), when it did. */
+static void print_process(FILE *out, const json_t *p)
+{
+        const json_t *q;
+        size_t i;
+
+        if (!json_integer_value(json_object_get(p, "resource_samples")) &&
+            !json_array_size(json_object_get(p, "accept_queues")))
+                return;
+        fprintf(out, "\nProcess (%" JSON_INTEGER_FORMAT " resource samples)\n", json_integer_value(json_object_get(p, "resource_samples")));
+        fprintf(out, "  peak CPU %.2f cores, RSS %.1f MiB, %" JSON_INTEGER_FORMAT " threads, %" JSON_INTEGER_FORMAT
+                " open fds, %.0f involuntary switches/s\n", json_real_value(json_object_get(p, "max_cores")),
+                (double)json_integer_value(json_object_get(p, "max_rss_bytes")) / 1048576.0,
+                json_integer_value(json_object_get(p, "max_threads")),
+                json_integer_value(json_object_get(p, "max_open_fds")),
+                json_real_value(json_object_get(p, "max_involuntary_switches_per_s")));
+        json_array_foreach(json_object_get(p, "accept_queues"), i, q)
+                fprintf(out, "  accept queue %s:%" JSON_INTEGER_FORMAT ": at most %" JSON_INTEGER_FORMAT
+                        " waiting (backlog %" JSON_INTEGER_FORMAT "), full in %" JSON_INTEGER_FORMAT " of %"
+                        JSON_INTEGER_FORMAT " samples\n", json_string_value(json_object_get(q, "local_addr")),
+                        json_integer_value(json_object_get(q, "local_port")),
+                        json_integer_value(json_object_get(q, "max_pending")),
+                        json_integer_value(json_object_get(q, "backlog_limit")),
+                        json_integer_value(json_object_get(q, "samples_full")),
+                        json_integer_value(json_object_get(q, "samples")));
+}
+
 void report_print_text(FILE *out, const json_t *doc)
 {
         const json_t *meta = json_object_get(doc, "metadata"), *v;
@@ -122,6 +149,8 @@ void report_print_text(FILE *out, const json_t *doc)
                         json_integer_value(json_object_get(v, "polls")), busy, parked, other < 0 ? 0 : other,
                         ms(v, "sched_wait_ns"));
         }
+
+        print_process(out, json_object_get(doc, "process"));
 
         const json_t *m = json_object_get(doc, "missing");
         fprintf(out, "\nNot in the trace: %" JSON_INTEGER_FORMAT " events lost (ring full), %" JSON_INTEGER_FORMAT

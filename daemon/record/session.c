@@ -17,6 +17,7 @@
 #include "daemon/core/cleanup.h"
 #include "daemon/core/log.h"
 #include "daemon/record/planner.h"
+#include "daemon/record/proc_facts.h"
 #include "proto/d9control.h"
 #include "daemon/seal/sealer.h"
 #include "daemon/record/session.h"
@@ -35,27 +36,10 @@
  * other sessions. A load retried there writes shared_bpf before its job's
  * done; the loop reads it after. */
 static struct d9_bpf *shared_bpf;
-static int shared_bpf_err;
-
-/* At d9d's start (before any job runs), so the first attach finds the
- * programs loaded; on the BPF thread, an attach after a failed load tries
- * again. */
-static int shared_bpf_open(const struct d9d *d)
-{
-        struct d9_bpf_opts bo = { .sample_hz = d->cfg.sample_hz, .ring_bytes = d->cfg.ring_bytes };
-        struct d9_bpf *b;
-        int r;
-
-        if (__atomic_load_n(&shared_bpf, __ATOMIC_ACQUIRE))
-                return 0;
-        r = d9_bpf_open(&bo, &b);
-        __atomic_store_n(&shared_bpf_err, r, __ATOMIC_RELAXED);
-        if (r < 0)
-                return r;
-        log_info("BPF programs loaded (uprobe_multi: %s)", d9_bpf_uses_uprobe_multi(b) ? "yes" : "no");
-        __atomic_store_n(&shared_bpf, b, __ATOMIC_RELEASE);
-        return 0;
-}
+/* Plans by executable file: the next process of a planned binary attaches
+ * without a planner turn (the whole of exec -> attach for auto-attach). */
+#define PLAN_CACHE_FILES 8
+static struct probe_plan_cache *plan_cache;
 
 static int64_t wall_clock_ms(void)
 {
@@ -102,31 +86,6 @@ static int read_proc_identity(pid_t pid, uint64_t *starttime, uid_t *uid)
                 return -ESRCH;
         *uid = st.st_uid;
         return 0;
-}
-
-/* The pid the process sees for itself (the last NSpid of its status): in a
- * container it names its files by that one, e.g. /tmp/perf-PID.map. */
-static pid_t read_nspid(pid_t pid)
-{
-        char path[64];
-        _cleanup_free_ char *status = NULL;
-        const char *line;
-        pid_t last = pid;
-
-        snprintf(path, sizeof(path), "/proc/%d/status", pid);
-        status = read_proc_text(path);
-        line = status ? strstr(status, "\nNSpid:") : NULL;
-        if (!line)
-                return pid;
-        for (const char *p = line + 7; *p && *p != '\n';) {
-                char *end;
-                long v = strtol(p, &end, 10);
-                if (end == p)
-                        break;
-                last = (pid_t)v;
-                p = end;
-        }
-        return last;
 }
 
 static void service_from_exe(const struct d9d *d, const char *exe, char *out, size_t len)
@@ -247,9 +206,9 @@ static json_t *plan_to_json(const struct session *s)
 }
 
 struct session_meta {
-        char pid[24], start[24], probes[96], plan[512], hz[16];
+        char pid[24], start[24], probes[96], plan[512], hz[16], ns_pid[16], res_ms[24], acc_ms[24];
         struct tr_runtimes runtimes;
-        struct d9_kv kv[17 + TR_MAX_RUNTIMES];
+        struct d9_kv kv[23 + TR_MAX_RUNTIMES];
         uint32_t n;
 };
 
@@ -268,6 +227,14 @@ static void session_meta_build(const struct session *s, struct session_meta *m)
         m->kv[m->n++] = (struct d9_kv){ "pid", m->pid };
         m->kv[m->n++] = (struct d9_kv){ "start_time", m->start };
         m->kv[m->n++] = (struct d9_kv){ "exe", s->exe };
+        /* Containers: the pid it knows itself by, and where it runs. */
+        snprintf(m->ns_pid, sizeof(m->ns_pid), "%d", (int)s->nspid);
+        m->kv[m->n++] = (struct d9_kv){ "ns_pid", m->ns_pid };
+        m->kv[m->n++] = (struct d9_kv){ "nspid", s->pid_chain };
+        if (s->cgroup[0])
+                m->kv[m->n++] = (struct d9_kv){ "cgroup", s->cgroup };
+        if (s->rule[0])
+                m->kv[m->n++] = (struct d9_kv){ "attach_rule", s->rule };
         m->kv[m->n++] = (struct d9_kv){ "probes", m->probes };
         if (s->probes & D9_PROBE_CPU) {
                 /* what one on-CPU sample stands for (export's pprof period) */
@@ -288,6 +255,15 @@ static void session_meta_build(const struct session *s, struct session_meta *m)
                                 off += (size_t)snprintf(m->plan + off, sizeof(m->plan) - off, "%s%s=%u",
                                                         off ? "," : "", probe_kind_name((enum probe_kind)k), count[k]);
                 m->kv[m->n++] = (struct d9_kv){ "probe_plan", m->plan };
+        }
+        /* The sampling periods of the resource and accept-queue events. */
+        if (s->resources_every_ms) {
+                snprintf(m->res_ms, sizeof(m->res_ms), "%llu", (unsigned long long)s->resources_every_ms);
+                m->kv[m->n++] = (struct d9_kv){ "resources_interval_ms", m->res_ms };
+        }
+        if (s->accept_queues) {
+                snprintf(m->acc_ms, sizeof(m->acc_ms), "%llu", (unsigned long long)s->d->cfg.accept_queues_every_ms);
+                m->kv[m->n++] = (struct d9_kv){ "accept_queues_interval_ms", m->acc_ms };
         }
         m->kv[m->n++] = (struct d9_kv){ "d9d_version", D9_VERSION };
         /* dial9's runtime.<name>: each runtime's worker ids. */
@@ -483,6 +459,11 @@ static bool session_gained_privileges(struct session *s)
         return true;
 }
 
+bool session_sample_allowed(struct session *s)
+{
+        return !session_gained_privileges(s);
+}
+
 static int on_ring_record(void *ctx, const void *rec, size_t size)
 {
         struct session *s = ctx;
@@ -509,19 +490,28 @@ static void session_end_privileged(struct session *s)
         session_end(s, "target gained privileges (setuid/setgid/capabilities exec or credential change)");
 }
 
+/* Drains the ring unless the target gained privileges the starter lacks,
+ * in which case the session ends unread. False: nothing more to do. */
+static bool session_drain_while_permitted(struct session *s)
+{
+        if (s->state != SESSION_RECORDING)
+                return false;
+        if (!session_gained_privileges(s))
+                d9_bpf_target_consume(s->bpf);
+        if (s->privileged) {
+                session_end_privileged(s);
+                return false;
+        }
+        return true;
+}
+
 static void session_on_ring(struct d9d *d, struct d9_watch *w, uint32_t events)
 {
         struct session *s = (struct session *)((char *)w - offsetof(struct session, ring_w));
         const char *full;
 
-        if (s->state != SESSION_RECORDING)
+        if (!session_drain_while_permitted(s))
                 return;
-        if (!session_gained_privileges(s))
-                d9_bpf_target_consume(s->bpf);
-        if (s->privileged) {
-                session_end_privileged(s);
-                return;
-        }
         if (s->tr.error) {
                 log_error("pid %d: encoding failed: %s", s->pid, strerror(-s->tr.error));
                 session_end(s, "encoder error");
@@ -541,6 +531,25 @@ static void session_on_pidfd(struct d9d *d, struct d9_watch *w, uint32_t events)
 
         if (s->state == SESSION_RECORDING)
                 session_end(s, "target exited");
+}
+
+/* At d9d's start (before any job runs), so the first attach finds the
+ * programs loaded; on the BPF thread, an attach after a failed load tries
+ * again. */
+int session_bpf_load(struct d9d *d)
+{
+        struct d9_bpf_opts bo = { .sample_hz = d->cfg.sample_hz, .ring_bytes = d->cfg.ring_bytes };
+        struct d9_bpf *b;
+        int r;
+
+        if (__atomic_load_n(&shared_bpf, __ATOMIC_ACQUIRE))
+                return 0;
+        r = d9_bpf_open(&bo, &b);
+        if (r < 0)
+                return r;
+        log_info("BPF programs loaded (uprobe_multi: %s)", d9_bpf_uses_uprobe_multi(b) ? "yes" : "no");
+        __atomic_store_n(&shared_bpf, b, __ATOMIC_RELEASE);
+        return 0;
 }
 
 /* On the BPF thread, once planned: the target's ring, config and
@@ -573,7 +582,7 @@ static int session_install_bpf(struct session *s, char **why)
                 to.stack.flags |= D9_STACK_FP_TAIL;
                 log_info("pid %d: its executable has no CFI: stacks by frame pointer", s->pid);
         }
-        r = shared_bpf_open(s->d);
+        r = session_bpf_load(s->d);
         if (r < 0) {
                 *why = dupf("cannot load d9's BPF programs: %s (see d9d's preflight log)", strerror(-r));
                 return r;
@@ -673,6 +682,8 @@ static void session_free(struct session *s)
                 close(s->status_fd);
         if (s->root_fd >= 0)
                 close(s->root_fd);
+        if (s->proc_fd >= 0)
+                close(s->proc_fd);
         free(s->creds);
         segment_writer_destroy(&s->seg);
         translate_destroy(&s->tr);
@@ -696,6 +707,7 @@ struct session_start {
         void (*done)(void *ctx, struct session *s, const char *why);
         void *ctx;
         bool installing;                /* job is in d->bpf_worker's queue, not the planner's */
+        bool planned;                   /* by the planner, not from plan_cache */
         struct session_start *next;
 };
 
@@ -748,13 +760,34 @@ static struct session *session_new(struct d9d *d, const struct session_request *
         s->pidfd_w.fd = -1;
         s->status_fd = -1;
         s->root_fd = -1;
+        s->proc_fd = -1;
         s->seg.fd = -1;
+        s->resources_every_ms = req->resources_every_ms >= 0 ? (uint64_t)req->resources_every_ms
+                                                              : d->cfg.resources_every_ms;
+        s->accept_queues = req->accept_queues;
         s->probes = req->probes;
         s->offcpu_min_us = req->offcpu_min_us >= 0 ? (uint64_t)req->offcpu_min_us : d->cfg.offcpu_min_us;
         s->expect_exec = req->exe != NULL || req->exe_fd >= 0;
         s->starter_uid = req->peer_uid;
+        snprintf(s->rule, sizeof(s->rule), "%s", req->rule ? req->rule : "");
+        s->exec_to_attach_ms = -1;
         s->sealed_paths = json_array();
         return s;
+}
+
+/* Its pids in every pid namespace (the last, its own, names the files it
+ * writes, e.g. /tmp/perf-PID.map) and its cgroup, for the metadata. */
+static int session_read_placement(struct session *s)
+{
+        struct proc_facts f;
+        int r = proc_facts_read(s->pid, s->pidfd_w.fd, &f);
+
+        if (r < 0)
+                return r;
+        s->nspid = f.ns_pid;
+        snprintf(s->pid_chain, sizeof(s->pid_chain), "%s", f.nspid);
+        snprintf(s->cgroup, sizeof(s->cgroup), "%s", f.cgroup);
+        return 0;
 }
 
 /* The quick checks, on the loop: pidfd first, since every check is about
@@ -779,7 +812,11 @@ static int session_check_target(struct session *s, const struct session_request 
         if (r == 0) {
                 snprintf(path, sizeof(path), "/proc/%d/root", req->pid);
                 s->root_fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC); /* -1: plain paths at seal time */
-                s->nspid = read_nspid(req->pid);
+                r = session_read_placement(s);
+                /* The sampler's reads go below this fd (openat, O_NOFOLLOW),
+                 * never through the PID again: it names this process only. */
+                snprintf(path, sizeof(path), "/proc/%d", req->pid);
+                s->proc_fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
         }
         if (r == 0 && pidfd_alive(s->pidfd_w.fd) < 0)
                 r = -ESRCH;
@@ -803,20 +840,20 @@ static int session_check_target(struct session *s, const struct session_request 
         return 0;
 }
 
-/* The second half, back on the loop once the plan is built: the target
- * must still be the process checked before it (and hold the credentials it
- * had), then segments and BPF. */
+/* The second half, back on the loop once the BPF thread installed the
+ * target's probes: the target must still be the process checked before
+ * (and hold the credentials it had), then segments and the ring's watch. */
 static int session_start_attach(struct session *s, const struct session_request *req, char **why)
 {
         char dir[PATH_MAX];
         int r;
 
         if (pidfd_alive(s->pidfd_w.fd) < 0) {
-                *why = dupf("pid %d exited while its probe plan was built", s->pid);
+                *why = dupf("pid %d exited while being attached", s->pid);
                 return -ESRCH;
         }
         if (session_gained_privileges(s)) {
-                *why = dupf("pid %d changed credentials while its probe plan was built", s->pid);
+                *why = dupf("pid %d changed credentials while being attached", s->pid);
                 return -EPERM;
         }
         /* What the trace claims follows what attaches, not what was asked
@@ -850,7 +887,12 @@ static int session_start_attach(struct session *s, const struct session_request 
         s->started_ms = s->rate_ms = d9_now_ms();
         s->deadline_ms = req->duration_ms ? s->started_ms + req->duration_ms : 0;
         s->started_unix_ms = wall_clock_ms();
+        if (req->exec_ns)
+                s->exec_to_attach_ms = (int64_t)(d9_now_ns() - req->exec_ns) / 1000000;
         s->plan_json = plan_to_json(s);
+        r = session_samples_start(s);
+        if (r < 0)
+                log_warn("pid %d: resources and accept queues not sampled: %s", s->pid, strerror(-r));
         session_link(s->d, s);
         log_info("pid %d (%s): attached, %zu uprobes, writing %s", s->pid, s->service,
                  d9_bpf_target_n_attached(s->bpf), dir);
@@ -873,40 +915,35 @@ static void session_discard(struct session *s)
         session_free(s);
 }
 
-/* On the planner thread: s is nobody else's until the job is done. The
- * credentials are checked again on the loop, after the attach. */
+/* On the planner thread: s is nobody else's until the job is done. */
 static void session_plan_run(struct plan_job *job)
+{
+        struct session_start *st = (struct session_start *)job;
+
+        st->r = session_plan(st->s, &st->req, &st->why);
+        st->planned = true;
+}
+
+/* On the BPF thread, once planned (or with a plan from the cache). The
+ * target is checked again before anything is installed for it, and once
+ * more on the loop after the attach. */
+static void session_install_run(struct plan_job *job)
 {
         struct session_start *st = (struct session_start *)job;
         struct session *s = st->s;
 
-        st->r = session_plan(s, &st->req, &st->why);
-        if (st->r == 0 && pidfd_alive(s->pidfd_w.fd) < 0) {
+        if (pidfd_alive(s->pidfd_w.fd) < 0) {
                 st->why = dupf("pid %d exited while its probe plan was built", s->pid);
                 st->r = -ESRCH;
-        }
-        if (st->r == 0 && session_gained_privileges(s)) {
+        } else if (session_gained_privileges(s)) {
                 st->why = dupf("pid %d changed credentials while its probe plan was built", s->pid);
                 st->r = -EPERM;
+        } else {
+                st->r = session_install_bpf(s, &st->why);
         }
 }
 
-/* On the BPF thread, once planned. */
-static void session_install_run(struct plan_job *job)
-{
-        struct session_start *st = (struct session_start *)job;
-
-        st->r = session_install_bpf(st->s, &st->why);
-}
-
-void session_bpf_load(struct d9d *d)
-{
-        int r = shared_bpf_open(d);
-
-        if (r < 0)
-                log_warn("cannot load d9's BPF programs: %s (attach will try again; see the preflight log)",
-                         strerror(-r));
-}
+static void session_install_submit(struct d9d *d, struct session_start *st);
 
 static void session_start_finish(struct d9d *d, struct session_start *st, bool cancelled)
 {
@@ -934,22 +971,39 @@ static void session_start_finish(struct d9d *d, struct session_start *st, bool c
         free(st);
 }
 
+/* A plan of a running process's executable may serve the next ones. */
+static void session_plan_keep(const struct session_start *st)
+{
+        if (st->r == 0 && st->s->plan && st->planned && !st->req.exe && st->req.exe_fd < 0) {
+                if (!plan_cache)
+                        plan_cache = probe_plan_cache_new(PLAN_CACHE_FILES);
+                probe_plan_cache_put(plan_cache, st->s->plan);
+        }
+}
+
+static void session_plan_done(struct d9d *d, struct plan_job *job)
+{
+        struct session_start *st = (struct session_start *)job;
+
+        if (!job->cancelled)
+                session_plan_keep(st);
+        if (job->cancelled || d->stopping || st->r < 0) {
+                session_start_finish(d, st, job->cancelled);
+                return;
+        }
+        session_install_submit(d, st);
+}
+
 static void session_install_done(struct d9d *d, struct plan_job *job)
 {
         session_start_finish(d, (struct session_start *)job, job->cancelled);
 }
 
-/* Planned: the BPF side next, on the BPF thread. The links of this pid's
- * last session may still be going away there (4,752 of them take up to a
- * second): the install waits for them on that thread, not here. */
-static void session_plan_done(struct d9d *d, struct plan_job *job)
+/* The BPF side next, on the BPF thread. The links of this pid's last
+ * session may still be going away there (4,752 of them take up to a
+ * second): the install waits for them on that thread, not on the loop. */
+static void session_install_submit(struct d9d *d, struct session_start *st)
 {
-        struct session_start *st = (struct session_start *)job;
-
-        if (job->cancelled || d->stopping || st->r < 0) {
-                session_start_finish(d, st, job->cancelled);
-                return;
-        }
         st->installing = true;
         st->job.run = session_install_run;
         st->job.done = session_install_done;
@@ -979,6 +1033,10 @@ int session_start(struct d9d *d, const struct session_request *req,
                 *why = r == -EBUSY ? dupf("pid %d is already being traced (detach it first)", req->pid)
                                    : not_yours(req);
         }
+        /* The same file planned before: no planner turn. */
+        if (r == 0 && plan && !req->exe && req->exe_fd < 0 &&
+            probe_plan_cache_get(plan_cache, st->s->pidfd_w.fd, req->pid, &st->s->plan) == 0)
+                plan = false;
         if (r == 0 && plan && (busy = planner_refuses(d->planner, req->peer_uid))) {
                 *why = dupf("%s", busy);
                 r = -EAGAIN;
@@ -997,15 +1055,10 @@ int session_start(struct d9d *d, const struct session_request *req,
         st->job = (struct plan_job){ .uid = req->peer_uid, .run = session_plan_run, .done = session_plan_done };
         st->next = starting;
         starting = st;
-        if (plan) {
+        if (plan)
                 planner_submit(d->planner, &st->job);
-        } else {
-                /* Nothing to plan: straight to the BPF thread. */
-                st->installing = true;
-                st->job.run = session_install_run;
-                st->job.done = session_install_done;
-                planner_submit(d->bpf_worker, &st->job);
-        }
+        else
+                session_install_submit(d, st);  /* nothing to plan, or the plan cached */
         *out = st;
         return 0;
 }
@@ -1067,6 +1120,7 @@ static void session_end_now(struct session *s, const char *reason)
                 d9_bpf_detach_target(s->bpf);
                 s->bpf = NULL;
         }
+        session_samples_stop(s);
         session_snapshot_maps(s);      /* the last chance: the pidfd goes next */
         if (s->pidfd_w.fd >= 0) {
                 d9d_watch_del(s->d, &s->pidfd_w);
@@ -1084,6 +1138,10 @@ static void session_end_now(struct session *s, const char *reason)
         if (s->root_fd >= 0) {
                 close(s->root_fd);
                 s->root_fd = -1;
+        }
+        if (s->proc_fd >= 0) {
+                close(s->proc_fd);
+                s->proc_fd = -1;
         }
         /* Finished sessions stay listed (up to FINISHED_KEPT) for status. */
         translate_release(&s->tr);
@@ -1152,15 +1210,9 @@ void session_tick(struct session *s, uint64_t now_ms)
 {
         const char *full;
 
-        if (s->state != SESSION_RECORDING)
-                return;
         /* Pick up what arrived since the last wakeup before judging time. */
-        if (!session_gained_privileges(s))
-                d9_bpf_target_consume(s->bpf);
-        if (s->privileged) {
-                session_end_privileged(s);
+        if (!session_drain_while_permitted(s))
                 return;
-        }
         session_account_bpf_counters(s);
         if (now_ms > s->rate_ms) {
                 s->events_per_s = (double)(s->tr.events - s->rate_events) * 1000.0 / (double)(now_ms - s->rate_ms);
@@ -1212,6 +1264,13 @@ json_t *session_status_json(const struct session *s)
                 "intervals", (json_int_t)s->offcpu_short.count, "total_ns", (json_int_t)s->offcpu_short.ns);
         if (j && s->privileged)
                 json_object_set_new(j, "discarded_privileged", json_integer((json_int_t)s->discarded));
+        json_object_set_new(j, "nspid", json_string(s->pid_chain));
+        json_object_set_new(j, "cgroup", json_string(s->cgroup));
+        if (s->rule[0]) {
+                json_object_set_new(j, "rule", json_string(s->rule));
+                if (s->exec_to_attach_ms >= 0)
+                        json_object_set_new(j, "exec_to_attach_ms", json_integer(s->exec_to_attach_ms));
+        }
         /* Stacks: unwound, not, off-CPU samples that say why they have none,
          * and those taken in d9d's own probes ([d9d uprobe], docs/stacks.md). */
         json_object_set_new(j, "stacks", json_pack("{s:I,s:I,s:I,s:I,s:I}",
@@ -1219,6 +1278,7 @@ json_t *session_status_json(const struct session *s)
                 "offcpu_without_stack", (json_int_t)s->tr.offcpu_no_stack,
                 "in_d9d_probes", (json_int_t)s->tr.probe_stacks,
                 "frames_outside_mappings", (json_int_t)s->tr.frames_outside));
+        json_object_set_new(j, "samples", session_samples_json(s));
         /* Ended sessions: the length of the recording; live ones: so far. */
         uint64_t until = s->state == SESSION_RECORDING ? d9_now_ms() : s->ended_ms;
         json_object_set_new(j, "started_unix_ms", json_integer((json_int_t)s->started_unix_ms));
@@ -1284,4 +1344,6 @@ void session_bpf_close(void)
                 log_info("waiting for the uprobe links of %zu detached target(s) to go", n);
         d9_bpf_close(shared_bpf);
         shared_bpf = NULL;
+        probe_plan_cache_free(plan_cache);
+        plan_cache = NULL;
 }

@@ -36,13 +36,27 @@ struct session {
         uid_t starter_uid;              /* the peer that attached (may detach, sees it) */
         int status_fd;                  /* /proc/PID/status, for peers other than root */
         int root_fd;                    /* /proc/PID/root (O_PATH), taken with the pidfd valid */
+        int proc_fd;                    /* /proc/PID (O_PATH), taken with the pidfd valid:
+                                         * the sampler reads below it */
         char *creds;                    /* its Uid/Gid/Groups/Cap lines at attach */
         bool privileged;                /* gained privileges: records discarded from now */
         uint64_t discarded;             /* records discarded for that reason */
         char service[128];
         char exe[4096];
+        char pid_chain[128];            /* NSpid: d9d's pid first, then each namespace's below */
+        char cgroup[1024];              /* cgroup v2 path at attach */
+        char rule[384];                 /* the auto-attach rule that started it, "" = d9ctl */
+        int64_t exec_to_attach_ms;      /* auto-attach on exec: from the exec to attached; -1 */
         int probes;                     /* enum d9_probe_bits mask asked for */
         uint64_t offcpu_min_us;         /* shorter off-CPU intervals only counted */
+        uint64_t resources_every_ms;    /* process resource samples (0: none) */
+        bool accept_queues;             /* accept-queue samples asked for */
+        struct session_samples {        /* what the sampler delivered, for status */
+                uint64_t resources, accept_queues; /* samples written */
+                uint64_t lost;          /* not written: the sampler's queue was full */
+                uint64_t listeners_unlisted;
+                char resources_error[96], accept_queues_error[96]; /* why a kind stopped */
+        } samples;
         bool expect_exec;               /* record -- CMD: the child execs once after attach */
         enum session_state state;
         char end_reason[128];
@@ -79,14 +93,19 @@ struct session_request {
         int probes;
         uint64_t duration_ms;
         int64_t offcpu_min_us;          /* < 0: d9d's configured default */
+        int64_t resources_every_ms;     /* < 0: d9d's configured default; 0: none */
+        bool accept_queues;             /* sample the target's listeners' accept queues */
         uid_t peer_uid;
+        const char *rule;               /* auto-attach: the rule that matched (NULL = a client) */
+        uint64_t exec_ns;               /* auto-attach: CLOCK_MONOTONIC of its exec, 0 = was running */
 };
 
 struct session_start;
 
 /* Start tracing: the target is checked at once (pidfd first, owner), its
- * probe plan is built and its BPF side attached in the planner thread, and
- * the loop then drains its ring. Returns 0 when under way: done(ctx, s, why) then runs once on
+ * probe plan is built in the planner thread (or copied from the plan
+ * cache), its BPF side installed in the BPF thread, and the loop then
+ * drains its ring. Returns 0 when under way: done(ctx, s, why) then runs once on
  * the loop, with the session, or with NULL and a one-line reason. Refused
  * at once: a negative errno and a malloc'd one-line reason in *why. */
 int session_start(struct d9d *d, const struct session_request *req,
@@ -95,10 +114,6 @@ int session_start(struct d9d *d, const struct session_request *req,
 /* Nobody waits for it any more: its plan is dropped if it has not started,
  * and it never attaches. done still runs. */
 void session_start_cancel(struct session_start *st);
-/* Load the BPF programs (at start, before any attach: the first attach
- * then does not wait for the verifier). A failure is logged; the next
- * attach tries again. */
-void session_bpf_load(struct d9d *d);
 /* Stop recording: drain, detach, close the open segment and queue it. The
  * BPF side stops on the BPF thread while the loop keeps draining, so this
  * may return before the end is through (session_ending; on_ended runs when
@@ -109,6 +124,17 @@ bool session_ending(const struct session *s);
 void session_tick(struct session *s, uint64_t now_ms);
 struct session *session_find(struct d9d *d, pid_t pid, bool live_only);
 json_t *session_status_json(const struct session *s);
+struct sample;
+/* session_samples.c: register with / leave the sampler (at attach, at end),
+ * and the "samples" object of status. */
+int session_samples_start(struct session *s);
+void session_samples_stop(struct session *s);
+json_t *session_samples_json(const struct session *s);
+/* Whether a sample of the target may go into its trace now: not once it
+ * gained privileges (the credential check a non-root starter's records pass). */
+bool session_sample_allowed(struct session *s);
+/* A resource or accept-queue sample from the sampler (on the main loop). */
+void session_on_sample(struct d9d *d, const struct sample *smp);
 /* A sealing job finished (called on the main loop). */
 void session_on_sealed(struct d9d *d, struct seal_job *job);
 /* Drop finished sessions older than finished_keep, and beyond the most recent few. */
@@ -116,6 +142,10 @@ void sessions_prune(struct d9d *d);
 void sessions_free_all(struct d9d *d);
 /* Detached targets whose BPF links are still being destroyed. */
 size_t session_bpf_teardowns_pending(void);
+/* Load the BPF programs now (at start, before any attach: the first
+ * attach then does not wait for the verifier). On failure the next attach
+ * tries again, on the BPF thread. */
+int session_bpf_load(struct d9d *d);
 /* The shared BPF objects, opened on first attach; waits for the pending
  * teardowns. */
 void session_bpf_close(void);

@@ -224,14 +224,16 @@ static int append_symbols(struct seal_job *job, const uint64_t *addrs, size_t n)
                 char hex[320];
                 uint32_t atom;
 
-                if (!name && jit && symbolizer_in_anonymous_code(sym, addrs[i]))
+                bool anon = !name && symbolizer_in_anonymous_code(sym, addrs[i]);
+
+                if (anon && jit)
                         name = jit_map_lookup(jit, addrs[i]);
                 if (!name) {
                         /* In a mapping: a name d9ctl symbolize can replace. */
                         if (addrs[i] >= 0xffff800000000000ull || !symbolizer_unnamed(sym, addrs[i], hex, sizeof(hex)))
                                 snprintf(hex, sizeof(hex), "%s 0x%llx", addrs[i] >= 0xffff800000000000ull ? "[kernel]"
-                                         : symbolizer_in_anonymous_code(sym, addrs[i]) ? "[anonymous code]"
-                                         : "[symbolize-failed]", (unsigned long long)addrs[i]);
+                                         : anon ? "[anonymous code]" : "[symbolize-failed]",
+                                         (unsigned long long)addrs[i]);
                         name = hex;
                 } else {
                         job->symbols++;

@@ -2,14 +2,13 @@
  *
  * Reading and sorting /proc/kallsyms costs ~100 ms of CPU (the kernel
  * formats ~120k lines), which every sealed segment used to pay. Kernel text
- * only moves when modules load or unload, so the table is read once, when
- * d9d starts (before it serves anyone), kept for d9d's life (≈ 4.5 MiB for
+ * only moves when modules load or unload, so the table is read once, on a
+ * thread of its own when d9d starts, kept for d9d's life (≈ 4.5 MiB for
  * 120k symbols), keyed by a hash of /proc/modules, and rebuilt when that
  * changes. BPF programs loaded after the table was read (by other tools)
  * stay unnamed until the next rebuild. Readers hold a reference, so a
  * rebuild never frees a table under a sealer that is using it. The drain
- * loop never reads the file: it takes the table only once it is there, and
- * if it is not, a thread of its own reads it. */
+ * loop never reads the file: it takes the table only once it is there. */
 #include "daemon/symbolize/kallsyms.h"
 
 #include <pthread.h>

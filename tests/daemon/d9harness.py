@@ -27,7 +27,8 @@ def _die_with_parent():
 class D9d:
     """A d9d process private to one test."""
 
-    def __init__(self, d9d, d9ctl, settings=None, state=None):
+    def __init__(self, d9d, d9ctl, settings=None, state=None, conf=None):
+        """conf: d9d.conf text (keys that repeat, such as attach); else none."""
         self.d9d, self.d9ctl = d9d, d9ctl
         self.tmp = state or tempfile.mkdtemp(prefix="d9d-test-")
         os.chmod(self.tmp, 0o755)
@@ -35,9 +36,14 @@ class D9d:
         self.logpath = os.path.join(self.tmp, "d9d.log")
         self.settings = dict(settings or {})
         self.proc = None
+        self.conf = "/dev/null"
+        if conf is not None:
+            self.conf = os.path.join(self.tmp, "d9d.conf")
+            with open(self.conf, "w") as f:
+                f.write(conf)
 
     def start(self):
-        args = [self.d9d, "--config", "/dev/null", "--state-dir", self.tmp, "--socket", self.sock, "--foreground"]
+        args = [self.d9d, "--config", self.conf, "--state-dir", self.tmp, "--socket", self.sock, "--foreground"]
         for k, v in self.settings.items():
             args += ["--set", f"{k}={v}"]
         self.log = open(self.logpath, "a")
@@ -193,3 +199,43 @@ def active_files(root):
     for dirpath, _, files in os.walk(root):
         out += [os.path.join(dirpath, f) for f in files if f.endswith(".active")]
     return sorted(out)
+
+
+# Opens CONNS non-blocking connections to 127.0.0.1:PORT and holds them:
+# those the listener's accept queue cannot take stay in SYN retry.
+_FLOOD = r"""
+import socket, sys, time
+conns = []
+for _ in range(int(sys.argv[2])):
+    s = socket.socket()
+    s.setblocking(False)
+    try:
+        s.connect(("127.0.0.1", int(sys.argv[1])))
+    except BlockingIOError:
+        pass
+    conns.append(s)
+print("flooding", flush=True)
+time.sleep(60)
+"""
+
+
+def start_backlog_target(binary, backlog, netns=False, extra=()):
+    """d9-target backlog (accepts only after an 'accept' line on stdin), in
+    a network namespace of its own if netns. Returns (proc, port or None)."""
+    argv = [binary, "backlog", "--backlog", str(backlog), *extra]
+    if netns:
+        argv = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', *argv]
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    m = re.match(r"listening 127\.0\.0\.1:(\d+)", p.stdout.readline())
+    return p, int(m.group(1)) if m else None
+
+
+def start_flood(pid, port, conns, netns=False):
+    """A process holding conns connections to the target's port (from inside
+    the target's network namespace if netns), started once they are open."""
+    argv = [sys.executable, "-c", _FLOOD, str(port), str(conns)]
+    if netns:
+        argv = ["nsenter", "-t", str(pid), "-n", *argv]
+    f = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    f.stdout.readline()
+    return f

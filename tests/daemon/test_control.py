@@ -29,6 +29,9 @@ def main():
         (b'{"v":1,"cmd":"attach"}\n', "pid"),
         (b'{"v":1,"cmd":"attach","pid":"12"}\n', "pid"),
         (b'{"v":1,"cmd":"attach","pid":1,"probes":"poll,bogus"}\n', "probe group"),
+        (b'{"v":1,"cmd":"attach","pid":1,"accept_queues":"yes"}\n', "accept_queues"),
+        (b'{"v":1,"cmd":"attach","pid":1,"resources_interval_ms":5}\n', "resources_interval_ms"),
+        (b'{"v":1,"cmd":"attach","pid":1,"resources_interval_ms":-1}\n', "resources_interval_ms"),
         (b'{"v":1,"cmd":"detach","pid":999999}\n', "not being traced"),
     ]
     for raw, expect in cases:

@@ -55,10 +55,17 @@ def one_try(t, d, binary, n):
     # Parks from sched_switch: CPU time from the kernel's sum_exec_runtime,
     # the unpark's wait from sched_wakeup to switch-in.
     last_park, cpu_bad, cpu_seen, waits, wait_bad = {}, [], 0, 0, []
+    # Resource counters: blocking threads retire after 300 ms, and the sums
+    # of per-thread context switches must not go back when they do.
+    usage, threads_seen = [], set()
     for ev in events_of(r.stdout.split()):
         name, f, ts = ev.get("event"), ev.get("fields", {}), ev.get("ts", 0)
         if name == "SegmentMetadataEvent":
             meta = f.get("entries")
+        elif name == "ProcessResourceUsageEvent":
+            usage.append((ts, f))
+        elif name == "D9ProcessResourcesEvent":
+            threads_seen.add(f["threads"])
         elif name == "PollStartEvent":
             w = f["worker_id"]
             lanes_bad += not 0 <= w < workers
@@ -118,6 +125,11 @@ def one_try(t, d, binary, n):
     t.ok(cpu_seen >= 2 and not cpu_bad,
          f"try {n}: {cpu_seen} parks carry the thread's CPU time, growing per thread; each unpark the same",
          cpu_bad[:5])
+    usage.sort(key=lambda u: u[0])
+    back = [(k, a[1][k], b[1][k]) for a, b in zip(usage, usage[1:]) for k in a[1] if b[1][k] < a[1][k]]
+    t.ok(len(usage) >= 40 and len(threads_seen) >= 2 and not back,
+         f"try {n}: {len(usage)} resource samples while threads come and go ({sorted(threads_seen)}): "
+         "no counter ever goes back", back[:5])
     t.ok(waits >= 1 and not wait_bad,
          f"try {n}: {waits} unparks under 2 CPU hogs carry a scheduler wait, none longer than the park",
          wait_bad[:5])

@@ -58,6 +58,8 @@ def load(port, stop, counts):
 
 def main():
     t = Tap()
+    if not os.access(DENO, os.X_OK):
+        t.bail(f"{DENO} is missing: scripts/bootstrap fetches it from the npm registry")
     tmp = tempfile.mkdtemp(prefix="d9-deno-")
     os.chmod(tmp, 0o755)
     deno = os.path.join(tmp, "deno")

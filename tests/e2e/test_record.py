@@ -14,7 +14,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import D9d, Tap, dump_json_lines, dump_summary, start_target, target_truth  # noqa
+from d9harness import D9d, Tap, dump_json_lines, dump_summary, metadata_of, start_target, target_truth  # noqa
 
 D9D, D9CTL, TARGET, MODE = sys.argv[1:5]
 FLAVOR = sys.argv[5] if len(sys.argv) > 5 else "multi-thread"
@@ -27,6 +27,11 @@ def check_common(t, d, paths, truth, counts):
     t.ok(paths and all(p.startswith(d.out) for p in paths), f"record printed {len(paths)} sealed paths in --out")
     for name in WANTED:
         t.ok(counts.get(name, 0) > 0, f"{name} present ({counts.get(name, 0)})")
+    # Resources are sampled by default, accept queues only when asked for.
+    t.ok(counts.get("ProcessResourceUsageEvent", 0) > 0 and
+         counts.get("ProcessResourceUsageEvent") == counts.get("D9ProcessResourcesEvent")
+         and not counts.get("SocketAcceptQueueEvent"),
+         f"resource samples ({counts.get('ProcessResourceUsageEvent', 0)}) without asking, no accept queues unasked")
     # One JSON dump per segment serves the metadata, sample-source and worker checks.
     meta, src, bad_worker, boxed, erased = None, {0: 0, 1: 0}, 0, 0, 0
     deep, tokio_syms = 0, 0
@@ -97,8 +102,9 @@ def run_pid(t, d):
 
 
 def run_cmd(t, d):
-    r = d.ctl("record", "--duration", "30s", "--out", d.out, "--", TARGET, "mixed", "--flavor", FLAVOR,
-              "--duration", "4")
+    # Resources every 50 ms for this one (d9d's default is 100 ms).
+    r = d.ctl("record", "--duration", "30s", "--out", d.out, "--resources-interval", "50ms", "--", TARGET, "mixed",
+              "--flavor", FLAVOR, "--duration", "4")
     truth = None
     for line in r.stderr.splitlines():
         if line.startswith("{"):
@@ -124,6 +130,11 @@ def run_cmd(t, d):
     t.ok(abs(counts.get("TaskTerminateEvent", 0) - spawned) <= 16,
          f"terminations match spawns ({counts.get('TaskTerminateEvent', 0)} vs {spawned})")
     t.ok("target exited" in r.stderr, "the recording stopped with the command", r.stderr)
+    meta = metadata_of(D9CTL, paths[0]) or {}
+    per_s = counts.get("ProcessResourceUsageEvent", 0) / truth["duration_s"]
+    t.ok(meta.get("resources_interval_ms") == "50" and 12 <= per_s <= 22,
+         f"record --resources-interval 50ms: {per_s:.1f} resource samples/s, metadata "
+         f"{meta.get('resources_interval_ms')} ms")
 
 
 def main():

@@ -148,7 +148,7 @@ async function main() {
       `task chart: at most ${chart.shown.running} polls at once on ${chart.workers} workers, up to ${chart.shown.queued} tasks queued`, JSON.stringify(chart));
     t.ok(chart.shown.alive >= 3 && chart.maxAlive <= chart.seen && chart.minAlive >= 0,
       `task chart: up to ${chart.shown.alive} tasks alive (of ${chart.seen} seen), never below 0`, JSON.stringify(chart));
-    t.ok(chart.px.alive > 50 && chart.px.queued > 10 && chart.px.running > 50, 'the three series are drawn under the lanes', JSON.stringify(chart.px));
+    t.ok(chart.px.alive > 50 && chart.px.queued > 10 && chart.px.running > 10, 'the three series are drawn under the lanes', JSON.stringify(chart.px));
     await page.locator('#tasks-chart').scrollIntoViewIfNeeded();
     await t.shot(page, 'recording-task-chart');
 

@@ -7,6 +7,8 @@
 const MAGIC0 = 0x54, MAGIC1 = 0x52, MAGIC2 = 0x43, MAGIC3 = 0x00;
 const TWO32 = 4294967296;
 const MAX_CUSTOM_KEPT = 20000;
+// Kept past that cap too: the process series under the lanes (series.js).
+const SERIES_EVENTS = new Set(['ProcessResourceUsageEvent', 'SocketAcceptQueueEvent']);
 
 export class TraceError extends Error {}
 
@@ -190,7 +192,7 @@ function makeSink(name, fields, out) {
     }
     default:
       return (v, ts) => {
-        if (out.custom.length >= MAX_CUSTOM_KEPT && !name.startsWith('D9')) return;
+        if (out.custom.length >= MAX_CUSTOM_KEPT && !name.startsWith('D9') && !SERIES_EVENTS.has(name)) return;
         const o = { name, ts };
         fields.forEach((f, i) => { o[f] = v[i]; });
         out.custom.push(o);

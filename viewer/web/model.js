@@ -2,6 +2,8 @@
 // parked spans, samples attached to polls, wakes matched to the polls they
 // scheduled, symbol lookup and the summary numbers.
 
+import { buildSeries } from './series.js';
+
 export const BLOCKING_WORKER = 254;
 export const OTHER_WORKER = 255;
 
@@ -291,6 +293,7 @@ export function buildModel(d) {
 
   const m = { d, polls, parks, samples, wakes, symbols, labels, t0, t1, workers, wallOffsetMs, wakeTs };
   m.drops = lostEvents(d);
+  m.series = buildSeries(d.custom);
   return m;
 }
 

@@ -4,6 +4,7 @@
 // trace holds: zoom and pan stay smooth on millions of events.
 
 import { lowerBound, workerName, formatDur, formatTime, pollLabel } from './model.js';
+import { SERIES_ROW, drawSeries, seriesFacts, seriesHeight, seriesTip } from './series.js';
 
 const GUTTER = 84, AXIS = 22, LANE = 40;
 const POLL_Y = 6, POLL_H = 18, PARK_Y = 26, PARK_H = 4, MARK_Y = 31, MARK_H = 7;
@@ -17,6 +18,7 @@ export class Timeline {
     this.m = model;
     this.hooks = hooks; // { onSelectPoll(p), onRangeChange() }
     this.lanes = model.workers;
+    this.series = model.series || []; // process rows under the lanes (series.js)
     this.v0 = model.t0;
     this.v1 = model.t1;
     this.sel = null; // [t0, t1] range selected with shift+drag
@@ -30,7 +32,7 @@ export class Timeline {
   resize() {
     const dpr = window.devicePixelRatio || 1;
     const w = this.c.parentElement.clientWidth;
-    const h = AXIS + (this.lanes.length + (this.task ? 1 : 0)) * LANE + 4;
+    const h = this.seriesY() + seriesHeight(this.series) + 4;
     this.c.style.height = `${h}px`;
     this.c.width = Math.max(1, Math.floor(w * dpr));
     this.c.height = Math.floor(h * dpr);
@@ -44,6 +46,7 @@ export class Timeline {
   x(t) { return GUTTER + ((t - this.v0) / (this.v1 - this.v0)) * (this.w - GUTTER); }
   t(x) { return this.v0 + ((x - GUTTER) / (this.w - GUTTER)) * (this.v1 - this.v0); }
   laneY(i) { return AXIS + i * LANE; }
+  seriesY() { return this.laneY(this.lanes.length + (this.task ? 1 : 0)); }
 
   setView(a, b) {
     const minSpan = 1000; // 1 µs
@@ -69,6 +72,8 @@ export class Timeline {
     this.sampleColumns = { blocking: 0, oncpu: 0, idle: 0 }; // marks drawn, for tests and the legend
     this.lanes.forEach((w, i) => this.drawLane(g, w, this.laneY(i)));
     if (this.task) this.drawTaskLane(g, this.laneY(this.lanes.length));
+    drawSeries(g, this, this.series, this.seriesY());
+    this.c.dataset.series = JSON.stringify(seriesFacts(this.series));
     if (this.sel) {
       g.fillStyle = 'rgba(90,169,255,0.18)';
       const a = Math.max(GUTTER, this.x(this.sel[0])), b = Math.min(this.w, this.x(this.sel[1]));
@@ -314,6 +319,15 @@ export class Timeline {
 
   // Tooltip for the poll under the pointer.
   hover(x, y) {
+    const k = Math.floor((y - this.seriesY()) / SERIES_ROW);
+    const tip = x >= GUTTER && k >= 0 ? seriesTip(this.series, k, this.t(x)) : null;
+    if (tip) {
+      this.tip.textContent = tip;
+      this.tip.style.left = `${Math.min(x + 12, this.w - 320)}px`;
+      this.tip.style.top = `${this.c.offsetTop + y + 14}px`;
+      this.tip.hidden = false;
+      return;
+    }
     const p = this.hitPoll(x, y);
     if (p < 0) { this.tip.hidden = true; return; }
     const P = this.m.polls;

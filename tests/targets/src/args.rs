@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-pub const USAGE: &str = "usage: d9-target server|load|mixed|pool|runtimes|deep [--flavor multi-thread|current-thread] \
-[--workers N] [--thread-name NAME] [--listen ADDR] [--connect ADDR] [--conns N] [--duration SECS] \
+pub const USAGE: &str = "usage: d9-target server|load|mixed|pool|runtimes|deep|backlog [--flavor multi-thread|current-thread] \
+[--workers N] [--thread-name NAME] [--listen ADDR] [--backlog N] [--connect ADDR] [--conns N] [--duration SECS] \
 [--start-delay SECS] [--wait-stdin]";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -14,6 +14,7 @@ pub enum Mode {
     Pool,
     Runtimes,
     Deep,
+    Backlog,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -45,6 +46,8 @@ pub struct Args {
     pub duration: Option<Duration>,
     pub start_delay_ms: u64,
     pub wait_stdin: bool,
+    /// backlog mode: the listen() backlog.
+    pub backlog: u32,
 }
 
 fn parse_secs(flag: &str, v: &str) -> Result<Duration, String> {
@@ -69,6 +72,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         Some("pool") => Mode::Pool,
         Some("runtimes") => Mode::Runtimes,
         Some("deep") => Mode::Deep,
+        Some("backlog") => Mode::Backlog,
         Some(m) => return Err(format!("unknown mode '{m}'")),
         None => return Err("missing mode".into()),
     };
@@ -83,6 +87,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         duration: None,
         start_delay_ms: 0,
         wait_stdin: false,
+        backlog: 16,
     };
     while let Some(flag) = it.next() {
         if flag == "--wait-stdin" {
@@ -103,6 +108,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--listen" => a.listen = v,
             "--connect" => a.connect = v,
             "--conns" => a.conns = parse_count(&flag, &v)?,
+            "--backlog" => a.backlog = parse_count(&flag, &v)?.min(65535) as u32,
             "--duration" => a.duration = Some(parse_secs(&flag, &v)?),
             "--start-delay" => a.start_delay_ms = parse_secs(&flag, &v)?.as_millis() as u64,
             _ => return Err(format!("unknown option '{flag}'")),
@@ -111,7 +117,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
     if a.mode == Mode::Load && a.connect.is_empty() {
         return Err("load: --connect ADDR is required".into());
     }
-    if a.mode != Mode::Server && a.duration.is_none() {
+    if a.mode != Mode::Server && a.mode != Mode::Backlog && a.duration.is_none() {
         a.duration = Some(Duration::from_secs(3));
     }
     Ok(a)

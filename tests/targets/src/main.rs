@@ -4,9 +4,11 @@
 //! prints throughput), `mixed` (spawn churn, channel ping-pong, timers and
 //! tasks that block their worker; prints its own counts as JSON at exit so
 //! tests can compare what the tracer saw with the truth), `pool` (blocking
-//! pool traffic), `runtimes` (three runtimes in one process).
+//! pool traffic), `runtimes` (three runtimes in one process), `backlog` (a
+//! listener that accepts only when told to, for accept-queue tests).
 
 mod args;
+mod backlog;
 mod deep;
 mod load;
 mod mixed;
@@ -84,6 +86,7 @@ fn main() {
         args::Mode::Pool => rt.block_on(pool::run(&args)),
         args::Mode::Runtimes => rt.block_on(runtimes::run(&args)),
         args::Mode::Deep => rt.block_on(deep::run(&args)),
+        args::Mode::Backlog => rt.block_on(backlog::run(&args)),
     };
     // A server's connection tasks may outlive its duration while a client
     // stays connected; they hold nothing worth waiting for.

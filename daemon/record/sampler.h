@@ -1,0 +1,51 @@
+/* sampler: the thread that samples every target's process resources and
+ * accept queues on their intervals, away from the drain loop (reads of
+ * /proc wait on the target's locks, sock_diag dumps on the kernel, and
+ * entering a target's network namespace needs a thread of its own). Samples
+ * come back to the loop through an eventfd, in a bounded queue; those that
+ * do not fit are counted and the count rides on the target's next sample. */
+#pragma once
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "proto/d9proto.h"
+
+struct d9d;
+struct sampler;
+
+enum sample_kind {
+        SAMPLE_RESOURCES,
+        SAMPLE_ACCEPT_QUEUES,
+};
+
+#define SAMPLE_QUEUES_MAX 64            /* listeners of one target per sample */
+
+struct sample {
+        struct sample *next;
+        uint64_t session_id;
+        uint64_t ts;                    /* CLOCK_MONOTONIC ns, when read */
+        enum sample_kind kind;
+        int error;                      /* -errno: this kind is not sampled any more */
+        uint64_t dropped;               /* samples of this target lost before this one */
+        uint64_t listeners_unlisted;    /* listeners over the per-sample or per-dump cap */
+        struct d9_process_usage usage;
+        uint32_t n_queues;
+        struct d9_accept_queue queues[SAMPLE_QUEUES_MAX];
+};
+
+struct sampler_target {
+        uint64_t session_id;
+        int proc_fd;                    /* /proc/PID dir, checked with the pidfd: duplicated */
+        int pidfd;                      /* duplicated */
+        uint64_t resources_every_ms;    /* 0: none */
+        uint64_t accept_queues_every_ms; /* 0: none */
+};
+
+/* deliver runs on the loop, once per sample; the sample is freed after. */
+int sampler_start(struct d9d *d, void (*deliver)(struct d9d *d, const struct sample *s),
+                  struct sampler **out);
+int sampler_add(struct sampler *sm, const struct sampler_target *t);
+/* No sample of the session is delivered after this returns. */
+void sampler_remove(struct sampler *sm, uint64_t session_id);
+void sampler_stop(struct sampler *sm);
