@@ -11,7 +11,7 @@
  * files next to it (those are opened with d9_target_file_open). */
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -22,11 +22,15 @@
 
 int pidfd_alive(int pidfd)
 {
-        /* Signal 0 only checks: ESRCH once the process is gone; EPERM (a
-         * process we may not signal, d9d as user d9d) means it is there. */
-        if (syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) < 0 && errno != EPERM)
+        /* A pidfd reads as ready once the whole process has exited, zombie
+         * included: a zombie has no executable or maps left to trace, and
+         * signal 0 would still call it alive. */
+        struct pollfd p = { .fd = pidfd, .events = POLLIN };
+        int n = poll(&p, 1, 0);
+
+        if (n < 0)
                 return -errno;
-        return 0;
+        return n > 0 ? -ESRCH : 0;
 }
 
 static int explain_errno(pid_t pid, int r, char **err_msg)

@@ -7,9 +7,12 @@
  *   from /proc (proc_facts.c) and handed to session_start() at once, whose
  *   plan runs on the planner thread. The latency is kept per session
  *   (exec_to_attach_ms in list and status).
- * - Exits first: a process gone before /proc could be read is counted
+ * - Exits first: a process gone (a zombie too) before /proc could be read is counted
  *   (execs_gone: whether it matched is unknown), one that matched but went
  *   before its attach finished too (exited_first); neither is a failure.
+ *   A process in the middle of exit has no executable left but is not yet
+ *   reported exited: an attach failing on a live process is judged
+ *   EXITING_MS later (aa_judge_failure).
  * - Re-exec: a traced process that execs a matching image again is still
  *   held by its old session until that session drains its exec record; the
  *   new image is retried every RETRY_MS for up to RETRY_FOR_MS.
@@ -42,6 +45,7 @@
 #define RETRY_FOR_MS 2000
 #define SCAN_BATCH 64           /* /proc entries per loop turn: a scan never stalls the drain loop */
 #define CAP_LOG_MS 10000
+#define EXITING_MS 50           /* how long a failed attach's process may take to finish exiting */
 
 struct aa_start {
         struct autoattach *aa;
@@ -58,6 +62,18 @@ struct aa_retry {
         struct aa_retry *next;
 };
 
+/* An attach that failed while its process was alive: a process in the
+ * middle of exit has lost its executable and maps but is not yet reported
+ * exited, so it is judged EXITING_MS later, not at once. */
+struct aa_failure {
+        struct attach_rule *rule;
+        pid_t pid;
+        int pidfd;
+        char *why;
+        uint64_t until_ms;
+        struct aa_failure *next;
+};
+
 struct autoattach {
         struct d9_watch timer_w;        /* one-shot: retries and scan batches */
         struct d9d *d;
@@ -66,6 +82,7 @@ struct autoattach {
         struct aa_start *starting;
         unsigned n_starting;
         struct aa_retry *retries;
+        struct aa_failure *failures;
         DIR *scan;                      /* a /proc scan under way */
         bool rescan_wanted;
         uint64_t lost_seen;
@@ -130,6 +147,66 @@ static void aa_cap_refuse(struct autoattach *aa, struct attach_rule *rule, pid_t
                  (unsigned long long)aa->cap_refused);
 }
 
+static void aa_failure_free(struct aa_failure *f)
+{
+        if (f->pidfd >= 0)
+                close(f->pidfd);
+        free(f->why);
+        free(f);
+}
+
+/* exited_first if the process has gone, else a failure once EXITING_MS passed. */
+static void aa_judge_failure(struct autoattach *aa, struct attach_rule *rule, pid_t pid, int pidfd,
+                             const char *why)
+{
+        struct aa_failure *f;
+
+        if (pidfd_alive(pidfd) < 0) {
+                rule->exited_first++;
+                return;
+        }
+        f = calloc(1, sizeof(*f));
+        if (!f || !(f->why = strdup(why)) || (f->pidfd = fcntl(pidfd, F_DUPFD_CLOEXEC, 3)) < 0) {
+                if (f)
+                        free(f->why);
+                free(f);
+                rule->failed++;
+                log_warn("auto-attach: %s matched pid %d, not attached: %s", rule->text, pid, why);
+                return;
+        }
+        f->rule = rule;
+        f->pid = pid;
+        f->until_ms = d9_now_ms() + EXITING_MS;
+        f->next = aa->failures;
+        aa->failures = f;
+        aa_arm(aa, RETRY_MS);
+}
+
+/* true while some failure is still to be judged. */
+static bool aa_failures_due(struct autoattach *aa)
+{
+        uint64_t now = d9_now_ms();
+        struct aa_failure **pp = &aa->failures, *f;
+
+        while ((f = *pp)) {
+                bool gone = pidfd_alive(f->pidfd) < 0;
+
+                if (!gone && now < f->until_ms) {
+                        pp = &f->next;
+                        continue;
+                }
+                if (gone) {
+                        f->rule->exited_first++;
+                } else {
+                        f->rule->failed++;
+                        log_warn("auto-attach: %s matched pid %d, not attached: %s", f->rule->text, f->pid, f->why);
+                }
+                *pp = f->next;
+                aa_failure_free(f);
+        }
+        return aa->failures != NULL;
+}
+
 static void aa_start_free(struct aa_start *st)
 {
         struct aa_start **pp = &st->aa->starting;
@@ -155,11 +232,8 @@ static void aa_attach_done(void *ctx, struct session *s, const char *why)
                                  (long long)s->exec_to_attach_ms);
                 else
                         log_info("auto-attach: %s attached running pid %d", st->rule->text, st->pid);
-        } else if (pidfd_alive(st->pidfd) < 0) {
-                st->rule->exited_first++;
         } else {
-                st->rule->failed++;
-                log_warn("auto-attach: %s matched pid %d, not attached: %s", st->rule->text, st->pid, why);
+                aa_judge_failure(st->aa, st->rule, st->pid, st->pidfd, why ? why : "attach failed");
         }
         aa_start_free(st);
 }
@@ -186,10 +260,8 @@ static void aa_attach(struct autoattach *aa, struct attach_rule *rule, pid_t pid
                 rule->exited_first++;
         else if (r == -EAGAIN)
                 aa->rescan_wanted = true;       /* the planner's queue is full: later */
-        else if (r < 0 && r != -EBUSY) {
-                rule->failed++;
-                log_warn("auto-attach: %s matched pid %d, not attached: %s", rule->text, pid, why ? why : strerror(-r));
-        }
+        else if (r < 0 && r != -EBUSY)
+                aa_judge_failure(aa, rule, pid, pidfd, why ? why : strerror(-r));
         free(why);
         if (r < 0)
                 aa_start_free(st);
@@ -219,7 +291,8 @@ static void aa_consider(struct autoattach *aa, pid_t pid, uint64_t exec_ns, uint
         struct proc_facts f;
 
         if (pidfd < 0 || proc_facts_read(pid, pidfd, &f) < 0) {
-                aa->execs_gone += exec_ns && !until_ms;
+                /* A retry's process was never counted at its first look. */
+                aa->execs_gone += exec_ns != 0;
                 return;
         }
         if (!(rule = attach_rules_match(aa->rules, f.exe, f.cgroup)))
@@ -315,6 +388,7 @@ static void aa_on_timer(struct d9d *d, struct d9_watch *w, uint32_t events)
         if (d->stopping)
                 return;
         more = aa_retry_due(aa);
+        more |= aa_failures_due(aa);
         if (aa->scan && aa_scan_step(aa))
                 aa_arm(aa, 1);
         else if (more)
@@ -388,6 +462,11 @@ void autoattach_stop(struct autoattach *aa)
                 struct aa_retry *r = aa->retries;
                 aa->retries = r->next;
                 free(r);
+        }
+        while (aa->failures) {
+                struct aa_failure *f = aa->failures;
+                aa->failures = f->next;
+                aa_failure_free(f);
         }
         if (aa->scan)
                 closedir(aa->scan);

@@ -103,10 +103,17 @@ def main():
         t.ok(got.get("rule") == RULE and 0 <= got.get("exec_to_attach_ms", -1) <= LATENCY_MS,
              f"sh -c 'exec TARGET' (pid {wrapped.pid}) attached at its second exec "
              f"({got.get('exec_to_attach_ms')} ms)", got)
-        aa = list_targets(d).get("auto_attach") or {}
-        rule = (aa.get("rules") or [{}])[0]
+        # Its exec may still be in hand (an attach under way): wait until it is accounted for.
         # Attached in the millisecond it ran is possible (its plan is cached), then it is a session.
-        quick_attached = any(s["pid"] == quick.pid for s in (d.status() or {}).get("targets", []))
+        def quick_outcome():
+            aa = list_targets(d).get("auto_attach") or {}
+            rule = (aa.get("rules") or [{}])[0]
+            attached = any(s["pid"] == quick.pid for s in (d.status() or {}).get("targets", []))
+            settled = attached or aa.get("execs_gone", 0) + rule.get("exited_first", 0) + rule.get("failed", 0)
+            return (aa, rule, attached) if settled else None
+        got = wait_for(quick_outcome, 5, 0.05)
+        aa = got[0] if got else list_targets(d).get("auto_attach") or {}
+        rule, quick_attached = got[1:] if got else ((aa.get("rules") or [{}])[0], False)
         t.ok(quick.returncode == 2 and rule.get("failed") == 0 and
              (quick_attached or aa.get("execs_gone", 0) + rule.get("exited_first", 0) >= 1),
              f"a target exiting at once is counted as gone ({aa.get('execs_gone')}) or exited first "
