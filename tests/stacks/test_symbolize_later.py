@@ -292,6 +292,16 @@ def main():
     os.makedirs(served)
     shutil.copy2(STRIPPED, os.path.join(served, "target"))
     shutil.copy2(DEBUG, os.path.join(served, "target.debug"))
+    # debuginfod indexes the stripped Rust executable as debuginfo too (it
+    # has a .debug_gdb_scripts section) and answers /debuginfo with the
+    # newest such file of the build-id, by whole seconds of mtime. copy2
+    # keeps the build's mtimes, and build-target writes the stripped binary
+    # just after the debug file: in another second, the server handed out
+    # the executable as the debug file and nothing was named (this test
+    # failed or passed by the build's timing). The executable older, as a
+    # debug file made from an installed binary is.
+    st = os.stat(os.path.join(served, "target.debug"))
+    os.utime(os.path.join(served, "target"), (st.st_atime - 60, st.st_mtime - 60))
     os.unlink(copy)
     copies2 = []
     for i, p in enumerate(stripped):
