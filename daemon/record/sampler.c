@@ -19,13 +19,15 @@
 #include "daemon/core/d9d.h"
 #include "daemon/record/proc_usage.h"
 #include "daemon/record/sampler.h"
+#include "daemon/symbolize/symbolize.h"
+#include "uprobes/uprobes.h"
 
 #define SAMPLES_PENDING_MAX 1024        /* undelivered samples, all targets */
 
 struct target {
         struct sampler_target o;
         int diag_fd;                    /* sock_diag socket in the target's netns, -1: not yet */
-        uint64_t next_res_ns, next_acc_ns; /* 0: that kind is off */
+        uint64_t next_res_ns, next_acc_ns, next_maps_ns; /* 0: that kind is off */
         struct proc_usage_threads threads;
         struct accept_queue_counts counts;
         uint64_t dropped;
@@ -36,7 +38,7 @@ struct target {
 struct sampler {
         struct d9_watch w;              /* eventfd: samples ready */
         struct d9d *d;
-        void (*deliver)(struct d9d *d, const struct sample *s);
+        void (*deliver)(struct d9d *d, struct sample *s);
         pthread_t thread;
         pthread_mutex_t lock;
         pthread_cond_t cond;
@@ -46,6 +48,12 @@ struct sampler {
         int own_netns_fd;
         bool stop;
 };
+
+static void sample_free(struct sample *s)
+{
+        free(s->maps);
+        free(s);
+}
 
 static void target_free(struct target *t)
 {
@@ -64,7 +72,7 @@ static void push_ready(struct sampler *sm, struct target *t, struct sample *s)
 
         if (t->removed || sm->n_ready >= SAMPLES_PENDING_MAX) {
                 t->dropped += !t->removed;
-                free(s);
+                sample_free(s);
                 return;
         }
         s->dropped = t->dropped;
@@ -79,6 +87,30 @@ static void sample_resources(struct target *t, struct sample *s)
 {
         s->kind = SAMPLE_RESOURCES;
         s->error = proc_usage_read(t->o.proc_fd, &t->threads, &s->usage);
+}
+
+char *sampler_read_maps(int proc_fd, int pidfd)
+{
+        char path[64];
+        char *maps;
+
+        if (proc_fd < 0 || pidfd < 0)
+                return NULL;
+        snprintf(path, sizeof(path), "/proc/self/fd/%d/maps", proc_fd);
+        maps = read_proc_text(path);
+        if (maps && (!*maps || pidfd_alive(pidfd) < 0)) {
+                free(maps);
+                maps = NULL;
+        }
+        return maps;
+}
+
+static void sample_maps(struct target *t, struct sample *s)
+{
+        s->kind = SAMPLE_MAPS;
+        s->maps = sampler_read_maps(t->o.proc_fd, t->o.pidfd);
+        if (!s->maps)
+                s->error = pidfd_alive(t->o.pidfd) < 0 ? -ESRCH : -EIO;
 }
 
 static void sample_accept_queues(struct sampler *sm, struct target *t, struct sample *s)
@@ -96,14 +128,18 @@ static void sample_accept_queues(struct sampler *sm, struct target *t, struct sa
 }
 
 /* The target due first and when; caller holds the lock. */
+static uint64_t earlier(uint64_t a, uint64_t b)
+{
+        return a && (!b || a <= b) ? a : b;
+}
+
 static struct target *next_due(struct sampler *sm, uint64_t *when)
 {
         struct target *best = NULL;
 
         *when = UINT64_MAX;
         for (struct target *t = sm->targets; t; t = t->next) {
-                uint64_t due = t->next_res_ns && (!t->next_acc_ns || t->next_res_ns <= t->next_acc_ns)
-                               ? t->next_res_ns : t->next_acc_ns;
+                uint64_t due = earlier(earlier(t->next_res_ns, t->next_acc_ns), t->next_maps_ns);
                 if (due && due < *when) {
                         *when = due;
                         best = t;
@@ -129,7 +165,9 @@ static void free_removed(struct sampler *sm)
 static void sample_due(struct sampler *sm, struct target *t, uint64_t now)
 {
         bool res = t->next_res_ns && t->next_res_ns <= now, acc = t->next_acc_ns && t->next_acc_ns <= now;
+        bool maps = t->next_maps_ns && t->next_maps_ns <= now;
         struct sample *sr = res ? calloc(1, sizeof(*sr)) : NULL, *sa = acc ? calloc(1, sizeof(*sa)) : NULL;
+        struct sample *sm_ = maps ? calloc(1, sizeof(*sm_)) : NULL;
 
         /* Next due times from the schedule, not from now: no drift; after a
          * stall longer than an interval, one sample, not a burst. */
@@ -137,6 +175,8 @@ static void sample_due(struct sampler *sm, struct target *t, uint64_t now)
                 while ((t->next_res_ns += t->o.resources_every_ms * 1000000ull) <= now) {}
         if (acc)
                 while ((t->next_acc_ns += t->o.accept_queues_every_ms * 1000000ull) <= now) {}
+        if (maps)
+                while ((t->next_maps_ns += t->o.maps_every_ms * 1000000ull) <= now) {}
         sm->busy = t;
         pthread_mutex_unlock(&sm->lock);
         if (sr) {
@@ -149,6 +189,11 @@ static void sample_due(struct sampler *sm, struct target *t, uint64_t now)
                 sa->ts = d9_now_ns();
                 sample_accept_queues(sm, t, sa);
         }
+        if (sm_) {
+                sm_->session_id = t->o.session_id;
+                sm_->ts = d9_now_ns();
+                sample_maps(t, sm_);
+        }
         pthread_mutex_lock(&sm->lock);
         sm->busy = NULL;
         /* A kind that failed once is off: the session says why, once. */
@@ -156,11 +201,20 @@ static void sample_due(struct sampler *sm, struct target *t, uint64_t now)
                 t->next_res_ns = 0;
         if (sa && sa->error)
                 t->next_acc_ns = 0;
+        /* A map that could not be read is not a sample: the session keeps
+         * the last one, and the pidfd tells it of the exit. */
+        if (sm_ && sm_->error) {
+                sample_free(sm_);
+                sm_ = NULL;
+                maps = false;
+        }
         if (sr)
                 push_ready(sm, t, sr);
         if (sa)
                 push_ready(sm, t, sa);
-        if ((res && !sr) || (acc && !sa))
+        if (sm_)
+                push_ready(sm, t, sm_);
+        if ((res && !sr) || (acc && !sa) || (maps && !sm_))
                 t->dropped++;   /* out of memory */
 }
 
@@ -213,12 +267,12 @@ static void sampler_on_ready(struct d9d *d, struct d9_watch *w, uint32_t events)
         while (rev) {
                 struct sample *next = rev->next;
                 sm->deliver(d, rev);
-                free(rev);
+                sample_free(rev);
                 rev = next;
         }
 }
 
-int sampler_start(struct d9d *d, void (*deliver)(struct d9d *d, const struct sample *s), struct sampler **out)
+int sampler_start(struct d9d *d, void (*deliver)(struct d9d *d, struct sample *s), struct sampler **out)
 {
         struct sampler *sm = calloc(1, sizeof(*sm));
         pthread_condattr_t ca;
@@ -281,6 +335,8 @@ int sampler_add(struct sampler *sm, const struct sampler_target *o)
         /* The first samples at once: the trace starts with a baseline. */
         t->next_res_ns = o->resources_every_ms ? now : 0;
         t->next_acc_ns = o->accept_queues_every_ms ? now : 0;
+        /* The map was read by the attach: the next one an interval later. */
+        t->next_maps_ns = o->maps_every_ms ? now + o->maps_every_ms * 1000000ull : 0;
         pthread_mutex_lock(&sm->lock);
         t->next = sm->targets;
         sm->targets = t;
@@ -303,7 +359,7 @@ void sampler_remove(struct sampler *sm, uint64_t session_id)
                 if (s->session_id == session_id) {
                         *pp = s->next;
                         sm->n_ready--;
-                        free(s);
+                        sample_free(s);
                         continue;
                 }
                 pp = &s->next;
@@ -330,7 +386,7 @@ void sampler_stop(struct sampler *sm)
         while (sm->ready) {
                 struct sample *s = sm->ready;
                 sm->ready = s->next;
-                free(s);
+                sample_free(s);
         }
         close(sm->w.fd);
         close(sm->own_netns_fd);

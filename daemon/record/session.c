@@ -18,6 +18,7 @@
 #include "daemon/core/log.h"
 #include "daemon/record/planner.h"
 #include "daemon/record/proc_facts.h"
+#include "daemon/record/sampler.h"
 #include "proto/d9control.h"
 #include "daemon/seal/sealer.h"
 #include "daemon/record/session.h"
@@ -327,26 +328,18 @@ static int session_refresh_metadata(struct session *s)
         return r;
 }
 
-/* Keep the target's mappings: once it has exited they cannot be read, and
- * the sealer needs them to name the addresses of its last segment. Read
- * only while the pidfd proves the PID is still the target's: a recycled
- * PID's maps would name another program's code. */
-static void session_snapshot_maps(struct session *s)
+/* The target's mappings are kept (once it has exited they cannot be read,
+ * and the sealer needs them to name the addresses of its last segment) and
+ * read off the drain loop: a read of /proc/PID/maps waits on the target's
+ * mmap lock, which the target can hold. The BPF thread reads them at the
+ * attach and at a stop, the sampler every MAPS_EVERY_MS in between
+ * (session_on_sample); a segment closed takes the last one read. */
+void session_take_maps(struct session *s, char *maps)
 {
-        char path[64];
-        char *maps;
-
-        if (s->pidfd_w.fd < 0)
+        if (!maps)
                 return;
-        snprintf(path, sizeof(path), "/proc/%d/maps", s->pid);
-        maps = read_proc_text(path);
-        if (maps && *maps && pidfd_alive(s->pidfd_w.fd) == 0) {
-                free(s->maps);
-                s->maps = maps;
-        } else {
-                free(maps);
-        }
-        s->maps_ms = d9_now_ms();
+        free(s->maps);
+        s->maps = maps;
 }
 
 /* Close the open segment and queue it for sealing. */
@@ -371,7 +364,6 @@ static void session_close_segment(struct session *s)
         if (r < 0)
                 log_error("pid %d: %s ended with a write error: %s", s->pid, job->active, strerror(-r));
         s->tr.enc = NULL;
-        session_snapshot_maps(s);
         job->maps = s->maps ? strdup(s->maps) : NULL;
         /* The sealer opens the target's files in this root, taken while
          * the pidfd was valid: never through /proc/PID, which may be
@@ -882,7 +874,6 @@ static int session_start_attach(struct session *s, const struct session_request 
         /* pidfd: the exit notice even when sched probes are off. */
         s->pidfd_w.fn = session_on_pidfd;
         d9d_watch_add(s->d, &s->pidfd_w, EPOLLIN);
-        session_snapshot_maps(s);
         s->id = next_session_id++;
         s->started_ms = s->rate_ms = d9_now_ms();
         s->deadline_ms = req->duration_ms ? s->started_ms + req->duration_ms : 0;
@@ -941,6 +932,8 @@ static void session_install_run(struct plan_job *job)
         } else {
                 st->r = session_install_bpf(s, &st->why);
         }
+        if (st->r == 0)
+                session_take_maps(s, sampler_read_maps(s->proc_fd, s->pidfd_w.fd));
 }
 
 static void session_install_submit(struct d9d *d, struct session_start *st);
@@ -1121,7 +1114,6 @@ static void session_end_now(struct session *s, const char *reason)
                 s->bpf = NULL;
         }
         session_samples_stop(s);
-        session_snapshot_maps(s);      /* the last chance: the pidfd goes next */
         if (s->pidfd_w.fd >= 0) {
                 d9d_watch_del(s->d, &s->pidfd_w);
                 close(s->pidfd_w.fd);
@@ -1158,12 +1150,16 @@ static void session_end_now(struct session *s, const char *reason)
 struct session_stop {
         struct plan_job job;            /* first: the BPF thread hands this back */
         struct session *s;
+        char *maps;                     /* the last chance to read them: the pidfd goes next */
         char reason[128];
 };
 
 static void session_stop_run(struct plan_job *job)
 {
-        d9_bpf_target_quiesce(((struct session_stop *)job)->s->bpf);
+        struct session_stop *st = (struct session_stop *)job;
+
+        d9_bpf_target_quiesce(st->s->bpf);
+        st->maps = sampler_read_maps(st->s->proc_fd, st->s->pidfd_w.fd);
 }
 
 static void session_stop_done(struct d9d *d, struct plan_job *job)
@@ -1171,8 +1167,10 @@ static void session_stop_done(struct d9d *d, struct plan_job *job)
         struct session_stop *st = (struct session_stop *)job;
         struct session *s = st->s;
 
-        /* Cancelled (d9d stopping before it ran): the stop happens here. */
+        /* Cancelled (d9d stopping before it ran): the stop happens here,
+         * with the maps read last. */
         s->stopping = false;
+        session_take_maps(s, st->maps);
         session_end_now(s, st->reason);
         if (s->on_ended)
                 s->on_ended(s->on_ended_ctx, s);
@@ -1223,8 +1221,6 @@ void session_tick(struct session *s, uint64_t now_ms)
                 session_end(s, "target exited");
                 return;
         }
-        if (now_ms - s->maps_ms >= 2000)
-                session_snapshot_maps(s);
         if (s->deadline_ms && now_ms >= s->deadline_ms) {
                 session_end(s, "duration reached");
                 return;

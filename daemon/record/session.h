@@ -65,7 +65,6 @@ struct session {
         int64_t started_unix_ms;        /* wall clock at attach, for list */
 
         char *maps;                     /* last /proc/PID/maps seen: symbols after exit */
-        uint64_t maps_ms;
         struct probe_plan *plan;
         struct d9_bpf_target *bpf;
         json_t *plan_json;              /* what attached, what is missing and why */
@@ -134,7 +133,11 @@ json_t *session_samples_json(const struct session *s);
  * gained privileges (the credential check a non-root starter's records pass). */
 bool session_sample_allowed(struct session *s);
 /* A resource or accept-queue sample from the sampler (on the main loop). */
-void session_on_sample(struct d9d *d, const struct sample *smp);
+void session_on_sample(struct d9d *d, struct sample *smp);
+#define MAPS_EVERY_MS 2000              /* the sampler's reads of a target's memory map */
+/* Keep maps (malloc'd text of /proc/PID/maps, or NULL: kept as it was) as
+ * the target's last memory map. */
+void session_take_maps(struct session *s, char *maps);
 /* A sealing job finished (called on the main loop). */
 void session_on_sealed(struct d9d *d, struct seal_job *job);
 /* Drop finished sessions older than finished_keep, and beyond the most recent few. */
