@@ -35,6 +35,15 @@ struct target {
         struct target *next;
 };
 
+/* A map read asked for by the loop (a segment closed), answered in order. */
+struct maps_req {
+        int proc_fd, pidfd;
+        void (*done)(struct d9d *d, void *ctx, char *maps);
+        void *ctx;
+        char *maps;
+        struct maps_req *next;
+};
+
 struct sampler {
         struct d9_watch w;              /* eventfd: samples ready */
         struct d9d *d;
@@ -45,6 +54,7 @@ struct sampler {
         struct target *targets, *busy;
         struct sample *ready;           /* newest first */
         unsigned n_ready;
+        struct maps_req *reqs, *reqs_done; /* oldest first, both */
         int own_netns_fd;
         bool stop;
 };
@@ -218,6 +228,36 @@ static void sample_due(struct sampler *sm, struct target *t, uint64_t now)
                 t->dropped++;   /* out of memory */
 }
 
+static void append_req(struct maps_req **list, struct maps_req *q)
+{
+        while (*list)
+                list = &(*list)->next;
+        q->next = NULL;
+        *list = q;
+}
+
+/* The oldest map request, read with the lock dropped; caller holds it. */
+static void serve_req(struct sampler *sm)
+{
+        struct maps_req *q = sm->reqs;
+        uint64_t one = 1;
+
+        sm->reqs = q->next;
+        pthread_mutex_unlock(&sm->lock);
+        q->maps = sampler_read_maps(q->proc_fd, q->pidfd);
+        pthread_mutex_lock(&sm->lock);
+        append_req(&sm->reqs_done, q);
+        (void)!write(sm->w.fd, &one, sizeof(one));
+}
+
+static void req_finish(struct d9d *d, struct maps_req *q)
+{
+        close(q->proc_fd);
+        close(q->pidfd);
+        q->done(d, q->ctx, q->maps);
+        free(q);
+}
+
 static void *sampler_main(void *arg)
 {
         struct sampler *sm = arg;
@@ -227,6 +267,10 @@ static void *sampler_main(void *arg)
                 uint64_t when, now = d9_now_ns();
                 struct target *t;
 
+                if (sm->reqs) {
+                        serve_req(sm);
+                        continue;
+                }
                 free_removed(sm);
                 t = next_due(sm, &when);
                 if (t && when <= now) {
@@ -249,6 +293,7 @@ static void sampler_on_ready(struct d9d *d, struct d9_watch *w, uint32_t events)
 {
         struct sampler *sm = (struct sampler *)w;
         struct sample *list, *rev = NULL;
+        struct maps_req *reqs;
         uint64_t n;
 
         (void)events;
@@ -257,7 +302,14 @@ static void sampler_on_ready(struct d9d *d, struct d9_watch *w, uint32_t events)
         list = sm->ready;
         sm->ready = NULL;
         sm->n_ready = 0;
+        reqs = sm->reqs_done;
+        sm->reqs_done = NULL;
         pthread_mutex_unlock(&sm->lock);
+        while (reqs) {
+                struct maps_req *next = reqs->next;
+                req_finish(d, reqs);
+                reqs = next;
+        }
         while (list) {
                 struct sample *next = list->next;
                 list->next = rev;
@@ -368,6 +420,42 @@ void sampler_remove(struct sampler *sm, uint64_t session_id)
         pthread_mutex_unlock(&sm->lock);
 }
 
+void sampler_read_maps_then(struct sampler *sm, int proc_fd, int pidfd,
+                            void (*done)(struct d9d *d, void *ctx, char *maps), void *ctx)
+{
+        struct maps_req *q = calloc(1, sizeof(*q));
+
+        if (q) {
+                q->proc_fd = proc_fd >= 0 ? fcntl(proc_fd, F_DUPFD_CLOEXEC, 3) : -1;
+                q->pidfd = pidfd >= 0 ? fcntl(pidfd, F_DUPFD_CLOEXEC, 3) : -1;
+        }
+        if (!q || q->proc_fd < 0 || q->pidfd < 0) {
+                if (q && q->proc_fd >= 0)
+                        close(q->proc_fd);
+                if (q && q->pidfd >= 0)
+                        close(q->pidfd);
+                free(q);
+                done(sm->d, ctx, NULL);
+                return;
+        }
+        q->done = done;
+        q->ctx = ctx;
+        pthread_mutex_lock(&sm->lock);
+        append_req(&sm->reqs, q);
+        pthread_cond_signal(&sm->cond);
+        pthread_mutex_unlock(&sm->lock);
+}
+
+void sampler_maps_soon(struct sampler *sm, uint64_t session_id)
+{
+        pthread_mutex_lock(&sm->lock);
+        for (struct target *t = sm->targets; t; t = t->next)
+                if (t->o.session_id == session_id && t->next_maps_ns)
+                        t->next_maps_ns = d9_now_ns();
+        pthread_cond_signal(&sm->cond);
+        pthread_mutex_unlock(&sm->lock);
+}
+
 void sampler_stop(struct sampler *sm)
 {
         if (!sm)
@@ -377,6 +465,18 @@ void sampler_stop(struct sampler *sm)
         pthread_cond_signal(&sm->cond);
         pthread_mutex_unlock(&sm->lock);
         pthread_join(sm->thread, NULL);
+        /* Answered in order: what was read, then what was not (no read
+         * now: d9d is stopping, the kept map serves). */
+        while (sm->reqs_done) {
+                struct maps_req *q = sm->reqs_done;
+                sm->reqs_done = q->next;
+                req_finish(sm->d, q);
+        }
+        while (sm->reqs) {
+                struct maps_req *q = sm->reqs;
+                sm->reqs = q->next;
+                req_finish(sm->d, q);
+        }
         d9d_watch_del(sm->d, &sm->w);
         while (sm->targets) {
                 struct target *t = sm->targets;

@@ -53,6 +53,13 @@ int sampler_start(struct d9d *d, void (*deliver)(struct d9d *d, struct sample *s
  * name another program's code), or NULL. Off the loop only: the read
  * waits on the target's mmap lock. */
 char *sampler_read_maps(int proc_fd, int pidfd);
+/* Read the target's map now, off the loop: done(d, ctx, maps) runs on the
+ * loop, in the order asked, with the malloc'd text or NULL (exited, or
+ * d9d stopping: nothing is read then). proc_fd and pidfd are duplicated. */
+void sampler_read_maps_then(struct sampler *sm, int proc_fd, int pidfd,
+                            void (*done)(struct d9d *d, void *ctx, char *maps), void *ctx);
+/* The session's next periodic map read at once (its target exec'd). */
+void sampler_maps_soon(struct sampler *sm, uint64_t session_id);
 int sampler_add(struct sampler *sm, const struct sampler_target *t);
 /* No sample of the session is delivered after this returns. */
 void sampler_remove(struct sampler *sm, uint64_t session_id);

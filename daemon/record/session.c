@@ -342,7 +342,24 @@ void session_take_maps(struct session *s, char *maps)
         s->maps = maps;
 }
 
-/* Close the open segment and queue it for sealing. */
+/* The map read just after the segment closed (its session, if still
+ * there, keeps it too), or NULL: the job keeps the last one read. */
+static void session_seal_with_maps(struct d9d *d, void *ctx, char *maps)
+{
+        struct seal_job *job = ctx;
+
+        if (maps) {
+                for (struct session *s = d->sessions; s; s = s->next)
+                        if (s->id == job->session_id)
+                                session_take_maps(s, strdup(maps));
+                free(job->maps);
+                job->maps = maps;
+        }
+        sealer_submit(d->sealer, job);
+}
+
+/* Close the open segment and queue it for sealing, by way of the
+ * sampler, which reads the target's map as it is now (off the loop). */
 static void session_close_segment(struct session *s)
 {
         struct seal_job *job = calloc(1, sizeof(*job));
@@ -379,7 +396,10 @@ static void session_close_segment(struct session *s)
         job->pid = s->pid;
         job->starttime = s->starttime;
         s->segments_pending++;
-        sealer_submit(s->d->sealer, job);
+        if (s->d->sampler)
+                sampler_read_maps_then(s->d->sampler, s->proc_fd, s->pidfd_w.fd, session_seal_with_maps, job);
+        else
+                sealer_submit(s->d->sealer, job);
 }
 
 static void session_rotate(struct session *s, const char *why)
@@ -472,6 +492,9 @@ static int on_ring_record(void *ctx, const void *rec, size_t size)
          * checked again (a negative return stops this drain). */
         if (s->tr.exec_seen != execs && session_gained_privileges(s))
                 return -1;
+        /* A new program: its map soon (record -- attaches before the exec). */
+        if (s->tr.exec_seen != execs && s->d->sampler)
+                sampler_maps_soon(s->d->sampler, s->id);
         return 0;
 }
 
