@@ -24,6 +24,7 @@
 #include "daemon/symbolize/kallsyms.h"
 #include "daemon/core/log.h"
 #include "daemon/core/notify.h"
+#include "daemon/record/plan_child.h"
 #include "daemon/record/autoattach.h"
 #include "daemon/record/planner.h"
 #include "daemon/record/sampler.h"
@@ -344,6 +345,8 @@ int main(int argc, char **argv)
         struct preflight_report pf;
         int r;
 
+        if (argc > 1 && strcmp(argv[1], PLAN_CHILD_ARG) == 0)
+                return plan_child_main(argc, argv);
         malloc_tune();
         if (parse_args(argc, argv, &d.cfg) < 0)
                 return 2;

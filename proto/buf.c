@@ -1,5 +1,7 @@
-/* buf.c: struct d9_buf (d9proto.h). */
+/* buf.c: struct d9_buf and d9_strdupf (d9proto.h). */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,4 +37,16 @@ void d9_buf_free(struct d9_buf *b)
 {
         free(b->data);
         *b = (struct d9_buf){ 0 };
+}
+
+char *d9_strdupf(const char *fmt, ...)
+{
+        va_list ap;
+        char *s;
+
+        va_start(ap, fmt);
+        if (vasprintf(&s, fmt, ap) < 0)
+                s = NULL;       /* vasprintf leaves s undefined then */
+        va_end(ap);
+        return s;
 }

@@ -341,6 +341,9 @@ int d9_buf_reserve(struct d9_buf *b, size_t extra);
  * as strings). 0 or -ENOMEM. */
 int d9_buf_append(struct d9_buf *b, const void *data, size_t len);
 void d9_buf_free(struct d9_buf *b);
+/* A malloc'd printf, or NULL without memory: for messages built where the
+ * caller may have none left. */
+char *d9_strdupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- The clock ----------------------------------------------------------- */
 

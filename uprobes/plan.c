@@ -351,6 +351,21 @@ int probe_plan_for_fd(int fd, const char *display, struct probe_plan **out, char
         return plan_build(fd, display, "", out, err_msg);
 }
 
+int probe_plan_for_fd_in_root(int fd, const char *display, const char *root, struct probe_plan **out,
+                              char **err_msg)
+{
+        if (err_msg)
+                *err_msg = NULL;
+        return plan_build(fd, display, root, out, err_msg);
+}
+
+int probe_target_exe_open(int pidfd, pid_t pid, char **display, char **err_msg)
+{
+        if (err_msg)
+                *err_msg = NULL;
+        return target_exe_open(pidfd, pid, display, err_msg);
+}
+
 int probe_plan_for_pid(pid_t pid, struct probe_plan **out, char **err_msg)
 {
         return probe_plan_for_pidfd(-1, pid, out, err_msg);

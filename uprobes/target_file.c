@@ -101,6 +101,13 @@ int d9_target_file_open(const char *path)
         return d9_target_file_openat(AT_FDCWD, path, false);
 }
 
+static bool read_in_place;
+
+void d9_target_files_read_in_place(void)
+{
+        read_in_place = true;
+}
+
 int d9_target_file_copy(int fd)
 {
         struct stat st;
@@ -110,6 +117,10 @@ int d9_target_file_copy(int fd)
         r = regular_within_limit(fd, &st);
         if (r < 0)
                 return r;
+        if (read_in_place) {
+                mfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+                return mfd < 0 ? -errno : mfd;
+        }
         mfd = memfd_create("d9-target-copy", MFD_CLOEXEC | MFD_ALLOW_SEALING);
         if (mfd < 0)
                 return -errno;

@@ -185,6 +185,19 @@ int probe_plan_for_pidfd(int pidfd, pid_t pid, struct probe_plan **out, char **e
 /* Same for an already open file (taken over: closed by the plan), e.g. the
  * executable a d9ctl record child opened with its own permissions. */
 int probe_plan_for_fd(int fd, const char *display, struct probe_plan **out, char **err_msg);
+/* Same, with separate debug files looked for under root ("" for none). */
+int probe_plan_for_fd_in_root(int fd, const char *display, const char *root, struct probe_plan **out,
+                              char **err_msg);
+/* The executable of the process behind pidfd, opened as probe_plan_for_pidfd
+ * does; *display names it (malloc'd). An fd or a negative errno. */
+int probe_target_exe_open(int pidfd, pid_t pid, char **display, char **err_msg);
+
+/* A plan as bytes (one malloc'd block) and back. The bytes carry no file
+ * descriptor: the plan read back has exe_fd -1 and no attach_path. The
+ * reader bounds every count and string (the writer parsed hostile input):
+ * -EPROTO for bytes that are not a plan. */
+int probe_plan_serialize(const struct probe_plan *plan, void **bytes, size_t *len);
+int probe_plan_parse(const void *bytes, size_t len, struct probe_plan **out);
 
 /* ---- plan_cache.c: plans of files planned before ------------------------ */
 
@@ -217,6 +230,9 @@ int d9_target_file_reopen(int opath_fd);
 /* A sealed in-memory copy of the regular file open on fd (fd unchanged):
  * safe to mmap (the copy cannot shrink); -ENODATA if fd shrank meanwhile. */
 int d9_target_file_copy(int fd);
+/* From now on d9_target_file_copy hands out the file itself (another fd of
+ * it): for a process that may die of a fault, the plan child. */
+void d9_target_files_read_in_place(void);
 /* 0 if the process behind pidfd has not exited (so its PID is still its
  * own), else a negative errno. */
 int pidfd_alive(int pidfd);

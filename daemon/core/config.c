@@ -46,6 +46,7 @@ void config_defaults(struct d9d_config *cfg)
         cfg->accept_queues_every_ms = 400;
         /* Sealing waits for it: a segment is sealed late, never lost. */
         cfg->debuginfod_timeout_ms = 10 * 1000;
+        cfg->plan_timeout_ms = 30 * 1000;
         ship_config_init(&cfg->ship);
         /* Each target costs twice ring_size in RSS and a planner turn. */
         cfg->attach.max_targets = ATTACH_DEFAULT_MAX_TARGETS;
@@ -195,6 +196,13 @@ int config_set(struct d9d_config *cfg, const char *key, const char *value, const
                 if (d9_parse_duration_ms(value, &v) < 0 || v < 100 || v > 300 * 1000)
                         return -EINVAL;
                 cfg->debuginfod_timeout_ms = v;
+                return 0;
+        }
+        if (!strcmp(key, "plan_timeout")) {
+                *why = "expected a duration between 1s and 10m such as 30s";
+                if (d9_parse_duration_ms(value, &v) < 0 || v < 1000 || v > 600 * 1000)
+                        return -EINVAL;
+                cfg->plan_timeout_ms = v;
                 return 0;
         }
         if (!strcmp(key, "sample_rate")) {

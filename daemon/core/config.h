@@ -49,6 +49,7 @@ struct d9d_config {
         char debug_dirs[4096];          /* ':'-separated extra debug file folders */
         char debuginfod_urls[4096];     /* "" = ask no debuginfod server */
         uint64_t debuginfod_timeout_ms; /* longest wait for one download */
+        uint64_t plan_timeout_ms;       /* a plan child still working this long is killed */
         char trace_group[64];           /* may read every trace ("" = none) */
         bool trace_group_set;           /* named in the config (warned about if missing) */
         bool foreground;

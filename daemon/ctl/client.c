@@ -11,6 +11,7 @@
 #include "client.h"
 #include "d9ctl.h"
 #include "proto/d9control.h"
+#include "proto/d9proto.h"
 
 json_t *d9ctl_call(json_t *req)
 {
@@ -23,19 +24,6 @@ json_t *d9ctl_call(json_t *req)
         return resp;
 }
 
-static char *dup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *dup_printf(const char *fmt, ...)
-{
-        va_list ap;
-        char *s;
-
-        va_start(ap, fmt);
-        if (vasprintf(&s, fmt, ap) < 0)
-                s = NULL;
-        va_end(ap);
-        return s;
-}
-
 json_t *d9ctl_call_quiet(json_t *req, char **why)
 {
         const char *path = d9ctl_socket_path();
@@ -44,7 +32,7 @@ json_t *d9ctl_call_quiet(json_t *req, char **why)
 
         *why = NULL;
         if (fd < 0) {
-                *why = dup_printf("cannot reach d9d at %s: %s (is d9d running? see --socket or D9_SOCKET)",
+                *why = d9_strdupf("cannot reach d9d at %s: %s (is d9d running? see --socket or D9_SOCKET)",
                                   path, strerror(-fd));
                 json_decref(req);
                 return NULL;
@@ -53,7 +41,7 @@ json_t *d9ctl_call_quiet(json_t *req, char **why)
         close(fd);
         json_decref(req);
         if (!resp) {
-                *why = dup_printf("no valid answer from d9d at %s: %s", path, strerror(-err));
+                *why = d9_strdupf("no valid answer from d9d at %s: %s", path, strerror(-err));
                 return NULL;
         }
         if (!json_is_true(json_object_get(resp, "ok"))) {

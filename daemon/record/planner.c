@@ -1,7 +1,7 @@
 /* planner.c: one planning thread, a bounded queue served by turns per uid,
  * and an eventfd that hands finished jobs back to the main loop. One thread
- * on purpose: a plan holds a sealed copy of the whole executable (up to
- * 1 GiB) while it runs, so plans in parallel would multiply d9d's memory. */
+ * on purpose: a plan's child process maps and scans the whole executable
+ * (up to 1 GiB), so plans in parallel would multiply the memory it takes. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -22,6 +22,7 @@
 
 struct planner {
         struct d9_watch w;      /* eventfd: jobs finished */
+        int abort_fd;           /* eventfd: set at stop; the running job gives up */
         struct d9d *d;
         pthread_t thread;
         pthread_mutex_t lock;
@@ -159,8 +160,9 @@ int planner_start(struct d9d *d, const char *name, struct planner **out)
         p->w.fn = planner_on_event;
         pthread_mutex_init(&p->lock, NULL);
         pthread_cond_init(&p->cond, NULL);
+        p->abort_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         p->w.fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        r = p->w.fd < 0 ? -errno : d9d_watch_add(d, &p->w, EPOLLIN);
+        r = p->w.fd < 0 || p->abort_fd < 0 ? -errno : d9d_watch_add(d, &p->w, EPOLLIN);
         if (r == 0)
                 r = -pthread_create(&p->thread, NULL, planner_main, p);
         if (r < 0) {
@@ -168,12 +170,19 @@ int planner_start(struct d9d *d, const char *name, struct planner **out)
                         d9d_watch_del(d, &p->w);
                         close(p->w.fd);
                 }
+                if (p->abort_fd >= 0)
+                        close(p->abort_fd);
                 free(p);
                 return r;
         }
         pthread_setname_np(p->thread, name);
         *out = p;
         return 0;
+}
+
+int planner_abort_fd(const struct planner *p)
+{
+        return p->abort_fd;
 }
 
 const char *planner_refuses(struct planner *p, uid_t uid)
@@ -246,10 +255,12 @@ void planner_stop(struct planner *p)
         }
         pthread_cond_signal(&p->cond);
         pthread_mutex_unlock(&p->lock);
+        (void)!write(p->abort_fd, &(uint64_t){ 1 }, sizeof(uint64_t));
         pthread_join(p->thread, NULL);
         planner_collect(p);
         d9d_watch_del(p->d, &p->w);
         close(p->w.fd);
+        close(p->abort_fd);
         pthread_mutex_destroy(&p->lock);
         pthread_cond_destroy(&p->cond);
         free(p);

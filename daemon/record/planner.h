@@ -44,5 +44,9 @@ void planner_submit(struct planner *p, struct plan_job *job);
  * still comes, with job->cancelled set. */
 void planner_cancel(struct planner *p, struct plan_job *job);
 void planner_get_stats(struct planner *p, struct planner_stats *st);
-/* Cancel what waits, let the running job finish, call every done, join. */
+/* Readable once planner_stop began: a running job that waits on something
+ * (its plan child) polls it too and gives up. */
+int planner_abort_fd(const struct planner *p);
+/* Cancel what waits, tell the running job to give up (planner_abort_fd),
+ * call every done, join. */
 void planner_stop(struct planner *p);

@@ -16,6 +16,7 @@
 #include "bpf/bpf_loader.h"
 #include "daemon/core/cleanup.h"
 #include "daemon/core/log.h"
+#include "daemon/record/plan_child.h"
 #include "daemon/record/planner.h"
 #include "daemon/record/proc_facts.h"
 #include "daemon/record/sampler.h"
@@ -649,36 +650,61 @@ static int open_target_fd(struct session *s, int fd_in_target)
         return fd;
 }
 
+/* The executable to plan, open: fd and its display name (malloc'd). */
+static int session_plan_file(struct session *s, const struct session_request *req, char **display, char **why)
+{
+        int fd;
+
+        if (req->exe_fd >= 0) {
+                fd = open_target_fd(s, req->exe_fd);
+                if (fd == -EBADFD)
+                        *why = dupf("fd %d of pid %d is not a regular file", req->exe_fd, s->pid);
+                else if (fd < 0)
+                        *why = dupf("cannot read fd %d of pid %d: %s", req->exe_fd, s->pid, strerror(-fd));
+                else if (!(*display = strdup(s->exe))) {
+                        close(fd);
+                        fd = -ENOMEM;
+                }
+                return fd;
+        }
+        if (req->exe) {
+                fd = d9_target_file_open(req->exe);
+                if (fd < 0)
+                        *why = dupf(fd == -EBADFD ? "%s is not a regular file" : "cannot open %s: %s", req->exe,
+                                    strerror(-fd));
+                else if (!(*display = strdup(req->exe))) {
+                        close(fd);
+                        fd = -ENOMEM;
+                }
+                return fd;
+        }
+        return probe_target_exe_open(s->pidfd_w.fd, s->pid, display, why);
+}
+
+/* On the planner thread: the plan is built by a child process (plan_child.h). */
 static int session_plan(struct session *s, const struct session_request *req, char **why)
 {
-        char *err = NULL;
+        _cleanup_free_ char *display = NULL, *err = NULL;
+        _cleanup_close_ int fd = -1;
+        char root[64] = "";
         int r;
+        bool of_pid = !req->exe && req->exe_fd < 0;
 
         if (!(s->probes & TOKIO_PROBES))
                 return 0;
-        if (req->exe_fd >= 0) {
-                int fd = open_target_fd(s, req->exe_fd);
-
-                if (fd < 0) {
-                        if (fd == -EBADFD)
-                                *why = dupf("fd %d of pid %d is not a regular file", req->exe_fd, s->pid);
-                        else
-                                *why = dupf("cannot read fd %d of pid %d: %s", req->exe_fd, s->pid, strerror(-fd));
-                        return fd;
-                }
-                r = probe_plan_for_fd(fd, s->exe, &s->plan, &err);
-        } else if (req->exe)
-                r = probe_plan_for_file(req->exe, &s->plan, &err);
-        else
-                r = probe_plan_for_pidfd(s->pidfd_w.fd, s->pid, &s->plan, &err);
-        if (r < 0) {
-                *why = err ? err : dupf("no probe plan for pid %d: %s", s->pid, strerror(-r));
-                if (err && *why != err)
-                        free(err);
-                return r;
+        fd = session_plan_file(s, req, &display, &err);
+        if (fd < 0) {
+                *why = err ? strdup(err) : dupf("no probe plan for pid %d: %s", s->pid, strerror(-fd));
+                return fd;
         }
-        free(err);
-        return 0;
+        if (of_pid)
+                snprintf(root, sizeof(root), "/proc/%d/root", s->pid);
+        r = plan_child_build(fd, display, root, s->d->cfg.plan_timeout_ms, planner_abort_fd(s->d->planner), &s->plan,
+                             &err);
+        if (r < 0)
+                *why = !err ? dupf("no probe plan for pid %d: %s", s->pid, strerror(-r))
+                       : of_pid ? dupf("PID %d: %s", s->pid, err) : strdup(err);
+        return r;
 }
 
 static void session_link(struct d9d *d, struct session *s)

@@ -23,7 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -117,6 +119,27 @@ static struct elf_share *elf_share_find(const struct stat *st)
         return NULL;
 }
 
+/* Whether only root can shrink the file open on fd: owned by root, writable
+ * by no group or other (with ACLs, the group bits are their mask), on a
+ * local file system (a FUSE server could fail reads whatever the owner).
+ * Such a file is mapped: libdw then touches only the pages of .eh_frame it
+ * reads (a 300 MB binary has 25 MB of it). Any other file is read with
+ * pread into memory, not mapped: its owner may truncate it, and a mapping
+ * would then fault (SIGBUS) inside libdw. */
+static bool only_root_changes(int fd, const struct stat *st)
+{
+        static const long local[] = { EXT4_SUPER_MAGIC, XFS_SUPER_MAGIC, BTRFS_SUPER_MAGIC, TMPFS_MAGIC,
+                                      OVERLAYFS_SUPER_MAGIC, SQUASHFS_MAGIC, EROFS_SUPER_MAGIC_V1 };
+        struct statfs fs;
+
+        if (st->st_uid != 0 || (st->st_mode & (S_IWGRP | S_IWOTH)) || fstatfs(fd, &fs) < 0)
+                return false;
+        for (size_t i = 0; i < sizeof(local) / sizeof(*local); i++)
+                if (fs.f_type == local[i])
+                        return true;
+        return false;
+}
+
 /* The share for the file open on fd, created if new (taking fd), or NULL
  * (fd left to the caller). */
 static struct elf_share *elf_share_get(int fd)
@@ -132,9 +155,7 @@ static struct elf_share *elf_share_get(int fd)
                 close(fd);
                 return e;
         }
-        /* Read with pread, not mapped: the target's owner may truncate the
-         * file, and a mapping would then fault (SIGBUS) inside libdw. */
-        elf = elf_begin(fd, ELF_C_READ, NULL);
+        elf = elf_begin(fd, only_root_changes(fd, &st) ? ELF_C_READ_MMAP : ELF_C_READ, NULL);
         if (!elf || elf_kind(elf) != ELF_K_ELF || !(e = calloc(1, sizeof(*e)))) {
                 elf_end(elf);
                 return NULL;

@@ -5,6 +5,10 @@ unprivileged users this test creates and removes. One finding per mode:
             kill d9d (finding 1);
  bomb     - planning a crafted 250 KB ELF takes bounded time and memory
             (the planning part of finding 5);
+ planstall - a plan child that stops answering is killed at plan_timeout;
+            the attach says why and the next plan of the file works (5);
+ unwindmap - the unwinder maps only executables only root can shrink; a
+            user's own copy is read, and truncating it hurts nothing (1);
  pidreuse - the PID of a user's process, handed to a root process while
             d9d attaches to it, never gets the user a session on root's
             process (finding 4);
@@ -38,6 +42,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -146,7 +151,7 @@ def mode_sigbus(t, users):
                                        "while time.time()<end:\n"
                                        " f.truncate(4096); f.flush(); time.sleep(0.002)\n"
                                        " f.seek(0); f.write(data); f.flush()\n", exe, "20"))
-    crashed, answered, tries = False, 0, 0
+    crashed, answered, tries, died = False, 0, 0, 0
     try:
         deadline = time.time() + 15
         while time.time() < deadline and not crashed:
@@ -154,6 +159,8 @@ def mode_sigbus(t, users):
             resp = root_request(d, {"v": 1, "cmd": "attach", "pid": tgt.pid, "exe": exe, "probes": "poll",
                                     "duration_ms": 100}, timeout=20)
             answered += bool(resp)
+            why = resp.get("error", "")
+            died += "probe planner" in why and "died of signal" in why
             time.sleep(0.05)
             if d.proc.poll() is not None:
                 crashed = True
@@ -163,7 +170,8 @@ def mode_sigbus(t, users):
         flapper.kill()
         t.ok(not crashed, f"d9d survives {tries} plans of an executable its owner keeps truncating",
              f"d9d exit status {d.proc.returncode}\n" + d.logtext()[-2000:])
-        t.ok(answered == tries, f"every attach was answered ({answered}/{tries})")
+        t.ok(answered == tries, f"every attach was answered ({answered}/{tries}; "
+             f"{died} by a planner that died of its fault)")
         # The same through record's path for users: the file open in the
         # user's own process (exe_fd), truncated meanwhile.
         shutil.copy(TARGET, exe)
@@ -244,6 +252,136 @@ def mode_bomb(t, users):
         t.ok(alive_and_serving(d), "d9d still serves")
     finally:
         tgt.kill()
+    t.ok(d.stop() == 0, "d9d exits 0 on SIGTERM")
+    d.cleanup(keep=t.failed > 0)
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def plan_children_of(pid):
+    """PIDs of d9d's plan children (d9d --plan-child) under the d9d with this pid."""
+    found = []
+    for e in os.listdir("/proc"):
+        if not e.isdigit():
+            continue
+        try:
+            with open(f"/proc/{e}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{e}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid and b"--plan-child" in argv:
+            found.append(int(e))
+    return found
+
+
+def mode_planstall(t, users):
+    """A plan child that never answers (stopped here, as a crafted file or a
+    starved machine could keep it) is killed at plan_timeout; the attach
+    fails saying so, and the next attach of the same file is planned."""
+    d = D9d(D9D, D9CTL, {"plan_timeout": "10s"})
+    d.start_or_bail(t)
+    tgt = subprocess.Popen(["sleep", "60"])
+    big = BIG_BINARY if os.path.exists(BIG_BINARY) else TARGET
+    stopped, stop_now = [], threading.Event()
+
+    def stopper():
+        while not stop_now.is_set() and not stopped:
+            for c in plan_children_of(d.proc.pid):
+                os.kill(c, signal.SIGSTOP)
+                stopped.append(c)
+    try:
+        th = threading.Thread(target=stopper)
+        th.start()
+        t0 = time.time()
+        resp = root_request(d, {"v": 1, "cmd": "attach", "pid": tgt.pid, "exe": big, "probes": "poll"}, timeout=30)
+        took = time.time() - t0
+        stop_now.set()
+        th.join()
+        t.ok(stopped and resp.get("ok") is False and "plan_timeout" in resp.get("error", "") and 9.9 < took < 16,
+             f"a plan child stopped mid-plan (pid {stopped[:1]}) ends the attach after {took:.1f} s (plan_timeout 10 s) "
+             "with the reason", json.dumps(resp))
+        t.ok(stopped and not os.path.exists(f"/proc/{stopped[0]}"), "the stopped child was killed and reaped")
+        resp = root_request(d, {"v": 1, "cmd": "attach", "pid": tgt.pid, "exe": big, "probes": "poll"}, timeout=60)
+        t.ok(resp.get("ok") is True, "the next attach of the same file is planned and attached", json.dumps(resp))
+        t.ok(alive_and_serving(d) and not plan_children_of(d.proc.pid), "d9d serves, no plan child left")
+        # Stopping d9d while a plan child hangs: d9d does not wait out plan_timeout.
+        stopped.clear()
+        stop_now.clear()
+        th = threading.Thread(target=stopper)
+        th.start()
+        asker = threading.Thread(target=root_request, args=(d, {"v": 1, "cmd": "detach", "pid": tgt.pid}))
+        asker.start()
+        asker.join()
+        asker = threading.Thread(target=root_request, args=(d, {"v": 1, "cmd": "attach", "pid": tgt.pid, "exe": big,
+                                                                "probes": "poll"}), kwargs={"timeout": 30})
+        asker.start()
+        th.join(timeout=10)
+        t0 = time.time()
+        rc = d.stop() if stopped else None
+        took = time.time() - t0
+        asker.join()
+        stop_now.set()
+        t.ok(stopped and rc == 0 and took < 5 and not os.path.exists(f"/proc/{stopped[0]}"),
+             f"SIGTERM with a plan child hanging: d9d exits {rc} in {took:.1f} s, the child killed")
+    finally:
+        stop_now.set()
+        tgt.kill()
+    d.stop()
+    d.cleanup(keep=t.failed > 0)
+
+
+def mapped_by(pid, path):
+    with open(f"/proc/{pid}/maps") as f:
+        return any(line.rstrip().endswith(" " + path) for line in f)
+
+
+def mode_unwindmap(t, users):
+    """The unwinder maps only executables only root can shrink: a user's own
+    copy (which its owner may truncate under a mapping: SIGBUS) is read
+    with pread, a root-owned 0755 one is mapped (its .eh_frame pages only
+    are touched). Both unwind; a user truncating its copy meanwhile does
+    not hurt d9d."""
+    uid = users.user("a")
+    home = user_dir(uid)
+    d = D9d(D9D, D9CTL, {"socket_mode": "0666"})
+    d.start_or_bail(t)
+    mine = os.path.join(home, "tokio-app")
+    shutil.copy(TARGET, mine)
+    os.chown(mine, uid, -1)
+    roots = tempfile.mkdtemp(prefix="d9-rootexe-")
+    os.chmod(roots, 0o755)
+    root_exe = os.path.join(roots, "tokio-app")
+    shutil.copy(TARGET, root_exe)
+    os.chmod(root_exe, 0o755)
+    procs = []
+    try:
+        ta = subprocess.Popen(as_user(uid, mine, "mixed", "--duration", "8"), stdout=subprocess.DEVNULL)
+        tr = subprocess.Popen([root_exe, "mixed", "--duration", "8"], stdout=subprocess.DEVNULL)
+        procs += [ta, tr]
+        time.sleep(0.3)
+        ra = d.ctl("attach", "--pid", str(ta.pid), "--probes", "sched,cpu", user=uid)
+        rr = d.ctl("attach", "--pid", str(tr.pid), "--probes", "sched,cpu")
+        t.ok(ra.returncode == 0 and rr.returncode == 0, "the user and root attach to their targets",
+             ra.stderr + rr.stderr)
+
+        def unwound(pid):
+            st = (d.status(pid) or {}).get("targets", [{}])[-1]
+            return (st.get("stacks") or {}).get("unwound", 0) > 20
+        t.ok(wait_for(lambda: unwound(ta.pid) and unwound(tr.pid), 10, 0.2),
+             "both targets' stacks are unwound", json.dumps([d.status(ta.pid), d.status(tr.pid)])[:2000])
+        t.ok(mapped_by(d.proc.pid, root_exe) and not mapped_by(d.proc.pid, mine),
+             "d9d maps the root-owned executable and reads the user's own copy without mapping it")
+        ta.kill()
+        ta.wait()
+        run_as(uid, "truncate", "-s", "0", mine)
+        time.sleep(1)
+        t.ok(d.proc.poll() is None and alive_and_serving(d), "the user truncating its copy leaves d9d serving")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        shutil.rmtree(roots, ignore_errors=True)
     t.ok(d.stop() == 0, "d9d exits 0 on SIGTERM")
     d.cleanup(keep=t.failed > 0)
     shutil.rmtree(home, ignore_errors=True)
@@ -931,7 +1069,7 @@ def main():
     t = Tap()
     users = Users()
     try:
-        {"sigbus": mode_sigbus, "bomb": mode_bomb, "pidreuse": mode_pidreuse, "fifo": mode_fifo, "setuid": mode_setuid, "files": mode_files,
+        {"sigbus": mode_sigbus, "bomb": mode_bomb, "planstall": mode_planstall, "unwindmap": mode_unwindmap, "pidreuse": mode_pidreuse, "fifo": mode_fifo, "setuid": mode_setuid, "files": mode_files,
          "access": mode_access, "planloop": mode_planloop, "plangone": mode_plangone, "traced": mode_traced,
          "recycle": mode_recycle}[MODE](t, users)
     finally:
