@@ -188,6 +188,25 @@ def check_sealed(t, what, d, ref):
          f"{what}: task labels are future types at seal time ({len(got)})", f"{sorted(got)}")
 
 
+def served_folder(name, older):
+    """work/NAME holding the stripped executable ("target") and its debug
+    file ("target.debug") for debuginfod, the file OLDER a minute older.
+    debuginfod indexes the stripped Rust executable as debuginfo too (it
+    has a .debug_gdb_scripts section) and answers /debuginfo with the
+    newest such file of the build-id, by whole seconds of mtime. copy2
+    keeps the build's mtimes, and build-target writes the stripped binary
+    just after the debug file: in another second, the server handed out the
+    executable as the debug file and nothing was named (this test failed
+    or passed by the build's timing)."""
+    folder = os.path.join(work, name)
+    os.makedirs(folder)
+    shutil.copy2(STRIPPED, os.path.join(folder, "target"))
+    shutil.copy2(DEBUG, os.path.join(folder, "target.debug"))
+    other = os.stat(os.path.join(folder, "target.debug" if older == "target" else "target"))
+    os.utime(os.path.join(folder, older), (other.st_atime - 60, other.st_mtime - 60))
+    return folder
+
+
 def start_debuginfod(t, folder, work, db="debuginfod"):
     """Debian's debuginfod in a network namespace of our own (port 8002
     inside it is free whatever else runs), scanning folder, its index in
@@ -289,20 +308,8 @@ def main():
     d2.cleanup(keep=t.failed > 0)
 
     # 2. debuginfod on loopback; the executable is gone from where it ran.
-    served = os.path.join(work, "served")
-    os.makedirs(served)
-    shutil.copy2(STRIPPED, os.path.join(served, "target"))
-    shutil.copy2(DEBUG, os.path.join(served, "target.debug"))
-    # debuginfod indexes the stripped Rust executable as debuginfo too (it
-    # has a .debug_gdb_scripts section) and answers /debuginfo with the
-    # newest such file of the build-id, by whole seconds of mtime. copy2
-    # keeps the build's mtimes, and build-target writes the stripped binary
-    # just after the debug file: in another second, the server handed out
-    # the executable as the debug file and nothing was named (this test
-    # failed or passed by the build's timing). The executable older, as a
-    # debug file made from an installed binary is.
-    st = os.stat(os.path.join(served, "target.debug"))
-    os.utime(os.path.join(served, "target"), (st.st_atime - 60, st.st_mtime - 60))
+    # The executable older, as a debug file made from an installed binary is.
+    served = served_folder("served", older="target")
     os.unlink(copy)
     copies2 = []
     for i, p in enumerate(stripped):
@@ -358,12 +365,7 @@ def main():
 
     # 3. A server whose newest "debuginfo" for the build-id is the stripped
     # executable (see above): said in one line, the segment untouched.
-    served3 = os.path.join(work, "served-exe-newer")
-    os.makedirs(served3)
-    shutil.copy2(STRIPPED, os.path.join(served3, "target"))
-    shutil.copy2(DEBUG, os.path.join(served3, "target.debug"))
-    st = os.stat(os.path.join(served3, "target"))
-    os.utime(os.path.join(served3, "target.debug"), (st.st_atime - 60, st.st_mtime - 60))
+    served3 = served_folder("served-exe-newer", older="target.debug")
     holder, srv, ns = start_debuginfod(t, served3, work, "debuginfod-exe-newer")
     try:
         fresh = os.path.join(work, "exe-newer-" + os.path.basename(stripped[0]))
