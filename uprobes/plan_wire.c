@@ -18,7 +18,9 @@
 
 /* A field added to either struct needs its line in put_* and get_* below. */
 _Static_assert(sizeof(struct probe_point) == 128, "probe_point changed: update plan_wire.c");
-_Static_assert(sizeof(struct probe_plan) == 224, "probe_plan changed: update plan_wire.c");
+_Static_assert(sizeof(struct probe_plan) == 240, "probe_plan changed: update plan_wire.c");
+/* Not on the wire: planned_ctime, which the parent takes from its own fd
+ * of the file (plan_child.c), not from the child's word. */
 
 /* Two passes: with buf NULL, put() only counts; then the bytes go into one
  * allocation of that size. */
