@@ -4,7 +4,14 @@
  * map) and d9_tokio (uprobes, reusing d9_sched's maps by fd). Per target:
  * a slot for drop counters, a ring buffer inserted into d9_rings, a config
  * in d9_targets, and one link per probe kind (uprobe_multi) or per point
- * (classic uprobes, the fallback for kernels without uprobe_multi). */
+ * (classic uprobes, the fallback for kernels without uprobe_multi).
+ *
+ * Loading (the verifier: 10-650 ms) happens once, possibly long before the
+ * first target; the system-wide scheduler and sampling programs are
+ * attached ("armed") only with the first target, so an idle d9d costs
+ * nothing per context switch. Attaching and stopping a target may run on
+ * a worker thread while the drain loop reads other targets: the slots and
+ * the teardown list are under bpf->lock. */
 #include "bpf/bpf_loader.h"
 
 #include <errno.h>
@@ -44,6 +51,10 @@ struct d9_bpf {
         bool multi;
         size_t ring_bytes;
         int ring_tmpl_fd;
+        unsigned sample_hz, run_sample_us;
+        bool no_cpu_sampling;
+        pthread_mutex_t lock;           /* slot_used, teardowns, armed */
+        bool armed;                     /* the system-wide links are attached */
         bool slot_used[D9_MAX_TARGETS];
         struct teardown *teardowns;     /* released targets whose links are still going */
 };
@@ -243,7 +254,6 @@ static int set_ring_template(struct d9_bpf *bpf, struct bpf_map *outer)
 
 static int load_sched(struct d9_bpf *bpf, uint64_t run_period_ns)
 {
-        struct bpf_program *progs[4];
         int r;
 
         bpf->sched = d9_sched__open();
@@ -253,19 +263,55 @@ static int load_sched(struct d9_bpf *bpf, uint64_t run_period_ns)
         if (r < 0)
                 return r;
         bpf->sched->rodata->d9_run_period_ns = run_period_ns;
-        r = d9_sched__load(bpf->sched);
-        if (r < 0)
-                return r;
-        progs[0] = bpf->sched->progs.d9_sched_switch;
-        progs[1] = bpf->sched->progs.d9_sched_wakeup;
-        progs[2] = bpf->sched->progs.d9_proc_exit;
-        progs[3] = bpf->sched->progs.d9_proc_exec;
-        for (size_t i = 0; i < 4; i++) {
+        return d9_sched__load(bpf->sched);
+}
+
+/* Back to a loaded, idle state; caller holds bpf->lock. */
+static void disarm_locked(struct d9_bpf *bpf)
+{
+        for (size_t i = 0; i < bpf->n_sched_links; i++)
+                bpf_link__destroy(bpf->sched_links[i]);
+        for (size_t i = 0; i < bpf->n_perf_fds; i++)
+                close(bpf->perf_fds[i]);
+        free(bpf->perf_fds);
+        bpf->perf_fds = NULL;
+        bpf->n_sched_links = bpf->n_perf_fds = 0;
+        bpf->armed = false;
+}
+
+/* The system-wide programs, with the first target: they run on every
+ * context switch of the machine. Caller holds bpf->lock. */
+static int arm_locked(struct d9_bpf *bpf)
+{
+        struct bpf_program *progs[] = {
+                bpf->sched->progs.d9_sched_switch, bpf->sched->progs.d9_sched_wakeup,
+                bpf->sched->progs.d9_proc_exit, bpf->sched->progs.d9_proc_exec,
+        };
+        int r = 0;
+
+        if (bpf->armed)
+                return 0;
+        for (size_t i = 0; r == 0 && i < sizeof(progs) / sizeof(progs[0]); i++)
                 r = push_sched_link(bpf, bpf_program__attach(progs[i]));
-                if (r < 0)
-                        return r;
-        }
-        return 0;
+        if (r == 0 && !bpf->no_cpu_sampling)
+                r = open_cpu_sampling(bpf, bpf->sample_hz, bpf->run_sample_us);
+        bpf->armed = r == 0;
+        if (r < 0)
+                disarm_locked(bpf);
+        return r;
+}
+
+/* A first target that failed leaves d9d as idle as before it. */
+static void disarm_if_unused(struct d9_bpf *bpf)
+{
+        bool used = false;
+
+        pthread_mutex_lock(&bpf->lock);
+        for (uint32_t i = 0; i < D9_MAX_TARGETS && !used; i++)
+                used = bpf->slot_used[i];
+        if (!used)
+                disarm_locked(bpf);
+        pthread_mutex_unlock(&bpf->lock);
 }
 
 /* The tokio object writes into d9_sched's maps: same fds, not copies. */
@@ -321,6 +367,10 @@ int d9_bpf_open(const struct d9_bpf_opts *opts, struct d9_bpf **out)
                 return -ENOMEM;
         bpf->ring_bytes = opts->ring_bytes ? opts->ring_bytes : D9_DEFAULT_RING_BYTES;
         bpf->ring_tmpl_fd = -1;
+        bpf->sample_hz = opts->sample_hz ? opts->sample_hz : D9_DEFAULT_SAMPLE_HZ;
+        bpf->no_cpu_sampling = opts->no_cpu_sampling;
+        bpf->run_sample_us = opts->run_sample_us ? opts->run_sample_us : D9_RUN_SAMPLE_US_DEFAULT;
+        pthread_mutex_init(&bpf->lock, NULL);
         libbpf_set_print(opts->libbpf_log ? libbpf_warnings : libbpf_quiet);
         bpf->multi = !opts->force_per_probe && probe_uprobe_multi();
         r = load_sched(bpf, (uint64_t)(opts->run_sample_us ? opts->run_sample_us : D9_RUN_SAMPLE_US_DEFAULT) * 1000);
@@ -329,9 +379,6 @@ int d9_bpf_open(const struct d9_bpf_opts *opts, struct d9_bpf **out)
         if (bpf->ring_tmpl_fd >= 0)
                 close(bpf->ring_tmpl_fd);
         bpf->ring_tmpl_fd = -1;
-        if (r == 0 && !opts->no_cpu_sampling)
-                r = open_cpu_sampling(bpf, opts->sample_hz ? opts->sample_hz : D9_DEFAULT_SAMPLE_HZ,
-                                      opts->run_sample_us ? opts->run_sample_us : D9_RUN_SAMPLE_US_DEFAULT);
         if (r < 0) {
                 d9_bpf_close(bpf);
                 return r;
@@ -356,6 +403,7 @@ void d9_bpf_close(struct d9_bpf *bpf)
         free(bpf->run_fds);
         d9_tokio__destroy(bpf->tokio);
         d9_sched__destroy(bpf->sched);
+        pthread_mutex_destroy(&bpf->lock);
         free(bpf);
 }
 
@@ -712,6 +760,7 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
                          struct d9_bpf_target **out, char **err)
 {
         struct d9_bpf_target *t;
+        bool armed_here = false;
         uint64_t t0;
         int r;
 
@@ -732,10 +781,25 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
         /* Links of an earlier session on this pid may still be going away:
          * they would feed the new config (with their own probe set). */
         teardowns_reap(bpf, false, pid);
+        pthread_mutex_lock(&bpf->lock);
         r = alloc_slot(bpf, &t->slot);
-        if (r == -ENOSPC && bpf->teardowns) {
+        bool waiting = bpf->teardowns != NULL;
+        pthread_mutex_unlock(&bpf->lock);
+        if (r == -ENOSPC && waiting) {
                 teardowns_reap(bpf, true, 0);
+                pthread_mutex_lock(&bpf->lock);
                 r = alloc_slot(bpf, &t->slot);
+                pthread_mutex_unlock(&bpf->lock);
+        }
+        if (r == 0) {
+                pthread_mutex_lock(&bpf->lock);
+                armed_here = !bpf->armed;
+                r = arm_locked(bpf);
+                pthread_mutex_unlock(&bpf->lock);
+                if (r < 0) {
+                        set_err(err, "cannot attach d9's scheduler and sampling programs: %s", strerror(-r));
+                        goto fail;
+                }
         }
         if (r < 0) {
                 set_err(err, "cannot trace PID %d: already %d targets", (int)pid,
@@ -782,6 +846,8 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
         return 0;
 fail:
         d9_bpf_detach_target(t);
+        if (armed_here)
+                disarm_if_unused(bpf);
         return r;
 }
 
@@ -834,13 +900,16 @@ static void *teardown_run(void *arg)
         return NULL;
 }
 
-/* Main thread only (like every slot_used access): join, give the slot back. */
+/* Join (outside bpf->lock: it may wait for grace periods), then give the
+ * slot back. */
 static void teardown_finish(struct d9_bpf *bpf, struct teardown *td)
 {
         if (td->started)
                 pthread_join(td->th, NULL);
+        pthread_mutex_lock(&bpf->lock);
         if (td->slot != UINT32_MAX)
                 bpf->slot_used[td->slot] = false;
+        pthread_mutex_unlock(&bpf->lock);
         free(td->links);
         free(td);
 }
@@ -849,15 +918,25 @@ static void teardown_finish(struct d9_bpf *bpf, struct teardown *td)
  * or for all of them with wait_all. */
 static void teardowns_reap(struct d9_bpf *bpf, bool wait_all, pid_t pid)
 {
+        struct teardown *ready = NULL;
+
+        pthread_mutex_lock(&bpf->lock);
         for (struct teardown **pp = &bpf->teardowns; *pp;) {
                 struct teardown *td = *pp;
 
                 if (wait_all || td->pid == pid || __atomic_load_n(&td->done, __ATOMIC_ACQUIRE)) {
                         *pp = td->next;
-                        teardown_finish(bpf, td);
+                        td->next = ready;
+                        ready = td;
                         continue;
                 }
                 pp = &td->next;
+        }
+        pthread_mutex_unlock(&bpf->lock);
+        while (ready) {
+                struct teardown *next = ready->next;
+                teardown_finish(bpf, ready);
+                ready = next;
         }
 }
 
@@ -868,20 +947,25 @@ size_t d9_bpf_teardowns_pending(struct d9_bpf *bpf)
         if (!bpf)
                 return 0;
         teardowns_reap(bpf, false, 0);
+        pthread_mutex_lock(&bpf->lock);
         for (struct teardown *td = bpf->teardowns; td; td = td->next)
                 n++;
+        pthread_mutex_unlock(&bpf->lock);
         return n;
 }
 
 bool d9_bpf_teardown_pending_for(struct d9_bpf *bpf, pid_t pid)
 {
+        bool pending = false;
+
         if (!bpf)
                 return false;
         teardowns_reap(bpf, false, 0);
-        for (struct teardown *td = bpf->teardowns; td; td = td->next)
-                if (td->pid == pid)
-                        return true;
-        return false;
+        pthread_mutex_lock(&bpf->lock);
+        for (struct teardown *td = bpf->teardowns; td && !pending; td = td->next)
+                pending = td->pid == pid;
+        pthread_mutex_unlock(&bpf->lock);
+        return pending;
 }
 
 /* Hand links to a teardown thread (the target keeps its slot). */
@@ -947,7 +1031,7 @@ int d9_bpf_target_set_wakes(struct d9_bpf_target *t, bool on)
         return r;
 }
 
-int d9_bpf_target_stop(struct d9_bpf_target *t)
+int d9_bpf_target_quiesce(struct d9_bpf_target *t)
 {
         uint32_t tgid = t->kernel_tgid;
         struct teardown *td;
@@ -985,9 +1069,16 @@ int d9_bpf_target_stop(struct d9_bpf_target *t)
          * running, so every record it reserved is now submitted. */
         if (t->slot != UINT32_MAX)
                 bpf_map__delete_elem(t->bpf->sched->maps.d9_rings, &tgid, sizeof(tgid), 0);
+        return 0;
+}
+
+int d9_bpf_target_stop(struct d9_bpf_target *t)
+{
+        int r = d9_bpf_target_quiesce(t);
+
         if (t->rb)
                 ring_buffer__consume(t->rb);
-        return 0;
+        return r;
 }
 
 void d9_bpf_detach_target(struct d9_bpf_target *t)
@@ -1011,9 +1102,11 @@ void d9_bpf_detach_target(struct d9_bpf_target *t)
         if (t->td) {
                 /* Stopped: the links die on their own thread; the slot is
                  * released with them (teardowns_reap). */
+                pthread_mutex_lock(&t->bpf->lock);
                 t->td->slot = t->slot;
                 t->td->next = t->bpf->teardowns;
                 t->bpf->teardowns = t->td;
+                pthread_mutex_unlock(&t->bpf->lock);
         } else {
                 destroy_links(t->links, t->n_links);
                 if (t->slot != UINT32_MAX) {
@@ -1023,7 +1116,9 @@ void d9_bpf_detach_target(struct d9_bpf_target *t)
                                 bpf_map__delete_elem(t->bpf->sched->maps.d9_targets, &tgid, sizeof(tgid), 0);
                         if (t->in_rings)
                                 bpf_map__delete_elem(t->bpf->sched->maps.d9_rings, &tgid, sizeof(tgid), 0);
+                        pthread_mutex_lock(&t->bpf->lock);
                         t->bpf->slot_used[t->slot] = false;
+                        pthread_mutex_unlock(&t->bpf->lock);
                 }
         }
         if (t->rb) {

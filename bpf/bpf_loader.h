@@ -1,7 +1,8 @@
 /* bpf_loader.h: load d9's BPF programs once, attach them to targets.
  *
- * d9_bpf_open() loads and attaches everything shared by all targets
- * (sched_switch, sched_wakeup, process exit/exec, perf CPU sampling).
+ * d9_bpf_open() loads everything shared by all targets (sched_switch,
+ * sched_wakeup, process exit/exec, perf CPU sampling, the Tokio uprobe
+ * program); the first d9_bpf_attach_target() attaches the system-wide ones.
  * d9_bpf_attach_target() adds one process: its config in d9_targets, its
  * own ring buffer in the d9_rings map-in-map, and the Tokio uprobes of its
  * probe plan with a pid filter. Records arrive through the callback given
@@ -86,6 +87,9 @@ struct d9_bpf_target_opts {
 };
 
 int d9_bpf_open(const struct d9_bpf_opts *opts, struct d9_bpf **out);
+/* d9_bpf_attach_target, d9_bpf_target_stop, d9_bpf_detach_target and the
+ * teardown queries may run on different threads, one call per target at a
+ * time; d9_bpf_close only once no other call runs. */
 void d9_bpf_close(struct d9_bpf *bpf);
 bool d9_bpf_uses_uprobe_multi(const struct d9_bpf *bpf);
 
@@ -107,6 +111,10 @@ bool d9_bpf_target_wakes_on(const struct d9_bpf_target *t);
  * writing) and the ring is drained; its links start going away on a
  * thread of their own. Drop counts stay readable until the detach. */
 int d9_bpf_target_stop(struct d9_bpf_target *t);
+/* The same without the final drain, for a worker thread while the caller's
+ * loop keeps draining the ring: once it returns, nothing more is written
+ * to the ring, and one more d9_bpf_target_consume gets the rest. */
+int d9_bpf_target_quiesce(struct d9_bpf_target *t);
 /* Drains what is left, then removes everything of this target. After
  * d9_bpf_target_stop this returns at once: the link teardown finishes in
  * the background (d9_bpf_teardowns_pending), and the slot and the pid are

@@ -60,7 +60,6 @@ static void on_tick(struct d9d *d, struct d9_watch *w, uint32_t events)
                 live += s->state == SESSION_RECORDING;
         }
         sessions_prune(d);
-        session_starts_resume(d);
         autoattach_tick(d->autoattach);
         /* Sealing (symbols, compression) runs in the sealer thread's own
          * malloc arena, which keeps ~10 MiB it no longer uses after each
@@ -183,8 +182,9 @@ static void shutdown_all(struct d9d *d)
         sampler_stop(d->sampler);       /* no session samples any more */
         d->sampler = NULL;
         planner_stop(d->planner);       /* attaches still planning are answered and dropped */
-        session_starts_resume(d);       /* and those planned, waiting for a teardown */
         d->planner = NULL;
+        planner_stop(d->bpf_worker);    /* and those installing; stops under way finish */
+        d->bpf_worker = NULL;
         autoattach_stop(d->autoattach);
         d->autoattach = NULL;
         control_server_stop(d->control);
@@ -393,9 +393,11 @@ int main(int argc, char **argv)
                 log_error("cannot start the sealing thread: %s", strerror(-r));
                 return 1;
         }
-        r = planner_start(&d, &d.planner);
+        r = planner_start(&d, "d9d-planner", &d.planner);
+        if (r == 0)
+                r = planner_start(&d, "d9d-bpf", &d.bpf_worker);
         if (r < 0) {
-                log_error("cannot start the planning thread: %s", strerror(-r));
+                log_error("cannot start the planning threads: %s", strerror(-r));
                 return 1;
         }
         r = sampler_start(&d, session_on_sample, &d.sampler);
@@ -403,9 +405,15 @@ int main(int argc, char **argv)
                 log_error("cannot start the sampling thread: %s", strerror(-r));
                 return 1;
         }
-        /* Before the first client and before d9d is ready: /proc/kallsyms'
-         * 0.1-0.3 s, read here rather than on a thread of its own, whose
-         * open descriptor raced the fd-limit check of the accept loop. */
+        /* Before the first client, while no ring waits to be drained: the
+         * verifier's 10-650 ms, which the first attach would pay otherwise,
+         * and /proc/kallsyms' 0.1-0.3 s (here rather than on a thread of
+         * its own, whose open descriptor raced the fd-limit check of the
+         * accept loop). Done before d9d says it is ready, so that it holds
+         * its descriptors and memory from then on. */
+        if (!pf.fatal && (r = session_bpf_load(&d)) < 0)
+                log_warn("cannot load d9's BPF programs: %s (attach will try again; see the preflight log)",
+                         strerror(-r));
         ksyms_put(ksyms_get());
         r = start_shipper(&d);
         if (r < 0)

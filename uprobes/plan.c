@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -286,6 +287,7 @@ static int plan_build(int fd, const char *path, const char *root, struct probe_p
         struct plan_builder b = { 0 };
         struct probe_plan *plan;
         struct timespec t0, t1;
+        struct stat st;
         int r;
 
         clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -298,6 +300,8 @@ static int plan_build(int fd, const char *path, const char *root, struct probe_p
         }
         plan->exe_fd = fd;
         plan->exe_path = strdup(path);
+        if (fstat(fd, &st) == 0)
+                plan->planned_ctime = st.st_ctim;
         r = asprintf(&plan->attach_path, "/proc/self/fd/%d", fd) < 0 ? -ENOMEM : 0;
         if (r == 0) {
                 int copy = fcntl(fd, F_DUPFD_CLOEXEC, 3);

@@ -8,7 +8,12 @@
  * An entry is keyed by the file's identity and change marks (device,
  * inode, size, mtime, ctime): any write to the file changes its ctime, and
  * nobody can set a ctime back, so a file changed since it was planned is
- * planned again. The copy gets the new process's own executable fd
+ * planned again, and so is one written while it was planned (its ctime
+ * then differs from planned_ctime). A plan that used a separate debug file
+ * is never kept: that file was found under the target's root or a debug
+ * directory, which its user may control, and its symbols must not decide
+ * where another user's process gets its probes. The copy gets the new
+ * process's own executable fd
  * (target_exe_open: pidfd checked), so uprobes attach to the inode that
  * process runs, as for a plan built from scratch. Not thread-safe: one
  * owner (d9d's loop). */
@@ -132,7 +137,8 @@ void probe_plan_cache_put(struct probe_plan_cache *c, const struct probe_plan *p
         struct plan_cache_entry *slot = NULL;
         struct plan_key k;
 
-        if (!c || plan->exe_fd < 0 || plan_key_of(plan->exe_fd, &k) < 0)
+        if (!c || plan->exe_fd < 0 || plan->debug_file || plan_key_of(plan->exe_fd, &k) < 0 ||
+            k.ctime.tv_sec != plan->planned_ctime.tv_sec || k.ctime.tv_nsec != plan->planned_ctime.tv_nsec)
                 return;
         for (unsigned i = 0; i < c->n; i++) {
                 struct plan_cache_entry *e = &c->v[i];

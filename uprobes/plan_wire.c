@@ -20,7 +20,9 @@
 _Static_assert(sizeof(struct probe_point) == 144, "probe_point changed: update plan_wire.c");
 /* A poll body no longer than this (Deno's longest: 11 KiB). */
 #define WIRE_MAX_BODY (16u << 20)
-_Static_assert(sizeof(struct probe_plan) == 224, "probe_plan changed: update plan_wire.c");
+_Static_assert(sizeof(struct probe_plan) == 240, "probe_plan changed: update plan_wire.c");
+/* Not on the wire: planned_ctime, which the parent takes from its own fd
+ * of the file (plan_child.c), not from the child's word. */
 
 /* Two passes: with buf NULL, put() only counts; then the bytes go into one
  * allocation of that size. */

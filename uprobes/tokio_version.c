@@ -30,30 +30,40 @@ static void count_version(struct seen *s, size_t *n, const char *v, size_t len)
         }
 }
 
-/* At p: "tokio-" then digits and dots then "/src"; returns the version length. */
+static bool is_hex_run(const uint8_t *p, size_t n)
+{
+        for (size_t i = 0; i < n; i++)
+                if (!isxdigit(p[i]))
+                        return false;
+        return true;
+}
+
+/* At p: "tokio-", the version, then "/src"; returns the version's length.
+ * Builds from a vendored or content-addressed source tree name the folder
+ * `tokio-1.53.1-<sha256>` (deltachat-rpc-server 2.62 from npm, a Nix
+ * build): a trailing '-' and 32 or more hex digits are the tree's hash, not
+ * part of the version. Pre-release tags (`1.0.0-alpha.1`) stay. */
 static size_t version_at(const uint8_t *p, const uint8_t *end)
 {
         const uint8_t *v = p + 6, *q = v;
 
-        while (q < end && q - v < 31 && (isdigit(*q) || *q == '.' || *q == '-' || isalpha(*q)))
+        while (q < end && q - v < 120 && (isalnum(*q) || *q == '.' || *q == '-' || *q == '+'))
                 q++;
         if (q == v || !isdigit(*v) || end - q < 4 || memcmp(q, "/src", 4) != 0)
                 return 0;
-        return (size_t)(q - v);
+        size_t len = (size_t)(q - v);
+        for (size_t i = 0; i < len; i++)
+                if (v[i] == '-' && len - i - 1 >= 32 && is_hex_run(v + i + 1, len - i - 1)) {
+                        len = i;
+                        break;
+                }
+        return len < 32 ? len : 0;
 }
 
-char *tokio_version_detect(const struct elf_image *img)
+char *tokio_version_in(const uint8_t *d, size_t size)
 {
         struct seen seen[MAX_SEEN];
-        size_t n_seen = 0, size;
-        const uint8_t *d = d9_elf_section_data(img, ".rodata", &size, NULL);
-
-        if (!d) {
-                /* No section headers: fall back to the whole file. */
-                d = (const uint8_t *)elf_rawfile(img->elf, &size);
-                if (!d)
-                        return NULL;
-        }
+        size_t n_seen = 0;
         const uint8_t *end = d + size, *p = d;
 
         while ((p = memmem(p, (size_t)(end - p), "tokio-", 6))) {
@@ -70,4 +80,18 @@ char *tokio_version_detect(const struct elf_image *img)
                 if (seen[i].count > seen[best].count)
                         best = i;
         return strdup(seen[best].v);
+}
+
+char *tokio_version_detect(const struct elf_image *img)
+{
+        size_t size;
+        const uint8_t *d = d9_elf_section_data(img, ".rodata", &size, NULL);
+
+        if (!d) {
+                /* No section headers: fall back to the whole file. */
+                d = (const uint8_t *)elf_rawfile(img->elf, &size);
+                if (!d)
+                        return NULL;
+        }
+        return tokio_version_in(d, size);
 }

@@ -158,6 +158,9 @@ struct probe_plan {
         char *debug_file;               /* separate debug file used, or NULL */
         bool v0_mangling;
         double elapsed_ms;              /* time to build the plan */
+        /* The file's ctime when planning began: a plan of a file written
+         * since may mix both versions, and plan_cache.c does not keep it. */
+        struct timespec planned_ctime;
 };
 
 /* Point counts per kind, attached (not skipped) only. */
@@ -211,7 +214,9 @@ struct probe_plan_cache;
 struct probe_plan_cache *probe_plan_cache_new(unsigned capacity);
 void probe_plan_cache_free(struct probe_plan_cache *cache);
 /* Keep a copy of plan (one built from its exe_fd) for processes that run
- * the same, unchanged file later; the least recently used entry goes. */
+ * the same, unchanged file later; the least recently used entry goes. A
+ * plan that used a separate debug file, or of a file changed while it was
+ * planned, is not kept. */
 void probe_plan_cache_put(struct probe_plan_cache *cache, const struct probe_plan *plan);
 /* The plan for pid's executable, when that file was planned unchanged:
  * 0, -ENOENT if not, another negative errno if its executable cannot be

@@ -144,3 +144,5 @@ void x86_decode(const uint8_t *p, size_t n, struct x86_insn *out);
 /* ---- tokio_version.c ----------------------------------------------------- */
 
 char *tokio_version_detect(const struct elf_image *img);
+/* The same over size bytes at d (the most referenced `tokio-V/src`). */
+char *tokio_version_in(const uint8_t *d, size_t size);

@@ -70,7 +70,7 @@ static json_t *cmd_status(struct d9d *d, const struct peer *p, json_t *req)
 {
         json_t *r = d9c_ok(), *arr = json_array();
         struct sealer_stats st;
-        struct planner_stats ps;
+        struct planner_stats ps, bs;
         uint64_t stall_max, stall_recent;
         pid_t pid = 0;
         json_int_t only = json_integer_value(json_object_get(req, "session"));
@@ -93,6 +93,7 @@ static json_t *cmd_status(struct d9d *d, const struct peer *p, json_t *req)
         }
         sealer_get_stats(d->sealer, &st);
         planner_get_stats(d->planner, &ps);
+        planner_get_stats(d->bpf_worker, &bs);
         d9d_loop_stall(&stall_max, &stall_recent);
         json_object_set_new(r, "targets", arr);
         if (p->uid == 0 && d->autoattach)
@@ -117,6 +118,9 @@ static json_t *cmd_status(struct d9d *d, const struct peer *p, json_t *req)
         json_object_set_new(dj, "plans_running", json_integer(ps.running));
         json_object_set_new(dj, "plans_built", json_integer((json_int_t)ps.built));
         json_object_set_new(dj, "plan_longest_ms", json_integer((json_int_t)ps.longest_ms));
+        /* The BPF thread: program loads, target installs and stops. */
+        json_object_set_new(dj, "bpf_jobs_queued", json_integer(bs.queued + bs.running));
+        json_object_set_new(dj, "bpf_job_longest_ms", json_integer((json_int_t)bs.longest_ms));
         /* The drain loop's longest turn: what ring buffers had to absorb. */
         json_object_set_new(dj, "loop_max_stall_ms", json_integer((json_int_t)stall_max));
         json_object_set_new(dj, "loop_recent_max_stall_ms", json_integer((json_int_t)stall_recent));
@@ -235,6 +239,26 @@ static json_t *cmd_attach(struct d9d *d, const struct peer *p, json_t *req)
         return NULL;
 }
 
+static json_t *detach_reply(struct session *s)
+{
+        json_t *ok = d9c_ok();
+
+        json_object_set_new(ok, "target", session_status_json(s));
+        return ok;
+}
+
+/* A detach is answered once its session's end is through (its BPF side
+ * stops on the BPF thread), with the segment closed and queued. */
+static void detach_done(void *ctx, struct session *s)
+{
+        control_reply_finish(ctx, detach_reply(s));
+}
+
+/* The client went away: the reply is still finished (and only freed). */
+static void detach_gone(void *ctx)
+{
+}
+
 static json_t *cmd_detach(struct d9d *d, const struct peer *p, json_t *req)
 {
         struct session *s;
@@ -247,9 +271,13 @@ static json_t *cmd_detach(struct d9d *d, const struct peer *p, json_t *req)
         if (!s || !peer_may_see(p, s))
                 return d9c_error("pid %d is not being traced by you", pid);
         session_end(s, "detached");
-        json_t *ok = d9c_ok();
-        json_object_set_new(ok, "target", session_status_json(s));
-        return ok;
+        if (!session_ending(s))
+                return detach_reply(s);
+        s->on_ended_ctx = control_reply_defer(p->client, detach_gone, NULL);
+        if (!s->on_ended_ctx)
+                return detach_reply(s);  /* out of memory: answered now, the end goes on */
+        s->on_ended = detach_done;
+        return NULL;
 }
 
 static const struct {

@@ -29,6 +29,7 @@ struct d9d {
         struct session *sessions;       /* live and finished sessions, newest first */
         struct sealer *sealer;
         struct planner *planner;        /* probe plans, off this loop */
+        struct planner *bpf_worker;     /* BPF loads, installs and stops, off this loop */
         struct sampler *sampler;        /* resource and accept-queue samples, off this loop */
         struct control_server *control;
         struct shipper *shipper;        /* NULL unless s3_* is configured */

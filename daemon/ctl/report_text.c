@@ -157,6 +157,16 @@ void report_print_text(FILE *out, const json_t *doc)
                 " off-CPU intervals under the recording minimum (%.3f ms in all)",
                 json_integer_value(json_object_get(m, "lost_events")),
                 json_integer_value(json_object_get(m, "short_offcpu_intervals")), ms(m, "short_offcpu_ns"));
+        json_int_t stacks = json_integer_value(json_object_get(m, "stacks_over_unwind_budget"));
+        json_int_t sampler = json_integer_value(json_object_get(m, "resource_samples_lost"));
+        json_int_t other = json_integer_value(json_object_get(m, "lost_other"));
+        if (stacks)
+                fprintf(out, "; %" JSON_INTEGER_FORMAT " samples without their stack (d9d's unwind budget used up)",
+                        stacks);
+        if (sampler)
+                fprintf(out, "; %" JSON_INTEGER_FORMAT " process resource samples lost", sampler);
+        if (other)
+                fprintf(out, "; %" JSON_INTEGER_FORMAT " records lost from an unknown source", other);
         if (json_integer_value(json_object_get(m, "polls_not_kept")) ||
             json_integer_value(json_object_get(m, "samples_not_kept")))
                 fprintf(out, "; over this report's bound: %" JSON_INTEGER_FORMAT " long polls, %" JSON_INTEGER_FORMAT

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -185,10 +186,15 @@ int plan_child_build(int fd, const char *display, const char *root, uint64_t tim
         struct d9_buf answer = { 0 };
         struct probe_plan *plan = NULL;
         int pipefd[2], status = 0, r, rd;
+        struct stat planned;
+        bool stat_ok;
         pid_t pid;
 
         *out = NULL;
         *why = NULL;
+        /* The file's ctime before the child reads it: a write meanwhile
+         * keeps the plan out of the plan cache (uprobes/plan_cache.c). */
+        stat_ok = fstat(fd, &planned) == 0;
         if (pipe2(pipefd, O_CLOEXEC) < 0)
                 return -errno;
         r = spawn_child(fd, pipefd[1], display, root, &pid);
@@ -220,6 +226,8 @@ int plan_child_build(int fd, const char *display, const char *root, uint64_t tim
         d9_buf_free(&answer);
         if (r < 0)
                 return r;
+        if (stat_ok)
+                plan->planned_ctime = planned.st_ctim;
         /* The attach goes to the inode that was planned, through d9d's own fd of it. */
         plan->exe_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
         if (plan->exe_fd < 0 || asprintf(&plan->attach_path, "/proc/self/fd/%d", plan->exe_fd) < 0) {

@@ -149,7 +149,7 @@ static void planner_on_event(struct d9d *d, struct d9_watch *w, uint32_t events)
         planner_collect(p);
 }
 
-int planner_start(struct d9d *d, struct planner **out)
+int planner_start(struct d9d *d, const char *name, struct planner **out)
 {
         struct planner *p = calloc(1, sizeof(*p));
         int r;
@@ -175,7 +175,7 @@ int planner_start(struct d9d *d, struct planner **out)
                 free(p);
                 return r;
         }
-        pthread_setname_np(p->thread, "d9d-planner");
+        pthread_setname_np(p->thread, name);
         *out = p;
         return 0;
 }
@@ -214,14 +214,6 @@ void planner_submit(struct planner *p, struct plan_job *job)
                 ;
         *tail = job;
         pthread_cond_signal(&p->cond);
-        pthread_mutex_unlock(&p->lock);
-}
-
-void planner_finish_now(struct planner *p, struct plan_job *job)
-{
-        pthread_mutex_lock(&p->lock);
-        job->cancelled = false;
-        push_done(p, job);
         pthread_mutex_unlock(&p->lock);
 }
 

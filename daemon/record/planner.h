@@ -33,14 +33,13 @@ struct planner_stats {
         uint64_t longest_ms;    /* the longest run, wall clock */
 };
 
-int planner_start(struct d9d *d, struct planner **out);
+/* name: the thread's (d9d-planner for plans, d9d-bpf for BPF installs and
+ * stops: a second queue, so a detach never waits behind a long plan). */
+int planner_start(struct d9d *d, const char *name, struct planner **out);
 /* Why uid may not queue one more job now (its cap, or the queue is full),
  * or NULL. The submit that follows on the main loop then cannot fail. */
 const char *planner_refuses(struct planner *p, uid_t uid);
 void planner_submit(struct planner *p, struct plan_job *job);
-/* A job with nothing to plan: its done comes from the loop like any other
- * (no caps, no waiting in the queue, run is not called). */
-void planner_finish_now(struct planner *p, struct plan_job *job);
 /* Nobody waits for job any more: skip it if it has not started. Its done
  * still comes, with job->cancelled set. */
 void planner_cancel(struct planner *p, struct plan_job *job);

@@ -17,6 +17,7 @@ struct sampler;
 enum sample_kind {
         SAMPLE_RESOURCES,
         SAMPLE_ACCEPT_QUEUES,
+        SAMPLE_MAPS,                    /* /proc/PID/maps, for the sealer */
 };
 
 #define SAMPLE_QUEUES_MAX 64            /* listeners of one target per sample */
@@ -32,6 +33,7 @@ struct sample {
         struct d9_process_usage usage;
         uint32_t n_queues;
         struct d9_accept_queue queues[SAMPLE_QUEUES_MAX];
+        char *maps;                     /* SAMPLE_MAPS: malloc'd text; deliver may take it (NULL it) */
 };
 
 struct sampler_target {
@@ -40,11 +42,24 @@ struct sampler_target {
         int pidfd;                      /* duplicated */
         uint64_t resources_every_ms;    /* 0: none */
         uint64_t accept_queues_every_ms; /* 0: none */
+        uint64_t maps_every_ms;         /* 0: none */
 };
 
 /* deliver runs on the loop, once per sample; the sample is freed after. */
-int sampler_start(struct d9d *d, void (*deliver)(struct d9d *d, const struct sample *s),
+int sampler_start(struct d9d *d, void (*deliver)(struct d9d *d, struct sample *s),
                   struct sampler **out);
+/* The target's memory map as text, read below proc_fd and kept only if
+ * pidfd shows the process alive after the read (a recycled PID's map would
+ * name another program's code), or NULL. Off the loop only: the read
+ * waits on the target's mmap lock. */
+char *sampler_read_maps(int proc_fd, int pidfd);
+/* Read the target's map now, off the loop: done(d, ctx, maps) runs on the
+ * loop, in the order asked, with the malloc'd text or NULL (exited, or
+ * d9d stopping: nothing is read then). proc_fd and pidfd are duplicated. */
+void sampler_read_maps_then(struct sampler *sm, int proc_fd, int pidfd,
+                            void (*done)(struct d9d *d, void *ctx, char *maps), void *ctx);
+/* The session's next periodic map read at once (its target exec'd). */
+void sampler_maps_soon(struct sampler *sm, uint64_t session_id);
 int sampler_add(struct sampler *sm, const struct sampler_target *t);
 /* No sample of the session is delivered after this returns. */
 void sampler_remove(struct sampler *sm, uint64_t session_id);

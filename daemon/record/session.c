@@ -20,6 +20,7 @@
 #include "daemon/record/plan_child.h"
 #include "daemon/record/planner.h"
 #include "daemon/record/proc_facts.h"
+#include "daemon/record/sampler.h"
 #include "proto/d9control.h"
 #include "daemon/seal/sealer.h"
 #include "daemon/record/session.h"
@@ -27,12 +28,22 @@
 #include "daemon/symbolize/symbolize.h"
 #include "uprobes/uprobes.h"
 
+/* User stack bytes BPF copies per stack (docs/stacks.md): the unwinder is
+ * told too, so it can say when a stack went on past them. */
+#define STACK_COPY_BYTES 8192
+
 #define FINISHED_KEPT 64
 /* The probe sets that need a plan of the target's executable. */
 #define TOKIO_PROBES (D9_PROBE_PARK | D9_PROBE_POLL | D9_PROBE_SPAWN | D9_PROBE_WAKE | D9_PROBE_TERMINATE)
 /* Probe sets that need a probe plan: long polls read its poll functions. */
 #define PLANNED_PROBES (TOKIO_PROBES | D9_PROBE_RUNS)
 
+/* The BPF objects every session shares. Loading them (the verifier:
+ * 10-650 ms) happens at d9d's start; attaching and stopping a target (a
+ * grace period per map-in-map insert or delete, uprobe registration) run
+ * on the BPF thread (d->bpf_worker), never on the loop that drains the
+ * other sessions. A load retried there writes shared_bpf before its job's
+ * done; the loop reads it after. */
 static struct d9_bpf *shared_bpf;
 /* Plans by executable file: the next process of a planned binary attaches
  * without a planner turn (the whole of exec -> attach for auto-attach). */
@@ -389,29 +400,38 @@ static int session_refresh_metadata(struct session *s)
         return r;
 }
 
-/* Keep the target's mappings: once it has exited they cannot be read, and
- * the sealer needs them to name the addresses of its last segment. Read
- * only while the pidfd proves the PID is still the target's: a recycled
- * PID's maps would name another program's code. */
-static void session_snapshot_maps(struct session *s)
+/* The target's mappings are kept (once it has exited they cannot be read,
+ * and the sealer needs them to name the addresses of its last segment) and
+ * read off the drain loop: a read of /proc/PID/maps waits on the target's
+ * mmap lock, which the target can hold. The BPF thread reads them at the
+ * attach and at a stop, the sampler every MAPS_EVERY_MS in between
+ * (session_on_sample); a segment closed takes the last one read. */
+void session_take_maps(struct session *s, char *maps)
 {
-        char path[64];
-        char *maps;
-
-        if (s->pidfd_w.fd < 0)
+        if (!maps)
                 return;
-        snprintf(path, sizeof(path), "/proc/%d/maps", s->pid);
-        maps = read_proc_text(path);
-        if (maps && *maps && pidfd_alive(s->pidfd_w.fd) == 0) {
-                free(s->maps);
-                s->maps = maps;
-        } else {
-                free(maps);
-        }
-        s->maps_ms = d9_now_ms();
+        free(s->maps);
+        s->maps = maps;
 }
 
-/* Close the open segment and queue it for sealing. */
+/* The map read just after the segment closed (its session, if still
+ * there, keeps it too), or NULL: the job keeps the last one read. */
+static void session_seal_with_maps(struct d9d *d, void *ctx, char *maps)
+{
+        struct seal_job *job = ctx;
+
+        if (maps) {
+                for (struct session *s = d->sessions; s; s = s->next)
+                        if (s->id == job->session_id)
+                                session_take_maps(s, strdup(maps));
+                free(job->maps);
+                job->maps = maps;
+        }
+        sealer_submit(d->sealer, job);
+}
+
+/* Close the open segment and queue it for sealing, by way of the
+ * sampler, which reads the target's map as it is now (off the loop). */
 static void session_close_segment(struct session *s)
 {
         struct seal_job *job;
@@ -438,7 +458,6 @@ static void session_close_segment(struct session *s)
         if (r < 0)
                 log_error("pid %d: %s ended with a write error: %s", s->pid, job->active, strerror(-r));
         s->tr.enc = NULL;
-        session_snapshot_maps(s);
         job->maps = s->maps ? strdup(s->maps) : NULL;
         /* The sealer opens the target's files in this root, taken while
          * the pidfd was valid: never through /proc/PID, which may be
@@ -454,7 +473,10 @@ static void session_close_segment(struct session *s)
         job->pid = s->pid;
         job->starttime = s->starttime;
         s->segments_pending++;
-        sealer_submit(s->d->sealer, job);
+        if (s->d->sampler)
+                sampler_read_maps_then(s->d->sampler, s->proc_fd, s->pidfd_w.fd, session_seal_with_maps, job);
+        else
+                sealer_submit(s->d->sealer, job);
 }
 
 static void session_rotate(struct session *s, const char *why)
@@ -547,6 +569,9 @@ static int on_ring_record(void *ctx, const void *rec, size_t size)
          * checked again (a negative return stops this drain). */
         if (s->tr.exec_seen != execs && session_gained_privileges(s))
                 return -1;
+        /* A new program: its map soon (record -- attaches before the exec). */
+        if (s->tr.exec_seen != execs && s->d->sampler)
+                sampler_maps_soon(s->d->sampler, s->id);
         return 0;
 }
 
@@ -600,20 +625,28 @@ static void session_on_pidfd(struct d9d *d, struct d9_watch *w, uint32_t events)
                 session_end(s, "target exited");
 }
 
+/* At d9d's start (before any job runs), so the first attach finds the
+ * programs loaded; on the BPF thread, an attach after a failed load tries
+ * again. */
 int session_bpf_load(struct d9d *d)
 {
         struct d9_bpf_opts bo = { .sample_hz = d->cfg.sample_hz, .ring_bytes = d->cfg.ring_bytes };
+        struct d9_bpf *b;
         int r;
 
-        if (shared_bpf)
+        if (__atomic_load_n(&shared_bpf, __ATOMIC_ACQUIRE))
                 return 0;
-        r = d9_bpf_open(&bo, &shared_bpf);
-        if (r == 0)
-                log_info("BPF programs loaded (uprobe_multi: %s)", d9_bpf_uses_uprobe_multi(shared_bpf) ? "yes" : "no");
-        return r;
+        r = d9_bpf_open(&bo, &b);
+        if (r < 0)
+                return r;
+        log_info("BPF programs loaded (uprobe_multi: %s)", d9_bpf_uses_uprobe_multi(b) ? "yes" : "no");
+        __atomic_store_n(&shared_bpf, b, __ATOMIC_RELEASE);
+        return 0;
 }
 
-static int session_attach_bpf(struct session *s, char **why)
+/* On the BPF thread, once planned: the target's ring, config and
+ * uprobes. Its records wait in the ring until the loop drains it. */
+static int session_install_bpf(struct session *s, char **why)
 {
         struct d9_bpf_target_opts to = {
                 .probes = (unsigned)s->probes,
@@ -625,7 +658,7 @@ static int session_attach_bpf(struct session *s, char **why)
                 .stack = {
                         .flags = (s->probes & (D9_PROBE_CPU | D9_PROBE_RUNS) ? D9_STACK_CPU : 0) |
                                  (s->probes & D9_PROBE_SCHED ? D9_STACK_OFFCPU : 0),
-                        .user_bytes = 8192, .offcpu_min_us = (uint32_t)s->offcpu_min_us,
+                        .user_bytes = STACK_COPY_BYTES, .offcpu_min_us = (uint32_t)s->offcpu_min_us,
                         .offcpu_per_sec = 500, .offcpu_burst = 100,
                 },
                 .offcpu_min_ns = s->offcpu_min_us * 1000,
@@ -656,6 +689,18 @@ static int session_attach_bpf(struct session *s, char **why)
                         *why = dupf("cannot attach to pid %d: %s", s->pid, strerror(-r));
                 return r;
         }
+        if (pidfd_alive(s->pidfd_w.fd) < 0) {
+                /* Exited during the attach: the PID filter could now match a
+                 * process that is not the one checked. */
+                *why = dupf("pid %d exited while being attached", s->pid);
+                return -ESRCH;
+        }
+        return 0;
+}
+
+/* Back on the loop: drain the ring installed above. */
+static int session_watch_ring(struct session *s)
+{
         s->ring_w.fd = d9_bpf_target_epoll_fd(s->bpf);
         s->ring_w.fn = session_on_ring;
         return d9d_watch_add(s->d, &s->ring_w, EPOLLIN);
@@ -784,8 +829,7 @@ struct session_start {
         char *why;
         void (*done)(void *ctx, struct session *s, const char *why);
         void *ctx;
-        bool parked;                    /* planned; waits for a teardown of its pid */
-        bool cancelled;                 /* while parked */
+        bool installing;                /* job is in d->bpf_worker's queue, not the planner's */
         bool planned;                   /* by the planner, not from plan_cache */
         struct session_start *next;
 };
@@ -920,20 +964,20 @@ static int session_check_target(struct session *s, const struct session_request 
         return 0;
 }
 
-/* The second half, back on the loop once the plan is built: the target
- * must still be the process checked before it (and hold the credentials it
- * had), then segments and BPF. */
+/* The second half, back on the loop once the BPF thread installed the
+ * target's probes: the target must still be the process checked before
+ * (and hold the credentials it had), then segments and the ring's watch. */
 static int session_start_attach(struct session *s, const struct session_request *req, char **why)
 {
         char dir[PATH_MAX];
         int r;
 
         if (pidfd_alive(s->pidfd_w.fd) < 0) {
-                *why = dupf("pid %d exited while its probe plan was built", s->pid);
+                *why = dupf("pid %d exited while being attached", s->pid);
                 return -ESRCH;
         }
         if (session_gained_privileges(s)) {
-                *why = dupf("pid %d changed credentials while its probe plan was built", s->pid);
+                *why = dupf("pid %d changed credentials while being attached", s->pid);
                 return -EPERM;
         }
         /* What the trace claims follows what attaches, not what was asked
@@ -950,6 +994,7 @@ static int session_start_attach(struct session *s, const struct session_request 
             (r = long_poll_enable(&s->tr, D9_RUN_SAMPLE_US_DEFAULT * 1000ull, NULL, NULL)) < 0)
                 return r;
         s->tr.hide_kernel = !kernel_addresses_visible(s->starter_uid);
+        s->tr.stack_copy_bytes = STACK_COPY_BYTES;
         snprintf(dir, sizeof(dir), "%.3800s/%.127s/%d-%llu", s->d->traces_dir, s->service, s->pid,
                  (unsigned long long)s->starttime);
         r = segment_writer_init(&s->seg, dir);
@@ -961,13 +1006,7 @@ static int session_start_attach(struct session *s, const struct session_request 
                 *why = dupf("cannot write segments in %s: %s", dir, strerror(-r));
                 return r;
         }
-        r = session_attach_bpf(s, why);
-        if (r == 0 && pidfd_alive(s->pidfd_w.fd) < 0) {
-                /* Exited during the attach: the PID filter could now match a
-                 * process that is not the one checked above. */
-                *why = dupf("pid %d exited while being attached", s->pid);
-                r = -ESRCH;
-        }
+        r = session_watch_ring(s);
         if (r < 0)
                 return r;
         /* The wake points attached with the rest: say so, from now on. */
@@ -977,7 +1016,6 @@ static int session_start_attach(struct session *s, const struct session_request 
         /* pidfd: the exit notice even when sched probes are off. */
         s->pidfd_w.fn = session_on_pidfd;
         d9d_watch_add(s->d, &s->pidfd_w, EPOLLIN);
-        session_snapshot_maps(s);
         s->id = next_session_id++;
         s->started_ms = s->rate_ms = d9_now_ms();
         s->deadline_ms = req->duration_ms ? s->started_ms + req->duration_ms : 0;
@@ -996,6 +1034,12 @@ static int session_start_attach(struct session *s, const struct session_request 
 
 static void session_discard(struct session *s)
 {
+        /* Installed by the BPF thread but not wanted now (an attach that
+         * failed or was cancelled afterwards, rare): stopped first, so the
+         * links go on a thread of their own; the maps' grace period is
+         * waited for here. */
+        if (s->bpf)
+                d9_bpf_target_stop(s->bpf);
         if (s->seg.fd >= 0) {
                 char path[PATH_MAX];
                 segment_close(&s->seg, path, sizeof(path));
@@ -1012,6 +1056,29 @@ static void session_plan_run(struct plan_job *job)
         st->r = session_plan(st->s, &st->req, &st->why);
         st->planned = true;
 }
+
+/* On the BPF thread, once planned (or with a plan from the cache). The
+ * target is checked again before anything is installed for it, and once
+ * more on the loop after the attach. */
+static void session_install_run(struct plan_job *job)
+{
+        struct session_start *st = (struct session_start *)job;
+        struct session *s = st->s;
+
+        if (pidfd_alive(s->pidfd_w.fd) < 0) {
+                st->why = dupf("pid %d exited while its probe plan was built", s->pid);
+                st->r = -ESRCH;
+        } else if (session_gained_privileges(s)) {
+                st->why = dupf("pid %d changed credentials while its probe plan was built", s->pid);
+                st->r = -EPERM;
+        } else {
+                st->r = session_install_bpf(s, &st->why);
+        }
+        if (st->r == 0)
+                session_take_maps(s, sampler_read_maps(s->proc_fd, s->pidfd_w.fd));
+}
+
+static void session_install_submit(struct d9d *d, struct session_start *st);
 
 static void session_start_finish(struct d9d *d, struct session_start *st, bool cancelled)
 {
@@ -1055,27 +1122,27 @@ static void session_plan_done(struct d9d *d, struct plan_job *job)
 
         if (!job->cancelled)
                 session_plan_keep(st);
-        /* The links of this pid's last session are still going away (4,752
-         * of them take up to a second): attaching now would wait for them
-         * on the loop. The tick attaches once they are gone. */
-        if (!job->cancelled && !d->stopping && st->r == 0 &&
-            d9_bpf_teardown_pending_for(shared_bpf, st->s->pid)) {
-                st->parked = true;
+        if (job->cancelled || d->stopping || st->r < 0) {
+                session_start_finish(d, st, job->cancelled);
                 return;
         }
-        session_start_finish(d, st, job->cancelled);
+        session_install_submit(d, st);
 }
 
-void session_starts_resume(struct d9d *d)
+static void session_install_done(struct d9d *d, struct plan_job *job)
 {
-        struct session_start *st, *next;
+        session_start_finish(d, (struct session_start *)job, job->cancelled);
+}
 
-        for (st = starting; st; st = next) {
-                next = st->next;
-                if (st->parked && (st->cancelled || d->stopping ||
-                                   !d9_bpf_teardown_pending_for(shared_bpf, st->s->pid)))
-                        session_start_finish(d, st, st->cancelled);
-        }
+/* The BPF side next, on the BPF thread. The links of this pid's last
+ * session may still be going away there (4,752 of them take up to a
+ * second): the install waits for them on that thread, not on the loop. */
+static void session_install_submit(struct d9d *d, struct session_start *st)
+{
+        st->installing = true;
+        st->job.run = session_install_run;
+        st->job.done = session_install_done;
+        planner_submit(d->bpf_worker, &st->job);
 }
 
 int session_start(struct d9d *d, const struct session_request *req,
@@ -1126,17 +1193,16 @@ int session_start(struct d9d *d, const struct session_request *req,
         if (plan)
                 planner_submit(d->planner, &st->job);
         else
-                planner_finish_now(d->planner, &st->job);
+                session_install_submit(d, st);  /* nothing to plan, or the plan cached */
         *out = st;
         return 0;
 }
 
 void session_start_cancel(struct session_start *st)
 {
-        if (st->parked)
-                st->cancelled = true;   /* the next tick finishes it */
-        else
-                planner_cancel(st->s->d->planner, &st->job);
+        struct d9d *d = st->s->d;
+
+        planner_cancel(st->installing ? d->bpf_worker : d->planner, &st->job);
 }
 
 static void session_account_drops(struct session *s)
@@ -1177,24 +1243,21 @@ static void session_account_bpf_counters(struct session *s)
                 long_poll_flush(&s->tr, false);
 }
 
-void session_end(struct session *s, const char *reason)
+static void session_end_now(struct session *s, const char *reason)
 {
-        if (s->state != SESSION_RECORDING)
-                return;
         if (s->bpf) {
                 d9d_watch_del(s->d, &s->ring_w);
                 /* Stop first (the programs write nothing more, the ring is
                  * drained into this segment), count the last drops, then let
                  * the links go in the background: the caller need not wait
-                 * for their grace periods. */
-                if (d9_bpf_target_stop(s->bpf) < 0)
-                        d9_bpf_target_consume(s->bpf);
+                 * for their grace periods. After a stop on the BPF thread
+                 * this only drains the rest. */
+                d9_bpf_target_stop(s->bpf);
                 session_account_bpf_counters(s);
                 d9_bpf_detach_target(s->bpf);
                 s->bpf = NULL;
         }
         session_samples_stop(s);
-        session_snapshot_maps(s);      /* the last chance: the pidfd goes next */
         if (s->pidfd_w.fd >= 0) {
                 d9d_watch_del(s->d, &s->pidfd_w);
                 close(s->pidfd_w.fd);
@@ -1252,6 +1315,67 @@ static void session_sample_wakes(struct session *s)
                                       WAKE_PERIOD_TICKS * D9D_TICK_MS);
 }
 
+/* A stop under way on the BPF thread: the config and ring leave the maps
+ * there, whose grace period (5-850 ms under load) the loop does not wait
+ * for; it keeps draining this ring meanwhile, and the rest of the end
+ * follows once the thread is done. */
+struct session_stop {
+        struct plan_job job;            /* first: the BPF thread hands this back */
+        struct session *s;
+        char *maps;                     /* the last chance to read them: the pidfd goes next */
+        char reason[128];
+};
+
+static void session_stop_run(struct plan_job *job)
+{
+        struct session_stop *st = (struct session_stop *)job;
+
+        d9_bpf_target_quiesce(st->s->bpf);
+        st->maps = sampler_read_maps(st->s->proc_fd, st->s->pidfd_w.fd);
+}
+
+static void session_stop_done(struct d9d *d, struct plan_job *job)
+{
+        struct session_stop *st = (struct session_stop *)job;
+        struct session *s = st->s;
+
+        /* Cancelled (d9d stopping before it ran): the stop happens here,
+         * with the maps read last. */
+        s->stopping = false;
+        session_take_maps(s, st->maps);
+        session_end_now(s, st->reason);
+        if (s->on_ended)
+                s->on_ended(s->on_ended_ctx, s);
+        s->on_ended = NULL;
+        free(st);
+}
+
+void session_end(struct session *s, const char *reason)
+{
+        struct session_stop *st;
+
+        if (s->state != SESSION_RECORDING || s->stopping)
+                return;
+        if (s->bpf && !s->d->stopping && (st = calloc(1, sizeof(*st)))) {
+                st->s = s;
+                snprintf(st->reason, sizeof(st->reason), "%s", reason);
+                st->job = (struct plan_job){ .uid = s->starter_uid, .run = session_stop_run,
+                                             .done = session_stop_done };
+                s->stopping = true;
+                planner_submit(s->d->bpf_worker, &st->job);
+                return;
+        }
+        session_end_now(s, reason);
+        if (s->on_ended)
+                s->on_ended(s->on_ended_ctx, s);
+        s->on_ended = NULL;
+}
+
+bool session_ending(const struct session *s)
+{
+        return s->stopping;
+}
+
 void session_tick(struct session *s, uint64_t now_ms)
 {
         const char *full;
@@ -1270,8 +1394,6 @@ void session_tick(struct session *s, uint64_t now_ms)
                 session_end(s, "target exited");
                 return;
         }
-        if (now_ms - s->maps_ms >= 2000)
-                session_snapshot_maps(s);
         if (s->deadline_ms && now_ms >= s->deadline_ms) {
                 session_end(s, "duration reached");
                 return;
@@ -1287,7 +1409,7 @@ void session_tick(struct session *s, uint64_t now_ms)
 struct session *session_find(struct d9d *d, pid_t pid, bool live_only)
 {
         for (struct session *s = d->sessions; s; s = s->next)
-                if (s->pid == pid && (!live_only || s->state == SESSION_RECORDING))
+                if (s->pid == pid && (!live_only || (s->state == SESSION_RECORDING && !s->stopping)))
                         return s;
         return NULL;
 }
@@ -1301,7 +1423,7 @@ json_t *session_status_json(const struct session *s)
 {
         json_t *j = json_pack("{s:I,s:i,s:I,s:s,s:s,s:s,s:f,s:I,s:I,s:I,s:i,s:i,s:O,s:O,s:I,s:s,s:{s:I,s:I,s:I}}",
                 "session", (json_int_t)s->id, "pid", s->pid, "starttime", (json_int_t)s->starttime,
-                "service", s->service, "state", state_name(s->state), "dir", s->seg.dir,
+                "service", s->service, "state", s->stopping ? "stopping" : state_name(s->state), "dir", s->seg.dir,
                 "events_per_s", s->events_per_s, "events", (json_int_t)s->tr.events,
                 "drops", (json_int_t)s->drops, "bytes", (json_int_t)(s->bytes_sealed + segment_size(&s->seg)),
                 "segments", s->segments_sealed, "segments_pending", s->segments_pending,
@@ -1320,11 +1442,12 @@ json_t *session_status_json(const struct session *s)
         }
         /* Stacks: unwound, not, off-CPU samples that say why they have none,
          * and those taken in d9d's own probes ([d9d uprobe], docs/stacks.md). */
-        json_object_set_new(j, "stacks", json_pack("{s:I,s:I,s:I,s:I,s:I}",
+        json_object_set_new(j, "stacks", json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}",
                 "unwound", (json_int_t)s->tr.stacks, "failed", (json_int_t)s->tr.stacks_failed,
                 "offcpu_without_stack", (json_int_t)s->tr.offcpu_no_stack,
                 "in_d9d_probes", (json_int_t)s->tr.probe_stacks,
-                "frames_outside_mappings", (json_int_t)s->tr.frames_outside));
+                "frames_outside_mappings", (json_int_t)s->tr.frames_outside,
+                "cut_at_copy_end", (json_int_t)s->tr.stacks_cut));
         json_object_set_new(j, "samples", session_samples_json(s));
         /* Ended sessions: the length of the recording; live ones: so far. */
         uint64_t until = s->state == SESSION_RECORDING ? d9_now_ms() : s->ended_ms;

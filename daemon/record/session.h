@@ -67,7 +67,6 @@ struct session {
         int64_t started_unix_ms;        /* wall clock at attach, for list */
 
         char *maps;                     /* last /proc/PID/maps seen: symbols after exit */
-        uint64_t maps_ms;
         struct probe_plan *plan;
         struct d9_bpf_target *bpf;
         json_t *plan_json;              /* what attached, what is missing and why */
@@ -83,6 +82,9 @@ struct session {
         double events_per_s;
         unsigned segments_sealed, segments_pending;
         json_t *sealed_paths;           /* array of sealed segment paths */
+        bool stopping;                  /* session_end under way on the BPF thread */
+        void (*on_ended)(void *ctx, struct session *s); /* once, when session_end is through */
+        void *on_ended_ctx;
 };
 
 struct session_request {
@@ -103,8 +105,9 @@ struct session_request {
 struct session_start;
 
 /* Start tracing: the target is checked at once (pidfd first, owner), its
- * probe plan is built in the planner thread, and the BPF attach follows on
- * the loop. Returns 0 when under way: done(ctx, s, why) then runs once on
+ * probe plan is built in the planner thread (or copied from the plan
+ * cache), its BPF side installed in the BPF thread, and the loop then
+ * drains its ring. Returns 0 when under way: done(ctx, s, why) then runs once on
  * the loop, with the session, or with NULL and a one-line reason. Refused
  * at once: a negative errno and a malloc'd one-line reason in *why. */
 int session_start(struct d9d *d, const struct session_request *req,
@@ -113,11 +116,12 @@ int session_start(struct d9d *d, const struct session_request *req,
 /* Nobody waits for it any more: its plan is dropped if it has not started,
  * and it never attaches. done still runs. */
 void session_start_cancel(struct session_start *st);
-/* Once a tick, and at shutdown: planned attaches that waited for their
- * pid's last links to go away. */
-void session_starts_resume(struct d9d *d);
-/* Stop recording: drain, detach, close the open segment and queue it. */
+/* Stop recording: drain, detach, close the open segment and queue it. The
+ * BPF side stops on the BPF thread while the loop keeps draining, so this
+ * may return before the end is through (session_ending; on_ended runs when
+ * it is); while d9d is stopping it is through on return. */
 void session_end(struct session *s, const char *reason);
+bool session_ending(const struct session *s);
 /* Once a second: rotation, deadline, drop accounting, rates. */
 void session_tick(struct session *s, uint64_t now_ms);
 struct session *session_find(struct d9d *d, pid_t pid, bool live_only);
@@ -132,7 +136,11 @@ json_t *session_samples_json(const struct session *s);
  * gained privileges (the credential check a non-root starter's records pass). */
 bool session_sample_allowed(struct session *s);
 /* A resource or accept-queue sample from the sampler (on the main loop). */
-void session_on_sample(struct d9d *d, const struct sample *smp);
+void session_on_sample(struct d9d *d, struct sample *smp);
+#define MAPS_EVERY_MS 2000              /* the sampler's reads of a target's memory map */
+/* Keep maps (malloc'd text of /proc/PID/maps, or NULL: kept as it was) as
+ * the target's last memory map. */
+void session_take_maps(struct session *s, char *maps);
 /* A sealing job finished (called on the main loop). */
 void session_on_sealed(struct d9d *d, struct seal_job *job);
 /* Drop finished sessions older than finished_keep, and beyond the most recent few. */
@@ -140,8 +148,9 @@ void sessions_prune(struct d9d *d);
 void sessions_free_all(struct d9d *d);
 /* Detached targets whose BPF links are still being destroyed. */
 size_t session_bpf_teardowns_pending(void);
-/* Open the shared BPF objects now (else the first attach does, on the
- * loop: over a second of verifier time). */
+/* Load the BPF programs now (at start, before any attach: the first
+ * attach then does not wait for the verifier). On failure the next attach
+ * tries again, on the BPF thread. */
 int session_bpf_load(struct d9d *d);
 /* The shared BPF objects, opened on first attach; waits for the pending
  * teardowns. */

@@ -18,9 +18,10 @@ int session_samples_start(struct session *s)
                 .pidfd = s->pidfd_w.fd,
                 .resources_every_ms = s->resources_every_ms,
                 .accept_queues_every_ms = s->accept_queues ? s->d->cfg.accept_queues_every_ms : 0,
+                .maps_every_ms = MAPS_EVERY_MS,
         };
 
-        if (!s->d->sampler || (!t.resources_every_ms && !t.accept_queues_every_ms))
+        if (!s->d->sampler)
                 return 0;
         if (s->proc_fd < 0)
                 return -EBADF;
@@ -60,7 +61,7 @@ static int sample_write(struct session *s, const struct sample *smp)
         return r;
 }
 
-void session_on_sample(struct d9d *d, const struct sample *smp)
+void session_on_sample(struct d9d *d, struct sample *smp)
 {
         struct session *s;
         int r;
@@ -71,13 +72,18 @@ void session_on_sample(struct d9d *d, const struct sample *smp)
         /* A setuid exec since the last check: the trace's reader may not
          * see this process any more (the next tick ends the session). */
         if (!session_sample_allowed(s)) {
-                s->discarded++;
+                s->discarded += smp->kind != SAMPLE_MAPS;      /* a map is no event of the trace */
                 return;
         }
         s->samples.lost += smp->dropped;
         s->samples.listeners_unlisted += smp->listeners_unlisted;
         if (smp->dropped)
                 translate_lost(&s->tr, smp->ts, smp->dropped, "sampler");
+        if (smp->kind == SAMPLE_MAPS) {
+                session_take_maps(s, smp->maps);
+                smp->maps = NULL;
+                return;
+        }
         if (smp->error) {
                 sample_failed(s, smp);
                 return;

@@ -159,7 +159,7 @@ void translate_release(struct translate *tr)
                 .exec_seen = tr->exec_seen, .error = tr->error,
                 .stacks = tr->stacks, .stacks_failed = tr->stacks_failed,
                 .offcpu_no_stack = tr->offcpu_no_stack, .probe_stacks = tr->probe_stacks,
-                .frames_outside = tr->frames_outside,
+                .frames_outside = tr->frames_outside, .stacks_cut = tr->stacks_cut,
                 .long_polls = tr->long_polls,
         };
 
@@ -913,7 +913,7 @@ static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_
          * try again later (100 ms, doubling up to 12.8 s) instead of giving
          * up on the session's stacks. */
         if (!tr->unw && rec->hdr.ts >= tr->unw_retry_ts) {
-                struct unwind_opts uo = { .hide_kernel = tr->hide_kernel };
+                struct unwind_opts uo = { .hide_kernel = tr->hide_kernel, .copy_bytes = tr->stack_copy_bytes };
                 int r = unwinder_new(tr->pid, &uo, &tr->unw);
 
                 if (r < 0) {
@@ -946,6 +946,12 @@ static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_
         tr->frames_outside = us.outside;
         if (tr->stack_workers)
                 long_poll_on_stack(tr, t, rec->stack_id, st->frames, (uint32_t)n, n_kern);
+        /* Say where a stack stops short, so a flame graph does not show
+         * the innermost frames as if they were all there was. */
+        if (unwinder_last_cut(tr->unw) && n < MAX_FRAMES) {
+                st->frames[n++] = stack_mark_addr(STACK_MARK_CUT);
+                tr->stacks_cut++;
+        }
         st->n = collapse_probe_path(tr, st->frames, (uint32_t)n, n_kern);
 }
 

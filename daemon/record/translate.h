@@ -95,6 +95,8 @@ struct translate {
         uint64_t offcpu_no_stack;       /* off-CPU samples written with a "no stack" mark */
         uint64_t probe_stacks;          /* stacks taken in d9d's own probes ([d9d uprobe]) */
         uint64_t frames_outside;        /* callers outside every mapping, dropped by the unwinder */
+        uint64_t stacks_cut;            /* stacks ending in the cut mark: callers past the copy */
+        uint32_t stack_copy_bytes;      /* user stack bytes BPF copies per stack (session's) */
         struct ksyms *ksyms;            /* kernel names, to tell d9d's probe path */
         uint64_t stacks_lost;           /* over the unwind budget, not yet in a
                                          * D9LostEventsEvent */

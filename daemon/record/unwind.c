@@ -98,6 +98,8 @@ struct unwinder {
         char *name;                     /* last unwinder_addr_name result */
         bool unwinding;                 /* inside dwfl_getthread_frames */
         bool hide_kernel;
+        uint32_t copy_bytes;
+        bool cut;                       /* this stack: a read past a full copy */
         struct code_line *code_cache;   /* code before return addresses (step_read_code) */
         struct elf_share **held;        /* shares this unwinder took a user on */
         size_t n_held;
@@ -356,8 +358,14 @@ static bool memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void *a
         }
         if (r->n_fp && fp_tail_read(r, addr, result))
                 return true;
-        if (addr + 4096 >= sp && addr < sp + STACK_SPAN)
+        if (addr + 4096 >= sp && addr < sp + STACK_SPAN) {
+                /* Past a copy that got all it asked for, the stack goes on:
+                 * the walk ends here because of the copy, not the stack (a
+                 * short copy stopped at the top of the thread's stack). */
+                if (addr >= sp + r->user_len && u->copy_bytes && r->user_len >= u->copy_bytes)
+                        u->cut = true;
                 return false;
+        }
         return pread(u->mem_fd, result, sizeof(*result), (off_t)addr) == sizeof(*result);
 }
 
@@ -432,6 +440,7 @@ int unwinder_new(pid_t pid, const struct unwind_opts *opts, struct unwinder **ou
         u->window_ns = (opts->window_ms ? opts->window_ms : 100) * 1000000ull;
         u->debug_file = opts->debug_file ? strdup(opts->debug_file) : NULL;
         u->hide_kernel = opts->hide_kernel;
+        u->copy_bytes = opts->copy_bytes;
         snprintf(path, sizeof(path), "/proc/%d/mem", pid);
         u->mem_fd = open(path, O_RDONLY | O_CLOEXEC);
         u->callbacks.find_elf = find_elf;
@@ -699,6 +708,7 @@ int unwinder_stack(struct unwinder *u, const struct d9_rec_stack *rec, size_t si
         u->cap_out = cap;
         u->n_out = 0;
         u->n_user = 0;
+        u->cut = false;
         for (uint32_t i = 0; !u->hide_kernel && i < rec->n_kern && u->n_out < cap; i++)
                 out[u->n_out++] = rec->kern[i];
         if (n_kern)
@@ -714,6 +724,10 @@ int unwinder_stack(struct unwinder *u, const struct d9_rec_stack *rec, size_t si
                 active = NULL;
                 u->rec = NULL;
         }
+        /* Cut short by max_frames or the caller's array is not "cut". */
+        if (u->cut && (u->n_user >= u->max_frames || u->n_out >= cap))
+                u->cut = false;
+        u->stats.cut += u->cut;
         spent = thread_cpu_ns() - cpu;
         u->window_used += spent;
         u->stats.ns += spent;
@@ -725,6 +739,11 @@ int unwinder_stack(struct unwinder *u, const struct d9_rec_stack *rec, size_t si
 void unwinder_get_stats(const struct unwinder *u, struct unwind_stats *st)
 {
         *st = u->stats;
+}
+
+bool unwinder_last_cut(const struct unwinder *u)
+{
+        return u->cut;
 }
 
 const char *unwinder_addr_name(struct unwinder *u, uint64_t addr)

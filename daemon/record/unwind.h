@@ -27,6 +27,9 @@ struct unwind_opts {
                                          * executable (stripped binaries), or NULL:
                                          * build-id / .gnu_debuglink lookup */
         bool hide_kernel;               /* leave kernel frames out (kptr_restrict rules) */
+        uint32_t copy_bytes;            /* user stack bytes BPF was asked to copy
+                                         * (d9_stack_cfg.user_bytes); 0: unknown,
+                                         * no stack counts as cut */
 };
 
 /* Addresses from here up are the kernel's. */
@@ -37,6 +40,8 @@ struct unwind_stats {
         uint64_t frames;                /* user frames produced */
         uint64_t over_budget;           /* records dropped: budget used up */
         uint64_t truncated;             /* stopped at max_frames */
+        uint64_t cut;                   /* stopped where the full copy ended: the
+                                         * callers are deeper than copy_bytes */
         uint64_t ns;                    /* time spent unwinding */
         uint64_t reports;               /* module (re)reports of /proc/PID/maps */
         uint64_t outside;               /* callers outside every module, dropped */
@@ -61,6 +66,11 @@ int unwinder_stack(struct unwinder *u, const struct d9_rec_stack *rec, size_t si
 int unwinder_link_vaddr(struct unwinder *u, uint64_t addr, const char *build_id, uint64_t *vaddr);
 
 void unwinder_get_stats(const struct unwinder *u, struct unwind_stats *st);
+
+/* Whether the last unwinder_stack stopped because the walk needed stack
+ * beyond a full copy (counted in stats.cut): the frames are the stack's
+ * innermost part only, its outermost frames are not in the record. */
+bool unwinder_last_cut(const struct unwinder *u);
 
 /* Name of a user address from the target's symbols (its debug file if one
  * is found or given), Rust names demangled by libdw's caller; NULL if

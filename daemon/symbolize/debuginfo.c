@@ -7,6 +7,8 @@
  * was busy or still indexing is asked again by the next segment. */
 #include <elfutils/debuginfod.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +79,26 @@ static void note_miss(const char *id, bool executable, int err)
         pthread_mutex_unlock(&lock);
 }
 
+/* Whether fd (a downloaded debug file) has a symbol table. A stripped Rust
+ * executable has a .debug_gdb_scripts section, which debuginfod takes for
+ * debug info: a server holding both answers with the newer file, which may
+ * be the executable, and nothing would be named from it, unsaid. */
+static bool has_symtab(int fd)
+{
+        Elf *e;
+        Elf_Scn *scn = NULL;
+        GElf_Shdr sh;
+        bool found = false;
+
+        elf_version(EV_CURRENT);
+        e = elf_begin(fd, ELF_C_READ, NULL);
+        while (e && !found && (scn = elf_nextscn(e, scn)))
+                found = gelf_getshdr(scn, &sh) && sh.sh_type == SHT_SYMTAB && sh.sh_size > 0;
+        if (e)
+                elf_end(e);
+        return found;
+}
+
 static char *fetch(const char *id, bool executable)
 {
         const char *urls = getenv("DEBUGINFOD_URLS");
@@ -97,6 +119,15 @@ static char *fetch(const char *id, bool executable)
         fd = executable ? debuginfod_find_executable(c, (const unsigned char *)id, 0, &path)
                         : debuginfod_find_debuginfo(c, (const unsigned char *)id, 0, &path);
         debuginfod_end(c);
+        if (fd >= 0 && !executable && !has_symtab(fd)) {
+                close(fd);
+                free(path);
+                path = NULL;
+                note_miss(id, executable, -ENOENT);
+                snprintf(last_failure, sizeof(last_failure),
+                         "debug file %s: the server's has no symbol table (a stripped executable?)", id);
+                return NULL;
+        }
         if (fd >= 0) {
                 close(fd);
                 return path;

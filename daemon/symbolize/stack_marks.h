@@ -16,6 +16,9 @@ enum stack_mark {
         STACK_MARK_UNWIND_BUDGET,       /* over d9d's unwind budget (daemon/record/unwind.h) */
         STACK_MARK_UNWIND_NONE,         /* unwinding gave no frame */
         STACK_MARK_NO_MODULES,          /* the target's modules could not be read */
+        /* Outermost frame of a stack whose callers lie beyond the user
+         * stack bytes BPF copies (unwind.h, unwinder_last_cut). */
+        STACK_MARK_CUT,
         /* In place of the kernel frames of a sample taken in d9d's own
          * probes (docs/stacks.md, "d9d's own probes in the samples"). */
         STACK_MARK_D9_UPROBE = 24,      /* the uprobe trap and handler */

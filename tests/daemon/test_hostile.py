@@ -816,8 +816,13 @@ def mode_planloop(t, users):
              f"the drain loop's longest turn ({max(stalls, default=0)} ms logged; under 250 ms are not) stayed "
              f"under half the longest plan ({longest_plan} ms)", json.dumps(daemon))
         # The pidfd holds across the hand-off: the user's process exits while
-        # its plan is built and a root process takes its PID.
-        holder, fd = fd_holder(uid, BIG_BINARY)
+        # its plan is built and a root process takes its PID. A copy of the
+        # binary, a file d9d has not planned yet: a plan of BIG_BINARY now
+        # comes from the plan cache at once (uprobes/plan_cache.c).
+        fresh = os.path.join(home, "big-copy")
+        shutil.copyfile(BIG_BINARY, fresh)
+        os.chown(fresh, uid, -1)
+        holder, fd = fd_holder(uid, fresh)
         pid, root_proc = holder.pid, None
 
         def swap():
@@ -902,7 +907,13 @@ def mode_plangone(t, users):
                                 "duration_ms": 1000}, timeout=60)
         t.ok(resp.get("ok") is True, "a later attach of the same pid works", json.dumps(resp)[:500])
         # SIGTERM with attaches still waiting for their plans: each is told,
-        # and d9d stops without waiting for the queue.
+        # and d9d stops without waiting for the queue. A fresh copy: a plan
+        # of `big` itself now comes from the plan cache at once.
+        fresh_dir = tempfile.mkdtemp(prefix="d9-fresh-", dir="/var/tmp")
+        fresh = os.path.join(fresh_dir, os.path.basename(big))
+        shutil.copyfile(big, fresh)
+        os.chmod(fresh, 0o755)
+        big = fresh
         socks = []
         for p in tgts[2:]:
             s = socket.socket(socket.AF_UNIX)
@@ -924,6 +935,7 @@ def mode_plangone(t, users):
         t.ok(rc == 0 and told >= len(socks) - 1,
              f"SIGTERM with {len(socks)} attaches waiting: {told} told d9d is shutting down, "
              f"stopped in {time.time() - t0:.1f} s")
+        shutil.rmtree(fresh_dir, ignore_errors=True)
     finally:
         for p in tgts:
             p.kill()

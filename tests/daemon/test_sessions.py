@@ -210,6 +210,15 @@ def drops(t):
     ring = lost.get("ring", 0)
     t.ok(ring == drops, f"D9LostEventsEvent records of source ring add up to the same count ({ring})")
     t.ok(set(lost) <= {"ring", "stack_unwind"}, f"lost events name a known source ({sorted(lost)})")
+    # The report tells the sources apart: only the ring's are records lost;
+    # a stack over the unwind budget is a sample kept without its stack.
+    rep = subprocess.run([D9CTL, "report", "--json", *paths], capture_output=True, text=True, timeout=120)
+    missing = json.loads(rep.stdout or "{}").get("missing", {})
+    t.ok(missing.get("lost_events") == ring and missing.get("stacks_over_unwind_budget") == lost.get("stack_unwind", 0),
+         f"d9ctl report: {ring} events lost (ring), {lost.get('stack_unwind', 0)} stacks over the unwind budget, "
+         "not one sum", json.dumps(missing) + rep.stderr)
+    txt = subprocess.run([D9CTL, "report", *paths], capture_output=True, text=True, timeout=120).stdout
+    t.ok(f"{ring} events lost (ring full)" in txt, "the report's text says the same", txt[-600:])
     t.ok("records lost" in d.logtext(), "d9d logged the loss")
     check_segments(t, paths, "with drops")
     d.cleanup(keep=t.failed > 0)

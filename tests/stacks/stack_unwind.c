@@ -24,13 +24,17 @@
  * 12 KiB poll frame between the busy loop and the poll's return address).
  * The executable's lack of CFI makes this test ask BPF for the
  * frame-pointer tail (D9_STACK_FP_TAIL), as d9d does; --no-fp-tail not.
+ * With --cpu-cut (the release build, with CFI, mode `deep`): the busy
+ * samples under the 12 KiB frame cannot reach the poll within the 8 KiB
+ * copy, and the unwinder must say so (unwinder_last_cut, stats.cut) for
+ * nearly all of them, while no stack that does reach `main` is called cut.
  * With --swap-unwinder, a second unwinder of the same process shares the
  * first one's ELF files (daemon/record/unwind.c keeps one handle per file); the
  * first is freed after SWAP_AFTER stacks and the second unwinds and names
  * the rest: the shared handles outlive the unwinder that opened them.
  *
  * usage: stack_unwind [--debug-file F] [--sealer-names] [--tiny-budget]
- *                     [--user-bytes N] [--swap-unwinder] [--offcpu-through F,...]
+ *                     [--user-bytes N] [--swap-unwinder] [--offcpu-through F,...] [--cpu-cut]
  *                     TARGET ARGS... */
 #include <errno.h>
 #include <fcntl.h>
@@ -55,6 +59,7 @@ struct pending {
         uint64_t id;
         int n;                  /* frames, or negative errno */
         uint32_t n_kern;
+        bool cut;               /* unwinder_last_cut */
         uint64_t frames[MAX_FRAMES];
 };
 
@@ -73,6 +78,8 @@ struct run {
         bool through_cpu;
         unsigned long through_good, depth_hist[MAX_FRAMES + 1];
         bool shown_busy, shown_sleep, shown_bad;
+        bool cut_mode;                  /* --cpu-cut */
+        unsigned long cut_busy, cut_busy_said, cut_busy_main, whole, whole_said_cut;
 };
 
 /* Where a new STACK record of tid goes. Two slots per thread: a CPU
@@ -248,6 +255,21 @@ static void on_owner(struct run *r, uint32_t tid, uint64_t stack_id, bool cpu)
         unnamed = name_frames(r, p, names);
         if (getenv("STACK_UNWIND_SHOW_ALL"))
                 show(cpu ? "cpu" : "off-cpu", p, names);
+        if (r->cut_mode) {
+                bool main_reached = any_has(names, (int)p->n_kern, p->n, "main");
+                if (cpu && any_has(names, (int)p->n_kern, p->n, "busy_block_50ms")) {
+                        r->cut_busy++;
+                        r->cut_busy_said += p->cut;
+                        r->cut_busy_main += main_reached;
+                        if (!r->shown_busy)
+                                show(p->cut ? "busy, cut (good)" : "busy, not said cut", p, names);
+                        r->shown_busy = true;
+                } else if (main_reached) {
+                        r->whole++;
+                        r->whole_said_cut += p->cut;
+                }
+                return;
+        }
         if (!r->through && cpu && any_has(names, (int)p->n_kern, p->n, "busy_block_50ms"))
                 check_busy(r, p, names, unnamed);
         if (!r->through && !cpu && any_has(names, (int)p->n_kern, p->n, "thread_sleeper"))
@@ -284,6 +306,7 @@ static int on_record(void *ctx, const void *rec, size_t size)
                                  s->user_len, s->n_fp, (unsigned long long)s->regs[D9_DW_RSP],
                                  (unsigned long long)s->regs[D9_DW_RBP]);
                 p->n = unwinder_stack(r->uw, s, size, p->frames, MAX_FRAMES, &p->n_kern);
+                p->cut = p->n >= 0 && unwinder_last_cut(r->uw);
                 if (p->n < 0)
                         r->unwind_err++;
         } else if (h->type == D9_REC_CPU_SAMPLE) {
@@ -331,6 +354,8 @@ int main(int argc, char **argv)
                         run.through = argv[++a];
                 else if (!strcmp(argv[a], "--cpu-through") && a + 1 < argc)
                         run.through = argv[++a], run.through_cpu = true;
+                else if (!strcmp(argv[a], "--cpu-cut"))
+                        run.cut_mode = true;
                 else if (!strcmp(argv[a], "--no-fp-tail"))
                         no_fp_tail = true;
                 else if (!strcmp(argv[a], "--swap-unwinder"))
@@ -344,6 +369,7 @@ int main(int argc, char **argv)
                 fprintf(stderr, "usage: stack_unwind [--debug-file F] [--sealer-names] TARGET ARGS...\n");
                 return 2;
         }
+        uo.copy_bytes = to.stack.user_bytes;
         r = d9_bpf_open(&bo, &bpf);
         if (r < 0) {
                 printf("Bail out! d9_bpf_open: %s\n", strerror(-r));
@@ -416,6 +442,15 @@ int main(int argc, char **argv)
         tap_ok(run.stacks > 0 && run.missing == 0 && run.unwind_err == 0 && drops == 0,
                "every sample's stack arrived and unwound (stacks %lu, missing %lu, errors %lu, drops %llu)",
                run.stacks, run.missing, run.unwind_err, (unsigned long long)drops);
+        if (run.cut_mode) {
+                tap_ok(run.cut_busy >= 10 && run.cut_busy_said * 10 >= run.cut_busy * 9 && run.cut_busy_main == 0,
+                       "busy samples under the 12 KiB frame stop at the %u-byte copy and are said cut "
+                       "(%lu of %lu; %lu reach main); stats.cut %llu", to.stack.user_bytes, run.cut_busy_said,
+                       run.cut_busy, run.cut_busy_main, (unsigned long long)st.cut);
+                tap_ok(run.whole >= 5 && run.whole_said_cut == 0,
+                       "no stack that reaches main is said cut (%lu of %lu)", run.whole_said_cut, run.whole);
+                goto out;
+        }
         if (run.through) {
                 unsigned long n = 0;
                 for (int d = 0; d <= MAX_FRAMES; d++)

@@ -188,16 +188,36 @@ def check_sealed(t, what, d, ref):
          f"{what}: task labels are future types at seal time ({len(got)})", f"{sorted(got)}")
 
 
-def start_debuginfod(t, folder, work):
+def served_folder(name, older):
+    """work/NAME holding the stripped executable ("target") and its debug
+    file ("target.debug") for debuginfod, the file OLDER a minute older.
+    debuginfod indexes the stripped Rust executable as debuginfo too (it
+    has a .debug_gdb_scripts section) and answers /debuginfo with the
+    newest such file of the build-id, by whole seconds of mtime. copy2
+    keeps the build's mtimes, and build-target writes the stripped binary
+    just after the debug file: in another second, the server handed out the
+    executable as the debug file and nothing was named (this test failed
+    or passed by the build's timing)."""
+    folder = os.path.join(work, name)
+    os.makedirs(folder)
+    shutil.copy2(STRIPPED, os.path.join(folder, "target"))
+    shutil.copy2(DEBUG, os.path.join(folder, "target.debug"))
+    other = os.stat(os.path.join(folder, "target.debug" if older == "target" else "target"))
+    os.utime(os.path.join(folder, older), (other.st_atime - 60, other.st_mtime - 60))
+    return folder
+
+
+def start_debuginfod(t, folder, work, db="debuginfod"):
     """Debian's debuginfod in a network namespace of our own (port 8002
-    inside it is free whatever else runs), scanning folder. Returns the
-    namespace holder process; commands run in it with nsenter."""
+    inside it is free whatever else runs), scanning folder, its index in
+    work/DB.sqlite (one per folder: an index keeps what it saw before).
+    Returns the namespace holder process; commands run in it with nsenter."""
     holder = subprocess.Popen(["unshare", "--net", "--", "sh", "-c", "ip link set lo up && exec sleep 600"],
                               preexec_fn=os.setsid)
     time.sleep(0.3)
     ns = ["nsenter", f"--net=/proc/{holder.pid}/ns/net", "--"]
     log = open(os.path.join(work, "debuginfod.log"), "w")
-    srv = subprocess.Popen(ns + ["debuginfod", "-F", "-p", "8002", "-d", os.path.join(work, "debuginfod.sqlite"),
+    srv = subprocess.Popen(ns + ["debuginfod", "-F", "-p", "8002", "-d", os.path.join(work, db + ".sqlite"),
                                  "-t", "0", "-g", "0", "-v", folder], stdout=log, stderr=subprocess.STDOUT,
                            preexec_fn=os.setsid)
     # Ready once its scan has indexed both files: it serves the debug file
@@ -288,10 +308,8 @@ def main():
     d2.cleanup(keep=t.failed > 0)
 
     # 2. debuginfod on loopback; the executable is gone from where it ran.
-    served = os.path.join(work, "served")
-    os.makedirs(served)
-    shutil.copy2(STRIPPED, os.path.join(served, "target"))
-    shutil.copy2(DEBUG, os.path.join(served, "target.debug"))
+    # The executable older, as a debug file made from an installed binary is.
+    served = served_folder("served", older="target")
     os.unlink(copy)
     copies2 = []
     for i, p in enumerate(stripped):
@@ -340,6 +358,24 @@ def main():
         t.ok(os.path.isdir(os.path.join(d3.tmp, "debuginfod", bid)),
              "the sealer's downloads are cached under the state directory")
         d3.cleanup(keep=t.failed > 0)
+    finally:
+        for p in (srv, holder):
+            os.killpg(p.pid, signal.SIGTERM)
+            p.wait()
+
+    # 3. A server whose newest "debuginfo" for the build-id is the stripped
+    # executable (see above): said in one line, the segment untouched.
+    served3 = served_folder("served-exe-newer", older="target.debug")
+    holder, srv, ns = start_debuginfod(t, served3, work, "debuginfod-exe-newer")
+    try:
+        fresh = os.path.join(work, "exe-newer-" + os.path.basename(stripped[0]))
+        shutil.copy2(stripped[0], fresh)
+        before_bytes = open(fresh, "rb").read()
+        env3 = dict(os.environ, DEBUGINFOD_URLS="http://127.0.0.1:8002", DEBUGINFOD_CACHE_PATH=os.path.join(work, "c3"))
+        r = subprocess.run(ns + [D9CTL, "symbolize", fresh], capture_output=True, text=True, timeout=120, env=env3)
+        t.ok(r.returncode == 0 and "has no symbol table" in r.stdout and open(fresh, "rb").read() == before_bytes,
+             "a server handing out the stripped executable as the debug file: said, segment unchanged",
+             r.stdout + r.stderr)
     finally:
         for p in (srv, holder):
             os.killpg(p.pid, signal.SIGTERM)

@@ -1,6 +1,7 @@
 /* Unit checks (TAP) for the pieces of uprobes/ whose inputs are easy to write
- * down: Rust name normalization and the x86 first-instruction classes. The
- * real-binary tests (check_plan.py) cover the same code on real targets. */
+ * down: Rust name normalization, the Tokio version from source paths and the
+ * x86 first-instruction classes. The real-binary tests (check_plan.py) cover
+ * the same code on real targets. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,17 @@ static void check_arg(const char *in, const char *after, const char *want)
 
         snprintf(name, sizeof(name), "first generic arg of %.40s in %.60s", after, in);
         ok(got && strcmp(got, want) == 0, name, got);
+        free(got);
+}
+
+static void check_version(const char *rodata, const char *want)
+{
+        char *got = tokio_version_in((const uint8_t *)rodata, strlen(rodata));
+        char name[200];
+
+        snprintf(name, sizeof(name), "tokio version %s from ...%.70s", want ? want : "none",
+                 rodata + (strlen(rodata) > 70 ? strlen(rodata) - 70 : 0));
+        ok(want ? got && strcmp(got, want) == 0 : !got, name, got ? got : "(none)");
         free(got);
 }
 
@@ -106,6 +118,19 @@ int main(void)
         ok(!tokio_rule_match("tokio::runtime::task::raw::RawTask::poll"),
            "RawTask::poll is not probed (its out-of-line copy never runs)", NULL);
         ok(!tokio_rule_match("mycrate::task::raw::poll"), "only tokio:: paths match", NULL);
+
+        /* Tokio's version from panic-location paths; rustc strings are not
+         * NUL-separated, so the paths run into each other as in .rodata. */
+        check_version("/root/.cargo/registry/src/index.crates.io-6f17d22bba15001f/tokio-1.43.0/src/runtime/park.rs"
+                      "/root/.cargo/registry/src/index.crates.io-6f17d22bba15001f/tokio-1.43.0/src/task/mod.rs",
+                      "1.43.0");
+        /* A content-addressed source tree (deltachat-rpc-server 2.62 from npm): the hash is not the version. */
+        check_version("/sources/tokio-1.53.1-202caea871b69668250d242070849eb495be178ed697a3e98aebce5bc81a0bed/src/"
+                      "signal/ctrl_c.rs/sources/tokio-1.53.1-202caea871b69668250d242070849eb495be178ed697a3e98aebce5b"
+                      "c81a0bed/src/io/util/buf_writer.rs", "1.53.1");
+        check_version("x/tokio-1.0.0-alpha.1/src/lib.rs", "1.0.0-alpha.1");
+        check_version("tokio-util-0.7.1/src/a.rs tokio-1.24.2/src/b.rs tokio-1.24.2/src/c.rs", "1.24.2");
+        check_version("tokio-stream tokio-rt-worker tokio-/src", NULL);
 
         /* What the kernel emulates (arch/x86/kernel/uprobes.c) and what it steps. */
         INSN("push %rbp", 1, PROBE_INSN_EMULATED, 0x55);
