@@ -4,7 +4,8 @@
 # under systemd-nspawn, `meson install`s d9d into it, and drives the installed
 # unit the way the docs tell a user to: systemctl start, d9ctl as a member of
 # group d9d (attach, record, list), a d9d.conf rule attach = unit:NAME.service
-# following a Tokio service through a restart, the watchdog restarting a
+# following a Tokio service through a restart, systemctl reload d9d adding
+# a rule, the watchdog restarting a
 # wedged d9d, and systemctl stop sealing the open segment. TAP on stdout.
 #
 #   tests/systemd/boot_in_nspawn.sh ROOT
@@ -41,10 +42,12 @@ cp "$root$target" "$root/usr/local/bin/d9-demo-target"
 ln -sf /dev/null "$root/etc/systemd/system/rsyslog.service"
 # A Tokio service of its own for the unit: rule: d9d attaches to whatever
 # systemd starts as d9-demo.service, found by its cgroup.
-printf '[Unit]\nDescription=d9 demo Tokio service\n[Service]\nExecStart=/usr/local/bin/d9-demo-target mixed --duration 600\n' \
-        >"$root/etc/systemd/system/d9-demo.service"
+for u in d9-demo d9-demo2; do
+        printf '[Unit]\nDescription=d9 demo Tokio service\n[Service]\nExecStart=/usr/local/bin/d9-demo-target mixed --duration 600\n' \
+                >"$root/etc/systemd/system/$u.service"
+done
 conf=$root/usr/local/etc/d9d/d9d.conf
-grep -v '^attach = unit:d9-demo.service' "$conf" >"$conf.new" && mv "$conf.new" "$conf"
+grep -v '^attach = unit:d9-demo' "$conf" >"$conf.new" && mv "$conf.new" "$conf"
 echo 'attach = unit:d9-demo.service' >>"$conf"
 
 log=$(mktemp)
@@ -120,6 +123,23 @@ check "systemctl restart d9-demo: the new pid $unit2 is attached ${took:-?} ms a
 counts=$(ct d9ctl list 2>/dev/null | grep -F '  unit:d9-demo.service:')
 check "d9ctl list counts the rule's two attaches ($counts)" 'grep -F ": 2 matched, 2 attached," <<<"$counts" >/dev/null' \
         "$(ct d9ctl list 2>&1)"
+# systemctl reload d9d (ExecReload, SIGHUP): a rule added to the file applies
+# to a unit already running, without a restart of d9d.
+ct systemctl start d9-demo2
+demo2=$(ct systemctl show d9-demo2 -p MainPID --value)
+before=$(show MainPID)
+echo 'attach = unit:d9-demo2.service' >>"$conf"
+ct systemctl reload d9d
+l2=
+for _ in $(seq 50); do
+        l2=$(ct d9ctl list 2>/dev/null | awk -v p="$demo2" '$1 == p && $2 == "recording" && / unit:d9-demo2\.service /')
+        [ -n "$l2" ] && break
+        sleep 0.1
+done
+check "systemctl reload d9d: the added rule unit:d9-demo2.service attaches the running pid $demo2 (d9d still pid $before)" \
+        '[ -n "$l2" ] && [ "$(show MainPID)" = "$before" ] && [ -n "$(rule_line "$unit2")" ]' \
+        "$(ct d9ctl list 2>&1; ct journalctl -u d9d --no-pager | grep reload | tail -4)"
+ct systemctl stop d9-demo2
 
 as_sre bash -c 'd9-demo-target mixed --duration 25 >/dev/null 2>&1 &'
 pid=
