@@ -471,6 +471,14 @@ static struct attach_rule *rule_by_text(struct attach_rules *rules, const char *
         return NULL;
 }
 
+static struct attach_rule *aa_rule_after_reload(struct autoattach *aa, struct attach_rules *next,
+                                                struct attach_rule *was)
+{
+        struct attach_rule *r = was == &aa->removed ? NULL : rule_by_text(next, was->text);
+
+        return r ? r : &aa->removed;
+}
+
 int autoattach_reload(struct d9d *d, struct attach_rules *next)
 {
         struct autoattach *aa = d->autoattach;
@@ -493,11 +501,12 @@ int autoattach_reload(struct d9d *d, struct attach_rules *next)
         for (size_t i = 0; i < next->n; i++)
                 if (next->v[i].added_by_reload)
                         log_info("auto-attach rule added: %s", next->v[i].text);
-        /* Attaches planned under the old rules count to the new ones. */
-        for (struct aa_start *st = aa ? aa->starting : NULL; st; st = st->next) {
-                struct attach_rule *r = st->rule == &aa->removed ? NULL : rule_by_text(next, st->rule->text);
-                st->rule = r ? r : &aa->removed;
-        }
+        /* Attaches planned, and failures still to be judged, under the old
+         * rules count to the new ones. */
+        for (struct aa_start *st = aa ? aa->starting : NULL; st; st = st->next)
+                st->rule = aa_rule_after_reload(aa, next, st->rule);
+        for (struct aa_failure *f = aa ? aa->failures : NULL; f; f = f->next)
+                f->rule = aa_rule_after_reload(aa, next, f->rule);
         d->cfg.attach = *next;
         *next = (struct attach_rules){ .max_targets = d->cfg.attach.max_targets };
         attach_rules_free(&old);
