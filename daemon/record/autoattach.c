@@ -300,6 +300,13 @@ static void aa_consider(struct autoattach *aa, pid_t pid, uint64_t exec_ns, uint
                 aa->execs_gone += exec_ns != 0;
                 return;
         }
+        /* Just exec'd and no exe link left: it is exiting (its mm is gone)
+         * but not a zombie yet. Whether it matched is unknown, as for one
+         * gone; uncounted, it was missing from every counter. */
+        if (exec_ns && !f.exe[0]) {
+                aa->execs_gone++;
+                return;
+        }
         if (!(rule = attach_rules_match(aa->rules, f.exe, f.cgroup)))
                 return;
         /* A reload's scan: what the old rules match was looked at already
