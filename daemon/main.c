@@ -37,6 +37,8 @@
 #define TICK_MS 250
 #define TRIM_TICKS 40   /* 10 s */
 
+static void config_reload(struct d9d *d);
+
 static void on_signal(struct d9d *d, struct d9_watch *w, uint32_t events)
 {
         struct signalfd_siginfo si;
@@ -45,6 +47,8 @@ static void on_signal(struct d9d *d, struct d9_watch *w, uint32_t events)
                 if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
                         log_info("received %s: sealing every segment and exiting", strsignal((int)si.ssi_signo));
                         d->stopping = true;
+                } else if (si.ssi_signo == SIGHUP && !d->stopping) {
+                        config_reload(d);
                 }
         }
 }
@@ -102,6 +106,7 @@ static int signal_fd(void)
         sigemptyset(&mask);
         sigaddset(&mask, SIGTERM);
         sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGHUP);
         sigprocmask(SIG_BLOCK, &mask, NULL);
         signal(SIGPIPE, SIG_IGN);
         return signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -111,6 +116,37 @@ static void usage(FILE *out)
 {
         fprintf(out, "usage: d9d [--config FILE] [--state-dir DIR] [--socket PATH] [--foreground]\n"
                      "           [--set KEY=VALUE]...\n");
+}
+
+/* The command line, kept: a reload reads the file again and applies the
+ * same flags after it, as at start. */
+static struct {
+        const char *config;
+        bool explicit_config;
+        const char *keys[64], *values[64];
+        int n_sets;
+        const char *state, *sock;
+} args = { .config = D9D_DEFAULT_CONFIG };
+
+/* Defaults, then the file, then the flags (they beat the file). */
+static int config_build(struct d9d_config *cfg, char *err, size_t errlen)
+{
+        const char *why;
+
+        config_defaults(cfg);
+        if (config_read(cfg, args.config, args.explicit_config, err, errlen) < 0)
+                return -EINVAL;
+        for (int i = 0; i < args.n_sets; i++)
+                if (config_set(cfg, args.keys[i], args.values[i], &why) < 0) {
+                        snprintf(err, errlen, "--set %s: %s", args.keys[i], why);
+                        return -EINVAL;
+                }
+        if ((args.state && config_set(cfg, "state_dir", args.state, &why) < 0) ||
+            (args.sock && config_set(cfg, "socket", args.sock, &why) < 0)) {
+                snprintf(err, errlen, "bad --state-dir/--socket path");
+                return -EINVAL;
+        }
+        return 0;
 }
 
 static int parse_args(int argc, char **argv, struct d9d_config *cfg)
@@ -125,22 +161,26 @@ static int parse_args(int argc, char **argv, struct d9d_config *cfg)
                 { "version", no_argument, NULL, 'V' },
                 {},
         };
-        const char *config = D9D_DEFAULT_CONFIG, *why;
-        bool explicit_config = false;
-        char *sets[64];
-        const char *state = NULL, *sock = NULL;
-        int n_sets = 0, opt;
+        char err[PATH_MAX + 256], *eq;
+        bool foreground = false;
+        int opt;
 
-        config_defaults(cfg);
         while ((opt = getopt_long(argc, argv, "c:d:s:fo:hV", opts, NULL)) != -1) {
                 switch (opt) {
-                case 'c': config = optarg; explicit_config = true; break;
-                case 'd': state = optarg; break;
-                case 's': sock = optarg; break;
-                case 'f': cfg->foreground = true; break;
+                case 'c': args.config = optarg; args.explicit_config = true; break;
+                case 'd': args.state = optarg; break;
+                case 's': args.sock = optarg; break;
+                case 'f': foreground = true; break;
                 case 'o':
-                        if (n_sets < 64)
-                                sets[n_sets++] = optarg;
+                        if (!(eq = strchr(optarg, '='))) {
+                                fprintf(stderr, "d9d: --set expects KEY=VALUE, got '%s'\n", optarg);
+                                return -EINVAL;
+                        }
+                        if (args.n_sets < 64) {
+                                *eq = 0;
+                                args.keys[args.n_sets] = optarg;
+                                args.values[args.n_sets++] = eq + 1;
+                        }
                         break;
                 case 'h': usage(stdout); exit(0);
                 case 'V': printf("d9d %s\n", D9_VERSION); exit(0);
@@ -151,27 +191,38 @@ static int parse_args(int argc, char **argv, struct d9d_config *cfg)
                 fprintf(stderr, "d9d: unexpected argument '%s'\n", argv[optind]);
                 return -EINVAL;
         }
-        if (config_load(cfg, config, explicit_config) < 0)
-                return -EINVAL;
-        /* Flags beat the file. */
-        for (int i = 0; i < n_sets; i++) {
-                char *eq = strchr(sets[i], '=');
-                if (!eq) {
-                        fprintf(stderr, "d9d: --set expects KEY=VALUE, got '%s'\n", sets[i]);
-                        return -EINVAL;
-                }
-                *eq = 0;
-                if (config_set(cfg, sets[i], eq + 1, &why) < 0) {
-                        fprintf(stderr, "d9d: --set %s: %s\n", sets[i], why);
-                        return -EINVAL;
-                }
-        }
-        if ((state && config_set(cfg, "state_dir", state, &why) < 0) ||
-            (sock && config_set(cfg, "socket", sock, &why) < 0)) {
-                fprintf(stderr, "d9d: bad --state-dir/--socket path\n");
+        if (config_build(cfg, err, sizeof(err)) < 0) {
+                fprintf(stderr, "d9d: %s\n", err);
                 return -EINVAL;
         }
+        cfg->foreground = foreground;
         return 0;
+}
+
+/* SIGHUP: d9d.conf again. Only the attach rules and auto_attach_max are
+ * applied (docs/daemon.md "Reloading"); a file that does not parse leaves
+ * everything as it was. */
+static void config_reload(struct d9d *d)
+{
+        struct d9d_config next;
+        char err[PATH_MAX + 256], keys[512];
+        size_t n;
+
+        if (config_build(&next, err, sizeof(err)) < 0) {
+                log_error("reload: %s; kept the running configuration", err);
+                config_free(&next);
+                return;
+        }
+        n = config_restart_keys(&d->cfg, &next, keys, sizeof(keys));
+        if (n)
+                log_warn("reload: %s changed; %s only applied when d9d restarts (kept the running value%s)", keys,
+                         n == 1 ? "it is" : "they are", n == 1 ? "" : "s");
+        int r = autoattach_reload(d, &next.attach);
+        if (r < 0)
+                log_error("reload: the attach rules are in place but auto-attach could not start: %s", strerror(-r));
+        log_info("reload: %s: %zu attach rule%s, auto_attach_max %u", args.config, d->cfg.attach.n,
+                 d->cfg.attach.n == 1 ? "" : "s", d->cfg.attach.max_targets);
+        config_free(&next);
 }
 
 static void shutdown_all(struct d9d *d)

@@ -1,9 +1,10 @@
 /* attach_rules: the "attach = ..." lines of d9d.conf, and whether a
- * process matches one. Parsed once at start; matched against facts read
+ * process matches one. Parsed at start and at each reload (SIGHUP); matched against facts read
  * from /proc through a pidfd (daemon/record/proc_facts.h), never against a
  * path opened on a process's behalf. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,6 +21,7 @@ struct attach_rule {
         char text[384];         /* the rule as written, normalized: what list shows */
         /* Counted by autoattach.c, shown by status. */
         uint64_t matched, attached, exited_first, failed, capped;
+        bool added_by_reload;   /* new in the last reload: its rescan looks for this rule only */
 };
 
 struct attach_rules {

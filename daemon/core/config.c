@@ -56,6 +56,8 @@ void config_free(struct d9d_config *cfg)
 {
         ship_config_free(&cfg->ship);
         attach_rules_free(&cfg->attach);
+        json_decref(cfg->settings);
+        cfg->settings = NULL;
 }
 
 const char *compression_suffix(enum d9_compress c)
@@ -75,7 +77,7 @@ static int set_path(char *dst, size_t n, const char *value)
         return 0;
 }
 
-int config_set(struct d9d_config *cfg, const char *key, const char *value, const char **why)
+static int config_apply(struct d9d_config *cfg, const char *key, const char *value, const char **why)
 {
         uint64_t v;
 
@@ -238,6 +240,47 @@ int config_set(struct d9d_config *cfg, const char *key, const char *value, const
         return -EINVAL;
 }
 
+static bool key_reloadable(const char *key)
+{
+        return !strcmp(key, "attach") || !strcmp(key, "auto_attach_max");
+}
+
+int config_set(struct d9d_config *cfg, const char *key, const char *value, const char **why)
+{
+        int r = config_apply(cfg, key, value, why);
+
+        /* The last value of every key a reload cannot apply, to name the
+         * ones that changed (config_restart_keys). */
+        if (r == 0 && !key_reloadable(key)) {
+                if (!cfg->settings)
+                        cfg->settings = json_object();
+                json_object_set_new(cfg->settings, key, json_string_nocheck(value));
+        }
+        return r;
+}
+
+size_t config_restart_keys(const struct d9d_config *running, const struct d9d_config *next, char *out, size_t n)
+{
+        json_t *a = running->settings, *b = next->settings, *v;
+        const char *key;
+        size_t changed = 0, len = 0;
+
+        out[0] = 0;
+        for (int pass = 0; pass < 2; pass++) {
+                json_object_foreach(pass ? b : a, key, v) {
+                        json_t *other = json_object_get(pass ? a : b, key);
+                        if (pass && other)
+                                continue;       /* seen in the first pass */
+                        if (other && json_equal(v, other))
+                                continue;
+                        changed++;
+                        if (len < n)
+                                len += (size_t)snprintf(out + len, n - len, "%s%s", len ? ", " : "", key);
+                }
+        }
+        return changed;
+}
+
 static char *trim(char *s)
 {
         while (isspace((unsigned char)*s))
@@ -248,7 +291,7 @@ static char *trim(char *s)
         return s;
 }
 
-int config_load(struct d9d_config *cfg, const char *path, bool required)
+int config_read(struct d9d_config *cfg, const char *path, bool required, char *err, size_t errlen)
 {
         _cleanup_fclose_ FILE *f = fopen(path, "re");
         char line[PATH_MAX + 128];
@@ -258,7 +301,7 @@ int config_load(struct d9d_config *cfg, const char *path, bool required)
                 if (errno == ENOENT && !required)
                         return 0;
                 int r = -errno;
-                log_error("cannot read config %s: %s", path, strerror(errno));
+                snprintf(err, errlen, "cannot read config %s: %s", path, strerror(errno));
                 return r;
         }
         while (fgets(line, sizeof(line), f)) {
@@ -270,16 +313,30 @@ int config_load(struct d9d_config *cfg, const char *path, bool required)
                         continue;
                 eq = strchr(s, '=');
                 if (!eq) {
-                        log_error("%s:%u: expected key = value", path, lineno);
+                        snprintf(err, errlen, "%s:%u: expected key = value", path, lineno);
                         return -EINVAL;
                 }
                 *eq = 0;
                 if (config_set(cfg, trim(s), trim(eq + 1), &why) < 0) {
-                        log_error("%s:%u: %s: %s", path, lineno, trim(s), why);
+                        snprintf(err, errlen, "%s:%u: %s: %s", path, lineno, trim(s), why);
                         return -EINVAL;
                 }
         }
+        if (ferror(f)) {
+                snprintf(err, errlen, "cannot read config %s: %s", path, strerror(EIO));
+                return -EIO;
+        }
         return 0;
+}
+
+int config_load(struct d9d_config *cfg, const char *path, bool required)
+{
+        char err[PATH_MAX + 256];
+        int r = config_read(cfg, path, required, err, sizeof(err));
+
+        if (r < 0)
+                log_error("%s", err);
+        return r;
 }
 
 void ship_config_init(struct ship_config *cfg)

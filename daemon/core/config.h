@@ -1,8 +1,10 @@
 /* d9d configuration: /etc/d9d/d9d.conf (key = value), then command-line flags. */
 #pragma once
 
+#include <jansson.h>
 #include <limits.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -56,6 +58,7 @@ struct d9d_config {
         bool s3_enabled;                /* some s3_* key was set: ship sealed segments */
         struct ship_config ship;        /* s3_* keys, see daemon/ship/ship.h */
         struct attach_rules attach;     /* attach = ... lines and auto_attach_max */
+        json_t *settings;               /* every other key set: its last value (config_restart_keys) */
 };
 
 #define D9D_DEFAULT_CONFIG "/etc/d9d/d9d.conf"
@@ -71,4 +74,11 @@ int config_set(struct d9d_config *cfg, const char *key, const char *value, const
 /* Read a config file. A missing file is fine only when !required.
  * Returns 0 or a negative errno; logs the offending line. */
 int config_load(struct d9d_config *cfg, const char *path, bool required);
+/* The same, without logging: on failure err holds one line saying what
+ * is wrong and where (for a reload, which keeps the running settings). */
+int config_read(struct d9d_config *cfg, const char *path, bool required, char *err, size_t errlen);
+/* A reload (SIGHUP) applies attach and auto_attach_max only. How many other
+ * keys next sets differently from running (or sets where running does not,
+ * or the reverse); their names, ", "-separated, in out. */
+size_t config_restart_keys(const struct d9d_config *running, const struct d9d_config *next, char *out, size_t n);
 const char *compression_suffix(enum d9_compress c);

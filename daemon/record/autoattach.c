@@ -24,6 +24,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -84,6 +85,10 @@ struct autoattach {
         struct aa_retry *retries;
         struct aa_failure *failures;
         DIR *scan;                      /* a /proc scan under way */
+        bool scan_added_only;           /* it looks for rules added_by_reload only */
+        /* What attaches planned under a rule that a reload removed count
+         * to (they still finish, sessions keep the rule's text). */
+        struct attach_rule removed;
         bool rescan_wanted;
         uint64_t lost_seen;
         uint64_t execs, cap_refused, cap_logged_ms, busy_gave_up, scans;
@@ -295,7 +300,18 @@ static void aa_consider(struct autoattach *aa, pid_t pid, uint64_t exec_ns, uint
                 aa->execs_gone += exec_ns != 0;
                 return;
         }
+        /* Just exec'd and no exe link left: it is exiting (its mm is gone)
+         * but not a zombie yet. Whether it matched is unknown, as for one
+         * gone; uncounted, it was missing from every counter. */
+        if (exec_ns && !f.exe[0]) {
+                aa->execs_gone++;
+                return;
+        }
         if (!(rule = attach_rules_match(aa->rules, f.exe, f.cgroup)))
+                return;
+        /* A reload's scan: what the old rules match was looked at already
+         * (and may have been detached on purpose since). */
+        if (!exec_ns && aa->scan_added_only && !rule->added_by_reload)
                 return;
         if (aa_starting_for(aa, pid)) {
                 /* Planned from the image before this exec: try again once it is done. */
@@ -319,20 +335,22 @@ static void aa_on_exec(void *ctx, pid_t pid, uint64_t ts_ns)
         struct autoattach *aa = ctx;
 
         aa->execs++;
-        if (!aa->d->stopping)
+        if (!aa->d->stopping && aa->rules->n)   /* a reload may have removed every rule */
                 aa_consider(aa, pid, ts_ns, 0);
 }
 
-static void aa_scan_begin(struct autoattach *aa)
+static void aa_scan_begin(struct autoattach *aa, bool added_only)
 {
         if (aa->scan)
                 return;
+        aa->scan_added_only = added_only;
         aa->scan = opendir("/proc");
         if (!aa->scan) {
                 log_error("auto-attach: cannot list /proc: %m");
                 return;
         }
-        aa->rescan_wanted = false;
+        if (!added_only)
+                aa->rescan_wanted = false;
         aa->scans++;
         aa_arm(aa, 0);
 }
@@ -409,7 +427,7 @@ void autoattach_tick(struct autoattach *aa)
                 aa->rescan_wanted = true;
         }
         if (aa->rescan_wanted && aa_live(aa) < aa->rules->max_targets)
-                aa_scan_begin(aa);
+                aa_scan_begin(aa, false);
 }
 
 int autoattach_start(struct d9d *d, struct autoattach **out)
@@ -425,6 +443,7 @@ int autoattach_start(struct d9d *d, struct autoattach **out)
                 return -ENOMEM;
         aa->d = d;
         aa->rules = &d->cfg.attach;
+        snprintf(aa->removed.text, sizeof(aa->removed.text), "a rule removed by a reload");
         aa->timer_w = (struct d9_watch){ .fn = aa_on_timer };
         aa->timer_w.fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
         if (aa->timer_w.fd < 0 || d9d_watch_add(d, &aa->timer_w, EPOLLIN) < 0) {
@@ -446,8 +465,69 @@ int autoattach_start(struct d9d *d, struct autoattach **out)
                           strerror(-r));
         for (size_t i = 0; i < aa->rules->n; i++)
                 log_info("auto-attach rule: %s", aa->rules->v[i].text);
-        aa_scan_begin(aa);
+        aa_scan_begin(aa, false);
         *out = aa;
+        return 0;
+}
+
+static struct attach_rule *rule_by_text(struct attach_rules *rules, const char *text)
+{
+        for (size_t i = 0; i < rules->n; i++)
+                if (!strcmp(rules->v[i].text, text))
+                        return &rules->v[i];
+        return NULL;
+}
+
+static struct attach_rule *aa_rule_after_reload(struct autoattach *aa, struct attach_rules *next,
+                                                struct attach_rule *was)
+{
+        struct attach_rule *r = was == &aa->removed ? NULL : rule_by_text(next, was->text);
+
+        return r ? r : &aa->removed;
+}
+
+int autoattach_reload(struct d9d *d, struct attach_rules *next)
+{
+        struct autoattach *aa = d->autoattach;
+        struct attach_rules old = d->cfg.attach;
+        size_t added = 0;
+
+        for (size_t i = 0; i < next->n; i++) {
+                struct attach_rule *r = &next->v[i], *was = rule_by_text(&old, r->text);
+                if (was) {
+                        r->matched = was->matched, r->attached = was->attached;
+                        r->exited_first = was->exited_first, r->failed = was->failed, r->capped = was->capped;
+                }
+                r->added_by_reload = !was;
+                added += !was;
+        }
+        for (size_t i = 0; i < old.n; i++)
+                if (!rule_by_text(next, old.v[i].text))
+                        log_info("auto-attach rule removed: %s (its sessions go on; new processes are not "
+                                 "attached by it)", old.v[i].text);
+        for (size_t i = 0; i < next->n; i++)
+                if (next->v[i].added_by_reload)
+                        log_info("auto-attach rule added: %s", next->v[i].text);
+        /* Attaches planned, and failures still to be judged, under the old
+         * rules count to the new ones. */
+        for (struct aa_start *st = aa ? aa->starting : NULL; st; st = st->next)
+                st->rule = aa_rule_after_reload(aa, next, st->rule);
+        for (struct aa_failure *f = aa ? aa->failures : NULL; f; f = f->next)
+                f->rule = aa_rule_after_reload(aa, next, f->rule);
+        d->cfg.attach = *next;
+        *next = (struct attach_rules){ .max_targets = d->cfg.attach.max_targets };
+        attach_rules_free(&old);
+        if (!aa)
+                return autoattach_start(d, &d->autoattach);
+        if (added) {
+                /* A scan under way restarts: it may have passed processes
+                 * the added rules match. A full one stays full. */
+                bool full = aa->scan && !aa->scan_added_only;
+                if (aa->scan)
+                        closedir(aa->scan);
+                aa->scan = NULL;
+                aa_scan_begin(aa, !full);
+        }
         return 0;
 }
 

@@ -1185,6 +1185,7 @@ int session_start(struct d9d *d, const struct session_request *req,
                 return r;
         }
         st->req.exe = st->exe_copy;
+        st->req.rule = NULL;    /* copied into s->rule: a reload may free the caller's */
         st->done = done;
         st->ctx = ctx;
         st->job = (struct plan_job){ .uid = req->peer_uid, .run = session_plan_run, .done = session_plan_done };

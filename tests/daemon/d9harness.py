@@ -207,10 +207,11 @@ _FLOOD = r"""
 import socket, sys, time
 conns = []
 for _ in range(int(sys.argv[2])):
-    s = socket.socket()
+    host = sys.argv[3] if len(sys.argv) > 3 else "127.0.0.1"
+    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     s.setblocking(False)
     try:
-        s.connect(("127.0.0.1", int(sys.argv[1])))
+        s.connect((host, int(sys.argv[1])))
     except BlockingIOError:
         pass
     conns.append(s)
@@ -226,14 +227,15 @@ def start_backlog_target(binary, backlog, netns=False, extra=()):
     if netns:
         argv = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', *argv]
     p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    m = re.match(r"listening 127\.0\.0\.1:(\d+)", p.stdout.readline())
+    m = re.match(r"listening (?:127\.0\.0\.1|\[::1\]):(\d+)", p.stdout.readline())
     return p, int(m.group(1)) if m else None
 
 
-def start_flood(pid, port, conns, netns=False):
-    """A process holding conns connections to the target's port (from inside
-    the target's network namespace if netns), started once they are open."""
-    argv = [sys.executable, "-c", _FLOOD, str(port), str(conns)]
+def start_flood(pid, port, conns, netns=False, host="127.0.0.1"):
+    """A process holding conns connections to the target's port on host
+    (from inside the target's network namespace if netns), started once they
+    are open."""
+    argv = [sys.executable, "-c", _FLOOD, str(port), str(conns), host]
     if netns:
         argv = ["nsenter", "-t", str(pid), "-n", *argv]
     f = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

@@ -149,6 +149,34 @@ static void test_config(void)
         ok(config_load(&cfg, path, true) == -EINVAL, "config file without key = value is an error");
         ok(config_load(&cfg, "/nonexistent/d9d.conf", false) == 0, "missing default config file is fine");
         ok(config_load(&cfg, "/nonexistent/d9d.conf", true) == -ENOENT, "missing explicit config file is an error");
+        config_free(&cfg);
+
+        /* What a reload (SIGHUP) is told: the line that is wrong, and the
+         * keys only a restart applies. */
+        struct d9d_config a, b;
+        char err[512], keys[128];
+
+        f = fopen(path, "w");
+        fprintf(f, "rotate_period = 5s\nattach = exe:api\nattach = unit:\n");
+        fclose(f);
+        config_defaults(&b);
+        ok(config_read(&b, path, true, err, sizeof(err)) == -EINVAL && strstr(err, "d9d.conf:3: attach: unit: expects"),
+           "config_read says file, line, key and why in one line: %s", err);
+        config_free(&b);
+        config_defaults(&a);
+        config_defaults(&b);
+        config_set(&a, "rotate_period", "5s", &why);
+        config_set(&a, "service", "api", &why);
+        config_set(&a, "attach", "exe:api", &why);
+        config_set(&b, "rotate_period", "7s", &why);
+        config_set(&b, "compression", "gzip", &why);
+        config_set(&b, "attach", "exe:other", &why);
+        config_set(&b, "auto_attach_max", "3", &why);
+        ok(config_restart_keys(&a, &b, keys, sizeof(keys)) == 3 && !strcmp(keys, "rotate_period, service, compression"),
+           "a reload names changed, dropped and added keys, never attach or auto_attach_max: %s", keys);
+        ok(config_restart_keys(&a, &a, keys, sizeof(keys)) == 0 && !keys[0], "an unchanged file names no key");
+        config_free(&a);
+        config_free(&b);
 }
 
 static void test_control_protocol(void)

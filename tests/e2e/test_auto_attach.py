@@ -5,10 +5,16 @@ after it; another binary started alongside is not attached; `d9ctl list`
 names the rule; each trace decodes with polls and says which rule made it.
 With --cap: auto_attach_max = 2 and three targets: the third is refused,
 counted and logged, and attached once the first two have ended.
-Usage: test_auto_attach.py D9D D9CTL TARGET OTHER_TARGET [--cap]"""
+With --reload: d9d.conf rewritten under a running d9d and SIGHUP: a rule
+added applies to a running process and to new ones, a removed rule attaches
+no new process but its session goes on, a file that does not parse keeps
+the running rules (one log line), a key only a restart applies is named,
+and a reload's rescan leaves a process detached on purpose alone.
+Usage: test_auto_attach.py D9D D9CTL TARGET OTHER_TARGET [--cap|--reload]"""
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -63,6 +69,103 @@ def cap_main():
         aa = list_targets(d).get("auto_attach") or {}
         t.ok(aa.get("targets") == 1 and aa["rules"][0]["attached"] == 3,
              f"3 attached by the rule, 1 live ({aa.get('targets')})", aa)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        rc = d.stop()
+        t.ok(rc == 0, f"d9d exited cleanly ({rc})", d.logtext())
+        d.cleanup(keep=t.failed > 0)
+    t.done()
+
+
+RELOADED = re.compile(r"reload: .*(attach rules?, auto_attach_max \d+|kept the running configuration)$", re.M)
+
+
+def reload(d, text):
+    """Rewrite d9d.conf, SIGHUP d9d; returns the log line that answered it."""
+    n = len(RELOADED.findall(d.logtext()))
+    with open(d.conf + ".new", "w") as f:
+        f.write(text)
+    os.rename(d.conf + ".new", d.conf)
+    d.proc.send_signal(signal.SIGHUP)
+    lines = wait_for(lambda: RELOADED.findall(d.logtext())[n:] and
+                     [m.group(0) for m in RELOADED.finditer(d.logtext())][n:], 10, 0.02) or []
+    return lines[0] if lines else ""
+
+
+def rules_of(d):
+    return [r["rule"] for r in (list_targets(d).get("auto_attach") or {}).get("rules", [])]
+
+
+def reload_main():
+    t = Tap()
+    other_rule = f"exe:{os.path.basename(OTHER)}"
+    d = D9d(D9D, D9CTL, conf="# no rules yet\n")
+    d.start_or_bail(t)
+    procs = []
+
+    def run(binary, seconds):
+        p = subprocess.Popen([binary, "mixed", "--duration", str(seconds)], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        procs.append(p)
+        return p
+    try:
+        o1, t1 = run(OTHER, 30), run(TARGET, 30)
+        time.sleep(0.3)
+        t.ok(not live_by_pid(d) and "auto_attach" not in list_targets(d), "no rule: nothing attached",
+             list_targets(d))
+        # 1: from no rules (auto-attach not running) to one
+        line = reload(d, f"attach = {other_rule}\n")
+        got = wait_for(lambda: live_by_pid(d).get(o1.pid), 10, 0.02) or {}
+        t.ok("1 attach rule" in line and got.get("rule") == other_rule and t1.pid not in live_by_pid(d),
+             f"reload adds {other_rule}: running pid {o1.pid} attached by it, pid {t1.pid} not ({line})", got)
+        # 2: the rule replaced by another one
+        line = reload(d, f"attach = {RULE}\n")
+        got = wait_for(lambda: live_by_pid(d).get(t1.pid), 10, 0.02) or {}
+        t.ok(got.get("rule") == RULE and "exec_to_attach_ms" not in got,
+             f"reload adds {RULE}: pid {t1.pid}, running since before, attached by it ({line})", got)
+        kept = live_by_pid(d).get(o1.pid) or {}
+        t.ok(kept.get("rule") == other_rule, f"removed {other_rule}: its session of pid {o1.pid} goes on", kept)
+        t2 = run(TARGET, 30)
+        o2 = run(OTHER, 30)
+        got = wait_for(lambda: live_by_pid(d).get(t2.pid), 5, 0.002) or {}
+        lat = got.get("exec_to_attach_ms")
+        t.ok(got.get("rule") == RULE and lat is not None and 0 <= lat <= LATENCY_MS,
+             f"pid {t2.pid} started after the reload: attached by {RULE} {lat} ms after its exec", got)
+        time.sleep(0.5)
+        t.ok(o2.pid not in live_by_pid(d), f"pid {o2.pid} started after {other_rule} was removed: not attached",
+             live_by_pid(d))
+        t.ok(rules_of(d) == [RULE] and re.search(rf"auto-attach rule removed: {re.escape(other_rule)}", d.logtext())
+             and re.search(rf"auto-attach rule added: {re.escape(RULE)}", d.logtext()),
+             f"list shows only {RULE}; the log says what was added and removed", rules_of(d))
+        # 3: a file that does not parse
+        before = d.logtext()
+        line = reload(d, f"attach = {RULE}\nattach = exe:\n")
+        new_lines = [x for x in d.logtext()[len(before):].splitlines() if "reload" in x or "d9d.conf" in x]
+        t.ok(re.search(r"d9d\.conf:2: attach: .*; kept the running configuration$", line) and len(new_lines) == 1,
+             "a bad file on reload: one line, with file, line and key, running configuration kept",
+             "\n".join(new_lines))
+        t3 = run(TARGET, 30)
+        got = wait_for(lambda: live_by_pid(d).get(t3.pid), 5, 0.01) or {}
+        t.ok(rules_of(d) == [RULE] and got.get("rule") == RULE,
+             f"after the bad reload {RULE} still attaches new pid {t3.pid}", got)
+        # 4: a rule added while pid t1 was detached on purpose; a key that needs a restart
+        r = d.ctl("detach", "--pid", str(t1.pid))
+        wait_for(lambda: t1.pid not in live_by_pid(d), 10, 0.05)
+        scans = (list_targets(d).get("auto_attach") or {}).get("scans", 0)
+        line = reload(d, f"attach = {RULE}\nattach = exe:no-such-d9-binary\nrotate_period = 7s\n")
+        aa = wait_for(lambda: (list_targets(d).get("auto_attach") or {}).get("scans", 0) > scans and
+                      list_targets(d)["auto_attach"], 5, 0.05) or {}
+        time.sleep(0.3)
+        t.ok(r.returncode == 0 and aa and t1.pid not in live_by_pid(d),
+             f"a reload's rescan (scans {scans} -> {aa.get('scans')}) does not re-attach pid {t1.pid}, "
+             "detached on purpose", r.stderr)
+        rule = next((x for x in aa.get("rules", []) if x["rule"] == RULE), {})
+        t.ok(rule.get("attached") == 3, f"{RULE} kept its counters through the reloads ({rule.get('attached')} "
+             "attached: t1, t2, t3)", aa)
+        t.ok(re.search(r"reload: rotate_period changed; it is only applied when d9d restarts", d.logtext()),
+             "a key a reload does not apply is named in one warning", d.logtext()[-1500:])
     finally:
         for p in procs:
             if p.poll() is None:
@@ -172,4 +275,9 @@ def main():
     t.done()
 
 
-cap_main() if "--cap" in sys.argv[5:] else main()
+if "--cap" in sys.argv[5:]:
+    cap_main()
+elif "--reload" in sys.argv[5:]:
+    reload_main()
+else:
+    main()

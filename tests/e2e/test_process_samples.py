@@ -2,7 +2,7 @@
 """Process resources and accept queues, sampled by a real d9d from a real
 Tokio target (d9-target backlog) while BPF traces it.
 
-Usage: test_process_samples.py D9D D9CTL TARGET [netns]
+Usage: test_process_samples.py D9D D9CTL TARGET [netns|ipv6]
 
 The target listens with backlog 16 and accepts nothing until told to; a
 flooder opens 48 connections to it (bounded, loopback). The accept-queue
@@ -12,7 +12,8 @@ itself: every counter it reads must lie between the ProcessResourceUsageEvent
 / D9ProcessResourcesEvent values d9d sampled just before and just after,
 each within one sample interval of the read. With `netns` the target runs
 in a network namespace of its own (unshare --net): its listener is not in
-d9d's, so only entering the target's namespace can see it."""
+d9d's, so only entering the target's namespace can see it. With `ipv6` it
+listens on [::1] (sock_diag's AF_INET6 dump, the address as "::1")."""
 import json
 import os
 import subprocess
@@ -25,6 +26,8 @@ from d9harness import start_backlog_target, start_flood  # noqa
 
 D9D, D9CTL, TARGET = sys.argv[1:4]
 NETNS = len(sys.argv) > 4 and sys.argv[4] == "netns"
+IPV6 = len(sys.argv) > 4 and sys.argv[4] == "ipv6"
+HOST, IP_VERSION = ("::1", 6) if IPV6 else ("127.0.0.1", 4)
 BACKLOG = 16
 CONNS = 48
 RES_MS = 100
@@ -117,7 +120,7 @@ def check_reading(t, samples, reading, i):
 def main():
     t = Tap()
     d = D9d(D9D, D9CTL).start_or_bail(t)
-    target, port = start_backlog_target(TARGET, BACKLOG, NETNS)
+    target, port = start_backlog_target(TARGET, BACKLOG, NETNS, ("--listen", "[::1]:0") if IPV6 else ())
     flood = None
     try:
         if not port:
@@ -130,7 +133,7 @@ def main():
             t.bail("attach failed")
         t.ok(wait_for(lambda: d.status(target.pid)["targets"][0]["samples"]["accept_queues"] >= 2, 10),
              "accept-queue samples arrive")
-        flood = start_flood(target.pid, port, CONNS, NETNS)
+        flood = start_flood(target.pid, port, CONNS, NETNS, HOST)
         t_flood = time.monotonic_ns()
         readings = []
         for _ in range(6):
@@ -150,9 +153,10 @@ def main():
         samples, queues = trace_events(paths)
 
         mine = [(ts, q) for ts, q in queues if q["local_port"] == port]
-        t.ok(mine and all(q["backlog_limit"] == BACKLOG and q["ip_version"] == 4 and q["protocol"] == 6
-                          and q["local_addr"] == "127.0.0.1" for _, q in mine),
-             f"{len(mine)} SocketAcceptQueueEvents of the listener: backlog {BACKLOG}, IPv4 TCP 127.0.0.1", mine[:2])
+        t.ok(mine and all(q["backlog_limit"] == BACKLOG and q["ip_version"] == IP_VERSION and q["protocol"] == 6
+                          and q["local_addr"] == HOST for _, q in mine),
+             f"{len(mine)} SocketAcceptQueueEvents of the listener: backlog {BACKLOG}, IPv{IP_VERSION} TCP {HOST}",
+             mine[:2])
         pre = [q["pending_connections"] for ts, q in mine if ts < t_flood]
         during = [q["pending_connections"] for ts, q in mine if t_flood + 100_000_000 < ts < t_accept]
         post = [q["pending_connections"] for ts, q in mine if ts > t_accept]

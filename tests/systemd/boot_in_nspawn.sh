@@ -3,8 +3,10 @@
 # scripts/test has built d9d and its Tokio targets) with systemd as PID 1
 # under systemd-nspawn, `meson install`s d9d into it, and drives the installed
 # unit the way the docs tell a user to: systemctl start, d9ctl as a member of
-# group d9d (attach, record, list), the watchdog restarting a wedged d9d, and
-# systemctl stop sealing the open segment. TAP on stdout.
+# group d9d (attach, record, list), a d9d.conf rule attach = unit:NAME.service
+# following a Tokio service through a restart, systemctl reload d9d adding
+# a rule, the watchdog restarting a
+# wedged d9d, and systemctl stop sealing the open segment. TAP on stdout.
 #
 #   tests/systemd/boot_in_nspawn.sh ROOT
 #
@@ -38,6 +40,15 @@ cp "$root$target" "$root/usr/local/bin/d9-demo-target"
 # rsyslog (pulled in by swift for the S3 tests) spins on /proc/kmsg inside
 # nspawn; journald is the log this test reads.
 ln -sf /dev/null "$root/etc/systemd/system/rsyslog.service"
+# A Tokio service of its own for the unit: rule: d9d attaches to whatever
+# systemd starts as d9-demo.service, found by its cgroup.
+for u in d9-demo d9-demo2; do
+        printf '[Unit]\nDescription=d9 demo Tokio service\n[Service]\nExecStart=/usr/local/bin/d9-demo-target mixed --duration 600\n' \
+                >"$root/etc/systemd/system/$u.service"
+done
+conf=$root/usr/local/etc/d9d/d9d.conf
+grep -v '^attach = unit:d9-demo' "$conf" >"$conf.new" && mv "$conf.new" "$conf"
+echo 'attach = unit:d9-demo.service' >>"$conf"
 
 log=$(mktemp)
 systemd-nspawn -q -D "$root" --boot --register=no --keep-unit --machine="$machine" \
@@ -86,6 +97,50 @@ check "systemd sees watchdog pings (WatchdogSec=$(show WatchdogUSec), last ping 
 check "d9ctl list works for a member of group d9d" 'as_sre d9ctl list >/dev/null'
 check "man d9ctl finds the installed page" 'ct man -P cat d9ctl 2>/dev/null | grep attach >/dev/null'
 
+# attach = unit:d9-demo.service: the unit's process, and the new one of a restart.
+# $1: a pid; prints its line of d9ctl list once it is recording under the rule.
+rule_line() {
+        local l
+        for _ in $(seq 50); do
+                l=$(ct d9ctl list 2>/dev/null | awk -v p="$1" '$1 == p && $2 == "recording" && / unit:d9-demo\.service /')
+                [ -n "$l" ] && { echo "$l"; return 0; }
+                sleep 0.1
+        done
+        return 1
+}
+ct systemctl start d9-demo
+unit1=$(ct systemctl show d9-demo -p MainPID --value)
+line=$(rule_line "$unit1")
+check "attach = unit:d9-demo.service attaches the unit's pid $unit1 and d9ctl list names the rule" \
+        '[ "$unit1" != 0 ] && [ -n "$line" ]' "$(ct d9ctl list 2>&1; ct journalctl -u d9d --no-pager | grep auto-attach | tail -4)"
+ct systemctl restart d9-demo
+unit2=$(ct systemctl show d9-demo -p MainPID --value)
+line=$(rule_line "$unit2")
+took=$(ct journalctl -u d9d --no-pager | sed -n "s/.*unit:d9-demo.service attached pid $unit2 \([0-9]*\) ms after its exec.*/\1/p" | tail -1)
+check "systemctl restart d9-demo: the new pid $unit2 is attached ${took:-?} ms after its exec, under the rule" \
+        '[ "$unit2" != 0 ] && [ "$unit2" != "$unit1" ] && [ -n "$line" ] && [ -n "$took" ]' \
+        "$(ct d9ctl list 2>&1; ct journalctl -u d9d --no-pager | grep auto-attach | tail -4)"
+counts=$(ct d9ctl list 2>/dev/null | grep -F '  unit:d9-demo.service:')
+check "d9ctl list counts the rule's two attaches ($counts)" 'grep -F ": 2 matched, 2 attached," <<<"$counts" >/dev/null' \
+        "$(ct d9ctl list 2>&1)"
+# systemctl reload d9d (ExecReload, SIGHUP): a rule added to the file applies
+# to a unit already running, without a restart of d9d.
+ct systemctl start d9-demo2
+demo2=$(ct systemctl show d9-demo2 -p MainPID --value)
+before=$(show MainPID)
+echo 'attach = unit:d9-demo2.service' >>"$conf"
+ct systemctl reload d9d
+l2=
+for _ in $(seq 50); do
+        l2=$(ct d9ctl list 2>/dev/null | awk -v p="$demo2" '$1 == p && $2 == "recording" && / unit:d9-demo2\.service /')
+        [ -n "$l2" ] && break
+        sleep 0.1
+done
+check "systemctl reload d9d: the added rule unit:d9-demo2.service attaches the running pid $demo2 (d9d still pid $before)" \
+        '[ -n "$l2" ] && [ "$(show MainPID)" = "$before" ] && [ -n "$(rule_line "$unit2")" ]' \
+        "$(ct d9ctl list 2>&1; ct journalctl -u d9d --no-pager | grep reload | tail -4)"
+ct systemctl stop d9-demo2
+
 as_sre bash -c 'd9-demo-target mixed --duration 25 >/dev/null 2>&1 &'
 pid=
 for _ in $(seq 50); do pid=$(ct pgrep -u sre -x d9-demo-target || true); [ -n "$pid" ] && break; sleep 0.1; done
@@ -112,6 +167,10 @@ wd="d9d.service: Failed with result 'watchdog'"
 for _ in $(seq 25); do ct journalctl --no-pager | grep -F "$wd" >/dev/null && break; sleep 0.2; done
 check "systemd logged that the watchdog ended d9d ($wd)" 'ct journalctl --no-pager | grep -F "$wd" >/dev/null' \
         "$(ct journalctl --no-pager | grep -E "systemd\[1\].*d9d" | tail -6)"
+
+line=$(rule_line "$unit2")
+check "the restarted d9d attaches the still running unit (pid $unit2) by the rule at its start" '[ -n "$line" ]' \
+        "$(ct d9ctl list 2>&1)"
 
 att=$(as_sre d9ctl attach --pid "$pid" 2>&1); rc=$?
 check "d9ctl attach --pid as sre after the restart" '[ $rc = 0 ]' "$att"

@@ -9,7 +9,11 @@ uid (root, as on a host where d9d traces other services), from a private
 d9d runs in its own mount namespace with fresh /tmp and /var/tmp, so its
 state and socket live in the build directory. The
 segments must decode and hold poll events (uprobes) and CPU samples
-(sched_switch + perf sampling)."""
+(sched_switch + perf sampling). A non-dumpable target (exec'd with real and
+effective uids apart: its /proc files are root's, /proc/PID/io 0400) still
+gets its resource samples, /proc/PID/io included: CAP_SYS_PTRACE passes the
+kernel's ptrace access check, CAP_DAC_READ_SEARCH the file mode."""
+import json
 import os
 import re
 import shutil
@@ -47,12 +51,33 @@ def event_counts(paths):
     return r, counts
 
 
-def record(tap, sock, target_uid, label, out, exe=TARGET):
+def resource_samples(paths):
+    """(ProcessResourceUsageEvent count, the last D9ProcessResourcesEvent's fields)."""
+    n, last = 0, {}
+    for p in paths:
+        r = subprocess.run([D9CTL, "dump", "--json", p], capture_output=True, text=True, timeout=120)
+        for line in r.stdout.splitlines():
+            if '"ProcessResourceUsageEvent"' in line:
+                n += 1
+            elif '"D9ProcessResourcesEvent"' in line and '"fields"' in line:
+                last = json.loads(line)["fields"]
+    return n, last
+
+
+def record(tap, sock, target_uid, label, out, exe=TARGET, nondumpable=False):
     cmd = [exe, "mixed", "--duration", "8"]
-    if target_uid != 0:
+    if nondumpable:
+        # A set-uid-like exec: the kernel makes the process non-dumpable.
+        cmd = ["setpriv", f"--ruid={target_uid}", f"--euid={target_uid + 1}", f"--rgid={target_uid}",
+               f"--egid={target_uid}", "--clear-groups", *cmd]
+    elif target_uid != 0:
         cmd = ["setpriv", f"--reuid={target_uid}", f"--regid={target_uid}", "--clear-groups", *cmd]
     target = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.5)
+    if nondumpable:
+        io = os.stat(f"/proc/{target.pid}/io")
+        tap.ok(io.st_uid == 0 and (io.st_mode & 0o777) == 0o400,
+               f"{label}: the kernel made it non-dumpable (/proc/PID/io root's, {io.st_mode & 0o777:o})")
     r = subprocess.run([D9CTL, "--socket", sock, "record", "--probes", "all", "--pid", str(target.pid), "--duration", "2s",
                         "--out", out], capture_output=True, text=True, timeout=60)
     target.kill()
@@ -65,9 +90,14 @@ def record(tap, sock, target_uid, label, out, exe=TARGET):
            (d.stdout + d.stderr) if d else "no segments")
     tap.ok(counts.get("CpuSampleEvent", 0) > 0,
            f"{label}: CPU samples recorded ({counts.get('CpuSampleEvent', 0)})", counts)
+    if nondumpable:
+        n, last = resource_samples(segs)
+        tap.ok(n >= 10 and last.get("rchar", 0) > 0 and last.get("open_fds", 0) > 0,
+               f"{label}: {n} resource samples, /proc/PID/io and fd read (rchar {last.get('rchar')}, "
+               f"open_fds {last.get('open_fds')})", last)
 
 
-tap = Tap(14)
+tap = Tap(19)
 if os.geteuid() != 0:
     tap.bail("must run as root: it runs d9d under another uid with setpriv")
 bounding, ambient = unit_caps()
@@ -109,6 +139,7 @@ if not tap.ok(os.path.exists(sock) and not re.search(r"preflight: \w+: FATAL", s
 try:
     record(tap, sock, NOBODY, "target with d9d's uid", os.path.join(tmp, "same"))
     record(tap, sock, 0, "target of another uid (root)", os.path.join(tmp, "other"))
+    record(tap, sock, 4242, "non-dumpable target of another uid", os.path.join(tmp, "nondump"), nondumpable=True)
     # An executable only its owner may read, in a directory only its owner
     # may enter (a 0700 home): CAP_DAC_READ_SEARCH is what lets d9d read it.
     private = os.path.join(tmp, "home")

@@ -3,8 +3,9 @@
 `systemd-analyze verify` (must print nothing at all: it exits 0 even for
 unknown keys) and `systemd-analyze security --offline=yes` (exposure <= 3.5).
 The root also gets the host's distribution units (sysinit.target & co.)
-so verify checks our units as they would load on a real system; ExecStart=
-is checked inside the root and man: links against the installed man pages."""
+and /bin/kill (procps, what ExecReload= runs) so verify checks our units as
+they would load on a real system; ExecStart=/ExecReload= are checked inside
+the root and man: links against the installed man pages."""
 import os
 import re
 import shutil
@@ -30,6 +31,8 @@ tap.ok(os.path.isfile(service) and os.path.isfile(socket_unit), "d9d.service and
 distro_units = "/usr/lib/systemd/system"
 shutil.copytree(distro_units, os.path.join(root, distro_units.lstrip("/")), symlinks=True,
                 dirs_exist_ok=True)
+os.makedirs(os.path.join(root, "bin"), exist_ok=True)
+shutil.copy2(os.path.realpath("/bin/kill"), os.path.join(root, "bin", "kill"))
 env = dict(os.environ, MANPATH=in_prefix(root, "share/man"), SYSTEMD_LOG_COLOR="0")
 
 r = subprocess.run(["systemd-analyze", "verify", f"--root={root}", service, socket_unit],
