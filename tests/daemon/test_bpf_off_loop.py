@@ -41,7 +41,7 @@ def main():
                            env=dict(os.environ, HOME=home, CODEX_HOME=home, RUST_LOG="off"))
     try:
         time.sleep(0.5)
-        r = d.ctl("attach", "--pid", str(busy.pid), "--duration", "100s")
+        r = d.ctl("attach", "--pid", str(busy.pid), "--probes", "all", "--duration", "100s")
         t.ok(r.returncode == 0, "root attaches to a busy Tokio target", r.stderr)
         time.sleep(1.5)
         st = (d.status(busy.pid) or {}).get("targets", [{}])[0]
@@ -65,7 +65,7 @@ def main():
         sampler.start()
         for _ in range(3):
             t0 = time.time()
-            a = d.ctl("attach", "--pid", str(app.pid), "--duration", "60s")
+            a = d.ctl("attach", "--pid", str(app.pid), "--probes", "all", "--duration", "60s")
             attach_s = time.time() - t0
             time.sleep(0.5)
             t0 = time.time()

@@ -747,7 +747,7 @@ def mode_planloop(t, users):
     holders = big + [crafted]
     try:
         time.sleep(0.5)
-        r = d.ctl("attach", "--pid", str(busy.pid), "--duration", "80s")
+        r = d.ctl("attach", "--pid", str(busy.pid), "--probes", "all", "--duration", "80s")
         t.ok(r.returncode == 0, "root attaches to a busy Tokio target", r.stderr)
         time.sleep(1.5)
         st = (d.status(busy.pid) or {}).get("targets", [{}])[0]
