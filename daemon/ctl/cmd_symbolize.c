@@ -198,8 +198,8 @@ static int symbolize_one(const char *path)
                (unsigned long long)st.labels_named, (unsigned long long)st.labels,
                (unsigned long long)st.modules_found, (unsigned long long)st.modules,
                st.missing[0] ? ", none for " : "", st.missing);
-        if (st.missing[0] && *debuginfo_last_failure())
-                printf("%s: last debuginfod answer: %s\n", path, debuginfo_last_failure());
+        if (st.missing[0] && *debuginfo_failure_of(st.missing))
+                printf("%s: debuginfod's answer: %s\n", path, debuginfo_failure_of(st.missing));
 out:
         close(fd);
         close(dfd);

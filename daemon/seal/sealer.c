@@ -286,7 +286,8 @@ static int rename_labels(struct seal_job *job)
         }
         if (r == 0 && st.missing[0])
                 log_info("%s: no debug file for build-id %s%s%s", job->active, st.missing,
-                         *debuginfo_last_failure() ? "; last debuginfod answer: " : "", debuginfo_last_failure());
+                         *debuginfo_failure_of(st.missing) ? "; debuginfod's answer: " : "",
+                         debuginfo_failure_of(st.missing));
         unlink(tmp);
         return r;
 }

@@ -31,6 +31,7 @@ static struct miss {
         char *id;
         bool executable;
         uint64_t retry_at_ms;
+        char why[128];                  /* what the last try of it got */
 } *missed;
 static size_t n_missed;
 
@@ -58,23 +59,27 @@ static bool was_missed(const char *id, bool executable)
         return seen;
 }
 
-static void note_miss(const char *id, bool executable, int err)
+/* Remembers the miss (and why, also as this thread's last failure). */
+static void note_miss(const char *id, bool executable, int err, const char *why)
 {
         uint64_t retry_at = d9_now_ms() + (err == -ENOENT ? NOT_FOUND_RETRY_MS : FAILED_RETRY_MS);
 
+        snprintf(last_failure, sizeof(last_failure), "%s %s: %s", executable ? "executable" : "debug file", id, why);
         pthread_mutex_lock(&lock);
         struct miss *m = find_miss(id, executable);
-        if (m) {
-                m->retry_at_ms = retry_at;
-        } else {
+        if (!m) {
                 struct miss *more = n_missed < 4096 ? realloc(missed, (n_missed + 1) * sizeof(*more)) : NULL;
                 if (more) {
                         missed = more;
                         if ((missed[n_missed].id = strdup(id))) {
-                                missed[n_missed].executable = executable;
-                                missed[n_missed++].retry_at_ms = retry_at;
+                                m = &missed[n_missed++];
+                                m->executable = executable;
                         }
                 }
+        }
+        if (m) {
+                m->retry_at_ms = retry_at;
+                snprintf(m->why, sizeof(m->why), "%s", why);
         }
         pthread_mutex_unlock(&lock);
 }
@@ -123,9 +128,7 @@ static char *fetch(const char *id, bool executable)
                 close(fd);
                 free(path);
                 path = NULL;
-                note_miss(id, executable, -ENOENT);
-                snprintf(last_failure, sizeof(last_failure),
-                         "debug file %s: the server's has no symbol table (a stripped executable?)", id);
+                note_miss(id, executable, -ENOENT, "the server's has no symbol table (a stripped executable?)");
                 return NULL;
         }
         if (fd >= 0) {
@@ -133,9 +136,7 @@ static char *fetch(const char *id, bool executable)
                 return path;
         }
         free(path);
-        note_miss(id, executable, fd);
-        snprintf(last_failure, sizeof(last_failure), "%s %s: %s", executable ? "executable" : "debug file", id,
-                 fd == -ENOENT ? "no server has it" : strerror(-fd));
+        note_miss(id, executable, fd, fd == -ENOENT ? "no server has it" : strerror(-fd));
         return NULL;
 }
 
@@ -162,6 +163,20 @@ void debuginfo_setup(const struct debuginfo_opts *opts)
 void debuginfo_allow_network(bool allow)
 {
         network_ok = allow;
+}
+
+const char *debuginfo_failure_of(const char *missing)
+{
+        static _Thread_local char out[sizeof(last_failure)];
+        size_t n = strcspn(missing, " ");
+
+        out[0] = 0;
+        pthread_mutex_lock(&lock);
+        for (size_t i = 0; i < n_missed && !out[0]; i++)
+                if (!missed[i].executable && strlen(missed[i].id) == n && !strncmp(missed[i].id, missing, n))
+                        snprintf(out, sizeof(out), "debug file %s: %s", missed[i].id, missed[i].why);
+        pthread_mutex_unlock(&lock);
+        return out[0] ? out : last_failure;
 }
 
 const char *debuginfo_last_failure(void)

@@ -27,3 +27,6 @@ char *debuginfo_fetch_executable(const char *build_id);
 /* Why this thread's last server request failed ("debug file BUILD-ID: no
  * server has it", "... : Connection refused"); "" if none did. */
 const char *debuginfo_last_failure(void);
+/* What debuginfod said of the debug file of missing's build-id (missing
+ * starts with it, as resymbolize's "none for" does), else the last failure. */
+const char *debuginfo_failure_of(const char *missing);
