@@ -161,19 +161,7 @@ int d9_compress_buf(const uint8_t *in, size_t len, enum d9_compress kind, int le
 
 static int fd_sink(void *ctx, const uint8_t *p, size_t n)
 {
-        int fd = *(int *)ctx;
-
-        while (n > 0) {
-                ssize_t w = write(fd, p, n);
-
-                if (w < 0 && errno == EINTR)
-                        continue;
-                if (w < 0)
-                        return -errno;
-                p += w;
-                n -= (size_t)w;
-        }
-        return 0;
+        return d9_write_all(*(int *)ctx, p, n);
 }
 
 int d9_compress_file(const char *in_path, const char *out_path, enum d9_compress kind, int level)

@@ -21,6 +21,7 @@
 #include <elfutils/libdwelf.h>
 
 #include "daemon/core/cleanup.h"
+#include "proto/d9proto.h"
 #include "daemon/symbolize/kallsyms.h"
 #include "daemon/symbolize/stack_marks.h"
 #include "daemon/symbolize/symbolize.h"
@@ -55,36 +56,22 @@ struct symbolizer {
         bool ksyms_tried;
 };
 
+/* Far above the maps of a JVM or V8 with 100k mappings; the bound is for
+ * a /proc file that keeps growing while it is read. */
+#define PROC_TEXT_MAX (64u << 20)
+
 char *read_proc_text(const char *path)
 {
         _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-        size_t cap = 16384, used = 0;
-        char *buf;
+        struct d9_buf text = { 0 };
 
         if (fd < 0)
                 return NULL;
-        buf = malloc(cap);
-        while (buf) {
-                ssize_t r = read(fd, buf + used, cap - used - 1);
-                if (r < 0 && errno == EINTR)
-                        continue;
-                if (r <= 0) {
-                        if (r < 0) {
-                                free(buf);
-                                return NULL;
-                        }
-                        buf[used] = 0;
-                        return buf;
-                }
-                used += (size_t)r;
-                if (used + 1 == cap) {
-                        char *bigger = realloc(buf, cap *= 2);
-                        if (!bigger)
-                                free(buf);
-                        buf = bigger;
-                }
+        if (d9_read_all(fd, &text, PROC_TEXT_MAX) < 0) {
+                d9_buf_free(&text);
+                return NULL;
         }
-        return NULL;
+        return (char *)text.data;
 }
 
 /* Appends the function symbols of elf to es; true if it has a .symtab.
