@@ -188,12 +188,10 @@ int d9_compress_file(const char *in_path, const char *out_path, enum d9_compress
         }
         r = comp_init(&c, kind, level);
         while (r == 0) {
-                ssize_t n = read(in_fd, in, CHUNK);
+                ssize_t n = d9_read_full(in_fd, in, CHUNK, -1);
 
-                if (n < 0 && errno == EINTR)
-                        continue;
                 if (n < 0) {
-                        r = -errno;
+                        r = (int)n;
                         break;
                 }
                 r = comp_feed(&c, in, (size_t)n, n == 0, fd_sink, &out_fd);
