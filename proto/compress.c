@@ -161,19 +161,7 @@ int d9_compress_buf(const uint8_t *in, size_t len, enum d9_compress kind, int le
 
 static int fd_sink(void *ctx, const uint8_t *p, size_t n)
 {
-        int fd = *(int *)ctx;
-
-        while (n > 0) {
-                ssize_t w = write(fd, p, n);
-
-                if (w < 0 && errno == EINTR)
-                        continue;
-                if (w < 0)
-                        return -errno;
-                p += w;
-                n -= (size_t)w;
-        }
-        return 0;
+        return d9_write_all(*(int *)ctx, p, n);
 }
 
 int d9_compress_file(const char *in_path, const char *out_path, enum d9_compress kind, int level)
@@ -200,12 +188,10 @@ int d9_compress_file(const char *in_path, const char *out_path, enum d9_compress
         }
         r = comp_init(&c, kind, level);
         while (r == 0) {
-                ssize_t n = read(in_fd, in, CHUNK);
+                ssize_t n = d9_read_full(in_fd, in, CHUNK, -1);
 
-                if (n < 0 && errno == EINTR)
-                        continue;
                 if (n < 0) {
-                        r = -errno;
+                        r = (int)n;
                         break;
                 }
                 r = comp_feed(&c, in, (size_t)n, n == 0, fd_sink, &out_fd);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "d9control.h"
+#include "d9proto.h"
 
 /* Index = bit; NULL: a bit no user names. */
 static const char *const probe_group_names[] = {
@@ -213,28 +214,13 @@ int d9c_connect(const char *path)
         return fd;
 }
 
-static int write_all(int fd, const char *p, size_t n)
-{
-        while (n) {
-                ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-                if (w < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                p += w;
-                n -= (size_t)w;
-        }
-        return 0;
-}
-
 json_t *d9c_call(int fd, const json_t *req, int *err)
 {
         size_t len, cap = 4096, used = 0;
         char *line = d9c_encode_line(req, &len), *buf;
         json_t *resp = NULL;
 
-        int sent = line ? write_all(fd, line, len) : -ENOMEM;
+        int sent = line ? d9_write_all(fd, line, len) : -ENOMEM;
 
         free(line);
         /* A peer that refuses a connection (d9d at its connection or

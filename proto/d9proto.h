@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* ---- Field type codes (trace-format.md section 4) ----------------------- */
 
@@ -344,6 +345,21 @@ void d9_buf_free(struct d9_buf *b);
 /* A malloc'd printf, or NULL without memory: for messages built where the
  * caller may have none left. */
 char *d9_strdupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- Whole reads and writes ---------------------------------------------- */
+
+/* Every byte of data to fd, again after EINTR and short writes; to a socket
+ * without SIGPIPE (a closed peer is -EPIPE). 0 or a negative errno. */
+int d9_write_all(int fd, const void *data, size_t len);
+/* Fills buf with len bytes from fd (offset < 0: from fd's position, else
+ * pread from offset), stopping early only at end of file. How many bytes,
+ * or a negative errno. */
+ssize_t d9_read_full(int fd, void *buf, size_t len, off_t offset);
+/* Appends what fd holds up to its end to b, NUL-terminated; -EFBIG once
+ * that passes limit bytes (a file a target or user controls can be
+ * endless), -ENOMEM, or another negative errno. On error b keeps what was
+ * read, for b's owner to free. */
+int d9_read_all(int fd, struct d9_buf *b, size_t limit);
 
 /* ---- The clock ----------------------------------------------------------- */
 

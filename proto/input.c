@@ -164,6 +164,7 @@ static int read_all(const char *path, uint8_t **out, size_t *len)
         struct stat st;
         uint8_t *buf;
         size_t got = 0;
+        ssize_t n;
         int r = 0;
 
         if (fd < 0)
@@ -178,18 +179,12 @@ static int read_all(const char *path, uint8_t **out, size_t *len)
                 close(fd);
                 return -ENOMEM;
         }
-        while (got < (size_t)st.st_size) {
-                ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
-
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n <= 0) {
-                        r = n < 0 ? -errno : 0;
-                        break;
-                }
-                got += (size_t)n;
-        }
+        n = d9_read_full(fd, buf, (size_t)st.st_size, -1);
         close(fd);
+        if (n < 0)
+                r = (int)n;
+        else
+                got = (size_t)n;
         if (r < 0) {
                 free(buf);
                 return r;

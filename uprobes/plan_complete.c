@@ -334,8 +334,8 @@ static struct probe_point *find_point(struct plan_builder *b, enum probe_kind ki
  * rules can miss an instance whose v0 name they do not parse.) */
 static bool symbol_is_complete(struct plan_builder *b, uint64_t vaddr)
 {
-        struct func_sym *s = symtab_lookup(&b->st, vaddr);
-        const char *name = s && s->vaddr == vaddr ? func_sym_name(s) : NULL;
+        struct d9_sym *s = d9_sym_table_find(&b->st.table, vaddr);
+        const char *name = s && s->vaddr == vaddr ? d9_sym_name(s) : NULL;
         size_t n = name ? strlen(name) : 0;
 
         return name && strstr(name, "Harness") && n > 10 && strcmp(name + n - 10, "::complete") == 0;
@@ -488,9 +488,9 @@ int plan_complete_route(struct plan_builder *b, struct probe_plan *plan)
                         }
                         p->value_from = PROBE_ARG0;
                         /* A complete the symbol rules missed keeps its own name. */
-                        struct func_sym *fs = by_symbols ? symtab_lookup(&b->st, at) : NULL;
+                        struct d9_sym *fs = by_symbols ? d9_sym_table_find(&b->st.table, at) : NULL;
 
-                        if (fs ? !(p->label = strdup(func_sym_name(fs))) :
+                        if (fs ? !(p->label = strdup(d9_sym_name(fs))) :
                             asprintf(&p->label, "Harness::complete of task vtable 0x%" PRIx64, v->vaddr) < 0) {
                                 r = -ENOMEM;
                                 break;

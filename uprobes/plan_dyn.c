@@ -79,7 +79,7 @@ static void track_insn(const uint8_t *p, const struct x86_insn *in, struct reg_s
 static int64_t find_dyn_vtable_load(struct plan_builder *b, uint64_t poll_vaddr)
 {
         uint64_t body = plan_follow_jumps(b->img, poll_vaddr), size = MAX_BODY;
-        struct func_sym *fs = symtab_lookup(&b->st, body);
+        struct d9_sym *fs = d9_sym_table_find(&b->st.table, body);
         struct reg_state rs = { .hdr = 1u << REG_RDI };
         int64_t found = -1;
         const uint8_t *code;

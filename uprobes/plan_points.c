@@ -49,7 +49,7 @@ static struct probe_point *point_find(struct plan_builder *b, enum probe_kind ki
 }
 
 static int add_symbol_point(struct plan_builder *b, const struct tokio_rule *rule,
-                            const struct func_sym *s)
+                            const struct d9_sym *s)
 {
         struct probe_point *p = point_find(b, rule->kind, s->vaddr);
 
@@ -97,8 +97,8 @@ static void drop_shadowed_alternatives(struct plan_builder *b)
 
 int plan_symbol_route(struct plan_builder *b)
 {
-        for (size_t i = 0; i < b->st.n; i++) {
-                const struct func_sym *s = &b->st.syms[i];
+        for (size_t i = 0; i < b->st.table.n; i++) {
+                const struct d9_sym *s = &b->st.table.syms[i];
                 const struct tokio_rule *rule;
 
                 if (!s->name)
@@ -187,7 +187,7 @@ uint64_t plan_follow_jumps(const struct elf_image *img, uint64_t vaddr)
 static char *scan_callees(struct plan_builder *b, uint64_t vaddr, char *(*f)(const char *name))
 {
         uint64_t body = plan_follow_jumps(b->img, vaddr);
-        struct func_sym *fs = symtab_lookup(&b->st, body);
+        struct d9_sym *fs = d9_sym_table_find(&b->st.table, body);
 
         if (!fs || fs->vaddr != body || !fs->size)
                 return NULL;
@@ -200,9 +200,9 @@ static char *scan_callees(struct plan_builder *b, uint64_t vaddr, char *(*f)(con
                 if (!in.len)
                         break;
                 if (in.is_call_rel || in.is_jmp_rel) {
-                        struct func_sym *callee = symtab_lookup(&b->st, body + off + in.len + (uint64_t)in.rel);
+                        struct d9_sym *callee = d9_sym_table_find(&b->st.table, body + off + in.len + (uint64_t)in.rel);
 
-                        if (callee && callee != fs && (label = f(func_sym_name(callee))))
+                        if (callee && callee != fs && (label = f(d9_sym_name(callee))))
                                 return label;
                 }
                 off += (uint64_t)in.len;

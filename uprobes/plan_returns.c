@@ -93,7 +93,7 @@ int plan_return_sites(struct plan_builder *b, struct probe_plan *plan)
                         continue;
                 n_polls++;
                 uint64_t body = plan_follow_jumps(b->img, b->pts[i].vaddr);
-                struct func_sym *fs = symtab_lookup(&b->st, body);
+                struct d9_sym *fs = d9_sym_table_find(&b->st.table, body);
 
                 if (!fs || fs->vaddr != body || !fs->size)
                         continue;

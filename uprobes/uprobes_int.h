@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "daemon/core/cleanup.h"
+#include "uprobes/elfsym/elfsym.h"
 #include "uprobes.h"
 
 /* ---- elf_image.c: one opened ELF file, read-only ------------------------ */
@@ -68,37 +69,17 @@ int target_exe_open(int pidfd, pid_t pid, char **display, char **err_msg);
  * root is a path prefix for the target's mount namespace ("" for ours). */
 char *debug_file_find(const struct elf_image *img, const char *root);
 
-/* ---- demangle.c ---------------------------------------------------------- */
-
-/* Demangled, normalized name: no `::h<16 hex>` hash, no `.llvm.N` suffix,
- * v0 `{closure#0}` kept as-is. Returns malloc'd text (the raw name if it is
- * not a Rust symbol). *is_v0 tells which mangling the symbol used. */
-char *rust_demangle_normalized(const char *mangled, bool *is_v0);
-
 /* ---- symbols.c: function symbols of an image plus its debug file -------- */
 
-struct func_sym {
-        uint64_t vaddr;
-        uint64_t size;
-        char *raw;      /* as in the symbol table */
-        char *name;     /* normalized demangled; NULL until func_sym_name() */
-        bool v0;
-};
-
 struct symtab {
-        struct func_sym *syms;  /* sorted by vaddr, duplicates (same addr+name) dropped */
-        size_t n;
+        struct d9_sym_table table;      /* tokio names demangled already */
         bool from_symtab;       /* .symtab found (not only .dynsym) */
-        bool any_v0;
+        bool any_v0;            /* some tokio symbol uses v0 mangling */
         char *debug_path;       /* separate debug file used, or NULL */
 };
 
 int symtab_load(const struct elf_image *img, const char *root, struct symtab *st);
 void symtab_free(struct symtab *st);
-/* Symbol whose [vaddr, vaddr+size) contains addr (exact start if size 0). */
-struct func_sym *symtab_lookup(const struct symtab *st, uint64_t addr);
-/* Normalized demangled name, demangling on first use. */
-const char *func_sym_name(struct func_sym *s);
 
 /* ---- vtable_scan.c: task vtables by shape ------------------------------- */
 

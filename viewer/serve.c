@@ -128,7 +128,7 @@ static enum MHD_Result serve_asset(struct serve_req *rq, const char *name)
         if (fd < 0)
                 return serve_reply_open_error(rq, fd, name);
         /* assets are never compressed on disk, so this is a plain read */
-        r = serve_read_all(fd, &body, SERVE_MAX_OBJECT);
+        r = d9_read_all(fd, &body, SERVE_MAX_OBJECT);
         close(fd);
         if (r < 0) {
                 d9_buf_free(&body);

@@ -19,9 +19,6 @@
 /* Largest file read whole into memory: a viewer asset, a bucket object. */
 #define SERVE_MAX_OBJECT ((size_t)1 << 30)
 
-/* Reads FD whole into B (at most LIMIT bytes, else -EFBIG). */
-int serve_read_all(int fd, struct d9_buf *b, size_t limit);
-
 /* Opens the regular file REL (REL_LEN bytes, may hold a NUL to be refused)
  * strictly beneath the directory ROOTFD whose canonical path is ROOT_REAL.
  * Returns an fd, or -EINVAL (malformed: empty, absolute, "..", NUL, "//"),

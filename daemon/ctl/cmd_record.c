@@ -72,13 +72,10 @@ static int copy_file(const char *src, int dir_fd, const char *name)
                 close(in);
                 return r;
         }
-        while ((n = read(in, buf, sizeof(buf))) > 0)
-                if (write(out, buf, (size_t)n) != n) {
-                        r = -EIO;
-                        break;
-                }
+        while ((n = d9_read_full(in, buf, sizeof(buf), -1)) > 0 && (r = d9_write_all(out, buf, (size_t)n)) == 0)
+                ;
         if (n < 0)
-                r = -errno;
+                r = (int)n;
         if (!r && fsync(out) < 0)
                 r = -errno;
         close(in);

@@ -36,35 +36,13 @@ static int buf_put(void *ctx, const uint8_t *data, size_t len)
 static int read_fd(int fd, size_t size, uint8_t **out)
 {
         uint8_t *buf = malloc(size ? size : 1);
-        size_t got = 0;
+        ssize_t got = buf ? d9_read_full(fd, buf, size, -1) : -ENOMEM;
 
-        if (!buf)
-                return -ENOMEM;
-        while (got < size) {
-                ssize_t n = read(fd, buf + got, size - got);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n <= 0) {
-                        free(buf);
-                        return n < 0 ? -errno : -EIO;
-                }
-                got += (size_t)n;
+        if (got != (ssize_t)size) {
+                free(buf);
+                return got < 0 ? (int)got : -EIO; /* shrank under us */
         }
         *out = buf;
-        return 0;
-}
-
-static int write_all(int fd, const uint8_t *p, size_t len)
-{
-        while (len) {
-                ssize_t n = write(fd, p, len);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0)
-                        return -errno;
-                p += n;
-                len -= (size_t)n;
-        }
         return 0;
 }
 
@@ -100,7 +78,7 @@ static int replace_file(int dfd, const char *base, int old_fd, const struct stat
                 *why = r == -EACCES ? "cannot write in its folder" : "cannot create the new file";
                 return r;
         }
-        r = write_all(fd, data, len);
+        r = d9_write_all(fd, data, len);
         if (r < 0)
                 *why = "writing the new file failed";
         if (!r && (r = copy_access(old_fd, fd, st)) < 0)

@@ -33,21 +33,6 @@ struct answer_header {
         uint64_t message_len, plan_len;
 };
 
-static int write_fully(int fd, const void *p, size_t n)
-{
-        for (const char *c = p; n;) {
-                ssize_t w = write(fd, c, n);
-
-                if (w < 0 && errno == EINTR)
-                        continue;
-                if (w <= 0)
-                        return w < 0 ? -errno : -EIO;
-                c += w;
-                n -= (size_t)w;
-        }
-        return 0;
-}
-
 int plan_child_main(int argc, char **argv)
 {
         struct probe_plan *plan = NULL;
@@ -68,11 +53,11 @@ int plan_child_main(int argc, char **argv)
         h.result = r;
         h.message_len = err ? strnlen(err, MAX_MESSAGE) : 0;
         h.plan_len = r == 0 ? len : 0;
-        r = write_fully(CHILD_FD_ANSWER, &h, sizeof(h));
+        r = d9_write_all(CHILD_FD_ANSWER, &h, sizeof(h));
         if (r == 0 && h.message_len)
-                r = write_fully(CHILD_FD_ANSWER, err, h.message_len);
+                r = d9_write_all(CHILD_FD_ANSWER, err, h.message_len);
         if (r == 0 && h.plan_len)
-                r = write_fully(CHILD_FD_ANSWER, bytes, h.plan_len);
+                r = d9_write_all(CHILD_FD_ANSWER, bytes, h.plan_len);
         free(bytes);
         free(err);
         probe_plan_free(plan);

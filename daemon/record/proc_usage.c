@@ -24,22 +24,21 @@
 #include <unistd.h>
 
 #include "daemon/core/cleanup.h"
+#include "proto/d9proto.h"
 #include "daemon/record/proc_usage.h"
 
 /* Reads a small /proc file below dir_fd into buf (NUL-terminated). */
 static int read_at(int dir_fd, const char *name, char *buf, size_t cap)
 {
         _cleanup_close_ int fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-        size_t len = 0;
         ssize_t n;
 
         if (fd < 0)
                 return -errno;
-        while (len < cap - 1 && (n = read(fd, buf + len, cap - 1 - len)) > 0)
-                len += (size_t)n;
-        if (n < 0 && len == 0)
-                return -errno;
-        buf[len] = 0;
+        n = d9_read_full(fd, buf, cap - 1, -1);
+        if (n < 0)
+                return (int)n;
+        buf[n] = 0;
         return 0;
 }
 

@@ -72,19 +72,13 @@ static int segment_flush_to_file(void *ctx, const uint8_t *data, size_t len)
 {
         struct segment_writer *sw = ctx;
 
-        while (len && !sw->error) {
-                ssize_t w = write(sw->fd, data, len);
-                if (w < 0 && errno == EINTR)
-                        continue;
-                if (w < 0) {
-                        sw->error = -errno;
-                        log_error("writing %s failed: %s", sw->active_path, strerror(errno));
-                        break;
-                }
-                data += w;
-                len -= (size_t)w;
-                sw->bytes += (uint64_t)w;
-        }
+        if (sw->error)
+                return sw->error;
+        sw->error = d9_write_all(sw->fd, data, len);
+        if (sw->error < 0)
+                log_error("writing %s failed: %s", sw->active_path, strerror(-sw->error));
+        else
+                sw->bytes += len;
         return sw->error;
 }
 

@@ -30,12 +30,12 @@
 #include <unistd.h>
 
 #include <elfutils/libdwfl.h>
-#include <libiberty/demangle.h>
 
 #include "bpf/d9_events.h"
 #include "daemon/core/cleanup.h"
 #include "daemon/record/unwind.h"
 #include "daemon/record/unwind_step.h"
+#include "uprobes/elfsym/elfsym.h"
 #include "uprobes/uprobes.h"
 
 /* Thread stacks are at most this big (glibc's default is 8 MiB): a read
@@ -746,6 +746,11 @@ bool unwinder_last_cut(const struct unwinder *u)
         return u->cut;
 }
 
+/* Named through libdwfl, not elfsym: the unwinder already holds a Dwfl
+ * module for every mapping of this address space (built for its .eh_frame),
+ * and asking that module checks the unwinder's own view of which file is
+ * at addr. Only the demangling is the shared one, so these names match the
+ * sealer's. */
 const char *unwinder_addr_name(struct unwinder *u, uint64_t addr)
 {
         Dwfl_Module *mod;
@@ -761,9 +766,7 @@ const char *unwinder_addr_name(struct unwinder *u, uint64_t addr)
         if (!raw)
                 return NULL;
         free(u->name);
-        u->name = cplus_demangle(raw, DMGL_PARAMS | DMGL_AUTO);
-        if (!u->name)
-                u->name = strdup(raw);
+        u->name = d9_sym_demangle(raw, NULL);
         return u->name;
 }
 

@@ -73,7 +73,7 @@ void unwinder_get_stats(const struct unwinder *u, struct unwind_stats *st);
 bool unwinder_last_cut(const struct unwinder *u);
 
 /* Name of a user address from the target's symbols (its debug file if one
- * is found or given), Rust names demangled by libdw's caller; NULL if
+ * is found or given), demangled as the sealer does (elfsym.h); NULL if
  * unknown. The string lives until the next call. For tests and tools: the
  * sealer names trace addresses with daemon/symbolize/symbolize.c. */
 const char *unwinder_addr_name(struct unwinder *u, uint64_t addr);

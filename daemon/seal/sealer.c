@@ -140,18 +140,7 @@ static int u64_cmp(const void *a, const void *b)
 
 static int append_fd_write(void *ctx, const uint8_t *data, size_t len)
 {
-        int fd = *(int *)ctx;
-
-        while (len) {
-                ssize_t w = write(fd, data, len);
-                if (w < 0 && errno == EINTR)
-                        continue;
-                if (w < 0)
-                        return -errno;
-                data += w;
-                len -= (size_t)w;
-        }
-        return 0;
+        return d9_write_all(*(int *)ctx, data, len);
 }
 
 /* What `d9ctl symbolize` needs to name an address later, per executable

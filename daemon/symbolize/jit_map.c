@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "daemon/core/cleanup.h"
+#include "proto/d9proto.h"
 #include "daemon/symbolize/jit_map.h"
 #include "uprobes/uprobes.h"
 
@@ -100,17 +101,11 @@ int jit_map_load(int root_fd, pid_t nspid, uid_t owner, struct jit_map **out)
                 return -EPERM;
         size_t want = (uint64_t)st.st_size < JIT_MAP_MAX_BYTES ? (size_t)st.st_size : JIT_MAP_MAX_BYTES;
         _cleanup_free_ char *text = malloc(want + 1);
-        size_t have = 0;
         if (!text)
                 return -ENOMEM;
-        while (have < want) {
-                ssize_t r = pread(fd, text + have, want - have, (off_t)have);
-                if (r < 0 && errno == EINTR)
-                        continue;
-                if (r <= 0)
-                        break;
-                have += (size_t)r;
-        }
+        /* Unreadable: nothing named from it, as for an empty map. */
+        ssize_t got = d9_read_full(fd, text, want, 0);
+        size_t have = got > 0 ? (size_t)got : 0;
         /* A line still being written at the end is dropped, not half read. */
         while (have && text[have - 1] != '\n')
                 have--;

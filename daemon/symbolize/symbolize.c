@@ -1,10 +1,10 @@
 /* symbolize.c: turn callchain addresses into names at seal time. Every
  * executable mapping of the target is mapped back to its ELF file; the
  * file offset becomes a link-time address through the PT_LOAD headers and
- * is looked up in the sorted function symbols. A file without .symtab
- * (stripped) takes its symbols from its separate debug file, found by the
- * same lookup the probe planner uses (uprobes_debug_file_for). Rust names
- * (legacy and v0) are demangled with libiberty. What stays unnamed is
+ * is looked up in the file's function symbols (the table and demangler the
+ * probe planner uses, uprobes/elfsym). A file without .symtab (stripped)
+ * takes its symbols from its separate debug file, found by the same lookup
+ * the probe planner uses (uprobes_debug_file_for). What stays unnamed is
  * written by file and link-time address, with each mapping's build-id and
  * load bias, so a debug file found later names it (resymbolize.c). */
 #include <errno.h>
@@ -18,28 +18,22 @@
 #include <string.h>
 #include <sys/auxv.h>
 #include <unistd.h>
-#include <libiberty/demangle.h>
 #include <elfutils/libdwelf.h>
 
 #include "daemon/core/cleanup.h"
+#include "proto/d9proto.h"
 #include "daemon/symbolize/kallsyms.h"
 #include "daemon/symbolize/stack_marks.h"
 #include "daemon/symbolize/symbolize.h"
+#include "uprobes/elfsym/elfsym.h"
 #include "uprobes/uprobes.h"
 
 #define KERNEL_MIN 0xffff800000000000ull
 
-struct sym {
-        uint64_t addr, size;
-        char *name;             /* demangled on first use */
-        bool demangled;
-};
-
 struct elf_syms {
         char *path;
         char *build_id;         /* lowercase hex, NULL if none or unreadable */
-        struct sym *syms;
-        size_t n;
+        struct d9_sym_table syms;
         GElf_Phdr *loads;
         size_t n_loads;
 };
@@ -62,88 +56,31 @@ struct symbolizer {
         bool ksyms_tried;
 };
 
+/* Far above the maps of a JVM or V8 with 100k mappings; the bound is for
+ * a /proc file that keeps growing while it is read. */
+#define PROC_TEXT_MAX (64u << 20)
+
 char *read_proc_text(const char *path)
 {
         _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-        size_t cap = 16384, used = 0;
-        char *buf;
+        struct d9_buf text = { 0 };
 
         if (fd < 0)
                 return NULL;
-        buf = malloc(cap);
-        while (buf) {
-                ssize_t r = read(fd, buf + used, cap - used - 1);
-                if (r < 0 && errno == EINTR)
-                        continue;
-                if (r <= 0) {
-                        if (r < 0) {
-                                free(buf);
-                                return NULL;
-                        }
-                        buf[used] = 0;
-                        return buf;
-                }
-                used += (size_t)r;
-                if (used + 1 == cap) {
-                        char *bigger = realloc(buf, cap *= 2);
-                        if (!bigger)
-                                free(buf);
-                        buf = bigger;
-                }
+        if (d9_read_all(fd, &text, PROC_TEXT_MAX) < 0) {
+                d9_buf_free(&text);
+                return NULL;
         }
-        return NULL;
+        return (char *)text.data;
 }
 
-static int sym_cmp(const void *a, const void *b)
-{
-        const struct sym *x = a, *y = b;
-        return x->addr < y->addr ? -1 : x->addr > y->addr;
-}
-
-/* Bounds per file, as in uprobes/symbols.c: a hostile file cannot make the
- * sealer copy gigabytes of names. */
-#define SYM_NAME_MAX 4096
-#define SYMS_MAX (4u << 20)
-
-/* Appends the function symbols of elf to es; true if it has a .symtab. */
+/* Appends the function symbols of elf to es; true if it has a .symtab.
+ * Past the table's bounds (a hostile file) what was read stays. */
 static bool elf_collect_syms(Elf *elf, struct elf_syms *es)
 {
-        Elf_Scn *scn = NULL;
-        GElf_Shdr sh;
-        size_t cap = es->n;
         bool has_symtab = false;
 
-        while ((scn = elf_nextscn(elf, scn))) {
-                if (!gelf_getshdr(scn, &sh) || (sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM))
-                        continue;
-                has_symtab |= sh.sh_type == SHT_SYMTAB;
-                Elf_Data *data = elf_getdata(scn, NULL);
-                size_t count = sh.sh_entsize ? sh.sh_size / sh.sh_entsize : 0;
-                GElf_Shdr strsh;
-                Elf_Scn *strscn = elf_getscn(elf, sh.sh_link);
-                /* As in uprobes/symbols.c: names beyond 4x their string table. */
-                uint64_t budget = (strscn && gelf_getshdr(strscn, &strsh) ? 4 * strsh.sh_size : 0) + (1u << 20);
-                for (size_t i = 0; data && i < count; i++) {
-                        GElf_Sym s;
-                        const char *name;
-
-                        if (!gelf_getsym(data, (int)i, &s) || GELF_ST_TYPE(s.st_info) != STT_FUNC ||
-                            !s.st_value || !(name = elf_strptr(elf, sh.sh_link, s.st_name)) || !*name ||
-                            strnlen(name, SYM_NAME_MAX + 1) > SYM_NAME_MAX)
-                                continue;
-                        size_t len = strlen(name);
-                        if (es->n >= SYMS_MAX || len > budget)
-                                return has_symtab;
-                        budget -= len;
-                        if (es->n == cap) {
-                                struct sym *more = realloc(es->syms, (cap = cap ? cap * 2 : 1024) * sizeof(*more));
-                                if (!more)
-                                        return has_symtab;
-                                es->syms = more;
-                        }
-                        es->syms[es->n++] = (struct sym){ s.st_value, s.st_size, strdup(name), false };
-                }
-        }
+        (void)d9_sym_table_add_elf(&es->syms, elf, &has_symtab);
         return has_symtab;
 }
 
@@ -232,7 +169,7 @@ static struct elf_syms *elf_load(const struct symbolizer *s, const char *path)
                 es->build_id = elf_build_id_hex(elf);
                 if (!elf_collect_syms(elf, es))
                         debug_file_syms(root[0] ? via_root : path, root, es);
-                qsort(es->syms, es->n, sizeof(*es->syms), sym_cmp);
+                d9_sym_table_sort(&es->syms);
         }
         if (elf)
                 elf_end(elf);
@@ -269,7 +206,7 @@ static void vdso_load(struct elf_syms *es)
                                 es->loads[es->n_loads++] = ph;
                 }
                 elf_collect_syms(elf, es);
-                qsort(es->syms, es->n, sizeof(*es->syms), sym_cmp);
+                d9_sym_table_sort(&es->syms);
         }
         elf_end(elf);
         free(copy);
@@ -419,33 +356,6 @@ struct symbolizer *symbolizer_new_for_file_at(pid_t pid, const char *maps_text, 
         return s;
 }
 
-static struct sym *sym_find(struct sym *syms, size_t n, uint64_t addr)
-{
-        size_t lo = 0, hi = n;
-
-        while (lo < hi) {
-                size_t mid = lo + (hi - lo) / 2;
-                if (syms[mid].addr <= addr)
-                        lo = mid + 1;
-                else
-                        hi = mid;
-        }
-        return lo ? &syms[lo - 1] : NULL;
-}
-
-static const char *sym_name(struct sym *sym)
-{
-        if (!sym->demangled) {
-                char *d = cplus_demangle(sym->name, DMGL_PARAMS | DMGL_AUTO);
-                sym->demangled = true;
-                if (d) {
-                        free(sym->name);
-                        sym->name = d;
-                }
-        }
-        return sym->name;
-}
-
 /* The PT_LOAD of es holding file offset off, or NULL. */
 static const GElf_Phdr *load_at(const struct elf_syms *es, uint64_t off)
 {
@@ -457,13 +367,13 @@ static const GElf_Phdr *load_at(const struct elf_syms *es, uint64_t off)
 
 static const char *lookup_vaddr(struct elf_syms *es, uint64_t vaddr, uint64_t *size)
 {
-        struct sym *sym = sym_find(es->syms, es->n, vaddr);
-
         /* A size-0 symbol still names the code up to the next one. */
-        if (!sym || (sym->size && vaddr >= sym->addr + sym->size))
+        struct d9_sym *sym = d9_sym_table_find_nearest(&es->syms, vaddr);
+
+        if (!sym)
                 return NULL;
         *size = sym->size;
-        return sym_name(sym);
+        return d9_sym_name(sym);
 }
 
 static const struct mapping *mapping_at(const struct symbolizer *s, uint64_t addr)
@@ -564,7 +474,7 @@ struct symbolizer *symbolizer_new_for_debug_file(const char *path)
                 elf_read_loads(elf, es);
                 es->build_id = elf_build_id_hex(elf);
                 elf_collect_syms(elf, es);
-                qsort(es->syms, es->n, sizeof(*es->syms), sym_cmp);
+                d9_sym_table_sort(&es->syms);
                 elf_end(elf);
         }
         close(fd);
@@ -615,19 +525,12 @@ const char *symbolizer_lookup(struct symbolizer *s, uint64_t addr, uint64_t *siz
         return NULL;
 }
 
-static void syms_free(struct sym *syms, size_t n)
-{
-        for (size_t i = 0; i < n; i++)
-                free(syms[i].name);
-        free(syms);
-}
-
 void symbolizer_free(struct symbolizer *s)
 {
         if (!s)
                 return;
         for (size_t i = 0; i < s->n_elfs; i++) {
-                syms_free(s->elfs[i]->syms, s->elfs[i]->n);
+                d9_sym_table_free(&s->elfs[i]->syms);
                 free(s->elfs[i]->loads);
                 free(s->elfs[i]->path);
                 free(s->elfs[i]->build_id);

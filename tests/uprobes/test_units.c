@@ -1,7 +1,7 @@
 /* Unit checks (TAP) for the pieces of uprobes/ whose inputs are easy to write
- * down: Rust name normalization, the Tokio version from source paths and the
- * x86 first-instruction classes. The real-binary tests (check_plan.py) cover
- * the same code on real targets. */
+ * down: name normalization (demangling itself is tests/uprobes/test_elfsym.c),
+ * the Tokio version from source paths and the x86 first-instruction classes.
+ * The real-binary tests (check_plan.py) cover the same code on real targets. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,17 +19,6 @@ static void ok(int cond, const char *name, const char *got)
         printf("%s %d - %s\n", cond ? "ok" : "not ok", n_tests, name);
         if (!cond && got)
                 printf("# got: %s\n", got);
-}
-
-static void check_demangle(const char *mangled, const char *want, int want_v0)
-{
-        bool v0;
-        char *got = rust_demangle_normalized(mangled, &v0);
-        char name[160];
-
-        snprintf(name, sizeof(name), "demangle %.60s -> %.60s", mangled, want);
-        ok(got && strcmp(got, want) == 0 && v0 == want_v0, name, got);
-        free(got);
 }
 
 static void check_strip(const char *in, const char *want)
@@ -83,17 +72,6 @@ static void check_insn(const char *what, const uint8_t *bytes, size_t n, int len
 
 int main(void)
 {
-        /* Legacy: hash and LLVM clone suffix go, ".." inside generics stays decoded. */
-        check_demangle("_ZN5tokio7runtime4task3raw4poll17h0094d2c6925f5603E.llvm.9216869784229665726",
-                       "tokio::runtime::task::raw::poll", 0);
-        check_demangle("_ZN4core3ptr51drop_in_place$LT$tokio..runtime..driver..Driver$GT$17hcab244fd23842742E",
-                       "core::ptr::drop_in_place<tokio::runtime::driver::Driver>", 0);
-        /* v0: generics kept, crate disambiguators and clone suffix dropped. */
-        check_demangle("_RNvNtNtNtCs5RdOu2GIbpd_5tokio7runtime4task5waker11wake_by_val.llvm.123",
-                       "tokio::runtime::task::waker::wake_by_val", 1);
-        check_demangle("main", "main", 0);
-        check_demangle("_ZN3foo3barEv", "_ZN3foo3barEv", 0); /* C++, not Rust: left alone */
-
         check_strip("<tokio::runtime::task::list::OwnedTasks<alloc::sync::Arc<tokio::runtime::scheduler::"
                     "current_thread::Handle>>>::bind::<uptgt::Custom>",
                     "tokio::runtime::task::list::OwnedTasks::bind");

@@ -110,19 +110,6 @@ int s3_put_buffer(struct s3_client *c, const char *key, const void *data, size_t
         return s3_request_run(c, &r);
 }
 
-static int read_all(int fd, uint8_t *buf, size_t len)
-{
-        for (size_t off = 0; off < len;) {
-                ssize_t n = read(fd, buf + off, len - off);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n <= 0)
-                        return n < 0 ? -errno : -EIO; /* file shrank under us */
-                off += (size_t)n;
-        }
-        return 0;
-}
-
 int s3_put_file(struct s3_client *c, const char *key, const char *path,
                 const struct s3_put_opts *opts)
 {
@@ -141,7 +128,9 @@ int s3_put_file(struct s3_client *c, const char *key, const char *path,
                 return err;
         }
         uint8_t *buf = malloc(st.st_size ? (size_t)st.st_size : 1);
-        err = buf ? read_all(fd, buf, (size_t)st.st_size) : -ENOMEM;
+        ssize_t got = buf ? d9_read_full(fd, buf, (size_t)st.st_size, -1) : -ENOMEM;
+
+        err = got < 0 ? (int)got : got != st.st_size ? -EIO /* file shrank under us */ : 0;
         close(fd);
         if (err == 0)
                 err = s3_put_buffer(c, key, buf, (size_t)st.st_size, opts);

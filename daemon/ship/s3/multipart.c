@@ -105,7 +105,7 @@ static int upload_parts(struct s3_client *c, const char *key, const char *upload
         for (unsigned i = 0; i < n_parts && !err; i++) {
                 uint64_t off = (uint64_t)i * part;
                 size_t len = (size_t)(size - off < part ? size - off : part);
-                ssize_t got = pread(fd, buf, len, (off_t)off);
+                ssize_t got = d9_read_full(fd, buf, len, (off_t)off);
                 if (got != (ssize_t)len) {
                         err = got < 0 ? -errno : -EIO;
                         s3_set_error(c, "read part %u of %s: %s", i + 1, key, strerror(-err));

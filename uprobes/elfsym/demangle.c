@@ -1,13 +1,17 @@
-/* demangle: Rust symbol names to the normalized text the probe table matches.
+/* demangle: symbol names to the text the probe table matches and stack
+ * frames show.
  *
- * libiberty's rust_demangle (binutils >= 2.36) understands both manglings:
- * legacy `_ZN...17h<hash>E` and v0 `_R...`. Without DMGL_VERBOSE it already
- * drops the legacy hash; we additionally drop `.llvm.<N>` / other `.suffix`
- * clones that LLVM appends, so one function has one name whatever the build. */
+ * libiberty's rust_demangle (binutils >= 2.36) understands both Rust
+ * manglings: legacy `_ZN...17h<hash>E` and v0 `_R...`. Without DMGL_VERBOSE
+ * it already drops the legacy hash; we additionally drop `.llvm.<N>` / other
+ * `.suffix` clones that LLVM appends before asking it, so one function has
+ * one name whatever the build. What is not Rust goes to the C++ demangler
+ * (a Rust binary links C and C++ code; deno carries all of V8). */
 #include <libiberty/demangle.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "uprobes_int.h"
+#include "elfsym.h"
 
 /* LLVM clones get `.llvm.123`, `.cold`, `.part.0` ... after the mangled
  * name. v0 names never contain '.', so cut at the first one; legacy names
@@ -42,26 +46,36 @@ static bool looks_legacy_hash(const char *s)
         return true;
 }
 
-char *rust_demangle_normalized(const char *mangled, bool *is_v0)
+/* Rust names only: NULL when mangled is not one (or on ENOMEM). */
+static char *rust_demangle_normalized(const char *mangled, bool v0)
 {
         char *base, *out;
         size_t len;
 
-        *is_v0 = strncmp(mangled, "_R", 2) == 0;
-        if (!*is_v0 && strncmp(mangled, "_ZN", 3) != 0)
-                return strdup(mangled);
-        base = without_clone_suffix(mangled, *is_v0);
+        if (!v0 && strncmp(mangled, "_ZN", 3) != 0)
+                return NULL;
+        base = without_clone_suffix(mangled, v0);
         if (!base)
                 return NULL;
         out = rust_demangle(base, 0);
-        if (!out) {
-                /* Not Rust after all (a C++ _ZN name): keep the raw text. */
-                return base;
-        }
         free(base);
+        if (!out)
+                return NULL;
         /* Older libiberty keeps the hash; strip it the same way. */
         len = strlen(out);
         if (len > 19 && looks_legacy_hash(out + len - 19))
                 out[len - 19] = 0;
         return out;
+}
+
+char *d9_sym_demangle(const char *raw, bool *is_v0)
+{
+        bool v0 = strncmp(raw, "_R", 2) == 0;
+        char *out = rust_demangle_normalized(raw, v0);
+
+        if (is_v0)
+                *is_v0 = v0;
+        if (!out)
+                out = cplus_demangle(raw, DMGL_PARAMS | DMGL_AUTO);
+        return out ? out : strdup(raw);
 }
