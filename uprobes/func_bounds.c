@@ -80,11 +80,11 @@ void plan_poll_bounds(struct plan_builder *b)
 
         for (size_t i = 0; i < b->n; i++) {
                 struct probe_point *p = &b->pts[i];
-                struct func_sym *s;
+                struct d9_sym *s;
 
                 if (p->kind != PROBE_POLL)
                         continue;
-                s = symtab_lookup(&b->st, p->vaddr);
+                s = d9_sym_table_find(&b->st.table, p->vaddr);
                 if (s && s->vaddr == p->vaddr && s->size)
                         p->func_end = p->vaddr + s->size;
                 else if (have_table)
