@@ -72,7 +72,7 @@ static double ship_segments_s(const char *fixture, int n, double *mb_s)
                 if (system(cmd) != 0)
                         return 0;
         }
-        ship_config_init(&cfg);
+        d9d_ship_config_init(&cfg);
         env_config(&cfg.s3);
         cfg.s3.instance = strdup("bench");
         snprintf(path, sizeof path, "%s/state", dir);
@@ -90,7 +90,7 @@ static double ship_segments_s(const char *fixture, int n, double *mb_s)
         double dt = now_s() - t;
         shipper_stats(s, &st);
         shipper_stop(s);
-        ship_config_free(&cfg);
+        d9d_ship_config_free(&cfg);
         snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
         if (system(cmd) != 0)
                 fprintf(stderr, "could not remove %s\n", dir);

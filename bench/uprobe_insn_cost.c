@@ -102,7 +102,7 @@ int main(int argc, char **argv)
                         fprintf(stderr, "uprobe-insn-cost: cannot map %s\n", targets[i].name);
                         return 1;
                 }
-                x86_decode(code, 8, &in);
+                uprobes_x86_decode(code, 8, &in);
                 double bare = ns_per_call(targets[i].fn, calls);
                 fd = uprobe_pmu_open(exe, off, true);
                 if (fd < 0) {

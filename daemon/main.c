@@ -74,7 +74,7 @@ static void on_tick(struct d9d *d, struct d9_watch *w, uint32_t events)
         }
         static unsigned last_live = ~0u;
         if (live != last_live) {
-                notify_status("tracing %u target%s", live, live == 1 ? "" : "s");
+                d9d_notify_status("tracing %u target%s", live, live == 1 ? "" : "s");
                 last_live = live;
         }
 }
@@ -84,7 +84,7 @@ static void on_watchdog(struct d9d *d, struct d9_watch *w, uint32_t events)
         uint64_t n;
 
         (void)!read(w->fd, &n, sizeof(n));
-        notify_watchdog();
+        d9d_notify_watchdog();
 }
 
 static int tick_timer(void)
@@ -133,16 +133,16 @@ static int config_build(struct d9d_config *cfg, char *err, size_t errlen)
 {
         const char *why;
 
-        config_defaults(cfg);
-        if (config_read(cfg, args.config, args.explicit_config, err, errlen) < 0)
+        d9d_config_defaults(cfg);
+        if (d9d_config_read(cfg, args.config, args.explicit_config, err, errlen) < 0)
                 return -EINVAL;
         for (int i = 0; i < args.n_sets; i++)
-                if (config_set(cfg, args.keys[i], args.values[i], &why) < 0) {
+                if (d9d_config_set(cfg, args.keys[i], args.values[i], &why) < 0) {
                         snprintf(err, errlen, "--set %s: %s", args.keys[i], why);
                         return -EINVAL;
                 }
-        if ((args.state && config_set(cfg, "state_dir", args.state, &why) < 0) ||
-            (args.sock && config_set(cfg, "socket", args.sock, &why) < 0)) {
+        if ((args.state && d9d_config_set(cfg, "state_dir", args.state, &why) < 0) ||
+            (args.sock && d9d_config_set(cfg, "socket", args.sock, &why) < 0)) {
                 snprintf(err, errlen, "bad --state-dir/--socket path");
                 return -EINVAL;
         }
@@ -210,10 +210,10 @@ static void config_reload(struct d9d *d)
 
         if (config_build(&next, err, sizeof(err)) < 0) {
                 log_error("reload: %s; kept the running configuration", err);
-                config_free(&next);
+                d9d_config_free(&next);
                 return;
         }
-        n = config_restart_keys(&d->cfg, &next, keys, sizeof(keys));
+        n = d9d_config_restart_keys(&d->cfg, &next, keys, sizeof(keys));
         if (n)
                 log_warn("reload: %s changed; %s only applied when d9d restarts (kept the running value%s)", keys,
                          n == 1 ? "it is" : "they are", n == 1 ? "" : "s");
@@ -222,12 +222,12 @@ static void config_reload(struct d9d *d)
                 log_error("reload: the attach rules are in place but auto-attach could not start: %s", strerror(-r));
         log_info("reload: %s: %zu attach rule%s, auto_attach_max %u", args.config, d->cfg.attach.n,
                  d->cfg.attach.n == 1 ? "" : "s", d->cfg.attach.max_targets);
-        config_free(&next);
+        d9d_config_free(&next);
 }
 
 static void shutdown_all(struct d9d *d)
 {
-        notify_stopping("sealing segments");
+        d9d_notify_stopping("sealing segments");
         for (struct session *s = d->sessions; s; s = s->next)
                 session_end(s, "d9d stopping");
         sampler_stop(d->sampler);       /* no session samples any more */
@@ -248,7 +248,7 @@ static void shutdown_all(struct d9d *d)
         }
         sessions_free_all(d);
         session_bpf_close();
-        config_free(&d->cfg);
+        d9d_config_free(&d->cfg);
         log_info("stopped");
 }
 
@@ -359,7 +359,7 @@ static void grant_traces_dir(const char *path)
         int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 
         if (fd >= 0) {
-                trace_access_grant(fd, 0, true, false);
+                d9d_trace_access_grant(fd, 0, true, false);
                 close(fd);
         }
 }
@@ -397,7 +397,7 @@ int main(int argc, char **argv)
         int r;
 
         if (argc > 1 && strcmp(argv[1], PLAN_CHILD_ARG) == 0)
-                return plan_child_main(argc, argv);
+                return planner_child_main(argc, argv);
         malloc_tune();
         if (parse_args(argc, argv, &d.cfg) < 0)
                 return 2;
@@ -409,21 +409,21 @@ int main(int argc, char **argv)
         const char *why = NULL;
         const char *bad = d.cfg.state_dir;
 
-        r = trace_dir_verify(d.cfg.state_dir, &why);
+        r = d9d_trace_dir_verify(d.cfg.state_dir, &why);
         if (r == 0) {
                 bad = d.traces_dir;
-                r = trace_dir_verify(d.traces_dir, &why);
+                r = d9d_trace_dir_verify(d.traces_dir, &why);
         }
         if (r < 0) {
                 log_error("state directory %s %s: %s", bad, why, strerror(-r));
                 return 1;
         }
-        if (trace_access_init(d.cfg.trace_group) < 0 && d.cfg.trace_group_set)
+        if (d9d_trace_access_init(d.cfg.trace_group) < 0 && d.cfg.trace_group_set)
                 log_warn("trace_group %s: no such group; traces are readable by their recording uid, d9d and root only",
                          d.cfg.trace_group);
         grant_traces_dir(d.traces_dir);
-        preflight_run(&pf);
-        preflight_log(&pf, stderr, false);
+        d9d_preflight_run(&pf);
+        d9d_preflight_log(&pf, stderr, false);
         if (pf.fatal)
                 log_warn("preflight found fatal problems: attach requests will fail until they are fixed");
 
@@ -435,7 +435,7 @@ int main(int argc, char **argv)
                 log_error("cannot set up the event loop: %s", strerror(errno));
                 return 1;
         }
-        wd_w.fd = notify_watchdog_timerfd();
+        wd_w.fd = d9d_notify_watchdog_timerfd();
         if (wd_w.fd >= 0)
                 d9d_watch_add(&d, &wd_w, EPOLLIN);
         setup_debug_lookups(&d.cfg);
@@ -469,7 +469,7 @@ int main(int argc, char **argv)
         r = start_shipper(&d);
         if (r < 0)
                 return 1;
-        r = recover_active_segments(d.traces_dir, d.sealer, d.cfg.compression);
+        r = seal_recover_active_segments(d.traces_dir, d.sealer, d.cfg.compression);
         if (r < 0)
                 log_error("recovery scan of %s failed: %s", d.traces_dir, strerror(-r));
         r = control_server_start(&d, &d.control);
@@ -481,7 +481,7 @@ int main(int argc, char **argv)
                 return 1;
         }
         log_info("d9d %s ready: state %s, socket %s", D9_VERSION, d.cfg.state_dir, d.cfg.socket_path);
-        notify_ready("tracing 0 targets");
+        d9d_notify_ready("tracing 0 targets");
         r = run_loop(&d);
         shutdown_all(&d);
         return r < 0 ? 1 : 0;

@@ -21,7 +21,7 @@ struct dec_err {
 
 /* Parses one value of base type `base` at *pp (advanced past it). Pooled
  * types yield their id only; the decoder resolves them. */
-enum dec_status dec_value_parse(const uint8_t **pp, const uint8_t *end, uint8_t base,
+enum dec_status d9_dec_value_parse(const uint8_t **pp, const uint8_t *end, uint8_t base,
                             struct d9_value *out, unsigned depth, struct dec_err *err);
 
 /* Pool: u32 id -> (pointer into the input, length). Separate instances for
@@ -36,7 +36,7 @@ struct pool {
         size_t nslots, used;
 };
 
-int dec_pool_put(struct pool *p, uint32_t id, const uint8_t *data, uint32_t len);
-const struct pool_slot *dec_pool_get(const struct pool *p, uint32_t id);
-void dec_pool_clear(struct pool *p);
-void dec_pool_free(struct pool *p);
+int d9_dec_pool_put(struct pool *p, uint32_t id, const uint8_t *data, uint32_t len);
+const struct pool_slot *d9_dec_pool_get(const struct pool *p, uint32_t id);
+void d9_dec_pool_clear(struct pool *p);
+void d9_dec_pool_free(struct pool *p);

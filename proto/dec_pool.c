@@ -34,7 +34,7 @@ static int pool_grow(struct pool *p)
         return 0;
 }
 
-int dec_pool_put(struct pool *p, uint32_t id, const uint8_t *data, uint32_t len)
+int d9_dec_pool_put(struct pool *p, uint32_t id, const uint8_t *data, uint32_t len)
 {
         size_t j;
 
@@ -54,7 +54,7 @@ int dec_pool_put(struct pool *p, uint32_t id, const uint8_t *data, uint32_t len)
         return 0;
 }
 
-const struct pool_slot *dec_pool_get(const struct pool *p, uint32_t id)
+const struct pool_slot *d9_dec_pool_get(const struct pool *p, uint32_t id)
 {
         if (!p->nslots)
                 return NULL;
@@ -64,14 +64,14 @@ const struct pool_slot *dec_pool_get(const struct pool *p, uint32_t id)
         return NULL;
 }
 
-void dec_pool_clear(struct pool *p)
+void d9_dec_pool_clear(struct pool *p)
 {
         if (p->used)
                 memset(p->slots, 0, p->nslots * sizeof(*p->slots));
         p->used = 0;
 }
 
-void dec_pool_free(struct pool *p)
+void d9_dec_pool_free(struct pool *p)
 {
         free(p->slots);
         *p = (struct pool){ 0 };

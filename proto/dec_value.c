@@ -62,7 +62,7 @@ static enum dec_status container(const uint8_t **pp, const uint8_t *end, uint8_t
                         if (code < D9_T_I64 || code > D9_T_DYN_MAP)
                                 return bad(err, p, "bad type code inside a container");
                         p++;
-                        st = dec_value_parse(&p, end, code, &v, depth + 1, err);
+                        st = d9_dec_value_parse(&p, end, code, &v, depth + 1, err);
                 }
                 if (st)
                         return st;
@@ -72,7 +72,7 @@ static enum dec_status container(const uint8_t **pp, const uint8_t *end, uint8_t
         return DEC_OK;
 }
 
-enum dec_status dec_value_parse(const uint8_t **pp, const uint8_t *end, uint8_t base,
+enum dec_status d9_dec_value_parse(const uint8_t **pp, const uint8_t *end, uint8_t base,
                             struct d9_value *out, unsigned depth, struct dec_err *err)
 {
         const uint8_t *p = *pp;
@@ -175,7 +175,7 @@ int d9_value_iter_next(struct d9_value_iter *it, struct d9_value *out)
                 return 0;
         if (it->type != D9_T_STRING_MAP)
                 code = *it->p++;
-        if (dec_value_parse(&it->p, it->end, code, out, 0, &err) != DEC_OK)
+        if (d9_dec_value_parse(&it->p, it->end, code, out, 0, &err) != DEC_OK)
                 return 0;
         it->remaining--;
         it->index++;

@@ -93,8 +93,8 @@ static void stream_reset(struct dec *d)
                 d->pages[id >> 8][id & 0xff] = NULL;
         }
         d->nused = 0;
-        dec_pool_clear(&d->strings);
-        dec_pool_clear(&d->stacks);
+        d9_dec_pool_clear(&d->strings);
+        d9_dec_pool_clear(&d->stacks);
         d->base = 0;
 }
 
@@ -212,13 +212,13 @@ static enum dec_status resolve(struct dec *d, struct d9_value *v, const uint8_t 
         const struct pool_slot *slot;
 
         if (v->type == D9_T_POOLED_STRING) {
-                slot = dec_pool_get(&d->strings, v->pool_id);
+                slot = d9_dec_pool_get(&d->strings, v->pool_id);
                 if (slot) {
                         v->str.p = (const char *)slot->data;
                         v->str.len = slot->len;
                 }
         } else {
-                slot = dec_pool_get(&d->stacks, v->pool_id);
+                slot = d9_dec_pool_get(&d->stacks, v->pool_id);
                 if (slot) {
                         v->stack.le = slot->data;
                         v->stack.n = slot->len;
@@ -283,7 +283,7 @@ static enum dec_status frame_event(struct dec *d, const uint8_t **pp, const uint
                         }
                 }
                 at = p;
-                if ((st = dec_value_parse(&p, d->end, base, v, 0, &d->err)))
+                if ((st = d9_dec_value_parse(&p, d->end, base, v, 0, &d->err)))
                         return st;
                 if ((base == D9_T_POOLED_STRING || base == D9_T_POOLED_STACK) &&
                     (st = resolve(d, v, at)))
@@ -327,7 +327,7 @@ static enum dec_status frame_pool(struct dec *d, const uint8_t **pp, bool stack)
                 bytes = stack ? 8 * (size_t)len : len;
                 if (left(d, p + 8) < bytes)
                         return DEC_TRUNC;
-                if (dec_pool_put(stack ? &d->stacks : &d->strings, id, p + 8, len) < 0)
+                if (d9_dec_pool_put(stack ? &d->stacks : &d->strings, id, p + 8, len) < 0)
                         return fail(d, p, "out of memory");
                 p += 8 + bytes;
         }
@@ -509,8 +509,8 @@ int d9_decode(const uint8_t *buf, size_t len, const struct d9_dec_opts *opts,
         *res = (struct d9_dec_result){ 0 };
         r = decode_frames(&d);
         stream_reset(&d);
-        dec_pool_free(&d.strings);
-        dec_pool_free(&d.stacks);
+        d9_dec_pool_free(&d.strings);
+        d9_dec_pool_free(&d.stacks);
         free(d.vals);
         for (size_t i = 0; i < 256; i++)
                 free(d.pages[i]);

@@ -53,7 +53,7 @@ struct d9_enc {
         size_t nslots;
 };
 
-int enc_reserve(struct d9_enc *e, size_t need);
+int d9_enc_reserve(struct d9_enc *e, size_t need);
 
 static inline bool enc_atom_live(const struct d9_enc *e, uint32_t atom)
 {
@@ -88,5 +88,5 @@ static inline int enc_fast_end(struct d9_enc *e, uint8_t *p)
         return 0;
 }
 
-void enc_atoms_free(struct d9_enc *e);
-int enc_declare_tokio(struct d9_enc *e);
+void d9_enc_atoms_free(struct d9_enc *e);
+int d9_enc_declare_tokio(struct d9_enc *e);

@@ -130,7 +130,7 @@ size_t d9_enc_atom_count(const struct d9_enc *e)
         return e->natoms;
 }
 
-void enc_atoms_free(struct d9_enc *e)
+void d9_enc_atoms_free(struct d9_enc *e)
 {
         for (size_t i = 0; i < e->natoms; i++)
                 free(e->atoms[i].data);

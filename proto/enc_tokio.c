@@ -95,7 +95,7 @@ static const struct d9_schema_def tokio_schemas[D9_S_TOKIO_COUNT] = {
         [D9_S_PROCESS_RESOURCES] = S("D9ProcessResourcesEvent", process_resources),
 };
 
-int enc_declare_tokio(struct d9_enc *e)
+int d9_enc_declare_tokio(struct d9_enc *e)
 {
         for (int i = 0; i < D9_S_TOKIO_COUNT; i++) {
                 int r = d9_enc_declare(e, &tokio_schemas[i]);

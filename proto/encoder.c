@@ -16,7 +16,7 @@ int d9_enc_new(struct d9_enc **out)
         if (!e)
                 return -ENOMEM;
         e->gen = 1;
-        r = enc_declare_tokio(e);
+        r = d9_enc_declare_tokio(e);
         if (r < 0) {
                 d9_enc_free(e);
                 return r;
@@ -34,7 +34,7 @@ void d9_enc_free(struct d9_enc *e)
                 free(e->schemas[i].types);
         }
         free(e->schemas);
-        enc_atoms_free(e);
+        d9_enc_atoms_free(e);
         free(e);
 }
 
@@ -76,7 +76,7 @@ int d9_enc_flush(struct d9_enc *e)
         return 0;
 }
 
-int enc_reserve(struct d9_enc *e, size_t need)
+int d9_enc_reserve(struct d9_enc *e, size_t need)
 {
         if (e->cap - e->pos >= need)
                 return 0;
@@ -89,7 +89,7 @@ int enc_reserve(struct d9_enc *e, size_t need)
 
 int d9_enc_new_stream(struct d9_enc *e)
 {
-        int r = enc_reserve(e, D9_HEADER_LEN);
+        int r = d9_enc_reserve(e, D9_HEADER_LEN);
 
         if (r < 0)
                 return r;
@@ -405,7 +405,7 @@ int d9_enc_event(struct d9_enc *e, int schema, uint64_t ts, const struct d9_enc_
                 return r;
         if (s->gen != e->gen && e->in_stream && e->next_wire_id > UINT16_MAX)
                 return -E2BIG;
-        r = enc_reserve(e, need);
+        r = d9_enc_reserve(e, need);
         if (r < 0)
                 return r;
         if (!e->in_stream) {

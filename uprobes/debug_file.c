@@ -87,7 +87,7 @@ char *uprobes_debug_file_by_build_id(const char *build_id, const char *root)
 
 static char *debug_file_standard(const struct elf_image *img, const char *root);
 
-char *debug_file_find(const struct elf_image *img, const char *root)
+char *uprobes_debug_file_find(const struct elf_image *img, const char *root)
 {
         char *p = debug_file_standard(img, root);
 
@@ -145,7 +145,7 @@ char *uprobes_debug_file_for(const char *path, const char *root)
 
         if (d9_elf_image_open(path, &img, NULL) < 0)
                 return NULL;
-        found = debug_file_find(img, root ? root : "");
+        found = uprobes_debug_file_find(img, root ? root : "");
         d9_elf_image_free(img);
         return found;
 }

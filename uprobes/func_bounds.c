@@ -73,7 +73,7 @@ static uint64_t eh_next_start(const struct eh_table *t, uint64_t vaddr)
         return lo < t->n ? eh_start(t, lo) : 0;
 }
 
-void plan_poll_bounds(struct plan_builder *b)
+void uprobes_plan_poll_bounds(struct plan_builder *b)
 {
         struct eh_table t = { 0 };
         bool have_table = eh_table_find(b->img, &t);
@@ -89,7 +89,7 @@ void plan_poll_bounds(struct plan_builder *b)
                         p->func_end = p->vaddr + s->size;
                 else if (have_table)
                         p->func_end = eh_next_start(&t, p->vaddr);
-                else if (!plan_sweep_body(b, p->vaddr, &p->func_start, &p->func_end))
+                else if (!uprobes_plan_sweep_body(b, p->vaddr, &p->func_start, &p->func_end))
                         p->func_start = p->func_end = 0;
         }
 }

@@ -31,7 +31,7 @@ const char *probe_kind_name(enum probe_kind kind)
         return kind > 0 && kind < PROBE_KIND_MAX && names[kind] ? names[kind] : "unknown";
 }
 
-int plan_add_missing(struct probe_plan *plan, enum probe_kind kind, const char *fmt, ...)
+int uprobes_plan_add_missing(struct probe_plan *plan, enum probe_kind kind, const char *fmt, ...)
 {
         struct probe_missing *m = realloc(plan->missing, (plan->n_missing + 1) * sizeof(*m));
         va_list ap;
@@ -102,10 +102,10 @@ static int note_missing_kinds(struct probe_plan *plan)
                 if (probe_plan_count(plan, k, true))
                         continue;
                 if (!plan->has_symbols)
-                        r = plan_add_missing(plan, k, "no symbols (stripped, no debug file found); fallback: %s",
+                        r = uprobes_plan_add_missing(plan, k, "no symbols (stripped, no debug file found); fallback: %s",
                                              fallback[k]);
                 else
-                        r = plan_add_missing(plan, k, "no matching symbol in this build (inlined, renamed, "
+                        r = uprobes_plan_add_missing(plan, k, "no matching symbol in this build (inlined, renamed, "
                                              "or this runtime flavour/feature is not linked in); fallback: %s",
                                              fallback[k]);
                 if (r < 0)
@@ -152,7 +152,7 @@ static int note_partial_spawn(struct probe_plan *plan)
         flavours(plan, &mt, &ct);
         if (!inner || inner >= (size_t)mt + (size_t)ct)
                 return 0;
-        return plan_add_missing(plan, PROBE_SPAWN,
+        return uprobes_plan_add_missing(plan, PROBE_SPAWN,
                                 "OwnedTasks::bind_inner found for %zu of %d runtime flavours%s (the others are "
                                 "inlined); fallback for those: first sight of a task id at poll entry",
                                 inner, mt + ct,
@@ -231,7 +231,7 @@ static int plan_fill(struct plan_builder *b, struct probe_plan *plan, char **err
         int r;
 
         plan->build_id = d9_elf_build_id(b->img);
-        plan->tokio_version = tokio_version_detect(b->img);
+        plan->tokio_version = uprobes_tokio_version_detect(b->img);
         plan->has_symbols = b->st.from_symtab;
         plan->stripped = !b->st.from_symtab;
         plan->v0_mangling = b->st.any_v0;
@@ -244,9 +244,9 @@ static int plan_fill(struct plan_builder *b, struct probe_plan *plan, char **err
         plan->vtable_trailer_off = b->vs.trailer_slot >= 0 ? b->vs.trailer_slot * 8 : -1;
         plan->dyn_future_poll_slot = 3;         /* dyn vtable: drop, size, align, poll */
 
-        if ((r = plan_symbol_route(b)) < 0 || (r = plan_vtable_route(b)) < 0 ||
-            (r = plan_complete_route(b, plan)) < 0 ||
-            (r = plan_waker_route(b, plan)) < 0)
+        if ((r = uprobes_plan_symbol_route(b)) < 0 || (r = uprobes_plan_vtable_route(b)) < 0 ||
+            (r = uprobes_plan_complete_route(b, plan)) < 0 ||
+            (r = uprobes_plan_waker_route(b, plan)) < 0)
                 return r;
         if (probe_plan_count(&(struct probe_plan){ .points = b->pts, .n_points = b->n }, PROBE_POLL, true) == 0) {
                 if (err_msg)
@@ -254,10 +254,10 @@ static int plan_fill(struct plan_builder *b, struct probe_plan *plan, char **err
                                  "symbol and no task vtable found", b->img->path);
                 return -ENOTSUP;
         }
-        plan_find_dyn_futures(b);
-        plan_poll_bounds(b);
-        if ((r = plan_label_polls(b)) < 0 || (r = plan_return_sites(b, plan)) < 0 ||
-            (r = plan_classify(b)) < 0 || (r = skip_unattached_kinds(b)) < 0)
+        uprobes_plan_find_dyn_futures(b);
+        uprobes_plan_poll_bounds(b);
+        if ((r = uprobes_plan_label_polls(b)) < 0 || (r = uprobes_plan_return_sites(b, plan)) < 0 ||
+            (r = uprobes_plan_classify(b)) < 0 || (r = skip_unattached_kinds(b)) < 0)
                 return r;
         qsort(b->pts, b->n, sizeof(*b->pts), by_kind_addr);
         for (size_t i = 0; i < b->n; i++)
@@ -266,14 +266,14 @@ static int plan_fill(struct plan_builder *b, struct probe_plan *plan, char **err
         plan->n_points = b->n;
         b->pts = NULL;
         count_routes(plan);
-        if (b->vs.n == 0 && (r = plan_add_missing(plan, PROBE_POLL, "vtable scan found no task vtables: "
+        if (b->vs.n == 0 && (r = uprobes_plan_add_missing(plan, PROBE_POLL, "vtable scan found no task vtables: "
                                                   "task ids cannot be read (vtable_id_off unknown)")) < 0)
                 return r;
         if ((r = note_missing_kinds(plan)) < 0 || (r = note_partial_spawn(plan)) < 0)
                 return r;
         /* Without symbols the scan is the only route: say which tasks it leaves out. */
         if (!plan->has_symbols && plan->completes_unfound &&
-            (r = plan_add_missing(plan, PROBE_COMPLETE, "Harness::complete not singled out in the code of "
+            (r = uprobes_plan_add_missing(plan, PROBE_COMPLETE, "Harness::complete not singled out in the code of "
                                   "%zu of %zu task vtables: tasks of those types get no terminate event",
                                   plan->completes_unfound, plan->n_vtables)) < 0)
                 return r;
@@ -308,9 +308,9 @@ static int plan_build(int fd, const char *path, const char *root, struct probe_p
                 r = copy < 0 ? -errno : d9_elf_image_open_fd(copy, path, &b.img, err_msg);
         }
         if (r == 0)
-                r = symtab_load(b.img, root, &b.st);
+                r = uprobes_symtab_load(b.img, root, &b.st);
         if (r == 0)
-                r = vtable_scan_run(b.img, &b.vs);
+                r = uprobes_vtable_scan_run(b.img, &b.vs);
         if (r == 0)
                 r = plan_fill(&b, plan, err_msg);
         for (size_t i = 0; b.pts && i < b.n; i++) {
@@ -322,8 +322,8 @@ static int plan_build(int fd, const char *path, const char *root, struct probe_p
         free(b.pts);
         free(b.meta);
         free(b.known.v);
-        symtab_free(&b.st);
-        vtable_scan_free(&b.vs);
+        uprobes_symtab_free(&b.st);
+        uprobes_vtable_scan_free(&b.vs);
         d9_elf_image_free(b.img);
         if (r == -E2BIG && err_msg && !*err_msg)
                 asprintf(err_msg, "%s has more function symbols or symbol name bytes than d9d reads "
@@ -374,7 +374,7 @@ int probe_target_exe_open(int pidfd, pid_t pid, char **display, char **err_msg)
 {
         if (err_msg)
                 *err_msg = NULL;
-        return target_exe_open(pidfd, pid, display, err_msg);
+        return uprobes_target_exe_open(pidfd, pid, display, err_msg);
 }
 
 int probe_plan_for_pid(pid_t pid, struct probe_plan **out, char **err_msg)
@@ -390,7 +390,7 @@ int probe_plan_for_pidfd(int pidfd, pid_t pid, struct probe_plan **out, char **e
 
         if (err_msg)
                 *err_msg = NULL;
-        fd = target_exe_open(pidfd, pid, &path, err_msg);
+        fd = uprobes_target_exe_open(pidfd, pid, &path, err_msg);
         if (fd < 0)
                 return fd;
         snprintf(root, sizeof(root), "/proc/%d/root", pid);

@@ -14,7 +14,7 @@
  * directory, which its user may control, and its symbols must not decide
  * where another user's process gets its probes. The copy gets the new
  * process's own executable fd
- * (target_exe_open: pidfd checked), so uprobes attach to the inode that
+ * (uprobes_target_exe_open: pidfd checked), so uprobes attach to the inode that
  * process runs, as for a plan built from scratch. Not thread-safe: one
  * owner (d9d's loop). */
 #include <errno.h>
@@ -167,7 +167,7 @@ int probe_plan_cache_get(struct probe_plan_cache *c, int pidfd, pid_t pid, struc
 
         if (!c)
                 return -ENOENT;
-        fd = target_exe_open(pidfd, pid, &display, NULL);
+        fd = uprobes_target_exe_open(pidfd, pid, &display, NULL);
         if (fd < 0)
                 return fd;
         r = plan_key_of(fd, &k);

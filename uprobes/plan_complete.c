@@ -102,7 +102,7 @@ static bool all_nops(const struct elf_image *img, uint64_t from, uint64_t to)
         for (uint64_t off = 0; b && off < to - from;) {
                 struct x86_insn in;
 
-                x86_decode(b + off, to - from - off, &in);
+                uprobes_x86_decode(b + off, to - from - off, &in);
                 if (!in.len || strcmp(in.what, "nop") != 0)
                         return false;
                 off += (uint64_t)in.len;
@@ -173,7 +173,7 @@ static bool padding_at(const uint8_t *p, size_t n)
 
         if (p[0] == 0xcc)
                 return true;
-        x86_decode(p, n, &in);
+        uprobes_x86_decode(p, n, &in);
         return in.len && strcmp(in.what, "nop") == 0;
 }
 
@@ -189,7 +189,7 @@ static bool padding_at(const uint8_t *p, size_t n)
 static size_t code_callees(const struct elf_image *img, uint64_t vaddr, const struct entry_set *known,
                            uint64_t *left, uint64_t *out, size_t max, struct body_span *body)
 {
-        uint64_t start = plan_follow_jumps(img, vaddr), reach = start, table = 0;
+        uint64_t start = uprobes_plan_follow_jumps(img, vaddr), reach = start, table = 0;
         /* Unbounded sweeps only collect entries: a few KiB past a body is enough. */
         uint64_t bound = known ? next_entry(known, start) : start + (16u << 10);
         size_t n = 0, avail = MAX_BODY;
@@ -215,7 +215,7 @@ static size_t code_callees(const struct elf_image *img, uint64_t vaddr, const st
                         ended = true;
                         break;
                 }
-                x86_decode(code + off, avail - off, &in);
+                uprobes_x86_decode(code + off, avail - off, &in);
                 if (!in.len)
                         break;
                 uint64_t to;
@@ -290,7 +290,7 @@ static uint64_t vtable_complete(const struct elf_image *img, const struct entry_
         uint64_t poll[MAX_CALLEES], shut[MAX_CALLEES], common[MAX_CALLEES], sub[MAX_CALLEES];
         size_t np = code_callees(img, v->fn[0], known, left, poll, MAX_CALLEES, NULL);
         size_t ns = code_callees(img, v->fn[6], known, left, shut, MAX_CALLEES, NULL);
-        uint64_t dealloc = plan_follow_jumps(img, v->fn[2]);
+        uint64_t dealloc = uprobes_plan_follow_jumps(img, v->fn[2]);
         size_t nc = 0, found = 0, found_freeing = 0;
         uint64_t pick = 0, pick_freeing = 0;
 
@@ -429,7 +429,7 @@ static int known_entries(struct plan_builder *b, uint64_t *left, struct entry_se
                 for (int k = 0; k < 7; k++) {
                         uint64_t fn = b->vs.v[i].fn[k];
 
-                        if (entry_push(e, &cap, fn) < 0 || entry_push(e, &cap, plan_follow_jumps(b->img, fn)) < 0)
+                        if (entry_push(e, &cap, fn) < 0 || entry_push(e, &cap, uprobes_plan_follow_jumps(b->img, fn)) < 0)
                                 return -ENOMEM;
                         if (k != 0 && k != 6)
                                 continue;
@@ -447,7 +447,7 @@ static int known_entries(struct plan_builder *b, uint64_t *left, struct entry_se
         return 0;
 }
 
-int plan_complete_route(struct plan_builder *b, struct probe_plan *plan)
+int uprobes_plan_complete_route(struct plan_builder *b, struct probe_plan *plan)
 {
         struct entry_set *known = &b->known, shared = { 0 };
         bool by_symbols = false;
@@ -481,7 +481,7 @@ int plan_complete_route(struct plan_builder *b, struct probe_plan *plan)
                         continue;
                 }
                 if (!p) {
-                        p = plan_point_add(b, PROBE_COMPLETE, at);
+                        p = uprobes_plan_point_add(b, PROBE_COMPLETE, at);
                         if (!p) {
                                 r = -ENOMEM;
                                 break;
@@ -502,12 +502,12 @@ int plan_complete_route(struct plan_builder *b, struct probe_plan *plan)
         }
         free(shared.v);
         if (r == 0 && *left < MAX_BODY)
-                r = plan_add_missing(plan, PROBE_COMPLETE, "code sweep budget (%llu MiB) spent: not every task "
+                r = uprobes_plan_add_missing(plan, PROBE_COMPLETE, "code sweep budget (%llu MiB) spent: not every task "
                                      "vtable's code was examined for Harness::complete", SWEEP_BUDGET >> 20);
         return r;
 }
 
-bool plan_sweep_body(struct plan_builder *b, uint64_t vaddr, uint64_t *lo, uint64_t *hi)
+bool uprobes_plan_sweep_body(struct plan_builder *b, uint64_t vaddr, uint64_t *lo, uint64_t *hi)
 {
         uint64_t calls[MAX_CALLEES];
         struct body_span body;

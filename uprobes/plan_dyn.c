@@ -78,7 +78,7 @@ static void track_insn(const uint8_t *p, const struct x86_insn *in, struct reg_s
 /* Displacement from the Header* of the dyn vtable pointer, or -1. */
 static int64_t find_dyn_vtable_load(struct plan_builder *b, uint64_t poll_vaddr)
 {
-        uint64_t body = plan_follow_jumps(b->img, poll_vaddr), size = MAX_BODY;
+        uint64_t body = uprobes_plan_follow_jumps(b->img, poll_vaddr), size = MAX_BODY;
         struct d9_sym *fs = d9_sym_table_find(&b->st.table, body);
         struct reg_state rs = { .hdr = 1u << REG_RDI };
         int64_t found = -1;
@@ -94,7 +94,7 @@ static int64_t find_dyn_vtable_load(struct plan_builder *b, uint64_t poll_vaddr)
         for (uint64_t off = 0; off < size && found < 0;) {
                 struct x86_insn in;
 
-                x86_decode(code + off, size - off, &in);
+                uprobes_x86_decode(code + off, size - off, &in);
                 if (!in.len || in.is_ret)
                         break;
                 track_insn(code + off, &in, &rs, &found);
@@ -111,7 +111,7 @@ static const struct task_vtable *vtable_of(const struct plan_builder *b, uint64_
         return NULL;
 }
 
-void plan_find_dyn_futures(struct plan_builder *b)
+void uprobes_plan_find_dyn_futures(struct plan_builder *b)
 {
         if (b->vs.id_slot < 0)
                 return;

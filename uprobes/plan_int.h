@@ -27,25 +27,25 @@ struct plan_builder {
         struct probe_point *pts;
         struct point_meta *meta; /* parallel to pts until they are sorted */
         size_t n, cap;
-        /* Set by plan_complete_route for the sweeps after it. */
+        /* Set by uprobes_plan_complete_route for the sweeps after it. */
         struct entry_set known;
         uint64_t sweep_left;    /* code bytes the sweeps may still decode */
 };
 
-int plan_symbol_route(struct plan_builder *b);
-int plan_vtable_route(struct plan_builder *b);
-int plan_complete_route(struct plan_builder *b, struct probe_plan *plan);
-int plan_waker_route(struct plan_builder *b, struct probe_plan *plan);
-int plan_label_polls(struct plan_builder *b);
-int plan_classify(struct plan_builder *b);
-int plan_return_sites(struct plan_builder *b, struct probe_plan *plan);
-uint64_t plan_follow_jumps(const struct elf_image *img, uint64_t vaddr);
-struct probe_point *plan_point_add(struct plan_builder *b, enum probe_kind kind, uint64_t vaddr);
-int plan_add_missing(struct probe_plan *plan, enum probe_kind kind, const char *fmt, ...)
+int uprobes_plan_symbol_route(struct plan_builder *b);
+int uprobes_plan_vtable_route(struct plan_builder *b);
+int uprobes_plan_complete_route(struct plan_builder *b, struct probe_plan *plan);
+int uprobes_plan_waker_route(struct plan_builder *b, struct probe_plan *plan);
+int uprobes_plan_label_polls(struct plan_builder *b);
+int uprobes_plan_classify(struct plan_builder *b);
+int uprobes_plan_return_sites(struct plan_builder *b, struct probe_plan *plan);
+uint64_t uprobes_plan_follow_jumps(const struct elf_image *img, uint64_t vaddr);
+struct probe_point *uprobes_plan_point_add(struct plan_builder *b, enum probe_kind kind, uint64_t vaddr);
+int uprobes_plan_add_missing(struct probe_plan *plan, enum probe_kind kind, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
-void plan_find_dyn_futures(struct plan_builder *b);
+void uprobes_plan_find_dyn_futures(struct plan_builder *b);
 /* plan_complete.c: a stripped function's body [lo, hi) by a code sweep
- * (after plan_complete_route); false when the sweep cannot tell its end. */
-bool plan_sweep_body(struct plan_builder *b, uint64_t vaddr, uint64_t *lo, uint64_t *hi);
+ * (after uprobes_plan_complete_route); false when the sweep cannot tell its end. */
+bool uprobes_plan_sweep_body(struct plan_builder *b, uint64_t vaddr, uint64_t *lo, uint64_t *hi);
 /* func_bounds.c: func_start/func_end of every poll point (0: unknown). */
-void plan_poll_bounds(struct plan_builder *b);
+void uprobes_plan_poll_bounds(struct plan_builder *b);

@@ -15,7 +15,7 @@
 #include "plan_int.h"
 #include "tokio.h"
 
-struct probe_point *plan_point_add(struct plan_builder *b, enum probe_kind kind, uint64_t vaddr)
+struct probe_point *uprobes_plan_point_add(struct plan_builder *b, enum probe_kind kind, uint64_t vaddr)
 {
         if (b->n == b->cap) {
                 size_t ncap = b->cap ? b->cap * 2 : 256;
@@ -55,7 +55,7 @@ static int add_symbol_point(struct plan_builder *b, const struct tokio_rule *rul
 
         if (p)
                 return 0; /* aliases of one function */
-        p = plan_point_add(b, rule->kind, s->vaddr);
+        p = uprobes_plan_point_add(b, rule->kind, s->vaddr);
         if (!p)
                 return -ENOMEM;
         p->sources = PROBE_FROM_SYMBOLS;
@@ -63,7 +63,7 @@ static int add_symbol_point(struct plan_builder *b, const struct tokio_rule *rul
         p->value_from = rule->value_from;
         b->meta[b->n - 1] = (struct point_meta){ .essential = rule->essential, .rule = rule };
         if (rule->kind == PROBE_POLL && s->v0)
-                p->label = name_first_generic_arg(s->name, "raw::poll");
+                p->label = uprobes_name_first_generic_arg(s->name, "raw::poll");
         else if (rule->kind != PROBE_POLL)
                 p->label = strdup(s->name);
         return 0;
@@ -95,7 +95,7 @@ static void drop_shadowed_alternatives(struct plan_builder *b)
         b->n = w;
 }
 
-int plan_symbol_route(struct plan_builder *b)
+int uprobes_plan_symbol_route(struct plan_builder *b)
 {
         for (size_t i = 0; i < b->st.table.n; i++) {
                 const struct d9_sym *s = &b->st.table.syms[i];
@@ -103,10 +103,10 @@ int plan_symbol_route(struct plan_builder *b)
 
                 if (!s->name)
                         continue; /* only tokio names are demangled up front */
-                _cleanup_free_ char *stripped = name_strip_generics(s->name);
+                _cleanup_free_ char *stripped = uprobes_name_strip_generics(s->name);
                 if (!stripped)
                         return -ENOMEM;
-                rule = tokio_rule_match(stripped);
+                rule = uprobes_tokio_rule_match(stripped);
                 if (!rule)
                         continue;
                 if (add_symbol_point(b, rule, s) < 0)
@@ -126,14 +126,14 @@ int plan_symbol_route(struct plan_builder *b)
         return 0;
 }
 
-int plan_vtable_route(struct plan_builder *b)
+int uprobes_plan_vtable_route(struct plan_builder *b)
 {
         for (size_t i = 0; i < b->vs.n; i++) {
                 const struct task_vtable *v = &b->vs.v[i];
                 struct probe_point *p = point_find(b, PROBE_POLL, v->fn[0]);
 
                 if (!p) {
-                        p = plan_point_add(b, PROBE_POLL, v->fn[0]);
+                        p = uprobes_plan_point_add(b, PROBE_POLL, v->fn[0]);
                         if (!p)
                                 return -ENOMEM;
                         p->value_from = PROBE_ARG0;
@@ -166,7 +166,7 @@ static bool is_runtime_crate(const char *name)
 
 /* Follows leading `jmp rel` tail calls (raw::poll is often just `jmp
  * Harness::poll`) to the function that does the work. */
-uint64_t plan_follow_jumps(const struct elf_image *img, uint64_t vaddr)
+uint64_t uprobes_plan_follow_jumps(const struct elf_image *img, uint64_t vaddr)
 {
         for (int hop = 0; hop < 4; hop++) {
                 const uint8_t *code = d9_elf_vaddr_bytes(img, vaddr, 5);
@@ -174,7 +174,7 @@ uint64_t plan_follow_jumps(const struct elf_image *img, uint64_t vaddr)
 
                 if (!code)
                         break;
-                x86_decode(code, 5, &in);
+                uprobes_x86_decode(code, 5, &in);
                 if (!in.is_jmp_rel)
                         break;
                 vaddr = vaddr + (uint64_t)in.len + (uint64_t)in.rel;
@@ -186,7 +186,7 @@ uint64_t plan_follow_jumps(const struct elf_image *img, uint64_t vaddr)
  * its leading jumps); stops when f returns a label. */
 static char *scan_callees(struct plan_builder *b, uint64_t vaddr, char *(*f)(const char *name))
 {
-        uint64_t body = plan_follow_jumps(b->img, vaddr);
+        uint64_t body = uprobes_plan_follow_jumps(b->img, vaddr);
         struct d9_sym *fs = d9_sym_table_find(&b->st.table, body);
 
         if (!fs || fs->vaddr != body || !fs->size)
@@ -196,7 +196,7 @@ static char *scan_callees(struct plan_builder *b, uint64_t vaddr, char *(*f)(con
                 struct x86_insn in;
                 char *label;
 
-                x86_decode(code + off, fs->size - off, &in);
+                uprobes_x86_decode(code + off, fs->size - off, &in);
                 if (!in.len)
                         break;
                 if (in.is_call_rel || in.is_jmp_rel) {
@@ -219,9 +219,9 @@ static char *future_from_drop_glue(const char *name)
         if (strncmp(name, "core::ptr::drop_in_place", 24) != 0)
                 return NULL;
         if (strstr(name, "task::core::Cell<"))
-                t = name_first_generic_arg(name, "task::core::Cell");
+                t = uprobes_name_first_generic_arg(name, "task::core::Cell");
         if (!t && strstr(name, "task::core::Stage<"))
-                t = name_first_generic_arg(name, "task::core::Stage");
+                t = uprobes_name_first_generic_arg(name, "task::core::Stage");
         return t;
 }
 
@@ -323,7 +323,7 @@ static char *legacy_label(struct plan_builder *b, const struct probe_point *p)
         return scan_callees(b, p->vaddr, first_non_runtime);
 }
 
-int plan_label_polls(struct plan_builder *b)
+int uprobes_plan_label_polls(struct plan_builder *b)
 {
         for (size_t i = 0; i < b->n; i++) {
                 struct probe_point *p = &b->pts[i];
@@ -334,14 +334,14 @@ int plan_label_polls(struct plan_builder *b)
                         p->label = legacy_label(b, p);
                 if (!p->label && asprintf(&p->label, "0x%" PRIx64, p->vaddr) < 0)
                         return -ENOMEM;
-                p->boxed_dyn |= label_is_boxed_dyn_future(p->label);
+                p->boxed_dyn |= uprobes_label_is_boxed_dyn_future(p->label);
                 /* Symbol-only points (no vtable found for them). */
                 p->blocking_task |= !p->vtable_vaddr && strstr(p->label, "BlockingTask") != NULL;
         }
         return 0;
 }
 
-int plan_classify(struct plan_builder *b)
+int uprobes_plan_classify(struct plan_builder *b)
 {
         for (size_t i = 0; i < b->n; i++) {
                 struct probe_point *p = &b->pts[i];
@@ -356,7 +356,7 @@ int plan_classify(struct plan_builder *b)
                         asprintf(&p->skip_reason, "address 0x%" PRIx64 " is not in the file", p->vaddr);
                         continue;
                 }
-                x86_decode(code, avail, &in);
+                uprobes_x86_decode(code, avail, &in);
                 p->insn = in.len ? in.cls : PROBE_INSN_UNKNOWN;
                 p->insn_len = (unsigned)in.len;
                 p->insn_desc = strdup(in.len ? in.what : "undecodable");

@@ -36,7 +36,7 @@ static void walk_body(const struct elf_image *img, uint64_t start, uint64_t size
         for (uint64_t off = 0; code && off < size;) {
                 struct x86_insn in;
 
-                x86_decode(code + off, size - off, &in);
+                uprobes_x86_decode(code + off, size - off, &in);
                 if (!in.len) {
                         w->truncated = true;
                         return;
@@ -67,7 +67,7 @@ static int add_returns(struct plan_builder *b, size_t poll_idx, const struct ret
                 const char *label = b->pts[poll_idx].label;
                 struct probe_point *p;
 
-                p = plan_point_add(b, PROBE_POLL_RETURN, w->rets[k]);
+                p = uprobes_plan_point_add(b, PROBE_POLL_RETURN, w->rets[k]);
                 if (!p)
                         return -ENOMEM;
                 b->meta[b->n - 1].essential = false;
@@ -82,7 +82,7 @@ static int add_returns(struct plan_builder *b, size_t poll_idx, const struct ret
         return 0;
 }
 
-int plan_return_sites(struct plan_builder *b, struct probe_plan *plan)
+int uprobes_plan_return_sites(struct plan_builder *b, struct probe_plan *plan)
 {
         size_t n_polls = 0, complete = 0, sites = 0, n = b->n;
 
@@ -92,7 +92,7 @@ int plan_return_sites(struct plan_builder *b, struct probe_plan *plan)
                 if (b->pts[i].kind != PROBE_POLL)
                         continue;
                 n_polls++;
-                uint64_t body = plan_follow_jumps(b->img, b->pts[i].vaddr);
+                uint64_t body = uprobes_plan_follow_jumps(b->img, b->pts[i].vaddr);
                 struct d9_sym *fs = d9_sym_table_find(&b->st.table, body);
 
                 if (!fs || fs->vaddr != body || !fs->size)
@@ -105,7 +105,7 @@ int plan_return_sites(struct plan_builder *b, struct probe_plan *plan)
         }
         if (complete == n_polls && n_polls)
                 return 0;
-        return plan_add_missing(plan, PROBE_POLL_RETURN,
+        return uprobes_plan_add_missing(plan, PROBE_POLL_RETURN,
                                 "return sites complete for %zu of %zu polls (%zu sites); the rest have no "
                                 "symbol bounds or leave by tail call: use entry-only poll end or a uretprobe",
                                 complete, n_polls, sites);

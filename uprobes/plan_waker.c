@@ -15,7 +15,7 @@
 
 #include "plan_int.h"
 
-int plan_waker_route(struct plan_builder *b, struct probe_plan *plan)
+int uprobes_plan_waker_route(struct plan_builder *b, struct probe_plan *plan)
 {
         static const char *const names[2] = { "waker::wake_by_val", "waker::wake_by_ref" };
         bool by_symbols = false;
@@ -40,7 +40,7 @@ int plan_waker_route(struct plan_builder *b, struct probe_plan *plan)
                                 p->sources |= PROBE_FROM_VTABLE_SCAN;
                         continue;
                 }
-                p = plan_point_add(b, PROBE_WAKE, at);
+                p = uprobes_plan_point_add(b, PROBE_WAKE, at);
                 if (!p)
                         return -ENOMEM;
                 b->meta[b->n - 1].essential = k == 0;

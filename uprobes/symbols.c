@@ -32,7 +32,7 @@ static int name_tokio_syms(struct symtab *st)
         return 0;
 }
 
-int symtab_load(const struct elf_image *img, const char *root, struct symtab *st)
+int uprobes_symtab_load(const struct elf_image *img, const char *root, struct symtab *st)
 {
         int r;
 
@@ -41,7 +41,7 @@ int symtab_load(const struct elf_image *img, const char *root, struct symtab *st
         if (r < 0)
                 return r;
         if (!st->from_symtab) {
-                st->debug_path = debug_file_find(img, root);
+                st->debug_path = uprobes_debug_file_find(img, root);
                 if (st->debug_path) {
                         struct elf_image *dbg = NULL;
 
@@ -57,7 +57,7 @@ int symtab_load(const struct elf_image *img, const char *root, struct symtab *st
         return name_tokio_syms(st);
 }
 
-void symtab_free(struct symtab *st)
+void uprobes_symtab_free(struct symtab *st)
 {
         d9_sym_table_free(&st->table);
         free(st->debug_path);

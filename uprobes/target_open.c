@@ -20,7 +20,7 @@
 
 #include "uprobes_int.h"
 
-int pidfd_alive(int pidfd)
+int d9_pidfd_alive(int pidfd)
 {
         /* A pidfd reads as ready once the whole process has exited, zombie
          * included: a zombie has no executable or maps left to trace, and
@@ -77,7 +77,7 @@ static char *display_name(pid_t pid, int fd)
         return strdup(link);
 }
 
-int target_exe_open(int pidfd, pid_t pid, char **display, char **err_msg)
+int uprobes_target_exe_open(int pidfd, pid_t pid, char **display, char **err_msg)
 {
         char link[64];
         struct stat st;
@@ -96,13 +96,13 @@ int target_exe_open(int pidfd, pid_t pid, char **display, char **err_msg)
         snprintf(link, sizeof(link), "/proc/%d/exe", pid);
         fd = open(link, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
         r = fd < 0 ? -errno : 0;
-        if (r == -ENOENT && pidfd_alive(pidfd) == 0) {
+        if (r == -ENOENT && d9_pidfd_alive(pidfd) == 0) {
                 if (err_msg)
                         asprintf(err_msg, "PID %d has no executable (kernel thread or zombie)", pid);
                 r = -ENOEXEC;
                 goto out;
         }
-        if (r == 0 && pidfd_alive(pidfd) < 0)
+        if (r == 0 && d9_pidfd_alive(pidfd) < 0)
                 r = -ESRCH;     /* exited: the file may be a newer process's */
         if (r == 0 && fstat(fd, &st) < 0)
                 r = -errno;

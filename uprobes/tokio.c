@@ -49,7 +49,7 @@ static const struct tokio_rule rules[] = {
         { PROBE_BLOCK_IN_PLACE, "::thread_pool::worker::block_in_place", true, PROBE_ARG_NONE },
 };
 
-const struct tokio_rule *tokio_rule_match(const char *stripped)
+const struct tokio_rule *uprobes_tokio_rule_match(const char *stripped)
 {
         size_t len = strlen(stripped);
 
@@ -79,7 +79,7 @@ static size_t skip_angle(const char *s, size_t i)
         return 0;
 }
 
-char *name_strip_generics(const char *name)
+char *uprobes_name_strip_generics(const char *name)
 {
         size_t n = strlen(name), w = 0, i = 0;
         char *out = malloc(n + 1);
@@ -97,7 +97,7 @@ char *name_strip_generics(const char *name)
                         i = close;
                 } else if (close) {
                         char *inner = strndup(name + 1, close - 2);
-                        char *si = inner ? name_strip_generics(inner) : NULL;
+                        char *si = inner ? uprobes_name_strip_generics(inner) : NULL;
 
                         free(inner);
                         if (!si) {
@@ -127,7 +127,7 @@ char *name_strip_generics(const char *name)
         return out;
 }
 
-char *name_first_generic_arg(const char *name, const char *after)
+char *uprobes_name_first_generic_arg(const char *name, const char *after)
 {
         const char *p = strstr(name, after);
         size_t start, i;
@@ -157,7 +157,7 @@ char *name_first_generic_arg(const char *name, const char *after)
         return strndup(p, i);
 }
 
-bool label_is_boxed_dyn_future(const char *label)
+bool uprobes_label_is_boxed_dyn_future(const char *label)
 {
         return label && strstr(label, "Pin<alloc::boxed::Box<dyn ") &&
                strstr(label, "Future");

@@ -19,9 +19,9 @@ struct tokio_rule {
 };
 
 /* Rule for a generic-stripped name, or NULL. */
-const struct tokio_rule *tokio_rule_match(const char *stripped);
+const struct tokio_rule *uprobes_tokio_rule_match(const char *stripped);
 /* `<a::B<X>>::f::<Y>` -> `a::B::f` (malloc'd). */
-char *name_strip_generics(const char *name);
+char *uprobes_name_strip_generics(const char *name);
 /* First generic argument after the path `after` (e.g. "raw::poll"), malloc'd. */
-char *name_first_generic_arg(const char *name, const char *after);
-bool label_is_boxed_dyn_future(const char *label);
+char *uprobes_name_first_generic_arg(const char *name, const char *after);
+bool uprobes_label_is_boxed_dyn_future(const char *label);

@@ -60,7 +60,7 @@ static size_t version_at(const uint8_t *p, const uint8_t *end)
         return len < 32 ? len : 0;
 }
 
-char *tokio_version_in(const uint8_t *d, size_t size)
+char *uprobes_tokio_version_in(const uint8_t *d, size_t size)
 {
         struct seen seen[MAX_SEEN];
         size_t n_seen = 0;
@@ -82,7 +82,7 @@ char *tokio_version_in(const uint8_t *d, size_t size)
         return strdup(seen[best].v);
 }
 
-char *tokio_version_detect(const struct elf_image *img)
+char *uprobes_tokio_version_detect(const struct elf_image *img)
 {
         size_t size;
         const uint8_t *d = d9_elf_section_data(img, ".rodata", &size, NULL);
@@ -93,5 +93,5 @@ char *tokio_version_detect(const struct elf_image *img)
                 if (!d)
                         return NULL;
         }
-        return tokio_version_in(d, size);
+        return uprobes_tokio_version_in(d, size);
 }

@@ -244,7 +244,7 @@ int d9_target_file_copy(int fd);
 void d9_target_files_read_in_place(void);
 /* 0 if the process behind pidfd has not exited (so its PID is still its
  * own), else a negative errno. */
-int pidfd_alive(int pidfd);
+int d9_pidfd_alive(int pidfd);
 /* d9_target_file_open then d9_target_file_copy. */
 int d9_target_file_open_copy(const char *path);
 

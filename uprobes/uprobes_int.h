@@ -60,14 +60,14 @@ char *d9_elf_debuglink(const struct elf_image *img);
  * process afterwards, and names it (*display: /proc/PID/root/<exe> when that
  * is the same inode, for debug-file lookups, else /proc/PID/exe). pidfd < 0:
  * one is taken here first. Returns the fd or a negative errno. */
-int target_exe_open(int pidfd, pid_t pid, char **display, char **err_msg);
+int uprobes_target_exe_open(int pidfd, pid_t pid, char **display, char **err_msg);
 
 
 /* ---- debug_file.c: separate debug info ---------------------------------- */
 
 /* Path of a separate debug file for img (build-id, then .gnu_debuglink), or NULL.
  * root is a path prefix for the target's mount namespace ("" for ours). */
-char *debug_file_find(const struct elf_image *img, const char *root);
+char *uprobes_debug_file_find(const struct elf_image *img, const char *root);
 
 /* ---- symbols.c: function symbols of an image plus its debug file -------- */
 
@@ -78,8 +78,8 @@ struct symtab {
         char *debug_path;       /* separate debug file used, or NULL */
 };
 
-int symtab_load(const struct elf_image *img, const char *root, struct symtab *st);
-void symtab_free(struct symtab *st);
+int uprobes_symtab_load(const struct elf_image *img, const char *root, struct symtab *st);
+void uprobes_symtab_free(struct symtab *st);
 
 /* ---- vtable_scan.c: task vtables by shape ------------------------------- */
 
@@ -101,8 +101,8 @@ struct vtable_scan {
         uint64_t waker_fn[4];
 };
 
-int vtable_scan_run(const struct elf_image *img, struct vtable_scan *vs);
-void vtable_scan_free(struct vtable_scan *vs);
+int uprobes_vtable_scan_run(const struct elf_image *img, struct vtable_scan *vs);
+void uprobes_vtable_scan_free(struct vtable_scan *vs);
 
 /* ---- x86_insn.c: just enough x86-64 decoding ----------------------------- */
 
@@ -120,10 +120,10 @@ struct x86_insn {
 };
 
 /* Decode one instruction at p (at most n bytes available). */
-void x86_decode(const uint8_t *p, size_t n, struct x86_insn *out);
+void uprobes_x86_decode(const uint8_t *p, size_t n, struct x86_insn *out);
 
 /* ---- tokio_version.c ----------------------------------------------------- */
 
-char *tokio_version_detect(const struct elf_image *img);
+char *uprobes_tokio_version_detect(const struct elf_image *img);
 /* The same over size bytes at d (the most referenced `tokio-V/src`). */
-char *tokio_version_in(const uint8_t *d, size_t size);
+char *uprobes_tokio_version_in(const uint8_t *d, size_t size);

@@ -364,7 +364,7 @@ static void clone_sweep(const struct elf_image *img, const struct reloc_list *l,
                 const uint8_t *p = code + off;
                 struct x86_insn in;
 
-                x86_decode(p, window - off, &in);
+                uprobes_x86_decode(p, window - off, &in);
                 if (!in.len)
                         break;
                 size_t at = (p[0] & 0xf0) == 0x40 ? 1 : 0; /* REX */
@@ -450,7 +450,7 @@ static void find_task_waker(const struct elf_image *img, const struct reloc_list
                 }
 }
 
-int vtable_scan_run(const struct elf_image *img, struct vtable_scan *vs)
+int uprobes_vtable_scan_run(const struct elf_image *img, struct vtable_scan *vs)
 {
         struct reloc_list l = { 0 };
         int r;
@@ -483,7 +483,7 @@ int vtable_scan_run(const struct elf_image *img, struct vtable_scan *vs)
         return 0;
 }
 
-void vtable_scan_free(struct vtable_scan *vs)
+void uprobes_vtable_scan_free(struct vtable_scan *vs)
 {
         free(vs->v);
         memset(vs, 0, sizeof(*vs));

@@ -233,7 +233,7 @@ static void classify(const uint8_t *p, const struct prefixes *px, int op_at, str
         }
 }
 
-void x86_decode(const uint8_t *p, size_t n, struct x86_insn *out)
+void uprobes_x86_decode(const uint8_t *p, size_t n, struct x86_insn *out)
 {
         struct prefixes px;
         int at, len, osz;

@@ -45,7 +45,7 @@ static json_t *cmd_ping(struct d9d *d, const struct peer *p, json_t *req)
         return r;
 }
 
-static json_t *cmd_list(struct d9d *d, const struct peer *p, json_t *req)
+static json_t *d9ctl_cmd_list(struct d9d *d, const struct peer *p, json_t *req)
 {
         json_t *r = d9c_ok(), *arr = json_array();
 
@@ -66,7 +66,7 @@ static json_t *cmd_list(struct d9d *d, const struct peer *p, json_t *req)
         return r;
 }
 
-static json_t *cmd_status(struct d9d *d, const struct peer *p, json_t *req)
+static json_t *d9ctl_cmd_status(struct d9d *d, const struct peer *p, json_t *req)
 {
         json_t *r = d9c_ok(), *arr = json_array();
         struct sealer_stats st;
@@ -163,7 +163,7 @@ static void attach_gone(void *ctx)
         session_start_cancel(a->start);
 }
 
-static json_t *cmd_attach(struct d9d *d, const struct peer *p, json_t *req)
+static json_t *d9ctl_cmd_attach(struct d9d *d, const struct peer *p, json_t *req)
 {
         struct session_request sr = { .peer_uid = p->uid };
         struct attach_call *a;
@@ -259,7 +259,7 @@ static void detach_gone(void *ctx)
 {
 }
 
-static json_t *cmd_detach(struct d9d *d, const struct peer *p, json_t *req)
+static json_t *d9ctl_cmd_detach(struct d9d *d, const struct peer *p, json_t *req)
 {
         struct session *s;
         pid_t pid;
@@ -285,10 +285,10 @@ static const struct {
         json_t *(*fn)(struct d9d *d, const struct peer *p, json_t *req);
 } commands[] = {
         { "ping", cmd_ping },
-        { "list", cmd_list },
-        { "status", cmd_status },
-        { "attach", cmd_attach },
-        { "detach", cmd_detach },
+        { "list", d9ctl_cmd_list },
+        { "status", d9ctl_cmd_status },
+        { "attach", d9ctl_cmd_attach },
+        { "detach", d9ctl_cmd_detach },
 };
 
 json_t *control_dispatch(struct d9d *d, struct control_client *c, uid_t peer_uid, pid_t peer_pid, json_t *req)

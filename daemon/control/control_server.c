@@ -587,7 +587,7 @@ int control_server_start(struct d9d *d, struct control_server **out)
         if (!cs)
                 return -ENOMEM;
         cs->kick_w.fd = cs->sweep_w.fd = cs->reserve_fd = -1;
-        fd = notify_listen_fd("control");
+        fd = d9d_notify_listen_fd("control");
         if (fd == -ENOENT) {
                 const char *why = NULL;
 

@@ -105,7 +105,7 @@ static int rule_parse(struct attach_rule *r, const char *value, const char **why
         return 0;
 }
 
-int attach_rules_add(struct attach_rules *rules, const char *value, const char **why)
+int d9d_attach_rules_add(struct attach_rules *rules, const char *value, const char **why)
 {
         struct attach_rule r = { 0 }, *v;
 
@@ -124,7 +124,7 @@ int attach_rules_add(struct attach_rules *rules, const char *value, const char *
         return 0;
 }
 
-void attach_rules_free(struct attach_rules *rules)
+void d9d_attach_rules_free(struct attach_rules *rules)
 {
         free(rules->v);
         rules->v = NULL;
@@ -167,7 +167,7 @@ static bool cgroup_in_system_unit(const char *unit, const char *cg)
         return false;
 }
 
-struct attach_rule *attach_rules_match(const struct attach_rules *rules, const char *exe, const char *cgroup)
+struct attach_rule *d9d_attach_rules_match(const struct attach_rules *rules, const char *exe, const char *cgroup)
 {
         for (size_t i = 0; i < rules->n; i++) {
                 struct attach_rule *r = &rules->v[i];

@@ -35,8 +35,8 @@ struct attach_rules {
 
 /* Parse one "KIND:PATTERN [probes=LIST]" value and append it. Returns 0,
  * or -EINVAL with *why set. */
-int attach_rules_add(struct attach_rules *rules, const char *value, const char **why);
-void attach_rules_free(struct attach_rules *rules);
+int d9d_attach_rules_add(struct attach_rules *rules, const char *value, const char **why);
+void d9d_attach_rules_free(struct attach_rules *rules);
 /* The first rule a process running exe (its exe link, "" for none) in
  * cgroup (its cgroup v2 path, "" for none) matches, or NULL. */
-struct attach_rule *attach_rules_match(const struct attach_rules *rules, const char *exe, const char *cgroup);
+struct attach_rule *d9d_attach_rules_match(const struct attach_rules *rules, const char *exe, const char *cgroup);

@@ -14,7 +14,7 @@
 #include "daemon/core/log.h"
 #include "proto/d9control.h"
 
-void config_defaults(struct d9d_config *cfg)
+void d9d_config_defaults(struct d9d_config *cfg)
 {
         memset(cfg, 0, sizeof(*cfg));
         snprintf(cfg->state_dir, sizeof(cfg->state_dir), "/var/lib/d9d");
@@ -47,20 +47,20 @@ void config_defaults(struct d9d_config *cfg)
         /* Sealing waits for it: a segment is sealed late, never lost. */
         cfg->debuginfod_timeout_ms = 10 * 1000;
         cfg->plan_timeout_ms = 30 * 1000;
-        ship_config_init(&cfg->ship);
+        d9d_ship_config_init(&cfg->ship);
         /* Each target costs twice ring_size in RSS and a planner turn. */
         cfg->attach.max_targets = ATTACH_DEFAULT_MAX_TARGETS;
 }
 
-void config_free(struct d9d_config *cfg)
+void d9d_config_free(struct d9d_config *cfg)
 {
-        ship_config_free(&cfg->ship);
-        attach_rules_free(&cfg->attach);
+        d9d_ship_config_free(&cfg->ship);
+        d9d_attach_rules_free(&cfg->attach);
         json_decref(cfg->settings);
         cfg->settings = NULL;
 }
 
-const char *compression_suffix(enum d9_compress c)
+const char *d9d_compression_suffix(enum d9_compress c)
 {
         switch (c) {
         case D9_COMPRESS_ZSTD: return ".zst";
@@ -218,7 +218,7 @@ static int config_apply(struct d9d_config *cfg, const char *key, const char *val
                 return 0;
         }
         if (!strcmp(key, "attach"))
-                return attach_rules_add(&cfg->attach, value, why);
+                return d9d_attach_rules_add(&cfg->attach, value, why);
         if (!strcmp(key, "auto_attach_max")) {
                 char *end;
                 unsigned long n = strtoul(value, &end, 10);
@@ -230,7 +230,7 @@ static int config_apply(struct d9d_config *cfg, const char *key, const char *val
                 return 0;
         }
         if (!strncmp(key, "s3_", 3)) {
-                int r = ship_config_set(&cfg->ship, key, value, why);
+                int r = d9d_ship_config_set(&cfg->ship, key, value, why);
                 if (r == 0)
                         cfg->s3_enabled = true;
                 if (r != -ENOENT)
@@ -245,12 +245,12 @@ static bool key_reloadable(const char *key)
         return !strcmp(key, "attach") || !strcmp(key, "auto_attach_max");
 }
 
-int config_set(struct d9d_config *cfg, const char *key, const char *value, const char **why)
+int d9d_config_set(struct d9d_config *cfg, const char *key, const char *value, const char **why)
 {
         int r = config_apply(cfg, key, value, why);
 
         /* The last value of every key a reload cannot apply, to name the
-         * ones that changed (config_restart_keys). */
+         * ones that changed (d9d_config_restart_keys). */
         if (r == 0 && !key_reloadable(key)) {
                 if (!cfg->settings)
                         cfg->settings = json_object();
@@ -259,7 +259,7 @@ int config_set(struct d9d_config *cfg, const char *key, const char *value, const
         return r;
 }
 
-size_t config_restart_keys(const struct d9d_config *running, const struct d9d_config *next, char *out, size_t n)
+size_t d9d_config_restart_keys(const struct d9d_config *running, const struct d9d_config *next, char *out, size_t n)
 {
         json_t *a = running->settings, *b = next->settings, *v;
         const char *key;
@@ -291,7 +291,7 @@ static char *trim(char *s)
         return s;
 }
 
-int config_read(struct d9d_config *cfg, const char *path, bool required, char *err, size_t errlen)
+int d9d_config_read(struct d9d_config *cfg, const char *path, bool required, char *err, size_t errlen)
 {
         _cleanup_fclose_ FILE *f = fopen(path, "re");
         char line[PATH_MAX + 128];
@@ -317,7 +317,7 @@ int config_read(struct d9d_config *cfg, const char *path, bool required, char *e
                         return -EINVAL;
                 }
                 *eq = 0;
-                if (config_set(cfg, trim(s), trim(eq + 1), &why) < 0) {
+                if (d9d_config_set(cfg, trim(s), trim(eq + 1), &why) < 0) {
                         snprintf(err, errlen, "%s:%u: %s: %s", path, lineno, trim(s), why);
                         return -EINVAL;
                 }
@@ -329,17 +329,17 @@ int config_read(struct d9d_config *cfg, const char *path, bool required, char *e
         return 0;
 }
 
-int config_load(struct d9d_config *cfg, const char *path, bool required)
+int d9d_config_load(struct d9d_config *cfg, const char *path, bool required)
 {
         char err[PATH_MAX + 256];
-        int r = config_read(cfg, path, required, err, sizeof(err));
+        int r = d9d_config_read(cfg, path, required, err, sizeof(err));
 
         if (r < 0)
                 log_error("%s", err);
         return r;
 }
 
-void ship_config_init(struct ship_config *cfg)
+void d9d_ship_config_init(struct ship_config *cfg)
 {
         *cfg = (struct ship_config){
                 .queue_max = 4096, .retry_base_ms = 500, .retry_max_ms = 60000,
@@ -348,14 +348,14 @@ void ship_config_init(struct ship_config *cfg)
         s3_config_init(&cfg->s3);
 }
 
-void ship_config_free(struct ship_config *cfg)
+void d9d_ship_config_free(struct ship_config *cfg)
 {
         s3_config_free(&cfg->s3);
         free(cfg->state_dir);
         cfg->state_dir = NULL;
 }
 
-int ship_config_set(struct ship_config *cfg, const char *key, const char *value, const char **why)
+int d9d_ship_config_set(struct ship_config *cfg, const char *key, const char *value, const char **why)
 {
         static const struct {
                 const char *key;

@@ -23,13 +23,13 @@ struct ship_config {
         unsigned breaker_threshold, breaker_cooldown_ms;
 };
 
-void ship_config_init(struct ship_config *cfg);
-void ship_config_free(struct ship_config *cfg);
+void d9d_ship_config_init(struct ship_config *cfg);
+void d9d_ship_config_free(struct ship_config *cfg);
 /* d9d.conf keys: every s3_* key of s3_config_set(), plus s3_state_dir,
  * s3_delete_after_upload (yes/no), s3_queue_max, s3_retry_base_ms,
  * s3_retry_max_ms, s3_breaker_threshold, s3_breaker_cooldown_ms.
  * Returns 0, -ENOENT for a key that is not ours, -EINVAL with *why. */
-int ship_config_set(struct ship_config *cfg, const char *key, const char *value, const char **why);
+int d9d_ship_config_set(struct ship_config *cfg, const char *key, const char *value, const char **why);
 
 struct d9d_config {
         char state_dir[PATH_MAX];       /* segments go to <state_dir>/traces */
@@ -58,7 +58,7 @@ struct d9d_config {
         bool s3_enabled;                /* some s3_* key was set: ship sealed segments */
         struct ship_config ship;        /* s3_* keys, see daemon/ship/ship.h */
         struct attach_rules attach;     /* attach = ... lines and auto_attach_max */
-        json_t *settings;               /* every other key set: its last value (config_restart_keys) */
+        json_t *settings;               /* every other key set: its last value (d9d_config_restart_keys) */
 };
 
 #define D9D_DEFAULT_CONFIG "/etc/d9d/d9d.conf"
@@ -67,18 +67,18 @@ struct d9d_config {
  * viewer opens"). */
 #define D9D_DEFAULT_SEGMENT_EVENTS 100000ull
 
-void config_defaults(struct d9d_config *cfg);
-void config_free(struct d9d_config *cfg);
+void d9d_config_defaults(struct d9d_config *cfg);
+void d9d_config_free(struct d9d_config *cfg);
 /* Apply one key = value setting. Returns 0, or -EINVAL with *why set. */
-int config_set(struct d9d_config *cfg, const char *key, const char *value, const char **why);
+int d9d_config_set(struct d9d_config *cfg, const char *key, const char *value, const char **why);
 /* Read a config file. A missing file is fine only when !required.
  * Returns 0 or a negative errno; logs the offending line. */
-int config_load(struct d9d_config *cfg, const char *path, bool required);
+int d9d_config_load(struct d9d_config *cfg, const char *path, bool required);
 /* The same, without logging: on failure err holds one line saying what
  * is wrong and where (for a reload, which keeps the running settings). */
-int config_read(struct d9d_config *cfg, const char *path, bool required, char *err, size_t errlen);
+int d9d_config_read(struct d9d_config *cfg, const char *path, bool required, char *err, size_t errlen);
 /* A reload (SIGHUP) applies attach and auto_attach_max only. How many other
  * keys next sets differently from running (or sets where running does not,
  * or the reverse); their names, ", "-separated, in out. */
-size_t config_restart_keys(const struct d9d_config *running, const struct d9d_config *next, char *out, size_t n);
-const char *compression_suffix(enum d9_compress c);
+size_t d9d_config_restart_keys(const struct d9d_config *running, const struct d9d_config *next, char *out, size_t n);
+const char *d9d_compression_suffix(enum d9_compress c);

@@ -36,12 +36,12 @@ static int notify_with_status(const char *state, const char *status)
         return r < 0 ? r : 0;
 }
 
-int notify_ready(const char *status)
+int d9d_notify_ready(const char *status)
 {
         return notify_with_status("READY=1", status);
 }
 
-int notify_status(const char *fmt, ...)
+int d9d_notify_status(const char *fmt, ...)
 {
         char line[512];
         va_list ap;
@@ -56,17 +56,17 @@ int notify_status(const char *fmt, ...)
         return r < 0 ? r : 0;
 }
 
-int notify_watchdog(void)
+int d9d_notify_watchdog(void)
 {
         return notify_send("WATCHDOG=1");
 }
 
-int notify_stopping(const char *status)
+int d9d_notify_stopping(const char *status)
 {
         return notify_with_status("STOPPING=1", status);
 }
 
-uint64_t notify_watchdog_usec(void)
+uint64_t d9d_notify_watchdog_usec(void)
 {
         uint64_t usec = 0;
 
@@ -76,9 +76,9 @@ uint64_t notify_watchdog_usec(void)
         return usec;
 }
 
-int notify_watchdog_timerfd(void)
+int d9d_notify_watchdog_timerfd(void)
 {
-        uint64_t usec = notify_watchdog_usec();
+        uint64_t usec = d9d_notify_watchdog_usec();
 
         if (usec == 0)
                 return -ENODATA;
@@ -129,7 +129,7 @@ static int listen_fd_pick(char **names, int n, const char *name)
         return 0;
 }
 
-int notify_listen_fd(const char *name)
+int d9d_notify_listen_fd(const char *name)
 {
         _cleanup_(strv_freep) char **names = NULL;
         /* unset_environment = 1: children (e.g. `record -- CMD`) must not

@@ -11,27 +11,27 @@
 
 /* "READY=1" plus an optional STATUS= line (status may be NULL). Call once the
  * control socket is listening and startup recovery is done. */
-int notify_ready(const char *status);
+int d9d_notify_ready(const char *status);
 
 /* "STATUS=<printf text>": one line shown by `systemctl status d9d`. */
-int notify_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int d9d_notify_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* "WATCHDOG=1": call from the main loop, at least every
- * notify_watchdog_usec() / 2, so a wedged loop gets the service restarted. */
-int notify_watchdog(void);
+ * d9d_notify_watchdog_usec() / 2, so a wedged loop gets the service restarted. */
+int d9d_notify_watchdog(void);
 
 /* "STOPPING=1" plus an optional STATUS= line: call when SIGTERM arrives,
  * before sealing segments, so systemd shows we are shutting down. */
-int notify_stopping(const char *status);
+int d9d_notify_stopping(const char *status);
 
 /* WATCHDOG_USEC for this process (0 when the watchdog is off). */
-uint64_t notify_watchdog_usec(void);
+uint64_t d9d_notify_watchdog_usec(void);
 
 /* A CLOCK_MONOTONIC timerfd (non-blocking, close-on-exec) that fires every
  * half watchdog interval: add it to epoll, read() it when readable, then
- * call notify_watchdog(). Returns the fd, -ENODATA when the watchdog is off,
+ * call d9d_notify_watchdog(). Returns the fd, -ENODATA when the watchdog is off,
  * or a negative errno. The caller owns (closes) the fd. */
-int notify_watchdog_timerfd(void);
+int d9d_notify_watchdog_timerfd(void);
 
 /* The listening control socket passed by socket activation: the fd named
  * `name` (FileDescriptorName= in d9d.socket; d9d.socket names it "control"),
@@ -40,4 +40,4 @@ int notify_watchdog_timerfd(void);
  * children do not see them. Returns the fd, -ENOENT when no fds were passed
  * (then d9d binds its socket itself), or a negative errno (e.g. -ENOTSOCK
  * when the passed fd is not a Unix stream listener). */
-int notify_listen_fd(const char *name);
+int d9d_notify_listen_fd(const char *name);

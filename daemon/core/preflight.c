@@ -56,7 +56,7 @@ static const char *const check_names[PREFLIGHT_NR] = {
 struct preflight_ctx {
         uint64_t cap_eff;
         int cap_err;            /* capget() errno, 0 when cap_eff is valid */
-        char exe_path[4096];    /* file that holds preflight_uprobe_target() */
+        char exe_path[4096];    /* file that holds d9d_preflight_uprobe_target() */
         unsigned long exe_off;  /* its file offset: what uprobes attach to */
         int exe_err;
 };
@@ -97,20 +97,20 @@ static void caps_read(struct preflight_ctx *ctx)
 }
 
 /* Never inlined or folded away: the uprobe checks attach to its entry. */
-__attribute__((noinline, used)) int preflight_uprobe_target(int x);
-__attribute__((noinline, used)) int preflight_uprobe_target(int x)
+__attribute__((noinline, used)) int d9d_preflight_uprobe_target(int x);
+__attribute__((noinline, used)) int d9d_preflight_uprobe_target(int x)
 {
         __asm__ volatile("" : "+r"(x));
         return x + 1;
 }
 
-/* File and file offset of preflight_uprobe_target(), from /proc/self/maps:
+/* File and file offset of d9d_preflight_uprobe_target(), from /proc/self/maps:
  * uprobes are placed by (inode, offset), exactly as for a Tokio target. When
  * the function is in our executable the probe names it /proc/self/exe, which
  * resolves even when a sandbox hides the path maps shows (PrivateTmp). */
 static void uprobe_target_locate(struct preflight_ctx *ctx)
 {
-        uintptr_t addr = (uintptr_t)&preflight_uprobe_target;
+        uintptr_t addr = (uintptr_t)&d9d_preflight_uprobe_target;
         FILE *maps = fopen("/proc/self/maps", "re");
         char line[4096 + 128];
         struct stat exe;
@@ -239,7 +239,7 @@ static int uprobe_attach_once(const struct preflight_ctx *ctx)
             ioctl(pfd, PERF_EVENT_IOC_ENABLE, 0) < 0)
                 r = -errno;
         else
-                preflight_uprobe_target(r); /* one real hit through the probe */
+                d9d_preflight_uprobe_target(r); /* one real hit through the probe */
         if (pfd >= 0)
                 close(pfd);
         close(prog);
@@ -293,7 +293,7 @@ static int uprobe_multi_attach_once(const struct preflight_ctx *ctx)
         int r = link < 0 ? -errno : 0;
 
         if (link >= 0) {
-                preflight_uprobe_target(r);
+                d9d_preflight_uprobe_target(r);
                 close(link);
         }
         close(prog);
@@ -540,7 +540,7 @@ static const check_fn checks[PREFLIGHT_NR] = {
         [PREFLIGHT_PERF_EVENT_PARANOID] = check_perf_event_paranoid,
 };
 
-void preflight_run(struct preflight_report *report)
+void d9d_preflight_run(struct preflight_report *report)
 {
         struct preflight_ctx ctx = {};
 
@@ -556,17 +556,17 @@ void preflight_run(struct preflight_report *report)
         }
 }
 
-bool preflight_ok(const struct preflight_report *report, enum preflight_check check)
+bool d9d_preflight_ok(const struct preflight_report *report, enum preflight_check check)
 {
         return check >= 0 && check < PREFLIGHT_NR && report->finding[check].level == PREFLIGHT_OK;
 }
 
-const char *preflight_name(enum preflight_check check)
+const char *d9d_preflight_name(enum preflight_check check)
 {
         return check >= 0 && check < PREFLIGHT_NR ? check_names[check] : "unknown";
 }
 
-int preflight_log(const struct preflight_report *report, FILE *out, bool verbose)
+int d9d_preflight_log(const struct preflight_report *report, FILE *out, bool verbose)
 {
         static const char *const level_names[] = { "ok", "degraded", "FATAL" };
         int lines = 0;

@@ -44,15 +44,15 @@ struct preflight_report {
 
 /* Runs every check. Never fails: a check that cannot run reports why in its
  * finding. Loads (and frees) a couple of trivial BPF programs. */
-void preflight_run(struct preflight_report *report);
+void d9d_preflight_run(struct preflight_report *report);
 
 /* True when the check found the feature usable (level OK). Use it to choose
  * e.g. uprobe_multi vs one uprobe per probe point. */
-bool preflight_ok(const struct preflight_report *report, enum preflight_check check);
+bool d9d_preflight_ok(const struct preflight_report *report, enum preflight_check check);
 
 /* Short stable name of a check ("btf", "uprobe_multi", "cap_perfmon", ...). */
-const char *preflight_name(enum preflight_check check);
+const char *d9d_preflight_name(enum preflight_check check);
 
 /* One line per finding ("d9d: preflight: <name>: <detail>[: <consequence>]")
  * to `out`; OK findings only when `verbose`. Returns the number of lines. */
-int preflight_log(const struct preflight_report *report, FILE *out, bool verbose);
+int d9d_preflight_log(const struct preflight_report *report, FILE *out, bool verbose);

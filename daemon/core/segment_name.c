@@ -7,7 +7,7 @@
 
 #include "daemon/core/segment_name.h"
 
-int segment_index_of(const char *name)
+int d9d_segment_index_of(const char *name)
 {
         unsigned n;
         int end = 0;
@@ -17,7 +17,7 @@ int segment_index_of(const char *name)
         return (int)n;
 }
 
-int segment_sealed_path(const char *active, const char *suffix, char *out, size_t len)
+int d9d_segment_sealed_path(const char *active, const char *suffix, char *out, size_t len)
 {
         size_t n = strlen(active);
 

@@ -25,7 +25,7 @@ struct acl_entry {
 
 static gid_t readers_gid = (gid_t)-1;
 
-int trace_access_init(const char *group)
+int d9d_trace_access_init(const char *group)
 {
         struct group *g;
 
@@ -40,7 +40,7 @@ int trace_access_init(const char *group)
         return -ENOENT;
 }
 
-int trace_access_grant(int fd, uid_t reader, bool dir, bool list)
+int d9d_trace_access_grant(int fd, uid_t reader, bool dir, bool list)
 {
         /* Entries sorted by tag, then id, as the kernel requires. */
         struct {
@@ -86,7 +86,7 @@ int trace_access_grant(int fd, uid_t reader, bool dir, bool list)
         return 0;
 }
 
-int trace_dir_verify(const char *path, const char **why)
+int d9d_trace_dir_verify(const char *path, const char **why)
 {
         _cleanup_close_ int fd = -1;
         struct stat st;

@@ -9,7 +9,7 @@
 #include "d9ctl.h"
 #include "proto/d9control.h"
 
-int cmd_attach(int argc, char **argv)
+int d9ctl_cmd_attach(int argc, char **argv)
 {
         static const struct option opts[] = {
                 { "pid", required_argument, NULL, 'p' },

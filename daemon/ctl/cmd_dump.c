@@ -38,7 +38,7 @@ struct dump {
  * events that use them). */
 static int on_symbol(const struct d9_dec_event *ev, void *ctx)
 {
-        return trace_symbols_add(&((struct dump *)ctx)->syms, ev);
+        return d9ctl_trace_symbols_add(&((struct dump *)ctx)->syms, ev);
 }
 
 static void put_value(const struct dump *d, const struct d9_value *v);
@@ -98,7 +98,7 @@ static void put_value(const struct dump *d, const struct d9_value *v)
                 break;
         case D9_T_STRING:
         case D9_T_POOLED_STRING:
-                trace_json_string(d->out, v->str.p, v->str.len);
+                d9ctl_trace_json_string(d->out, v->str.p, v->str.len);
                 break;
         case D9_T_BYTES:
                 fputc('"', d->out);
@@ -113,7 +113,7 @@ static void put_value(const struct dump *d, const struct d9_value *v)
                  * themselves); text names the frames the file names. */
                 for (uint32_t i = 0; i < v->stack.n; i++) {
                         uint64_t a = d9_value_stack_addr(v, i);
-                        const char *name = json ? NULL : trace_symbols_name(&d->syms, a);
+                        const char *name = json ? NULL : d9ctl_trace_symbols_name(&d->syms, a);
 
                         if (name)
                                 fprintf(d->out, "%s%s", i ? ", " : "", name);
@@ -139,7 +139,7 @@ static void print_event(const struct dump *d, const struct d9_dec_event *ev)
 
         if (json) {
                 fputs("{\"event\":", d->out);
-                trace_json_string(d->out, s->name, strlen(s->name));
+                d9ctl_trace_json_string(d->out, s->name, strlen(s->name));
                 if (ev->has_timestamp)
                         fprintf(d->out, ",\"ts\":%" PRIu64, ev->ts);
                 fputs(",\"fields\":{", d->out);
@@ -149,7 +149,7 @@ static void print_event(const struct dump *d, const struct d9_dec_event *ev)
         for (uint16_t i = 0; i < s->nfields; i++) {
                 if (json) {
                         fputs(i ? "," : "", d->out);
-                        trace_json_string(d->out, s->fields[i].name, strlen(s->fields[i].name));
+                        d9ctl_trace_json_string(d->out, s->fields[i].name, strlen(s->fields[i].name));
                         fputc(':', d->out);
                 } else {
                         fprintf(d->out, " %s=", s->fields[i].name);
@@ -249,7 +249,7 @@ static void dump_reset(struct dump *d)
         d->ntypes = 0;
         d->any_ts = false;
         d->untimed = 0;
-        trace_symbols_clear(&d->syms);
+        d9ctl_trace_symbols_clear(&d->syms);
 }
 
 static int dump_file(struct dump *d, const char *path, bool strict)
@@ -260,7 +260,7 @@ static int dump_file(struct dump *d, const char *path, bool strict)
         uint8_t *buf;
         size_t len;
         char why[4200];
-        int r = trace_load(path, &buf, &len, &kind, why, sizeof(why));
+        int r = d9ctl_trace_load(path, &buf, &len, &kind, why, sizeof(why));
 
         if (r < 0) {
                 fprintf(stderr, "d9ctl: %s\n", why);
@@ -272,7 +272,7 @@ static int dump_file(struct dump *d, const char *path, bool strict)
                 /* A damaged file is reported by the printing pass below;
                  * the names read up to the damage still apply. */
                 (void)d9_decode(buf, len, &first, &res);
-                trace_symbols_sort(&d->syms);
+                d9ctl_trace_symbols_sort(&d->syms);
                 fprintf(d->out, "# %s\n", path);
         }
         r = d9_decode(buf, len, &opts, &res);
@@ -291,7 +291,7 @@ static int dump_file(struct dump *d, const char *path, bool strict)
         return r < 0;
 }
 
-int cmd_dump(int argc, char **argv)
+int d9ctl_cmd_dump(int argc, char **argv)
 {
         static const struct option opts[] = {
                 { "summary", no_argument, NULL, 's' },

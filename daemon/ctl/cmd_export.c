@@ -20,8 +20,8 @@ static int run_export(enum export_format format, enum export_profile profile, FI
                       size_t n, struct export_stats *st, char *why, size_t why_len)
 {
         if (format == FORMAT_JSON)
-                return export_trace_json(out, paths, n, st, why, why_len);
-        return export_pprof(out, paths, n, profile, st, why, why_len);
+                return d9ctl_export_trace_json(out, paths, n, st, why, why_len);
+        return d9ctl_export_pprof(out, paths, n, profile, st, why, why_len);
 }
 
 /* Writes to OUTPUT.tmp.PID and renames it over output ("-": stdout). */
@@ -63,7 +63,7 @@ static int export_to(const char *output, enum export_format format, enum export_
         return e;
 }
 
-int cmd_export(int argc, char **argv)
+int d9ctl_cmd_export(int argc, char **argv)
 {
         static const struct option opts[] = {
                 { "format", required_argument, NULL, 'f' },
@@ -113,11 +113,11 @@ int cmd_export(int argc, char **argv)
         size_t n = 0;
         int e = 0;
         for (int i = optind; i < argc && !e; i++)
-                e = trace_paths_add(argv[i], &paths, &n, why, sizeof(why));
+                e = d9ctl_trace_paths_add(argv[i], &paths, &n, why, sizeof(why));
         struct export_stats st = { 0 };
         if (!e)
                 e = export_to(output, format, profile, paths, n, &st, why, sizeof(why));
-        trace_paths_free(paths, n);
+        d9ctl_trace_paths_free(paths, n);
         if (e) {
                 fprintf(stderr, "d9ctl export: %s\n", why);
                 return 1;

@@ -33,7 +33,7 @@ static void print_auto_attach(json_t *aa)
                        (long long)json_integer_value(json_object_get(r, "capped")));
 }
 
-int cmd_list(int argc, char **argv)
+int d9ctl_cmd_list(int argc, char **argv)
 {
         static const struct option opts[] = {
                 { "all", no_argument, NULL, 'a' },

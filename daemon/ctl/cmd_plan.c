@@ -4,7 +4,7 @@
 #include "d9ctl.h"
 #include "uprobes/uprobes.h"
 
-int cmd_plan(int argc, char **argv)
+int d9ctl_cmd_plan(int argc, char **argv)
 {
         return probe_plan_cli(argc, argv, "d9ctl plan");
 }

@@ -290,7 +290,7 @@ static json_t *wait_sealed(struct recording *rec, json_int_t session)
                 json_decref(t);
                 /* Reap, so d9d sees the target gone; a launcher exiting ends
                  * the recording of what it started. */
-                bool cmd_done = rec->child.pid && record_child_reap(&rec->child, false) && !rec->duration_ms &&
+                bool cmd_done = rec->child.pid && d9ctl_record_child_reap(&rec->child, false) && !rec->duration_ms &&
                                 rec->pid != rec->child.pid; /* else d9d sees the exit itself */
                 if ((interrupted || cmd_done) && !detached) {
                         progress_end(rec);
@@ -306,16 +306,16 @@ static json_t *wait_sealed(struct recording *rec, json_int_t session)
 /* --follow-children: run the launcher and wait for its Tokio process. */
 static int find_followed(struct recording *rec)
 {
-        record_child_release(&rec->child);
+        d9ctl_record_child_release(&rec->child);
         for (;;) {
-                pid_t pid = record_child_find_tokio(&rec->child);
+                pid_t pid = d9ctl_record_child_find_tokio(&rec->child);
                 if (pid > 0) {
                         fprintf(stderr, "d9ctl record: following pid %d, started by %s\n", pid, rec->child.exe);
                         return pid;
                 }
-                if (record_child_reap(&rec->child, false)) {
+                if (d9ctl_record_child_reap(&rec->child, false)) {
                         fprintf(stderr, "d9ctl record: %s exited (status %d) without starting a Tokio process\n",
-                                rec->child.exe, record_child_exit_code(&rec->child));
+                                rec->child.exe, d9ctl_record_child_exit_code(&rec->child));
                         return -1;
                 }
                 if (interrupted)
@@ -331,25 +331,25 @@ static int usage_error(const char *msg)
 
 static void stop_child(struct recording *rec)
 {
-        if (!rec->child.pid || record_child_reap(&rec->child, false))
+        if (!rec->child.pid || d9ctl_record_child_reap(&rec->child, false))
                 return;
         fprintf(stderr, "d9ctl record: recording over; stopping %s (pid %d)\n", rec->child.exe, rec->child.pid);
         if (rec->pid != rec->child.pid)
                 kill(rec->pid, SIGTERM);
         kill(rec->child.pid, SIGTERM);
-        record_child_reap(&rec->child, true);
+        d9ctl_record_child_reap(&rec->child, true);
         rec->child.status = 0; /* stopped by us: not the command's failure */
 }
 
 static void fail_child(struct recording *rec)
 {
-        if (!rec->child.pid || record_child_reap(&rec->child, false))
+        if (!rec->child.pid || d9ctl_record_child_reap(&rec->child, false))
                 return;
         kill(rec->child.pid, SIGKILL);
-        record_child_reap(&rec->child, true);
+        d9ctl_record_child_reap(&rec->child, true);
 }
 
-int cmd_record(int argc, char **argv)
+int d9ctl_cmd_record(int argc, char **argv)
 {
         static const struct option opts[] = {
                 { "pid", required_argument, NULL, 'p' },
@@ -415,12 +415,12 @@ int cmd_record(int argc, char **argv)
         if (optind < argc) {
                 char *why;
 
-                if (record_resolve_command(argv[optind], rec.child.exe) < 0) {
+                if (d9ctl_record_resolve_command(argv[optind], rec.child.exe) < 0) {
                         json_decref(req);
                         fprintf(stderr, "d9ctl record: command not found: %s\n", argv[optind]);
                         return 127;
                 }
-                if (!rec.follow && (why = record_not_elf(rec.child.exe))) {
+                if (!rec.follow && (why = d9ctl_record_not_elf(rec.child.exe))) {
                         json_decref(req);
                         fprintf(stderr, "d9ctl record: %s\n", why);
                         free(why);
@@ -435,7 +435,7 @@ int cmd_record(int argc, char **argv)
                         fprintf(stderr, "d9ctl record: cannot open %s: %s\n", rec.child.exe, strerror(errno));
                         return 126;
                 }
-                int r = record_child_spawn(&rec.child, argv + optind);
+                int r = d9ctl_record_child_spawn(&rec.child, argv + optind);
                 if (exe_fd >= 0)
                         close(exe_fd);
                 if (r < 0) {
@@ -448,8 +448,8 @@ int cmd_record(int argc, char **argv)
                         if (rec.pid < 0) {
                                 json_decref(req);
                                 fail_child(&rec);
-                                record_child_reap(&rec.child, true);
-                                rc = record_child_exit_code(&rec.child);
+                                d9ctl_record_child_reap(&rec.child, true);
+                                rc = d9ctl_record_child_exit_code(&rec.child);
                                 return rc ? rc : 1;
                         }
                 } else {
@@ -482,8 +482,8 @@ int cmd_record(int argc, char **argv)
                         fail_child(&rec);
                         return 1;
                 }
-                record_child_reap(&rec.child, true); /* a launcher finishes its work */
-                rc = record_child_exit_code(&rec.child);
+                d9ctl_record_child_reap(&rec.child, true); /* a launcher finishes its work */
+                rc = d9ctl_record_child_exit_code(&rec.child);
                 return rc ? rc : 1;
         }
         t = json_object_get(resp, "target");
@@ -502,7 +502,7 @@ int cmd_record(int argc, char **argv)
         json_decref(resp);
         rec.started_ms = rec.rate_ms = d9_now_ms();
         rec.last_line_ms = rec.tty ? 0 : rec.started_ms; /* first plain line after 2 s */
-        record_child_release(&rec.child);
+        d9ctl_record_child_release(&rec.child);
         final = wait_sealed(&rec, session);
         stop_child(&rec);
         if (!final) {
@@ -521,8 +521,8 @@ int cmd_record(int argc, char **argv)
         json_decref(final);
         if (rec.child.pid) {
                 /* The command's own status wins, as with perf record -- CMD. */
-                record_child_reap(&rec.child, true);
-                int code = record_child_exit_code(&rec.child);
+                d9ctl_record_child_reap(&rec.child, true);
+                int code = d9ctl_record_child_exit_code(&rec.child);
                 if (code) {
                         fprintf(stderr, "d9ctl record: %s exited with status %d\n", rec.child.exe, code);
                         return code;

@@ -13,7 +13,7 @@
 
 #define USAGE "usage: d9ctl report [--json] [--top N] SEGMENT...|DIR...\n"
 
-int cmd_report(int argc, char **argv)
+int d9ctl_cmd_report(int argc, char **argv)
 {
         static const struct option opts[] = {
                 { "json", no_argument, NULL, 'j' },
@@ -50,7 +50,7 @@ int cmd_report(int argc, char **argv)
                 fprintf(stderr, "d9ctl report: no segment or directory given\n" USAGE);
                 return 2;
         }
-        struct report *r = report_new((unsigned)top);
+        struct report *r = d9ctl_report_new((unsigned)top);
         if (!r) {
                 fprintf(stderr, "d9ctl report: out of memory\n");
                 return 1;
@@ -59,26 +59,26 @@ int cmd_report(int argc, char **argv)
         size_t npaths = 0;
         int e = 0;
         for (int i = optind; i < argc && !e; i++)
-                e = trace_paths_add(argv[i], &paths, &npaths, why, sizeof(why));
+                e = d9ctl_trace_paths_add(argv[i], &paths, &npaths, why, sizeof(why));
         for (size_t i = 0; i < npaths && !e; i++)
-                e = report_add_file(r, paths[i], why, sizeof(why));
-        trace_paths_free(paths, npaths);
+                e = d9ctl_report_add_file(r, paths[i], why, sizeof(why));
+        d9ctl_trace_paths_free(paths, npaths);
         if (e) {
                 fprintf(stderr, "d9ctl report: %s\n", why);
-                report_free(r);
+                d9ctl_report_free(r);
                 return 1;
         }
-        json_t *doc = report_result(r);
+        json_t *doc = d9ctl_report_result(r);
         if (!doc) {
                 fprintf(stderr, "d9ctl report: out of memory\n");
-                report_free(r);
+                d9ctl_report_free(r);
                 return 1;
         }
         if (json)
                 json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_SORT_KEYS), fputc('\n', stdout);
         else
-                report_print_text(stdout, doc);
+                d9ctl_report_print_text(stdout, doc);
         json_decref(doc);
-        report_free(r);
+        d9ctl_report_free(r);
         return 0;
 }

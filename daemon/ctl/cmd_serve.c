@@ -11,7 +11,7 @@ static void serve_usage(FILE *out)
                      "[--listen 127.0.0.1:3000]\n");
 }
 
-int cmd_serve(int argc, char **argv)
+int d9ctl_cmd_serve(int argc, char **argv)
 {
         static const struct option opts[] = {
                 { "dir", required_argument, NULL, 'd' },

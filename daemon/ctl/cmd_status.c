@@ -72,7 +72,7 @@ static void print_shipper(json_t *s3)
                 printf("  last error: %s\n", err);
 }
 
-int cmd_status(int argc, char **argv)
+int d9ctl_cmd_status(int argc, char **argv)
 {
         static const struct option opts[] = {
                 { "json", no_argument, NULL, 'j' },

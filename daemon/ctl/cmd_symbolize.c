@@ -188,7 +188,7 @@ out:
         return r < 0 ? 1 : 0;
 }
 
-int cmd_symbolize(int argc, char **argv)
+int d9ctl_cmd_symbolize(int argc, char **argv)
 {
         static const struct option opts[] = {
                 { "debug-dir", required_argument, NULL, 'd' },
@@ -239,7 +239,7 @@ int cmd_symbolize(int argc, char **argv)
         char **paths = NULL, why[512];
         size_t n_paths = 0;
         for (int i = optind; i < argc; i++)
-                if (trace_paths_add(argv[i], &paths, &n_paths, why, sizeof(why)) < 0) {
+                if (d9ctl_trace_paths_add(argv[i], &paths, &n_paths, why, sizeof(why)) < 0) {
                         fprintf(stderr, "d9ctl symbolize: %s\n", why);
                         failed = 1;
                 }
@@ -248,7 +248,7 @@ int cmd_symbolize(int argc, char **argv)
         for (size_t i = 0; i < n_paths; i++)
                 failed |= symbolize_one(paths[i]);
         debuginfo_setup(NULL);
-        trace_paths_free(paths, n_paths);
+        d9ctl_trace_paths_free(paths, n_paths);
         free(dirs);
         return failed;
 }

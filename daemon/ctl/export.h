@@ -23,7 +23,7 @@ struct export_stats {
 };
 
 /* 0, or a negative errno with a one-line reason in why. */
-int export_trace_json(FILE *out, char *const *paths, size_t n, struct export_stats *st, char *why,
+int d9ctl_export_trace_json(FILE *out, char *const *paths, size_t n, struct export_stats *st, char *why,
                       size_t why_len);
-int export_pprof(FILE *out, char *const *paths, size_t n, enum export_profile profile,
+int d9ctl_export_pprof(FILE *out, char *const *paths, size_t n, enum export_profile profile,
                  struct export_stats *st, char *why, size_t why_len);

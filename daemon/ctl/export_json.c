@@ -48,7 +48,7 @@ static void put_ts(FILE *out, const char *key, uint64_t ns)
 
 static void put_str(FILE *out, const struct d9_value *v)
 {
-        trace_json_string(out, v->str.p, v->str.len);
+        d9ctl_trace_json_string(out, v->str.p, v->str.len);
 }
 
 /* The opening of one event object; the caller adds fields and closes it. */
@@ -124,20 +124,20 @@ static void end_park(struct json_export *x, uint8_t id, uint64_t ts, const struc
         fputs(",\"name\":\"parked\"", x->out);
         if (ev)
                 fprintf(x->out, ",\"args\":{\"sched_wait_ns\":%" PRIu64 ",\"cpu_time_ns\":%" PRIu64 "}",
-                        trace_field_u(ev, "sched_wait_ns"), trace_field_u(ev, "cpu_time_ns"));
+                        d9ctl_trace_field_u(ev, "sched_wait_ns"), d9ctl_trace_field_u(ev, "cpu_time_ns"));
         fputc('}', x->out);
 }
 
 static void on_poll_start(struct json_export *x, const struct d9_dec_event *ev)
 {
-        uint8_t id = (uint8_t)trace_field_u(ev, "worker_id");
+        uint8_t id = (uint8_t)d9ctl_trace_field_u(ev, "worker_id");
         struct json_worker *w = &x->w[id];
-        const struct d9_value *f = trace_field(ev, "spawn_loc");
+        const struct d9_value *f = d9ctl_trace_field(ev, "spawn_loc");
 
         end_park(x, id, ev->ts, NULL); /* a poll ends any park the trace left open */
         w->in_poll = true;
         w->poll_start = ev->ts;
-        w->poll_task = trace_field_u(ev, "task_id");
+        w->poll_task = d9ctl_trace_field_u(ev, "task_id");
         w->has_future = f && f->resolved;
         if (w->has_future)
                 w->future = *f;
@@ -145,7 +145,7 @@ static void on_poll_start(struct json_export *x, const struct d9_dec_event *ev)
 
 static void on_poll_end(struct json_export *x, const struct d9_dec_event *ev)
 {
-        uint8_t id = (uint8_t)trace_field_u(ev, "worker_id");
+        uint8_t id = (uint8_t)d9ctl_trace_field_u(ev, "worker_id");
         struct json_worker *w = &x->w[id];
 
         if (!w->in_poll || ev->ts < w->poll_start)
@@ -162,7 +162,7 @@ static void on_poll_end(struct json_export *x, const struct d9_dec_event *ev)
 
 static void on_park(struct json_export *x, const struct d9_dec_event *ev, bool park)
 {
-        uint8_t id = (uint8_t)trace_field_u(ev, "worker_id");
+        uint8_t id = (uint8_t)d9ctl_trace_field_u(ev, "worker_id");
 
         if (!park) {
                 end_park(x, id, ev->ts, ev);
@@ -174,9 +174,9 @@ static void on_park(struct json_export *x, const struct d9_dec_event *ev, bool p
 
 static void on_blocking_job(struct json_export *x, const struct d9_dec_event *ev)
 {
-        uint64_t d = trace_field_u(ev, "duration_ns");
-        const struct d9_value *f = trace_field(ev, "spawn_loc");
-        uint64_t tid = thread_track(x, (uint32_t)trace_field_u(ev, "tid"), NULL, "blocking pool");
+        uint64_t d = d9ctl_trace_field_u(ev, "duration_ns");
+        const struct d9_value *f = d9ctl_trace_field(ev, "spawn_loc");
+        uint64_t tid = thread_track(x, (uint32_t)d9ctl_trace_field_u(ev, "tid"), NULL, "blocking pool");
 
         slice(x, tid, "blocking_pool", ev->ts > d ? ev->ts - d : 0, ev->ts);
         fputs(",\"name\":", x->out);
@@ -184,7 +184,7 @@ static void on_blocking_job(struct json_export *x, const struct d9_dec_event *ev
                 put_str(x->out, f);
         else
                 fputs("\"spawn_blocking job\"", x->out);
-        fprintf(x->out, ",\"args\":{\"task\":%" PRIu64 "}}", trace_field_u(ev, "task_id"));
+        fprintf(x->out, ",\"args\":{\"task\":%" PRIu64 "}}", d9ctl_trace_field_u(ev, "task_id"));
 }
 
 /* Leaf first, one frame per line, named where the segment names it. */
@@ -193,11 +193,11 @@ static void put_stack(struct json_export *x, const struct d9_value *chain)
         fputs("\"", x->out);
         for (uint32_t i = 0; chain && i < chain->stack.n; i++) {
                 uint64_t a = d9_value_stack_addr(chain, i);
-                const char *n = trace_symbols_name(&x->syms, a);
+                const char *n = d9ctl_trace_symbols_name(&x->syms, a);
                 if (i)
                         fputs("\\n", x->out);
                 if (n)
-                        trace_json_chars(x->out, n, strlen(n));
+                        d9ctl_trace_json_chars(x->out, n, strlen(n));
                 else
                         fprintf(x->out, "0x%" PRIx64, a);
         }
@@ -206,11 +206,11 @@ static void put_stack(struct json_export *x, const struct d9_value *chain)
 
 static void on_sample(struct json_export *x, const struct d9_dec_event *ev)
 {
-        uint8_t id = (uint8_t)trace_field_u(ev, "worker_id");
-        bool off = trace_field_u(ev, "source") == 1;
-        const struct d9_value *name = trace_field(ev, "thread_name");
+        uint8_t id = (uint8_t)d9ctl_trace_field_u(ev, "worker_id");
+        bool off = d9ctl_trace_field_u(ev, "source") == 1;
+        const struct d9_value *name = d9ctl_trace_field(ev, "thread_name");
         uint64_t tid = id < BLOCKING_ID ? worker_track(x, id)
-                                        : thread_track(x, (uint32_t)trace_field_u(ev, "tid"),
+                                        : thread_track(x, (uint32_t)d9ctl_trace_field_u(ev, "tid"),
                                                        name && name->resolved ? name : NULL, "thread");
 
         begin(x, "i", tid);
@@ -218,16 +218,16 @@ static void on_sample(struct json_export *x, const struct d9_dec_event *ev)
                 off ? "off-CPU" : "CPU sample");
         put_ts(x->out, "ts", ev->ts);
         fputs(",\"args\":{\"stack\":", x->out);
-        put_stack(x, trace_field(ev, "callchain"));
-        fprintf(x->out, ",\"tid\":%" PRIu64 "}}", trace_field_u(ev, "tid"));
+        put_stack(x, d9ctl_trace_field(ev, "callchain"));
+        fprintf(x->out, ",\"tid\":%" PRIu64 "}}", d9ctl_trace_field_u(ev, "tid"));
 }
 
 static void on_wake(struct json_export *x, const struct d9_dec_event *ev)
 {
-        begin(x, "i", worker_track(x, (uint8_t)trace_field_u(ev, "target_worker")));
+        begin(x, "i", worker_track(x, (uint8_t)d9ctl_trace_field_u(ev, "target_worker")));
         fputs(",\"s\":\"t\",\"cat\":\"wake\",\"name\":\"wake\"", x->out);
         put_ts(x->out, "ts", ev->ts);
-        fprintf(x->out, ",\"args\":{\"woken_task\":%" PRIu64 "}}", trace_field_u(ev, "woken_task_id"));
+        fprintf(x->out, ",\"args\":{\"woken_task\":%" PRIu64 "}}", d9ctl_trace_field_u(ev, "woken_task_id"));
 }
 
 static void on_lost(struct json_export *x, const struct d9_dec_event *ev)
@@ -235,7 +235,7 @@ static void on_lost(struct json_export *x, const struct d9_dec_event *ev)
         begin(x, "i", 0);
         fputs(",\"s\":\"p\",\"cat\":\"d9d\",\"name\":\"events lost\"", x->out);
         put_ts(x->out, "ts", ev->ts);
-        fprintf(x->out, ",\"args\":{\"lost\":%" PRIu64 "}}", trace_field_u(ev, "lost"));
+        fprintf(x->out, ",\"args\":{\"lost\":%" PRIu64 "}}", d9ctl_trace_field_u(ev, "lost"));
 }
 
 /* The target's pid, and the segment's service as the process name. */
@@ -245,11 +245,11 @@ static void on_metadata(struct json_export *x, const struct d9_dec_event *ev)
 
         if (x->pid_named)
                 return;
-        if (trace_metadata_value(ev, "pid", &v))
+        if (d9ctl_trace_metadata_value(ev, "pid", &v))
                 x->pid = strtoll(strndupa(v.str.p, v.str.len), NULL, 10);
         x->pid_named = true;
         fprintf(x->out, ",\n{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%lld,\"tid\":0,\"args\":{\"name\":", x->pid);
-        if (trace_metadata_value(ev, "service", &v) && v.str.len)
+        if (d9ctl_trace_metadata_value(ev, "service", &v) && v.str.len)
                 put_str(x->out, &v);
         else
                 fputs("\"target\"", x->out);
@@ -282,7 +282,7 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
         return ferror(x->out) ? -EIO : 0;
 }
 
-int export_trace_json(FILE *out, char *const *paths, size_t n, struct export_stats *st, char *why,
+int d9ctl_export_trace_json(FILE *out, char *const *paths, size_t n, struct export_stats *st, char *why,
                       size_t why_len)
 {
         struct json_export *x = calloc(1, sizeof(*x));
@@ -300,7 +300,7 @@ int export_trace_json(FILE *out, char *const *paths, size_t n, struct export_sta
               "{\"ph\":\"M\",\"name\":\"d9d\",\"pid\":0,\"tid\":0,\"args\":{\"exported_by\":\"d9ctl export\"}}",
               out);
         for (size_t i = 0; i < n && !e; i++) {
-                e = trace_read_with_symbols(paths[i], &x->syms, on_event, x, why, why_len);
+                e = d9ctl_trace_read_with_symbols(paths[i], &x->syms, on_event, x, why, why_len);
                 /* What a segment left open is not guessed at. */
                 for (int w = 0; w < NWORKERS; w++) {
                         st->unfinished += x->w[w].in_poll + x->w[w].parked;
@@ -312,7 +312,7 @@ int export_trace_json(FILE *out, char *const *paths, size_t n, struct export_sta
                 e = -EIO;
                 snprintf(why, why_len, "write failed: %s", strerror(errno));
         }
-        trace_symbols_clear(&x->syms);
+        d9ctl_trace_symbols_clear(&x->syms);
         free(x);
         return e;
 }

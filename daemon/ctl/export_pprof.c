@@ -161,14 +161,14 @@ static int location_of(struct pp_export *x, uint64_t addr, uint32_t *id)
         if (!slot)
                 return -ENOMEM;
         if (!*slot) {
-                const char *n = trace_symbols_name(&x->syms, addr);
+                const char *n = d9ctl_trace_symbols_name(&x->syms, addr);
                 char hex[24];
                 uint32_t name, fn;
                 if (!n) {
                         snprintf(hex, sizeof(hex), "0x%" PRIx64, addr);
                         n = hex;
                 }
-                int e = pb_strings_index(&x->strings, n, strlen(n), &name);
+                int e = d9ctl_pb_strings_index(&x->strings, n, strlen(n), &name);
                 if (!e)
                         e = function_of(x, name, &fn);
                 if (e)
@@ -185,13 +185,13 @@ static int location_of(struct pp_export *x, uint64_t addr, uint32_t *id)
 static int string_of(struct pp_export *x, const struct d9_value *v, uint32_t *id)
 {
         *id = 0;
-        return v && v->resolved ? pb_strings_index(&x->strings, v->str.p, v->str.len, id) : 0;
+        return v && v->resolved ? d9ctl_pb_strings_index(&x->strings, v->str.p, v->str.len, id) : 0;
 }
 
 static int on_sample(struct pp_export *x, const struct d9_dec_event *ev)
 {
-        bool off = trace_field_u(ev, "source") == 1;
-        const struct d9_value *chain = trace_field(ev, "callchain");
+        bool off = d9ctl_trace_field_u(ev, "source") == 1;
+        const struct d9_value *chain = d9ctl_trace_field(ev, "callchain");
 
         if (off != (x->profile == EXPORT_OFFCPU))
                 return 0;
@@ -201,9 +201,9 @@ static int on_sample(struct pp_export *x, const struct d9_dec_event *ev)
             !grow((void **)&x->frames, &x->cap_frames, x->n_frames + MAX_FRAMES, sizeof(uint32_t)))
                 return -ENOMEM;
         struct pp_sample *s = &x->samples[x->n_samples];
-        *s = (struct pp_sample){ .ts = ev->ts, .worker = (uint8_t)trace_field_u(ev, "worker_id"),
+        *s = (struct pp_sample){ .ts = ev->ts, .worker = (uint8_t)d9ctl_trace_field_u(ev, "worker_id"),
                                  .first = (uint32_t)x->n_frames };
-        int e = string_of(x, trace_field(ev, "thread_name"), &s->thread);
+        int e = string_of(x, d9ctl_trace_field(ev, "thread_name"), &s->thread);
         for (uint32_t i = 0; !e && chain && i < chain->stack.n && s->n < MAX_FRAMES; i++)
                 e = location_of(x, d9_value_stack_addr(chain, i), &x->frames[s->first + s->n++]);
         if (e)
@@ -215,12 +215,12 @@ static int on_sample(struct pp_export *x, const struct d9_dec_event *ev)
 
 static int on_poll(struct pp_export *x, const struct d9_dec_event *ev, bool start)
 {
-        struct pp_worker *w = &x->w[(uint8_t)trace_field_u(ev, "worker_id")];
+        struct pp_worker *w = &x->w[(uint8_t)d9ctl_trace_field_u(ev, "worker_id")];
 
         if (start) {
                 w->in_poll = true;
                 w->start = ev->ts;
-                return string_of(x, trace_field(ev, "spawn_loc"), &w->future);
+                return string_of(x, d9ctl_trace_field(ev, "spawn_loc"), &w->future);
         }
         if (!w->in_poll || ev->ts < w->start)
                 return 0;
@@ -237,9 +237,9 @@ static void on_metadata(struct pp_export *x, const struct d9_dec_event *ev)
 {
         struct d9_value v;
 
-        if (trace_metadata_value(ev, "cpu_sample_hz", &v))
+        if (d9ctl_trace_metadata_value(ev, "cpu_sample_hz", &v))
                 x->hz = strtoull(strndupa(v.str.p, v.str.len), NULL, 10);
-        if (!x->exe[0] && trace_metadata_value(ev, "exe", &v))
+        if (!x->exe[0] && d9ctl_trace_metadata_value(ev, "exe", &v))
                 snprintf(x->exe, sizeof(x->exe), "%.*s", (int)v.str.len, v.str.p);
 }
 
@@ -262,7 +262,7 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
                 on_metadata(x, ev);
         else if (!strcmp(n, "ClockSyncEvent") && !x->sync_ts) {
                 x->sync_ts = ev->ts;
-                x->sync_realtime = trace_field_u(ev, "realtime_ns");
+                x->sync_realtime = d9ctl_trace_field_u(ev, "realtime_ns");
         }
         return 0;
 }
@@ -287,15 +287,15 @@ static int value_type(struct pp_export *x, struct pb *out, unsigned field, const
 {
         struct pb vt = PB_INIT;
         uint32_t t, u;
-        int e = pb_strings_index(&x->strings, type, strlen(type), &t);
+        int e = d9ctl_pb_strings_index(&x->strings, type, strlen(type), &t);
 
         if (!e)
-                e = pb_strings_index(&x->strings, unit, strlen(unit), &u);
+                e = d9ctl_pb_strings_index(&x->strings, unit, strlen(unit), &u);
         if (e)
                 return e;
-        pb_uint(&vt, 1, t);
-        pb_uint(&vt, 2, u);
-        return pb_message(out, field, &vt);
+        d9ctl_pb_uint(&vt, 1, t);
+        d9ctl_pb_uint(&vt, 2, u);
+        return d9ctl_pb_message(out, field, &vt);
 }
 
 /* A string label (pprof drops numeric labels of value 0, so worker 0
@@ -304,13 +304,13 @@ static int label(struct pp_export *x, struct pb *s, const char *key, uint32_t st
 {
         struct pb l = PB_INIT;
         uint32_t k;
-        int e = pb_strings_index(&x->strings, key, strlen(key), &k);
+        int e = d9ctl_pb_strings_index(&x->strings, key, strlen(key), &k);
 
         if (e)
                 return e;
-        pb_uint(&l, 1, k);
-        pb_uint(&l, 2, str);
-        return pb_message(s, 3, &l);
+        d9ctl_pb_uint(&l, 1, k);
+        d9ctl_pb_uint(&l, 2, str);
+        return d9ctl_pb_message(s, 3, &l);
 }
 
 /* Profile fields (profile.proto): 1 sample_type, 2 sample, 3 mapping,
@@ -327,14 +327,14 @@ static int write_profile(struct pp_export *x, struct pb *out)
         for (size_t i = 0; i < x->n_samples && !e; i++) {
                 const struct pp_sample *s = &x->samples[i];
                 struct pb m = PB_INIT;
-                pb_packed(&m, 1, &x->frames[s->first], s->n);
+                d9ctl_pb_packed(&m, 1, &x->frames[s->first], s->n);
                 uint32_t v[2] = { 1, (uint32_t)period }; /* period <= 1 s */
-                pb_packed(&m, 2, v, period ? 2 : 1);
+                d9ctl_pb_packed(&m, 2, v, period ? 2 : 1);
                 uint32_t fut = future_at(&x->w[s->worker], s->ts);
                 char id[8];
                 uint32_t worker;
                 snprintf(id, sizeof(id), "%u", s->worker);
-                e = pb_strings_index(&x->strings, id, strlen(id), &worker);
+                e = d9ctl_pb_strings_index(&x->strings, id, strlen(id), &worker);
                 if (!e)
                         e = label(x, &m, "worker", worker);
                 if (!e && s->thread)
@@ -342,60 +342,60 @@ static int write_profile(struct pp_export *x, struct pb *out)
                 if (!e && fut)
                         e = label(x, &m, "future", fut);
                 if (!e)
-                        e = pb_message(out, 2, &m);
+                        e = d9ctl_pb_message(out, 2, &m);
         }
         /* One mapping that says names are already there, so pprof does not
          * try to symbolize the addresses again. */
         uint32_t file = 0;
         if (!e && x->exe[0])
-                e = pb_strings_index(&x->strings, x->exe, strlen(x->exe), &file);
+                e = d9ctl_pb_strings_index(&x->strings, x->exe, strlen(x->exe), &file);
         if (!e) {
                 struct pb m = PB_INIT;
-                pb_uint(&m, 1, 1);
-                pb_uint(&m, 3, UINT64_MAX);
-                pb_uint(&m, 5, file);
-                pb_uint(&m, 7, 1);
-                e = pb_message(out, 3, &m);
+                d9ctl_pb_uint(&m, 1, 1);
+                d9ctl_pb_uint(&m, 3, UINT64_MAX);
+                d9ctl_pb_uint(&m, 5, file);
+                d9ctl_pb_uint(&m, 7, 1);
+                e = d9ctl_pb_message(out, 3, &m);
         }
         for (size_t i = 0; i < x->n_locations && !e; i++) {
                 struct pb loc = PB_INIT, line = PB_INIT;
-                pb_uint(&loc, 1, i + 1);
-                pb_uint(&loc, 2, 1);
-                pb_uint(&loc, 3, x->locs[i].addr);
-                pb_uint(&line, 1, x->locs[i].function);
-                e = pb_message(&loc, 4, &line);
+                d9ctl_pb_uint(&loc, 1, i + 1);
+                d9ctl_pb_uint(&loc, 2, 1);
+                d9ctl_pb_uint(&loc, 3, x->locs[i].addr);
+                d9ctl_pb_uint(&line, 1, x->locs[i].function);
+                e = d9ctl_pb_message(&loc, 4, &line);
                 if (!e)
-                        e = pb_message(out, 4, &loc);
+                        e = d9ctl_pb_message(out, 4, &loc);
         }
         for (size_t i = 0; i < x->n_functions && !e; i++) {
                 struct pb f = PB_INIT;
-                pb_uint(&f, 1, i + 1);
-                pb_uint(&f, 2, x->function_name[i]);
-                pb_uint(&f, 3, x->function_name[i]);
-                e = pb_message(out, 5, &f);
+                d9ctl_pb_uint(&f, 1, i + 1);
+                d9ctl_pb_uint(&f, 2, x->function_name[i]);
+                d9ctl_pb_uint(&f, 3, x->function_name[i]);
+                e = d9ctl_pb_message(out, 5, &f);
         }
         uint32_t comment = 0;
         const char *what = cpu ? "d9ctl export: on-CPU samples"
                                : "d9ctl export: off-CPU intervals of at least offcpu_min, counted (no durations in the trace)";
         if (!e)
-                e = pb_strings_index(&x->strings, what, strlen(what), &comment);
+                e = d9ctl_pb_strings_index(&x->strings, what, strlen(what), &comment);
         if (!e && cpu && period)
                 e = value_type(x, out, 11, "cpu", "nanoseconds");
         if (e)
                 return e;
         if (cpu && period)
-                pb_uint(out, 12, period);
+                d9ctl_pb_uint(out, 12, period);
         if (x->sync_ts && x->first_ts >= x->sync_ts)
-                pb_uint(out, 9, x->sync_realtime + (x->first_ts - x->sync_ts));
-        pb_uint(out, 10, x->last_ts - x->first_ts);
-        pb_uint(out, 13, comment);
-        return pb_strings_write(&x->strings, out, 6);
+                d9ctl_pb_uint(out, 9, x->sync_realtime + (x->first_ts - x->sync_ts));
+        d9ctl_pb_uint(out, 10, x->last_ts - x->first_ts);
+        d9ctl_pb_uint(out, 13, comment);
+        return d9ctl_pb_strings_write(&x->strings, out, 6);
 }
 
 static void pp_free(struct pp_export *x)
 {
-        trace_symbols_clear(&x->syms);
-        pb_strings_free(&x->strings);
+        d9ctl_trace_symbols_clear(&x->syms);
+        d9ctl_pb_strings_free(&x->strings);
         map_free(&x->locations);
         map_free(&x->functions);
         free(x->locs);
@@ -407,17 +407,17 @@ static void pp_free(struct pp_export *x)
         free(x);
 }
 
-int export_pprof(FILE *out, char *const *paths, size_t n, enum export_profile profile,
+int d9ctl_export_pprof(FILE *out, char *const *paths, size_t n, enum export_profile profile,
                  struct export_stats *st, char *why, size_t why_len)
 {
         struct pp_export *x = calloc(1, sizeof(*x));
         struct pb prof = PB_INIT;
-        int e = x ? pb_strings_init(&x->strings) : -ENOMEM;
+        int e = x ? d9ctl_pb_strings_init(&x->strings) : -ENOMEM;
 
         if (x)
                 x->profile = profile;
         for (size_t i = 0; i < n && !e; i++) {
-                e = trace_read_with_symbols(paths[i], &x->syms, on_event, x, why, why_len);
+                e = d9ctl_trace_read_with_symbols(paths[i], &x->syms, on_event, x, why, why_len);
                 for (int w = 0; w < NWORKERS; w++) {
                         st->unfinished += x->w[w].in_poll;
                         x->w[w].in_poll = false;
@@ -442,7 +442,7 @@ int export_pprof(FILE *out, char *const *paths, size_t n, enum export_profile pr
         } else if (e == -ENOMEM) {
                 snprintf(why, why_len, "out of memory");
         }
-        pb_free(&prof);
+        d9ctl_pb_free(&prof);
         if (x)
                 pp_free(x);
         return e;

@@ -9,17 +9,17 @@
 #include "d9ctl.h"
 
 static const struct d9ctl_command commands[] = {
-        { "serve", cmd_serve },
-        { "report", cmd_report },
-        { "export", cmd_export },
-        { "dump", cmd_dump },
-        { "attach", cmd_attach },
-        { "detach", cmd_detach },
-        { "list", cmd_list },
-        { "status", cmd_status },
-        { "plan", cmd_plan },
-        { "symbolize", cmd_symbolize },
-        { "record", cmd_record },
+        { "serve", d9ctl_cmd_serve },
+        { "report", d9ctl_cmd_report },
+        { "export", d9ctl_cmd_export },
+        { "dump", d9ctl_cmd_dump },
+        { "attach", d9ctl_cmd_attach },
+        { "detach", d9ctl_cmd_detach },
+        { "list", d9ctl_cmd_list },
+        { "status", d9ctl_cmd_status },
+        { "plan", d9ctl_cmd_plan },
+        { "symbolize", d9ctl_cmd_symbolize },
+        { "record", d9ctl_cmd_record },
         { "help", d9ctl_help_command },
         { NULL, NULL },
 };

@@ -28,13 +28,13 @@ static void key(struct pb *b, unsigned field, unsigned wire)
         varint(b, ((uint64_t)field << 3) | wire);
 }
 
-void pb_uint(struct pb *b, unsigned field, uint64_t v)
+void d9ctl_pb_uint(struct pb *b, unsigned field, uint64_t v)
 {
         key(b, field, 0);
         varint(b, v);
 }
 
-void pb_bytes(struct pb *b, unsigned field, const void *p, size_t len)
+void d9ctl_pb_bytes(struct pb *b, unsigned field, const void *p, size_t len)
 {
         key(b, field, 2);
         varint(b, len);
@@ -44,26 +44,26 @@ void pb_bytes(struct pb *b, unsigned field, const void *p, size_t len)
         }
 }
 
-void pb_packed(struct pb *b, unsigned field, const uint32_t *v, size_t n)
+void d9ctl_pb_packed(struct pb *b, unsigned field, const uint32_t *v, size_t n)
 {
         struct pb body = PB_INIT;
 
         for (size_t i = 0; i < n; i++)
                 varint(&body, v[i]);
-        pb_message(b, field, &body);
+        d9ctl_pb_message(b, field, &body);
 }
 
-int pb_message(struct pb *parent, unsigned field, struct pb *child)
+int d9ctl_pb_message(struct pb *parent, unsigned field, struct pb *child)
 {
         if (child->failed)
                 parent->failed = true;
         else
-                pb_bytes(parent, field, child->buf.data, child->buf.len);
-        pb_free(child);
+                d9ctl_pb_bytes(parent, field, child->buf.data, child->buf.len);
+        d9ctl_pb_free(child);
         return parent->failed ? -ENOMEM : 0;
 }
 
-void pb_free(struct pb *b)
+void d9ctl_pb_free(struct pb *b)
 {
         d9_buf_free(&b->buf);
         b->failed = false;
@@ -87,15 +87,15 @@ static void place(struct pb_strings *s, uint32_t index)
         s->slots[j] = index + 1;
 }
 
-int pb_strings_init(struct pb_strings *s)
+int d9ctl_pb_strings_init(struct pb_strings *s)
 {
         uint32_t zero;
 
         *s = (struct pb_strings){ 0 };
-        return pb_strings_index(s, "", 0, &zero);
+        return d9ctl_pb_strings_index(s, "", 0, &zero);
 }
 
-int pb_strings_index(struct pb_strings *s, const char *p, size_t len, uint32_t *index)
+int d9ctl_pb_strings_index(struct pb_strings *s, const char *p, size_t len, uint32_t *index)
 {
         if ((s->n + 1) * 2 > s->nslots) {
                 size_t n = s->nslots ? s->nslots * 2 : 1024;
@@ -140,14 +140,14 @@ int pb_strings_index(struct pb_strings *s, const char *p, size_t len, uint32_t *
         return 0;
 }
 
-int pb_strings_write(const struct pb_strings *s, struct pb *out, unsigned field)
+int d9ctl_pb_strings_write(const struct pb_strings *s, struct pb *out, unsigned field)
 {
         for (size_t i = 0; i < s->n; i++)
-                pb_bytes(out, field, s->v[i], s->lens[i]);
+                d9ctl_pb_bytes(out, field, s->v[i], s->lens[i]);
         return out->failed ? -ENOMEM : 0;
 }
 
-void pb_strings_free(struct pb_strings *s)
+void d9ctl_pb_strings_free(struct pb_strings *s)
 {
         for (size_t i = 0; i < s->n; i++)
                 free(s->v[i]);

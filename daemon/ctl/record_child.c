@@ -15,7 +15,7 @@
 #include "record_child.h"
 #include "uprobes/uprobes.h"
 
-int record_resolve_command(const char *cmd, char out[PATH_MAX])
+int d9ctl_record_resolve_command(const char *cmd, char out[PATH_MAX])
 {
         const char *path = getenv("PATH");
         char buf[PATH_MAX];
@@ -32,7 +32,7 @@ int record_resolve_command(const char *cmd, char out[PATH_MAX])
         return -ENOENT;
 }
 
-char *record_not_elf(const char *path)
+char *d9ctl_record_not_elf(const char *path)
 {
         char head[128] = "", *why = NULL;
         int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -55,7 +55,7 @@ char *record_not_elf(const char *path)
         return why ? why : strdup("not an ELF executable");
 }
 
-int record_child_spawn(struct record_child *c, char **argv)
+int d9ctl_record_child_spawn(struct record_child *c, char **argv)
 {
         int fds[2];
 
@@ -85,7 +85,7 @@ int record_child_spawn(struct record_child *c, char **argv)
         return 0;
 }
 
-void record_child_release(struct record_child *c)
+void d9ctl_record_child_release(struct record_child *c)
 {
         if (c->go_fd < 0)
                 return;
@@ -94,14 +94,14 @@ void record_child_release(struct record_child *c)
         c->go_fd = -1;
 }
 
-bool record_child_reap(struct record_child *c, bool block)
+bool d9ctl_record_child_reap(struct record_child *c, bool block)
 {
         if (!c->exited && c->pid > 0 && waitpid(c->pid, &c->status, block ? 0 : WNOHANG) == c->pid)
                 c->exited = true;
         return c->exited;
 }
 
-int record_child_exit_code(const struct record_child *c)
+int d9ctl_record_child_exit_code(const struct record_child *c)
 {
         if (WIFEXITED(c->status))
                 return WEXITSTATUS(c->status);
@@ -213,7 +213,7 @@ static bool judge(pid_t pid)
         return exe_is_tokio(pid, exe);
 }
 
-pid_t record_child_find_tokio(struct record_child *c)
+pid_t d9ctl_record_child_find_tokio(struct record_child *c)
 {
         struct dirent *de;
         pid_t found = 0;

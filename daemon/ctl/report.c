@@ -91,8 +91,8 @@ struct report {
  * loss (deltachat-rpc-server: 2549 said, 1305 lost, 1244 stacks). */
 static void on_lost(struct lost_counts *c, const struct d9_dec_event *ev)
 {
-        const struct d9_value *src = trace_field(ev, "source");
-        uint64_t n = trace_field_u(ev, "lost");
+        const struct d9_value *src = d9ctl_trace_field(ev, "source");
+        uint64_t n = d9ctl_trace_field_u(ev, "lost");
 
         if (!src || !src->resolved)
                 c->other += n;
@@ -184,9 +184,9 @@ static void keep_wake(struct report *r, const struct wake *w)
 /* D9BlockingPollEvent: a spawn_blocking job, written at its end. */
 static void on_blocking_poll(struct report *r, const struct d9_dec_event *ev)
 {
-        uint64_t d = trace_field_u(ev, "duration_ns");
-        struct poll p = { ev->ts > d ? ev->ts - d : 0, ev->ts, trace_field_u(ev, "task_id"), 254,
-                          intern(r, trace_field(ev, "spawn_loc")) };
+        uint64_t d = d9ctl_trace_field_u(ev, "duration_ns");
+        struct poll p = { ev->ts > d ? ev->ts - d : 0, ev->ts, d9ctl_trace_field_u(ev, "task_id"), 254,
+                          intern(r, d9ctl_trace_field(ev, "spawn_loc")) };
 
         r->total_jobs++;
         if (r->njobs == r->top && (r->top == 0 || d <= r->jobs[r->njobs - 1].end - r->jobs[r->njobs - 1].start))
@@ -201,15 +201,15 @@ static void on_blocking_poll(struct report *r, const struct d9_dec_event *ev)
 
 static void on_poll_start(struct report *r, const struct d9_dec_event *ev)
 {
-        uint8_t id = (uint8_t)trace_field_u(ev, "worker_id");
+        uint8_t id = (uint8_t)d9ctl_trace_field_u(ev, "worker_id");
         struct worker *w = &r->w[id];
-        uint64_t task = trace_field_u(ev, "task_id");
+        uint64_t task = d9ctl_trace_field_u(ev, "task_id");
 
         w->seen = true;
         w->in_poll = true;
         w->poll_start = ev->ts;
         w->poll_task = task;
-        w->poll_future = intern(r, trace_field(ev, "spawn_loc"));
+        w->poll_future = intern(r, d9ctl_trace_field(ev, "spawn_loc"));
         r->total_polls++;
         w->polls++;
         struct wake_slot *s = slot_of(r, task, false);
@@ -223,7 +223,7 @@ static void on_poll_start(struct report *r, const struct d9_dec_event *ev)
 
 static void on_poll_end(struct report *r, const struct d9_dec_event *ev)
 {
-        struct worker *w = &r->w[(uint8_t)trace_field_u(ev, "worker_id")];
+        struct worker *w = &r->w[(uint8_t)d9ctl_trace_field_u(ev, "worker_id")];
 
         if (!w->in_poll || ev->ts < w->poll_start)
                 return;
@@ -243,7 +243,7 @@ static void on_poll_end(struct report *r, const struct d9_dec_event *ev)
 
 static void on_park(struct report *r, const struct d9_dec_event *ev, bool park)
 {
-        struct worker *w = &r->w[(uint8_t)trace_field_u(ev, "worker_id")];
+        struct worker *w = &r->w[(uint8_t)d9ctl_trace_field_u(ev, "worker_id")];
 
         w->seen = true;
         if (park) {
@@ -252,13 +252,13 @@ static void on_park(struct report *r, const struct d9_dec_event *ev, bool park)
         } else if (w->parked && ev->ts >= w->park_start) {
                 w->parked = false;
                 w->parked_ns += ev->ts - w->park_start;
-                w->sched_wait_ns += trace_field_u(ev, "sched_wait_ns");
+                w->sched_wait_ns += d9ctl_trace_field_u(ev, "sched_wait_ns");
         }
 }
 
 static void on_wake(struct report *r, const struct d9_dec_event *ev)
 {
-        struct wake_slot *s = slot_of(r, trace_field_u(ev, "woken_task_id"), true);
+        struct wake_slot *s = slot_of(r, d9ctl_trace_field_u(ev, "woken_task_id"), true);
 
         if (s && !s->ts)
                 s->ts = ev->ts;
@@ -266,7 +266,7 @@ static void on_wake(struct report *r, const struct d9_dec_event *ev)
 
 static void on_sample(struct report *r, const struct d9_dec_event *ev)
 {
-        const struct d9_value *chain = trace_field(ev, "callchain");
+        const struct d9_value *chain = d9ctl_trace_field(ev, "callchain");
 
         if (r->nsamples >= MAX_KEPT ||
             !grow((void **)&r->samples, &r->cap_samples, r->nsamples + 1, sizeof(*r->samples))) {
@@ -275,8 +275,8 @@ static void on_sample(struct report *r, const struct d9_dec_event *ev)
         }
         struct sample *s = &r->samples[r->nsamples++];
         s->ts = ev->ts;
-        s->worker = (uint8_t)trace_field_u(ev, "worker_id");
-        s->source = (uint8_t)trace_field_u(ev, "source");
+        s->worker = (uint8_t)d9ctl_trace_field_u(ev, "worker_id");
+        s->source = (uint8_t)d9ctl_trace_field_u(ev, "source");
         s->n = 0;
         for (uint32_t i = 0; chain && i < chain->stack.n && s->n < MAX_FRAMES; i++)
                 s->frames[s->n++] = d9_value_stack_addr(chain, i);
@@ -284,7 +284,7 @@ static void on_sample(struct report *r, const struct d9_dec_event *ev)
 
 static void on_metadata(struct report *r, const struct d9_dec_event *ev)
 {
-        const struct d9_value *m = trace_field(ev, "entries");
+        const struct d9_value *m = d9ctl_trace_field(ev, "entries");
         struct d9_value_iter it;
         struct d9_value k, v;
 
@@ -310,7 +310,7 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
                 if (ev->ts > r->last_ts)
                         r->last_ts = ev->ts;
         }
-        if (report_process_event(&r->process, ev))
+        if (d9ctl_report_process_event(&r->process, ev))
                 return 0;
         if (!strcmp(name, "PollStartEvent"))
                 on_poll_start(r, ev);
@@ -327,19 +327,19 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
         else if (!strcmp(name, "CpuSampleEvent"))
                 on_sample(r, ev);
         else if (!strcmp(name, "SymbolTableEntry"))
-                return trace_symbols_add(&r->syms, ev);
+                return d9ctl_trace_symbols_add(&r->syms, ev);
         else if (!strcmp(name, "SegmentMetadataEvent"))
                 on_metadata(r, ev);
         else if (!strcmp(name, "D9LostEventsEvent"))
                 on_lost(&r->lost, ev);
         else if (!strcmp(name, "D9ShortOffCpuEvent")) {
-                r->short_offcpu += trace_field_u(ev, "intervals");
-                r->short_offcpu_ns += trace_field_u(ev, "total_ns");
+                r->short_offcpu += d9ctl_trace_field_u(ev, "intervals");
+                r->short_offcpu_ns += d9ctl_trace_field_u(ev, "total_ns");
         }
         return 0;
 }
 
-struct report *report_new(unsigned top)
+struct report *d9ctl_report_new(unsigned top)
 {
         struct report *r = calloc(1, sizeof(*r));
 
@@ -350,20 +350,20 @@ struct report *report_new(unsigned top)
         r->jobs = calloc(top ? top : 1, sizeof(*r->jobs));
         r->meta = json_object();
         if (!r->wakes || !r->jobs || !r->meta) {
-                report_free(r);
+                d9ctl_report_free(r);
                 return NULL;
         }
         return r;
 }
 
-void report_free(struct report *r)
+void d9ctl_report_free(struct report *r)
 {
         if (!r)
                 return;
         for (size_t i = 0; i < r->nstrings; i++)
                 free(r->strings[i]);
         free(r->strings);
-        trace_symbols_clear(&r->syms);
+        d9ctl_trace_symbols_clear(&r->syms);
         free(r->polls);
         free(r->samples);
         free(r->wakes);
@@ -373,12 +373,12 @@ void report_free(struct report *r)
         free(r);
 }
 
-int report_add_file(struct report *r, const char *path, char *why, size_t why_len)
+int d9ctl_report_add_file(struct report *r, const char *path, char *why, size_t why_len)
 {
         struct d9_dec_opts opts = { .strict = false, .on_event = on_event, .ctx = r };
         uint8_t *buf;
         size_t len;
-        int e = trace_load(path, &buf, &len, NULL, why, why_len);
+        int e = d9ctl_trace_load(path, &buf, &len, NULL, why, why_len);
 
         if (e < 0)
                 return e;
@@ -386,7 +386,7 @@ int report_add_file(struct report *r, const char *path, char *why, size_t why_le
          * in this one only if the writer said so; d9d restarts them. */
         for (int i = 0; i < NWORKERS; i++)
                 r->w[i].in_poll = r->w[i].parked = false;
-        e = trace_decode(path, buf, len, &opts, NULL, why, why_len);
+        e = d9ctl_trace_decode(path, buf, len, &opts, NULL, why, why_len);
         free(buf);
         if (!e)
                 r->segments++;
@@ -417,7 +417,7 @@ static json_t *stack_json(const struct report *r, const struct sample *s)
         char hex[32];
 
         for (uint8_t i = 0; i < s->n; i++) {
-                const char *n = trace_symbols_name(&r->syms, s->frames[i]);
+                const char *n = d9ctl_trace_symbols_name(&r->syms, s->frames[i]);
                 if (!n) {
                         snprintf(hex, sizeof(hex), "0x%llx", (unsigned long long)s->frames[i]);
                         n = hex;
@@ -477,9 +477,9 @@ static json_t *poll_json(const struct report *r, const struct poll *p, int sourc
         return o;
 }
 
-json_t *report_result(struct report *r)
+json_t *d9ctl_report_result(struct report *r)
 {
-        trace_symbols_sort(&r->syms);
+        d9ctl_trace_symbols_sort(&r->syms);
         qsort(r->samples, r->nsamples, sizeof(*r->samples), sample_cmp);
         qsort(r->polls, r->npolls, sizeof(*r->polls), poll_cmp_desc);
 
@@ -537,5 +537,5 @@ json_t *report_result(struct report *r)
                          "blocking_pool_jobs", (json_int_t)r->total_jobs, "metadata", r->meta,
                          "longest_polls", longest, "blocking_in_polls", blocking, "longest_wake_to_poll",
                          wakes, "longest_blocking_pool_jobs", jobs, "workers", workers, "missing", missing,
-                         "process", report_process_json(&r->process));
+                         "process", d9ctl_report_process_json(&r->process));
 }

@@ -10,12 +10,12 @@
 struct report;
 
 /* top: how many rows each "longest" list keeps. NULL on ENOMEM. */
-struct report *report_new(unsigned top);
-void report_free(struct report *r);
+struct report *d9ctl_report_new(unsigned top);
+void d9ctl_report_free(struct report *r);
 /* Adds one segment (raw, .gz or .zst); segments of one target in time
  * order. Returns 0, or a negative errno with a one-line reason in why. */
-int report_add_file(struct report *r, const char *path, char *why, size_t why_len);
+int d9ctl_report_add_file(struct report *r, const char *path, char *why, size_t why_len);
 /* The findings; the caller owns the reference. */
-json_t *report_result(struct report *r);
-/* The text screen of report_result()'s document. */
-void report_print_text(FILE *out, const json_t *doc);
+json_t *d9ctl_report_result(struct report *r);
+/* The text screen of d9ctl_report_result()'s document. */
+void d9ctl_report_print_text(FILE *out, const json_t *doc);

@@ -9,8 +9,8 @@
 
 static void on_usage(struct report_process *p, const struct d9_dec_event *ev)
 {
-        uint64_t cpu = trace_field_u(ev, "user_cpu_ns") + trace_field_u(ev, "system_cpu_ns");
-        uint64_t invol = trace_field_u(ev, "involuntary_context_switches");
+        uint64_t cpu = d9ctl_trace_field_u(ev, "user_cpu_ns") + d9ctl_trace_field_u(ev, "system_cpu_ns");
+        uint64_t invol = d9ctl_trace_field_u(ev, "involuntary_context_switches");
 
         if (p->samples && ev->ts > p->last_ts && cpu >= p->last_cpu_ns) {
                 double s = (double)(ev->ts - p->last_ts) / 1e9;
@@ -36,8 +36,8 @@ static void keep_max(uint64_t *m, uint64_t v)
 
 static struct report_listener *listener_of(struct report_process *p, const struct d9_dec_event *ev)
 {
-        uint64_t cookie = trace_field_u(ev, "socket_cookie"), inode = trace_field_u(ev, "socket_inode");
-        const struct d9_value *addr = trace_field(ev, "local_addr");
+        uint64_t cookie = d9ctl_trace_field_u(ev, "socket_cookie"), inode = d9ctl_trace_field_u(ev, "socket_inode");
+        const struct d9_value *addr = d9ctl_trace_field(ev, "local_addr");
         struct report_listener *l;
 
         for (unsigned i = 0; i < p->nl; i++)
@@ -51,28 +51,28 @@ static struct report_listener *listener_of(struct report_process *p, const struc
         memset(l, 0, sizeof(*l));
         l->cookie = cookie;
         l->inode = inode;
-        l->port = (unsigned)trace_field_u(ev, "local_port");
+        l->port = (unsigned)d9ctl_trace_field_u(ev, "local_port");
         if (addr && addr->str.len < sizeof(l->addr))
                 memcpy(l->addr, addr->str.p, addr->str.len);
         return l;
 }
 
-bool report_process_event(struct report_process *p, const struct d9_dec_event *ev)
+bool d9ctl_report_process_event(struct report_process *p, const struct d9_dec_event *ev)
 {
         const char *name = ev->schema->name;
         struct report_listener *l;
 
         if (!strcmp(name, "ProcessResourceUsageEvent")) {
                 on_usage(p, ev);
-                keep_max(&p->max_rss, trace_field_u(ev, "max_rss_bytes"));
+                keep_max(&p->max_rss, d9ctl_trace_field_u(ev, "max_rss_bytes"));
         } else if (!strcmp(name, "D9ProcessResourcesEvent")) {
-                keep_max(&p->max_threads, trace_field_u(ev, "threads"));
-                keep_max(&p->max_fds, trace_field_u(ev, "open_fds"));
+                keep_max(&p->max_threads, d9ctl_trace_field_u(ev, "threads"));
+                keep_max(&p->max_fds, d9ctl_trace_field_u(ev, "open_fds"));
         } else if (!strcmp(name, "SocketAcceptQueueEvent")) {
                 if (!(l = listener_of(p, ev)))
                         return true;
-                uint64_t pending = trace_field_u(ev, "pending_connections");
-                l->backlog = trace_field_u(ev, "backlog_limit");
+                uint64_t pending = d9ctl_trace_field_u(ev, "pending_connections");
+                l->backlog = d9ctl_trace_field_u(ev, "backlog_limit");
                 keep_max(&l->max_pending, pending);
                 l->samples++;
                 l->samples_full += pending >= l->backlog;
@@ -82,7 +82,7 @@ bool report_process_event(struct report_process *p, const struct d9_dec_event *e
         return true;
 }
 
-json_t *report_process_json(const struct report_process *p)
+json_t *d9ctl_report_process_json(const struct report_process *p)
 {
         json_t *queues = json_array();
 

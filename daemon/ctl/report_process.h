@@ -26,6 +26,6 @@ struct report_process {
 };
 
 /* Takes ev if it is one of the process events (true). */
-bool report_process_event(struct report_process *p, const struct d9_dec_event *ev);
+bool d9ctl_report_process_event(struct report_process *p, const struct d9_dec_event *ev);
 /* {"resource_samples", "max_cores", ..., "accept_queues": [...]}. */
-json_t *report_process_json(const struct report_process *p);
+json_t *d9ctl_report_process_json(const struct report_process *p);

@@ -109,7 +109,7 @@ static void print_process(FILE *out, const json_t *p)
                         json_integer_value(json_object_get(q, "samples")));
 }
 
-void report_print_text(FILE *out, const json_t *doc)
+void d9ctl_report_print_text(FILE *out, const json_t *doc)
 {
         const json_t *meta = json_object_get(doc, "metadata"), *v;
         const char *service = json_string_value(json_object_get(meta, "service"));

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-int trace_load(const char *path, uint8_t **buf, size_t *len, enum d9_compress *kind, char *why,
+int d9ctl_trace_load(const char *path, uint8_t **buf, size_t *len, enum d9_compress *kind, char *why,
                size_t why_len)
 {
         enum d9_compress own;
@@ -27,7 +27,7 @@ int trace_load(const char *path, uint8_t **buf, size_t *len, enum d9_compress *k
         return e;
 }
 
-int trace_decode(const char *path, const uint8_t *buf, size_t len, const struct d9_dec_opts *opts,
+int d9ctl_trace_decode(const char *path, const uint8_t *buf, size_t len, const struct d9_dec_opts *opts,
                  struct d9_dec_result *res, char *why, size_t why_len)
 {
         struct d9_dec_result own = { 0 };
@@ -74,7 +74,7 @@ static int push(char ***paths, size_t *n, char *p)
         return 0;
 }
 
-int trace_paths_add(const char *arg, char ***paths, size_t *n, char *why, size_t why_len)
+int d9ctl_trace_paths_add(const char *arg, char ***paths, size_t *n, char *why, size_t why_len)
 {
         struct stat st;
 
@@ -107,14 +107,14 @@ int trace_paths_add(const char *arg, char ***paths, size_t *n, char *why, size_t
         return e;
 }
 
-void trace_paths_free(char **paths, size_t n)
+void d9ctl_trace_paths_free(char **paths, size_t n)
 {
         for (size_t i = 0; i < n; i++)
                 free(paths[i]);
         free(paths);
 }
 
-const struct d9_value *trace_field(const struct d9_dec_event *ev, const char *name)
+const struct d9_value *d9ctl_trace_field(const struct d9_dec_event *ev, const char *name)
 {
         for (uint16_t i = 0; i < ev->schema->nfields; i++)
                 if (!strcmp(ev->schema->fields[i].name, name))
@@ -122,17 +122,17 @@ const struct d9_value *trace_field(const struct d9_dec_event *ev, const char *na
         return NULL;
 }
 
-uint64_t trace_field_u(const struct d9_dec_event *ev, const char *name)
+uint64_t d9ctl_trace_field_u(const struct d9_dec_event *ev, const char *name)
 {
-        const struct d9_value *v = trace_field(ev, name);
+        const struct d9_value *v = d9ctl_trace_field(ev, name);
 
         return v ? v->u : 0;
 }
 
-int trace_metadata_value(const struct d9_dec_event *ev, const char *key, struct d9_value *value)
+int d9ctl_trace_metadata_value(const struct d9_dec_event *ev, const char *key, struct d9_value *value)
 {
         const struct d9_value *m = strcmp(ev->schema->name, "SegmentMetadataEvent") ? NULL
-                                                                                   : trace_field(ev, "entries");
+                                                                                   : d9ctl_trace_field(ev, "entries");
         size_t len = strlen(key);
         struct d9_value_iter it;
         struct d9_value k;
@@ -146,12 +146,12 @@ int trace_metadata_value(const struct d9_dec_event *ev, const char *key, struct 
         return 0;
 }
 
-int trace_symbols_add(struct trace_symbols *t, const struct d9_dec_event *ev)
+int d9ctl_trace_symbols_add(struct trace_symbols *t, const struct d9_dec_event *ev)
 {
         if (strcmp(ev->schema->name, "SymbolTableEntry"))
                 return 0;
-        const struct d9_value *addr = trace_field(ev, "addr"), *name = trace_field(ev, "symbol_name");
-        if (!addr || !name || !name->resolved || trace_field_u(ev, "inline_depth"))
+        const struct d9_value *addr = d9ctl_trace_field(ev, "addr"), *name = d9ctl_trace_field(ev, "symbol_name");
+        if (!addr || !name || !name->resolved || d9ctl_trace_field_u(ev, "inline_depth"))
                 return 0;
         if (t->n == t->cap) {
                 size_t cap = t->cap ? t->cap * 2 : 256;
@@ -175,13 +175,13 @@ static int symbol_cmp(const void *a, const void *b)
         return x->addr < y->addr ? -1 : x->addr > y->addr;
 }
 
-void trace_symbols_sort(struct trace_symbols *t)
+void d9ctl_trace_symbols_sort(struct trace_symbols *t)
 {
         if (t->n)
                 qsort(t->v, t->n, sizeof(*t->v), symbol_cmp);
 }
 
-const char *trace_symbols_name(const struct trace_symbols *t, uint64_t addr)
+const char *d9ctl_trace_symbols_name(const struct trace_symbols *t, uint64_t addr)
 {
         if (!t->n)
                 return NULL;
@@ -190,7 +190,7 @@ const char *trace_symbols_name(const struct trace_symbols *t, uint64_t addr)
         return s ? s->name : NULL;
 }
 
-void trace_symbols_clear(struct trace_symbols *t)
+void d9ctl_trace_symbols_clear(struct trace_symbols *t)
 {
         for (size_t i = 0; i < t->n; i++)
                 free(t->v[i].name);
@@ -200,10 +200,10 @@ void trace_symbols_clear(struct trace_symbols *t)
 
 static int collect_symbol(const struct d9_dec_event *ev, void *ctx)
 {
-        return trace_symbols_add(ctx, ev);
+        return d9ctl_trace_symbols_add(ctx, ev);
 }
 
-int trace_read_with_symbols(const char *path, struct trace_symbols *syms,
+int d9ctl_trace_read_with_symbols(const char *path, struct trace_symbols *syms,
                             int (*on_event)(const struct d9_dec_event *ev, void *ctx), void *ctx,
                             char *why, size_t why_len)
 {
@@ -212,23 +212,23 @@ int trace_read_with_symbols(const char *path, struct trace_symbols *syms,
         struct d9_dec_result res;
         uint8_t *buf;
         size_t len;
-        int e = trace_load(path, &buf, &len, NULL, why, why_len);
+        int e = d9ctl_trace_load(path, &buf, &len, NULL, why, why_len);
 
         if (e < 0)
                 return e;
-        trace_symbols_clear(syms);
+        d9ctl_trace_symbols_clear(syms);
         /* A damage is reported by the second pass; names before it count. */
         e = d9_decode(buf, len, &names, &res) == -ENOMEM ? -ENOMEM : 0;
-        trace_symbols_sort(syms);
+        d9ctl_trace_symbols_sort(syms);
         if (e)
                 snprintf(why, why_len, "%s: out of memory", path);
         else
-                e = trace_decode(path, buf, len, &events, NULL, why, why_len);
+                e = d9ctl_trace_decode(path, buf, len, &events, NULL, why, why_len);
         free(buf);
         return e;
 }
 
-void trace_json_chars(FILE *out, const char *p, size_t len)
+void d9ctl_trace_json_chars(FILE *out, const char *p, size_t len)
 {
         for (size_t i = 0; i < len; i++) {
                 unsigned char c = (unsigned char)p[i];
@@ -244,9 +244,9 @@ void trace_json_chars(FILE *out, const char *p, size_t len)
         }
 }
 
-void trace_json_string(FILE *out, const char *p, size_t len)
+void d9ctl_trace_json_string(FILE *out, const char *p, size_t len)
 {
         fputc('"', out);
-        trace_json_chars(out, p, len);
+        d9ctl_trace_json_chars(out, p, len);
         fputc('"', out);
 }

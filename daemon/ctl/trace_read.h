@@ -12,29 +12,29 @@
 
 /* Reads and decompresses path (raw, .gz, .zst; bounded like dump). 0, or a
  * negative errno with "PATH: reason" in why. kind may be NULL. */
-int trace_load(const char *path, uint8_t **buf, size_t *len, enum d9_compress *kind, char *why,
+int d9ctl_trace_load(const char *path, uint8_t **buf, size_t *len, enum d9_compress *kind, char *why,
                size_t why_len);
 
 /* d9_decode with "PATH: corrupt trace at offset N: reason" (or the errno's
  * text) in why on failure. res may be NULL. */
-int trace_decode(const char *path, const uint8_t *buf, size_t len, const struct d9_dec_opts *opts,
+int d9ctl_trace_decode(const char *path, const uint8_t *buf, size_t len, const struct d9_dec_opts *opts,
                  struct d9_dec_result *res, char *why, size_t why_len);
 
 /* The trace files an argument stands for: a directory gives the *.bin,
  * *.bin.gz, *.bin.zst directly in it in version order (trace.2 before
  * trace.10); anything else is itself. Appends strdup'ed paths to *paths. */
-int trace_paths_add(const char *arg, char ***paths, size_t *n, char *why, size_t why_len);
-void trace_paths_free(char **paths, size_t n);
+int d9ctl_trace_paths_add(const char *arg, char ***paths, size_t *n, char *why, size_t why_len);
+void d9ctl_trace_paths_free(char **paths, size_t n);
 
 /* The named field of ev, or NULL when the schema has none or an optional
  * field is absent. */
-const struct d9_value *trace_field(const struct d9_dec_event *ev, const char *name);
+const struct d9_value *d9ctl_trace_field(const struct d9_dec_event *ev, const char *name);
 /* Its unsigned value, 0 when missing. */
-uint64_t trace_field_u(const struct d9_dec_event *ev, const char *name);
+uint64_t d9ctl_trace_field_u(const struct d9_dec_event *ev, const char *name);
 
 /* The value of key in a SegmentMetadataEvent's entries: 1 and *value set,
  * or 0 (not metadata, or no such key). */
-int trace_metadata_value(const struct d9_dec_event *ev, const char *key, struct d9_value *value);
+int d9ctl_trace_metadata_value(const struct d9_dec_event *ev, const char *key, struct d9_value *value);
 
 /* Names of callchain addresses: the depth-0 entries (the function that
  * contains the address; inlined callers are not kept). */
@@ -48,21 +48,21 @@ struct trace_symbols {
 };
 
 /* Keeps ev if it is a SymbolTableEntry; 0 or -ENOMEM. */
-int trace_symbols_add(struct trace_symbols *t, const struct d9_dec_event *ev);
+int d9ctl_trace_symbols_add(struct trace_symbols *t, const struct d9_dec_event *ev);
 /* Once all are added, before any lookup. */
-void trace_symbols_sort(struct trace_symbols *t);
+void d9ctl_trace_symbols_sort(struct trace_symbols *t);
 /* The name of exactly addr, or NULL. */
-const char *trace_symbols_name(const struct trace_symbols *t, uint64_t addr);
-void trace_symbols_clear(struct trace_symbols *t);
+const char *d9ctl_trace_symbols_name(const struct trace_symbols *t, uint64_t addr);
+void d9ctl_trace_symbols_clear(struct trace_symbols *t);
 
 /* Loads path, collects its symbol table into syms (cleared first, sorted),
  * then decodes it again calling on_event: names are appended after the
  * events that use them, so an exporter needs them before the first event. */
-int trace_read_with_symbols(const char *path, struct trace_symbols *syms,
+int d9ctl_trace_read_with_symbols(const char *path, struct trace_symbols *syms,
                             int (*on_event)(const struct d9_dec_event *ev, void *ctx), void *ctx,
                             char *why, size_t why_len);
 
 /* p[0..len) as a JSON string, quotes included; _chars leaves them out (to
  * join several parts in one string). */
-void trace_json_string(FILE *out, const char *p, size_t len);
-void trace_json_chars(FILE *out, const char *p, size_t len);
+void d9ctl_trace_json_string(FILE *out, const char *p, size_t len);
+void d9ctl_trace_json_chars(FILE *out, const char *p, size_t len);

@@ -166,7 +166,7 @@ static void aa_judge_failure(struct autoattach *aa, struct attach_rule *rule, pi
 {
         struct aa_failure *f;
 
-        if (pidfd_alive(pidfd) < 0) {
+        if (d9_pidfd_alive(pidfd) < 0) {
                 rule->exited_first++;
                 return;
         }
@@ -194,7 +194,7 @@ static bool aa_failures_due(struct autoattach *aa)
         struct aa_failure **pp = &aa->failures, *f;
 
         while ((f = *pp)) {
-                bool gone = pidfd_alive(f->pidfd) < 0;
+                bool gone = d9_pidfd_alive(f->pidfd) < 0;
 
                 if (!gone && now < f->until_ms) {
                         pp = &f->next;
@@ -307,7 +307,7 @@ static void aa_consider(struct autoattach *aa, pid_t pid, uint64_t exec_ns, uint
                 aa->execs_gone++;
                 return;
         }
-        if (!(rule = attach_rules_match(aa->rules, f.exe, f.cgroup)))
+        if (!(rule = d9d_attach_rules_match(aa->rules, f.exe, f.cgroup)))
                 return;
         /* A reload's scan: what the old rules match was looked at already
          * (and may have been detached on purpose since). */
@@ -516,7 +516,7 @@ int autoattach_reload(struct d9d *d, struct attach_rules *next)
                 f->rule = aa_rule_after_reload(aa, next, f->rule);
         d->cfg.attach = *next;
         *next = (struct attach_rules){ .max_targets = d->cfg.attach.max_targets };
-        attach_rules_free(&old);
+        d9d_attach_rules_free(&old);
         if (!aa)
                 return autoattach_start(d, &d->autoattach);
         if (added) {

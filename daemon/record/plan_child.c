@@ -33,7 +33,7 @@ struct answer_header {
         uint64_t message_len, plan_len;
 };
 
-int plan_child_main(int argc, char **argv)
+int planner_child_main(int argc, char **argv)
 {
         struct probe_plan *plan = NULL;
         struct answer_header h = { 0 };
@@ -165,7 +165,7 @@ static int take_answer(const struct d9_buf *b, const char *display, struct probe
         return r;
 }
 
-int plan_child_build(int fd, const char *display, const char *root, uint64_t timeout_ms, int abort_fd,
+int planner_child_build(int fd, const char *display, const char *root, uint64_t timeout_ms, int abort_fd,
                      struct probe_plan **out, char **why)
 {
         struct d9_buf answer = { 0 };

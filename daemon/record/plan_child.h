@@ -20,9 +20,9 @@ struct probe_plan;
  * plan, root ("" for none) is where separate debug files are looked for.
  * The child is killed after timeout_ms, or once abort_fd is readable.
  * 0, or a negative errno with *why (malloc'd) saying what went wrong. */
-int plan_child_build(int fd, const char *display, const char *root, uint64_t timeout_ms, int abort_fd,
+int planner_child_build(int fd, const char *display, const char *root, uint64_t timeout_ms, int abort_fd,
                      struct probe_plan **out, char **why);
 
 /* main() of the child: argv is d9d PLAN_CHILD_ARG DISPLAY ROOT, the file
  * is fd 3, the answer goes to fd 4. Returns the exit status. */
-int plan_child_main(int argc, char **argv);
+int planner_child_main(int argc, char **argv);

@@ -86,5 +86,5 @@ int proc_facts_read(pid_t pid, int pidfd, struct proc_facts *f)
         const char *state = strstr(buf, "\nState:");
         if (state && strspn(state + 7, " \t") < 8 && strchr("ZX", state[7 + strspn(state + 7, " \t")]))
                 return -ESRCH;
-        return pidfd_alive(pidfd) < 0 ? -ESRCH : 0;
+        return d9_pidfd_alive(pidfd) < 0 ? -ESRCH : 0;
 }

@@ -107,8 +107,8 @@ char *sampler_read_maps(int proc_fd, int pidfd)
         if (proc_fd < 0 || pidfd < 0)
                 return NULL;
         snprintf(path, sizeof(path), "/proc/self/fd/%d/maps", proc_fd);
-        maps = read_proc_text(path);
-        if (maps && (!*maps || pidfd_alive(pidfd) < 0)) {
+        maps = symbolizer_read_proc_text(path);
+        if (maps && (!*maps || d9_pidfd_alive(pidfd) < 0)) {
                 free(maps);
                 maps = NULL;
         }
@@ -120,7 +120,7 @@ static void sample_maps(struct target *t, struct sample *s)
         s->kind = SAMPLE_MAPS;
         s->maps = sampler_read_maps(t->o.proc_fd, t->o.pidfd);
         if (!s->maps)
-                s->error = pidfd_alive(t->o.pidfd) < 0 ? -ESRCH : -EIO;
+                s->error = d9_pidfd_alive(t->o.pidfd) < 0 ? -ESRCH : -EIO;
 }
 
 static void sample_accept_queues(struct sampler *sm, struct target *t, struct sample *s)

@@ -59,7 +59,7 @@ int segment_writer_init(struct segment_writer *sw, const char *dir)
         if (!dh)
                 return -errno;
         while ((de = readdir(dh))) {
-                int n = segment_index_of(de->d_name);
+                int n = d9d_segment_index_of(de->d_name);
                 if (n >= 0 && (unsigned)n >= sw->index)
                         sw->index = (unsigned)n + 1;
         }
@@ -146,7 +146,7 @@ int segment_writer_grant(const struct segment_writer *sw, uid_t reader)
         fd = open(sw->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
                 return -errno;
-        r = trace_access_grant(fd, reader, true, true);
+        r = d9d_trace_access_grant(fd, reader, true, true);
         close(fd);
         snprintf(parent, sizeof(parent), "%s", sw->dir);
         slash = strrchr(parent, '/');
@@ -157,7 +157,7 @@ int segment_writer_grant(const struct segment_writer *sw, uid_t reader)
         if (fd < 0)
                 return -errno;
         /* The service folder: traversed, not listed, by the reader. */
-        r = trace_access_grant(fd, 0, true, false);
+        r = d9d_trace_access_grant(fd, 0, true, false);
         close(fd);
         return r;
 }

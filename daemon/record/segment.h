@@ -27,7 +27,7 @@ struct segment_writer {
  * segment already there). */
 int segment_writer_init(struct segment_writer *sw, const char *dir);
 /* Let reader (the recording uid, 0 for none) list the target folder and
- * traverse the service folder above it (trace_access_grant). */
+ * traverse the service folder above it (d9d_trace_access_grant). */
 int segment_writer_grant(const struct segment_writer *sw, uid_t reader);
 /* Open trace.N.bin.active and write its first streams: ClockSyncEvent, then
  * SegmentMetadataEvent + ClockSyncEvent, so every file stands alone. */

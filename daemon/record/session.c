@@ -82,7 +82,7 @@ static int read_proc_identity(pid_t pid, uint64_t *starttime, uid_t *uid)
         unsigned long long start;
 
         snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-        stat = read_proc_text(path);
+        stat = symbolizer_read_proc_text(path);
         if (!stat)
                 return -ESRCH;
         p = strrchr(stat, ')'); /* comm may contain spaces and parentheses */
@@ -489,7 +489,7 @@ static void session_rotate(struct session *s, const char *why)
 
 static int read_sysctl(const char *path)
 {
-        _cleanup_free_ char *text = read_proc_text(path);
+        _cleanup_free_ char *text = symbolizer_read_proc_text(path);
 
         return text ? atoi(text) : 2;
 }
@@ -542,7 +542,7 @@ static bool session_gained_privileges(struct session *s)
         /* Unreadable: exited (the pidfd ends the session) or now beyond us. */
         if (now && s->creds && !strcmp(now, s->creds))
                 return false;
-        if (!now && pidfd_alive(s->pidfd_w.fd) < 0)
+        if (!now && d9_pidfd_alive(s->pidfd_w.fd) < 0)
                 return false;
         s->privileged = true;
         return true;
@@ -689,7 +689,7 @@ static int session_install_bpf(struct session *s, char **why)
                         *why = dupf("cannot attach to pid %d: %s", s->pid, strerror(-r));
                 return r;
         }
-        if (pidfd_alive(s->pidfd_w.fd) < 0) {
+        if (d9_pidfd_alive(s->pidfd_w.fd) < 0) {
                 /* Exited during the attach: the PID filter could now match a
                  * process that is not the one checked. */
                 *why = dupf("pid %d exited while being attached", s->pid);
@@ -723,7 +723,7 @@ static int open_target_fd(struct session *s, int fd_in_target)
         fd = d9_target_file_reopen(fd);
         if (fd < 0)
                 return fd;
-        if (pidfd_alive(s->pidfd_w.fd) < 0) {
+        if (d9_pidfd_alive(s->pidfd_w.fd) < 0) {
                 close(fd);
                 return -ESRCH;
         }
@@ -781,7 +781,7 @@ static int session_plan(struct session *s, const struct session_request *req, ch
         }
         if (of_pid)
                 snprintf(root, sizeof(root), "/proc/%d/root", s->pid);
-        r = plan_child_build(fd, display, root, s->d->cfg.plan_timeout_ms, planner_abort_fd(s->d->planner), &s->plan,
+        r = planner_child_build(fd, display, root, s->d->cfg.plan_timeout_ms, planner_abort_fd(s->d->planner), &s->plan,
                              &err);
         if (r < 0)
                 *why = !err ? dupf("no probe plan for pid %d: %s", s->pid, strerror(-r))
@@ -915,7 +915,7 @@ static int session_read_placement(struct session *s)
 }
 
 /* The quick checks, on the loop: pidfd first, since every check is about
- * the process behind it and pidfd_alive() after the reads proves the PID
+ * the process behind it and d9_pidfd_alive() after the reads proves the PID
  * was not reused meanwhile. Also keeps the target's root directory: the
  * sealer finds its files there after it exited, never via /proc/PID. */
 static int session_check_target(struct session *s, const struct session_request *req, char **why)
@@ -942,7 +942,7 @@ static int session_check_target(struct session *s, const struct session_request 
                 snprintf(path, sizeof(path), "/proc/%d", req->pid);
                 s->proc_fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
         }
-        if (r == 0 && pidfd_alive(s->pidfd_w.fd) < 0)
+        if (r == 0 && d9_pidfd_alive(s->pidfd_w.fd) < 0)
                 r = -ESRCH;
         if (r < 0) {
                 *why = dupf("no process with pid %d", req->pid);
@@ -972,7 +972,7 @@ static int session_start_attach(struct session *s, const struct session_request 
         char dir[PATH_MAX];
         int r;
 
-        if (pidfd_alive(s->pidfd_w.fd) < 0) {
+        if (d9_pidfd_alive(s->pidfd_w.fd) < 0) {
                 *why = dupf("pid %d exited while being attached", s->pid);
                 return -ESRCH;
         }
@@ -1065,7 +1065,7 @@ static void session_install_run(struct plan_job *job)
         struct session_start *st = (struct session_start *)job;
         struct session *s = st->s;
 
-        if (pidfd_alive(s->pidfd_w.fd) < 0) {
+        if (d9_pidfd_alive(s->pidfd_w.fd) < 0) {
                 st->why = dupf("pid %d exited while its probe plan was built", s->pid);
                 st->r = -ESRCH;
         } else if (session_gained_privileges(s)) {

@@ -478,7 +478,7 @@ static const char *dyn_lookup(struct translate *tr, uint64_t addr)
                 char *maps;
 
                 snprintf(path, sizeof(path), "/proc/%d/maps", tr->pid);
-                maps = read_proc_text(path);
+                maps = symbolizer_read_proc_text(path);
                 found = maps ? symbolizer_new_for_file_at(tr->pid, maps, addr, &tr->sym_lo, &tr->sym_hi) : NULL;
                 free(maps);
                 if (!found)

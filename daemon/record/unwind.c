@@ -635,7 +635,7 @@ static bool budget_allows(struct unwinder *u, uint64_t now)
 static bool steps_without_cfi(struct unwinder *u, const struct unw_step_ops *o, bool leaf)
 {
         for (;;) {
-                enum unw_step_kind k = unw_step_no_cfi(o, u->stuck_regs, u->stuck_cfi, leaf);
+                enum unw_step_kind k = unwind_step_no_cfi(o, u->stuck_regs, u->stuck_cfi, leaf);
                 uint64_t pc = u->stuck_regs[D9_DW_RIP];
 
                 /* Every step moves sp up: no loop. */

@@ -30,7 +30,7 @@ static int modrm_len(const uint8_t *p, int avail)
         return n;
 }
 
-bool unw_call_ends_at(const uint8_t code[16])
+bool unwind_call_ends_at(const uint8_t code[16])
 {
         /* call rel32 */
         if (code[16 - 5] == 0xe8)
@@ -50,7 +50,7 @@ static bool is_return_address(const struct unw_step_ops *ops, uint64_t ra)
         uint8_t code[16];
 
         return ra > 16 && ops->cfi_at(ops->ctx, ra - 1) != UNW_CFI_NO_MODULE &&
-               ops->read_code(ops->ctx, ra, code) && unw_call_ends_at(code);
+               ops->read_code(ops->ctx, ra, code) && unwind_call_ends_at(code);
 }
 
 static bool step_frameless(const struct unw_step_ops *ops, uint64_t *regs)
@@ -96,7 +96,7 @@ static bool step_scan(const struct unw_step_ops *ops, uint64_t *regs)
         return false;
 }
 
-enum unw_step_kind unw_step_no_cfi(const struct unw_step_ops *ops, uint64_t regs[D9_STACK_NREGS],
+enum unw_step_kind unwind_step_no_cfi(const struct unw_step_ops *ops, uint64_t regs[D9_STACK_NREGS],
                                    enum unw_cfi cfi, bool leaf)
 {
         /* A module without CFI was built with frame pointers or cannot be

@@ -52,8 +52,8 @@ enum unw_step_kind {
  * on success regs hold the caller's pc, sp (and rbp for a frame-pointer
  * step; other registers are left as they were) and the kind of step is
  * returned. */
-enum unw_step_kind unw_step_no_cfi(const struct unw_step_ops *ops, uint64_t regs[D9_STACK_NREGS],
+enum unw_step_kind unwind_step_no_cfi(const struct unw_step_ops *ops, uint64_t regs[D9_STACK_NREGS],
                                    enum unw_cfi cfi, bool leaf);
 
 /* True if the code right before ra ends with a call instruction. */
-bool unw_call_ends_at(const uint8_t code[16]);
+bool unwind_call_ends_at(const uint8_t code[16]);

@@ -30,7 +30,7 @@ static int is_sealed_name(const char *name)
 {
         size_t n = strlen(name);
 
-        if (segment_index_of(name) < 0)
+        if (d9d_segment_index_of(name) < 0)
                 return 0;
         return (n > 4 && !strcmp(name + n - 4, ".bin")) || (n > 8 && !strcmp(name + n - 8, ".bin.zst")) ||
                (n > 7 && !strcmp(name + n - 7, ".bin.gz"));
@@ -61,7 +61,7 @@ static int older_first(const void *a, const void *b)
         return strcmp(x->path, y->path);
 }
 
-int budget_enforce(const char *traces_dir, uint64_t budget_bytes, struct budget_result *res)
+int seal_budget_enforce(const char *traces_dir, uint64_t budget_bytes, struct budget_result *res)
 {
         uint64_t total = 0;
         int r = 0;

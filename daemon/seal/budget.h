@@ -9,4 +9,4 @@ struct budget_result {
         uint64_t evicted, evicted_bytes;
 };
 
-int budget_enforce(const char *traces_dir, uint64_t budget_bytes, struct budget_result *res);
+int seal_budget_enforce(const char *traces_dir, uint64_t budget_bytes, struct budget_result *res);

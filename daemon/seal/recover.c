@@ -16,7 +16,7 @@
 #include "daemon/seal/recover.h"
 #include "daemon/seal/sealer.h"
 
-long long recover_trim(const char *path)
+long long seal_recover_trim(const char *path)
 {
         uint8_t *raw = NULL;
         size_t len = 0, keep;
@@ -49,7 +49,7 @@ static int recover_one(const char *path, const struct stat *st, int type, struct
         }
         if (type != FTW_F || n < 7 || strcmp(path + n - 7, ".active"))
                 return 0;
-        cut = recover_trim(path);
+        cut = seal_recover_trim(path);
         if (cut < 0) {
                 log_error("recovery: cannot read %s: %s", path, strerror((int)-cut));
                 return 0;
@@ -77,7 +77,7 @@ static int recover_one(const char *path, const struct stat *st, int type, struct
         return 0;
 }
 
-int recover_active_segments(const char *traces_dir, struct sealer *sealer, int compression)
+int seal_recover_active_segments(const char *traces_dir, struct sealer *sealer, int compression)
 {
         recover_sealer = sealer;
         recover_compression = compression;

@@ -5,6 +5,6 @@
 struct sealer;
 
 /* Returns the number of segments queued, or a negative errno. */
-int recover_active_segments(const char *traces_dir, struct sealer *sealer, int compression);
+int seal_recover_active_segments(const char *traces_dir, struct sealer *sealer, int compression);
 /* Trim one file to its longest valid prefix; returns bytes cut or -errno. */
-long long recover_trim(const char *path);
+long long seal_recover_trim(const char *path);

@@ -64,7 +64,7 @@ int seal_job_identity_from_path(struct seal_job *job, const char *path)
                 return -EINVAL;
         *target++ = 0;
         service = strrchr(dir, '/');
-        if (!service || sscanf(target, "%d-%llu", &pid, &starttime) != 2 || (n = segment_index_of(file)) < 0 ||
+        if (!service || sscanf(target, "%d-%llu", &pid, &starttime) != 2 || (n = d9d_segment_index_of(file)) < 0 ||
             strlen(service + 1) >= sizeof(job->service))
                 return -EINVAL;
         snprintf(job->service, sizeof(job->service), "%s", service + 1);
@@ -336,7 +336,7 @@ int seal_segment(struct seal_job *job)
         r = symbolize_segment(job);
         if (r < 0)
                 log_warn("%s: symbols not appended: %s", job->active, strerror(-r));
-        r = segment_sealed_path(job->active, compression_suffix(job->compression),
+        r = d9d_segment_sealed_path(job->active, d9d_compression_suffix(job->compression),
                                 job->sealed, sizeof(job->sealed));
         if (r < 0)
                 return r;
@@ -344,7 +344,7 @@ int seal_segment(struct seal_job *job)
                 _cleanup_close_ int fd = open(job->active, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
                 if (fd < 0 || fsync(fd) < 0)
                         return -errno;
-                trace_access_grant(fd, job->reader_uid, false, false);
+                d9d_trace_access_grant(fd, job->reader_uid, false, false);
                 if (rename(job->active, job->sealed) < 0)
                         return -errno;
         } else {
@@ -359,7 +359,7 @@ int seal_segment(struct seal_job *job)
                 }
                 _cleanup_close_ int fd = open(tmp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
                 if (fd >= 0)
-                        trace_access_grant(fd, job->reader_uid, false, false);
+                        d9d_trace_access_grant(fd, job->reader_uid, false, false);
                 if (rename(tmp, job->sealed) < 0)
                         return -errno;
                 unlink(job->active);
@@ -399,7 +399,7 @@ static void *sealer_main(void *arg)
                         ship_sealed(s->shipper, job);
                 struct budget_result br = { 0 };
                 if (s->d->cfg.disk_budget_bytes)
-                        budget_enforce(s->d->traces_dir, s->d->cfg.disk_budget_bytes, &br);
+                        seal_budget_enforce(s->d->traces_dir, s->d->cfg.disk_budget_bytes, &br);
 
                 pthread_mutex_lock(&s->lock);
                 s->st.queued--;

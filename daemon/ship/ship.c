@@ -221,7 +221,7 @@ static void free_shipper(struct shipper *s)
                 ship_job_free(pop(s));
         free(s->queue);
         s3_client_free(s->client);
-        ship_config_free(&s->cfg);
+        d9d_ship_config_free(&s->cfg);
         pthread_mutex_destroy(&s->lock);
         pthread_cond_destroy(&s->wake);
         pthread_cond_destroy(&s->idle);

@@ -41,7 +41,7 @@ static bool preload_failed;     /* it found no table: do not start it again */
 /* FNV-1a of /proc/modules: names, sizes and load addresses of modules. */
 static uint64_t modules_hash(void)
 {
-        _cleanup_free_ char *text = read_proc_text("/proc/modules");
+        _cleanup_free_ char *text = symbolizer_read_proc_text("/proc/modules");
         uint64_t h = 1469598103934665603ull;
 
         for (const char *p = text ? text : ""; *p; p++)

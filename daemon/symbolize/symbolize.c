@@ -60,7 +60,7 @@ struct symbolizer {
  * a /proc file that keeps growing while it is read. */
 #define PROC_TEXT_MAX (64u << 20)
 
-char *read_proc_text(const char *path)
+char *symbolizer_read_proc_text(const char *path)
 {
         _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
         struct d9_buf text = { 0 };

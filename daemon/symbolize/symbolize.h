@@ -56,4 +56,4 @@ const char *symbolizer_lookup_vaddr(struct symbolizer *s, uint64_t vaddr, uint64
 const char *symbolizer_lookup_offset(struct symbolizer *s, uint64_t off, uint64_t *size);
 
 /* Read a small /proc file (maps, stat...) into a malloc'd NUL-terminated string. */
-char *read_proc_text(const char *path);
+char *symbolizer_read_proc_text(const char *path);

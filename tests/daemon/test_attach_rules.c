@@ -18,12 +18,12 @@ static int add(struct d9d_config *cfg, const char *value)
 {
         const char *why;
 
-        return config_set(cfg, "attach", value, &why);
+        return d9d_config_set(cfg, "attach", value, &why);
 }
 
 static const char *match(const struct attach_rules *rules, const char *exe, const char *cgroup)
 {
-        struct attach_rule *r = attach_rules_match(rules, exe, cgroup);
+        struct attach_rule *r = d9d_attach_rules_match(rules, exe, cgroup);
 
         return r ? r->text : "none";
 }
@@ -38,7 +38,7 @@ static void test_parse(void)
         };
         const char *why;
 
-        config_defaults(&cfg);
+        d9d_config_defaults(&cfg);
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
                 ok(add(&cfg, bad[i]) == -EINVAL, "attach = %s is refused", bad[i]);
         ok(cfg.attach.n == 0, "refused rules are not kept");
@@ -50,17 +50,17 @@ static void test_parse(void)
            !strcmp(cfg.attach.v[1].text, "unit:pay.service"), "no probes= means the default set, as attach's");
         ok(cfg.attach.max_targets == ATTACH_DEFAULT_MAX_TARGETS, "auto_attach_max defaults to %u",
            ATTACH_DEFAULT_MAX_TARGETS);
-        ok(config_set(&cfg, "auto_attach_max", "0", &why) == -EINVAL &&
-           config_set(&cfg, "auto_attach_max", "3", &why) == 0 && cfg.attach.max_targets == 3,
+        ok(d9d_config_set(&cfg, "auto_attach_max", "0", &why) == -EINVAL &&
+           d9d_config_set(&cfg, "auto_attach_max", "3", &why) == 0 && cfg.attach.max_targets == 3,
            "auto_attach_max: 0 refused, 3 taken");
-        config_free(&cfg);
+        d9d_config_free(&cfg);
 }
 
 static void test_match(void)
 {
         struct d9d_config cfg;
 
-        config_defaults(&cfg);
+        d9d_config_defaults(&cfg);
         add(&cfg, "exe:/srv/app/api");
         add(&cfg, "exe:worker");
         add(&cfg, "cgroup:/kubepods.slice/pod1");
@@ -82,7 +82,7 @@ static void test_match(void)
         ok(!strcmp(match(r, "/bin/x", "/user.slice/user-1000.slice/user@1000.service/app.slice/pay.service"), "none"),
            "unit: never matches a cgroup a user's own systemd named so (below user@.service)");
         ok(!strcmp(match(r, "", ""), "none"), "a kernel thread (no exe, no cgroup) matches nothing");
-        config_free(&cfg);
+        d9d_config_free(&cfg);
 }
 
 static void test_own_facts(void)

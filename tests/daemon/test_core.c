@@ -129,7 +129,7 @@ static void test_config(void)
         char path[300];
         FILE *f;
 
-        config_defaults(&cfg);
+        d9d_config_defaults(&cfg);
         ok(cfg.rotate_period_ms == 60000 && cfg.compression == D9_COMPRESS_ZSTD &&
            !strcmp(cfg.state_dir, "/var/lib/d9d"), "config defaults: 60 s rotation, zstd, /var/lib/d9d");
         snprintf(path, sizeof(path), "%s/d9d.conf", tmpdir);
@@ -137,19 +137,19 @@ static void test_config(void)
         fprintf(f, "# comment\nstate_dir = /tmp/x\nrotate_period = 5s\nmax_segment_size = 1M\n"
                    "disk_budget = 2G\ncompression = gzip\nsample_rate = 49\nservice = api\n");
         fclose(f);
-        ok(config_load(&cfg, path, true) == 0 && !strcmp(cfg.state_dir, "/tmp/x") && cfg.rotate_period_ms == 5000 &&
+        ok(d9d_config_load(&cfg, path, true) == 0 && !strcmp(cfg.state_dir, "/tmp/x") && cfg.rotate_period_ms == 5000 &&
            cfg.max_segment_bytes == 1 << 20 && cfg.disk_budget_bytes == 2ull << 30 &&
            cfg.compression == D9_COMPRESS_GZIP && cfg.sample_hz == 49 && !strcmp(cfg.service, "api"),
            "config file sets every key");
-        ok(config_set(&cfg, "compression", "lz4", &why) == -EINVAL, "config rejects an unknown compression");
-        ok(config_set(&cfg, "bogus", "1", &why) == -EINVAL && !strcmp(why, "unknown key"), "config rejects an unknown key");
+        ok(d9d_config_set(&cfg, "compression", "lz4", &why) == -EINVAL, "config rejects an unknown compression");
+        ok(d9d_config_set(&cfg, "bogus", "1", &why) == -EINVAL && !strcmp(why, "unknown key"), "config rejects an unknown key");
         f = fopen(path, "w");
         fprintf(f, "no equals sign here\n");
         fclose(f);
-        ok(config_load(&cfg, path, true) == -EINVAL, "config file without key = value is an error");
-        ok(config_load(&cfg, "/nonexistent/d9d.conf", false) == 0, "missing default config file is fine");
-        ok(config_load(&cfg, "/nonexistent/d9d.conf", true) == -ENOENT, "missing explicit config file is an error");
-        config_free(&cfg);
+        ok(d9d_config_load(&cfg, path, true) == -EINVAL, "config file without key = value is an error");
+        ok(d9d_config_load(&cfg, "/nonexistent/d9d.conf", false) == 0, "missing default config file is fine");
+        ok(d9d_config_load(&cfg, "/nonexistent/d9d.conf", true) == -ENOENT, "missing explicit config file is an error");
+        d9d_config_free(&cfg);
 
         /* What a reload (SIGHUP) is told: the line that is wrong, and the
          * keys only a restart applies. */
@@ -159,24 +159,24 @@ static void test_config(void)
         f = fopen(path, "w");
         fprintf(f, "rotate_period = 5s\nattach = exe:api\nattach = unit:\n");
         fclose(f);
-        config_defaults(&b);
-        ok(config_read(&b, path, true, err, sizeof(err)) == -EINVAL && strstr(err, "d9d.conf:3: attach: unit: expects"),
-           "config_read says file, line, key and why in one line: %s", err);
-        config_free(&b);
-        config_defaults(&a);
-        config_defaults(&b);
-        config_set(&a, "rotate_period", "5s", &why);
-        config_set(&a, "service", "api", &why);
-        config_set(&a, "attach", "exe:api", &why);
-        config_set(&b, "rotate_period", "7s", &why);
-        config_set(&b, "compression", "gzip", &why);
-        config_set(&b, "attach", "exe:other", &why);
-        config_set(&b, "auto_attach_max", "3", &why);
-        ok(config_restart_keys(&a, &b, keys, sizeof(keys)) == 3 && !strcmp(keys, "rotate_period, service, compression"),
+        d9d_config_defaults(&b);
+        ok(d9d_config_read(&b, path, true, err, sizeof(err)) == -EINVAL && strstr(err, "d9d.conf:3: attach: unit: expects"),
+           "d9d_config_read says file, line, key and why in one line: %s", err);
+        d9d_config_free(&b);
+        d9d_config_defaults(&a);
+        d9d_config_defaults(&b);
+        d9d_config_set(&a, "rotate_period", "5s", &why);
+        d9d_config_set(&a, "service", "api", &why);
+        d9d_config_set(&a, "attach", "exe:api", &why);
+        d9d_config_set(&b, "rotate_period", "7s", &why);
+        d9d_config_set(&b, "compression", "gzip", &why);
+        d9d_config_set(&b, "attach", "exe:other", &why);
+        d9d_config_set(&b, "auto_attach_max", "3", &why);
+        ok(d9d_config_restart_keys(&a, &b, keys, sizeof(keys)) == 3 && !strcmp(keys, "rotate_period, service, compression"),
            "a reload names changed, dropped and added keys, never attach or auto_attach_max: %s", keys);
-        ok(config_restart_keys(&a, &a, keys, sizeof(keys)) == 0 && !keys[0], "an unchanged file names no key");
-        config_free(&a);
-        config_free(&b);
+        ok(d9d_config_restart_keys(&a, &a, keys, sizeof(keys)) == 0 && !keys[0], "an unchanged file names no key");
+        d9d_config_free(&a);
+        d9d_config_free(&b);
 }
 
 static void test_control_protocol(void)
@@ -226,7 +226,7 @@ static void test_seal(enum d9_compress kind, const char *suffix)
         snprintf(dir, sizeof(dir), "%s/seal%s/svc/1-2", tmpdir, suffix);
         ok(segment_writer_init(&sw, dir) == 0 && write_segment(&sw, 100, c.self_addr) == 0 &&
            segment_close(&sw, job.active, sizeof(job.active)) == 0, "segment%s: written", suffix);
-        job.maps = read_proc_text("/proc/self/maps");
+        job.maps = symbolizer_read_proc_text("/proc/self/maps");
         ok(seal_segment(&job) == 0, "segment%s: sealed to %s", suffix, job.sealed);
         ok(access(job.active, F_OK) != 0 && strstr(job.sealed, "trace.0.bin") &&
            !strcmp(job.sealed + strlen(job.sealed) - strlen(suffix), suffix), "segment%s: .active renamed away", suffix);
@@ -276,7 +276,7 @@ static void test_recovery(void)
         /* Tear the tail: cut the file in the middle of the last frames. */
         ok(truncate(active, st.st_size - 7) == 0, "recovery: torn %s by 7 bytes", active);
         ok(decode_file(active, &c, true) != 0, "recovery: strict decode of the torn file fails");
-        cut = recover_trim(active);
+        cut = seal_recover_trim(active);
         ok(cut > 0 && cut < 64, "recovery: trimmed %lld bytes of torn frame", cut);
         memset(&c, 0, sizeof(c));
         int dr = decode_file(active, &c, true);
@@ -286,7 +286,7 @@ static void test_recovery(void)
         fd = open(active, O_WRONLY | O_APPEND);
         (void)!write(fd, "\x77\x01\x02", 3);
         close(fd);
-        ok(recover_trim(active) == 3, "recovery: trailing garbage removed");
+        ok(seal_recover_trim(active) == 3, "recovery: trailing garbage removed");
 
         /* A recovered segment has no session to say whose it is: its folder
          * does, as session.c laid it out (<service>/<pid>-<starttime>). */
@@ -329,7 +329,7 @@ static void test_budget(void)
         snprintf(p, sizeof(p), "%s/trace.5.bin.active", dir);
         make_file(p, 5000, now - 1000);
         snprintf(dir, sizeof(dir), "%s/budget", tmpdir);
-        ok(budget_enforce(dir, 3000, &br) == 0 && br.total_bytes == 5000 && br.evicted == 2 && br.evicted_bytes == 2000,
+        ok(seal_budget_enforce(dir, 3000, &br) == 0 && br.total_bytes == 5000 && br.evicted == 2 && br.evicted_bytes == 2000,
            "budget: 5 x 1000 bytes over a 3000 budget evicts 2");
         snprintf(p, sizeof(p), "%s/a/1-1/trace.0.bin.zst", dir);
         ok(access(p, F_OK) != 0, "budget: the oldest (trace.0) went first");

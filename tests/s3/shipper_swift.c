@@ -50,7 +50,7 @@ static void make_segments(const char *dir, int n)
 
 static void shipper_config(struct ship_config *cfg, const char *state, const char *prefix)
 {
-        ship_config_init(cfg);
+        d9d_ship_config_init(cfg);
         s3env_config(&cfg->s3, BUCKET);
         cfg->s3.prefix = strdup(prefix);
         cfg->s3.instance = strdup("test-host");
@@ -175,7 +175,7 @@ static void segments_land_under_dial9_keys(struct s3_client *c)
         ok(st.bytes_shipped == bytes, "bytes_shipped = %llu", (unsigned long long)st.bytes_shipped);
         ok(count_objects(c, "fleet/a/") == 3, "exactly 3 objects under fleet/a/");
         ok(count_jobs(state) == 0, "no pending jobs left");
-        ship_config_free(&cfg);
+        d9d_ship_config_free(&cfg);
 }
 
 static void wrong_secret_keeps_then_restart_resumes(struct s3_client *c)
@@ -227,7 +227,7 @@ static void wrong_secret_keeps_then_restart_resumes(struct s3_client *c)
         ok(object_matches(c, "fleet/b/2026-01-02/0301/demo/test-host/abcd-4242/1767322860-1.bin.gz", path),
            "resumed segment downloads byte-identical");
         ok(count_objects(c, "fleet/b/") == 2 && count_jobs(state) == 0, "2 objects, no jobs left");
-        ship_config_free(&cfg);
+        d9d_ship_config_free(&cfg);
 }
 
 /* Proxy killed after the first upload: in-flight and later uploads fail, the
@@ -278,7 +278,7 @@ static void outage_loses_and_duplicates_nothing(struct s3_client *c)
         }
         ok(same == N - 1, "all %d surviving segments download byte-identical (%d)", N - 1, same);
         ok(count_jobs(state) == 0, "no pending jobs left");
-        ship_config_free(&cfg);
+        d9d_ship_config_free(&cfg);
 }
 
 /* The proxy dies while a (rate-limited, ~2 s) PUT is on the wire. */
@@ -316,7 +316,7 @@ static void interrupted_upload_completes(struct s3_client *c)
         ok(st.uploads_ok == 1 && count_objects(c, "fleet/e/") == 1, "exactly one object");
         ok(object_matches(c, "fleet/e/2026-01-02/0307/demo/test-host/abcd-4242/1767323220-7.bin", path),
            "and it is byte-identical to the segment");
-        ship_config_free(&cfg);
+        d9d_ship_config_free(&cfg);
 }
 
 static void delete_after_upload(struct s3_client *c)
@@ -344,22 +344,22 @@ static void delete_after_upload(struct s3_client *c)
            got.len == len && !memcmp(got.data, want, len), "and the object is there, byte-identical");
         d9_buf_free(&got);
         free(want);
-        ship_config_free(&cfg);
+        d9d_ship_config_free(&cfg);
 }
 
 static void config_keys(void)
 {
         struct ship_config cfg;
         const char *why = NULL;
-        ship_config_init(&cfg);
-        ok(ship_config_set(&cfg, "s3_bucket", "b", &why) == 0 && !strcmp(cfg.s3.bucket, "b"), "s3_bucket");
-        ok(ship_config_set(&cfg, "s3_prefix", "p/q/", &why) == 0 && !strcmp(cfg.s3.prefix, "p/q"),
+        d9d_ship_config_init(&cfg);
+        ok(d9d_ship_config_set(&cfg, "s3_bucket", "b", &why) == 0 && !strcmp(cfg.s3.bucket, "b"), "s3_bucket");
+        ok(d9d_ship_config_set(&cfg, "s3_prefix", "p/q/", &why) == 0 && !strcmp(cfg.s3.prefix, "p/q"),
            "s3_prefix drops a trailing '/'");
-        ok(ship_config_set(&cfg, "s3_part_size", "1M", &why) == -EINVAL && why, "part size below 5M rejected: %s", why);
-        ok(ship_config_set(&cfg, "s3_delete_after_upload", "yes", &why) == 0 && cfg.delete_after_upload,
+        ok(d9d_ship_config_set(&cfg, "s3_part_size", "1M", &why) == -EINVAL && why, "part size below 5M rejected: %s", why);
+        ok(d9d_ship_config_set(&cfg, "s3_delete_after_upload", "yes", &why) == 0 && cfg.delete_after_upload,
            "s3_delete_after_upload");
-        ok(ship_config_set(&cfg, "rotate_period", "60s", &why) == -ENOENT, "a non-S3 key is left to the caller");
-        ship_config_free(&cfg);
+        ok(d9d_ship_config_set(&cfg, "rotate_period", "60s", &why) == -ENOENT, "a non-S3 key is left to the caller");
+        d9d_ship_config_free(&cfg);
 }
 
 int main(int argc, char **argv)

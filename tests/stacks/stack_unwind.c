@@ -411,7 +411,7 @@ int main(int argc, char **argv)
                      i++)
                         usleep(10000);
                 snprintf(path, sizeof(path), "/proc/%d/maps", target.pid);
-                char *maps = read_proc_text(path);
+                char *maps = symbolizer_read_proc_text(path);
                 run.sealer_sym = symbolizer_new(target.pid, sealer_names ? maps : NULL);
                 free(maps);
         }

@@ -28,7 +28,7 @@ static int serve_one_client(int listen_fd)
 
 static int ping_watchdog(int pings)
 {
-        int tfd = notify_watchdog_timerfd();
+        int tfd = d9d_notify_watchdog_timerfd();
 
         if (tfd < 0)
                 return tfd;
@@ -40,7 +40,7 @@ static int ping_watchdog(int pings)
                         close(tfd);
                         return -ETIMEDOUT;
                 }
-                notify_watchdog();
+                d9d_notify_watchdog();
         }
         close(tfd);
         return 0;
@@ -49,7 +49,7 @@ static int ping_watchdog(int pings)
 int main(int argc, char **argv)
 {
         int pings = argc > 1 ? atoi(argv[1]) : 2;
-        int fd = notify_listen_fd("control");
+        int fd = d9d_notify_listen_fd("control");
 
         printf("listen_fd=%d%s%s\n", fd, fd < 0 ? " " : "", fd < 0 ? strerror(-fd) : "");
         printf("LISTEN_FDS=%s\n", getenv("LISTEN_FDS") ? getenv("LISTEN_FDS") : "(unset)");
@@ -61,17 +61,17 @@ int main(int argc, char **argv)
                         return 1;
                 }
         }
-        notify_status("starting %d pings", pings);
-        notify_status("%s", "first line only\nMAINPID=1"); /* must not inject MAINPID= */
-        notify_ready("ready");
-        printf("watchdog_usec=%llu\n", (unsigned long long)notify_watchdog_usec());
+        d9d_notify_status("starting %d pings", pings);
+        d9d_notify_status("%s", "first line only\nMAINPID=1"); /* must not inject MAINPID= */
+        d9d_notify_ready("ready");
+        printf("watchdog_usec=%llu\n", (unsigned long long)d9d_notify_watchdog_usec());
         int r = ping_watchdog(pings);
 
         if (r < 0 && r != -ENODATA) {
                 fprintf(stderr, "notify-harness: watchdog: %s\n", strerror(-r));
                 return 1;
         }
-        notify_stopping("stopping");
+        d9d_notify_stopping("stopping");
         fflush(stdout);
         return 0;
 }

@@ -9,8 +9,8 @@ int main(void)
 {
         struct preflight_report report;
 
-        preflight_run(&report);
-        preflight_log(&report, stdout, true);
+        d9d_preflight_run(&report);
+        d9d_preflight_log(&report, stdout, true);
         printf("preflight: %d degraded, %d fatal\n", report.degraded, report.fatal);
         return report.fatal ? 1 : 0;
 }

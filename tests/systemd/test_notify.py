@@ -29,7 +29,7 @@ elapsed = time.monotonic() - t0
 ns.drain(0.2)
 tap.ok(r.returncode == 0, "harness exits 0 under a notify socket", r.stdout + r.stderr)
 tap.ok(ns.has("READY=1") and ns.has("STATUS=ready"), "READY=1 with its STATUS= arrives", ns.messages)
-tap.ok(ns.has("STATUS=starting 3 pings"), "notify_status() sends a formatted STATUS=", ns.messages)
+tap.ok(ns.has("STATUS=starting 3 pings"), "d9d_notify_status() sends a formatted STATUS=", ns.messages)
 tap.ok(ns.has("STATUS=first line only") and not ns.has("MAINPID=1"),
        "a newline in a status cannot inject another assignment", ns.messages)
 tap.ok(ns.count("WATCHDOG=1") == 3, "one WATCHDOG=1 per timerfd tick", ns.messages)

@@ -140,7 +140,7 @@ static void test_table(void)
 /* The sealer, from this process's maps, names the same addresses alike. */
 static void test_sealer_agrees(void)
 {
-        char *maps = read_proc_text("/proc/self/maps");
+        char *maps = symbolizer_read_proc_text("/proc/self/maps");
         struct symbolizer *s = maps ? symbolizer_new(getpid(), maps) : NULL;
         struct { void (*fn)(void); const char *want; } cases[] = {
                 { legacy_fn, "tokio::runtime::task::raw::poll" },

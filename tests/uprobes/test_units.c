@@ -23,7 +23,7 @@ static void ok(int cond, const char *name, const char *got)
 
 static void check_strip(const char *in, const char *want)
 {
-        char *got = name_strip_generics(in);
+        char *got = uprobes_name_strip_generics(in);
         char name[200];
 
         snprintf(name, sizeof(name), "strip generics: %.80s -> %.60s", in, want);
@@ -33,7 +33,7 @@ static void check_strip(const char *in, const char *want)
 
 static void check_arg(const char *in, const char *after, const char *want)
 {
-        char *got = name_first_generic_arg(in, after);
+        char *got = uprobes_name_first_generic_arg(in, after);
         char name[200];
 
         snprintf(name, sizeof(name), "first generic arg of %.40s in %.60s", after, in);
@@ -43,7 +43,7 @@ static void check_arg(const char *in, const char *after, const char *want)
 
 static void check_version(const char *rodata, const char *want)
 {
-        char *got = tokio_version_in((const uint8_t *)rodata, strlen(rodata));
+        char *got = uprobes_tokio_version_in((const uint8_t *)rodata, strlen(rodata));
         char name[200];
 
         snprintf(name, sizeof(name), "tokio version %s from ...%.70s", want ? want : "none",
@@ -57,7 +57,7 @@ static void check_insn(const char *what, const uint8_t *bytes, size_t n, int len
         struct x86_insn in;
         char name[96], got[64];
 
-        x86_decode(bytes, n, &in);
+        uprobes_x86_decode(bytes, n, &in);
         snprintf(name, sizeof(name), "insn %s: %d bytes, %s", what, len,
                  cls == PROBE_INSN_EMULATED ? "emulated" : "single-step");
         snprintf(got, sizeof(got), "len %d class %d (%s)", in.len, in.cls, in.what);
@@ -88,14 +88,14 @@ int main(void)
         check_arg("core::ptr::drop_in_place<alloc::boxed::Box<tokio::runtime::task::core::Cell<d9::f::{{closure}},"
                   "alloc::sync::Arc<h::Handle>>>>", "task::core::Cell", "d9::f::{{closure}}");
 
-        ok(label_is_boxed_dyn_future("core::pin::Pin<alloc::boxed::Box<dyn core::future::future::Future<Output = ()>"
+        ok(uprobes_label_is_boxed_dyn_future("core::pin::Pin<alloc::boxed::Box<dyn core::future::future::Future<Output = ()>"
                                      " + core::marker::Send>>"), "Pin<Box<dyn Future>> recognised (v0)", NULL);
-        ok(!label_is_boxed_dyn_future("uptgt::Custom"), "a named future is not boxed", NULL);
-        ok(tokio_rule_match("tokio::runtime::scheduler::current_thread::Context::park_yield")->kind == PROBE_PARK,
+        ok(!uprobes_label_is_boxed_dyn_future("uptgt::Custom"), "a named future is not boxed", NULL);
+        ok(uprobes_tokio_rule_match("tokio::runtime::scheduler::current_thread::Context::park_yield")->kind == PROBE_PARK,
            "current_thread park_yield is a park", NULL);
-        ok(!tokio_rule_match("tokio::runtime::task::raw::RawTask::poll"),
+        ok(!uprobes_tokio_rule_match("tokio::runtime::task::raw::RawTask::poll"),
            "RawTask::poll is not probed (its out-of-line copy never runs)", NULL);
-        ok(!tokio_rule_match("mycrate::task::raw::poll"), "only tokio:: paths match", NULL);
+        ok(!uprobes_tokio_rule_match("mycrate::task::raw::poll"), "only tokio:: paths match", NULL);
 
         /* Tokio's version from panic-location paths; rustc strings are not
          * NUL-separated, so the paths run into each other as in .rodata. */

@@ -28,7 +28,7 @@ int main(int argc, char **argv)
                 for (uint64_t off = 0; code && off < end - start;) {
                         struct x86_insn in;
 
-                        x86_decode(code + off, end - start - off, &in);
+                        uprobes_x86_decode(code + off, end - start - off, &in);
                         printf("%" PRIx64 " %d\n", start + off, in.len);
                         if (!in.len)
                                 break;
