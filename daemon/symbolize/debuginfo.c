@@ -165,7 +165,7 @@ void debuginfo_allow_network(bool allow)
         network_ok = allow;
 }
 
-const char *debuginfo_failure_of(const char *missing)
+const char *debuginfo_answer_of(const char *missing)
 {
         static _Thread_local char out[sizeof(last_failure)];
         size_t n = strcspn(missing, " ");
@@ -176,7 +176,14 @@ const char *debuginfo_failure_of(const char *missing)
                 if (!missed[i].executable && strlen(missed[i].id) == n && !strncmp(missed[i].id, missing, n))
                         snprintf(out, sizeof(out), "debug file %s: %s", missed[i].id, missed[i].why);
         pthread_mutex_unlock(&lock);
-        return out[0] ? out : last_failure;
+        return out;
+}
+
+const char *debuginfo_failure_of(const char *missing)
+{
+        const char *answer = debuginfo_answer_of(missing);
+
+        return *answer ? answer : last_failure;
 }
 
 const char *debuginfo_last_failure(void)

@@ -30,3 +30,5 @@ const char *debuginfo_last_failure(void);
 /* What debuginfod said of the debug file of missing's build-id (missing
  * starts with it, as resymbolize's "none for" does), else the last failure. */
 const char *debuginfo_failure_of(const char *missing);
+/* The same without the fallback: "" when no server was asked for it. */
+const char *debuginfo_answer_of(const char *missing);

@@ -346,6 +346,18 @@ static void rs_free(struct rs *rs)
         free(rs->sorted);
 }
 
+/* The build-id to name as missing: the one whose debuginfod answer says
+ * more than "no server has it" (a server handing out a file that is no
+ * debug file), not a library nobody ships debug files for. */
+static bool missing_says_more(const char *id, const char *named)
+{
+        const char *now = debuginfo_answer_of(named);
+        bool named_plain = !*now || strstr(now, "no server has it");
+        const char *cand = debuginfo_answer_of(id);
+
+        return named_plain && *cand && !strstr(cand, "no server has it");
+}
+
 int resymbolize(const uint8_t *raw, size_t len, d9_enc_flush_fn out, void *octx,
                 struct resym_stats *st, const char **why)
 {
@@ -379,7 +391,7 @@ int resymbolize(const uint8_t *raw, size_t len, d9_enc_flush_fn out, void *octx,
         for (size_t i = 0; i < rs.n_mods; i++) {
                 if (rs.mods[i].sym)
                         st->modules_found++;
-                else if (!st->missing[0])
+                else if (!st->missing[0] || missing_says_more(rs.mods[i].build_id, st->missing))
                         snprintf(st->missing, sizeof(st->missing), "%s (%s)", rs.mods[i].build_id,
                                  rs.mods[i].path ? rs.mods[i].path : "?");
         }

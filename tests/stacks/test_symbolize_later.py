@@ -21,6 +21,7 @@ Usage: test_symbolize_later.py D9D D9CTL RELEASE STRIPPED DEBUGFILE"""
 import collections
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -291,7 +292,10 @@ def main():
         copies1.append(c)
     env = dict(os.environ, DEBUGINFOD_URLS="")
     r = symbolize(t, "--debug-dir", ["--debug-dir", dbg], copies1, env)
-    t.ok("none for" not in r.stdout and "named 0 of" not in r.stdout, "--debug-dir: found the debug file")
+    # The executable's debug file: a library without one (libgcc_s) or a
+    # segment without stacks says nothing about it.
+    t.ok(f"none for {bid}" not in r.stdout and re.search(r"named [1-9][0-9]* of", r.stdout),
+         "--debug-dir: found the debug file", r.stdout)
     check_named(t, "--debug-dir", copies1, refs, syms, before)
     t.ok(all(os.stat(c).st_mode & 0o777 == 0o640 for c in copies1), "--debug-dir: the new files keep their mode")
     left = [f for f in os.listdir(work) if ".symbolize-" in f]
