@@ -34,6 +34,7 @@
 #include "d9_sched.skel.h"
 #include "d9_tokio.skel.h"
 #include "uprobes/uprobes.h"
+#include "proto/d9proto.h"
 
 #define D9_DEFAULT_RING_BYTES (8u << 20)
 #define D9_DEFAULT_SAMPLE_HZ 99
@@ -102,14 +103,6 @@ struct d9_bpf_target {
         struct bpf_link **wake_links;
         size_t n_wake_links;
 };
-
-static uint64_t now_ns(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void set_err(char **err, const char *fmt, ...)
 {
@@ -836,10 +829,10 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
                         goto fail;
                 }
         }
-        t0 = now_ns();
+        t0 = d9_now_ns();
         if (plan)
                 r = attach_uprobes(t, plan, o->probes, err);
-        t->attach_ns = now_ns() - t0;
+        t->attach_ns = d9_now_ns() - t0;
         if (r < 0)
                 goto fail;
         *out = t;

@@ -59,19 +59,6 @@ static int64_t wall_clock_ms(void)
 }
 static uint64_t next_session_id = 1;
 
-static char *dupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *dupf(const char *fmt, ...)
-{
-        va_list ap;
-        char *s = NULL;
-
-        va_start(ap, fmt);
-        if (vasprintf(&s, fmt, ap) < 0)
-                s = NULL;
-        va_end(ap);
-        return s;
-}
-
 /* Start time (field 22 of /proc/PID/stat) makes pid + starttime unique. */
 static int read_proc_identity(pid_t pid, uint64_t *starttime, uid_t *uid)
 {
@@ -680,19 +667,19 @@ static int session_install_bpf(struct session *s, char **why)
         }
         r = session_bpf_load(s->d);
         if (r < 0) {
-                *why = dupf("cannot load d9's BPF programs: %s (see d9d's preflight log)", strerror(-r));
+                *why = d9_strdupf("cannot load d9's BPF programs: %s (see d9d's preflight log)", strerror(-r));
                 return r;
         }
         r = d9_bpf_attach_target(shared_bpf, s->pid, s->plan, &to, &s->bpf, why);
         if (r < 0) {
                 if (!*why)
-                        *why = dupf("cannot attach to pid %d: %s", s->pid, strerror(-r));
+                        *why = d9_strdupf("cannot attach to pid %d: %s", s->pid, strerror(-r));
                 return r;
         }
         if (d9_pidfd_alive(s->pidfd_w.fd) < 0) {
                 /* Exited during the attach: the PID filter could now match a
                  * process that is not the one checked. */
-                *why = dupf("pid %d exited while being attached", s->pid);
+                *why = d9_strdupf("pid %d exited while being attached", s->pid);
                 return -ESRCH;
         }
         return 0;
@@ -738,9 +725,9 @@ static int session_plan_file(struct session *s, const struct session_request *re
         if (req->exe_fd >= 0) {
                 fd = open_target_fd(s, req->exe_fd);
                 if (fd == -EBADFD)
-                        *why = dupf("fd %d of pid %d is not a regular file", req->exe_fd, s->pid);
+                        *why = d9_strdupf("fd %d of pid %d is not a regular file", req->exe_fd, s->pid);
                 else if (fd < 0)
-                        *why = dupf("cannot read fd %d of pid %d: %s", req->exe_fd, s->pid, strerror(-fd));
+                        *why = d9_strdupf("cannot read fd %d of pid %d: %s", req->exe_fd, s->pid, strerror(-fd));
                 else if (!(*display = strdup(s->exe))) {
                         close(fd);
                         fd = -ENOMEM;
@@ -750,7 +737,7 @@ static int session_plan_file(struct session *s, const struct session_request *re
         if (req->exe) {
                 fd = d9_target_file_open(req->exe);
                 if (fd < 0)
-                        *why = dupf(fd == -EBADFD ? "%s is not a regular file" : "cannot open %s: %s", req->exe,
+                        *why = d9_strdupf(fd == -EBADFD ? "%s is not a regular file" : "cannot open %s: %s", req->exe,
                                     strerror(-fd));
                 else if (!(*display = strdup(req->exe))) {
                         close(fd);
@@ -776,7 +763,7 @@ static int session_plan(struct session *s, const struct session_request *req, ch
                 return 0;
         fd = session_plan_file(s, req, &display, &err);
         if (fd < 0) {
-                *why = err ? strdup(err) : dupf("no probe plan for pid %d: %s", s->pid, strerror(-fd));
+                *why = err ? strdup(err) : d9_strdupf("no probe plan for pid %d: %s", s->pid, strerror(-fd));
                 return fd;
         }
         if (of_pid)
@@ -784,8 +771,8 @@ static int session_plan(struct session *s, const struct session_request *req, ch
         r = planner_child_build(fd, display, root, s->d->cfg.plan_timeout_ms, planner_abort_fd(s->d->planner), &s->plan,
                              &err);
         if (r < 0)
-                *why = !err ? dupf("no probe plan for pid %d: %s", s->pid, strerror(-r))
-                       : of_pid ? dupf("PID %d: %s", s->pid, err) : strdup(err);
+                *why = !err ? d9_strdupf("no probe plan for pid %d: %s", s->pid, strerror(-r))
+                       : of_pid ? d9_strdupf("PID %d: %s", s->pid, err) : strdup(err);
         return r;
 }
 
@@ -869,7 +856,7 @@ static bool pid_taken(struct d9d *d, pid_t pid, uid_t *starter)
  * nothing about other users' sessions. */
 static char *not_yours(const struct session_request *req)
 {
-        return dupf("permission denied: uid %u may not trace pid %d", (unsigned)req->peer_uid, req->pid);
+        return d9_strdupf("permission denied: uid %u may not trace pid %d", (unsigned)req->peer_uid, req->pid);
 }
 
 static struct session *session_new(struct d9d *d, const struct session_request *req)
@@ -945,7 +932,7 @@ static int session_check_target(struct session *s, const struct session_request 
         if (r == 0 && d9_pidfd_alive(s->pidfd_w.fd) < 0)
                 r = -ESRCH;
         if (r < 0) {
-                *why = dupf("no process with pid %d", req->pid);
+                *why = d9_strdupf("no process with pid %d", req->pid);
                 return r;
         }
         if (req->peer_uid != 0 && req->peer_uid != s->uid) {
@@ -973,11 +960,11 @@ static int session_start_attach(struct session *s, const struct session_request 
         int r;
 
         if (d9_pidfd_alive(s->pidfd_w.fd) < 0) {
-                *why = dupf("pid %d exited while being attached", s->pid);
+                *why = d9_strdupf("pid %d exited while being attached", s->pid);
                 return -ESRCH;
         }
         if (session_gained_privileges(s)) {
-                *why = dupf("pid %d changed credentials while being attached", s->pid);
+                *why = d9_strdupf("pid %d changed credentials while being attached", s->pid);
                 return -EPERM;
         }
         /* What the trace claims follows what attaches, not what was asked
@@ -1003,7 +990,7 @@ static int session_start_attach(struct session *s, const struct session_request 
         if (r == 0)
                 r = session_open_segment(s);
         if (r < 0) {
-                *why = dupf("cannot write segments in %s: %s", dir, strerror(-r));
+                *why = d9_strdupf("cannot write segments in %s: %s", dir, strerror(-r));
                 return r;
         }
         r = session_watch_ring(s);
@@ -1066,10 +1053,10 @@ static void session_install_run(struct plan_job *job)
         struct session *s = st->s;
 
         if (d9_pidfd_alive(s->pidfd_w.fd) < 0) {
-                st->why = dupf("pid %d exited while its probe plan was built", s->pid);
+                st->why = d9_strdupf("pid %d exited while its probe plan was built", s->pid);
                 st->r = -ESRCH;
         } else if (session_gained_privileges(s)) {
-                st->why = dupf("pid %d changed credentials while its probe plan was built", s->pid);
+                st->why = d9_strdupf("pid %d changed credentials while its probe plan was built", s->pid);
                 st->r = -EPERM;
         } else {
                 st->r = session_install_bpf(s, &st->why);
@@ -1089,14 +1076,14 @@ static void session_start_finish(struct d9d *d, struct session_start *st, bool c
         starting_unlink(st);
         if (cancelled || d->stopping) {
                 free(why);
-                why = dupf(d->stopping ? "d9d is shutting down" : "the client went away");
+                why = d9_strdupf(d->stopping ? "d9d is shutting down" : "the client went away");
                 r = -ECANCELED;
         } else if (r == 0) {
                 r = session_start_attach(s, &st->req, &why);
         }
         if (r < 0) {
                 if (!why)
-                        why = dupf("cannot attach to pid %d: %s", s->pid, strerror(-r));
+                        why = d9_strdupf("cannot attach to pid %d: %s", s->pid, strerror(-r));
                 session_discard(s);
                 s = NULL;
         }
@@ -1165,7 +1152,7 @@ int session_start(struct d9d *d, const struct session_request *req,
          * process it may not trace. */
         if (r == 0 && pid_taken(d, req->pid, &holder)) {
                 r = req->peer_uid == 0 || req->peer_uid == holder ? -EBUSY : -EPERM;
-                *why = r == -EBUSY ? dupf("pid %d is already being traced (detach it first)", req->pid)
+                *why = r == -EBUSY ? d9_strdupf("pid %d is already being traced (detach it first)", req->pid)
                                    : not_yours(req);
         }
         /* The same file planned before: no planner turn. */
@@ -1173,7 +1160,7 @@ int session_start(struct d9d *d, const struct session_request *req,
             probe_plan_cache_get(plan_cache, st->s->pidfd_w.fd, req->pid, &st->s->plan) == 0)
                 plan = false;
         if (r == 0 && plan && (busy = planner_refuses(d->planner, req->peer_uid))) {
-                *why = dupf("%s", busy);
+                *why = d9_strdupf("%s", busy);
                 r = -EAGAIN;
         }
         st->req = *req;

@@ -37,6 +37,7 @@
 #include "daemon/record/unwind_step.h"
 #include "uprobes/elfsym/elfsym.h"
 #include "uprobes/uprobes.h"
+#include "proto/d9proto.h"
 
 /* Thread stacks are at most this big (glibc's default is 8 MiB): a read
  * this close above sp that misses the copy is stale stack, not data. */
@@ -109,14 +110,6 @@ struct unwinder {
 /* libdwfl's find_debuginfo callback gets no context pointer; every libdwfl
  * call that may reach it is made from this file with `active` set. */
 static __thread struct unwinder *active;
-
-static uint64_t now_ns(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* This thread's CPU time: what an unwind costs, whatever else runs on the
  * machine. The budget counted wall time, so on a loaded machine every
@@ -409,7 +402,7 @@ static int dwfl_load(struct unwinder *u)
         r = r > 0 ? -r : r < 0 ? -EIO : 0;
         if (r == 0 && !dwfl_attach_state(dwfl, NULL, u->pid, &thread_callbacks, u))
                 r = -EINVAL;
-        u->last_report_ns = now_ns();
+        u->last_report_ns = d9_now_ns();
         u->stats.reports++;
         if (r < 0) {
                 dwfl_end(dwfl);
@@ -665,7 +658,7 @@ static void unwind_user(struct unwinder *u)
         struct unw_step_ops o = ops;
         uint64_t pc = u->rec->regs[D9_DW_RIP];
 
-        if (!dwfl_addrmodule(u->dwfl, pc) && now_ns() - u->last_report_ns > REREPORT_NS)
+        if (!dwfl_addrmodule(u->dwfl, pc) && d9_now_ns() - u->last_report_ns > REREPORT_NS)
                 dwfl_load(u);
         o.ctx = u;
         memcpy(u->walk_regs, u->rec->regs, sizeof(u->walk_regs));
@@ -692,7 +685,7 @@ static void unwind_user(struct unwinder *u)
 int unwinder_stack(struct unwinder *u, const struct d9_rec_stack *rec, size_t size,
                    uint64_t *out, size_t cap, uint32_t *n_kern)
 {
-        uint64_t start = now_ns(), cpu = thread_cpu_ns(), spent;
+        uint64_t start = d9_now_ns(), cpu = thread_cpu_ns(), spent;
 
         if (size < D9_REC_STACK_FIXED || rec->n_kern > D9_STACK_KERN_MAX ||
             rec->user_len > D9_STACK_USER_MAX || rec->n_fp > D9_STACK_FP_MAX ||
