@@ -145,7 +145,8 @@ as_sre bash -c 'd9-demo-target mixed --duration 25 >/dev/null 2>&1 &'
 pid=
 for _ in $(seq 50); do pid=$(ct pgrep -u sre -x d9-demo-target || true); [ -n "$pid" ] && break; sleep 0.1; done
 [ -n "$pid" ] || bail "the demo target did not start in the container"
-rec=$(as_sre d9ctl record --pid "$pid" --duration 4s 2>&1)
+# --probes all: the default set has no poll probes, and polls are what this checks.
+rec=$(as_sre d9ctl record --pid "$pid" --probes all --duration 4s 2>&1)
 seg=$(grep -m1 '\.bin' <<<"$rec")
 check "d9ctl record --pid as sre (a member of group d9d) seals a segment" '[ -n "$seg" ] && ct test -s "$seg"' "$rec"
 polls=$(as_sre d9ctl dump --summary "$seg" 2>/dev/null | awk '$2 == "PollStartEvent" { print $1; exit }')
