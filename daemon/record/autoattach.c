@@ -295,16 +295,11 @@ static void aa_consider(struct autoattach *aa, pid_t pid, uint64_t exec_ns, uint
         struct attach_rule *rule;
         struct proc_facts f;
 
-        if (pidfd < 0 || proc_facts_read(pid, pidfd, &f) < 0) {
-                /* A retry's process was never counted at its first look. */
+        /* Gone, or just exec'd with no exe link left: exiting (its mm is
+         * gone) but not a zombie yet. Whether it matched is unknown either
+         * way. A retry's process was never counted at its first look. */
+        if (pidfd < 0 || proc_facts_read(pid, pidfd, &f) < 0 || (exec_ns && !f.exe[0])) {
                 aa->execs_gone += exec_ns != 0;
-                return;
-        }
-        /* Just exec'd and no exe link left: it is exiting (its mm is gone)
-         * but not a zombie yet. Whether it matched is unknown, as for one
-         * gone; uncounted, it was missing from every counter. */
-        if (exec_ns && !f.exe[0]) {
-                aa->execs_gone++;
                 return;
         }
         if (!(rule = d9d_attach_rules_match(aa->rules, f.exe, f.cgroup)))
