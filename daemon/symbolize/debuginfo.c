@@ -32,6 +32,7 @@ static struct miss {
         bool executable;
         uint64_t retry_at_ms;
         char why[128];                  /* what the last try of it got */
+        bool none_had_it;               /* that was "no server has it" */
 } *missed;
 static size_t n_missed;
 
@@ -59,8 +60,9 @@ static bool was_missed(const char *id, bool executable)
         return seen;
 }
 
-/* Remembers the miss (and why, also as this thread's last failure). */
-static void note_miss(const char *id, bool executable, int err, const char *why)
+/* Remembers the miss (and why, also as this thread's last failure); err
+ * -ENOENT: retried only after NOT_FOUND_RETRY_MS. */
+static void note_miss(const char *id, bool executable, int err, const char *why, bool none_had_it)
 {
         uint64_t retry_at = d9_now_ms() + (err == -ENOENT ? NOT_FOUND_RETRY_MS : FAILED_RETRY_MS);
 
@@ -79,6 +81,7 @@ static void note_miss(const char *id, bool executable, int err, const char *why)
         }
         if (m) {
                 m->retry_at_ms = retry_at;
+                m->none_had_it = none_had_it;
                 snprintf(m->why, sizeof(m->why), "%s", why);
         }
         pthread_mutex_unlock(&lock);
@@ -128,7 +131,7 @@ static char *fetch(const char *id, bool executable)
                 close(fd);
                 free(path);
                 path = NULL;
-                note_miss(id, executable, -ENOENT, "the server's has no symbol table (a stripped executable?)");
+                note_miss(id, executable, -ENOENT, "the server's has no symbol table (a stripped executable?)", false);
                 return NULL;
         }
         if (fd >= 0) {
@@ -136,7 +139,7 @@ static char *fetch(const char *id, bool executable)
                 return path;
         }
         free(path);
-        note_miss(id, executable, fd, fd == -ENOENT ? "no server has it" : strerror(-fd));
+        note_miss(id, executable, fd, fd == -ENOENT ? "no server has it" : strerror(-fd), fd == -ENOENT);
         return NULL;
 }
 
@@ -165,25 +168,38 @@ void debuginfo_allow_network(bool allow)
         network_ok = allow;
 }
 
-const char *debuginfo_answer_of(const char *missing)
+/* The debug-file miss of missing's build-id (missing starts with it);
+ * caller holds lock. */
+static const struct miss *debug_miss_of(const char *missing)
 {
-        static _Thread_local char out[sizeof(last_failure)];
         size_t n = strcspn(missing, " ");
 
-        out[0] = 0;
-        pthread_mutex_lock(&lock);
-        for (size_t i = 0; i < n_missed && !out[0]; i++)
+        for (size_t i = 0; i < n_missed; i++)
                 if (!missed[i].executable && strlen(missed[i].id) == n && !strncmp(missed[i].id, missing, n))
-                        snprintf(out, sizeof(out), "debug file %s: %s", missed[i].id, missed[i].why);
+                        return &missed[i];
+        return NULL;
+}
+
+enum debuginfo_answer debuginfo_answer_kind(const char *missing)
+{
+        pthread_mutex_lock(&lock);
+        const struct miss *m = debug_miss_of(missing);
+        enum debuginfo_answer kind = !m ? DEBUGINFO_NOT_ASKED : m->none_had_it ? DEBUGINFO_NONE_HAD_IT
+                                                                              : DEBUGINFO_OTHER;
         pthread_mutex_unlock(&lock);
-        return out;
+        return kind;
 }
 
 const char *debuginfo_failure_of(const char *missing)
 {
-        const char *answer = debuginfo_answer_of(missing);
+        static _Thread_local char out[sizeof(last_failure)];
 
-        return *answer ? answer : last_failure;
+        pthread_mutex_lock(&lock);
+        const struct miss *m = debug_miss_of(missing);
+        if (m)
+                snprintf(out, sizeof(out), "debug file %s: %s", m->id, m->why);
+        pthread_mutex_unlock(&lock);
+        return m ? out : last_failure;
 }
 
 const char *debuginfo_last_failure(void)

@@ -30,5 +30,10 @@ const char *debuginfo_last_failure(void);
 /* What debuginfod said of the debug file of missing's build-id (missing
  * starts with it, as resymbolize's "none for" does), else the last failure. */
 const char *debuginfo_failure_of(const char *missing);
-/* The same without the fallback: "" when no server was asked for it. */
-const char *debuginfo_answer_of(const char *missing);
+/* What kind of answer that was. */
+enum debuginfo_answer {
+        DEBUGINFO_NOT_ASKED,            /* no server was asked for it */
+        DEBUGINFO_NONE_HAD_IT,          /* "no server has it" */
+        DEBUGINFO_OTHER,                /* a failure that says more (a file that is no debug file, an error) */
+};
+enum debuginfo_answer debuginfo_answer_kind(const char *missing);

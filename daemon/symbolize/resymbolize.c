@@ -351,11 +351,7 @@ static void rs_free(struct rs *rs)
  * debug file), not a library nobody ships debug files for. */
 static bool missing_says_more(const char *id, const char *named)
 {
-        const char *now = debuginfo_answer_of(named);
-        bool named_plain = !*now || strstr(now, "no server has it");
-        const char *cand = debuginfo_answer_of(id);
-
-        return named_plain && *cand && !strstr(cand, "no server has it");
+        return debuginfo_answer_kind(named) != DEBUGINFO_OTHER && debuginfo_answer_kind(id) == DEBUGINFO_OTHER;
 }
 
 int resymbolize(const uint8_t *raw, size_t len, d9_enc_flush_fn out, void *octx,
