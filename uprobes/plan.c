@@ -340,7 +340,7 @@ static int plan_build(int fd, const char *path, const char *root, struct probe_p
         return 0;
 }
 
-int probe_plan_for_file(const char *path, struct probe_plan **out, char **err_msg)
+int probe_target_file_open(const char *path, char **display, char **err_msg)
 {
         int fd = d9_target_file_open(path);
 
@@ -352,7 +352,18 @@ int probe_plan_for_file(const char *path, struct probe_plan **out, char **err_ms
                                  path, strerror(-fd));
                 return fd;
         }
-        return plan_build(fd, path, "", out, err_msg);
+        if (display && !(*display = strdup(path))) {
+                close(fd);
+                return -ENOMEM;
+        }
+        return fd;
+}
+
+int probe_plan_for_file(const char *path, struct probe_plan **out, char **err_msg)
+{
+        int fd = probe_target_file_open(path, NULL, err_msg);
+
+        return fd < 0 ? fd : plan_build(fd, path, "", out, err_msg);
 }
 
 int probe_plan_for_fd(int fd, const char *display, struct probe_plan **out, char **err_msg)

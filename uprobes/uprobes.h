@@ -200,6 +200,10 @@ int probe_plan_for_fd_in_root(int fd, const char *display, const char *root, str
 /* The executable of the process behind pidfd, opened as probe_plan_for_pidfd
  * does; *display names it (malloc'd). An fd or a negative errno. */
 int probe_target_exe_open(int pidfd, pid_t pid, char **display, char **err_msg);
+/* The executable at path (d9_target_file_open), with probe_plan_for_file's
+ * message when it cannot be opened; *display (if display is not NULL) is a
+ * copy of path. An fd or a negative errno. */
+int probe_target_file_open(const char *path, char **display, char **err_msg);
 
 /* A plan as bytes (one malloc'd block) and back. The bytes carry no file
  * descriptor: the plan read back has exe_fd -1 and no attach_path. The

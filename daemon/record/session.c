@@ -734,17 +734,8 @@ static int session_plan_file(struct session *s, const struct session_request *re
                 }
                 return fd;
         }
-        if (req->exe) {
-                fd = d9_target_file_open(req->exe);
-                if (fd < 0)
-                        *why = d9_strdupf(fd == -EBADFD ? "%s is not a regular file" : "cannot open %s: %s", req->exe,
-                                    strerror(-fd));
-                else if (!(*display = strdup(req->exe))) {
-                        close(fd);
-                        fd = -ENOMEM;
-                }
-                return fd;
-        }
+        if (req->exe)
+                return probe_target_file_open(req->exe, display, why);
         return probe_target_exe_open(s->pidfd_w.fd, s->pid, display, why);
 }
 
