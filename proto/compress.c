@@ -20,6 +20,7 @@ struct compressor {
         z_stream zs;
         ZSTD_CCtx *zc;
         bool ready;
+        uint64_t fed;         /* input bytes so far */
         uint8_t *out; /* CHUNK bytes; per compressor so sealer threads can run in parallel */
 };
 
@@ -68,14 +69,19 @@ static void comp_end(struct compressor *c)
         c->out = NULL;
 }
 
-/* Feeds in[0..len) (last = no more input); calls sink for produced bytes. */
-static int comp_feed(struct compressor *c, const uint8_t *in, size_t len, bool last,
-                     int (*sink)(void *ctx, const uint8_t *p, size_t n), void *ctx)
+enum feed_mode { FEED_CONTINUE, FEED_FLUSH, FEED_END };
+
+/* Feeds in[0..len); FEED_FLUSH makes everything fed so far decodable from
+ * the output so far, FEED_END ends the stream. Calls sink for produced
+ * bytes. */
+static int comp_feed_mode(struct compressor *c, const uint8_t *in, size_t len, enum feed_mode mode,
+                          int (*sink)(void *ctx, const uint8_t *p, size_t n), void *ctx)
 {
         uint8_t *out = c->out;
         int r;
 
         if (c->kind == D9_COMPRESS_GZIP) {
+                int flush = mode == FEED_END ? Z_FINISH : mode == FEED_FLUSH ? Z_SYNC_FLUSH : Z_NO_FLUSH;
                 c->zs.next_in = (uint8_t *)in;
                 c->zs.avail_in = (uInt)len;
                 int zr;
@@ -83,27 +89,52 @@ static int comp_feed(struct compressor *c, const uint8_t *in, size_t len, bool l
                 do {
                         c->zs.next_out = out;
                         c->zs.avail_out = CHUNK;
-                        zr = deflate(&c->zs, last ? Z_FINISH : Z_NO_FLUSH);
+                        zr = deflate(&c->zs, flush);
                         if (zr == Z_STREAM_ERROR)
                                 return -EIO;
                         if ((r = sink(ctx, out, CHUNK - c->zs.avail_out)) < 0)
                                 return r;
-                } while (c->zs.avail_out == 0 || (last && zr != Z_STREAM_END));
+                } while (c->zs.avail_out == 0 || (mode == FEED_END && zr != Z_STREAM_END));
                 return 0;
         }
         ZSTD_inBuffer ib = { in, len, 0 };
+        ZSTD_EndDirective end = mode == FEED_END ? ZSTD_e_end : mode == FEED_FLUSH ? ZSTD_e_flush : ZSTD_e_continue;
         size_t left;
 
         do {
                 ZSTD_outBuffer ob = { out, CHUNK, 0 };
 
-                left = ZSTD_compressStream2(c->zc, &ob, &ib, last ? ZSTD_e_end : ZSTD_e_continue);
+                left = ZSTD_compressStream2(c->zc, &ob, &ib, end);
                 if (ZSTD_isError(left))
                         return -EIO;
                 if ((r = sink(ctx, out, ob.pos)) < 0)
                         return r;
-        } while (last ? left != 0 : ib.pos < ib.size);
+        } while (mode != FEED_CONTINUE ? left != 0 : ib.pos < ib.size);
         return 0;
+}
+
+/* Feeds in[0..len) (last = no more input). The first D9_SPAN_HEAD_BYTES
+ * of the input are flushed on their own (a sync flush in one gzip member,
+ * a block of their own in zstd), so a reader can decompress a segment's
+ * first streams, and the span in them (segment_span.c), from the first
+ * few KiB of the file. */
+static int comp_feed(struct compressor *c, const uint8_t *in, size_t len, bool last,
+                     int (*sink)(void *ctx, const uint8_t *p, size_t n), void *ctx)
+{
+        if (c->fed < D9_SPAN_HEAD_BYTES && len) {
+                size_t n = D9_SPAN_HEAD_BYTES - c->fed < len ? D9_SPAN_HEAD_BYTES - c->fed : len;
+                bool head_done = c->fed + n == D9_SPAN_HEAD_BYTES || (last && n == len);
+                int r = comp_feed_mode(c, in, n, last && n == len ? FEED_END : head_done ? FEED_FLUSH : FEED_CONTINUE,
+                                       sink, ctx);
+
+                c->fed += n;
+                if (r < 0 || (last && n == len))
+                        return r;
+                in += n;
+                len -= n;
+        }
+        c->fed += len;
+        return comp_feed_mode(c, in, len, last ? FEED_END : FEED_CONTINUE, sink, ctx);
 }
 
 struct membuf {

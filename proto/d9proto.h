@@ -212,6 +212,28 @@ struct d9_accept_queue {
 };
 int d9_enc_accept_queue(struct d9_enc *enc, uint64_t ts, const struct d9_accept_queue *q);
 
+/* A segment's span where a listing reads it cheaply (proto/segment_span.c):
+ * written zero after the file's first ClockSyncEvent, filled in place by
+ * the sealer. Timestamps are monotonic ns; the wall clock of first_ts is
+ * realtime_ns + first_ts - sync_ts. events counts the recorded events
+ * (timestamp not 0, this one not included). */
+#define D9_SPAN_EVENT "D9SegmentSpanEvent"
+/* The compressors flush this many raw bytes on their own, so the span can
+ * be read from a compressed file's first few KiB. */
+#define D9_SPAN_HEAD_BYTES 4096
+struct d9_segment_span {
+        uint64_t first_ts, last_ts, events;
+        uint64_t sync_ts, realtime_ns;  /* the file's first ClockSyncEvent */
+        bool synced;
+        size_t values_offset;           /* of first_ts in the raw file */
+};
+int d9_enc_segment_span(struct d9_enc *enc, uint64_t ts, const struct d9_segment_span *s);
+/* From a raw file's first bytes: 0, -ENOENT (no span event: another writer,
+ * or an older d9d), -ENODATA (there, not filled: not sealed) or -EBADMSG. */
+int d9_segment_span_read(const uint8_t *raw, size_t len, struct d9_segment_span *out);
+/* Fills the span event of an uncompressed file open for writing. */
+int d9_segment_span_patch(int fd, const struct d9_segment_span *s);
+
 /* ---- Decoder ------------------------------------------------------------ */
 
 struct d9_annotation {

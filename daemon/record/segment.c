@@ -82,7 +82,8 @@ static int segment_flush_to_file(void *ctx, const uint8_t *data, size_t len)
         return sw->error;
 }
 
-int segment_clock_sync(struct d9_enc *enc)
+/* The ClockSyncEvent's monotonic stamp in *ts (may be NULL). */
+static int clock_sync_at(struct d9_enc *enc, uint64_t *ts)
 {
         struct timespec a, rt, b;
 
@@ -93,7 +94,14 @@ int segment_clock_sync(struct d9_enc *enc)
         uint64_t ta = (uint64_t)a.tv_sec * 1000000000ull + (uint64_t)a.tv_nsec;
         uint64_t tb = (uint64_t)b.tv_sec * 1000000000ull + (uint64_t)b.tv_nsec;
         uint64_t real = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
+        if (ts)
+                *ts = ta + (tb - ta) / 2;
         return d9_enc_clock_sync(enc, ta + (tb - ta) / 2, real);
+}
+
+int segment_clock_sync(struct d9_enc *enc)
+{
+        return clock_sync_at(enc, NULL);
 }
 
 int segment_open(struct segment_writer *sw, const struct d9_kv *meta, uint32_t n_meta)
@@ -122,7 +130,13 @@ int segment_open(struct segment_writer *sw, const struct d9_kv *meta, uint32_t n
                 return r;
         }
         d9_enc_set_output(sw->enc, sw->buf, SEGMENT_BUF, segment_flush_to_file, sw);
-        r = segment_clock_sync(sw->enc);
+        uint64_t sync_ts = 0;
+        r = clock_sync_at(sw->enc, &sync_ts);
+        /* Zeros for the sealer to fill (proto/segment_span.c): a listing
+         * then reads when the segment starts and how long it lasts from
+         * its first bytes. */
+        if (!r)
+                r = d9_enc_segment_span(sw->enc, sync_ts, &(struct d9_segment_span){ 0 });
         if (!r)
                 r = d9_enc_new_stream(sw->enc);
         if (!r)

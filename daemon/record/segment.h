@@ -29,7 +29,8 @@ int segment_writer_init(struct segment_writer *sw, const char *dir);
 /* Let reader (the recording uid, 0 for none) list the target folder and
  * traverse the service folder above it (d9d_trace_access_grant). */
 int segment_writer_grant(const struct segment_writer *sw, uid_t reader);
-/* Open trace.N.bin.active and write its first streams: ClockSyncEvent, then
+/* Open trace.N.bin.active and write its first streams: ClockSyncEvent and
+ * an empty D9SegmentSpanEvent (the sealer fills it), then
  * SegmentMetadataEvent + ClockSyncEvent, so every file stands alone. */
 int segment_open(struct segment_writer *sw, const struct d9_kv *meta, uint32_t n_meta);
 /* Bytes in the file plus what is still buffered in the encoder. */

@@ -94,6 +94,7 @@ struct addr_set {
         uint64_t *v;
         size_t n, cap;
         uint64_t first_realtime_ns;
+        struct d9_segment_span span;    /* what the listing reads (segment_span.c) */
         bool unnamed_labels;    /* task labels a debug file could name */
         char label_build_id[128];       /* of the executable they are in */
 };
@@ -102,6 +103,14 @@ static int collect_addrs(const struct d9_dec_event *ev, void *ctx)
 {
         struct addr_set *set = ctx;
 
+        /* ts 0: seal-time records of an earlier, interrupted seal. */
+        if (ev->has_timestamp && ev->ts && strcmp(ev->schema->name, D9_SPAN_EVENT)) {
+                if (!set->span.first_ts)
+                        set->span.first_ts = ev->ts;
+                if (ev->ts > set->span.last_ts)
+                        set->span.last_ts = ev->ts;
+                set->span.events++;
+        }
         if (!set->first_realtime_ns && !strcmp(ev->schema->name, "ClockSyncEvent") && ev->values[0].present)
                 set->first_realtime_ns = ev->values[0].u;
         if (!strcmp(ev->schema->name, "D9TaskLabelAddrEvent")) {
@@ -295,6 +304,8 @@ static int symbolize_segment(struct seal_job *job)
         r = d9_decode(raw, len, &opts, &res);
         free(raw);
         job->start_realtime_ns = set.first_realtime_ns;
+        if (r == 0)
+                job->span = set.span;
         if (r == 0 && set.n) {
                 size_t u = 0;
                 qsort(set.v, set.n, 8, u64_cmp);
@@ -327,6 +338,18 @@ static int fsync_dir_of(const char *path)
         return fd < 0 || fsync(fd) < 0 ? -errno : 0;
 }
 
+/* The span the listing reads from the first bytes (segment_span.c). A
+ * segment of an older d9d has no span event: it is listed by decoding. */
+static void fill_span(const struct seal_job *job)
+{
+        _cleanup_close_ int fd = open(job->active, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+        int r = fd < 0 ? -errno : d9_segment_span_patch(fd, &job->span);
+
+        if (r < 0 && r != -ENOENT)
+                log_warn("%s: span not written at its start (listings decode it instead): %s", job->active,
+                         strerror(-r));
+}
+
 int seal_segment(struct seal_job *job)
 {
         char tmp[4200];
@@ -336,6 +359,8 @@ int seal_segment(struct seal_job *job)
         r = symbolize_segment(job);
         if (r < 0)
                 log_warn("%s: symbols not appended: %s", job->active, strerror(-r));
+        if (job->span.events)
+                fill_span(job);
         r = d9d_segment_sealed_path(job->active, d9d_compression_suffix(job->compression),
                                 job->sealed, sizeof(job->sealed));
         if (r < 0)

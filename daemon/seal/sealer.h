@@ -33,6 +33,7 @@ struct seal_job {
         uint64_t bytes;         /* size of the sealed file */
         uint64_t symbols;
         uint64_t start_realtime_ns;     /* first ClockSyncEvent, for S3 keys */
+        struct d9_segment_span span;    /* written into the file's first stream */
         int error;
         struct seal_job *next;
 };

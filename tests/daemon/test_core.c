@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
+#include <zstd.h>
 
 #include "daemon/seal/budget.h"
 #include "daemon/core/config.h"
@@ -214,6 +216,109 @@ static void test_control_protocol(void)
            d9_parse_duration_ms("x", &v) < 0 && d9_parse_duration_ms("-1s", &v) < 0, "durations parse");
         ok(d9_parse_size("64M", &v) == 0 && v == 64 << 20 && d9_parse_size("4096", &v) == 0 && v == 4096 &&
            d9_parse_size("1Q", &v) < 0, "sizes parse");
+}
+
+/* The span as a listing reads it: from the first 16 KiB of the file only,
+ * decompressed as far as they go. */
+static int head_span(const char *path, struct d9_segment_span *span)
+{
+        uint8_t in[16384], out[D9_SPAN_HEAD_BYTES];
+        size_t got = 0;
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd < 0 ? -1 : read(fd, in, sizeof(in));
+
+        if (fd >= 0)
+                close(fd);
+        if (n <= 0)
+                return -EIO;
+        enum d9_compress kind = d9_compress_detect(in, (size_t)n);
+        if (kind == D9_COMPRESS_NONE) {
+                got = (size_t)n < sizeof(out) ? (size_t)n : sizeof(out);
+                memcpy(out, in, got);
+        } else if (kind == D9_COMPRESS_GZIP) {
+                z_stream zs = { .next_in = in, .avail_in = (uInt)n, .next_out = out, .avail_out = sizeof(out) };
+                inflateInit2(&zs, 15 + 16);
+                inflate(&zs, Z_SYNC_FLUSH);
+                got = sizeof(out) - zs.avail_out;
+                inflateEnd(&zs);
+        } else {
+                ZSTD_DCtx *z = ZSTD_createDCtx();
+                ZSTD_inBuffer ib = { in, (size_t)n, 0 };
+                ZSTD_outBuffer ob = { out, sizeof(out), 0 };
+                while (ib.pos < ib.size && ob.pos < ob.size && !ZSTD_isError(ZSTD_decompressStream(z, &ob, &ib)))
+                        ;
+                got = ob.pos;
+                ZSTD_freeDCtx(z);
+        }
+        return d9_segment_span_read(out, got, span);
+}
+
+struct span_count {
+        uint64_t first, last, events;
+};
+
+static int span_count_event(const struct d9_dec_event *ev, void *ctx)
+{
+        struct span_count *s = ctx;
+
+        if (!ev->has_timestamp || !ev->ts || !strcmp(ev->schema->name, D9_SPAN_EVENT))
+                return 0;
+        if (!s->first)
+                s->first = ev->ts;
+        if (ev->ts > s->last)
+                s->last = ev->ts;
+        s->events++;
+        return 0;
+}
+
+/* The sealer writes in the first stream what a whole decode counts, and a
+ * listing reads it from the first 16 KiB of a segment many times larger. */
+static void test_seal_span(enum d9_compress kind, const char *suffix)
+{
+        struct segment_writer sw;
+        struct seal_job job = { .compression = kind, .root_fd = -1 };
+        struct d9_segment_span span, before;
+        struct span_count want = { 0 };
+        struct d9_dec_opts o = { .strict = true, .on_event = span_count_event, .ctx = &want };
+        struct d9_dec_result res;
+        struct stat st;
+        uint8_t *raw = NULL;
+        size_t len = 0;
+        uint32_t label;
+        char dir[300];
+        int r;
+
+        snprintf(dir, sizeof(dir), "%s/span%s/svc/1-2", tmpdir, suffix);
+        r = segment_writer_init(&sw, dir);
+        if (!r)
+                r = segment_open(&sw, (struct d9_kv[]){ { "service", "unit" } }, 1);
+        if (!r)
+                r = d9_enc_intern_string(sw.enc, "src/main.rs:1:1", 15, &label);
+        /* 100,000 polls of scattered task ids, from now on: 0.1 s, MiBs raw. */
+        uint64_t t0 = d9_now_ns();
+        for (unsigned i = 0; i < 100000 && !r; i++) {
+                uint64_t ts = t0 + i * 997ull, task = (i * 2654435761u) % 1000003 + 1;
+                r = d9_enc_poll_start(sw.enc, ts, i % 4, 0, task, label);
+                if (!r)
+                        r = d9_enc_poll_end(sw.enc, ts + (task % 500), i % 4);
+        }
+        ok(r == 0 && segment_close(&sw, job.active, sizeof(job.active)) == 0, "span%s: 200,000-event segment written", suffix);
+        int hr = head_span(job.active, &before);
+        ok(hr == -ENODATA && before.events == 0, "span%s: the .active segment's span event is there and empty (%d)", suffix, hr);
+        ok(seal_segment(&job) == 0, "span%s: sealed", suffix);
+        r = d9_read_trace_file(job.sealed, &raw, &len, NULL);
+        ok(r == 0 && d9_decode(raw, len, &o, &res) == 0, "span%s: sealed file decodes strictly after the patch", suffix);
+        free(raw);
+        int sr = stat(job.sealed, &st);
+        ok(sr == 0 && st.st_size > 4 * 16384, "span%s: the sealed file (%lld bytes) is far more than the 16 KiB read",
+           suffix, (long long)st.st_size);
+        hr = head_span(job.sealed, &span);
+        ok(hr == 0 && span.events == want.events && span.first_ts == want.first && span.last_ts == want.last && span.synced &&
+           span.sync_ts == want.first,
+           "span%s: the first 16 KiB say %llu events, %llu..%llu ns (a whole decode: %llu, %llu..%llu)", suffix,
+           (unsigned long long)span.events, (unsigned long long)span.first_ts, (unsigned long long)span.last_ts,
+           (unsigned long long)want.events, (unsigned long long)want.first, (unsigned long long)want.last);
+        segment_writer_destroy(&sw);
 }
 
 static void test_seal(enum d9_compress kind, const char *suffix)
@@ -459,6 +564,9 @@ int main(void)
         test_seal(D9_COMPRESS_ZSTD, ".zst");
         test_seal(D9_COMPRESS_GZIP, ".gz");
         test_seal(D9_COMPRESS_NONE, ".bin");
+        test_seal_span(D9_COMPRESS_ZSTD, ".zst");
+        test_seal_span(D9_COMPRESS_GZIP, ".gz");
+        test_seal_span(D9_COMPRESS_NONE, ".bin");
         test_rotation_index();
         test_recovery();
         test_budget();
