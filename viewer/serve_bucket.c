@@ -121,7 +121,9 @@ json_t *serve_bucket_list(struct serve_bucket *b, int *err)
         return json_pack("{s:o}", "segments", list);
 }
 
-int serve_bucket_fetch(struct serve_bucket *b, const char *rel, size_t rel_len, struct d9_buf *out)
+/* The object REL (its first HEAD bytes, 0: all of it) into OUT. */
+static int bucket_get(struct serve_bucket *b, const char *rel, size_t rel_len, uint64_t head,
+                      struct d9_buf *out)
 {
         struct d9_buf obj = { 0 };
         char key[PATH_MAX];
@@ -133,7 +135,7 @@ int serve_bucket_fetch(struct serve_bucket *b, const char *rel, size_t rel_len, 
                              b->prefix ? "/" : "", rel) >= sizeof(key))
                 return -EINVAL;
         pthread_mutex_lock(&b->lock);
-        r = s3_get_object(b->client, key, &obj);
+        r = head ? s3_get_object_head(b->client, key, head, &obj) : s3_get_object(b->client, key, &obj);
         pthread_mutex_unlock(&b->lock);
         if (r == 0 && obj.len > SERVE_MAX_OBJECT)
                 r = -EFBIG;
@@ -146,4 +148,15 @@ int serve_bucket_fetch(struct serve_bucket *b, const char *rel, size_t rel_len, 
         }
         d9_buf_free(&obj);
         return r;
+}
+
+int serve_bucket_fetch(struct serve_bucket *b, const char *rel, size_t rel_len, struct d9_buf *out)
+{
+        return bucket_get(b, rel, rel_len, 0, out);
+}
+
+int serve_bucket_fetch_head(struct serve_bucket *b, const char *rel, size_t rel_len, uint64_t bytes,
+                            struct d9_buf *out)
+{
+        return bytes ? bucket_get(b, rel, rel_len, bytes, out) : -EINVAL;
 }

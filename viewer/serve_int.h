@@ -70,6 +70,9 @@ json_t *serve_bucket_list(struct serve_bucket *b, int *err);
 /* Fetches segment REL (relative to the prefix), as stored, into OUT.
  * -EINVAL bad path, -ENOENT no such object, -EIO S3 failure. */
 int serve_bucket_fetch(struct serve_bucket *b, const char *rel, size_t rel_len, struct d9_buf *out);
+/* Its first BYTES bytes (a ranged GET), for what a listing reads cheaply. */
+int serve_bucket_fetch_head(struct serve_bucket *b, const char *rel, size_t rel_len, uint64_t bytes,
+                            struct d9_buf *out);
 /* Copy of the last S3 error message, for a response body. */
 void serve_bucket_error(struct serve_bucket *b, char *buf, size_t size);
 

@@ -2,12 +2,14 @@
 // second, sleep_block_20ms once a second) opened in the viewer.
 // usage: node browser_recording.js DIR SEGMENT... (segments relative to DIR)
 'use strict';
+const { execFileSync } = require('child_process');
+const path = require('path');
 const t = require('./lib');
 
 async function main() {
   const [dir, ...segs] = process.argv.slice(2);
   if (!segs.length) t.bail('no segments given');
-  t.plan(22);
+  t.plan(28);
   const srv = await t.startServe(dir);
   const { ctx, close } = await t.launchBrowser();
   try {
@@ -142,18 +144,31 @@ async function main() {
         px[k] = 0;
         for (let i = 0; i < row.length; i += 4) px[k] += Math.abs(row[i] - r) < 24 && Math.abs(row[i + 1] - gg) < 24 && Math.abs(row[i + 2] - b) < 24;
       }
-      return { shown, workers, seen: seen.size, maxAlive: s.alive.max, minAlive: Math.min(s.alive.start, ...s.alive.v), px, h: c.height };
+      return { shown, workers, seen: seen.size, maxAlive: s.alive.max, minAlive: Math.min(s.alive.start, ...s.alive.v), px, h: c.height,
+        maxQueued: s.queued.max, maxRunning: s.running.max, note: c.dataset.note };
     });
     t.ok(chart.shown.running >= 1 && chart.shown.running <= chart.workers && chart.shown.queued >= 1,
       `task chart: at most ${chart.shown.running} polls at once on ${chart.workers} workers, up to ${chart.shown.queued} tasks queued`, JSON.stringify(chart));
     t.ok(chart.shown.alive >= 3 && chart.maxAlive <= chart.seen && chart.minAlive >= 0,
       `task chart: up to ${chart.shown.alive} tasks alive (of ${chart.seen} seen), never below 0`, JSON.stringify(chart));
     t.ok(chart.px.alive > 50 && chart.px.queued > 10 && chart.px.running > 10, 'the three series are drawn under the lanes', JSON.stringify(chart.px));
+    t.ok(/alive before the recording/.test(chart.note) && /not counted/.test(chart.note),
+      'the task chart says that tasks alive before the recording count from first sight, unseen ones not at all', chart.note);
+    // d9ctl report --json: the same three series from its own pass over the
+    // segments, text from the same document.
+    const rep = JSON.parse(execFileSync(process.env.D9CTL, ['report', '--json', ...segs.map((x) => path.join(dir, x))], { encoding: 'utf8', maxBuffer: 1 << 26 })).tasks;
+    const repText = execFileSync(process.env.D9CTL, ['report', ...segs.map((x) => path.join(dir, x))], { encoding: 'utf8', maxBuffer: 1 << 26 });
+    t.ok(rep && rep.alive.peak === chart.maxAlive && rep.being_polled.peak === chart.maxRunning && rep.queued.peak === chart.maxQueued &&
+      rep.seen === chart.seen,
+      `d9ctl report's tasks: peak alive ${rep?.alive.peak} (chart ${chart.maxAlive}), being polled ${rep?.being_polled.peak} (${chart.maxRunning}), queued ${rep?.queued.peak} (${chart.maxQueued}), seen ${rep?.seen} (${chart.seen})`,
+      JSON.stringify(rep));
+    t.ok(new RegExp(`alive: at most ${rep?.alive.peak},`).test(repText) && new RegExp(`being polled: at most ${rep?.being_polled.peak} at once`).test(repText),
+      'the report\'s text shows the same peaks', repText.split('\n').filter((l) => /alive|polled|queued/.test(l)).join(' | '));
     await page.locator('#tasks-chart').scrollIntoViewIfNeeded();
     await t.shot(page, 'recording-task-chart');
 
     // The recording list: pid, start and duration columns (start and
-    // duration come from d9ctl serve decoding each segment), and search.
+    // duration from each segment's first bytes, through d9ctl serve), and search.
     const wall = await page.evaluate(() => ({ t0: window.d9.model.t0, t1: window.d9.model.t1, off: window.d9.model.wallOffsetMs }));
     // The first segment's own ClockSyncEvent, read by the viewer's decoder:
     // the instant it was opened, its first event written.
@@ -183,6 +198,30 @@ async function main() {
     t.ok(/^\d+$/.test(pid) && visible === 1 && none === 0,
       `search by pid ${pid} and start time keeps ${visible} row(s), a miss none`, JSON.stringify({ visible, none }));
     await page.fill('#segment-filter', '');
+    // Every segment d9d sealed says its span in its first bytes: none of
+    // them was decoded for the listing.
+    const sources = await page.$$eval('#segments tbody tr', (trs) => trs.map((tr) => tr.dataset.source));
+    t.ok(sources.length === segs.length && sources.every((x) => x === 'header'),
+      `start and duration of all ${sources.length} segments read from their first bytes (source: ${[...new Set(sources)].join(',')})`);
+    // Sortable columns; the filter keeps working on sorted rows.
+    const order = (attr) => page.$$eval('#segments tbody tr', (trs, a) => trs.map((tr) => Number(tr.dataset[a])), attr);
+    const sorted = (a, dir) => a.every((x, i) => i === 0 || dir * (x - a[i - 1]) >= 0);
+    await page.click('#segments th[data-sort=duration]');
+    const up = await order('durationNs');
+    await page.click('#segments th[data-sort=duration]');
+    const down = await order('durationNs');
+    const arrow = await page.getAttribute('#segments th[data-sort=duration]', 'aria-sort');
+    t.ok(up.length === segs.length && sorted(up, 1) && sorted(down, -1) && arrow === 'descending' && (up.length < 2 || up[0] !== down[0] || up.every((x) => x === up[0])),
+      `duration sorts both ways (${up.map((x) => (x / 1e6).toFixed(0)).join(', ')} ms)`, JSON.stringify({ up, down, arrow }));
+    await page.click('#segments th[data-sort=start]');
+    const byStart = await order('startNs');
+    await page.fill('#segment-filter', `${pid} ${rows[0][col('start (UTC)')]}`);
+    const kept = await page.$$eval('#segments tbody tr', (trs) => trs.filter((tr) => !tr.hidden).map((tr) => tr.querySelector('.seg-start').textContent));
+    t.ok(sorted(byStart, 1) && kept.length === 1 && kept[0] === rows[0][col('start (UTC)')],
+      'sorted by start, the filter still keeps the one row it matches', JSON.stringify({ byStart, kept }));
+    await page.fill('#segment-filter', '');
+    await page.click('#segments th[data-sort=duration]');
+    await t.shot(page, 'recording-listing-sorted');
     await t.shot(page, 'recording-listing');
   } finally {
     await close();

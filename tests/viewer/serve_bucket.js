@@ -64,8 +64,18 @@ async function main() {
   await s3put(k0, fixture);
   await s3put(k1, zst);
   await s3put('private/secret.bin', fixture);
+  // A segment as d9d seals it (400,000 events) and a copy smashed in its
+  // middle: the listing's span must come from a ranged GET of the head.
+  const sealed = execFileSync(process.env.D9_SEALED_SEGMENT, [path.join(tmp, 'svc', '1-2'), '0', 'zstd', '200000'], { encoding: 'utf8' }).trim();
+  const smashed = path.join(tmp, 'smashed.zst');
+  const sb = Buffer.from(fs.readFileSync(sealed));
+  sb.fill(0xff, sb.length >> 1, (sb.length >> 1) + 64);
+  fs.writeFileSync(smashed, sb);
+  const k2 = 'team/svc/1-2/trace.0.bin.zst', k3 = 'team/svc/1-2/trace.1.bin.zst';
+  await s3put(k2, sealed);
+  await s3put(k3, smashed);
 
-  t.plan(7);
+  t.plan(9);
   process.env.AWS_ACCESS_KEY_ID = t.env('D9_S3_ACCESS_KEY');
   process.env.AWS_SECRET_ACCESS_KEY = t.env('D9_S3_SECRET_KEY');
   process.env.AWS_REGION = process.env.D9_S3_REGION || 'us-east-1';
@@ -73,13 +83,22 @@ async function main() {
   try {
     const list = JSON.parse((await get(srv.url, '/api/list')).body);
     const paths = list.segments.map((s) => s.path).sort();
-    t.ok(paths.length === 2 && paths[0] === k0.slice(5) && paths[1] === k1.slice(5), 'bucket listing shows the prefix\'s segments relative to it', paths.join(' '));
+    t.ok(paths.length === 4 && paths[0] === k0.slice(5) && paths[1] === k1.slice(5) && paths[2] === k2.slice(5) && paths[3] === k3.slice(5),
+      'bucket listing shows the prefix\'s segments relative to it', paths.join(' '));
     const s0 = list.segments.find((s) => s.path === k0.slice(5));
     t.ok(s0.layout === 'dial9' && s0.service === 'metrics' && s0.instance === 'host-a' && s0.boot === 'abcd-4242' && s0.index === 0,
       'bucket keys are parsed with dial9\'s layout', JSON.stringify(s0));
     const q = (p) => `seg=${encodeURIComponent(p)}`;
     let r = await get(srv.url, `/api/trace?${q(k0.slice(5))}&${q(k1.slice(5))}`);
     t.ok(r.status === 200 && r.body.equals(Buffer.concat([raw, raw])), 'gzip + zstd objects are served decompressed and concatenated');
+    const info = async (k) => { const x = await get(srv.url, `/api/info?${q(k.slice(5))}`); return x.status === 200 ? JSON.parse(x.body) : { status: x.status, body: x.body.toString() }; };
+    const [i0, i2, i3] = [await info(k0), await info(k2), await info(k3)];
+    const smashedWhole = await get(srv.url, `/api/trace?${q(k3.slice(5))}`);
+    t.ok(i2.source === 'header' && i2.events === 400003 && i3.source === 'header' && i3.events === i2.events && i3.duration_ns === i2.duration_ns &&
+      i2.start_ns > 0 && smashedWhole.status === 422,
+      `a d9d segment's start and duration come from a ranged GET of its head (the smashed copy lists too, ${i3.events} events, serving it whole is ${smashedWhole.status})`,
+      JSON.stringify({ i2, i3 }));
+    t.ok(i0.source === 'decoded' && i0.events > 200000 && i0.start_ns > 0, `dial9's object (no span event) is decoded for its info (${i0.events} events)`, JSON.stringify(i0));
     r = await get(srv.url, `/api/trace?${q('../private/secret.bin')}`);
     t.ok(r.status === 400, 'a path climbing out of the prefix is refused', r.status);
     r = await get(srv.url, `/api/trace?${q('2026-05-15/nothing.bin')}`);
@@ -92,7 +111,8 @@ async function main() {
       t.ok(o.state === 'ready' && await page.evaluate(() => window.d9.events) === 210639, 'the viewer opens a segment from the bucket');
       await page.goto(srv.url);
       await page.waitForSelector('#segments input[type=checkbox]');
-      t.ok((await page.$$('#segments input[type=checkbox]')).length === 2, 'the recordings page lists the bucket\'s segments');
+      t.ok((await page.$$('#segments input[type=checkbox]')).length === 4, 'the recordings page lists the bucket\'s segments');
+      await page.waitForFunction(() => +document.querySelector('#segments')?.dataset.infoFilled === 4, null, { timeout: 30000 });
       await t.shot(page, 'bucket-listing');
     } finally {
       await close();

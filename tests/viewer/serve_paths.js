@@ -41,8 +41,17 @@ async function main() {
   fs.writeFileSync(path.join(outside, 'secret.bin'), 'SECRET');
   fs.symlinkSync(path.join(outside, 'secret.bin'), path.join(seg, 'escape.bin'));
   fs.symlinkSync('../../../outside', path.join(seg, 'outdir'));
+  // Segments as d9d seals them (its writer and sealer), 400,000 events each,
+  // and a copy of the zstd one with 64 bytes smashed in its middle: a
+  // listing that decoded segments whole could not read that one.
+  const sealedDir = path.join(root, 'listing', '4343-888');
+  const sealed = Object.fromEntries(['zstd', 'gzip', 'none'].map((kind, i) => [kind,
+    execFileSync(process.env.D9_SEALED_SEGMENT, [sealedDir, String(i), kind, '200000'], { encoding: 'utf8' }).trim()]));
+  const smashed = Buffer.from(fs.readFileSync(sealed.zstd));
+  smashed.fill(0xff, smashed.length >> 1, (smashed.length >> 1) + 64);
+  fs.writeFileSync(path.join(sealedDir, 'trace.7.bin.zst'), smashed);
 
-  t.plan(30);
+  t.plan(34);
   const bad = spawnSync(process.env.D9CTL, ['serve'], { encoding: 'utf8' });
   t.ok(bad.status === 2 && bad.stderr.trim().split('\n').length === 1, 'serve without --dir/--bucket fails with one line', bad.stderr);
   const badListen = spawnSync(process.env.D9CTL, ['serve', '--dir', root, '--listen', 'nonsense'], { encoding: 'utf8', env: { ...process.env } });
@@ -97,10 +106,32 @@ async function main() {
     const i0 = infos[2].j;
     t.ok(infos.every((x) => x.status === 200 && JSON.stringify({ ...x.j, path: 0 }) === JSON.stringify({ ...i0, path: 0 })),
       'info is the same for the gzip, zstd and raw copies', JSON.stringify(infos));
-    t.ok(i0 && i0.events === dumped.length && Math.abs(i0.duration_ns - (last - first)) < 1000,
-      `info: ${i0?.events} events (dump: ${dumped.length}), ${i0?.duration_ns} ns from the first written to the latest (dump: ${last - first})`, JSON.stringify(i0));
+    t.ok(i0 && i0.source === 'decoded' && i0.events === stamped.length && Math.abs(i0.duration_ns - (last - first)) < 1000,
+      `info on dial9's segment (no span event: decoded): ${i0?.events} events (dump: ${stamped.length} stamped), ${i0?.duration_ns} ns from the first written to the latest (dump: ${last - first})`, JSON.stringify(i0));
     const wantStart = sync ? BigInt(sync.fields.realtime_ns) + BigInt(first) - BigInt(sync.ts) : null;
     t.ok(i0 && sync && Math.abs(Number(BigInt(i0.start_ns) - wantStart)) < 1000, `info start_ns is the first event's wall clock (${i0?.start_ns}, want ${wantStart})`);
+    // d9d's sealed segments: read from their first bytes, the same numbers
+    // as a whole decode of the same file (d9ctl dump).
+    const rel = (f) => path.relative(root, f);
+    const sinfo = await Promise.all(Object.values(sealed).map((f) => info(rel(f))));
+    const sd = execFileSync(process.env.D9CTL, ['dump', '--json', sealed.none], { encoding: 'utf8', maxBuffer: 1 << 30 })
+      .split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l)).filter((e) => e.ts > 0 && e.event !== 'D9SegmentSpanEvent');
+    const sFirst = sd[0].ts, sLast = sd.reduce((a, e) => (e.ts > a ? e.ts : a), 0);
+    const sSync = sd.find((e) => e.event === 'ClockSyncEvent');
+    const wantS = { events: sd.length, duration_ns: sLast - sFirst, start_ns: Number(BigInt(sSync.fields.realtime_ns) + BigInt(sFirst) - BigInt(sSync.ts)) };
+    t.ok(sinfo.every((x) => x.status === 200 && x.j.source === 'header' && x.j.events === wantS.events && x.j.duration_ns === wantS.duration_ns &&
+      Math.abs(x.j.start_ns - wantS.start_ns) < 1000),
+      `info on d9d's zstd, gzip and raw segments comes from their first bytes and equals a whole decode (${wantS.events} events, ${wantS.duration_ns} ns)`,
+      JSON.stringify({ sinfo: sinfo.map((x) => x.j || x.body), wantS }));
+    const sm = await info('listing/4343-888/trace.7.bin.zst');
+    const smTrace = await get(srv.url, q('listing/4343-888/trace.7.bin.zst'));
+    t.ok(sm.status === 200 && sm.j.source === 'header' && sm.j.events === wantS.events && smTrace.status === 422,
+      `a sealed segment smashed in its middle still lists (${sm.status}, ${sm.j?.source}) while serving it whole fails (${smTrace.status}): the listing read only its head`,
+      JSON.stringify({ sm: sm.j || sm.body }));
+    const st = fs.statSync(sealed.zstd).size;
+    t.ok(st > 64 * 1024, `the sealed zstd segment (${st} bytes) is far more than the 16 KiB a listing reads`);
+    const list2 = JSON.parse((await get(srv.url, '/api/list')).body);
+    t.ok(list2.segments.filter((x) => x.path.startsWith('listing/')).length === 4, 'the sealed segments are listed');
     let ri = await info('demo/4242-777/trace.3.bin.gz');
     t.ok(ri.status === 422, 'info on a truncated gzip segment: 422', `${ri.status} ${ri.body}`);
     for (const [p, want, name] of [['../outside/secret.bin', 400, '".."'], ['demo/4242-777/escape.bin', 403, 'a symlink out of the root'], ['demo/nothing.bin', 404, 'a missing segment']]) {

@@ -9,6 +9,7 @@ import { TaskChart } from './tasks.js';
 import { Flamegraph, buildFlameTree } from './flame.js';
 import { renderDetails, renderNavigators } from './panels.js';
 import { fillSegmentInfo } from './listing_info.js';
+import { installSegmentSort, sortSegments, sortedByInfo } from './listing_sort.js';
 
 const $ = (s) => document.querySelector(s);
 window.d9 = { state: 'idle', timings: {} };
@@ -171,6 +172,7 @@ function installUi() {
   $('#file-input').addEventListener('change', (e) => { if (e.target.files.length) openFiles([...e.target.files]); });
   $('#show-browser').addEventListener('click', () => listSegments());
   $('#segment-filter').addEventListener('input', filterSegments);
+  installSegmentSort($('#segments'));
   $('#open-selected').addEventListener('click', () => {
     const paths = [...document.querySelectorAll('#segments input:checked')].map((c) => c.value);
     if (!paths.length) return;
@@ -222,12 +224,15 @@ async function listSegments() {
     tds[4].className = 'seg-start';
     tds[5].className = 'seg-duration';
     tr.append(td0, ...tds);
+    Object.assign(tr.dataset, { path: s.path, order: String(tb.rows.length), service: s.service, pid, instance: s.instance, index: String(s.index ?? ''), size: String(s.size), mtime: String(s.mtime) });
     tb.append(tr);
     infoRows.push({ path: s.path, start: tds[4], duration: tds[5] });
   }
   if (!segs.length) tb.innerHTML = '<tr><td colspan="9" class="hint">No segments under the served directory.</td></tr>';
   filterSegments();
-  fillSegmentInfo(infoRows, filterSegments).then(() => { $('#segments').dataset.infoFilled = String(infoRows.length); });
+  sortSegments($('#segments'));
+  const filled = () => { filterSegments(); if (sortedByInfo()) sortSegments($('#segments')); };
+  fillSegmentInfo(infoRows, filled).then(() => { $('#segments').dataset.infoFilled = String(infoRows.length); });
 }
 
 // Rows whose text holds every word of the filter stay visible.

@@ -1,7 +1,9 @@
-// The recording list's start and duration columns: d9ctl serve's
-// /api/info decodes one segment for them (nothing in a path or a stat says
-// when a segment starts or how long it spans), so rows are filled in the
-// background, a few requests at a time, after the list is shown.
+// The recording list's start and duration columns: nothing in a path or a
+// stat says when a segment starts or how long it spans, so d9ctl serve's
+// /api/info reads it for each row: from the segment's first few KiB when
+// d9d sealed it (its D9SegmentSpanEvent), else by decoding it whole. Rows
+// are filled in the background, a few requests at a time, after the list
+// is shown; each row's data-source says which way its answer came.
 
 import { formatDur } from './model.js';
 
@@ -23,7 +25,11 @@ export async function fillSegmentInfo(rows, onFilled) {
         const info = await r.json();
         row.start.textContent = info.start_ns !== undefined ? formatStart(info.start_ns) : '–';
         row.duration.textContent = info.events ? formatDur(info.duration_ns) : 'empty';
-        row.start.parentElement.dataset.events = String(info.events);
+        const tr = row.start.parentElement;
+        tr.dataset.events = String(info.events);
+        tr.dataset.source = info.source;
+        if (info.start_ns !== undefined) tr.dataset.startNs = String(info.start_ns);
+        if (info.events) tr.dataset.durationNs = String(info.duration_ns);
       } catch (e) {
         row.start.textContent = '?';
         row.duration.textContent = '?';

@@ -4,6 +4,13 @@
 // seen from outside, since Tokio's own queue depths cannot be read from
 // another process) and tasks being polled.
 //
+// Tasks alive before the attach are counted only from what the recording
+// shows of them (first poll, or from the start when only their terminate is
+// seen); ones neither polled nor terminated while recording are not
+// counted, and the chart says so. A trace without spawn, terminate and poll
+// events (d9d's default probe set records none) says that instead of
+// drawing zeros.
+//
 // Each series is a step function built once per trace: +1/-1 deltas sorted
 // by time, then a running sum. A pixel column shows the highest value inside
 // it, so a burst narrower than a pixel is not lost when zoomed out.
@@ -82,6 +89,16 @@ export function buildTaskSeries(m) {
   return m.taskSeries;
 }
 
+// What the chart cannot show, said on it.
+export function taskNote(m) {
+  const d = m.d;
+  if (!d.spawn.length && !d.terminate.length && !m.polls.n) return 'no spawn, terminate or poll events in this trace: no task counts (d9d\'s default probes record none; attach with --probes all)';
+  const parts = ['tasks alive before the recording count from their first poll (or from the start if only their end is seen); ones not polled while recording are not counted'];
+  if (!d.spawn.length) parts.push('no spawn events: alive from first poll');
+  if (!d.wake.length) parts.push('no wake events: queued only spawn to first poll');
+  return parts.join('; ');
+}
+
 // The value of series s at time t.
 export function valueAt(s, t) {
   const i = lowerBound(s.ts, t + 1e-9) - 1; // last delta at or before t
@@ -105,6 +122,7 @@ export class TaskChart {
     this.m = model;
     this.tl = tl;
     this.series = buildTaskSeries(model);
+    this.note = taskNote(model);
     this.pending = false;
     this.resize();
     new ResizeObserver(() => this.resize()).observe(canvas.parentElement);
@@ -166,8 +184,11 @@ export class TaskChart {
       g.fillText(`${label} ${shown[key]}`, lx, 6);
       lx += g.measureText(`${label} ${shown[key]}`).width + 16;
     }
+    g.fillStyle = '#8a92a3';
+    g.fillText(this.note, gutter + 4, HEIGHT - BOTTOM - 6);
     // for tests: the highest value of each series drawn in this view
     this.c.dataset.shown = JSON.stringify(shown);
+    this.c.dataset.note = this.note;
     this.c.dataset.drawn = String((+this.c.dataset.drawn || 0) + 1);
   }
 }

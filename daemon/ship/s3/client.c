@@ -150,6 +150,24 @@ int s3_get_object(struct s3_client *c, const char *key, struct d9_buf *out)
         return err;
 }
 
+int s3_get_object_head(struct s3_client *c, const char *key, uint64_t bytes, struct d9_buf *out)
+{
+        char range[64];
+
+        if (!bytes)
+                return -EINVAL;
+        snprintf(range, sizeof(range), "bytes=0-%llu", (unsigned long long)(bytes - 1));
+        struct s3_request r = { .method = "GET", .key = key, .range = range, .response = out };
+        out->len = 0;
+        int err = s3_request_run(c, &r);
+        if (err < 0)
+                d9_buf_free(out);
+        /* A server that ignores Range sends the whole object: keep the head. */
+        else if (out->len > bytes)
+                out->len = (size_t)bytes;
+        return err;
+}
+
 int s3_head_object(struct s3_client *c, const char *key, uint64_t *size)
 {
         uint64_t len = 0;

@@ -107,6 +107,8 @@ static int collect_headers(const struct s3_client *c, const struct s3_request *r
                 h[n++] = (struct sigv4_header){ "x-amz-security-token", c->cfg.session_token };
         if (r->content_type)
                 h[n++] = (struct sigv4_header){ "content-type", r->content_type };
+        if (r->range)
+                h[n++] = (struct sigv4_header){ "range", r->range };
         for (size_t i = 0; i < r->n_meta; i++) {
                 if (n >= MAX_HEADERS)
                         return -E2BIG;

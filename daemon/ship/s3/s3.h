@@ -88,6 +88,8 @@ int s3_put_file(struct s3_client *c, const char *key, const char *path,
 int s3_put_buffer(struct s3_client *c, const char *key, const void *data, size_t len,
                   const struct s3_put_opts *opts);
 int s3_get_object(struct s3_client *c, const char *key, struct d9_buf *out);
+/* The object's first BYTES bytes (all of it when it is shorter). */
+int s3_get_object_head(struct s3_client *c, const char *key, uint64_t bytes, struct d9_buf *out);
 /* -ENOENT when the object does not exist. */
 int s3_head_object(struct s3_client *c, const char *key, uint64_t *size);
 /* Value of the object's x-amz-meta-<name>; -ENODATA when it has none. */

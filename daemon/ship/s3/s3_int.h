@@ -55,6 +55,7 @@ struct s3_request {
         const void *body;
         size_t body_len;
         const char *content_type;
+        const char *range;              /* Range header value, e.g. "bytes=0-16383" */
         const struct s3_meta *meta;
         size_t n_meta;
         struct d9_buf *response;        /* body sink; may be NULL */
