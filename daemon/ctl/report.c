@@ -9,6 +9,7 @@
  * worker at its timestamp, as dial9's readers attach them. */
 #include "report.h"
 #include "report_process.h"
+#include "report_tasks.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -83,6 +84,8 @@ struct report {
         unsigned segments;
         json_t *meta;
         struct report_process process;
+        struct report_tasks *tasks;
+        int error;              /* first allocation failure of a section */
 };
 
 /* D9LostEventsEvent by source: only "ring" is records lost; "stack_unwind"
@@ -312,6 +315,9 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
         }
         if (d9ctl_report_process_event(&r->process, ev))
                 return 0;
+        d9ctl_report_tasks_event(r->tasks, ev, &r->error);
+        if (r->error)
+                return r->error;
         if (!strcmp(name, "PollStartEvent"))
                 on_poll_start(r, ev);
         else if (!strcmp(name, "PollEndEvent"))
@@ -349,7 +355,8 @@ struct report *d9ctl_report_new(unsigned top)
         r->wakes = calloc(top ? top : 1, sizeof(*r->wakes));
         r->jobs = calloc(top ? top : 1, sizeof(*r->jobs));
         r->meta = json_object();
-        if (!r->wakes || !r->jobs || !r->meta) {
+        r->tasks = d9ctl_report_tasks_new();
+        if (!r->wakes || !r->jobs || !r->meta || !r->tasks) {
                 d9ctl_report_free(r);
                 return NULL;
         }
@@ -370,6 +377,7 @@ void d9ctl_report_free(struct report *r)
         free(r->jobs);
         free(r->slots);
         json_decref(r->meta);
+        d9ctl_report_tasks_free(r->tasks);
         free(r);
 }
 
@@ -386,6 +394,7 @@ int d9ctl_report_add_file(struct report *r, const char *path, char *why, size_t 
          * in this one only if the writer said so; d9d restarts them. */
         for (int i = 0; i < NWORKERS; i++)
                 r->w[i].in_poll = r->w[i].parked = false;
+        d9ctl_report_tasks_segment(r->tasks);
         e = d9ctl_trace_decode(path, buf, len, &opts, NULL, why, why_len);
         free(buf);
         if (!e)
@@ -531,11 +540,12 @@ json_t *d9ctl_report_result(struct report *r)
                                     "short_offcpu_ns", (json_int_t)r->short_offcpu_ns,
                                     "polls_not_kept", (json_int_t)r->polls_dropped,
                                     "samples_not_kept", (json_int_t)r->samples_dropped);
-        return json_pack("{s:i, s:I, s:I, s:I, s:I, s:O, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "segments", (int)r->segments,
+        return json_pack("{s:i, s:I, s:I, s:I, s:I, s:O, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o?}", "segments", (int)r->segments,
                          "span_ns", (json_int_t)span, "polls", (json_int_t)r->total_polls,
                          "polls_over_1ms", (json_int_t)(r->npolls + r->polls_dropped),
                          "blocking_pool_jobs", (json_int_t)r->total_jobs, "metadata", r->meta,
                          "longest_polls", longest, "blocking_in_polls", blocking, "longest_wake_to_poll",
                          wakes, "longest_blocking_pool_jobs", jobs, "workers", workers, "missing", missing,
-                         "process", d9ctl_report_process_json(&r->process));
+                         "process", d9ctl_report_process_json(&r->process), "tasks",
+                         d9ctl_report_tasks_json(r->tasks));
 }

@@ -109,6 +109,31 @@ static void print_process(FILE *out, const json_t *p)
                         json_integer_value(json_object_get(q, "samples")));
 }
 
+/* Tasks alive, queued and being polled (report_tasks.h): the peaks. */
+static void print_tasks(FILE *out, const json_t *t)
+{
+        const json_t *alive = json_object_get(t, "alive"), *queued = json_object_get(t, "queued");
+        const json_t *polled = json_object_get(t, "being_polled");
+
+        fputs("\nTasks (counted from spawn, terminate, wake and poll events; Tokio's queue depths are not readable from outside)\n", out);
+        if (!json_integer_value(json_object_get(t, "seen")) && !json_integer_value(json_object_get(t, "alive_at_start"))) {
+                fputs("  none: the trace has no spawn, terminate or poll events (the probe set records none of them)\n", out);
+                return;
+        }
+        fprintf(out, "  spawned %" JSON_INTEGER_FORMAT ", terminated %" JSON_INTEGER_FORMAT ", seen %" JSON_INTEGER_FORMAT
+                " (%" JSON_INTEGER_FORMAT " first seen polling: alive before the recording or spawned unseen)\n",
+                json_integer_value(json_object_get(t, "spawned")), json_integer_value(json_object_get(t, "terminated")),
+                json_integer_value(json_object_get(t, "seen")), json_integer_value(json_object_get(t, "first_seen_polling")));
+        fprintf(out, "  alive: at most %" JSON_INTEGER_FORMAT ", %" JSON_INTEGER_FORMAT " at the end (%" JSON_INTEGER_FORMAT
+                " only seen terminating count from the start; tasks neither polled nor terminated while recording are not counted)\n",
+                json_integer_value(json_object_get(alive, "peak")), json_integer_value(json_object_get(alive, "at_end")),
+                json_integer_value(json_object_get(t, "alive_at_start")));
+        fprintf(out, "  queued (woken or spawned, not yet polled): at most %" JSON_INTEGER_FORMAT "\n",
+                json_integer_value(json_object_get(queued, "peak")));
+        fprintf(out, "  being polled: at most %" JSON_INTEGER_FORMAT " at once\n",
+                json_integer_value(json_object_get(polled, "peak")));
+}
+
 void d9ctl_report_print_text(FILE *out, const json_t *doc)
 {
         const json_t *meta = json_object_get(doc, "metadata"), *v;
@@ -150,6 +175,7 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
                         ms(v, "sched_wait_ns"));
         }
 
+        print_tasks(out, json_object_get(doc, "tasks"));
         print_process(out, json_object_get(doc, "process"));
 
         const json_t *m = json_object_get(doc, "missing");
