@@ -17,7 +17,8 @@
 
 import { lowerBound } from './model.js';
 
-const HEIGHT = 86, TOP = 14, BOTTOM = 4;
+// BOTTOM: a line under the plot for what the chart cannot count.
+const HEIGHT = 100, TOP = 14, BOTTOM = 16;
 export const SERIES = [
   { key: 'alive', label: 'tasks alive', colour: '#8a9bd6' },
   { key: 'queued', label: 'queued (woken/spawned, not polled yet)', colour: '#e0a040' },
@@ -185,7 +186,7 @@ export class TaskChart {
       lx += g.measureText(`${label} ${shown[key]}`).width + 16;
     }
     g.fillStyle = '#8a92a3';
-    g.fillText(this.note, gutter + 4, HEIGHT - BOTTOM - 6);
+    g.fillText(this.note, gutter + 4, HEIGHT - BOTTOM / 2);
     // for tests: the highest value of each series drawn in this view
     this.c.dataset.shown = JSON.stringify(shown);
     this.c.dataset.note = this.note;
