@@ -10,6 +10,7 @@
 #include "report.h"
 #include "report_process.h"
 #include "report_tasks.h"
+#include "task_table.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -75,8 +76,7 @@ struct report {
         struct poll *jobs;  /* blocking-pool jobs: the top longest, descending */
         size_t njobs;
         uint64_t total_jobs;
-        struct wake_slot *slots;
-        size_t nslots, used_slots;
+        struct task_table slots;        /* of struct wake_slot */
         char **strings;
         size_t nstrings, cap_strings;
         uint64_t first_ts, last_ts, total_polls, short_offcpu, short_offcpu_ns;
@@ -141,35 +141,7 @@ static char *intern(struct report *r, const struct d9_value *v)
 
 static struct wake_slot *slot_of(struct report *r, uint64_t task, bool insert)
 {
-        if (insert && (r->used_slots + 1) * 2 > r->nslots) {
-                size_t n = r->nslots ? r->nslots * 2 : 4096;
-                struct wake_slot *s = calloc(n, sizeof(*s));
-                if (!s)
-                        return NULL;
-                for (size_t i = 0; i < r->nslots; i++) {
-                        if (!r->slots[i].task)
-                                continue;
-                        size_t j = (r->slots[i].task * 0x9e3779b97f4a7c15ull) & (n - 1);
-                        while (s[j].task)
-                                j = (j + 1) & (n - 1);
-                        s[j] = r->slots[i];
-                }
-                free(r->slots);
-                r->slots = s;
-                r->nslots = n;
-        }
-        if (!r->nslots || !task)
-                return NULL;
-        size_t j = (task * 0x9e3779b97f4a7c15ull) & (r->nslots - 1);
-        while (r->slots[j].task && r->slots[j].task != task)
-                j = (j + 1) & (r->nslots - 1);
-        if (!r->slots[j].task) {
-                if (!insert)
-                        return NULL;
-                r->slots[j].task = task;
-                r->used_slots++;
-        }
-        return &r->slots[j];
+        return d9ctl_task_table_get(&r->slots, task, insert);
 }
 
 static void keep_wake(struct report *r, const struct wake *w)
@@ -352,6 +324,7 @@ struct report *d9ctl_report_new(unsigned top)
         if (!r)
                 return NULL;
         r->top = top;
+        r->slots.size = sizeof(struct wake_slot);
         r->wakes = calloc(top ? top : 1, sizeof(*r->wakes));
         r->jobs = calloc(top ? top : 1, sizeof(*r->jobs));
         r->meta = json_object();
@@ -375,7 +348,7 @@ void d9ctl_report_free(struct report *r)
         free(r->samples);
         free(r->wakes);
         free(r->jobs);
-        free(r->slots);
+        d9ctl_task_table_free(&r->slots);
         json_decref(r->meta);
         d9ctl_report_tasks_free(r->tasks);
         free(r);

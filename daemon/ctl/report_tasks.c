@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "task_table.h"
 #include "trace_read.h"
 
 #define MAX_STEPS (8u << 20)    /* per series: 64 MiB; beyond, counted */
@@ -40,8 +41,7 @@ struct open_poll {
 };
 
 struct report_tasks {
-        struct task_slot *slots;
-        size_t nslots, used;
+        struct task_table slots;        /* of struct task_slot */
         struct steps alive, queued, running;
         struct open_poll w[256];
         uint64_t spawned, terminated, steps_not_kept;
@@ -49,14 +49,18 @@ struct report_tasks {
 
 struct report_tasks *d9ctl_report_tasks_new(void)
 {
-        return calloc(1, sizeof(struct report_tasks));
+        struct report_tasks *t = calloc(1, sizeof(*t));
+
+        if (t)
+                t->slots.size = sizeof(struct task_slot);
+        return t;
 }
 
 void d9ctl_report_tasks_free(struct report_tasks *t)
 {
         if (!t)
                 return;
-        free(t->slots);
+        d9ctl_task_table_free(&t->slots);
         free(t->alive.v);
         free(t->queued.v);
         free(t->running.v);
@@ -83,33 +87,7 @@ static int step_add(struct report_tasks *t, struct steps *s, uint64_t ts, int de
 
 static struct task_slot *slot_of(struct report_tasks *t, uint64_t task)
 {
-        if (!task)
-                return NULL;
-        if ((t->used + 1) * 2 > t->nslots) {
-                size_t n = t->nslots ? t->nslots * 2 : 4096;
-                struct task_slot *s = calloc(n, sizeof(*s));
-                if (!s)
-                        return NULL;
-                for (size_t i = 0; i < t->nslots; i++) {
-                        if (!t->slots[i].task)
-                                continue;
-                        size_t j = (t->slots[i].task * 0x9e3779b97f4a7c15ull) & (n - 1);
-                        while (s[j].task)
-                                j = (j + 1) & (n - 1);
-                        s[j] = t->slots[i];
-                }
-                free(t->slots);
-                t->slots = s;
-                t->nslots = n;
-        }
-        size_t j = (task * 0x9e3779b97f4a7c15ull) & (t->nslots - 1);
-        while (t->slots[j].task && t->slots[j].task != task)
-                j = (j + 1) & (t->nslots - 1);
-        if (!t->slots[j].task) {
-                t->slots[j].task = task;
-                t->used++;
-        }
-        return &t->slots[j];
+        return d9ctl_task_table_get(&t->slots, task, true);
 }
 
 static void seen_at(struct task_slot *s, uint64_t ts)
@@ -232,10 +210,8 @@ json_t *d9ctl_report_tasks_json(struct report_tasks *t)
         uint64_t seen = 0, alive_at_start = 0, first_polled = 0;
         int r = 0;
 
-        for (size_t i = 0; i < t->nslots && r == 0; i++) {
-                const struct task_slot *s = &t->slots[i];
-                if (!s->task)
-                        continue;
+        const struct task_slot *s;
+        for (size_t i = 0; r == 0 && (s = d9ctl_task_table_next(&t->slots, &i));) {
                 if (s->first_ts) {
                         seen++;
                         first_polled += !s->spawn_ts;
