@@ -105,6 +105,11 @@ def main():
                                              0 < workers[i]["busy_share"] + workers[i]["parked_share"] <= 1.0001
                                              for i in ids),
          f"each worker of runtime.main ({mains}) has polls and busy/parked shares", json.dumps(doc.get("workers")))
+    tasks = doc.get("tasks", {})
+    t.ok(tasks.get("spawned", 0) > 100 and tasks.get("terminated", 0) > 100 and tasks["alive"]["peak"] >= 3 and
+         1 <= tasks["being_polled"]["peak"] <= len(ids) and tasks["queued"]["peak"] >= 1 and tasks["alive"]["at_end"] >= 0,
+         f"tasks: {tasks.get('spawned')} spawned, up to {tasks.get('alive', {}).get('peak')} alive, "
+         f"{tasks.get('being_polled', {}).get('peak')} polled at once on {len(ids)} workers", json.dumps(tasks))
     missing = doc.get("missing", {})
     t.ok({"lost_events", "short_offcpu_intervals"} <= set(missing), "what the trace lacks is reported",
          json.dumps(missing))
@@ -130,6 +135,16 @@ def main():
          f"{jobs[0]['duration_ns'] / 1e6 if jobs else 0:.0f} ms)", r2.stderr + json.dumps(jobs[:2]))
     t.ok(pool and all(p["duration_ns"] < 0.9e9 for p in pool.get("longest_polls", [])),
          "no blocking job shows as a worker's poll", json.dumps(pool.get("longest_polls", [])[:2]))
+
+    # The default probe set records no spawn, terminate or poll: the report
+    # says so rather than printing zeros as counts.
+    r3 = d.ctl("record", "--duration", "40s", "--out", out + "/default", "--", TARGET, "mixed", "--duration", "2")
+    dpaths = r3.stdout.split() if r3.returncode == 0 else []
+    dflt = json.loads(report("--json", *dpaths).stdout or "{}") if dpaths else {}
+    dtxt = report(*dpaths).stdout if dpaths else ""
+    t.ok(dflt.get("tasks", {}).get("seen") == 0 and dflt["tasks"]["alive"]["peak"] == 0 and
+         "none: the trace has no spawn, terminate or poll events" in dtxt,
+         "default probe set: the tasks section says it has no task events", r3.stderr[-500:] + dtxt[-800:])
 
     stripped_once_symbolized(t, d, out)
 
