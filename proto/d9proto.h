@@ -150,6 +150,7 @@ enum d9_tokio_schema {
         D9_S_PROCESS_RESOURCE_USAGE,
         D9_S_SOCKET_ACCEPT_QUEUE,
         D9_S_PROCESS_RESOURCES,
+        D9_S_SAMPLING_STOPPED,
         D9_S_TOKIO_COUNT,
 };
 #define D9_NO_ATOM UINT32_MAX /* for optional pooled fields: absent */
@@ -211,6 +212,11 @@ struct d9_accept_queue {
         uint32_t backlog_limit;                 /* the listen() backlog in effect */
 };
 int d9_enc_accept_queue(struct d9_enc *enc, uint64_t ts, const struct d9_accept_queue *q);
+
+/* A kind of sample ("process_resources", "accept_queues") stopped for the
+ * rest of the recording: D9SamplingStoppedEvent, with the errno of the
+ * failed read and its text, so the trace says why its series ends. */
+int d9_enc_sampling_stopped(struct d9_enc *enc, uint64_t ts, const char *kind, int errnum, const char *reason);
 
 /* ---- Decoder ------------------------------------------------------------ */
 

@@ -365,6 +365,8 @@ static int session_open_segment(struct session *s)
         if (r == 0 && s->wakes_sampled && s->bpf)
                 r = translate_wake_window(&s->tr, d9_now_ns(), d9_bpf_target_wakes_on(s->bpf),
                                           WAKE_ON_TICKS * D9D_TICK_MS, WAKE_PERIOD_TICKS * D9D_TICK_MS);
+        if (r == 0)
+                r = session_samples_restate(s, d9_now_ns());
         return r;
 }
 

@@ -56,6 +56,7 @@ struct session {
                 uint64_t lost;          /* not written: the sampler's queue was full */
                 uint64_t listeners_unlisted;
                 char resources_error[96], accept_queues_error[96]; /* why a kind stopped */
+                int resources_errno, accept_queues_errno;          /* -errno of a stop the trace states (not an exit) */
         } samples;
         bool wakes_sampled;             /* wake points attached WAKE_ON_TICKS of */
         unsigned wake_tick;             /* every WAKE_PERIOD_TICKS session ticks */
@@ -131,6 +132,8 @@ struct sample;
  * and the "samples" object of status. */
 int session_samples_start(struct session *s);
 void session_samples_stop(struct session *s);
+/* A new segment: say again which kinds of samples stopped, and why. */
+int session_samples_restate(struct session *s, uint64_t ts);
 json_t *session_samples_json(const struct session *s);
 /* Whether a sample of the target may go into its trace now: not once it
  * gained privileges (the credential check a non-root starter's records pass). */
