@@ -561,6 +561,8 @@ static int on_ring_record(void *ctx, const void *rec, size_t size)
         /* A new program: its map soon (record -- attaches before the exec). */
         if (s->tr.exec_seen != execs && s->d->sampler)
                 sampler_maps_soon(s->d->sampler, s->id);
+        if (!s->timeline.first_event && s->timeline.exec && size >= sizeof(struct d9_rec_hdr))
+                s->timeline.first_event = ((const struct d9_rec_hdr *)rec)->ts;
         return 0;
 }
 
@@ -1000,8 +1002,10 @@ static int session_start_attach(struct session *s, const struct session_request 
         s->started_ms = s->rate_ms = d9_now_ms();
         s->deadline_ms = req->duration_ms ? s->started_ms + req->duration_ms : 0;
         s->started_unix_ms = wall_clock_ms();
-        if (req->exec_ns)
-                s->exec_to_attach_ms = (int64_t)(d9_now_ns() - req->exec_ns) / 1000000;
+        if (req->exec_ns) {
+                s->timeline.attached = d9_now_ns();
+                s->exec_to_attach_ms = (int64_t)(s->timeline.attached - req->exec_ns) / 1000000;
+        }
         s->plan_json = plan_to_json(s);
         r = session_samples_start(s);
         if (r < 0)
@@ -1035,6 +1039,15 @@ static void session_plan_run(struct plan_job *job)
 
         st->r = session_plan(st->s, &st->req, &st->why);
         st->planned = true;
+        st->s->timeline.planned = st->s->timeline.exec != 0;
+}
+
+static uint64_t thread_cpu_ns(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* On the BPF thread, once planned (or with a plan from the cache). The
@@ -1045,6 +1058,10 @@ static void session_install_run(struct plan_job *job)
         struct session_start *st = (struct session_start *)job;
         struct session *s = st->s;
 
+        uint64_t cpu0 = thread_cpu_ns();
+
+        if (s->timeline.exec)
+                s->timeline.install_begun = d9_now_ns();
         if (d9_pidfd_alive(s->pidfd_w.fd) < 0) {
                 st->why = d9_strdupf("pid %d exited while its probe plan was built", s->pid);
                 st->r = -ESRCH;
@@ -1054,8 +1071,16 @@ static void session_install_run(struct plan_job *job)
         } else {
                 st->r = session_install_bpf(s, &st->why);
         }
+        if (st->r == 0 && s->timeline.exec) {
+                s->timeline.installed = d9_now_ns();
+                s->timeline.uprobes_ns = d9_bpf_target_attach_ns(s->bpf);
+        }
         if (st->r == 0)
                 session_take_maps(s, sampler_read_maps(s->proc_fd, s->pidfd_w.fd));
+        if (st->r == 0 && s->timeline.exec) {
+                s->timeline.maps_read = d9_now_ns();
+                s->timeline.install_cpu_ns = thread_cpu_ns() - cpu0;
+        }
 }
 
 static void session_install_submit(struct d9d *d, struct session_start *st);
@@ -1141,6 +1166,9 @@ int session_start(struct d9d *d, const struct session_request *req,
                 return -ENOMEM;
         }
         r = session_check_target(st->s, req, why);
+        if (req->exec_ns)
+                st->s->timeline = (struct attach_timeline){ .exec = req->exec_ns, .noticed = req->noticed_ns,
+                                                            .checked = d9_now_ns() };
         /* After the owner check: a session the peer may not see reads as a
          * process it may not trace. */
         if (r == 0 && pid_taken(d, req->pid, &holder)) {
@@ -1400,6 +1428,25 @@ static const char *state_name(enum session_state st)
         return st == SESSION_RECORDING ? "recording" : st == SESSION_SEALING ? "sealing" : "done";
 }
 
+/* µs after the exec; a step not reached yet is absent. */
+static json_t *attach_timeline_json(const struct attach_timeline *t)
+{
+        const struct { const char *name; uint64_t at; } steps[] = {
+                { "noticed_us", t->noticed }, { "checked_us", t->checked },
+                { "install_begun_us", t->install_begun }, { "installed_us", t->installed },
+                { "maps_read_us", t->maps_read }, { "attached_us", t->attached },
+                { "first_event_us", t->first_event },
+        };
+        json_t *j = json_pack("{s:b,s:I,s:I}", "planned", t->planned, "uprobes_us", (json_int_t)(t->uprobes_ns / 1000),
+                              "install_cpu_us", (json_int_t)(t->install_cpu_ns / 1000));
+
+        for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++)
+                if (steps[i].at)
+                        json_object_set_new(j, steps[i].name,
+                                            json_integer((json_int_t)(steps[i].at - t->exec) / 1000));
+        return j;
+}
+
 json_t *session_status_json(const struct session *s)
 {
         json_t *j = json_pack("{s:I,s:i,s:I,s:s,s:s,s:s,s:f,s:I,s:I,s:I,s:i,s:i,s:O,s:O,s:I,s:s,s:{s:I,s:I,s:I}}",
@@ -1418,8 +1465,10 @@ json_t *session_status_json(const struct session *s)
         json_object_set_new(j, "cgroup", json_string(s->cgroup));
         if (s->rule[0]) {
                 json_object_set_new(j, "rule", json_string(s->rule));
-                if (s->exec_to_attach_ms >= 0)
+                if (s->exec_to_attach_ms >= 0) {
                         json_object_set_new(j, "exec_to_attach_ms", json_integer(s->exec_to_attach_ms));
+                        json_object_set_new(j, "exec_to_attach", attach_timeline_json(&s->timeline));
+                }
         }
         /* Stacks: unwound, not, off-CPU samples that say why they have none,
          * and those taken in d9d's own probes ([d9d uprobe], docs/stacks.md). */

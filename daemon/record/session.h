@@ -23,6 +23,23 @@ enum session_state {
         SESSION_DONE,
 };
 
+/* Auto-attach on exec: when each step from the exec to the first event was
+ * done (CLOCK_MONOTONIC ns, 0 = not yet; list and status give them in µs
+ * after the exec), so a slow attach says where its time went. */
+struct attach_timeline {
+        uint64_t exec;                  /* the kernel's sched_process_exec */
+        uint64_t noticed;               /* its exec record read on the loop */
+        uint64_t checked;               /* matched a rule, target checked (pidfd, /proc) */
+        uint64_t install_begun;         /* the BPF thread took the install */
+        uint64_t installed;             /* pid filter, ring and uprobes in place */
+        uint64_t uprobes_ns;            /* of which uprobe registration */
+        uint64_t install_cpu_ns;        /* CPU time the BPF thread spent on it (the rest: waiting for a CPU) */
+        uint64_t maps_read;             /* /proc/PID/maps read, still on the BPF thread */
+        uint64_t attached;              /* back on the loop: segment open, ring watched */
+        uint64_t first_event;           /* the kernel's time of the first record drained */
+        bool planned;                   /* by the planner (not the plan cache, not nothing to plan) */
+};
+
 struct session {
         struct d9_watch ring_w;         /* the target's ring buffer */
         struct d9_watch pidfd_w;        /* readable when the target exits */
@@ -47,6 +64,7 @@ struct session {
         char cgroup[1024];              /* cgroup v2 path at attach */
         char rule[384];                 /* the auto-attach rule that started it, "" = d9ctl */
         int64_t exec_to_attach_ms;      /* auto-attach on exec: from the exec to attached; -1 */
+        struct attach_timeline timeline; /* auto-attach on exec: exec .. first event */
         int probes;                     /* enum d9_probe_bits mask asked for */
         uint64_t offcpu_min_us;         /* shorter off-CPU intervals only counted */
         uint64_t resources_every_ms;    /* process resource samples (0: none) */
@@ -101,6 +119,7 @@ struct session_request {
         uid_t peer_uid;
         const char *rule;               /* auto-attach: the rule that matched (NULL = a client) */
         uint64_t exec_ns;               /* auto-attach: CLOCK_MONOTONIC of its exec, 0 = was running */
+        uint64_t noticed_ns;            /* auto-attach: when d9d read that exec's record */
 };
 
 struct session_start;
