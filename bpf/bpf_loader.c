@@ -1134,6 +1134,14 @@ int d9_bpf_target_consume(struct d9_bpf_target *t)
         return ring_buffer__consume(t->rb);
 }
 
+size_t d9_bpf_target_pending(const struct d9_bpf_target *t, size_t *size)
+{
+        struct ring *r = ring_buffer__ring(t->rb, 0);
+
+        *size = r ? ring__size(r) : 0;
+        return r ? ring__avail_data_size(r) : 0;
+}
+
 int d9_bpf_target_poll(struct d9_bpf_target *t, int timeout_ms)
 {
         int woken = ring_buffer__poll(t->rb, timeout_ms), more;

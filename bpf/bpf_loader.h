@@ -129,6 +129,8 @@ bool d9_bpf_teardown_pending_for(struct d9_bpf *bpf, pid_t pid);
 int d9_bpf_target_epoll_fd(const struct d9_bpf_target *t);
 /* Drain without waiting; returns records consumed or negative errno. */
 int d9_bpf_target_consume(struct d9_bpf_target *t);
+/* Bytes written to the target's ring and not consumed yet; *size: the ring's. */
+size_t d9_bpf_target_pending(const struct d9_bpf_target *t, size_t *size);
 /* Wait up to timeout_ms for a wakeup, then drain whatever is pending. */
 int d9_bpf_target_poll(struct d9_bpf_target *t, int timeout_ms);
 /* Records lost because this target's ring was full (summed over CPUs). */

@@ -575,10 +575,27 @@ static void session_end_privileged(struct session *s)
 
 /* Drains the ring unless the target gained privileges the starter lacks,
  * in which case the session ends unread. False: nothing more to do. */
-static bool session_drain_while_permitted(struct session *s)
+static void session_drain_count(struct session *s, bool woken)
+{
+        struct ring_drains *dr = &s->drains;
+        size_t size, pending = d9_bpf_target_pending(s->bpf, &size);
+        uint64_t now = d9_now_ns();
+
+        dr->woken += woken;
+        dr->timer += !woken;
+        dr->ring_bytes = size;
+        if (pending > dr->fill_max)
+                dr->fill_max = pending;
+        if (dr->last_ns && now - dr->last_ns > dr->gap_max_ns)
+                dr->gap_max_ns = now - dr->last_ns;
+        dr->last_ns = now;
+}
+
+static bool session_drain_while_permitted(struct session *s, bool woken)
 {
         if (s->state != SESSION_RECORDING)
                 return false;
+        session_drain_count(s, woken);
         if (!session_gained_privileges(s))
                 d9_bpf_target_consume(s->bpf);
         if (s->privileged) {
@@ -593,7 +610,7 @@ static void session_on_ring(struct d9d *d, struct d9_watch *w, uint32_t events)
         struct session *s = (struct session *)((char *)w - offsetof(struct session, ring_w));
         const char *full;
 
-        if (!session_drain_while_permitted(s))
+        if (!session_drain_while_permitted(s, true))
                 return;
         if (s->tr.error) {
                 log_error("pid %d: encoding failed: %s", s->pid, strerror(-s->tr.error));
@@ -1390,7 +1407,7 @@ void session_tick(struct session *s, uint64_t now_ms)
         const char *full;
 
         /* Pick up what arrived since the last wakeup before judging time. */
-        if (!session_drain_while_permitted(s))
+        if (!session_drain_while_permitted(s, false))
                 return;
         session_account_bpf_counters(s);
         session_sample_wakes(s);
@@ -1479,6 +1496,12 @@ json_t *session_status_json(const struct session *s)
                 "frames_outside_mappings", (json_int_t)s->tr.frames_outside,
                 "cut_at_copy_end", (json_int_t)s->tr.stacks_cut));
         json_object_set_new(j, "samples", session_samples_json(s));
+        /* Drops: whether the ring was full at a drain after a long gap
+         * (the loop late) or between drains close together (too small). */
+        json_object_set_new(j, "ring", json_pack("{s:I,s:I,s:I,s:I,s:I}",
+                "bytes", (json_int_t)s->drains.ring_bytes, "fill_max_bytes", (json_int_t)s->drains.fill_max,
+                "drains_woken", (json_int_t)s->drains.woken, "drains_timer", (json_int_t)s->drains.timer,
+                "drain_gap_max_ms", (json_int_t)(s->drains.gap_max_ns / 1000000)));
         /* Ended sessions: the length of the recording; live ones: so far. */
         uint64_t until = s->state == SESSION_RECORDING ? d9_now_ms() : s->ended_ms;
         json_object_set_new(j, "started_unix_ms", json_integer((json_int_t)s->started_unix_ms));

@@ -96,6 +96,13 @@ struct session {
         uint64_t events, bytes_sealed, drops, drops_reported;
         struct d9_offcpu_short offcpu_short, offcpu_short_reported;
         uint64_t drops_logged_ms;       /* drop warnings: at most one per 10 s */
+        struct ring_drains {            /* how the ring was drained, for status: a full ring says why */
+                uint64_t woken, timer;  /* drains by BPF's wakeup, by the tick */
+                uint64_t fill_max;      /* most bytes pending when a drain began */
+                uint64_t gap_max_ns;    /* longest time between the starts of two drains */
+                uint64_t last_ns;
+                uint64_t ring_bytes;
+        } drains;
         uint64_t rate_events, rate_ms;  /* events at the last rate sample */
         uint64_t seg_first_event;       /* tr.events when the open segment began */
         double events_per_s;
