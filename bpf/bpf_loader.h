@@ -143,3 +143,5 @@ enum d9_poll_end d9_bpf_target_poll_end(const struct d9_bpf_target *t);
 size_t d9_bpf_target_n_attached(const struct d9_bpf_target *t);
 /* Wall time the uprobe attach took (ns), for benchmarks. */
 uint64_t d9_bpf_target_attach_ns(const struct d9_bpf_target *t);
+/* Of the attach, the insertion of its ring into the map of rings. */
+uint64_t d9_bpf_target_ring_insert_ns(const struct d9_bpf_target *t);

@@ -1067,6 +1067,16 @@ static uint64_t thread_cpu_ns(void)
         return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* The calling thread's time runnable but not running (schedstat's second
+ * field), 0 if unknown. */
+static uint64_t thread_runq_ns(void)
+{
+        _cleanup_free_ char *text = symbolizer_read_proc_text("/proc/thread-self/schedstat");
+        unsigned long long run, wait;
+
+        return text && sscanf(text, "%llu %llu", &run, &wait) == 2 ? wait : 0;
+}
+
 /* On the BPF thread, once planned (or with a plan from the cache). The
  * target is checked again before anything is installed for it, and once
  * more on the loop after the attach. */
@@ -1075,7 +1085,7 @@ static void session_install_run(struct plan_job *job)
         struct session_start *st = (struct session_start *)job;
         struct session *s = st->s;
 
-        uint64_t cpu0 = thread_cpu_ns();
+        uint64_t cpu0 = thread_cpu_ns(), runq0 = s->timeline.exec ? thread_runq_ns() : 0;
 
         if (s->timeline.exec)
                 s->timeline.install_begun = d9_now_ns();
@@ -1091,12 +1101,14 @@ static void session_install_run(struct plan_job *job)
         if (st->r == 0 && s->timeline.exec) {
                 s->timeline.installed = d9_now_ns();
                 s->timeline.uprobes_ns = d9_bpf_target_attach_ns(s->bpf);
+                s->timeline.ring_insert_ns = d9_bpf_target_ring_insert_ns(s->bpf);
         }
         if (st->r == 0)
                 session_take_maps(s, sampler_read_maps(s->proc_fd, s->pidfd_w.fd));
         if (st->r == 0 && s->timeline.exec) {
                 s->timeline.maps_read = d9_now_ns();
                 s->timeline.install_cpu_ns = thread_cpu_ns() - cpu0;
+                s->timeline.install_runq_ns = runq0 ? thread_runq_ns() - runq0 : 0;
         }
 }
 
@@ -1454,8 +1466,12 @@ static json_t *attach_timeline_json(const struct attach_timeline *t)
                 { "maps_read_us", t->maps_read }, { "attached_us", t->attached },
                 { "first_event_us", t->first_event },
         };
-        json_t *j = json_pack("{s:b,s:I,s:I}", "planned", t->planned, "uprobes_us", (json_int_t)(t->uprobes_ns / 1000),
-                              "install_cpu_us", (json_int_t)(t->install_cpu_ns / 1000));
+        json_t *j = json_pack("{s:b,s:I,s:I,s:I}", "planned", t->planned,
+                              "uprobes_us", (json_int_t)(t->uprobes_ns / 1000),
+                              "install_cpu_us", (json_int_t)(t->install_cpu_ns / 1000),
+                              "install_runq_us", (json_int_t)(t->install_runq_ns / 1000));
+
+        json_object_set_new(j, "ring_insert_us", json_integer((json_int_t)(t->ring_insert_ns / 1000)));
 
         for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++)
                 if (steps[i].at)

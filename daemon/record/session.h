@@ -32,8 +32,10 @@ struct attach_timeline {
         uint64_t checked;               /* matched a rule, target checked (pidfd, /proc) */
         uint64_t install_begun;         /* the BPF thread took the install */
         uint64_t installed;             /* pid filter, ring and uprobes in place */
-        uint64_t uprobes_ns;            /* of which uprobe registration */
-        uint64_t install_cpu_ns;        /* CPU time the BPF thread spent on it (the rest: waiting for a CPU) */
+        uint64_t uprobes_ns;            /* of which uprobe registration, */
+        uint64_t ring_insert_ns;        /* and the ring's insertion in the map of rings */
+        uint64_t install_cpu_ns;        /* CPU time the BPF thread spent from begun to maps_read, */
+        uint64_t install_runq_ns;       /* and runnable, waiting for a CPU (the rest: blocked) */
         uint64_t maps_read;             /* /proc/PID/maps read, still on the BPF thread */
         uint64_t attached;              /* back on the loop: segment open, ring watched */
         uint64_t first_event;           /* the kernel's time of the first record drained */
