@@ -90,6 +90,7 @@ struct d9_bpf_target {
         size_t n_attached;
         enum d9_poll_end poll_end;
         uint64_t attach_ns;
+        uint64_t ring_insert_ns;        /* the d9_rings update alone */
         struct teardown *td;            /* set once stopped */
         bool in_rings, in_targets;      /* this target's entries were inserted (not another's) */
         d9_bpf_record_fn on_record;
@@ -707,9 +708,13 @@ static int install_target(struct d9_bpf_target *t, const struct probe_plan *plan
         r = percpu_row_zero(bpf->sched->maps.d9_drops, t->slot);
         if (r == 0)
                 r = percpu_row_zero(bpf->sched->maps.d9_offcpu_short, t->slot);
+        /* An update of a map of maps waits for an RCU grace period in the
+         * kernel (maybe_wait_bpf_programs): timed for the attach timeline. */
+        uint64_t t0 = d9_now_ns();
         if (r == 0)
                 r = bpf_map__update_elem(bpf->sched->maps.d9_rings, &tgid, sizeof(tgid),
                                          &t->ring_fd, sizeof(t->ring_fd), BPF_NOEXIST);
+        t->ring_insert_ns = d9_now_ns() - t0;
         t->in_rings = r == 0;
         if (r == 0)
                 r = bpf_map__update_elem(bpf->sched->maps.d9_targets, &tgid, sizeof(tgid),
@@ -1134,6 +1139,14 @@ int d9_bpf_target_consume(struct d9_bpf_target *t)
         return ring_buffer__consume(t->rb);
 }
 
+size_t d9_bpf_target_pending(const struct d9_bpf_target *t, size_t *size)
+{
+        struct ring *r = ring_buffer__ring(t->rb, 0);
+
+        *size = r ? ring__size(r) : 0;
+        return r ? ring__avail_data_size(r) : 0;
+}
+
 int d9_bpf_target_poll(struct d9_bpf_target *t, int timeout_ms)
 {
         int woken = ring_buffer__poll(t->rb, timeout_ms), more;
@@ -1173,4 +1186,9 @@ size_t d9_bpf_target_n_attached(const struct d9_bpf_target *t)
 uint64_t d9_bpf_target_attach_ns(const struct d9_bpf_target *t)
 {
         return t->attach_ns;
+}
+
+uint64_t d9_bpf_target_ring_insert_ns(const struct d9_bpf_target *t)
+{
+        return t->ring_insert_ns;
 }

@@ -129,6 +129,8 @@ bool d9_bpf_teardown_pending_for(struct d9_bpf *bpf, pid_t pid);
 int d9_bpf_target_epoll_fd(const struct d9_bpf_target *t);
 /* Drain without waiting; returns records consumed or negative errno. */
 int d9_bpf_target_consume(struct d9_bpf_target *t);
+/* Bytes written to the target's ring and not consumed yet; *size: the ring's. */
+size_t d9_bpf_target_pending(const struct d9_bpf_target *t, size_t *size);
 /* Wait up to timeout_ms for a wakeup, then drain whatever is pending. */
 int d9_bpf_target_poll(struct d9_bpf_target *t, int timeout_ms);
 /* Records lost because this target's ring was full (summed over CPUs). */
@@ -141,3 +143,5 @@ enum d9_poll_end d9_bpf_target_poll_end(const struct d9_bpf_target *t);
 size_t d9_bpf_target_n_attached(const struct d9_bpf_target *t);
 /* Wall time the uprobe attach took (ns), for benchmarks. */
 uint64_t d9_bpf_target_attach_ns(const struct d9_bpf_target *t);
+/* Of the attach, the insertion of its ring into the map of rings. */
+uint64_t d9_bpf_target_ring_insert_ns(const struct d9_bpf_target *t);

@@ -444,9 +444,11 @@ int main(int argc, char **argv)
                 log_error("cannot start the sealing thread: %s", strerror(-r));
                 return 1;
         }
-        r = planner_start(&d, "d9d-planner", &d.planner);
+        /* Plans below the drain loop: on a busy machine the loop gets the
+         * CPU first. BPF installs and stops at the loop's own priority. */
+        r = planner_start(&d, "d9d-planner", 10, &d.planner);
         if (r == 0)
-                r = planner_start(&d, "d9d-bpf", &d.bpf_worker);
+                r = planner_start(&d, "d9d-bpf", 0, &d.bpf_worker);
         if (r < 0) {
                 log_error("cannot start the planning threads: %s", strerror(-r));
                 return 1;

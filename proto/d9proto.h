@@ -150,6 +150,7 @@ enum d9_tokio_schema {
         D9_S_PROCESS_RESOURCE_USAGE,
         D9_S_SOCKET_ACCEPT_QUEUE,
         D9_S_PROCESS_RESOURCES,
+        D9_S_SAMPLING_STOPPED,
         D9_S_TOKIO_COUNT,
 };
 #define D9_NO_ATOM UINT32_MAX /* for optional pooled fields: absent */
@@ -233,6 +234,11 @@ int d9_enc_segment_span(struct d9_enc *enc, uint64_t ts, const struct d9_segment
 int d9_segment_span_read(const uint8_t *raw, size_t len, struct d9_segment_span *out);
 /* Fills the span event of an uncompressed file open for writing. */
 int d9_segment_span_patch(int fd, const struct d9_segment_span *s);
+
+/* A kind of sample ("process_resources", "accept_queues") stopped for the
+ * rest of the recording: D9SamplingStoppedEvent, with the errno of the
+ * failed read and its text, so the trace says why its series ends. */
+int d9_enc_sampling_stopped(struct d9_enc *enc, uint64_t ts, const char *kind, int errnum, const char *reason);
 
 /* ---- Decoder ------------------------------------------------------------ */
 

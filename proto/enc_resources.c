@@ -1,7 +1,8 @@
 /* Process-level events a tracer samples from outside the target: dial9's
  * ProcessResourceUsageEvent and SocketAcceptQueueEvent (the schemas are in
  * enc_tokio.c with the rest of dial9's vocabulary) and d9d's
- * D9ProcessResourcesEvent. A few per 100 ms: the generic path is enough. */
+ * D9ProcessResourcesEvent, and D9SamplingStoppedEvent when a kind stops
+ * (the target's /proc unreadable, say). A few per 100 ms: the generic path is enough. */
 #include <string.h>
 
 #include "enc_int.h"
@@ -34,4 +35,15 @@ int d9_enc_accept_queue(struct d9_enc *e, uint64_t ts, const struct d9_accept_qu
         };
 
         return d9_enc_event(e, D9_S_SOCKET_ACCEPT_QUEUE, ts, v);
+}
+
+int d9_enc_sampling_stopped(struct d9_enc *e, uint64_t ts, const char *kind, int errnum, const char *reason)
+{
+        const struct d9_enc_value v[] = {
+                { .bytes = { kind, (uint32_t)strlen(kind) } },
+                V_U((uint64_t)(errnum < 0 ? -errnum : errnum)),
+                { .bytes = { reason, (uint32_t)strlen(reason) } },
+        };
+
+        return d9_enc_event(e, D9_S_SAMPLING_STOPPED, ts, v);
 }

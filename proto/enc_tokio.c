@@ -72,6 +72,10 @@ static const struct d9_field_def process_resources[] = {
         F("read_bytes", D9_T_VARINT), F("write_bytes", D9_T_VARINT),
         F("rchar", D9_T_VARINT), F("wchar", D9_T_VARINT),
 };
+/* d9d's own: why a series above ends before the recording does. */
+static const struct d9_field_def sampling_stopped[] = {
+        F("kind", D9_T_STRING), F("errno", D9_T_VARINT), F("reason", D9_T_STRING),
+};
 
 #define S(n, f) { .name = (n), .nfields = sizeof(f) / sizeof(f[0]), .fields = (f) }
 
@@ -93,6 +97,7 @@ static const struct d9_schema_def tokio_schemas[D9_S_TOKIO_COUNT] = {
         [D9_S_PROCESS_RESOURCE_USAGE] = S("ProcessResourceUsageEvent", process_resource_usage),
         [D9_S_SOCKET_ACCEPT_QUEUE] = S("SocketAcceptQueueEvent", socket_accept_queue),
         [D9_S_PROCESS_RESOURCES] = S("D9ProcessResourcesEvent", process_resources),
+        [D9_S_SAMPLING_STOPPED] = S("D9SamplingStoppedEvent", sampling_stopped),
 };
 
 int d9_enc_declare_tokio(struct d9_enc *e)

@@ -2,6 +2,7 @@
  * user + system time between two consecutive samples over their distance;
  * a queue sample counts as full at its backlog (the kernel then drops
  * handshakes). */
+#include <stdio.h>
 #include <string.h>
 
 #include "report_process.h"
@@ -57,6 +58,22 @@ static struct report_listener *listener_of(struct report_process *p, const struc
         return l;
 }
 
+static void on_stopped(struct report_process *p, const struct d9_dec_event *ev)
+{
+        const struct d9_value *kind = d9ctl_trace_field(ev, "kind"), *why = d9ctl_trace_field(ev, "reason");
+        char *to;
+
+        if (!kind || !why)
+                return;
+        if (kind->str.len == 17 && !memcmp(kind->str.p, "process_resources", 17))
+                to = p->resources_stopped;
+        else if (kind->str.len == 13 && !memcmp(kind->str.p, "accept_queues", 13))
+                to = p->accept_queues_stopped;
+        else
+                return;
+        snprintf(to, sizeof(p->resources_stopped), "%.*s", (int)why->str.len, why->str.p);
+}
+
 bool d9ctl_report_process_event(struct report_process *p, const struct d9_dec_event *ev)
 {
         const char *name = ev->schema->name;
@@ -76,6 +93,8 @@ bool d9ctl_report_process_event(struct report_process *p, const struct d9_dec_ev
                 keep_max(&l->max_pending, pending);
                 l->samples++;
                 l->samples_full += pending >= l->backlog;
+        } else if (!strcmp(name, "D9SamplingStoppedEvent")) {
+                on_stopped(p, ev);
         } else {
                 return false;
         }
@@ -93,9 +112,15 @@ json_t *d9ctl_report_process_json(const struct report_process *p)
                         "max_pending", (json_int_t)l->max_pending, "samples", (json_int_t)l->samples,
                         "samples_full", (json_int_t)l->samples_full));
         }
-        return json_pack("{s:I, s:f, s:I, s:I, s:I, s:f, s:o, s:I}", "resource_samples", (json_int_t)p->samples,
-                         "max_cores", p->max_cores, "max_rss_bytes", (json_int_t)p->max_rss,
-                         "max_threads", (json_int_t)p->max_threads, "max_open_fds", (json_int_t)p->max_fds,
-                         "max_involuntary_switches_per_s", p->max_invol_per_s, "accept_queues", queues,
-                         "listeners_not_kept", (json_int_t)p->listeners_over);
+        json_t *j = json_pack("{s:I, s:f, s:I, s:I, s:I, s:f, s:o, s:I}", "resource_samples", (json_int_t)p->samples,
+                              "max_cores", p->max_cores, "max_rss_bytes", (json_int_t)p->max_rss,
+                              "max_threads", (json_int_t)p->max_threads, "max_open_fds", (json_int_t)p->max_fds,
+                              "max_involuntary_switches_per_s", p->max_invol_per_s, "accept_queues", queues,
+                              "listeners_not_kept", (json_int_t)p->listeners_over);
+
+        if (j && p->resources_stopped[0])
+                json_object_set_new(j, "resources_stopped", json_string(p->resources_stopped));
+        if (j && p->accept_queues_stopped[0])
+                json_object_set_new(j, "accept_queues_stopped", json_string(p->accept_queues_stopped));
+        return j;
 }

@@ -1,6 +1,7 @@
 /* report_process: the process section of d9ctl report, from the samples d9d
  * takes next to the trace (docs/process.md): peaks of CPU, RSS, threads,
- * fds and involuntary switches, and each listener's fullest accept queue. */
+ * fds and involuntary switches, each listener's fullest accept queue, and
+ * why a kind of sample stopped. */
 #pragma once
 
 #include <jansson.h>
@@ -23,6 +24,7 @@ struct report_process {
         } l[REPORT_LISTENERS_MAX];
         unsigned nl;
         uint64_t listeners_over;
+        char resources_stopped[96], accept_queues_stopped[96]; /* D9SamplingStoppedEvent's reason, "" = none */
 };
 
 /* Takes ev if it is one of the process events (true). */

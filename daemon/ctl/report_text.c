@@ -88,16 +88,20 @@ static void print_process(FILE *out, const json_t *p)
         const json_t *q;
         size_t i;
 
+        const char *res_stopped = json_string_value(json_object_get(p, "resources_stopped"));
+        const char *aq_stopped = json_string_value(json_object_get(p, "accept_queues_stopped"));
+
         if (!json_integer_value(json_object_get(p, "resource_samples")) &&
-            !json_array_size(json_object_get(p, "accept_queues")))
+            !json_array_size(json_object_get(p, "accept_queues")) && !res_stopped && !aq_stopped)
                 return;
         fprintf(out, "\nProcess (%" JSON_INTEGER_FORMAT " resource samples)\n", json_integer_value(json_object_get(p, "resource_samples")));
-        fprintf(out, "  peak CPU %.2f cores, RSS %.1f MiB, %" JSON_INTEGER_FORMAT " threads, %" JSON_INTEGER_FORMAT
-                " open fds, %.0f involuntary switches/s\n", json_real_value(json_object_get(p, "max_cores")),
-                (double)json_integer_value(json_object_get(p, "max_rss_bytes")) / 1048576.0,
-                json_integer_value(json_object_get(p, "max_threads")),
-                json_integer_value(json_object_get(p, "max_open_fds")),
-                json_real_value(json_object_get(p, "max_involuntary_switches_per_s")));
+        if (json_integer_value(json_object_get(p, "resource_samples")))
+                fprintf(out, "  peak CPU %.2f cores, RSS %.1f MiB, %" JSON_INTEGER_FORMAT " threads, %" JSON_INTEGER_FORMAT
+                        " open fds, %.0f involuntary switches/s\n", json_real_value(json_object_get(p, "max_cores")),
+                        (double)json_integer_value(json_object_get(p, "max_rss_bytes")) / 1048576.0,
+                        json_integer_value(json_object_get(p, "max_threads")),
+                        json_integer_value(json_object_get(p, "max_open_fds")),
+                        json_real_value(json_object_get(p, "max_involuntary_switches_per_s")));
         json_array_foreach(json_object_get(p, "accept_queues"), i, q)
                 fprintf(out, "  accept queue %s:%" JSON_INTEGER_FORMAT ": at most %" JSON_INTEGER_FORMAT
                         " waiting (backlog %" JSON_INTEGER_FORMAT "), full in %" JSON_INTEGER_FORMAT " of %"
@@ -107,6 +111,10 @@ static void print_process(FILE *out, const json_t *p)
                         json_integer_value(json_object_get(q, "backlog_limit")),
                         json_integer_value(json_object_get(q, "samples_full")),
                         json_integer_value(json_object_get(q, "samples")));
+        if (res_stopped)
+                fprintf(out, "  process resources: d9d stopped sampling them: %s\n", res_stopped);
+        if (aq_stopped)
+                fprintf(out, "  accept queues: d9d stopped sampling them: %s\n", aq_stopped);
 }
 
 /* Tasks alive, queued and being polled (report_tasks.h): the peaks. */

@@ -93,6 +93,7 @@ struct autoattach {
         uint64_t lost_seen;
         uint64_t execs, cap_refused, cap_logged_ms, busy_gave_up, scans;
         uint64_t execs_gone;            /* exited before /proc could be read: matched or not, unknown */
+        uint64_t noticed_ns;            /* when the exec record at hand was read (attach timeline) */
 };
 
 static void aa_arm(struct autoattach *aa, unsigned ms)
@@ -248,7 +249,8 @@ static void aa_attach(struct autoattach *aa, struct attach_rule *rule, pid_t pid
                       uint64_t until_ms)
 {
         struct session_request req = { .pid = pid, .exe_fd = -1, .probes = rule->probes, .offcpu_min_us = -1,
-                                       .peer_uid = 0, .rule = rule->text, .exec_ns = exec_ns };
+                                       .peer_uid = 0, .rule = rule->text, .exec_ns = exec_ns,
+                                       .noticed_ns = aa->noticed_ns };
         struct aa_start *st = calloc(1, sizeof(*st));
         char *why = NULL;
         int r;
@@ -330,8 +332,10 @@ static void aa_on_exec(void *ctx, pid_t pid, uint64_t ts_ns)
         struct autoattach *aa = ctx;
 
         aa->execs++;
+        aa->noticed_ns = d9_now_ns();   /* a retry's look has none */
         if (!aa->d->stopping && aa->rules->n)   /* a reload may have removed every rule */
                 aa_consider(aa, pid, ts_ns, 0);
+        aa->noticed_ns = 0;
 }
 
 static void aa_scan_begin(struct autoattach *aa, bool added_only)

@@ -34,8 +34,9 @@ struct planner_stats {
 };
 
 /* name: the thread's (d9d-planner for plans, d9d-bpf for BPF installs and
- * stops: a second queue, so a detach never waits behind a long plan). */
-int planner_start(struct d9d *d, const char *name, struct planner **out);
+ * stops: a second queue, so a detach never waits behind a long plan);
+ * nice_above: how much nicer than d9d's loop it runs (planner.c says why). */
+int planner_start(struct d9d *d, const char *name, int nice_above, struct planner **out);
 /* Why uid may not queue one more job now (its cap, or the queue is full),
  * or NULL. The submit that follows on the main loop then cannot fail. */
 const char *planner_refuses(struct planner *p, uid_t uid);

@@ -365,6 +365,8 @@ static int session_open_segment(struct session *s)
         if (r == 0 && s->wakes_sampled && s->bpf)
                 r = translate_wake_window(&s->tr, d9_now_ns(), d9_bpf_target_wakes_on(s->bpf),
                                           WAKE_ON_TICKS * D9D_TICK_MS, WAKE_PERIOD_TICKS * D9D_TICK_MS);
+        if (r == 0)
+                r = session_samples_restate(s, d9_now_ns());
         return r;
 }
 
@@ -559,6 +561,8 @@ static int on_ring_record(void *ctx, const void *rec, size_t size)
         /* A new program: its map soon (record -- attaches before the exec). */
         if (s->tr.exec_seen != execs && s->d->sampler)
                 sampler_maps_soon(s->d->sampler, s->id);
+        if (!s->timeline.first_event && s->timeline.exec && size >= sizeof(struct d9_rec_hdr))
+                s->timeline.first_event = ((const struct d9_rec_hdr *)rec)->ts;
         return 0;
 }
 
@@ -571,10 +575,27 @@ static void session_end_privileged(struct session *s)
 
 /* Drains the ring unless the target gained privileges the starter lacks,
  * in which case the session ends unread. False: nothing more to do. */
-static bool session_drain_while_permitted(struct session *s)
+static void session_drain_count(struct session *s, bool woken)
+{
+        struct ring_drains *dr = &s->drains;
+        size_t size, pending = d9_bpf_target_pending(s->bpf, &size);
+        uint64_t now = d9_now_ns();
+
+        dr->woken += woken;
+        dr->timer += !woken;
+        dr->ring_bytes = size;
+        if (pending > dr->fill_max)
+                dr->fill_max = pending;
+        if (dr->last_ns && now - dr->last_ns > dr->gap_max_ns)
+                dr->gap_max_ns = now - dr->last_ns;
+        dr->last_ns = now;
+}
+
+static bool session_drain_while_permitted(struct session *s, bool woken)
 {
         if (s->state != SESSION_RECORDING)
                 return false;
+        session_drain_count(s, woken);
         if (!session_gained_privileges(s))
                 d9_bpf_target_consume(s->bpf);
         if (s->privileged) {
@@ -589,7 +610,7 @@ static void session_on_ring(struct d9d *d, struct d9_watch *w, uint32_t events)
         struct session *s = (struct session *)((char *)w - offsetof(struct session, ring_w));
         const char *full;
 
-        if (!session_drain_while_permitted(s))
+        if (!session_drain_while_permitted(s, true))
                 return;
         if (s->tr.error) {
                 log_error("pid %d: encoding failed: %s", s->pid, strerror(-s->tr.error));
@@ -998,8 +1019,10 @@ static int session_start_attach(struct session *s, const struct session_request 
         s->started_ms = s->rate_ms = d9_now_ms();
         s->deadline_ms = req->duration_ms ? s->started_ms + req->duration_ms : 0;
         s->started_unix_ms = wall_clock_ms();
-        if (req->exec_ns)
-                s->exec_to_attach_ms = (int64_t)(d9_now_ns() - req->exec_ns) / 1000000;
+        if (req->exec_ns) {
+                s->timeline.attached = d9_now_ns();
+                s->exec_to_attach_ms = (int64_t)(s->timeline.attached - req->exec_ns) / 1000000;
+        }
         s->plan_json = plan_to_json(s);
         r = session_samples_start(s);
         if (r < 0)
@@ -1033,6 +1056,25 @@ static void session_plan_run(struct plan_job *job)
 
         st->r = session_plan(st->s, &st->req, &st->why);
         st->planned = true;
+        st->s->timeline.planned = st->s->timeline.exec != 0;
+}
+
+static uint64_t thread_cpu_ns(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The calling thread's time runnable but not running (schedstat's second
+ * field), 0 if unknown. */
+static uint64_t thread_runq_ns(void)
+{
+        _cleanup_free_ char *text = symbolizer_read_proc_text("/proc/thread-self/schedstat");
+        unsigned long long run, wait;
+
+        return text && sscanf(text, "%llu %llu", &run, &wait) == 2 ? wait : 0;
 }
 
 /* On the BPF thread, once planned (or with a plan from the cache). The
@@ -1043,6 +1085,10 @@ static void session_install_run(struct plan_job *job)
         struct session_start *st = (struct session_start *)job;
         struct session *s = st->s;
 
+        uint64_t cpu0 = thread_cpu_ns(), runq0 = s->timeline.exec ? thread_runq_ns() : 0;
+
+        if (s->timeline.exec)
+                s->timeline.install_begun = d9_now_ns();
         if (d9_pidfd_alive(s->pidfd_w.fd) < 0) {
                 st->why = d9_strdupf("pid %d exited while its probe plan was built", s->pid);
                 st->r = -ESRCH;
@@ -1052,8 +1098,18 @@ static void session_install_run(struct plan_job *job)
         } else {
                 st->r = session_install_bpf(s, &st->why);
         }
+        if (st->r == 0 && s->timeline.exec) {
+                s->timeline.installed = d9_now_ns();
+                s->timeline.uprobes_ns = d9_bpf_target_attach_ns(s->bpf);
+                s->timeline.ring_insert_ns = d9_bpf_target_ring_insert_ns(s->bpf);
+        }
         if (st->r == 0)
                 session_take_maps(s, sampler_read_maps(s->proc_fd, s->pidfd_w.fd));
+        if (st->r == 0 && s->timeline.exec) {
+                s->timeline.maps_read = d9_now_ns();
+                s->timeline.install_cpu_ns = thread_cpu_ns() - cpu0;
+                s->timeline.install_runq_ns = runq0 ? thread_runq_ns() - runq0 : 0;
+        }
 }
 
 static void session_install_submit(struct d9d *d, struct session_start *st);
@@ -1139,6 +1195,9 @@ int session_start(struct d9d *d, const struct session_request *req,
                 return -ENOMEM;
         }
         r = session_check_target(st->s, req, why);
+        if (req->exec_ns)
+                st->s->timeline = (struct attach_timeline){ .exec = req->exec_ns, .noticed = req->noticed_ns,
+                                                            .checked = d9_now_ns() };
         /* After the owner check: a session the peer may not see reads as a
          * process it may not trace. */
         if (r == 0 && pid_taken(d, req->pid, &holder)) {
@@ -1360,7 +1419,7 @@ void session_tick(struct session *s, uint64_t now_ms)
         const char *full;
 
         /* Pick up what arrived since the last wakeup before judging time. */
-        if (!session_drain_while_permitted(s))
+        if (!session_drain_while_permitted(s, false))
                 return;
         session_account_bpf_counters(s);
         session_sample_wakes(s);
@@ -1398,6 +1457,29 @@ static const char *state_name(enum session_state st)
         return st == SESSION_RECORDING ? "recording" : st == SESSION_SEALING ? "sealing" : "done";
 }
 
+/* µs after the exec; a step not reached yet is absent. */
+static json_t *attach_timeline_json(const struct attach_timeline *t)
+{
+        const struct { const char *name; uint64_t at; } steps[] = {
+                { "noticed_us", t->noticed }, { "checked_us", t->checked },
+                { "install_begun_us", t->install_begun }, { "installed_us", t->installed },
+                { "maps_read_us", t->maps_read }, { "attached_us", t->attached },
+                { "first_event_us", t->first_event },
+        };
+        json_t *j = json_pack("{s:b,s:I,s:I,s:I}", "planned", t->planned,
+                              "uprobes_us", (json_int_t)(t->uprobes_ns / 1000),
+                              "install_cpu_us", (json_int_t)(t->install_cpu_ns / 1000),
+                              "install_runq_us", (json_int_t)(t->install_runq_ns / 1000));
+
+        json_object_set_new(j, "ring_insert_us", json_integer((json_int_t)(t->ring_insert_ns / 1000)));
+
+        for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++)
+                if (steps[i].at)
+                        json_object_set_new(j, steps[i].name,
+                                            json_integer((json_int_t)(steps[i].at - t->exec) / 1000));
+        return j;
+}
+
 json_t *session_status_json(const struct session *s)
 {
         json_t *j = json_pack("{s:I,s:i,s:I,s:s,s:s,s:s,s:f,s:I,s:I,s:I,s:i,s:i,s:O,s:O,s:I,s:s,s:{s:I,s:I,s:I}}",
@@ -1416,8 +1498,10 @@ json_t *session_status_json(const struct session *s)
         json_object_set_new(j, "cgroup", json_string(s->cgroup));
         if (s->rule[0]) {
                 json_object_set_new(j, "rule", json_string(s->rule));
-                if (s->exec_to_attach_ms >= 0)
+                if (s->exec_to_attach_ms >= 0) {
                         json_object_set_new(j, "exec_to_attach_ms", json_integer(s->exec_to_attach_ms));
+                        json_object_set_new(j, "exec_to_attach", attach_timeline_json(&s->timeline));
+                }
         }
         /* Stacks: unwound, not, off-CPU samples that say why they have none,
          * and those taken in d9d's own probes ([d9d uprobe], docs/stacks.md). */
@@ -1428,6 +1512,12 @@ json_t *session_status_json(const struct session *s)
                 "frames_outside_mappings", (json_int_t)s->tr.frames_outside,
                 "cut_at_copy_end", (json_int_t)s->tr.stacks_cut));
         json_object_set_new(j, "samples", session_samples_json(s));
+        /* Drops: whether the ring was full at a drain after a long gap
+         * (the loop late) or between drains close together (too small). */
+        json_object_set_new(j, "ring", json_pack("{s:I,s:I,s:I,s:I,s:I}",
+                "bytes", (json_int_t)s->drains.ring_bytes, "fill_max_bytes", (json_int_t)s->drains.fill_max,
+                "drains_woken", (json_int_t)s->drains.woken, "drains_timer", (json_int_t)s->drains.timer,
+                "drain_gap_max_ms", (json_int_t)(s->drains.gap_max_ns / 1000000)));
         /* Ended sessions: the length of the recording; live ones: so far. */
         uint64_t until = s->state == SESSION_RECORDING ? d9_now_ms() : s->ended_ms;
         json_object_set_new(j, "started_unix_ms", json_integer((json_int_t)s->started_unix_ms));

@@ -23,6 +23,25 @@ enum session_state {
         SESSION_DONE,
 };
 
+/* Auto-attach on exec: when each step from the exec to the first event was
+ * done (CLOCK_MONOTONIC ns, 0 = not yet; list and status give them in µs
+ * after the exec), so a slow attach says where its time went. */
+struct attach_timeline {
+        uint64_t exec;                  /* the kernel's sched_process_exec */
+        uint64_t noticed;               /* its exec record read on the loop */
+        uint64_t checked;               /* matched a rule, target checked (pidfd, /proc) */
+        uint64_t install_begun;         /* the BPF thread took the install */
+        uint64_t installed;             /* pid filter, ring and uprobes in place */
+        uint64_t uprobes_ns;            /* of which uprobe registration, */
+        uint64_t ring_insert_ns;        /* and the ring's insertion in the map of rings */
+        uint64_t install_cpu_ns;        /* CPU time the BPF thread spent from begun to maps_read, */
+        uint64_t install_runq_ns;       /* and runnable, waiting for a CPU (the rest: blocked) */
+        uint64_t maps_read;             /* /proc/PID/maps read, still on the BPF thread */
+        uint64_t attached;              /* back on the loop: segment open, ring watched */
+        uint64_t first_event;           /* the kernel's time of the first record drained */
+        bool planned;                   /* by the planner (not the plan cache, not nothing to plan) */
+};
+
 struct session {
         struct d9_watch ring_w;         /* the target's ring buffer */
         struct d9_watch pidfd_w;        /* readable when the target exits */
@@ -47,6 +66,7 @@ struct session {
         char cgroup[1024];              /* cgroup v2 path at attach */
         char rule[384];                 /* the auto-attach rule that started it, "" = d9ctl */
         int64_t exec_to_attach_ms;      /* auto-attach on exec: from the exec to attached; -1 */
+        struct attach_timeline timeline; /* auto-attach on exec: exec .. first event */
         int probes;                     /* enum d9_probe_bits mask asked for */
         uint64_t offcpu_min_us;         /* shorter off-CPU intervals only counted */
         uint64_t resources_every_ms;    /* process resource samples (0: none) */
@@ -56,6 +76,7 @@ struct session {
                 uint64_t lost;          /* not written: the sampler's queue was full */
                 uint64_t listeners_unlisted;
                 char resources_error[96], accept_queues_error[96]; /* why a kind stopped */
+                int resources_errno, accept_queues_errno;          /* -errno of a stop the trace states (not an exit) */
         } samples;
         bool wakes_sampled;             /* wake points attached WAKE_ON_TICKS of */
         unsigned wake_tick;             /* every WAKE_PERIOD_TICKS session ticks */
@@ -77,6 +98,13 @@ struct session {
         uint64_t events, bytes_sealed, drops, drops_reported;
         struct d9_offcpu_short offcpu_short, offcpu_short_reported;
         uint64_t drops_logged_ms;       /* drop warnings: at most one per 10 s */
+        struct ring_drains {            /* how the ring was drained, for status: a full ring says why */
+                uint64_t woken, timer;  /* drains by BPF's wakeup, by the tick */
+                uint64_t fill_max;      /* most bytes pending when a drain began */
+                uint64_t gap_max_ns;    /* longest time between the starts of two drains */
+                uint64_t last_ns;
+                uint64_t ring_bytes;
+        } drains;
         uint64_t rate_events, rate_ms;  /* events at the last rate sample */
         uint64_t seg_first_event;       /* tr.events when the open segment began */
         double events_per_s;
@@ -100,6 +128,7 @@ struct session_request {
         uid_t peer_uid;
         const char *rule;               /* auto-attach: the rule that matched (NULL = a client) */
         uint64_t exec_ns;               /* auto-attach: CLOCK_MONOTONIC of its exec, 0 = was running */
+        uint64_t noticed_ns;            /* auto-attach: when d9d read that exec's record */
 };
 
 struct session_start;
@@ -131,6 +160,8 @@ struct sample;
  * and the "samples" object of status. */
 int session_samples_start(struct session *s);
 void session_samples_stop(struct session *s);
+/* A new segment: say again which kinds of samples stopped, and why. */
+int session_samples_restate(struct session *s, uint64_t ts);
 json_t *session_samples_json(const struct session *s);
 /* Whether a sample of the target may go into its trace now: not once it
  * gained privileges (the credential check a non-root starter's records pass). */

@@ -34,16 +34,43 @@ void session_samples_stop(struct session *s)
                 sampler_remove(s->d->sampler, s->id);
 }
 
-static void sample_failed(struct session *s, const struct sample *smp)
+static const char *const kind_name[] = {
+        [SAMPLE_RESOURCES] = "process_resources", [SAMPLE_ACCEPT_QUEUES] = "accept_queues",
+};
+
+/* Written where the kind stopped and again at the start of every later
+ * segment: a reader of one segment learns why its series is missing. */
+static int stopped_write(struct session *s, enum sample_kind kind, uint64_t ts)
+{
+        bool res = kind == SAMPLE_RESOURCES;
+        int errnum = res ? s->samples.resources_errno : s->samples.accept_queues_errno;
+
+        if (!errnum || !s->tr.enc)
+                return 0;
+        return d9_enc_sampling_stopped(s->tr.enc, ts, kind_name[kind], errnum,
+                                       res ? s->samples.resources_error : s->samples.accept_queues_error);
+}
+
+int session_samples_restate(struct session *s, uint64_t ts)
+{
+        int r = stopped_write(s, SAMPLE_RESOURCES, ts);
+
+        return r < 0 ? r : stopped_write(s, SAMPLE_ACCEPT_QUEUES, ts);
+}
+
+static int sample_failed(struct session *s, const struct sample *smp)
 {
         bool res = smp->kind == SAMPLE_RESOURCES;
         char *why = res ? s->samples.resources_error : s->samples.accept_queues_error;
 
         snprintf(why, sizeof(s->samples.resources_error), "%s", strerror(-smp->error));
-        /* The target exiting is the usual end; the pidfd ends the session. */
-        if (smp->error != -ESRCH && smp->error != -ENOENT)
-                log_warn("pid %d: %s not sampled any more: %s", s->pid,
-                         res ? "process resources" : "accept queues", why);
+        /* The target exiting is the usual end; the pidfd ends the session
+         * and the trace says so already. */
+        if (smp->error == -ESRCH || smp->error == -ENOENT)
+                return 0;
+        *(res ? &s->samples.resources_errno : &s->samples.accept_queues_errno) = smp->error;
+        log_warn("pid %d: %s not sampled any more: %s", s->pid, res ? "process resources" : "accept queues", why);
+        return stopped_write(s, smp->kind, smp->ts);
 }
 
 static int sample_write(struct session *s, const struct sample *smp)
@@ -84,11 +111,7 @@ void session_on_sample(struct d9d *d, struct sample *smp)
                 smp->maps = NULL;
                 return;
         }
-        if (smp->error) {
-                sample_failed(s, smp);
-                return;
-        }
-        r = sample_write(s, smp);
+        r = smp->error ? sample_failed(s, smp) : sample_write(s, smp);
         if (r < 0) {
                 s->tr.error = s->tr.error ? s->tr.error : r;
                 log_error("pid %d: writing a sample failed: %s", s->pid, strerror(-r));
