@@ -16,6 +16,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tap import Tap  # noqa: E402,F401  (the tests import it from here)
 
 
+def unit_nice():
+    """The Nice= of systemd/d9d.service.in (0 when it sets none)."""
+    unit = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "systemd", "d9d.service.in")
+    with open(unit) as f:
+        m = re.search(r"^Nice=(-?\d+)$", f.read(), re.M)
+    return int(m.group(1)) if m else 0
+
+
 def _die_with_parent():
     """A test killed by its timeout must not leave its d9d (and its BPF
     programs) running into the next tests: SIGTERM it when the test dies."""
@@ -44,10 +52,11 @@ class D9d:
 
     def start(self):
         args = [self.d9d, "--config", self.conf, "--state-dir", self.tmp, "--socket", self.sock, "--foreground"]
-        # For measurements only (docs/performance.md, "Full-set ring drops
-        # under load"): d9d at another nice than its targets.
-        if os.environ.get("D9_TEST_D9D_NICE"):
-            args = ["nice", "-n", os.environ["D9_TEST_D9D_NICE"]] + args
+        # d9d at the unit's Nice=, as it runs in production; D9_TEST_D9D_NICE
+        # overrides it for measurements (docs/performance.md).
+        nice = os.environ.get("D9_TEST_D9D_NICE", str(unit_nice()))
+        if nice != "0":
+            args = ["nice", "-n", nice] + args
         for k, v in self.settings.items():
             args += ["--set", f"{k}={v}"]
         self.log = open(self.logpath, "a")
