@@ -10,8 +10,9 @@
  *   vtable so never inlined; arg0 is the task Header*. The task id is
  *   read here, at entry, because at return the task may be freed.
  * - poll end: a uretprobe (or uprobes on its return sites), or nothing at
- *   all in entry-only mode, where the next poll or park on the thread
- *   closes the open poll (the cheapest, see the loader's poll_end option).
+ *   all in entry-only mode, where the next poll (in user space, from its
+ *   POLL_START) or park (a POLL_END here) on the thread closes the open
+ *   poll (the cheapest, see the loader's poll_end option).
  * - OwnedTasks::bind return (rax) or bind_inner entry (arg1): the new
  *   task's Header* (spawn).
  * - Harness::complete entry: arg0 is the Header* (terminate).
@@ -144,8 +145,9 @@ static __always_inline int d9_poll_start(const struct d9_hit *h)
         struct d9_thread *th = h->th;
         struct d9_rec_task *r;
 
-        if (h->cfg->entry_only)
-                d9_close_poll(h, D9_END_NEXT_POLL);
+        /* Entry-only: this start also ends the poll open on the thread, at
+         * the same time, so no POLL_END is written for it (one ring record
+         * per poll instead of two): user space closes that poll here. */
         if (h->cfg->unpark_at_resume)
                 d9_unpark_pending(h);
         th->header = header;

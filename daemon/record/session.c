@@ -967,6 +967,7 @@ static int session_start_attach(struct session *s, const struct session_request 
         if (r < 0)
                 return r;
         s->tr.spawn_from_first_poll &= (s->probes & D9_PROBE_SPAWN) != 0;
+        s->tr.end_at_next_poll = s->bpf && d9_bpf_target_poll_end(s->bpf) == D9_POLL_END_ENTRY_ONLY;
         /* Default set: workers, parks and long polls from stacks. */
         if ((s->probes & D9_PROBE_RUNS) && s->plan && probe_plan_poll_bodies(s->plan) &&
             (r = long_poll_enable(&s->tr, D9_RUN_SAMPLE_US_DEFAULT * 1000ull, NULL, NULL)) < 0)
