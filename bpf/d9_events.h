@@ -28,7 +28,7 @@ typedef uint64_t d9_u64;
 
 enum d9_rec_type {
         D9_REC_POLL_START = 1,  /* uprobe on raw::poll<T,S> entry */
-        D9_REC_POLL_END,        /* poll return, or closed by next poll/park */
+        D9_REC_POLL_END,        /* poll return, or (entry-only) closed by a park */
         D9_REC_SPAWN,           /* OwnedTasks::bind returned a new task */
         D9_REC_TERMINATE,       /* Harness::complete entered */
         D9_REC_WAKE,            /* waker::wake_by_val: a task was woken */
@@ -97,7 +97,8 @@ enum d9_arg {
 /* Why a D9_REC_POLL_END was written. */
 enum d9_poll_end_why {
         D9_END_RETURN = 0,      /* uretprobe or return-site uprobe */
-        D9_END_NEXT_POLL = 1,   /* entry-only: the thread started another poll */
+        D9_END_NEXT_POLL = 1,   /* entry-only: the thread started another poll
+                                 * (not written: that POLL_START closes it) */
         D9_END_PARK = 2,        /* entry-only: the thread parked */
 };
 

@@ -63,6 +63,9 @@ struct d9_thread {
         __u64 run_since;        /* started this stretch without a voluntary switch */
         __u32 run_ticks;        /* ticks in it since */
         __u32 _pad;
+        __u64 vt;               /* d9_tokio: the last task vtable read on this */
+        __u64 vt_id_off;        /* thread, and the id and scheduler offsets */
+        __u64 vt_sched_off;     /* it holds (0: none) */
 };
 
 struct {

@@ -10,8 +10,9 @@
  *   vtable so never inlined; arg0 is the task Header*. The task id is
  *   read here, at entry, because at return the task may be freed.
  * - poll end: a uretprobe (or uprobes on its return sites), or nothing at
- *   all in entry-only mode, where the next poll or park on the thread
- *   closes the open poll (the cheapest, see the loader's poll_end option).
+ *   all in entry-only mode, where the next poll (in user space, from its
+ *   POLL_START) or park (a POLL_END here) on the thread closes the open
+ *   poll (the cheapest, see the loader's poll_end option).
  * - OwnedTasks::bind return (rax) or bind_inner entry (arg1): the new
  *   task's Header* (spawn).
  * - Harness::complete entry: arg0 is the Header* (terminate).
@@ -37,35 +38,68 @@ struct d9_hit {
         __u32 tgid, tid;
 };
 
+/* The offsets a task vtable holds (the task id's, the scheduler field's),
+ * kept per thread for the last vtable seen: vtables are static data, and a
+ * worker polls and wakes the same few task types over and over, so most
+ * hits skip two user reads (30-60 ns each, bench/hitcost). th may be NULL
+ * (spawn, terminate). */
+struct d9_vt_offs {
+        __u64 id, sched;
+};
+
+static __always_inline bool d9_vtable_offs(const struct d9_target_cfg *cfg, struct d9_thread *th,
+                                           __u64 vtable, struct d9_vt_offs *o)
+{
+        if (th && vtable && th->vt == vtable) {
+                o->id = th->vt_id_off;
+                o->sched = th->vt_sched_off;
+                return true;
+        }
+        o->id = 0;
+        o->sched = 0;
+        if (bpf_probe_read_user(&o->id, sizeof(o->id), (void *)(vtable + cfg->vtable_id_off_slot)))
+                return false;
+        /* Observed 32..136; anything huge means this was not a vtable. */
+        if (o->id > 4096)
+                return false;
+        if (cfg->vtable_sched_off_slot &&
+            (bpf_probe_read_user(&o->sched, sizeof(o->sched), (void *)(vtable + cfg->vtable_sched_off_slot)) ||
+             o->sched > 4096))
+                o->sched = 0;
+        if (th) {
+                th->vt = vtable;
+                th->vt_id_off = o->id;
+                th->vt_sched_off = o->sched;
+        }
+        return true;
+}
+
 /* id = *(u64*)(hdr + *(u64*)(*(u64*)(hdr + vtable_off) + id_off_slot)).
  * Both offsets come from the plan through d9_targets. With sched, also
  * the task's scheduler field, found the same way through the vtable read
  * once: for a runtime task the Arc of its runtime's Handle, which tells
  * the runtimes of one process apart (docs/probe-plan.md, "Worker
  * identity"); 0 if unreadable. */
-static __always_inline __u64 d9_task_id_sched(const struct d9_target_cfg *cfg, __u64 hdr, __u64 *sched)
+static __always_inline __u64 d9_task_id_sched(const struct d9_target_cfg *cfg, struct d9_thread *th, __u64 hdr,
+                                              __u64 *sched)
 {
-        __u64 vtable = 0, id_off = 0, id = 0, off = 0;
+        struct d9_vt_offs o;
+        __u64 vtable = 0, id = 0;
 
         if (!hdr || bpf_probe_read_user(&vtable, sizeof(vtable),
                                         (void *)(hdr + cfg->header_vtable_off)))
                 return 0;
-        if (bpf_probe_read_user(&id_off, sizeof(id_off),
-                                (void *)(vtable + cfg->vtable_id_off_slot)))
+        if (!d9_vtable_offs(cfg, th, vtable, &o))
                 return 0;
-        /* Observed 32..136; anything huge means this was not a vtable. */
-        if (id_off > 4096)
-                return 0;
-        bpf_probe_read_user(&id, sizeof(id), (void *)(hdr + id_off));
-        if (sched && cfg->vtable_sched_off_slot &&
-            !bpf_probe_read_user(&off, sizeof(off), (void *)(vtable + cfg->vtable_sched_off_slot)) && off <= 4096)
-                bpf_probe_read_user(sched, sizeof(*sched), (void *)(hdr + off));
+        bpf_probe_read_user(&id, sizeof(id), (void *)(hdr + o.id));
+        if (sched && o.sched)
+                bpf_probe_read_user(sched, sizeof(*sched), (void *)(hdr + o.sched));
         return id;
 }
 
-static __always_inline __u64 d9_task_id(const struct d9_target_cfg *cfg, __u64 hdr)
+static __always_inline __u64 d9_task_id(const struct d9_target_cfg *cfg, struct d9_thread *th, __u64 hdr)
 {
-        return d9_task_id_sched(cfg, hdr, NULL);
+        return d9_task_id_sched(cfg, th, hdr, NULL);
 }
 
 /* The value this attachment is about, as the plan said (cookie top bits). */
@@ -144,12 +178,13 @@ static __always_inline int d9_poll_start(const struct d9_hit *h)
         struct d9_thread *th = h->th;
         struct d9_rec_task *r;
 
-        if (h->cfg->entry_only)
-                d9_close_poll(h, D9_END_NEXT_POLL);
+        /* Entry-only: this start also ends the poll open on the thread, at
+         * the same time, so no POLL_END is written for it (one ring record
+         * per poll instead of two): user space closes that poll here. */
         if (h->cfg->unpark_at_resume)
                 d9_unpark_pending(h);
         th->header = header;
-        th->task_id = d9_task_id_sched(h->cfg, header, &sched);
+        th->task_id = d9_task_id_sched(h->cfg, th, header, &sched);
         th->cookie = h->cookie & D9_COOKIE_MASK;
         th->poll_ts = h->ts;
         r = D9_HIT_RESERVE(h, D9_REC_POLL_START, struct d9_rec_task);
@@ -174,7 +209,7 @@ static __always_inline int d9_task_event(const struct d9_hit *h, __u16 type)
         if (!r)
                 return 0;
         r->header = header;
-        r->task_id = d9_task_id(h->cfg, header);
+        r->task_id = d9_task_id(h->cfg, NULL, header);
         r->cookie = h->cookie & D9_COOKIE_MASK;
         d9_ring_submit(h->ring, r);
         return 0;
@@ -187,7 +222,7 @@ static __always_inline int d9_wake(const struct d9_hit *h)
 
         if (!r)
                 return 0;
-        r->woken_task_id = d9_task_id(h->cfg, header);
+        r->woken_task_id = d9_task_id(h->cfg, h->th, header);
         r->waker_task_id = h->th->task_id;
         r->cookie = h->cookie & D9_COOKIE_MASK;
         d9_ring_submit(h->ring, r);

@@ -175,7 +175,10 @@ static json_t *routes_json(const struct session *s)
         snprintf(term, sizeof(term), "uprobe Harness::complete, found as the callee of each task vtable's poll and "
                  "shutdown%s", p && p->completes_unfound ? " (not for every task type: see missing)" : "");
         return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}",
-                "poll", has[PROBE_POLL] ? "uprobe raw::poll (plan points)" : "none",
+                "poll", !has[PROBE_POLL] ? "none" :
+                        s->bpf && d9_bpf_target_poll_end(s->bpf) == D9_POLL_END_ENTRY_ONLY ?
+                        "uprobe raw::poll entry (plan points); each poll ends at the thread's next poll start "
+                        "or park (entry-only: no probe on its return)" : "uprobe raw::poll (plan points)",
                 "long_poll", has[PROBE_POLL] ? "none (every poll is recorded)" :
                              stack_workers ? D9_LONG_POLL_ROUTE : "none",
                 "spawn", has[PROBE_SPAWN] ? "uprobe OwnedTasks::bind" :
@@ -988,6 +991,7 @@ static int session_start_attach(struct session *s, const struct session_request 
         if (r < 0)
                 return r;
         s->tr.spawn_from_first_poll &= (s->probes & D9_PROBE_SPAWN) != 0;
+        s->tr.end_at_next_poll = s->bpf && d9_bpf_target_poll_end(s->bpf) == D9_POLL_END_ENTRY_ONLY;
         /* Default set: workers, parks and long polls from stacks. */
         if ((s->probes & D9_PROBE_RUNS) && s->plan && probe_plan_poll_bodies(s->plan) &&
             (r = long_poll_enable(&s->tr, D9_RUN_SAMPLE_US_DEFAULT * 1000ull, NULL, NULL)) < 0)

@@ -711,13 +711,26 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                                 return e;
                         tr->events++;
                 }
-                /* A poll still open here never got its end (it began before
-                 * the attach, or a worker's launch poll that encloses all of
-                 * its task polls): closed now, so no lane stays open. */
+                /* Entry-only: this start is the end of the thread's open
+                 * blocking-pool poll (a worker's launch, whose task polls
+                 * come next, or a spawn_blocking job). */
+                if (tr->end_at_next_poll && t->poll_worker == D9_WORKER_BLOCKING) {
+                        int e = blocking_poll_end(tr, t, r->hdr.ts);
+
+                        if (e < 0)
+                                return e;
+                        tr->events++;
+                        t->poll_worker = D9_WORKER_NONE;
+                }
+                /* A poll still open here ends now: in entry-only mode its end
+                 * is this start; otherwise it never got its end (it began
+                 * before the attach, or a worker's launch poll that encloses
+                 * all of its task polls), closed so no lane stays open. */
                 if (t->poll_worker < D9_WORKER_BLOCKING) {
                         int e = d9_enc_poll_end(tr->enc, r->hdr.ts, t->poll_worker);
                         if (e < 0)
                                 return e;
+                        t->poll_end_ts = r->hdr.ts;
                         tr->events++;
                 }
                 /* Runtime task polls inside an open blocking poll: it is the

@@ -82,6 +82,9 @@ struct translate {
         bool spawn_from_first_poll;     /* the plan has no spawn probe (see translate.c) */
         bool park_from_sched;           /* no park probe attached: parks are a worker's
                                          * voluntary off-CPU intervals outside a poll */
+        bool end_at_next_poll;          /* entry-only poll end: a POLL_START also ends
+                                         * the thread's open poll (BPF writes no
+                                         * POLL_END for it) */
         struct tr_dyn *dyn;             /* boxed futures' concrete poll fns */
         size_t n_dyn;
         struct symbolizer *sym;         /* symbols of one target file, loaded for a new

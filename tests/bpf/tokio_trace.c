@@ -8,7 +8,10 @@
  * BPF saw with the target's own JSON truth:
  *  - the ~50 ms busy polls are polls of 50 ms ±10 %, always one task id;
  *  - spawns seen >= 95 % of the target's count (when the plan has spawn);
- *  - every poll is closed; park/unpark alternate per thread;
+ *  - every poll is closed; park/unpark alternate per thread; no park
+ *    while a poll is open; every 20 ms sleep inside a poll stays inside
+ *    that poll (the poll holds >= 19 ms of voluntary off-CPU time);
+ *  - terminates >= 95 % of the target's spawns (when the plan has them);
  *  - nothing of the other process; no drops; nothing left after close.
  *
  * usage: tokio_trace [--per-probe] [--poll-end auto|entry|uretprobe|retsites]
@@ -44,6 +47,7 @@ struct thread_state {
         uint64_t off_inv_ns;    /* ... and preempted after its first 45 ms */
         uint64_t off_all_ns;    /* all of its off-CPU time */
         int parked;             /* -1 unknown, 0 running, 1 parked */
+        bool polled;            /* has started a poll */
 };
 
 struct stats {
@@ -52,6 +56,10 @@ struct stats {
         size_t n_th;
         unsigned long starts, ends, end_mismatch, restarted, spawns, terminates, wakes;
         unsigned long parks, unparks, park_misorder, offcpu, samples, foreign, exits;
+        bool end_at_next_poll;          /* entry-only: a POLL_START ends the open poll */
+        unsigned long park_in_poll;     /* PARK while the thread's poll is open */
+        unsigned long slept_outside;    /* voluntary sleeps of polling threads outside a poll */
+        unsigned long sleep_polls;      /* polls holding >= 19 ms of voluntary off-CPU time */
         unsigned long boxed_polls;      /* POLL_START with a concrete future fn */
         uint64_t boxed_fns[8];
         size_t n_boxed_fns;
@@ -152,6 +160,8 @@ static void on_offcpu_rec(struct stats *s, const struct d9_rec_offcpu *r)
         uint64_t late = t->open_ts + 45 * 1000000ull;
 
         s->offcpu++;
+        if (r->prev_state && t->polled && (!t->open_ts || r->off_ts < t->open_ts))
+                s->slept_outside++;
         if (!t->open_ts || r->off_ts < t->open_ts)
                 return;
         t->off_all_ns += r->hdr.ts - r->off_ts;
@@ -193,6 +203,14 @@ static void on_task_rec(struct stats *s, const struct d9_rec_task *r)
         switch (r->hdr.type) {
         case D9_REC_POLL_START:
                 s->starts++;
+                t->polled = true;
+                /* Entry-only: this start is the end of the open poll. */
+                if (s->end_at_next_poll && t->open_ts) {
+                        s->ends++;
+                        poll_closed(s, t, t->open_task, t->open_ts, r->hdr.ts);
+                        s->sleep_polls += t->off_vol_ns >= 19 * 1000000ull;
+                        t->open_ts = 0;
+                }
                 s->restarted += t->open_ts != 0;
                 t->open_ts = r->hdr.ts;
                 t->open_task = r->task_id;
@@ -213,6 +231,7 @@ static void on_task_rec(struct stats *s, const struct d9_rec_task *r)
                 if (!t->open_ts || t->open_task != r->task_id || t->open_ts != r->start_ts)
                         s->end_mismatch++;
                 poll_closed(s, t, r->task_id, r->start_ts, r->hdr.ts);
+                s->sleep_polls += t->off_vol_ns >= 19 * 1000000ull;
                 t->open_ts = 0;
                 break;
         case D9_REC_SPAWN:
@@ -229,9 +248,10 @@ static void on_park_rec(struct stats *s, const struct d9_rec_park *r)
         struct thread_state *t = thread_of(s, r->hdr.tid);
         int now = r->hdr.type == D9_REC_PARK;
 
-        if (now)
+        if (now) {
                 s->parks++;
-        else
+                s->park_in_poll += t->open_ts != 0;
+        } else
                 s->unparks++;
         if (t->parked == now)
                 s->park_misorder++;
@@ -437,6 +457,15 @@ static void check_results(const struct stats *s, const struct probe_plan *plan,
                  s->offcpu, s->samples, s->foreign, (unsigned long long)drops, s->n_th);
         tap_diag("truth: blocking_polls=%ld tasks_spawned=%ld", blocking, spawned);
         check_long_polls(s, blocking);
+        tap_ok(s->sleep_polls == (unsigned long)truth_int(truth, "sleep_polls"),
+               "each 20 ms sleep inside a poll stays in its poll: %lu polls hold >= 19 ms of sleep, "
+               "the target made %ld", s->sleep_polls, truth_int(truth, "sleep_polls"));
+        tap_ok(s->park_in_poll == 0, "no park while a poll is open (%lu)", s->park_in_poll);
+        tap_diag("parks %lu; voluntary sleeps outside a poll of threads that poll %lu (a park that "
+                 "finds work does not sleep)", s->parks, s->slept_outside);
+        if (probe_plan_count(plan, PROBE_COMPLETE, false))
+                tap_ok(s->terminates * 100 >= (unsigned long)spawned * 95,
+                       "terminate probes saw %lu >= 95%% of the target's %ld spawns", s->terminates, spawned);
         /* Spawn: the SPAWN probe when the plan has one, else (stripped, or a
          * Tokio whose bind is inlined) the first sight of each task id, which
          * is what d9d does then (ids are monotonic, never reused). */
@@ -539,6 +568,7 @@ int main(int argc, char **argv)
         tap_diag("%zu probe points attached in %.2f ms, poll end mode %d",
                  d9_bpf_target_n_attached(t), d9_bpf_target_attach_ns(t) / 1e6,
                  (int)d9_bpf_target_poll_end(t));
+        s.end_at_next_poll = d9_bpf_target_poll_end(t) == D9_POLL_END_ENTRY_ONLY;
         drain_until_exit(t, &target);
         mode = d9_bpf_target_poll_end(t);
         d9_bpf_target_drops(t, &drops);

@@ -729,6 +729,36 @@ static void test_block_in_place_taker_polls_late(void)
            l.poll_start[0], l.poll_start[1], l.park[0]);
 }
 
+/* Entry-only poll end (the full set): BPF writes no POLL_END for a poll
+ * the thread's next poll start ends; translate closes it there, at the
+ * start's time, a blocking-pool poll too (its D9BlockingPollEvent lasts
+ * until that start). A park still comes with BPF's POLL_END. */
+static void test_entry_only_start_ends_open_poll(void)
+{
+        struct d9_rec_task end = { .task_id = 3, .cookie = C_TASK2, .why = D9_END_PARK };
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r, true, true);
+        r.tr.end_at_next_poll = true;
+        poll(&r, 101, C_TASK, 1, false);
+        poll(&r, 101, C_TASK, 2, false);
+        poll(&r, 101, C_TASK2, 3, false);
+        hdr(&end.hdr, &r, D9_REC_POLL_END, 101);
+        translate_record(&r.tr, &end, sizeof(end));
+        park(&r, 101, 0xabc);
+        poll(&r, 201, C_BLOCKING, 1000, false);
+        poll(&r, 201, C_BLOCKING, 1001, false);
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.poll_start[0] == 3 && l.poll_end[0] == 3 && l.park[0] == 1,
+           "entry-only: 3 polls on worker 0, each ended (2 by the next start, 1 by the park): %d starts, "
+           "%d ends", l.poll_start[0], l.poll_end[0]);
+        ok(l.blocking_polls == 1 && l.blocking_ns == 1000 && l.poll_start[254] == 0,
+           "entry-only: a blocking job ends at the thread's next poll start (%d events, %llu ns)",
+           l.blocking_polls, (unsigned long long)l.blocking_ns);
+}
+
 int main(void)
 {
         plan_init();
@@ -750,5 +780,6 @@ int main(void)
         test_launch_after_attach_is_no_hand_off();
         test_block_in_place_taker_polls_late();
         test_idle_current_thread_runtimes_apart();
+        test_entry_only_start_ends_open_poll();
         return tap_done();
 }
