@@ -25,14 +25,17 @@
 static const struct d9ctl_help helps[] = {
         { "attach", "start tracing a running process",
           "usage: d9ctl attach --pid N [--duration D] [--probes LIST] [--wakes MODE] [--offcpu-min T]\n"
-          "                    [--accept-queues] [--resources-interval T] [--json]\n"
+          "                    [--accept-queues] [--resources-interval T] [--wait-plan] [--json]\n"
           "\n"
           "Start tracing process N until `d9ctl detach` (or for D, e.g. 30s, 5m) and print\n"
-          "the probe plan: which probes attached, which are missing and why.\n"
+          "the probe plan: which probes attached, which are missing and why. It returns\n"
+          "once recording has begun: a binary not planned before is planned meanwhile\n"
+          "(\"pending:\"), its uprobes join when the plan is ready, and the trace says when.\n"
           "\n"
           "  --pid N             process to trace\n"
           "  --duration D        stop by itself after D\n"
           PROBES_HELP WAKES_HELP OFFCPU_HELP SAMPLES_HELP
+          "  --wait-plan         begin recording only once the plan's probes are attached\n"
           "  --json              print d9d's answer as JSON\n" },
         { "detach", "stop tracing a process and seal its segment",
           "usage: d9ctl detach --pid N\n"

@@ -24,6 +24,7 @@
 #include "proto/d9control.h"
 #include "daemon/seal/sealer.h"
 #include "daemon/record/session.h"
+#include "daemon/record/session_int.h"
 #include "daemon/record/unwind.h"
 #include "daemon/symbolize/symbolize.h"
 #include "uprobes/uprobes.h"
@@ -33,10 +34,6 @@
 #define STACK_COPY_BYTES 8192
 
 #define FINISHED_KEPT 64
-/* The probe sets that need a plan of the target's executable. */
-#define TOKIO_PROBES (D9_PROBE_PARK | D9_PROBE_POLL | D9_PROBE_SPAWN | D9_PROBE_WAKE | D9_PROBE_TERMINATE)
-/* Probe sets that need a probe plan: long polls read its poll functions. */
-#define PLANNED_PROBES (TOKIO_PROBES | D9_PROBE_RUNS)
 
 /* The BPF objects every session shares. Loading them (the verifier:
  * 10-650 ms) happens at d9d's start; attaching and stopping a target (a
@@ -211,6 +208,18 @@ static json_t *plan_to_json(const struct session *s)
                 json_object_set_new(attached, "run_sampling", json_integer(1));
         if (!(s->probes & TOKIO_PROBES))
                 json_object_set_new(j, "not_recorded", json_string(D9_DEFAULT_NOT_RECORDED));
+        /* Recording before the plan (session_late.c): what joins when. */
+        if (s->plan_pending)
+                json_object_set_new(j, "pending", json_string(s->probes & TOKIO_PROBES ?
+                        "the probe plan is being built: the uprobes attach when it is ready (the trace's "
+                        "D9ProbesEvent says when); records meanwhile are held and translated with it" :
+                        "the probe plan is being built: records are held until it is ready, then translated "
+                        "with it (workers and long polls by stack)"));
+        else if (s->late && (s->probes & TOKIO_PROBES))
+                json_object_set_new(j, "pending", json_string("the plan's uprobes are being attached (the trace's "
+                                                              "D9ProbesEvent says when they are)"));
+        if (s->plan_error[0])
+                json_object_set_new(j, "plan_error", json_string(s->plan_error));
         if (!p)
                 return j;
         json_object_set_new(j, "exe", json_string(p->exe_path ? p->exe_path : ""));
@@ -249,15 +258,15 @@ static json_t *plan_to_json(const struct session *s)
                         "the code sweep found no end): without uprobes no worker, park or long poll is seen; "
                         "--probes all records them"));
         json_object_set_new(j, "routes", routes_json(s));
-        if (s->bpf)
+        if (s->bpf && !s->late)
                 json_object_set_new(j, "uprobes_attached", json_integer((json_int_t)d9_bpf_target_n_attached(s->bpf)));
         return j;
 }
 
 struct session_meta {
-        char pid[24], start[24], probes[96], plan[512], hz[16], ns_pid[16], res_ms[24], acc_ms[24];
+        char pid[24], start[24], probes[96], plan[512], hz[16], ns_pid[16], res_ms[24], acc_ms[24], uprobes[96];
         struct tr_runtimes runtimes;
-        struct d9_kv kv[23 + TR_MAX_RUNTIMES];
+        struct d9_kv kv[25 + TR_MAX_RUNTIMES];
         uint32_t n;
 };
 
@@ -296,6 +305,17 @@ static void session_meta_build(const struct session *s, struct session_meta *m)
                 m->kv[m->n++] = (struct d9_kv){ "long_polls", D9_LONG_POLL_ROUTE };
         if (s->wakes_sampled)
                 m->kv[m->n++] = (struct d9_kv){ "wakes", "sampled: see D9WakeWindowEvent (attached, on_ms, period_ms)" };
+        if (s->plan_pending)
+                m->kv[m->n++] = (struct d9_kv){ "probe_plan", "pending: being built while this records (D9ProbesEvent)" };
+        else if (!p && s->plan_error[0])
+                m->kv[m->n++] = (struct d9_kv){ "probe_plan", s->plan_error };
+        if (s->uprobes_ms >= 0 && (s->probes & TOKIO_PROBES)) {
+                snprintf(m->uprobes, sizeof(m->uprobes), "attached %lld ms after the recording began (D9ProbesEvent)",
+                         (long long)s->uprobes_ms);
+                m->kv[m->n++] = (struct d9_kv){ "uprobes", m->uprobes };
+        } else if (s->late && (s->probes & TOKIO_PROBES)) {
+                m->kv[m->n++] = (struct d9_kv){ "uprobes", "not yet attached (D9ProbesEvent attached=1 when they are)" };
+        }
         if (p) {
                 /* Which probe points attached, by kind: "poll=28,complete=26,...". */
                 unsigned count[PROBE_KIND_MAX] = { 0 };
@@ -362,7 +382,7 @@ static int session_open_segment(struct session *s)
         s->seg_first_event = s->tr.events;
         r = translate_set_encoder(&s->tr, s->seg.enc);
         /* Each segment restates whether its wakes are being recorded. */
-        if (r == 0 && s->wakes_sampled && s->bpf)
+        if (r == 0 && s->wakes_sampled && s->bpf && !s->late)
                 r = translate_wake_window(&s->tr, d9_now_ns(), d9_bpf_target_wakes_on(s->bpf),
                                           WAKE_ON_TICKS * D9D_TICK_MS, WAKE_PERIOD_TICKS * D9D_TICK_MS);
         return r;
@@ -370,7 +390,7 @@ static int session_open_segment(struct session *s)
 
 /* New workers showed up: restate the metadata (runtime.<name>) in the same
  * segment, as dial9 does, in a stream of its own followed by a clock sync. */
-static int session_refresh_metadata(struct session *s)
+int session_refresh_metadata(struct session *s)
 {
         struct session_meta m;
         int r;
@@ -540,13 +560,19 @@ bool session_sample_allowed(struct session *s)
         return !session_gained_privileges(s);
 }
 
-static int on_ring_record(void *ctx, const void *rec, size_t size)
+int session_record(void *ctx, const void *rec, size_t size)
 {
         struct session *s = ctx;
         unsigned execs = s->tr.exec_seen;
 
         if (s->privileged) {
                 s->discarded++;
+                return 0;
+        }
+        /* Translating needs the plan (workers and long polls by stack, the
+         * task labels): kept in order until it lands. */
+        if (s->plan_pending) {
+                record_hold_push(&s->hold, rec, size);
                 return 0;
         }
         if (!s->tr.enc)
@@ -562,7 +588,7 @@ static int on_ring_record(void *ctx, const void *rec, size_t size)
         return 0;
 }
 
-static void session_end_privileged(struct session *s)
+void session_end_privileged(struct session *s)
 {
         log_warn("pid %d: gained privileges (setuid/setgid/capabilities exec or credential change); "
                  "session of uid %u ended", s->pid, (unsigned)s->starter_uid);
@@ -633,7 +659,7 @@ int session_bpf_load(struct d9d *d)
 
 /* On the BPF thread, once planned: the target's ring, config and
  * uprobes. Its records wait in the ring until the loop drains it. */
-static int session_install_bpf(struct session *s, char **why)
+void session_bpf_opts(struct session *s, struct d9_bpf_target_opts *out)
 {
         struct d9_bpf_target_opts to = {
                 .probes = (unsigned)s->probes,
@@ -653,11 +679,21 @@ static int session_install_bpf(struct session *s, char **why)
                 /* One trap per park: the uretprobe on the park function cost
                  * as much as a poll start (docs/performance.md). */
                 .unpark_at_resume = (s->probes & D9_PROBE_SCHED) != 0,
-                .on_record = on_ring_record,
+                /* The plan is still being built: the uprobes join later. */
+                .uprobes_later = s->plan_pending,
+                .on_record = session_record,
                 .ctx = s,
         };
+
+        *out = to;
+}
+
+static int session_install_bpf(struct session *s, char **why)
+{
+        struct d9_bpf_target_opts to;
         int r;
 
+        session_bpf_opts(s, &to);
         /* An executable without CFI (frame pointers, .eh_frame stripped) is
          * unwound by frame pointer (daemon/record/unwind_step.c); BPF then also
          * follows rbp past the copy, for frames deeper than it. */
@@ -793,6 +829,7 @@ static void session_free(struct session *s)
         json_decref(s->plan_json);
         json_decref(s->sealed_paths);
         free(s->maps);
+        record_hold_free(&s->hold);
         free(s);
 }
 
@@ -873,6 +910,7 @@ static struct session *session_new(struct d9d *d, const struct session_request *
         s->starter_uid = req->peer_uid;
         snprintf(s->rule, sizeof(s->rule), "%s", req->rule ? req->rule : "");
         s->exec_to_attach_ms = -1;
+        s->plan_ms = s->uprobes_ms = -1;
         s->sealed_paths = json_array();
         return s;
 }
@@ -942,6 +980,35 @@ static int session_check_target(struct session *s, const struct session_request 
         return 0;
 }
 
+int session_enable_long_polls(struct session *s)
+{
+        s->tr.spawn_from_first_poll &= (s->probes & D9_PROBE_SPAWN) != 0;
+        /* Default set: workers, parks and long polls from stacks. */
+        if ((s->probes & D9_PROBE_RUNS) && s->plan && probe_plan_poll_bodies(s->plan))
+                return long_poll_enable(&s->tr, D9_RUN_SAMPLE_US_DEFAULT * 1000ull, NULL, NULL);
+        return 0;
+}
+
+void session_wake_window_now(struct session *s)
+{
+        if (s->wakes_sampled && s->bpf && s->tr.enc)
+                translate_wake_window(&s->tr, d9_now_ns(), d9_bpf_target_wakes_on(s->bpf),
+                                      WAKE_ON_TICKS * D9D_TICK_MS, WAKE_PERIOD_TICKS * D9D_TICK_MS);
+}
+
+void session_plan_json_refresh(struct session *s)
+{
+        json_decref(s->plan_json);
+        s->plan_json = plan_to_json(s);
+}
+
+void session_plan_cache_put(const struct probe_plan *plan)
+{
+        if (!plan_cache)
+                plan_cache = probe_plan_cache_new(PLAN_CACHE_FILES);
+        probe_plan_cache_put(plan_cache, plan);
+}
+
 /* The second half, back on the loop once the BPF thread installed the
  * target's probes: the target must still be the process checked before
  * (and hold the credentials it had), then segments and the ring's watch. */
@@ -966,10 +1033,8 @@ static int session_start_attach(struct session *s, const struct session_request 
                            (s->probes & D9_PROBE_PARK) && s->plan && probe_plan_count(s->plan, PROBE_PARK, false));
         if (r < 0)
                 return r;
-        s->tr.spawn_from_first_poll &= (s->probes & D9_PROBE_SPAWN) != 0;
-        /* Default set: workers, parks and long polls from stacks. */
-        if ((s->probes & D9_PROBE_RUNS) && s->plan && probe_plan_poll_bodies(s->plan) &&
-            (r = long_poll_enable(&s->tr, D9_RUN_SAMPLE_US_DEFAULT * 1000ull, NULL, NULL)) < 0)
+        r = session_enable_long_polls(s);
+        if (r < 0)
                 return r;
         s->tr.hide_kernel = !kernel_addresses_visible(s->starter_uid);
         s->tr.stack_copy_bytes = STACK_COPY_BYTES;
@@ -987,10 +1052,10 @@ static int session_start_attach(struct session *s, const struct session_request 
         r = session_watch_ring(s);
         if (r < 0)
                 return r;
-        /* The wake points attached with the rest: say so, from now on. */
-        if (s->wakes_sampled)
-                translate_wake_window(&s->tr, d9_now_ns(), d9_bpf_target_wakes_on(s->bpf),
-                                      WAKE_ON_TICKS * D9D_TICK_MS, WAKE_PERIOD_TICKS * D9D_TICK_MS);
+        /* The wake points attached with the rest: say so, from now on
+         * (with a late plan, once its uprobes are attached). */
+        if (!s->plan_pending)
+                session_wake_window_now(s);
         /* pidfd: the exit notice even when sched probes are off. */
         s->pidfd_w.fn = session_on_pidfd;
         d9d_watch_add(s->d, &s->pidfd_w, EPOLLIN);
@@ -1005,13 +1070,19 @@ static int session_start_attach(struct session *s, const struct session_request 
         if (r < 0)
                 log_warn("pid %d: resources and accept queues not sampled: %s", s->pid, strerror(-r));
         session_link(s->d, s);
-        log_info("pid %d (%s): attached, %zu uprobes, writing %s", s->pid, s->service,
-                 d9_bpf_target_n_attached(s->bpf), dir);
+        if (s->plan_pending) {
+                log_info("pid %d (%s): recording, its probe plan being built, writing %s", s->pid, s->service, dir);
+                session_late_attached(s);
+        } else {
+                log_info("pid %d (%s): attached, %zu uprobes, writing %s", s->pid, s->service,
+                         d9_bpf_target_n_attached(s->bpf), dir);
+        }
         return 0;
 }
 
 static void session_discard(struct session *s)
 {
+        session_late_end(s, NULL);
         /* Installed by the BPF thread but not wanted now (an attach that
          * failed or was cancelled afterwards, rare): stopped first, so the
          * links go on a thread of their own; the maps' grace period is
@@ -1154,10 +1225,18 @@ int session_start(struct d9d *d, const struct session_request *req,
                 *why = d9_strdupf("%s", busy);
                 r = -EAGAIN;
         }
+        /* A running process records from now on, its plan joins when it is
+         * built (session_late.c). record -- plans first: its command execs
+         * only once attached, so there is nothing to record before. */
+        if (r == 0 && plan && !req->exe && req->exe_fd < 0 && !req->wait_plan) {
+                r = session_late_begin(st->s, why);
+                plan = false;
+        }
         st->req = *req;
         if (r == 0 && req->exe && !(st->exe_copy = strdup(req->exe)))
                 r = -ENOMEM;
         if (r < 0) {
+                session_late_end(st->s, NULL);
                 session_free(st->s);
                 free(st);
                 return r;
@@ -1274,7 +1353,7 @@ static void session_sample_wakes(struct session *s)
 {
         bool on, was;
 
-        if (!s->wakes_sampled || !s->bpf)
+        if (!s->wakes_sampled || !s->bpf || s->late)
                 return;
         on = ++s->wake_tick % WAKE_PERIOD_TICKS < WAKE_ON_TICKS;
         was = d9_bpf_target_wakes_on(s->bpf);
@@ -1335,6 +1414,13 @@ void session_end(struct session *s, const char *reason)
 
         if (s->state != SESSION_RECORDING || s->stopping)
                 return;
+        /* Its uprobes are being attached on the BPF thread: the end follows
+         * once they are (the stop must not race the attach). */
+        if (!session_late_end(s, reason)) {
+                s->stopping = true;
+                snprintf(s->end_deferred, sizeof(s->end_deferred), "%s", reason);
+                return;
+        }
         if (s->bpf && !s->d->stopping && (st = calloc(1, sizeof(*st)))) {
                 st->s = s;
                 snprintf(st->reason, sizeof(st->reason), "%s", reason);
@@ -1428,6 +1514,7 @@ json_t *session_status_json(const struct session *s)
                 "frames_outside_mappings", (json_int_t)s->tr.frames_outside,
                 "cut_at_copy_end", (json_int_t)s->tr.stacks_cut));
         json_object_set_new(j, "samples", session_samples_json(s));
+        json_object_set_new(j, "plan", session_late_json(s));
         /* Ended sessions: the length of the recording; live ones: so far. */
         uint64_t until = s->state == SESSION_RECORDING ? d9_now_ms() : s->ended_ms;
         json_object_set_new(j, "started_unix_ms", json_integer((json_int_t)s->started_unix_ms));
@@ -1461,7 +1548,7 @@ void sessions_prune(struct d9d *d)
 
         for (struct session **pp = &d->sessions; *pp;) {
                 struct session *s = *pp;
-                if (s->state == SESSION_DONE && (++finished > FINISHED_KEPT ||
+                if (s->state == SESSION_DONE && !s->late && (++finished > FINISHED_KEPT ||
                                                  now - s->ended_ms >= d->cfg.finished_keep_ms)) {
                         *pp = s->next;
                         session_free(s);

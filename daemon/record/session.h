@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include "daemon/core/d9d.h"
+#include "daemon/record/record_hold.h"
 #include "daemon/record/segment.h"
 #include "daemon/record/translate.h"
 #include "bpf/d9_events.h"
@@ -68,6 +69,15 @@ struct session {
 
         char *maps;                     /* last /proc/PID/maps seen: symbols after exit */
         struct probe_plan *plan;
+        /* Recording before its plan was built (session_late.c): the plan
+         * job, then the job attaching its uprobes, while one is in flight. */
+        struct session_late *late;
+        bool plan_pending;              /* ring records held in hold until the plan lands */
+        struct record_hold hold;
+        int64_t plan_ms;                /* the plan landed this long after the attach; -1: not yet */
+        int64_t uprobes_ms;             /* ... and its uprobes attached; -1: not (yet) */
+        char plan_error[256];           /* why it has no plan or uprobes, "" */
+        char end_deferred[128];         /* session_end's reason while uprobes attach */
         struct d9_bpf_target *bpf;
         json_t *plan_json;              /* what attached, what is missing and why */
         struct segment_writer seg;
@@ -97,6 +107,8 @@ struct session_request {
         int64_t resources_every_ms;     /* < 0: d9d's configured default; 0: none */
         bool accept_queues;             /* sample the target's listeners' accept queues */
         bool wakes_exact;               /* wake points attached all the time */
+        bool wait_plan;                 /* start recording only once the plan's probes attached */
+        int64_t full_on_stall_ms;       /* < 0: d9d's configured default; 0: off */
         uid_t peer_uid;
         const char *rule;               /* auto-attach: the rule that matched (NULL = a client) */
         uint64_t exec_ns;               /* auto-attach: CLOCK_MONOTONIC of its exec, 0 = was running */

@@ -75,6 +75,7 @@ struct translate {
         int wake_window_schema;         /* D9WakeWindowEvent handle in enc */
         int blocking_schema;            /* D9BlockingPollEvent handle in enc */
         int label_addr_schema;          /* D9TaskLabelAddrEvent handle in enc */
+        int probes_schema;              /* D9ProbesEvent handle in enc */
         uint32_t empty_atom, empty_stack;
         uint32_t *label_atoms;          /* per plan cookie; UINT32_MAX = not yet */
         size_t n_labels;
@@ -139,6 +140,10 @@ struct translate {
  * scheduler's off-CPU records, see translate.c). */
 int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *plan, bool wake_probes,
                    bool park_probes);
+/* The plan of a session that started recording before it was built
+ * (session.c holds the records that need it until then): as translate_init
+ * would have taken it, for every record from now on. */
+int translate_set_plan(struct translate *tr, const struct probe_plan *plan, bool wake_probes, bool park_probes);
 void translate_destroy(struct translate *tr);
 /* The session is over: free the unwinder, symbols and per-thread state,
  * keep the counters status shows. No record may follow. */
@@ -166,6 +171,11 @@ uint32_t translate_label_atom(struct translate *tr, uint64_t cookie);
 /* Sampled wakes: the wake points are attached from ts on (or not), for
  * on_ms of every period_ms: a D9WakeWindowEvent. */
 int translate_wake_window(struct translate *tr, uint64_t ts, bool attached, uint64_t on_ms, uint64_t period_ms);
+
+/* A probe class joined the recording (attached) or left it at ts: a
+ * D9ProbesEvent naming it ("uprobes: poll,spawn,...") and why. Nothing of
+ * that class is recorded before its attached=1 or after its attached=0. */
+int translate_probes_event(struct translate *tr, uint64_t ts, const char *probes, bool attached, const char *why);
 
 /* "0,1,2": all worker ids in use (an id a thread held only until its first
  * park showed it drives a known core is not). */
