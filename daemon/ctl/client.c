@@ -127,6 +127,8 @@ void d9ctl_print_plan(FILE *out, const json_t *plan)
                 fprintf(out, "not recorded: %s\n", json_string_value(v));
         if ((v = json_object_get(plan, "pending")))
                 fprintf(out, "pending: %s\n", json_string_value(v));
+        if ((v = json_object_get(plan, "full_on_stall")))
+                fprintf(out, "full on stall: %s\n", json_string_value(v));
         if ((v = json_object_get(plan, "plan_error")))
                 fprintf(out, "plan: %s\n", json_string_value(v));
         json_array_foreach(json_object_get(plan, "missing"), i, item)

@@ -220,6 +220,15 @@ static json_t *plan_to_json(const struct session *s)
                                                               "D9ProbesEvent says when they are)"));
         if (s->plan_error[0])
                 json_object_set_new(j, "plan_error", json_string(s->plan_error));
+        if (s->full_on_stall_ms) {
+                char fos[384];
+
+                snprintf(fos, sizeof(fos), "after a poll of >= %llu ms, the full set's uprobes for %llu ms, then "
+                         "none for %llu ms%s%s", (unsigned long long)s->full_on_stall_ms,
+                         (unsigned long long)s->d->cfg.full_window_ms, (unsigned long long)s->d->cfg.full_window_gap_ms,
+                         s->win_error[0] ? ": " : "", s->win_error);
+                json_object_set_new(j, "full_on_stall", json_string(fos));
+        }
         if (!p)
                 return j;
         json_object_set_new(j, "exe", json_string(p->exe_path ? p->exe_path : ""));
@@ -264,9 +273,9 @@ static json_t *plan_to_json(const struct session *s)
 }
 
 struct session_meta {
-        char pid[24], start[24], probes[96], plan[512], hz[16], ns_pid[16], res_ms[24], acc_ms[24], uprobes[96];
+        char pid[24], start[24], probes[96], plan[512], hz[16], ns_pid[16], res_ms[24], acc_ms[24], uprobes[96], fos[192];
         struct tr_runtimes runtimes;
-        struct d9_kv kv[25 + TR_MAX_RUNTIMES];
+        struct d9_kv kv[26 + TR_MAX_RUNTIMES];
         uint32_t n;
 };
 
@@ -305,6 +314,13 @@ static void session_meta_build(const struct session *s, struct session_meta *m)
                 m->kv[m->n++] = (struct d9_kv){ "long_polls", D9_LONG_POLL_ROUTE };
         if (s->wakes_sampled)
                 m->kv[m->n++] = (struct d9_kv){ "wakes", "sampled: see D9WakeWindowEvent (attached, on_ms, period_ms)" };
+        if (s->tr.stall_ns) {
+                snprintf(m->fos, sizeof(m->fos), "the full set's uprobes for %llu ms after a poll of >= %llu ms, then "
+                         "none for %llu ms (D9ProbesEvent marks each window)",
+                         (unsigned long long)s->d->cfg.full_window_ms, (unsigned long long)s->full_on_stall_ms,
+                         (unsigned long long)s->d->cfg.full_window_gap_ms);
+                m->kv[m->n++] = (struct d9_kv){ "full_on_stall", m->fos };
+        }
         if (s->plan_pending)
                 m->kv[m->n++] = (struct d9_kv){ "probe_plan", "pending: being built while this records (D9ProbesEvent)" };
         else if (!p && s->plan_error[0])
@@ -911,6 +927,7 @@ static struct session *session_new(struct d9d *d, const struct session_request *
         snprintf(s->rule, sizeof(s->rule), "%s", req->rule ? req->rule : "");
         s->exec_to_attach_ms = -1;
         s->plan_ms = s->uprobes_ms = -1;
+        s->full_on_stall_ms = req->full_on_stall_ms >= 0 ? (uint64_t)req->full_on_stall_ms : d->cfg.full_on_stall_ms;
         s->sealed_paths = json_array();
         return s;
 }
@@ -1036,6 +1053,7 @@ static int session_start_attach(struct session *s, const struct session_request 
         r = session_enable_long_polls(s);
         if (r < 0)
                 return r;
+        session_window_setup(s);
         s->tr.hide_kernel = !kernel_addresses_visible(s->starter_uid);
         s->tr.stack_copy_bytes = STACK_COPY_BYTES;
         snprintf(dir, sizeof(dir), "%.3800s/%.127s/%d-%llu", s->d->traces_dir, s->service, s->pid,
@@ -1353,7 +1371,7 @@ static void session_sample_wakes(struct session *s)
 {
         bool on, was;
 
-        if (!s->wakes_sampled || !s->bpf || s->late)
+        if (!s->wakes_sampled || !s->bpf || session_bpf_busy(s))
                 return;
         on = ++s->wake_tick % WAKE_PERIOD_TICKS < WAKE_ON_TICKS;
         was = d9_bpf_target_wakes_on(s->bpf);
@@ -1414,13 +1432,15 @@ void session_end(struct session *s, const char *reason)
 
         if (s->state != SESSION_RECORDING || s->stopping)
                 return;
-        /* Its uprobes are being attached on the BPF thread: the end follows
-         * once they are (the stop must not race the attach). */
-        if (!session_late_end(s, reason)) {
+        /* Its uprobes are being attached or a window changes on the BPF
+         * thread: the end follows once that is done (the stop must not race
+         * it). */
+        if (session_bpf_busy(s)) {
                 s->stopping = true;
                 snprintf(s->end_deferred, sizeof(s->end_deferred), "%s", reason);
                 return;
         }
+        session_late_end(s, reason);
         if (s->bpf && !s->d->stopping && (st = calloc(1, sizeof(*st)))) {
                 st->s = s;
                 snprintf(st->reason, sizeof(st->reason), "%s", reason);
@@ -1434,6 +1454,18 @@ void session_end(struct session *s, const char *reason)
         if (s->on_ended)
                 s->on_ended(s->on_ended_ctx, s);
         s->on_ended = NULL;
+}
+
+void session_end_deferred(struct session *s)
+{
+        char reason[128];
+
+        if (!s->end_deferred[0] || session_bpf_busy(s))
+                return;
+        snprintf(reason, sizeof(reason), "%s", s->end_deferred);
+        s->end_deferred[0] = 0;
+        s->stopping = false;
+        session_end(s, reason);
 }
 
 bool session_ending(const struct session *s)
@@ -1450,6 +1482,7 @@ void session_tick(struct session *s, uint64_t now_ms)
                 return;
         session_account_bpf_counters(s);
         session_sample_wakes(s);
+        session_window_tick(s, now_ms);
         if (now_ms > s->rate_ms) {
                 s->events_per_s = (double)(s->tr.events - s->rate_events) * 1000.0 / (double)(now_ms - s->rate_ms);
                 s->rate_events = s->tr.events;
@@ -1515,6 +1548,7 @@ json_t *session_status_json(const struct session *s)
                 "cut_at_copy_end", (json_int_t)s->tr.stacks_cut));
         json_object_set_new(j, "samples", session_samples_json(s));
         json_object_set_new(j, "plan", session_late_json(s));
+        json_object_set_new(j, "full_on_stall", session_window_json(s));
         /* Ended sessions: the length of the recording; live ones: so far. */
         uint64_t until = s->state == SESSION_RECORDING ? d9_now_ms() : s->ended_ms;
         json_object_set_new(j, "started_unix_ms", json_integer((json_int_t)s->started_unix_ms));
@@ -1548,7 +1582,7 @@ void sessions_prune(struct d9d *d)
 
         for (struct session **pp = &d->sessions; *pp;) {
                 struct session *s = *pp;
-                if (s->state == SESSION_DONE && !s->late && (++finished > FINISHED_KEPT ||
+                if (s->state == SESSION_DONE && !s->late && !s->win_job && (++finished > FINISHED_KEPT ||
                                                  now - s->ended_ms >= d->cfg.finished_keep_ms)) {
                         *pp = s->next;
                         session_free(s);

@@ -78,6 +78,12 @@ struct session {
         int64_t uprobes_ms;             /* ... and its uprobes attached; -1: not (yet) */
         char plan_error[256];           /* why it has no plan or uprobes, "" */
         char end_deferred[128];         /* session_end's reason while uprobes attach */
+        /* Full detail after a stall (session_window.c). */
+        uint64_t full_on_stall_ms;      /* 0: off */
+        struct session_win *win_job;    /* a window opening or closing on the BPF thread */
+        uint64_t win_opened_ms, win_next_ms, win_stalls_seen;
+        uint64_t windows;               /* windows opened */
+        char win_error[160];
         struct d9_bpf_target *bpf;
         json_t *plan_json;              /* what attached, what is missing and why */
         struct segment_writer seg;

@@ -39,3 +39,15 @@ void session_late_attached(struct session *s);
 bool session_late_end(struct session *s, const char *reason);
 /* "plan" object of status. */
 json_t *session_late_json(const struct session *s);
+/* A job on the BPF thread changes s's links: session_end waits for it. */
+bool session_bpf_busy(const struct session *s);
+/* An end asked for meanwhile, now. */
+void session_end_deferred(struct session *s);
+
+/* session_window.c: full detail after a stall. */
+#define WINDOW_PROBES TOKIO_PROBES
+/* At attach and when the plan lands: whether windows can open (s->win_error). */
+void session_window_setup(struct session *s);
+/* Every tick: open a window after a stall, close it when its time is up. */
+void session_window_tick(struct session *s, uint64_t now_ms);
+json_t *session_window_json(const struct session *s);

@@ -148,6 +148,8 @@ static void late_apply(struct session *s, struct session_late *l)
                                        (s->probes & D9_PROBE_PARK) && probe_plan_count(s->plan, PROBE_PARK, false));
                 if (r == 0)
                         r = session_enable_long_polls(s);
+                if (r == 0)
+                        session_window_setup(s);
                 if (r == 0 && s->tr.stack_workers && s->tr.enc)
                         r = long_poll_declare(&s->tr);
                 if (r < 0) {
@@ -244,14 +246,12 @@ static void late_uprobes_done(struct d9d *d, struct plan_job *job)
         if (s->tr.enc && s->state == SESSION_RECORDING && session_refresh_metadata(s) < 0)
                 log_warn("pid %d: metadata not restated", s->pid);
         late_free(l);
-        if (s->end_deferred[0]) {
-                char reason[128];
+        session_end_deferred(s);
+}
 
-                snprintf(reason, sizeof(reason), "%s", s->end_deferred);
-                s->end_deferred[0] = 0;
-                s->stopping = false;
-                session_end(s, reason);
-        }
+bool session_bpf_busy(const struct session *s)
+{
+        return (s->late && s->late->uprobes) || s->win_job;
 }
 
 int session_late_begin(struct session *s, char **why)

@@ -759,6 +759,7 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                  * open until the launch task ends (TERMINATE below). */
                 if (t->poll_worker == D9_WORKER_BLOCKING)
                         t->blocking_nested = !cookie_is_blocking(tr, r->cookie);
+                t->poll_cut = false;
                 uint32_t lane;
                 int err = poll_worker(tr, t, r, &lane);
                 if (err < 0)
@@ -782,6 +783,11 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
         case D9_REC_POLL_END: {
                 uint32_t w = t->poll_worker;
 
+                /* The end of a poll a window's close already ended. */
+                if (w == D9_WORKER_NONE && t->poll_cut) {
+                        t->poll_cut = false;
+                        return 1;
+                }
                 t->poll_worker = D9_WORKER_NONE;
                 if (w < D9_WORKER_BLOCKING)
                         t->poll_end_ts = r->hdr.ts;
@@ -1180,6 +1186,30 @@ int translate_probes_event(struct translate *tr, uint64_t ts, const char *probes
                 r = d9_enc_event(tr->enc, tr->probes_schema, ts, v);
         tr->events += r == 0;
         return r;
+}
+
+int translate_window(struct translate *tr, uint64_t ts, bool on)
+{
+        tr->window_open = on;
+        tr->park_from_sched = !(on && tr->window_parks);
+        tr->wake_probes = on && tr->window_wakes;
+        for (size_t i = 0; !on && tr->enc && i < tr->threads_cap; i++) {
+                struct tr_thread *t = &tr->threads[i];
+                int r = 0;
+
+                if (!t->tid || t->poll_worker == D9_WORKER_NONE)
+                        continue;
+                if (t->poll_worker < D9_WORKER_BLOCKING)
+                        r = d9_enc_poll_end(tr->enc, ts, t->poll_worker);
+                else
+                        r = blocking_poll_end(tr, t, ts);
+                if (r < 0)
+                        return r;
+                tr->events++;
+                t->poll_worker = D9_WORKER_NONE;
+                t->poll_cut = true;
+        }
+        return 0;
 }
 
 int translate_wake_window(struct translate *tr, uint64_t ts, bool attached, uint64_t on_ms, uint64_t period_ms)
