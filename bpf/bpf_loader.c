@@ -873,7 +873,7 @@ fail:
 /* The config's uprobe part from the plan (task-id layout, poll end,
  * unpark at resume), uprobes recording (on) or not. A hash map update
  * swaps in a new element: programs running now see the old config whole,
- * later ones the new. *ts: just after the swap. */
+ * later ones the new. *ts: the instant of the swap, as seen by records. */
 static int cfg_set_uprobes(struct d9_bpf_target *t, const struct probe_plan *plan,
                            const struct d9_bpf_target_opts *o, unsigned probes, bool on, uint64_t *ts)
 {
@@ -892,8 +892,13 @@ static int cfg_set_uprobes(struct d9_bpf_target *t, const struct probe_plan *pla
                 layout_of(plan, o, &cfg);
         }
         cfg.uprobes_off = !on;
+        /* On: every record is written by a program that saw the new config,
+         * so after the clock is read here; off: the last ones by programs
+         * that saw the old one, before the clock is read after the swap. */
+        if (ts && on)
+                *ts = d9_now_ns();
         r = bpf_map__update_elem(targets, &tgid, sizeof(tgid), &cfg, sizeof(cfg), BPF_EXIST);
-        if (ts)
+        if (ts && !on)
                 *ts = d9_now_ns();
         return r;
 }

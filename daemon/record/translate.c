@@ -190,7 +190,8 @@ void translate_release(struct translate *tr)
                 .stacks = tr->stacks, .stacks_failed = tr->stacks_failed,
                 .offcpu_no_stack = tr->offcpu_no_stack, .probe_stacks = tr->probe_stacks,
                 .frames_outside = tr->frames_outside, .stacks_cut = tr->stacks_cut,
-                .long_polls = tr->long_polls,
+                .long_polls = tr->long_polls, .stall_ns = tr->stall_ns, .stalls = tr->stalls,
+                .stalls_in_window = tr->stalls_in_window,
         };
 
         translate_destroy(tr);
