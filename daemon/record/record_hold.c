@@ -13,6 +13,12 @@ int record_hold_push(struct record_hold *h, const void *rec, size_t size)
         size_t need = 8 + ALIGN8(size);
         uint32_t sz = (uint32_t)size;
 
+        /* Replayed bytes make room (a replay runs in parts). */
+        if (h->pos && h->len + need > h->cap) {
+                memmove(h->buf, h->buf + h->pos, h->len - h->pos);
+                h->len -= h->pos;
+                h->pos = 0;
+        }
         if (size > RECORD_HOLD_MAX || h->len + need > RECORD_HOLD_MAX) {
                 if (!h->dropped++)
                         h->first_ts = d9_now_ns();
@@ -42,10 +48,36 @@ int record_hold_push(struct record_hold *h, const void *rec, size_t size)
         return 0;
 }
 
+bool record_hold_replay_some(struct record_hold *h, int (*fn)(void *ctx, const void *rec, size_t size), void *ctx,
+                             uint64_t until_ns, uint64_t *stopped_left)
+{
+        unsigned n = 0;
+
+        while (h->pos < h->len) {
+                uint32_t sz;
+
+                memcpy(&sz, h->buf + h->pos, sizeof(sz));
+                h->kept--;
+                if (fn(ctx, h->buf + h->pos + 8, sz) != 0) {
+                        *stopped_left += h->kept;
+                        h->pos = h->len;
+                        break;
+                }
+                h->pos += 8 + ALIGN8(sz);
+                if (++n % 64 == 0 && d9_now_ns() >= until_ns)
+                        return h->pos < h->len;
+        }
+        free(h->buf);
+        h->buf = NULL;
+        h->len = h->cap = h->pos = 0;
+        h->kept = 0;
+        return false;
+}
+
 uint64_t record_hold_replay(struct record_hold *h, int (*fn)(void *ctx, const void *rec, size_t size), void *ctx)
 {
         uint64_t left = h->kept;
-        size_t off = 0;
+        size_t off = h->pos;
 
         while (off < h->len) {
                 uint32_t sz;
@@ -60,7 +92,7 @@ uint64_t record_hold_replay(struct record_hold *h, int (*fn)(void *ctx, const vo
                 left = 0;
         free(h->buf);
         h->buf = NULL;
-        h->len = h->cap = 0;
+        h->len = h->cap = h->pos = 0;
         h->kept = 0;
         return left;
 }
@@ -69,5 +101,5 @@ void record_hold_free(struct record_hold *h)
 {
         free(h->buf);
         h->buf = NULL;
-        h->len = h->cap = 0;
+        h->len = h->cap = h->pos = 0;
 }

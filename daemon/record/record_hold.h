@@ -4,6 +4,7 @@
  * RECORD_HOLD_MAX bytes records are counted, not kept. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -12,6 +13,7 @@
 struct record_hold {
         uint8_t *buf;                   /* [u32 size][size bytes, padded to 8] ... */
         size_t len, cap;
+        size_t pos;                     /* replayed up to here */
         uint64_t kept, dropped;         /* records */
         uint64_t first_ts;              /* d9_now_ns of the first one dropped, 0: none */
 };
@@ -21,4 +23,10 @@ int record_hold_push(struct record_hold *h, const void *rec, size_t size);
 /* Hand every kept record to fn in order, until fn returns non-zero; then
  * empty the hold. Returns the records not handed over (fn stopped). */
 uint64_t record_hold_replay(struct record_hold *h, int (*fn)(void *ctx, const void *rec, size_t size), void *ctx);
+/* The same, a part at a time, so a drain loop turn stays short: records in
+ * order until until_ns (d9_now_ns) passes; more may be pushed meanwhile.
+ * Returns true while records are left; *stopped: fn returned non-zero (the
+ * rest then count in *stopped_left and the hold is emptied). */
+bool record_hold_replay_some(struct record_hold *h, int (*fn)(void *ctx, const void *rec, size_t size), void *ctx,
+                             uint64_t until_ns, uint64_t *stopped_left);
 void record_hold_free(struct record_hold *h);

@@ -587,7 +587,7 @@ int session_record(void *ctx, const void *rec, size_t size)
         }
         /* Translating needs the plan (workers and long polls by stack, the
          * task labels): kept in order until it lands. */
-        if (s->plan_pending) {
+        if (s->plan_pending && !s->in_replay) {
                 record_hold_push(&s->hold, rec, size);
                 return 0;
         }
@@ -633,6 +633,7 @@ static void session_on_ring(struct d9d *d, struct d9_watch *w, uint32_t events)
 
         if (!session_drain_while_permitted(s))
                 return;
+        session_late_replay_step(s);
         if (s->tr.error) {
                 log_error("pid %d: encoding failed: %s", s->pid, strerror(-s->tr.error));
                 session_end(s, "encoder error");
@@ -1479,6 +1480,9 @@ void session_tick(struct session *s, uint64_t now_ms)
 
         /* Pick up what arrived since the last wakeup before judging time. */
         if (!session_drain_while_permitted(s))
+                return;
+        session_late_replay_step(s);
+        if (s->state != SESSION_RECORDING)
                 return;
         session_account_bpf_counters(s);
         session_sample_wakes(s);

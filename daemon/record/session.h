@@ -73,6 +73,8 @@ struct session {
          * job, then the job attaching its uprobes, while one is in flight. */
         struct session_late *late;
         bool plan_pending;              /* ring records held in hold until the plan lands */
+        bool replaying;                 /* the plan landed: held records go in, a part a turn */
+        bool in_replay;                 /* ... this one is being translated */
         struct record_hold hold;
         int64_t plan_ms;                /* the plan landed this long after the attach; -1: not yet */
         int64_t uprobes_ms;             /* ... and its uprobes attached; -1: not (yet) */

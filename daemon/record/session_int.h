@@ -37,6 +37,9 @@ void session_late_attached(struct session *s);
  * records are translated without it. False: its uprobes are being
  * attached; the end waits for them (s->end_deferred). */
 bool session_late_end(struct session *s, const char *reason);
+/* The plan landed: translate the next part of the held records (a few ms
+ * of the loop), until none is left. */
+void session_late_replay_step(struct session *s);
 /* "plan" object of status. */
 json_t *session_late_json(const struct session *s);
 /* A job on the BPF thread changes s's links: session_end waits for it. */

@@ -77,29 +77,59 @@ static void late_plan_run(struct plan_job *job)
 }
 
 /* Held records into the trace, with the plan or without: privileges
- * gained meanwhile end the session as a drain would. */
+ * gained meanwhile end the session as a drain would. all: at once (the
+ * session ends); else a part of at most REPLAY_SLICE_NS, so that the loop
+ * that drains every other target is not held up by 8 MiB of stacks to
+ * unwind; records that arrive meanwhile are held behind them. */
+#define REPLAY_SLICE_NS (5 * 1000000ull)
+
+static void late_replay_run(struct session *s, bool all)
+{
+        uint64_t left = 0;
+        bool more = false;
+
+        if (!s->plan_pending)
+                return;
+        s->in_replay = true;
+        if (all)
+                left = record_hold_replay(&s->hold, session_record, s);
+        else
+                more = record_hold_replay_some(&s->hold, session_record, s, d9_now_ns() + REPLAY_SLICE_NS, &left);
+        s->in_replay = false;
+        s->discarded += left;
+        if (more)
+                return;
+        s->plan_pending = false;
+        s->replaying = false;
+        if (s->hold.dropped && s->tr.enc)
+                translate_lost(&s->tr, s->hold.first_ts, s->hold.dropped, "plan_hold");
+        if (s->hold.dropped)
+                log_info("pid %d: %llu records not held while the plan was built (hold full)", s->pid,
+                         (unsigned long long)s->hold.dropped);
+        if (s->privileged && s->state == SESSION_RECORDING && !s->stopping)
+                session_end_privileged(s);
+}
+
 static void late_replay(struct session *s)
 {
-        uint64_t held = s->hold.kept, dropped = s->hold.dropped, first = s->hold.first_ts;
-        uint64_t left;
+        late_replay_run(s, true);
+}
 
-        s->plan_pending = false;
-        left = record_hold_replay(&s->hold, session_record, s);
-        s->discarded += left;
-        if (dropped && s->tr.enc)
-                translate_lost(&s->tr, first, dropped, "plan_hold");
-        s->hold.dropped = 0;
-        if (held || dropped)
-                log_info("pid %d: %llu records held while the plan was built, %llu not (hold full)", s->pid,
-                         (unsigned long long)held, (unsigned long long)dropped);
-        if (s->privileged && s->state == SESSION_RECORDING)
-                session_end_privileged(s);
+void session_late_replay_step(struct session *s)
+{
+        if (s->replaying)
+                late_replay_run(s, false);
+}
+
+static void late_event_at(struct session *s, uint64_t ts, const char *probes, bool attached, const char *why)
+{
+        if (s->tr.enc && s->state == SESSION_RECORDING)
+                translate_probes_event(&s->tr, ts, probes, attached, why);
 }
 
 static void late_event(struct session *s, const char *probes, bool attached, const char *why)
 {
-        if (s->tr.enc && s->state == SESSION_RECORDING)
-                translate_probes_event(&s->tr, d9_now_ns(), probes, attached, why);
+        late_event_at(s, d9_now_ns(), probes, attached, why);
 }
 
 /* "uprobes: poll=28,wake=2,...": what the plan attaches for s's probe set. */
@@ -166,15 +196,15 @@ static void late_apply(struct session *s, struct session_late *l)
                 snprintf(why, sizeof(why), "no plan (%.180s); %llu records held meanwhile translated without it",
                          s->plan_error, (unsigned long long)s->hold.kept);
         late_event(s, "probe plan", r == 0, why);
-        /* The replay may end the session (privileges): l is not its any more. */
+        /* The held records go in from now on, a part each loop turn, before
+         * any record that follows (session_record holds those behind). */
         s->late = NULL;
-        l->s = NULL;
-        late_replay(s);
+        s->replaying = true;
+        session_late_replay_step(s);
         if (s->state != SESSION_RECORDING || s->stopping) {
                 late_free(l);
                 return;
         }
-        l->s = s;
         if (r == 0 && (s->probes & TOKIO_PROBES)) {
                 /* The same job again, for the BPF thread. */
                 l->uprobes = true;
@@ -231,7 +261,8 @@ static void late_uprobes_done(struct d9d *d, struct plan_job *job)
                 uprobe_names(s, names, sizeof(names));
                 snprintf(why, sizeof(why), "attached %lld ms after the recording began (the plan took %lld ms): "
                          "none of these was recorded before", (long long)s->uprobes_ms, (long long)s->plan_ms);
-                late_event(s, names, true, why);
+                /* The instant the config let them record, not now. */
+                late_event_at(s, d9_bpf_target_uprobes_on_ns(s->bpf), names, true, why);
                 if (s->state == SESSION_RECORDING)
                         session_wake_window_now(s);
                 log_info("pid %d: %zu uprobes attached %lld ms after the recording began", s->pid,
@@ -294,6 +325,8 @@ bool session_late_end(struct session *s, const char *reason)
 {
         struct session_late *l = s->late;
 
+        if (reason && s->replaying)
+                late_replay(s);         /* the plan landed: the rest of the held records, now */
         if (!l)
                 return true;
         if (l->uprobes)
