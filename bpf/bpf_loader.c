@@ -77,6 +77,8 @@ struct teardown {
 };
 
 static void teardowns_reap(struct d9_bpf *bpf, bool wait_all, pid_t pid);
+static void destroy_links(struct bpf_link **links, size_t n);
+static int links_release(struct d9_bpf *bpf, pid_t pid, struct bpf_link **links, size_t n);
 
 struct d9_bpf_target {
         struct d9_bpf *bpf;
@@ -103,6 +105,10 @@ struct d9_bpf_target {
         char *wake_path;
         struct bpf_link **wake_links;
         size_t n_wake_links;
+        /* d9_bpf_target_set_window: the window's links (none while closed) */
+        struct bpf_link **win_links;
+        size_t n_win_links, n_win_attached;
+        uint64_t uprobes_on_ns;         /* when the late uprobes began to record */
 };
 
 static void set_err(char **err, const char *fmt, ...)
@@ -524,8 +530,7 @@ static int attach_set(struct d9_bpf_target *t, const char *path, const struct po
         return r;
 }
 
-static enum d9_poll_end choose_poll_end(const struct probe_plan *plan, unsigned probes,
-                                        enum d9_poll_end asked)
+enum d9_poll_end d9_bpf_poll_end_for(const struct probe_plan *plan, unsigned probes, enum d9_poll_end asked)
 {
         if (asked != D9_POLL_END_AUTO)
                 return asked;
@@ -699,6 +704,7 @@ static int install_target(struct d9_bpf_target *t, const struct probe_plan *plan
                 .dyn_poll_slot = plan ? plan->dyn_future_poll_slot : 0,
                 .stack = o->stack,
                 .offcpu_min_ns = o->offcpu_min_ns,
+                .uprobes_off = o->uprobes_later,
         };
         uint32_t tgid = t->kernel_tgid;
         int r;
@@ -729,6 +735,9 @@ static int install_target(struct d9_bpf_target *t, const struct probe_plan *plan
         return r;
 }
 
+static int check_uprobes(pid_t pid, const struct probe_plan *plan,
+                         const struct d9_bpf_target_opts *o, char **err);
+
 static int check_request(pid_t pid, const struct probe_plan *plan,
                          const struct d9_bpf_target_opts *o, char **err)
 {
@@ -745,8 +754,15 @@ static int check_request(pid_t pid, const struct probe_plan *plan,
                 set_err(err, "internal: no record callback for PID %d", (int)pid);
                 return -EINVAL;
         }
-        if (!(o->probes & uprobe_bits))
+        if (!(o->probes & uprobe_bits) || o->uprobes_later)
                 return 0;
+        return check_uprobes(pid, plan, o, err);
+}
+
+/* The plan has what the Tokio uprobes need. */
+static int check_uprobes(pid_t pid, const struct probe_plan *plan,
+                         const struct d9_bpf_target_opts *o, char **err)
+{
         if (!plan || probe_plan_count(plan, PROBE_POLL, false) == 0) {
                 set_err(err, "PID %d is not a Tokio process: no raw::poll probe points found",
                         (int)pid);
@@ -756,6 +772,25 @@ static int check_request(pid_t pid, const struct probe_plan *plan,
                 set_err(err, "PID %d: the probe plan gives no task-id layout", (int)pid);
                 return -EINVAL;
         }
+        return 0;
+}
+
+/* Sampled wakes: room for the plan's wake points (filled by attach_uprobes). */
+static int wake_set_alloc(struct d9_bpf_target *t, const struct probe_plan *plan,
+                          const struct d9_bpf_target_opts *o)
+{
+        size_t cap;
+
+        if (!plan || !o->wakes_switchable || !(o->probes & D9_PROBE_WAKE) || t->wake_set)
+                return 0;
+        cap = plan->n_points + 1;
+        t->wake_set = calloc(1, sizeof(*t->wake_set));
+        if (t->wake_set) {
+                t->wake_set->offs = calloc(cap, sizeof(unsigned long));
+                t->wake_set->cookies = calloc(cap, sizeof(__u64));
+        }
+        if (!t->wake_set || !t->wake_set->offs || !t->wake_set->cookies)
+                return -ENOMEM;
         return 0;
 }
 
@@ -778,7 +813,7 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
         t->pid = pid;
         t->ring_fd = -1;
         t->slot = UINT32_MAX;
-        t->poll_end = choose_poll_end(plan, o->probes, o->poll_end);
+        t->poll_end = d9_bpf_poll_end_for(plan, o->probes, o->poll_end);
         t->on_record = o->on_record;
         t->ctx = o->ctx;
         t->unpark_at_resume = o->unpark_at_resume;
@@ -826,22 +861,12 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
                 t->runs = true;
                 run_sampling_use(bpf, true);
         }
-        if (plan && o->wakes_switchable && (o->probes & D9_PROBE_WAKE)) {
-                size_t cap = plan->n_points + 1;
-
-                t->wake_set = calloc(1, sizeof(*t->wake_set));
-                if (t->wake_set) {
-                        t->wake_set->offs = calloc(cap, sizeof(unsigned long));
-                        t->wake_set->cookies = calloc(cap, sizeof(__u64));
-                }
-                if (!t->wake_set || !t->wake_set->offs || !t->wake_set->cookies) {
-                        r = -ENOMEM;
-                        set_err(err, "cannot trace PID %d: out of memory", (int)pid);
-                        goto fail;
-                }
+        if (!o->uprobes_later && (r = wake_set_alloc(t, plan, o)) < 0) {
+                set_err(err, "cannot trace PID %d: out of memory", (int)pid);
+                goto fail;
         }
         t0 = d9_now_ns();
-        if (plan)
+        if (plan && !o->uprobes_later)
                 r = attach_uprobes(t, plan, o->probes, err);
         t->attach_ns = d9_now_ns() - t0;
         if (r < 0)
@@ -852,6 +877,146 @@ fail:
         d9_bpf_detach_target(t);
         if (armed_here)
                 disarm_if_unused(bpf);
+        return r;
+}
+
+/* The config's uprobe part from the plan (task-id layout, poll end,
+ * unpark at resume), uprobes recording (on) or not. A hash map update
+ * swaps in a new element: programs running now see the old config whole,
+ * later ones the new. *ts: the instant of the swap, as seen by records. */
+static int cfg_set_uprobes(struct d9_bpf_target *t, const struct probe_plan *plan,
+                           const struct d9_bpf_target_opts *o, unsigned probes, bool on, uint64_t *ts)
+{
+        struct bpf_map *targets = t->bpf->sched->maps.d9_targets;
+        uint32_t tgid = t->kernel_tgid;
+        struct d9_target_cfg cfg;
+        int r;
+
+        r = bpf_map__lookup_elem(targets, &tgid, sizeof(tgid), &cfg, sizeof(cfg), 0);
+        if (r < 0)
+                return r;
+        if (plan) {
+                cfg.entry_only = t->poll_end == D9_POLL_END_ENTRY_ONLY;
+                cfg.dyn_poll_slot = plan->dyn_future_poll_slot;
+                cfg.unpark_at_resume = (probes & D9_PROBE_PARK) && o->unpark_at_resume;
+                layout_of(plan, o, &cfg);
+        }
+        cfg.uprobes_off = !on;
+        /* On: every record is written by a program that saw the new config,
+         * so after the clock is read here; off: the last ones by programs
+         * that saw the old one, before the clock is read after the swap. */
+        if (ts && on)
+                *ts = d9_now_ns();
+        r = bpf_map__update_elem(targets, &tgid, sizeof(tgid), &cfg, sizeof(cfg), BPF_EXIST);
+        if (ts && !on)
+                *ts = d9_now_ns();
+        return r;
+}
+
+int d9_bpf_target_add_uprobes(struct d9_bpf_target *t, const struct probe_plan *plan,
+                              const struct d9_bpf_target_opts *o, char **err)
+{
+        size_t before = t->n_links;
+        uint64_t t0;
+        int r;
+
+        if (t->td || t->slot == UINT32_MAX)
+                return -ESRCH;
+        r = check_uprobes(t->pid, plan, o, err);
+        if (r < 0)
+                return r;
+        r = wake_set_alloc(t, plan, o);
+        if (r < 0) {
+                set_err(err, "cannot trace PID %d: out of memory", (int)t->pid);
+                return r;
+        }
+        /* Attached while the config says off, then on at one instant: no
+         * poll is half in (an end without its start is ignored in BPF). */
+        t->poll_end = d9_bpf_poll_end_for(plan, o->probes, o->poll_end);
+        t0 = d9_now_ns();
+        r = attach_uprobes(t, plan, o->probes, err);
+        t->attach_ns = d9_now_ns() - t0;
+        if (r == 0 && (r = cfg_set_uprobes(t, plan, o, o->probes, true, &t->uprobes_on_ns)) < 0)
+                set_err(err, "cannot switch PID %d's uprobes on: %s", (int)t->pid, strerror(-r));
+        if (r < 0) {
+                /* What did attach goes; the target records on without. */
+                destroy_links(t->links + before, t->n_links - before);
+                t->n_links = before;
+                t->n_attached = 0;
+                if (t->wake_set)
+                        t->wake_set->n = 0;
+        }
+        return r;
+}
+
+uint64_t d9_bpf_target_uprobes_on_ns(const struct d9_bpf_target *t)
+{
+        return t->uprobes_on_ns;
+}
+
+bool d9_bpf_target_window_on(const struct d9_bpf_target *t)
+{
+        return t->n_win_links > 0;
+}
+
+size_t d9_bpf_target_window_points(const struct d9_bpf_target *t)
+{
+        return t->n_win_attached;
+}
+
+int d9_bpf_target_set_window(struct d9_bpf_target *t, const struct probe_plan *plan,
+                             const struct d9_bpf_target_opts *o, unsigned probes, bool on,
+                             uint64_t *ts, char **err)
+{
+        size_t before = t->n_links, n_attached = t->n_attached;
+        int r;
+
+        if (t->td || t->slot == UINT32_MAX)
+                return -ESRCH;
+        if (on == (t->n_win_links > 0))
+                return 0;
+        if (!on) {
+                /* Off first, at one instant; the links go on their own thread. */
+                r = cfg_set_uprobes(t, NULL, o, probes, false, ts);
+                if (r < 0) {
+                        set_err(err, "cannot switch PID %d's window off: %s", (int)t->pid, strerror(-r));
+                        return r;
+                }
+                r = links_release(t->bpf, t->pid, t->win_links, t->n_win_links);
+                t->win_links = NULL;
+                t->n_win_links = 0;
+                return r;
+        }
+        r = check_uprobes(t->pid, plan, o, err);
+        if (r < 0)
+                return r;
+        teardowns_reap(t->bpf, false, 0);
+        t->poll_end = d9_bpf_poll_end_for(plan, probes, D9_POLL_END_AUTO);
+        r = attach_uprobes(t, plan, probes, err);
+        t->n_win_attached = t->n_attached - n_attached;
+        t->n_attached = n_attached;
+        /* attach_uprobes appended them to the target's links: move them out. */
+        if (t->n_links > before) {
+                t->win_links = calloc(t->n_links - before, sizeof(*t->win_links));
+                if (!t->win_links) {
+                        destroy_links(t->links + before, t->n_links - before);
+                        t->n_links = before;
+                        set_err(err, "cannot trace PID %d: out of memory", (int)t->pid);
+                        return -ENOMEM;
+                }
+                memcpy(t->win_links, t->links + before, (t->n_links - before) * sizeof(*t->links));
+                t->n_win_links = t->n_links - before;
+                t->n_links = before;
+        }
+        if (r == 0 && !t->n_win_links)
+                r = -ENOENT;
+        if (r == 0 && (r = cfg_set_uprobes(t, plan, o, probes, true, ts)) < 0)
+                set_err(err, "cannot switch PID %d's window on: %s", (int)t->pid, strerror(-r));
+        if (r < 0 && t->n_win_links) {
+                links_release(t->bpf, t->pid, t->win_links, t->n_win_links);
+                t->win_links = NULL;
+                t->n_win_links = 0;
+        }
         return r;
 }
 
@@ -991,8 +1156,11 @@ static int links_release(struct d9_bpf *bpf, pid_t pid, struct bpf_link **links,
                 destroy_links(td->links, td->n_links);
                 td->done = true;
         }
+        /* The list is shared with the BPF thread's attaches (teardowns_reap). */
+        pthread_mutex_lock(&bpf->lock);
         td->next = bpf->teardowns;
         bpf->teardowns = td;
+        pthread_mutex_unlock(&bpf->lock);
         return 0;
 }
 
@@ -1047,6 +1215,10 @@ int d9_bpf_target_quiesce(struct d9_bpf_target *t)
                 if (push_link(t, t->wake_links[i]) < 0)
                         bpf_link__destroy(t->wake_links[i]);
         t->n_wake_links = 0;
+        for (size_t i = 0; i < t->n_win_links; i++)
+                if (push_link(t, t->win_links[i]) < 0)
+                        bpf_link__destroy(t->win_links[i]);
+        t->n_win_links = 0;
         td = calloc(1, sizeof(*td));
         if (!td)
                 return -ENOMEM;
@@ -1094,9 +1266,12 @@ void d9_bpf_detach_target(struct d9_bpf_target *t)
         tgid = t->kernel_tgid;
         if (t->runs)
                 run_sampling_use(t->bpf, false);
-        if (!t->td)
+        if (!t->td) {
                 destroy_links(t->wake_links, t->n_wake_links);
+                destroy_links(t->win_links, t->n_win_links);
+        }
         free(t->wake_links);
+        free(t->win_links);
         free(t->wake_path);
         if (t->wake_set) {
                 free(t->wake_set->offs);

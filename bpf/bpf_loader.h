@@ -82,6 +82,10 @@ struct d9_bpf_target_opts {
          * at the parked thread's switch-in (needs D9_PROBE_SCHED to be
          * timely), else at its next poll or park. */
         bool unpark_at_resume;
+        /* Install the ring, config and system-wide probes now, the plan's
+         * uprobes later (d9_bpf_target_add_uprobes): recording starts
+         * before a long plan is built. plan is then NULL. */
+        bool uprobes_later;
         d9_bpf_record_fn on_record;
         void *ctx;
 };
@@ -99,6 +103,27 @@ bool d9_bpf_uses_uprobe_multi(const struct d9_bpf *bpf);
 int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan *plan,
                          const struct d9_bpf_target_opts *opts,
                          struct d9_bpf_target **out, char **err);
+/* A target attached with uprobes_later: its plan's task-id layout into its
+ * config, then the plan's uprobes of o->probes (o as given to the attach,
+ * plan now set). Not concurrent with any other call on t. On error the
+ * target records on without uprobes (none of this call stays attached)
+ * and *err says why. */
+int d9_bpf_target_add_uprobes(struct d9_bpf_target *t, const struct probe_plan *plan,
+                              const struct d9_bpf_target_opts *o, char **err);
+/* When add_uprobes's uprobes began to record (d9_now_ns). */
+uint64_t d9_bpf_target_uprobes_on_ns(const struct d9_bpf_target *t);
+/* A bounded window of more uprobes on a live target (full detail after a
+ * stall): on attaches the plan's points of `probes` while they may not
+ * record yet, then lets them record at one instant; off stops them
+ * recording at one instant and lets their links go on a thread of their
+ * own. *ts (d9_now_ns) is that instant. Not concurrent with any other call
+ * on t. On error the window stays closed. */
+int d9_bpf_target_set_window(struct d9_bpf_target *t, const struct probe_plan *plan,
+                             const struct d9_bpf_target_opts *o, unsigned probes, bool on,
+                             uint64_t *ts, char **err);
+bool d9_bpf_target_window_on(const struct d9_bpf_target *t);
+/* Probe points the open (or last) window attached. */
+size_t d9_bpf_target_window_points(const struct d9_bpf_target *t);
 /* wakes_switchable targets: attach the wake points (on) or let them go (off;
  * the link dies on a thread of its own, like a detach's). Each hit costs the
  * target a trap, so off is the only way to make wakes cheaper. Returns 0 or
@@ -140,6 +165,10 @@ int d9_bpf_target_drops(const struct d9_bpf_target *t, uint64_t *dropped);
 int d9_bpf_target_offcpu_short(const struct d9_bpf_target *t, struct d9_offcpu_short *sum);
 /* Which poll-end mode was chosen, and how many probe points attached. */
 enum d9_poll_end d9_bpf_target_poll_end(const struct d9_bpf_target *t);
+/* The mode the uprobes of this plan and probe set get (asked: AUTO unless
+ * forced), known before they attach: translate must end polls at the next
+ * poll start from the first entry-only record on. */
+enum d9_poll_end d9_bpf_poll_end_for(const struct probe_plan *plan, unsigned probes, enum d9_poll_end asked);
 size_t d9_bpf_target_n_attached(const struct d9_bpf_target *t);
 /* Wall time the uprobe attach took (ns), for benchmarks. */
 uint64_t d9_bpf_target_attach_ns(const struct d9_bpf_target *t);

@@ -297,7 +297,10 @@ struct d9_target_cfg {
          * the parked thread is switched back in after sleeping (sched
          * side), else by its next poll or park (tokio side). */
         d9_u32 unpark_at_resume;
-        d9_u32 _pad2;
+        /* Non-zero: the uprobes write nothing (attached before they may
+         * record, or going away): set and cleared by the loader, so a
+         * probe class joins or leaves a live target at one instant. */
+        d9_u32 uprobes_off;
 };
 
 /* Per target slot and CPU (map d9_offcpu_short): the off-CPU intervals

@@ -284,7 +284,7 @@ int d9_tokio_probe(struct pt_regs *ctx)
         __u32 kind = (h.cookie >> D9_COOKIE_KIND_SHIFT) & 0xff;
 
         h.cfg = d9_target_of(h.tgid);
-        if (!h.cfg)
+        if (!h.cfg || h.cfg->uprobes_off)
                 return 0;
         /* Spawn and terminate are the only kinds without thread state. */
         if (kind != D9_POINT_SPAWN && kind != D9_POINT_TERMINATE) {
@@ -295,10 +295,15 @@ int d9_tokio_probe(struct pt_regs *ctx)
         }
         h.ring = d9_ring_of(h.tgid);
         h.ts = bpf_ktime_get_ns();
+        /* The kinds with thread state test it again, for the verifier:
+         * clang may test kind through another register than the one above,
+         * and the verifier then cannot tell that th is set. */
         switch (kind) {
         case D9_POINT_POLL:
-                return d9_poll_start(&h);
+                return h.th ? d9_poll_start(&h) : 0;
         case D9_POINT_POLL_END:
+                if (!h.th)
+                        return 0;
                 /* A uretprobe on raw::poll or a uprobe on one of its return sites. */
                 d9_close_poll(&h, D9_END_RETURN);
                 return 0;
@@ -307,10 +312,12 @@ int d9_tokio_probe(struct pt_regs *ctx)
         case D9_POINT_TERMINATE:
                 return d9_task_event(&h, D9_REC_TERMINATE);
         case D9_POINT_WAKE:
-                return d9_wake(&h);
+                return h.th ? d9_wake(&h) : 0;
         case D9_POINT_PARK:
-                return d9_park(&h);
+                return h.th ? d9_park(&h) : 0;
         case D9_POINT_UNPARK:
+                if (!h.th)
+                        return 0;
                 /* A uretprobe on the park function. */
                 d9_park_event(&h, D9_REC_UNPARK);
                 return 0;

@@ -127,7 +127,8 @@ static json_t *d9ctl_cmd_status(struct d9d *d, const struct peer *p, json_t *req
         return r;
 }
 
-/* An attach answered once its plan is built and its probes attached. */
+/* An attach answered once it records: with its probes attached, or (a plan
+ * not in the cache) with the plan still being built (session_late.c). */
 struct attach_call {
         struct control_reply *reply;
         struct session_start *start;
@@ -171,6 +172,7 @@ static json_t *d9ctl_cmd_attach(struct d9d *d, const struct peer *p, json_t *req
         json_t *exe = json_object_get(req, "exe"), *offcpu = json_object_get(req, "offcpu_min_us");
         json_t *exe_fd = json_object_get(req, "exe_fd"), *wakes = json_object_get(req, "wakes");
         json_t *acc = json_object_get(req, "accept_queues"), *res = json_object_get(req, "resources_interval_ms");
+        json_t *wait_plan = json_object_get(req, "wait_plan"), *fos = json_object_get(req, "full_on_stall_ms");
         const char *bad = NULL;
         char *why = NULL;
         int r;
@@ -188,6 +190,12 @@ static json_t *d9ctl_cmd_attach(struct d9d *d, const struct peer *p, json_t *req
         if (acc && !json_is_boolean(acc))
                 return d9c_error("\"accept_queues\" must be true or false");
         sr.accept_queues = acc && json_is_true(acc);
+        if (wait_plan && !json_is_boolean(wait_plan))
+                return d9c_error("\"wait_plan\" must be true or false");
+        sr.wait_plan = wait_plan && json_is_true(wait_plan);
+        if (fos && (!json_is_integer(fos) || json_integer_value(fos) < 0 || json_integer_value(fos) > 10000))
+                return d9c_error("\"full_on_stall_ms\" must be an integer from 0 (off) to 10000");
+        sr.full_on_stall_ms = fos ? json_integer_value(fos) : -1;
         if (res && (!json_is_integer(res) || json_integer_value(res) < 0 || json_integer_value(res) > 60000 ||
                     (json_integer_value(res) > 0 && json_integer_value(res) < 10)))
                 return d9c_error("\"resources_interval_ms\" must be 0 (off) or from 10 to 60000");

@@ -47,6 +47,8 @@ void d9d_config_defaults(struct d9d_config *cfg)
         /* Sealing waits for it: a segment is sealed late, never lost. */
         cfg->debuginfod_timeout_ms = 10 * 1000;
         cfg->plan_timeout_ms = 30 * 1000;
+        cfg->full_window_ms = 2000;
+        cfg->full_window_gap_ms = 8000;
         d9d_ship_config_init(&cfg->ship);
         /* Each target costs twice ring_size in RSS and a planner turn. */
         cfg->attach.max_targets = ATTACH_DEFAULT_MAX_TARGETS;
@@ -198,6 +200,20 @@ static int config_apply(struct d9d_config *cfg, const char *key, const char *val
                 if (d9_parse_duration_ms(value, &v) < 0 || v < 100 || v > 300 * 1000)
                         return -EINVAL;
                 cfg->debuginfod_timeout_ms = v;
+                return 0;
+        }
+        if (!strcmp(key, "full_on_stall")) {
+                *why = "expected a duration up to 10s such as 20ms (0: off)";
+                if (d9_parse_duration_ms(value, &v) < 0 || v > 10000)
+                        return -EINVAL;
+                cfg->full_on_stall_ms = v;
+                return 0;
+        }
+        if (!strcmp(key, "full_window") || !strcmp(key, "full_window_gap")) {
+                *why = "expected a duration between 100ms and 10m such as 2s (full_window_gap: 0 allowed)";
+                if (d9_parse_duration_ms(value, &v) < 0 || v > 600 * 1000 || (v < 100 && (v || !key[11])))
+                        return -EINVAL;
+                *(key[11] ? &cfg->full_window_gap_ms : &cfg->full_window_ms) = v;
                 return 0;
         }
         if (!strcmp(key, "plan_timeout")) {

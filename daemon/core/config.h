@@ -52,6 +52,10 @@ struct d9d_config {
         char debuginfod_urls[4096];     /* "" = ask no debuginfod server */
         uint64_t debuginfod_timeout_ms; /* longest wait for one download */
         uint64_t plan_timeout_ms;       /* a plan child still working this long is killed */
+        /* Full detail when it matters (session_window.c): a poll this long
+         * (0 = off) opens a window of the full set's uprobes for
+         * full_window_ms, and the next opens full_window_gap_ms after it closed. */
+        uint64_t full_on_stall_ms, full_window_ms, full_window_gap_ms;
         char trace_group[64];           /* may read every trace ("" = none) */
         bool trace_group_set;           /* named in the config (warned about if missing) */
         bool foreground;

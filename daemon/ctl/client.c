@@ -73,6 +73,15 @@ int d9ctl_set_sample_option(const char *cmd, json_t *req, int opt, const char *a
                 json_object_set_new(req, "accept_queues", json_true());
                 return 0;
         }
+        if (opt == 'F') {
+                if (d9_parse_duration_ms(arg, &ms) < 0 || ms > 10000) {
+                        fprintf(stderr, "d9ctl %s: bad --full-on-stall '%s' (a poll length up to 10s, e.g. 20ms; "
+                                "0 = off)\n", cmd, arg);
+                        return -1;
+                }
+                json_object_set_new(req, "full_on_stall_ms", json_integer((json_int_t)ms));
+                return 0;
+        }
         if (d9_parse_duration_ms(arg, &ms) < 0 || ms > 60000 || (ms && ms < 10)) {
                 fprintf(stderr, "d9ctl %s: bad --resources-interval '%s' (10ms to 60s, e.g. 100ms; 0 = off)\n",
                         cmd, arg);
@@ -116,6 +125,12 @@ void d9ctl_print_plan(FILE *out, const json_t *plan)
                 fprintf(out, "route: %-14s %s\n", key, json_string_value(v));
         if ((v = json_object_get(plan, "not_recorded")))
                 fprintf(out, "not recorded: %s\n", json_string_value(v));
+        if ((v = json_object_get(plan, "pending")))
+                fprintf(out, "pending: %s\n", json_string_value(v));
+        if ((v = json_object_get(plan, "full_on_stall")))
+                fprintf(out, "full on stall: %s\n", json_string_value(v));
+        if ((v = json_object_get(plan, "plan_error")))
+                fprintf(out, "plan: %s\n", json_string_value(v));
         json_array_foreach(json_object_get(plan, "missing"), i, item)
                 fprintf(out, "missing: %s: %s\n", json_string_value(json_object_get(item, "kind")),
                         json_string_value(json_object_get(item, "reason")));

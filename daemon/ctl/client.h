@@ -31,5 +31,6 @@ void d9ctl_print_json(const json_t *j);
 /* --accept-queues ('A') and --resources-interval ('R') of attach and
  * record, into the attach request. Returns 0, or -1 after saying why. */
 #define D9CTL_SAMPLE_OPTIONS { "accept-queues", no_argument, NULL, 'A' }, \
-                             { "resources-interval", required_argument, NULL, 'R' }
+                             { "resources-interval", required_argument, NULL, 'R' }, \
+                             { "full-on-stall", required_argument, NULL, 'F' }
 int d9ctl_set_sample_option(const char *cmd, json_t *req, int opt, const char *arg);

@@ -18,6 +18,7 @@ int d9ctl_cmd_attach(int argc, char **argv)
                 { "offcpu-min", required_argument, NULL, 'O' },
                 { "wakes", required_argument, NULL, 'W' },
                 { "json", no_argument, NULL, 'j' },
+                { "wait-plan", no_argument, NULL, 'w' },
                 D9CTL_SAMPLE_OPTIONS,
                 {},
         };
@@ -27,7 +28,7 @@ int d9ctl_cmd_attach(int argc, char **argv)
         bool as_json = false;
         int opt, pid = 0;
 
-        while ((opt = getopt_long(argc, argv, "p:d:P:O:W:jAR:", opts, NULL)) != -1) {
+        while ((opt = getopt_long(argc, argv, "p:d:P:O:W:jwAR:F:", opts, NULL)) != -1) {
                 switch (opt) {
                 case 'p':
                         if ((pid = d9ctl_parse_pid("attach", optarg)) < 0)
@@ -62,7 +63,10 @@ int d9ctl_cmd_attach(int argc, char **argv)
                 case 'j':
                         as_json = true;
                         break;
-                case 'A': case 'R':
+                case 'w':
+                        json_object_set_new(req, "wait_plan", json_true());
+                        break;
+                case 'A': case 'R': case 'F':
                         if (d9ctl_set_sample_option("attach", req, opt, optarg) < 0)
                                 goto bad;
                         break;

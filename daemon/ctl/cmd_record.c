@@ -371,7 +371,7 @@ int d9ctl_cmd_record(int argc, char **argv)
         /* --accept-queues, --resources-interval, until req exists */
         __attribute__((cleanup(json_decrefp))) json_t *samples = json_object();
 
-        while ((opt = getopt_long(argc, argv, "+p:d:o:P:O:W:fAR:", opts, NULL)) != -1) {
+        while ((opt = getopt_long(argc, argv, "+p:d:o:P:O:W:fAR:F:", opts, NULL)) != -1) {
                 switch (opt) {
                 case 'p':
                         if ((rec.pid = d9ctl_parse_pid("record", optarg)) < 0)
@@ -397,7 +397,7 @@ int d9ctl_cmd_record(int argc, char **argv)
                         wakes = optarg;
                         break;
                 case 'f': rec.follow = true; break;
-                case 'A': case 'R':
+                case 'A': case 'R': case 'F':
                         if (d9ctl_set_sample_option("record", samples, opt, optarg) < 0)
                                 return 2;
                         break;

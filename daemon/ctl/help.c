@@ -20,19 +20,26 @@
 #define SAMPLES_HELP "  --accept-queues     also sample the accept queues of its listening TCP sockets\n" \
                      "                      (SocketAcceptQueueEvent, every accept_queues_interval, 400ms)\n" \
                      "  --resources-interval T  sample its CPU, memory, faults, switches, threads, fds\n" \
-                     "                      and I/O every T (default: d9d's resources_interval, 100ms; 0 = off)\n"
+                     "                      and I/O every T (default: d9d's resources_interval, 100ms; 0 = off)\n" \
+                     "  --full-on-stall T   with the default set: after a poll of at least T (e.g. 40ms),\n" \
+                     "                      the full set's uprobes for d9d's full_window (2s), then none\n" \
+                     "                      for full_window_gap (8s); D9ProbesEvent marks each window\n"
 
 static const struct d9ctl_help helps[] = {
         { "attach", "start tracing a running process",
           "usage: d9ctl attach --pid N [--duration D] [--probes LIST] [--wakes MODE] [--offcpu-min T]\n"
-          "                    [--accept-queues] [--resources-interval T] [--json]\n"
+          "                    [--accept-queues] [--resources-interval T] [--full-on-stall T]\n"
+          "                    [--wait-plan] [--json]\n"
           "\n"
           "Start tracing process N until `d9ctl detach` (or for D, e.g. 30s, 5m) and print\n"
-          "the probe plan: which probes attached, which are missing and why.\n"
+          "the probe plan: which probes attached, which are missing and why. It returns\n"
+          "once recording has begun: a binary not planned before is planned meanwhile\n"
+          "(\"pending:\"), its uprobes join when the plan is ready, and the trace says when.\n"
           "\n"
           "  --pid N             process to trace\n"
           "  --duration D        stop by itself after D\n"
           PROBES_HELP WAKES_HELP OFFCPU_HELP SAMPLES_HELP
+          "  --wait-plan         begin recording only once the plan's probes are attached\n"
           "  --json              print d9d's answer as JSON\n" },
         { "detach", "stop tracing a process and seal its segment",
           "usage: d9ctl detach --pid N\n"
@@ -165,7 +172,7 @@ void d9ctl_usage(FILE *out)
                      "  --help         this text; --version: d9ctl's version\n"
                      "\nattach and record also take --offcpu-min T (off-CPU intervals shorter than T\n"
                      "are counted, not recorded; default d9d's offcpu_min, 1ms), --probes LIST,\n"
-                     "--accept-queues and --resources-interval T.\n"
+                     "--accept-queues, --resources-interval T and --full-on-stall T.\n"
                      "\nenvironment:\n"
                      "  D9_SOCKET      control socket when --socket is not given\n"
                      "  D9_VIEWER_DIR  the viewer's web files for serve\n",

@@ -146,6 +146,15 @@ void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stac
                 translate_thread_worker(tr, t);
 }
 
+/* A stall for full_on_stall: counted, the session's tick acts on it. */
+static void long_poll_stall(struct translate *tr, uint64_t ns)
+{
+        if (!tr->stall_ns || ns < tr->stall_ns)
+                return;
+        tr->stalls++;
+        tr->stalls_in_window += tr->window_open;
+}
+
 static int run_close(struct translate *tr, struct tr_thread *t)
 {
         struct d9_enc_value v[7];
@@ -171,6 +180,7 @@ static int run_close(struct translate *tr, struct tr_thread *t)
         if (r == 0) {
                 tr->events++;
                 tr->long_polls++;
+                long_poll_stall(tr, min);
         }
         return r;
 }
@@ -238,6 +248,7 @@ int long_poll_on_offcpu(struct translate *tr, struct tr_thread *t, const struct 
         if (r < 0)
                 return r;
         tr->long_polls++;
+        long_poll_stall(tr, len);
         return 1;
 }
 

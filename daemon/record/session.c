@@ -24,6 +24,7 @@
 #include "proto/d9control.h"
 #include "daemon/seal/sealer.h"
 #include "daemon/record/session.h"
+#include "daemon/record/session_int.h"
 #include "daemon/record/unwind.h"
 #include "daemon/symbolize/symbolize.h"
 #include "uprobes/uprobes.h"
@@ -33,10 +34,6 @@
 #define STACK_COPY_BYTES 8192
 
 #define FINISHED_KEPT 64
-/* The probe sets that need a plan of the target's executable. */
-#define TOKIO_PROBES (D9_PROBE_PARK | D9_PROBE_POLL | D9_PROBE_SPAWN | D9_PROBE_WAKE | D9_PROBE_TERMINATE)
-/* Probe sets that need a probe plan: long polls read its poll functions. */
-#define PLANNED_PROBES (TOKIO_PROBES | D9_PROBE_RUNS)
 
 /* The BPF objects every session shares. Loading them (the verifier:
  * 10-650 ms) happens at d9d's start; attaching and stopping a target (a
@@ -214,6 +211,27 @@ static json_t *plan_to_json(const struct session *s)
                 json_object_set_new(attached, "run_sampling", json_integer(1));
         if (!(s->probes & TOKIO_PROBES))
                 json_object_set_new(j, "not_recorded", json_string(D9_DEFAULT_NOT_RECORDED));
+        /* Recording before the plan (session_late.c): what joins when. */
+        if (s->plan_pending)
+                json_object_set_new(j, "pending", json_string(s->probes & TOKIO_PROBES ?
+                        "the probe plan is being built: the uprobes attach when it is ready (the trace's "
+                        "D9ProbesEvent says when); records meanwhile are held and translated with it" :
+                        "the probe plan is being built: records are held until it is ready, then translated "
+                        "with it (workers and long polls by stack)"));
+        else if (s->late && (s->probes & TOKIO_PROBES))
+                json_object_set_new(j, "pending", json_string("the plan's uprobes are being attached (the trace's "
+                                                              "D9ProbesEvent says when they are)"));
+        if (s->plan_error[0])
+                json_object_set_new(j, "plan_error", json_string(s->plan_error));
+        if (s->full_on_stall_ms) {
+                char fos[384];
+
+                snprintf(fos, sizeof(fos), "after a poll of >= %llu ms, the full set's uprobes for %llu ms, then "
+                         "none for %llu ms%s%s", (unsigned long long)s->full_on_stall_ms,
+                         (unsigned long long)s->d->cfg.full_window_ms, (unsigned long long)s->d->cfg.full_window_gap_ms,
+                         s->win_error[0] ? ": " : "", s->win_error);
+                json_object_set_new(j, "full_on_stall", json_string(fos));
+        }
         if (!p)
                 return j;
         json_object_set_new(j, "exe", json_string(p->exe_path ? p->exe_path : ""));
@@ -252,15 +270,15 @@ static json_t *plan_to_json(const struct session *s)
                         "the code sweep found no end): without uprobes no worker, park or long poll is seen; "
                         "--probes all records them"));
         json_object_set_new(j, "routes", routes_json(s));
-        if (s->bpf)
+        if (s->bpf && !s->late)
                 json_object_set_new(j, "uprobes_attached", json_integer((json_int_t)d9_bpf_target_n_attached(s->bpf)));
         return j;
 }
 
 struct session_meta {
-        char pid[24], start[24], probes[96], plan[512], hz[16], ns_pid[16], res_ms[24], acc_ms[24];
+        char pid[24], start[24], probes[96], plan[512], hz[16], ns_pid[16], res_ms[24], acc_ms[24], uprobes[96], fos[192];
         struct tr_runtimes runtimes;
-        struct d9_kv kv[23 + TR_MAX_RUNTIMES];
+        struct d9_kv kv[26 + TR_MAX_RUNTIMES];
         uint32_t n;
 };
 
@@ -299,6 +317,24 @@ static void session_meta_build(const struct session *s, struct session_meta *m)
                 m->kv[m->n++] = (struct d9_kv){ "long_polls", D9_LONG_POLL_ROUTE };
         if (s->wakes_sampled)
                 m->kv[m->n++] = (struct d9_kv){ "wakes", "sampled: see D9WakeWindowEvent (attached, on_ms, period_ms)" };
+        if (s->tr.stall_ns) {
+                snprintf(m->fos, sizeof(m->fos), "the full set's uprobes for %llu ms after a poll of >= %llu ms, then "
+                         "none for %llu ms (D9ProbesEvent marks each window)",
+                         (unsigned long long)s->d->cfg.full_window_ms, (unsigned long long)s->full_on_stall_ms,
+                         (unsigned long long)s->d->cfg.full_window_gap_ms);
+                m->kv[m->n++] = (struct d9_kv){ "full_on_stall", m->fos };
+        }
+        if (s->plan_pending)
+                m->kv[m->n++] = (struct d9_kv){ "probe_plan", "pending: being built while this records (D9ProbesEvent)" };
+        else if (!p && s->plan_error[0])
+                m->kv[m->n++] = (struct d9_kv){ "probe_plan", s->plan_error };
+        if (s->uprobes_ms >= 0 && (s->probes & TOKIO_PROBES)) {
+                snprintf(m->uprobes, sizeof(m->uprobes), "attached %lld ms after the recording began (D9ProbesEvent)",
+                         (long long)s->uprobes_ms);
+                m->kv[m->n++] = (struct d9_kv){ "uprobes", m->uprobes };
+        } else if (s->late && (s->probes & TOKIO_PROBES)) {
+                m->kv[m->n++] = (struct d9_kv){ "uprobes", "not yet attached (D9ProbesEvent attached=1 when they are)" };
+        }
         if (p) {
                 /* Which probe points attached, by kind: "poll=28,complete=26,...". */
                 unsigned count[PROBE_KIND_MAX] = { 0 };
@@ -365,7 +401,7 @@ static int session_open_segment(struct session *s)
         s->seg_first_event = s->tr.events;
         r = translate_set_encoder(&s->tr, s->seg.enc);
         /* Each segment restates whether its wakes are being recorded. */
-        if (r == 0 && s->wakes_sampled && s->bpf)
+        if (r == 0 && s->wakes_sampled && s->bpf && !s->late)
                 r = translate_wake_window(&s->tr, d9_now_ns(), d9_bpf_target_wakes_on(s->bpf),
                                           WAKE_ON_TICKS * D9D_TICK_MS, WAKE_PERIOD_TICKS * D9D_TICK_MS);
         if (r == 0)
@@ -375,7 +411,7 @@ static int session_open_segment(struct session *s)
 
 /* New workers showed up: restate the metadata (runtime.<name>) in the same
  * segment, as dial9 does, in a stream of its own followed by a clock sync. */
-static int session_refresh_metadata(struct session *s)
+int session_refresh_metadata(struct session *s)
 {
         struct session_meta m;
         int r;
@@ -545,13 +581,19 @@ bool session_sample_allowed(struct session *s)
         return !session_gained_privileges(s);
 }
 
-static int on_ring_record(void *ctx, const void *rec, size_t size)
+int session_record(void *ctx, const void *rec, size_t size)
 {
         struct session *s = ctx;
         unsigned execs = s->tr.exec_seen;
 
         if (s->privileged) {
                 s->discarded++;
+                return 0;
+        }
+        /* Translating needs the plan (workers and long polls by stack, the
+         * task labels): kept in order until it lands. */
+        if (s->plan_pending && !s->in_replay) {
+                record_hold_push(&s->hold, rec, size);
                 return 0;
         }
         if (!s->tr.enc)
@@ -569,7 +611,7 @@ static int on_ring_record(void *ctx, const void *rec, size_t size)
         return 0;
 }
 
-static void session_end_privileged(struct session *s)
+void session_end_privileged(struct session *s)
 {
         log_warn("pid %d: gained privileges (setuid/setgid/capabilities exec or credential change); "
                  "session of uid %u ended", s->pid, (unsigned)s->starter_uid);
@@ -615,6 +657,7 @@ static void session_on_ring(struct d9d *d, struct d9_watch *w, uint32_t events)
 
         if (!session_drain_while_permitted(s, true))
                 return;
+        session_late_replay_step(s);
         if (s->tr.error) {
                 log_error("pid %d: encoding failed: %s", s->pid, strerror(-s->tr.error));
                 session_end(s, "encoder error");
@@ -657,7 +700,7 @@ int session_bpf_load(struct d9d *d)
 
 /* On the BPF thread, once planned: the target's ring, config and
  * uprobes. Its records wait in the ring until the loop drains it. */
-static int session_install_bpf(struct session *s, char **why)
+void session_bpf_opts(struct session *s, struct d9_bpf_target_opts *out)
 {
         struct d9_bpf_target_opts to = {
                 .probes = (unsigned)s->probes,
@@ -677,11 +720,21 @@ static int session_install_bpf(struct session *s, char **why)
                 /* One trap per park: the uretprobe on the park function cost
                  * as much as a poll start (docs/performance.md). */
                 .unpark_at_resume = (s->probes & D9_PROBE_SCHED) != 0,
-                .on_record = on_ring_record,
+                /* The plan is still being built: the uprobes join later. */
+                .uprobes_later = s->plan_pending,
+                .on_record = session_record,
                 .ctx = s,
         };
+
+        *out = to;
+}
+
+static int session_install_bpf(struct session *s, char **why)
+{
+        struct d9_bpf_target_opts to;
         int r;
 
+        session_bpf_opts(s, &to);
         /* An executable without CFI (frame pointers, .eh_frame stripped) is
          * unwound by frame pointer (daemon/record/unwind_step.c); BPF then also
          * follows rbp past the copy, for frames deeper than it. */
@@ -817,6 +870,7 @@ static void session_free(struct session *s)
         json_decref(s->plan_json);
         json_decref(s->sealed_paths);
         free(s->maps);
+        record_hold_free(&s->hold);
         free(s);
 }
 
@@ -897,6 +951,8 @@ static struct session *session_new(struct d9d *d, const struct session_request *
         s->starter_uid = req->peer_uid;
         snprintf(s->rule, sizeof(s->rule), "%s", req->rule ? req->rule : "");
         s->exec_to_attach_ms = -1;
+        s->plan_ms = s->uprobes_ms = -1;
+        s->full_on_stall_ms = req->full_on_stall_ms >= 0 ? (uint64_t)req->full_on_stall_ms : d->cfg.full_on_stall_ms;
         s->sealed_paths = json_array();
         return s;
 }
@@ -966,6 +1022,37 @@ static int session_check_target(struct session *s, const struct session_request 
         return 0;
 }
 
+int session_enable_long_polls(struct session *s)
+{
+        s->tr.spawn_from_first_poll &= (s->probes & D9_PROBE_SPAWN) != 0;
+        /* Set before the uprobes can record (they may attach later). */
+        s->tr.end_at_next_poll = d9_bpf_poll_end_for(s->plan, s->probes, D9_POLL_END_AUTO) == D9_POLL_END_ENTRY_ONLY;
+        /* Default set: workers, parks and long polls from stacks. */
+        if ((s->probes & D9_PROBE_RUNS) && s->plan && probe_plan_poll_bodies(s->plan))
+                return long_poll_enable(&s->tr, D9_RUN_SAMPLE_US_DEFAULT * 1000ull, NULL, NULL);
+        return 0;
+}
+
+void session_wake_window_now(struct session *s)
+{
+        if (s->wakes_sampled && s->bpf && s->tr.enc)
+                translate_wake_window(&s->tr, d9_now_ns(), d9_bpf_target_wakes_on(s->bpf),
+                                      WAKE_ON_TICKS * D9D_TICK_MS, WAKE_PERIOD_TICKS * D9D_TICK_MS);
+}
+
+void session_plan_json_refresh(struct session *s)
+{
+        json_decref(s->plan_json);
+        s->plan_json = plan_to_json(s);
+}
+
+void session_plan_cache_put(const struct probe_plan *plan)
+{
+        if (!plan_cache)
+                plan_cache = probe_plan_cache_new(PLAN_CACHE_FILES);
+        probe_plan_cache_put(plan_cache, plan);
+}
+
 /* The second half, back on the loop once the BPF thread installed the
  * target's probes: the target must still be the process checked before
  * (and hold the credentials it had), then segments and the ring's watch. */
@@ -990,12 +1077,10 @@ static int session_start_attach(struct session *s, const struct session_request 
                            (s->probes & D9_PROBE_PARK) && s->plan && probe_plan_count(s->plan, PROBE_PARK, false));
         if (r < 0)
                 return r;
-        s->tr.spawn_from_first_poll &= (s->probes & D9_PROBE_SPAWN) != 0;
-        s->tr.end_at_next_poll = s->bpf && d9_bpf_target_poll_end(s->bpf) == D9_POLL_END_ENTRY_ONLY;
-        /* Default set: workers, parks and long polls from stacks. */
-        if ((s->probes & D9_PROBE_RUNS) && s->plan && probe_plan_poll_bodies(s->plan) &&
-            (r = long_poll_enable(&s->tr, D9_RUN_SAMPLE_US_DEFAULT * 1000ull, NULL, NULL)) < 0)
+        r = session_enable_long_polls(s);
+        if (r < 0)
                 return r;
+        session_window_setup(s);
         s->tr.hide_kernel = !kernel_addresses_visible(s->starter_uid);
         s->tr.stack_copy_bytes = STACK_COPY_BYTES;
         snprintf(dir, sizeof(dir), "%.3800s/%.127s/%d-%llu", s->d->traces_dir, s->service, s->pid,
@@ -1012,10 +1097,10 @@ static int session_start_attach(struct session *s, const struct session_request 
         r = session_watch_ring(s);
         if (r < 0)
                 return r;
-        /* The wake points attached with the rest: say so, from now on. */
-        if (s->wakes_sampled)
-                translate_wake_window(&s->tr, d9_now_ns(), d9_bpf_target_wakes_on(s->bpf),
-                                      WAKE_ON_TICKS * D9D_TICK_MS, WAKE_PERIOD_TICKS * D9D_TICK_MS);
+        /* The wake points attached with the rest: say so, from now on
+         * (with a late plan, once its uprobes are attached). */
+        if (!s->plan_pending)
+                session_wake_window_now(s);
         /* pidfd: the exit notice even when sched probes are off. */
         s->pidfd_w.fn = session_on_pidfd;
         d9d_watch_add(s->d, &s->pidfd_w, EPOLLIN);
@@ -1032,13 +1117,19 @@ static int session_start_attach(struct session *s, const struct session_request 
         if (r < 0)
                 log_warn("pid %d: resources and accept queues not sampled: %s", s->pid, strerror(-r));
         session_link(s->d, s);
-        log_info("pid %d (%s): attached, %zu uprobes, writing %s", s->pid, s->service,
-                 d9_bpf_target_n_attached(s->bpf), dir);
+        if (s->plan_pending) {
+                log_info("pid %d (%s): recording, its probe plan being built, writing %s", s->pid, s->service, dir);
+                session_late_attached(s);
+        } else {
+                log_info("pid %d (%s): attached, %zu uprobes, writing %s", s->pid, s->service,
+                         d9_bpf_target_n_attached(s->bpf), dir);
+        }
         return 0;
 }
 
 static void session_discard(struct session *s)
 {
+        session_late_end(s, NULL);
         /* Installed by the BPF thread but not wanted now (an attach that
          * failed or was cancelled afterwards, rare): stopped first, so the
          * links go on a thread of their own; the maps' grace period is
@@ -1217,10 +1308,18 @@ int session_start(struct d9d *d, const struct session_request *req,
                 *why = d9_strdupf("%s", busy);
                 r = -EAGAIN;
         }
+        /* A running process records from now on, its plan joins when it is
+         * built (session_late.c). record -- plans first: its command execs
+         * only once attached, so there is nothing to record before. */
+        if (r == 0 && plan && !req->exe && req->exe_fd < 0 && !req->wait_plan) {
+                r = session_late_begin(st->s, why);
+                plan = false;
+        }
         st->req = *req;
         if (r == 0 && req->exe && !(st->exe_copy = strdup(req->exe)))
                 r = -ENOMEM;
         if (r < 0) {
+                session_late_end(st->s, NULL);
                 session_free(st->s);
                 free(st);
                 return r;
@@ -1337,7 +1436,7 @@ static void session_sample_wakes(struct session *s)
 {
         bool on, was;
 
-        if (!s->wakes_sampled || !s->bpf)
+        if (!s->wakes_sampled || !s->bpf || session_bpf_busy(s))
                 return;
         on = ++s->wake_tick % WAKE_PERIOD_TICKS < WAKE_ON_TICKS;
         was = d9_bpf_target_wakes_on(s->bpf);
@@ -1398,6 +1497,15 @@ void session_end(struct session *s, const char *reason)
 
         if (s->state != SESSION_RECORDING || s->stopping)
                 return;
+        /* Its uprobes are being attached or a window changes on the BPF
+         * thread: the end follows once that is done (the stop must not race
+         * it). */
+        if (session_bpf_busy(s)) {
+                s->stopping = true;
+                snprintf(s->end_deferred, sizeof(s->end_deferred), "%s", reason);
+                return;
+        }
+        session_late_end(s, reason);
         if (s->bpf && !s->d->stopping && (st = calloc(1, sizeof(*st)))) {
                 st->s = s;
                 snprintf(st->reason, sizeof(st->reason), "%s", reason);
@@ -1413,6 +1521,18 @@ void session_end(struct session *s, const char *reason)
         s->on_ended = NULL;
 }
 
+void session_end_deferred(struct session *s)
+{
+        char reason[128];
+
+        if (!s->end_deferred[0] || session_bpf_busy(s))
+                return;
+        snprintf(reason, sizeof(reason), "%s", s->end_deferred);
+        s->end_deferred[0] = 0;
+        s->stopping = false;
+        session_end(s, reason);
+}
+
 bool session_ending(const struct session *s)
 {
         return s->stopping;
@@ -1425,8 +1545,12 @@ void session_tick(struct session *s, uint64_t now_ms)
         /* Pick up what arrived since the last wakeup before judging time. */
         if (!session_drain_while_permitted(s, false))
                 return;
+        session_late_replay_step(s);
+        if (s->state != SESSION_RECORDING)
+                return;
         session_account_bpf_counters(s);
         session_sample_wakes(s);
+        session_window_tick(s, now_ms);
         if (now_ms > s->rate_ms) {
                 s->events_per_s = (double)(s->tr.events - s->rate_events) * 1000.0 / (double)(now_ms - s->rate_ms);
                 s->rate_events = s->tr.events;
@@ -1522,6 +1646,8 @@ json_t *session_status_json(const struct session *s)
                 "bytes", (json_int_t)s->drains.ring_bytes, "fill_max_bytes", (json_int_t)s->drains.fill_max,
                 "drains_woken", (json_int_t)s->drains.woken, "drains_timer", (json_int_t)s->drains.timer,
                 "drain_gap_max_ms", (json_int_t)(s->drains.gap_max_ns / 1000000)));
+        json_object_set_new(j, "plan", session_late_json(s));
+        json_object_set_new(j, "full_on_stall", session_window_json(s));
         /* Ended sessions: the length of the recording; live ones: so far. */
         uint64_t until = s->state == SESSION_RECORDING ? d9_now_ms() : s->ended_ms;
         json_object_set_new(j, "started_unix_ms", json_integer((json_int_t)s->started_unix_ms));
@@ -1555,7 +1681,7 @@ void sessions_prune(struct d9d *d)
 
         for (struct session **pp = &d->sessions; *pp;) {
                 struct session *s = *pp;
-                if (s->state == SESSION_DONE && (++finished > FINISHED_KEPT ||
+                if (s->state == SESSION_DONE && !s->late && !s->win_job && (++finished > FINISHED_KEPT ||
                                                  now - s->ended_ms >= d->cfg.finished_keep_ms)) {
                         *pp = s->next;
                         session_free(s);

@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include "daemon/core/d9d.h"
+#include "daemon/record/record_hold.h"
 #include "daemon/record/segment.h"
 #include "daemon/record/translate.h"
 #include "bpf/d9_events.h"
@@ -89,6 +90,23 @@ struct session {
 
         char *maps;                     /* last /proc/PID/maps seen: symbols after exit */
         struct probe_plan *plan;
+        /* Recording before its plan was built (session_late.c): the plan
+         * job, then the job attaching its uprobes, while one is in flight. */
+        struct session_late *late;
+        bool plan_pending;              /* ring records held in hold until the plan lands */
+        bool replaying;                 /* the plan landed: held records go in, a part a turn */
+        bool in_replay;                 /* ... this one is being translated */
+        struct record_hold hold;
+        int64_t plan_ms;                /* the plan landed this long after the attach; -1: not yet */
+        int64_t uprobes_ms;             /* ... and its uprobes attached; -1: not (yet) */
+        char plan_error[256];           /* why it has no plan or uprobes, "" */
+        char end_deferred[128];         /* session_end's reason while uprobes attach */
+        /* Full detail after a stall (session_window.c). */
+        uint64_t full_on_stall_ms;      /* 0: off */
+        struct session_win *win_job;    /* a window opening or closing on the BPF thread */
+        uint64_t win_opened_ms, win_next_ms, win_stalls_seen;
+        uint64_t windows;               /* windows opened */
+        char win_error[160];
         struct d9_bpf_target *bpf;
         json_t *plan_json;              /* what attached, what is missing and why */
         struct segment_writer seg;
@@ -125,6 +143,8 @@ struct session_request {
         int64_t resources_every_ms;     /* < 0: d9d's configured default; 0: none */
         bool accept_queues;             /* sample the target's listeners' accept queues */
         bool wakes_exact;               /* wake points attached all the time */
+        bool wait_plan;                 /* start recording only once the plan's probes attached */
+        int64_t full_on_stall_ms;       /* < 0: d9d's configured default; 0: off */
         uid_t peer_uid;
         const char *rule;               /* auto-attach: the rule that matched (NULL = a client) */
         uint64_t exec_ns;               /* auto-attach: CLOCK_MONOTONIC of its exec, 0 = was running */

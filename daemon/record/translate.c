@@ -101,6 +101,16 @@ static const struct d9_field_def label_addr_fields[] = {
 };
 static const struct d9_schema_def label_addr_schema = { "D9TaskLabelAddrEvent", 4, label_addr_fields };
 
+/* Probes that joined or left a live session (the plan's uprobes once it is
+ * built, a full-detail window after a stall): what the trace holds of that
+ * class starts or stops here. */
+static const struct d9_field_def probes_fields[] = {
+        { "probes", D9_T_POOLED_STRING },
+        { "attached", D9_T_VARINT },
+        { "reason", D9_T_POOLED_STRING },
+};
+static const struct d9_schema_def probes_schema = { "D9ProbesEvent", 3, probes_fields };
+
 int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *plan, bool wake_probes,
                    bool park_probes)
 {
@@ -128,6 +138,26 @@ int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *pla
          * 0.1-0.3 s, and on the drain thread it stalled busy rings into drops. */
         tr->ksyms = ksyms_get_ready();
         return tr->label_atoms && tr->threads && tr->park_keys && tr->worker_rt && tr->live_tasks ? 0 : -ENOMEM;
+}
+
+int translate_set_plan(struct translate *tr, const struct probe_plan *plan, bool wake_probes, bool park_probes)
+{
+        uint32_t *atoms = calloc(plan->n_points ? plan->n_points : 1, sizeof(*atoms));
+
+        if (!atoms)
+                return -ENOMEM;
+        /* None interned yet in this segment (translate_set_encoder's state). */
+        memset(atoms, 0xff, (plan->n_points ? plan->n_points : 1) * sizeof(*atoms));
+        free(tr->label_atoms);
+        tr->label_atoms = atoms;
+        tr->n_labels = plan->n_points;
+        tr->plan = plan;
+        tr->wake_probes = wake_probes;
+        tr->park_from_sched = !park_probes;
+        for (size_t i = 0; i < plan->n_points; i++)
+                if (plan->points[i].kind == PROBE_SPAWN && !plan->points[i].skipped)
+                        tr->spawn_from_first_poll = false;
+        return 0;
 }
 
 void translate_destroy(struct translate *tr)
@@ -160,7 +190,8 @@ void translate_release(struct translate *tr)
                 .stacks = tr->stacks, .stacks_failed = tr->stacks_failed,
                 .offcpu_no_stack = tr->offcpu_no_stack, .probe_stacks = tr->probe_stacks,
                 .frames_outside = tr->frames_outside, .stacks_cut = tr->stacks_cut,
-                .long_polls = tr->long_polls,
+                .long_polls = tr->long_polls, .stall_ns = tr->stall_ns, .stalls = tr->stalls,
+                .stalls_in_window = tr->stalls_in_window,
         };
 
         translate_destroy(tr);
@@ -198,6 +229,10 @@ int translate_set_encoder(struct translate *tr, struct d9_enc *enc)
         if (r < 0)
                 return r;
         tr->label_addr_schema = r;
+        r = d9_enc_declare(enc, &probes_schema);
+        if (r < 0)
+                return r;
+        tr->probes_schema = r;
         if (tr->stack_workers && (r = long_poll_declare(tr)) < 0)
                 return r;
         r = d9_enc_intern_string(enc, "", 0, &tr->empty_atom);
@@ -738,6 +773,7 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                  * open until the launch task ends (TERMINATE below). */
                 if (t->poll_worker == D9_WORKER_BLOCKING)
                         t->blocking_nested = !cookie_is_blocking(tr, r->cookie);
+                t->poll_cut = false;
                 uint32_t lane;
                 int err = poll_worker(tr, t, r, &lane);
                 if (err < 0)
@@ -761,6 +797,11 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
         case D9_REC_POLL_END: {
                 uint32_t w = t->poll_worker;
 
+                /* The end of a poll a window's close already ended. */
+                if (w == D9_WORKER_NONE && t->poll_cut) {
+                        t->poll_cut = false;
+                        return 1;
+                }
                 t->poll_worker = D9_WORKER_NONE;
                 if (w < D9_WORKER_BLOCKING)
                         t->poll_end_ts = r->hdr.ts;
@@ -1143,6 +1184,46 @@ int translate_offcpu_short(struct translate *tr, uint64_t ts, uint64_t intervals
         };
 
         return d9_enc_event(tr->enc, tr->offcpu_short_schema, ts, v);
+}
+
+int translate_probes_event(struct translate *tr, uint64_t ts, const char *probes, bool attached, const char *why)
+{
+        struct d9_enc_value v[3] = { { .present = true }, { .present = true, .u = attached }, { .present = true } };
+        int r;
+
+        if (!tr->enc)
+                return -ENOENT;
+        r = d9_enc_intern_string(tr->enc, probes, strlen(probes), &v[0].atom);
+        if (!r)
+                r = d9_enc_intern_string(tr->enc, why, strlen(why), &v[2].atom);
+        if (!r)
+                r = d9_enc_event(tr->enc, tr->probes_schema, ts, v);
+        tr->events += r == 0;
+        return r;
+}
+
+int translate_window(struct translate *tr, uint64_t ts, bool on)
+{
+        tr->window_open = on;
+        tr->park_from_sched = !(on && tr->window_parks);
+        tr->wake_probes = on && tr->window_wakes;
+        for (size_t i = 0; !on && tr->enc && i < tr->threads_cap; i++) {
+                struct tr_thread *t = &tr->threads[i];
+                int r = 0;
+
+                if (!t->tid || t->poll_worker == D9_WORKER_NONE)
+                        continue;
+                if (t->poll_worker < D9_WORKER_BLOCKING)
+                        r = d9_enc_poll_end(tr->enc, ts, t->poll_worker);
+                else
+                        r = blocking_poll_end(tr, t, ts);
+                if (r < 0)
+                        return r;
+                tr->events++;
+                t->poll_worker = D9_WORKER_NONE;
+                t->poll_cut = true;
+        }
+        return 0;
 }
 
 int translate_wake_window(struct translate *tr, uint64_t ts, bool attached, uint64_t on_ms, uint64_t period_ms)

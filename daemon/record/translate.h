@@ -26,6 +26,8 @@ struct tr_thread {
         uint32_t lost_worker;           /* the worker whose core this thread handed
                                          * over (block_in_place), D9_WORKER_NONE if none */
         bool pool_thread;               /* has run blocking-pool tasks (samples: 254) */
+        bool poll_cut;                  /* its poll was closed by a window's end: a
+                                         * late end from BPF's stale state is not its */
         uint64_t blocking_ts;           /* its open blocking-pool poll: start, */
         uint64_t blocking_task;         /* task id, */
         uint64_t blocking_cookie;       /* and label (cookie, boxed poll fn) */
@@ -75,6 +77,7 @@ struct translate {
         int wake_window_schema;         /* D9WakeWindowEvent handle in enc */
         int blocking_schema;            /* D9BlockingPollEvent handle in enc */
         int label_addr_schema;          /* D9TaskLabelAddrEvent handle in enc */
+        int probes_schema;              /* D9ProbesEvent handle in enc */
         uint32_t empty_atom, empty_stack;
         uint32_t *label_atoms;          /* per plan cookie; UINT32_MAX = not yet */
         size_t n_labels;
@@ -134,6 +137,12 @@ struct translate {
         int long_poll_schema;
         uint32_t enc_gen;               /* bumped with each encoder (atoms) */
         uint64_t long_polls;            /* D9LongPollEvents written */
+        /* Full detail after a stall (session_window.c): long polls of at
+         * least stall_ns (0: not counted), and those while a window was open. */
+        uint64_t stall_ns, stalls, stalls_in_window;
+        bool window_open;
+        bool window_parks;              /* the window has park points: parks from them */
+        bool window_wakes;
         int error;                      /* first encoder error */
 };
 
@@ -142,6 +151,10 @@ struct translate {
  * scheduler's off-CPU records, see translate.c). */
 int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *plan, bool wake_probes,
                    bool park_probes);
+/* The plan of a session that started recording before it was built
+ * (session.c holds the records that need it until then): as translate_init
+ * would have taken it, for every record from now on. */
+int translate_set_plan(struct translate *tr, const struct probe_plan *plan, bool wake_probes, bool park_probes);
 void translate_destroy(struct translate *tr);
 /* The session is over: free the unwinder, symbols and per-thread state,
  * keep the counters status shows. No record may follow. */
@@ -169,6 +182,16 @@ uint32_t translate_label_atom(struct translate *tr, uint64_t cookie);
 /* Sampled wakes: the wake points are attached from ts on (or not), for
  * on_ms of every period_ms: a D9WakeWindowEvent. */
 int translate_wake_window(struct translate *tr, uint64_t ts, bool attached, uint64_t on_ms, uint64_t period_ms);
+
+/* A probe class joined the recording (attached) or left it at ts: a
+ * D9ProbesEvent naming it ("uprobes: poll,spawn,...") and why. Nothing of
+ * that class is recorded before its attached=1 or after its attached=0. */
+int translate_probes_event(struct translate *tr, uint64_t ts, const char *probes, bool attached, const char *why);
+
+/* A full-detail window opened (on) or closed at ts: while open, parks and
+ * wakes come from its uprobes; at its close the polls still open end
+ * there (their real end is not recorded). */
+int translate_window(struct translate *tr, uint64_t ts, bool on);
 
 /* "0,1,2": all worker ids in use (an id a thread held only until its first
  * park showed it drives a known core is not). */
