@@ -658,8 +658,10 @@ static int session_install_bpf(struct session *s, char **why)
                         .user_bytes = STACK_COPY_BYTES, .offcpu_min_us = (uint32_t)s->offcpu_min_us,
                         .offcpu_per_sec = 500, .offcpu_burst = 100,
                         /* A deeper stack whole, up to 128 KiB, within the
-                         * byte rate (docs/stacks.md, "Deep stacks"). */
-                        .deep_bytes = D9_STACK_DEEP_MAX,
+                         * byte rate (docs/stacks.md, "Deep stacks"); at most
+                         * a quarter of a small ring. */
+                        .deep_bytes = (uint32_t)(s->d->cfg.ring_bytes / 4 < D9_STACK_DEEP_MAX
+                                                         ? s->d->cfg.ring_bytes / 4 : D9_STACK_DEEP_MAX),
                         .deep_per_sec = (uint32_t)s->d->cfg.stack_deep_rate,
                         .deep_burst = STACK_DEEP_BURST,
                 },
