@@ -215,7 +215,8 @@ __noinline __u32 d9_stack_fp_tail(struct d9_rec_stack *s, __u32 flags, __u64 uta
  * paying for every sample. But what a whole stack needs is known: the
  * bytes from sp to the top of the thread's stack mapping (a thread's
  * mapping ends with its TLS and pthread block, the main thread's with its
- * environment). So a stack whose mapping goes on past user_bytes is
+ * environment). So a stack of a thread in d9_stack_deep_tids (d9d got
+ * one of its stacks cut) whose mapping goes on past user_bytes is
  * copied to that end, up to deep_bytes, straight into the ring (a
  * reservation of the exact size, bpf_probe_read_user_dynptr: no scratch
  * buffer, so the size is bounded by the ring, not by a per-CPU value),
