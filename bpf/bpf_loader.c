@@ -1344,6 +1344,14 @@ int d9_bpf_target_drops(const struct d9_bpf_target *t, uint64_t *dropped)
         return percpu_row_sum(t->bpf->sched->maps.d9_drops, t->slot, dropped, 1);
 }
 
+int d9_bpf_target_stack_deep(struct d9_bpf_target *t, uint32_t tid)
+{
+        uint32_t one = 1;
+
+        return bpf_map__update_elem(t->bpf->sched->maps.d9_stack_deep_tids, &tid, sizeof(tid), &one,
+                                    sizeof(one), BPF_ANY) ? -errno : 0;
+}
+
 int d9_bpf_target_offcpu_short(const struct d9_bpf_target *t, struct d9_offcpu_short *sum)
 {
         uint64_t v[2];

@@ -160,6 +160,9 @@ size_t d9_bpf_target_pending(const struct d9_bpf_target *t, size_t *size);
 int d9_bpf_target_poll(struct d9_bpf_target *t, int timeout_ms);
 /* Records lost because this target's ring was full (summed over CPUs). */
 int d9_bpf_target_drops(const struct d9_bpf_target *t, uint64_t *dropped);
+/* Deep stack copies (D9_STACK_DEEP) for thread tid from now on: one of its
+ * stacks was cut at the end of the user_bytes copy (docs/stacks.md). */
+int d9_bpf_target_stack_deep(struct d9_bpf_target *t, uint32_t tid);
 /* Off-CPU intervals shorter than the target's offcpu_min_ns: not
  * recorded, only counted here (summed over CPUs). */
 int d9_bpf_target_offcpu_short(const struct d9_bpf_target *t, struct d9_offcpu_short *sum);

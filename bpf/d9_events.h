@@ -210,6 +210,7 @@ struct d9_rec_proc {
  * written right before the SAMPLE or OFFCPU record of the same thread that
  * names it by stack_id. */
 #define D9_STACK_USER_MAX 16384 /* bytes of user stack a record may carry */
+#define D9_STACK_DEEP_MAX (128 * 1024) /* ... a deep copy (D9_SREC_DEEP) may carry */
 #define D9_STACK_KERN_MAX 32    /* kernel frames */
 #define D9_STACK_NREGS 17       /* x86-64 DWARF regs 0..16 (16 = rip) */
 #define D9_DW_RBP 6
@@ -223,6 +224,8 @@ enum d9_stack_bits {
                                          * them in BPF, copy no stack */
         D9_STACK_FP_TAIL = 1u << 3,     /* also follow rbp past the copy's
                                          * end (struct d9_fp_frame) */
+        D9_STACK_DEEP = 1u << 4,        /* copy a deeper stack whole, up to
+                                         * d9_stack_cfg.deep_bytes */
 };
 
 /* Frame-pointer frames past the end of the stack copy (D9_STACK_FP_TAIL):
@@ -243,6 +246,13 @@ struct d9_stack_cfg {
         d9_u32 offcpu_min_us;   /* off-CPU intervals shorter get no stack */
         d9_u32 offcpu_per_sec;  /* per-thread token bucket: rate ... */
         d9_u32 offcpu_burst;    /* ... and burst of off-CPU stacks */
+        /* Deep copies (D9_STACK_DEEP): a stack deeper than user_bytes is
+         * copied whole, up to deep_bytes, while the target's byte bucket
+         * (deep_per_sec bytes/s beyond user_bytes, burst deep_burst) has
+         * room; off-CPU stacks may use only its upper half. */
+        d9_u32 deep_bytes;      /* <= D9_STACK_DEEP_MAX */
+        d9_u32 deep_per_sec;
+        d9_u32 deep_burst;
         d9_u32 _pad;
 };
 
@@ -251,6 +261,12 @@ enum d9_stack_rec_bits {
         D9_SREC_USER_FP = 1u << 0,      /* data[] holds user IPs from the
                                          * frame-pointer walk, not raw stack */
         D9_SREC_NO_REGS = 1u << 1,      /* no user registers (kernel thread) */
+        D9_SREC_TOP = 1u << 2,          /* the copy ends at the top of the
+                                         * thread's stack mapping: nothing
+                                         * of the stack lies beyond it */
+        D9_SREC_DEEP = 1u << 3,         /* a deep copy (D9_STACK_DEEP) */
+        D9_SREC_CAPPED = 1u << 4,       /* deeper than the copy, and the
+                                         * byte bucket had no room for more */
 };
 
 /* A pending uretprobe of the thread: the kernel replaced the return

@@ -210,40 +210,165 @@ __noinline __u32 d9_stack_fp_tail(struct d9_rec_stack *s, __u32 flags, __u64 uta
         return w.n;
 }
 
-/* User part of s for `task` (the current thread). have_regs: the caller
- * already put the user registers in s, else they come from task_pt_regs. */
-static __always_inline void d9_stack_fill_user(struct d9_rec_stack *s,
-                                               const struct d9_target_cfg *cfg,
-                                               struct task_struct *task, bool have_regs)
-{
-        __u32 want = cfg->stack.user_bytes;
-        struct pt_regs *regs;
-        long n;
+/* Deep copies (D9_STACK_DEEP, docs/stacks.md "Deep stacks"). A real
+ * server's request poll is 26-122 KiB deep, past any fixed copy worth
+ * paying for every sample. But what a whole stack needs is known: the
+ * bytes from sp to the top of the thread's stack mapping (a thread's
+ * mapping ends with its TLS and pthread block, the main thread's with its
+ * environment). So a stack of a thread in d9_stack_deep_tids (d9d got
+ * one of its stacks cut) whose mapping goes on past user_bytes is
+ * copied to that end, up to deep_bytes, straight into the ring (a
+ * reservation of the exact size, bpf_probe_read_user_dynptr: no scratch
+ * buffer, so the size is bounded by the ring, not by a per-CPU value),
+ * as long as the target's byte bucket has room for the bytes beyond
+ * user_bytes. The bucket (GCRA, deep_per_sec bytes/s, burst deep_burst)
+ * bounds the cost whatever the stacks: CPU samples (99 Hz per thread)
+ * may empty it, off-CPU stacks (up to 500/s per thread) only its upper
+ * half, so they never starve the CPU samples. A stack it refuses gets the
+ * user_bytes copy with D9_SREC_CAPPED, and d9d counts it when it ends cut.
+ * Per target slot: the bucket's theoretical arrival time (ns). */
+struct {
+        __uint(type, BPF_MAP_TYPE_ARRAY);
+        __uint(max_entries, D9_MAX_TARGETS);
+        __type(key, __u32);
+        __type(value, __u64);
+} d9_stack_deep_tat SEC(".maps");
 
-        s->flags = 0;
-        s->user_len = 0;
+/* The threads that get deep copies: those of which d9d got a stack cut at
+ * the end of the user_bytes copy (d9_bpf_target_stack_deep). Other
+ * threads' stacks end within user_bytes, and copying them to the top of
+ * their mapping (TLS, the environment) would only cost. */
+struct {
+        __uint(type, BPF_MAP_TYPE_LRU_HASH);
+        __uint(max_entries, 16384);
+        __type(key, __u32);
+        __type(value, __u32);
+} d9_stack_deep_tids SEC(".maps");
+
+extern int bpf_probe_read_user_dynptr(struct bpf_dynptr *dptr, __u32 off, __u32 size,
+                                      const void *unsafe_ptr__ign) __weak __ksym;
+
+static long d9_vma_end(struct task_struct *task, struct vm_area_struct *vma, void *ctx)
+{
+        *(__u64 *)ctx = vma->vm_end;
+        return 0;
+}
+
+/* Take `bytes` from the target's bucket: may it copy them? One
+ * compare-and-swap; a lost race refuses (never more than the cap). */
+static __always_inline bool d9_stack_deep_take(const struct d9_target_cfg *cfg, __u64 bytes,
+                                               bool offcpu)
+{
+        __u32 slot = cfg->slot;
+        __u64 *tatp = bpf_map_lookup_elem(&d9_stack_deep_tat, &slot);
+        __u64 now = bpf_ktime_get_ns(), tat, cost, burst, base;
+
+        if (!tatp || !cfg->stack.deep_per_sec)
+                return false;
+        cost = bytes * 1000000000ull / cfg->stack.deep_per_sec;
+        burst = (__u64)cfg->stack.deep_burst * 1000000000ull / cfg->stack.deep_per_sec;
+        if (offcpu)
+                burst /= 2;
+        tat = *tatp;
+        base = tat > now ? tat : now;
+        if (base + cost > now + burst)
+                return false;
+        return __sync_val_compare_and_swap(tatp, tat, base + cost) == tat;
+}
+
+struct d9_deep_read {
+        struct bpf_dynptr *dp;
+        __u64 sp;
+        __u32 len, got;
+};
+
+/* One page of a deep copy whose one-piece read failed (a page not
+ * present): keep the pages up to the first unreadable one. */
+static long d9_deep_page(__u64 i, void *arg)
+{
+        struct d9_deep_read *r = arg;
+        __u64 at = r->sp + r->got;
+        __u32 piece = 4096 - (__u32)(at & 4095);
+
+        if (r->got >= r->len)
+                return 1;
+        if (piece > r->len - r->got)
+                piece = r->len - r->got;
+        if (bpf_probe_read_user_dynptr(r->dp, D9_REC_STACK_FIXED + r->got, piece, (void *)at))
+                return 1;
+        r->got += piece;
+        return 0;
+}
+
+/* The deep copy of s's stack (regs and kernel frames in s already) for
+ * `task`, written as its STACK record. Returns the stack id; 0: not
+ * deep (the caller copies user_bytes; s->flags may say D9_SREC_CAPPED);
+ * ~0: deep, but the ring had no room (counted). A global function:
+ * verified once, not for each state of its callers. */
+__noinline __u64 d9_stack_deep(struct d9_rec_stack *s, const struct d9_target_cfg *cfg,
+                               struct task_struct *task __arg_trusted, __u64 tgid_tid,
+                               __u32 offcpu)
+{
+        struct d9_deep_read rd = {};
+        struct bpf_dynptr dp;
+        __u64 sp, end = 0, want, size, id;
+        __u32 tgid, tid;
+        void *ring;
+
+        if (!s || !cfg || !task || !(cfg->stack.flags & D9_STACK_DEEP) ||
+            !bpf_ksym_exists(bpf_probe_read_user_dynptr))
+                return 0;
+        tgid = tgid_tid >> 32;
+        tid = (__u32)tgid_tid;
+        if (!bpf_map_lookup_elem(&d9_stack_deep_tids, &tid))
+                return 0;
+        d9_stack_urets(s, (__u64)BPF_CORE_READ(task, utask));
+        sp = s->regs[D9_DW_RSP];
+        if (bpf_find_vma(task, sp, d9_vma_end, &end, 0) || end <= sp)
+                return 0;
+        want = end - sp;
+        if (want <= cfg->stack.user_bytes)
+                return 0;
+        if (want > cfg->stack.deep_bytes)
+                want = cfg->stack.deep_bytes;
+        if (want > D9_STACK_DEEP_MAX)
+                want = D9_STACK_DEEP_MAX;
+        want &= ~7ull;
+        if (want <= cfg->stack.user_bytes)
+                return 0;
+        if (!d9_stack_deep_take(cfg, want - cfg->stack.user_bytes, offcpu)) {
+                s->flags |= D9_SREC_CAPPED;
+                return 0;
+        }
+        ring = bpf_map_lookup_elem(&d9_rings, &tgid);
+        if (!ring)
+                return 0;
+        id = d9_stack_next_id();
+        if (!id)
+                return 0;
+        size = D9_REC_STACK_FIXED + want;
+        if (bpf_ringbuf_reserve_dynptr(ring, size, 0, &dp)) {
+                bpf_ringbuf_discard_dynptr(&dp, 0);
+                d9_stack_count_drop(cfg);
+                return ~0ull;
+        }
+        rd.dp = &dp;
+        rd.sp = sp;
+        rd.len = (__u32)want;
+        if (bpf_probe_read_user_dynptr(&dp, D9_REC_STACK_FIXED, rd.len, (void *)sp) == 0)
+                rd.got = rd.len;
+        else
+                bpf_loop(D9_STACK_DEEP_MAX / 4096 + 1, d9_deep_page, &rd, 0);
+        s->flags |= D9_SREC_DEEP;
+        if (rd.got == end - sp)
+                s->flags |= D9_SREC_TOP;
+        s->user_len = rd.got;
         s->n_fp = 0;
-        s->n_uret = 0;
-        s->_pad = 0;
-        if (!have_regs) {
-                regs = (struct pt_regs *)bpf_task_pt_regs(task);
-                if (!regs) {
-                        s->flags = D9_SREC_NO_REGS;
-                        return;
-                }
-                D9_STACK_REGS(s, *regs);
-        }
-        if (cfg->stack.flags & D9_STACK_FP) {
-                /* Frame pointers: the kernel's walk is exact and cheap. */
-                n = bpf_get_task_stack(task, s->data, D9_STACK_USER_MAX, BPF_F_USER_STACK);
-                s->flags = D9_SREC_USER_FP;
-                s->user_len = n > 0 ? (__u32)n : 0;
-                return;
-        }
-        if (want > D9_STACK_USER_MAX)
-                want = D9_STACK_USER_MAX;
-        s->user_len = d9_stack_copy_user(s->data, s->regs[D9_DW_RSP], want);
-        s->n_fp = d9_stack_fp_tail(s, cfg->stack.flags, (__u64)BPF_CORE_READ(task, utask));
+        s->stack_id = id;
+        d9_fill_hdr(&s->hdr, D9_REC_STACK, tid, tgid);
+        bpf_dynptr_write(&dp, 0, s, D9_REC_STACK_FIXED, 0);
+        bpf_ringbuf_submit_dynptr(&dp, d9_ring_output_flags(ring, size));
+        return id;
 }
 
 static __always_inline __u64 d9_stack_output(const struct d9_target_cfg *cfg, __u32 tgid,
@@ -269,6 +394,50 @@ static __always_inline __u64 d9_stack_output(const struct d9_target_cfg *cfg, __
         return s->stack_id;
 }
 
+/* The STACK record of `task` (the current thread), kernel frames already
+ * in s: its user registers (have_regs: the caller put them in s, else
+ * from task_pt_regs) and stack, deep or user_bytes. Returns its id (0:
+ * none). */
+static __always_inline __u64 d9_stack_capture(struct d9_rec_stack *s,
+                                              const struct d9_target_cfg *cfg,
+                                              struct task_struct *task, bool have_regs,
+                                              __u32 tgid, __u32 tid, __u32 offcpu)
+{
+        __u32 want = cfg->stack.user_bytes;
+        struct pt_regs *regs;
+        __u64 id;
+        long n;
+
+        s->flags = 0;
+        s->user_len = 0;
+        s->n_fp = 0;
+        s->n_uret = 0;
+        s->_pad = 0;
+        if (!have_regs) {
+                regs = (struct pt_regs *)bpf_task_pt_regs(task);
+                if (!regs) {
+                        s->flags = D9_SREC_NO_REGS;
+                        return d9_stack_output(cfg, tgid, tid, s);
+                }
+                D9_STACK_REGS(s, *regs);
+        }
+        if (cfg->stack.flags & D9_STACK_FP) {
+                /* Frame pointers: the kernel's walk is exact and cheap. */
+                n = bpf_get_task_stack(task, s->data, D9_STACK_USER_MAX, BPF_F_USER_STACK);
+                s->flags = D9_SREC_USER_FP;
+                s->user_len = n > 0 ? (__u32)n : 0;
+                return d9_stack_output(cfg, tgid, tid, s);
+        }
+        id = d9_stack_deep(s, cfg, task, (__u64)tgid << 32 | tid, offcpu);
+        if (id)
+                return id == ~0ull ? 0 : id;
+        if (want > D9_STACK_USER_MAX)
+                want = D9_STACK_USER_MAX;
+        s->user_len = d9_stack_copy_user(s->data, s->regs[D9_DW_RSP], want);
+        s->n_fp = d9_stack_fp_tail(s, cfg->stack.flags, (__u64)BPF_CORE_READ(task, utask));
+        return d9_stack_output(cfg, tgid, tid, s);
+}
+
 /* perf CPU-clock sample of the current thread: write its STACK record and
  * return the id for the SAMPLE record (0: no stack). */
 static __always_inline __u64 d9_stack_sample(struct bpf_perf_event_data *ctx,
@@ -284,19 +453,17 @@ static __always_inline __u64 d9_stack_sample(struct bpf_perf_event_data *ctx,
         s = bpf_map_lookup_elem(&d9_stack_scratch, &zero);
         if (!s)
                 return 0;
+        /* Empty when the timer hit user mode. */
+        n = bpf_get_stack(ctx, s->kern, sizeof(s->kern), 0);
+        s->n_kern = n > 0 ? (__u32)n / 8 : 0;
         /* Timer in user mode: the sampled registers themselves (seen to
          * differ from task_pt_regs around uprobe single-steps); in the
          * kernel: the user registers saved at kernel entry. */
         if (ctx->regs.ip < (1ull << 47)) {
                 D9_STACK_REGS(s, ctx->regs);
-                d9_stack_fill_user(s, cfg, bpf_get_current_task_btf(), true);
-        } else {
-                d9_stack_fill_user(s, cfg, bpf_get_current_task_btf(), false);
+                return d9_stack_capture(s, cfg, bpf_get_current_task_btf(), true, tgid, tid, 0);
         }
-        /* Empty when the timer hit user mode. */
-        n = bpf_get_stack(ctx, s->kern, sizeof(s->kern), 0);
-        s->n_kern = n > 0 ? (__u32)n / 8 : 0;
-        return d9_stack_output(cfg, tgid, tid, s);
+        return d9_stack_capture(s, cfg, bpf_get_current_task_btf(), false, tgid, tid, 0);
 }
 
 /* GCRA bucket of `per_sec` with the configured burst: is a token there at
@@ -357,6 +524,5 @@ static __always_inline __u64 d9_stack_offcpu_user(const struct d9_target_cfg *cf
 
         if (!st)
                 return 0;
-        d9_stack_fill_user(&st->rec, cfg, task, false);
-        return d9_stack_output(cfg, tgid, tid, &st->rec);
+        return d9_stack_capture(&st->rec, cfg, task, false, tgid, tid, 1);
 }

@@ -41,6 +41,9 @@ void d9d_config_defaults(struct d9d_config *cfg)
         /* A busy server blocks for microseconds thousands of times a
          * second; recording each costs it more than the 2 % we allow. */
         cfg->offcpu_min_us = 1000;
+        /* Deep stacks copied whole (docs/stacks.md, "Deep stacks"): at most
+         * this many bytes/s per target beyond each stack's 8 KiB. */
+        cfg->stack_deep_rate = 16ull << 20;
         /* dial9's own periods: getrusage every 100 ms, sock_diag every 400 ms. */
         cfg->resources_every_ms = 100;
         cfg->accept_queues_every_ms = 400;
@@ -156,6 +159,13 @@ static int config_apply(struct d9d_config *cfg, const char *key, const char *val
                 if (d9_parse_size(value, &v) < 0 || v < (64 << 10) || v > (1ull << 30) || (v & (v - 1)))
                         return -EINVAL;
                 cfg->ring_bytes = v;
+                return 0;
+        }
+        if (!strcmp(key, "stack_deep_rate")) {
+                *why = "expected bytes per second up to 1G, such as 16M (0: no deep copies)";
+                if (d9_parse_size(value, &v) < 0 || v > (1ull << 30))
+                        return -EINVAL;
+                cfg->stack_deep_rate = v;
                 return 0;
         }
         if (!strcmp(key, "compression")) {

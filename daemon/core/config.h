@@ -44,6 +44,7 @@ struct d9d_config {
         enum d9_compress compression;
         unsigned sample_hz;             /* on-CPU stack sampling rate */
         uint64_t ring_bytes;            /* per-target BPF ring buffer (power of 2) */
+        uint64_t stack_deep_rate;       /* bytes/s of deep stack copies per target (0: none) */
         uint64_t offcpu_min_us;         /* shorter off-CPU intervals: counted, not recorded */
         uint64_t resources_every_ms;    /* process resource samples (0 = none) */
         uint64_t accept_queues_every_ms; /* accept-queue samples, for attaches that ask */

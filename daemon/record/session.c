@@ -32,6 +32,8 @@
 /* User stack bytes BPF copies per stack (docs/stacks.md): the unwinder is
  * told too, so it can say when a stack went on past them. */
 #define STACK_COPY_BYTES 8192
+/* The deep-copy bucket's burst: 8 deep stacks of 128 KiB at once. */
+#define STACK_DEEP_BURST (1u << 20)
 
 #define FINISHED_KEPT 64
 
@@ -581,6 +583,14 @@ bool session_sample_allowed(struct session *s)
         return !session_gained_privileges(s);
 }
 
+/* translate's deep_thread: the session's BPF target learns the thread. */
+static int session_deep_thread(void *ctx, uint32_t tid)
+{
+        struct session *s = ctx;
+
+        return s->bpf ? d9_bpf_target_stack_deep(s->bpf, tid) : -ENOENT;
+}
+
 int session_record(void *ctx, const void *rec, size_t size)
 {
         struct session *s = ctx;
@@ -714,6 +724,13 @@ void session_bpf_opts(struct session *s, struct d9_bpf_target_opts *out)
                                  (s->probes & D9_PROBE_SCHED ? D9_STACK_OFFCPU : 0),
                         .user_bytes = STACK_COPY_BYTES, .offcpu_min_us = (uint32_t)s->offcpu_min_us,
                         .offcpu_per_sec = 500, .offcpu_burst = 100,
+                        /* A deeper stack whole, up to 128 KiB, within the
+                         * byte rate (docs/stacks.md, "Deep stacks"); at most
+                         * a quarter of a small ring. */
+                        .deep_bytes = (uint32_t)(s->d->cfg.ring_bytes / 4 < D9_STACK_DEEP_MAX
+                                                         ? s->d->cfg.ring_bytes / 4 : D9_STACK_DEEP_MAX),
+                        .deep_per_sec = (uint32_t)s->d->cfg.stack_deep_rate,
+                        .deep_burst = STACK_DEEP_BURST,
                 },
                 .offcpu_min_ns = s->offcpu_min_us * 1000,
                 .wakes_switchable = s->wakes_sampled,
@@ -738,6 +755,8 @@ static int session_install_bpf(struct session *s, char **why)
         /* An executable without CFI (frame pointers, .eh_frame stripped) is
          * unwound by frame pointer (daemon/record/unwind_step.c); BPF then also
          * follows rbp past the copy, for frames deeper than it. */
+        if (to.stack.flags && to.stack.deep_per_sec)
+                to.stack.flags |= D9_STACK_DEEP;
         if (to.stack.flags && unwind_exe_has_cfi(s->pid) == 0) {
                 to.stack.flags |= D9_STACK_FP_TAIL;
                 log_info("pid %d: its executable has no CFI: stacks by frame pointer", s->pid);
@@ -1083,6 +1102,10 @@ static int session_start_attach(struct session *s, const struct session_request 
         session_window_setup(s);
         s->tr.hide_kernel = !kernel_addresses_visible(s->starter_uid);
         s->tr.stack_copy_bytes = STACK_COPY_BYTES;
+        if (s->d->cfg.stack_deep_rate) {
+                s->tr.deep_thread = session_deep_thread;
+                s->tr.deep_ctx = s;
+        }
         snprintf(dir, sizeof(dir), "%.3800s/%.127s/%d-%llu", s->d->traces_dir, s->service, s->pid,
                  (unsigned long long)s->starttime);
         r = segment_writer_init(&s->seg, dir);
@@ -1633,12 +1656,16 @@ json_t *session_status_json(const struct session *s)
         }
         /* Stacks: unwound, not, off-CPU samples that say why they have none,
          * and those taken in d9d's own probes ([d9d uprobe], docs/stacks.md). */
-        json_object_set_new(j, "stacks", json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}",
+        json_object_set_new(j, "stacks", json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
                 "unwound", (json_int_t)s->tr.stacks, "failed", (json_int_t)s->tr.stacks_failed,
                 "offcpu_without_stack", (json_int_t)s->tr.offcpu_no_stack,
                 "in_d9d_probes", (json_int_t)s->tr.probe_stacks,
                 "frames_outside_mappings", (json_int_t)s->tr.frames_outside,
-                "cut_at_copy_end", (json_int_t)s->tr.stacks_cut));
+                "cut_at_copy_end", (json_int_t)s->tr.stacks_cut,
+                "cut_by_byte_cap", (json_int_t)s->tr.stacks_cut_capped,
+                "deep_copies", (json_int_t)s->tr.stacks_deep,
+                "deep_bytes", (json_int_t)s->tr.stacks_deep_bytes,
+                "record_bytes", (json_int_t)s->tr.stack_bytes));
         json_object_set_new(j, "samples", session_samples_json(s));
         /* Drops: whether the ring was full at a drain after a long gap
          * (the loop late) or between drains close together (too small). */

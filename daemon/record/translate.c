@@ -190,6 +190,8 @@ void translate_release(struct translate *tr)
                 .stacks = tr->stacks, .stacks_failed = tr->stacks_failed,
                 .offcpu_no_stack = tr->offcpu_no_stack, .probe_stacks = tr->probe_stacks,
                 .frames_outside = tr->frames_outside, .stacks_cut = tr->stacks_cut,
+                .stacks_cut_capped = tr->stacks_cut_capped, .stacks_deep = tr->stacks_deep,
+                .stacks_deep_bytes = tr->stacks_deep_bytes, .stack_bytes = tr->stack_bytes,
                 .long_polls = tr->long_polls, .stall_ns = tr->stall_ns, .stalls = tr->stalls,
                 .stalls_in_window = tr->stalls_in_window,
         };
@@ -913,7 +915,8 @@ static int on_offcpu(struct translate *tr, const struct d9_rec_offcpu *o, struct
         return d9_enc_worker_unpark(tr->enc, o->hdr.ts, t->worker, 0, o->cpu_ns, o->sched_wait_ns, o->hdr.tid);
 }
 
-#define MAX_FRAMES (D9_STACK_KERN_MAX + 96)
+/* Kernel frames, unwind_opts' default 128 user frames, the cut mark. */
+#define MAX_FRAMES (D9_STACK_KERN_MAX + 160)
 #define UNW_RETRY_NS (100 * 1000000ull)
 
 /* A stack taken in d9d's own probe path (the uprobe trap and handler, our
@@ -962,6 +965,7 @@ static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_
         uint32_t n_kern;
         int n = 0;
 
+        tr->stack_bytes += size;
         /* A target traced from exec can send its first stacks while its
          * maps are still being replaced, and unwinder_new then fails:
          * try again later (100 ms, doubling up to 12.8 s) instead of giving
@@ -996,6 +1000,10 @@ static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_
         if (tr->stacks_lost && translate_lost(tr, rec->hdr.ts, tr->stacks_lost, "stack_unwind") == 0)
                 tr->stacks_lost = 0;
         tr->stacks++;
+        if (rec->flags & D9_SREC_DEEP) {
+                tr->stacks_deep++;
+                tr->stacks_deep_bytes += rec->user_len;
+        }
         unwinder_get_stats(tr->unw, &us);
         tr->frames_outside = us.outside;
         if (tr->stack_workers)
@@ -1005,6 +1013,11 @@ static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_
         if (unwinder_last_cut(tr->unw) && n < MAX_FRAMES) {
                 st->frames[n++] = stack_mark_addr(STACK_MARK_CUT);
                 tr->stacks_cut++;
+                tr->stacks_cut_capped += (rec->flags & D9_SREC_CAPPED) != 0;
+                /* Cut by the plain copy: this thread's next stacks are copied
+                 * whole, within the byte cap (docs/stacks.md, "Deep stacks"). */
+                if (!(rec->flags & (D9_SREC_DEEP | D9_SREC_CAPPED)) && tr->deep_thread)
+                        tr->deep_thread(tr->deep_ctx, rec->hdr.tid);
         }
         st->n = collapse_probe_path(tr, st->frames, (uint32_t)n, n_kern);
 }

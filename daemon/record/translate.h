@@ -102,7 +102,15 @@ struct translate {
         uint64_t probe_stacks;          /* stacks taken in d9d's own probes ([d9d uprobe]) */
         uint64_t frames_outside;        /* callers outside every mapping, dropped by the unwinder */
         uint64_t stacks_cut;            /* stacks ending in the cut mark: callers past the copy */
+        uint64_t stacks_cut_capped;     /* ... of them, deeper copies refused by the byte cap */
+        uint64_t stacks_deep;           /* stacks copied whole past the 8 KiB (D9_SREC_DEEP) */
+        uint64_t stacks_deep_bytes;     /* their copied bytes */
+        uint64_t stack_bytes;           /* STACK record bytes read from the ring */
         uint32_t stack_copy_bytes;      /* user stack bytes BPF copies per stack (session's) */
+        /* A thread's stack was cut at the end of that copy: ask BPF for deep
+         * copies of its stacks (d9_bpf_target_stack_deep); NULL: none. */
+        int (*deep_thread)(void *ctx, uint32_t tid);
+        void *deep_ctx;
         struct ksyms *ksyms;            /* kernel names, to tell d9d's probe path */
         uint64_t stacks_lost;           /* over the unwind budget, not yet in a
                                          * D9LostEventsEvent */

@@ -311,10 +311,17 @@ static bool get_thread(Dwfl *dwfl, pid_t tid, void *arg, void **thread_argp)
         return u->rec && (pid_t)u->rec->hdr.tid == tid;
 }
 
+/* The copied stack: data[] of the record, which a deep copy
+ * (D9_SREC_DEEP) makes longer than the struct's array. */
+static const uint8_t *rec_user(const struct d9_rec_stack *r)
+{
+        return (const uint8_t *)r + D9_REC_STACK_FIXED;
+}
+
 /* The frame-pointer frames BPF read past the end of the copy. */
 static const struct d9_fp_frame *fp_tail(const struct d9_rec_stack *r)
 {
-        return (const struct d9_fp_frame *)(const void *)(r->data + ((r->user_len + 7) & ~7u));
+        return (const struct d9_fp_frame *)(const void *)(rec_user(r) + ((r->user_len + 7) & ~7u));
 }
 
 static bool fp_tail_read(const struct d9_rec_stack *r, uint64_t addr, Dwarf_Word *result)
@@ -346,7 +353,7 @@ static bool memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void *a
                 }
         }
         if (addr >= sp && addr - sp + sizeof(*result) <= r->user_len) {
-                memcpy(result, r->data + (addr - sp), sizeof(*result));
+                memcpy(result, rec_user(r) + (addr - sp), sizeof(*result));
                 return true;
         }
         if (r->n_fp && fp_tail_read(r, addr, result))
@@ -354,8 +361,11 @@ static bool memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void *a
         if (addr + 4096 >= sp && addr < sp + STACK_SPAN) {
                 /* Past a copy that got all it asked for, the stack goes on:
                  * the walk ends here because of the copy, not the stack (a
-                 * short copy stopped at the top of the thread's stack). */
-                if (addr >= sp + r->user_len && u->copy_bytes && r->user_len >= u->copy_bytes)
+                 * short copy, or one BPF says ends at the top of the
+                 * stack's mapping, stopped at the top of the thread's
+                 * stack). */
+                if (addr >= sp + r->user_len && u->copy_bytes && r->user_len >= u->copy_bytes &&
+                    !(r->flags & D9_SREC_TOP))
                         u->cut = true;
                 return false;
         }
@@ -428,7 +438,7 @@ int unwinder_new(pid_t pid, const struct unwind_opts *opts, struct unwinder **ou
         if (!opts)
                 opts = &none;
         u->pid = pid;
-        u->max_frames = opts->max_frames ? opts->max_frames : 64;
+        u->max_frames = opts->max_frames ? opts->max_frames : 128;
         u->budget_ns = (opts->budget_us ? opts->budget_us : 20000) * 1000ull;
         u->window_ns = (opts->window_ms ? opts->window_ms : 100) * 1000000ull;
         u->debug_file = opts->debug_file ? strdup(opts->debug_file) : NULL;
@@ -688,7 +698,8 @@ int unwinder_stack(struct unwinder *u, const struct d9_rec_stack *rec, size_t si
         uint64_t start = d9_now_ns(), cpu = thread_cpu_ns(), spent;
 
         if (size < D9_REC_STACK_FIXED || rec->n_kern > D9_STACK_KERN_MAX ||
-            rec->user_len > D9_STACK_USER_MAX || rec->n_fp > D9_STACK_FP_MAX ||
+            rec->user_len > (rec->flags & D9_SREC_DEEP ? D9_STACK_DEEP_MAX : D9_STACK_USER_MAX) ||
+            rec->n_fp > D9_STACK_FP_MAX ||
             size < D9_REC_STACK_FIXED + rec->user_len ||
             (rec->n_fp && size < D9_REC_STACK_FIXED + ((rec->user_len + 7) & ~7u) +
                                  rec->n_fp * sizeof(struct d9_fp_frame)))
@@ -707,7 +718,7 @@ int unwinder_stack(struct unwinder *u, const struct d9_rec_stack *rec, size_t si
         if (n_kern)
                 *n_kern = (uint32_t)u->n_out;
         if (rec->flags & D9_SREC_USER_FP) {
-                const uint64_t *ips = (const uint64_t *)(const void *)rec->data;
+                const uint64_t *ips = (const uint64_t *)(const void *)rec_user(rec);
                 for (uint32_t i = 0; i < rec->user_len / 8 && u->n_out < cap && ips[i]; i++)
                         out[u->n_out++] = ips[i];
         } else if (!(rec->flags & D9_SREC_NO_REGS)) {

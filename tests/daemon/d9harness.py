@@ -61,7 +61,10 @@ class D9d:
             args += ["--set", f"{k}={v}"]
         self.log = open(self.logpath, "a")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
-        deadline = time.time() + 15
+        # d9d loads its BPF before it listens: 4-6 s at load 12 on this
+        # 2-core VM, more than 15 s at load 22-27 (every start of
+        # test_symbolize_later.py bailed there, with nothing logged yet).
+        deadline = time.time() + 60
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError("d9d exited at start:\n" + self.logtext())

@@ -28,6 +28,15 @@
  * samples under the 12 KiB frame cannot reach the poll within the 8 KiB
  * copy, and the unwinder must say so (unwinder_last_cut, stats.cut) for
  * nearly all of them, while no stack that does reach `main` is called cut.
+ * With --deep RATE, BPF copies a stack deeper than the 8 KiB whole (up to
+ * 128 KiB, D9_STACK_DEEP) at up to RATE bytes/s beyond the 8 KiB, as d9d
+ * does: with --cpu-through deep_poller,main on the release build (CFI),
+ * modes `deep` (12 KiB frame) and `deeper` (84 KiB), the busy samples
+ * must reach the poll frame and main. With --cpu-capped too (a RATE far
+ * below what the samples want): every busy sample either reaches main or
+ * is said cut with D9_SREC_CAPPED (the byte cap refused the deep copy),
+ * and both kinds occur (and a thread's first cut stack, which asks BPF for
+ * deep copies of that thread, d9_bpf_target_stack_deep, as d9d does).
  * With --swap-unwinder, a second unwinder of the same process shares the
  * first one's ELF files (daemon/record/unwind.c keeps one handle per file); the
  * first is freed after SWAP_AFTER stacks and the second unwinds and names
@@ -35,6 +44,7 @@
  *
  * usage: stack_unwind [--debug-file F] [--sealer-names] [--tiny-budget]
  *                     [--user-bytes N] [--swap-unwinder] [--offcpu-through F,...] [--cpu-cut]
+ *                     [--deep RATE [--cpu-capped]]
  *                     TARGET ARGS... */
 #include <errno.h>
 #include <fcntl.h>
@@ -43,6 +53,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon/core/cleanup.h"
@@ -60,6 +71,9 @@ struct pending {
         int n;                  /* frames, or negative errno */
         uint32_t n_kern;
         bool cut;               /* unwinder_last_cut */
+        bool capped;            /* D9_SREC_CAPPED: the byte cap refused a deep copy */
+        bool learned;           /* cut by the plain copy before its thread got deep copies */
+        uint32_t rec_flags, user_len;   /* the STACK record's */
         uint64_t frames[MAX_FRAMES];
 };
 
@@ -80,7 +94,34 @@ struct run {
         bool shown_busy, shown_sleep, shown_bad;
         bool cut_mode;                  /* --cpu-cut */
         unsigned long cut_busy, cut_busy_said, cut_busy_main, whole, whole_said_cut;
+        bool capped_mode;               /* --cpu-capped */
+        unsigned long cap_busy, cap_whole, cap_cut_capped, cap_learn, cap_bad;
+        unsigned long deep_records, deep_bytes;
+        struct d9_bpf_target *bpf_t;    /* --deep: to ask for deep copies */
+        uint32_t learned[MAX_TIDS];     /* threads asked for ... */
+        uint64_t learned_ts[MAX_TIDS];  /* ... at this CLOCK_MONOTONIC time */
+        size_t n_learned;
 };
+
+/* Was tid asked for deep copies before a stack taken at ts? If it never
+ * was, it is asked now. Stacks taken before that (still in the ring when
+ * the first cut one was read) had no chance of a deep copy. */
+static bool tid_learned(struct run *r, uint32_t tid, uint64_t ts, bool *ask)
+{
+        struct timespec now;
+
+        *ask = false;
+        for (size_t i = 0; i < r->n_learned; i++)
+                if (r->learned[i] == tid)
+                        return ts >= r->learned_ts[i];
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (r->n_learned < MAX_TIDS) {
+                r->learned[r->n_learned] = tid;
+                r->learned_ts[r->n_learned++] = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
+        }
+        *ask = true;
+        return false;
+}
 
 /* Where a new STACK record of tid goes. Two slots per thread: a CPU
  * sample of the thread can land between an off-CPU interval's STACK and
@@ -255,6 +296,25 @@ static void on_owner(struct run *r, uint32_t tid, uint64_t stack_id, bool cpu)
         unnamed = name_frames(r, p, names);
         if (getenv("STACK_UNWIND_SHOW_ALL"))
                 show(cpu ? "cpu" : "off-cpu", p, names);
+        if (r->capped_mode) {
+                if (!cpu || !any_has(names, (int)p->n_kern, p->n, "busy_block_50ms"))
+                        return;
+                bool whole = any_has(names, (int)p->n_kern, p->n, "_poller") &&
+                             any_has(names, (int)p->n_kern, p->n, "main") && !p->cut;
+                bool said = p->cut && p->capped;
+                r->cap_busy++;
+                r->cap_whole += whole;
+                r->cap_cut_capped += said;
+                r->cap_learn += p->learned;
+                r->cap_bad += !whole && !said && !p->learned;
+                if (!whole && !said && !p->learned && !r->shown_bad) {
+                        tap_diag("cut %d, capped %d, flags %#x, %u bytes copied", p->cut, p->capped,
+                                 p->rec_flags, p->user_len);
+                        show("busy, neither whole nor said cut by the cap (BAD)", p, names);
+                        r->shown_bad = true;
+                }
+                return;
+        }
         if (r->cut_mode) {
                 bool main_reached = any_has(names, (int)p->n_kern, p->n, "main");
                 if (cpu && any_has(names, (int)p->n_kern, p->n, "busy_block_50ms")) {
@@ -307,6 +367,20 @@ static int on_record(void *ctx, const void *rec, size_t size)
                                  (unsigned long long)s->regs[D9_DW_RBP]);
                 p->n = unwinder_stack(r->uw, s, size, p->frames, MAX_FRAMES, &p->n_kern);
                 p->cut = p->n >= 0 && unwinder_last_cut(r->uw);
+                p->capped = (s->flags & D9_SREC_CAPPED) != 0;
+                p->rec_flags = s->flags;
+                p->user_len = s->user_len;
+                /* As d9d does: a thread cut by the plain copy gets deep
+                 * copies (once per thread: later cuts say why). */
+                bool ask = false;
+                p->learned = p->cut && r->bpf_t && !(s->flags & (D9_SREC_DEEP | D9_SREC_CAPPED)) &&
+                             !tid_learned(r, h->tid, h->ts, &ask);
+                if (ask)
+                        d9_bpf_target_stack_deep(r->bpf_t, h->tid);
+                if (s->flags & D9_SREC_DEEP) {
+                        r->deep_records++;
+                        r->deep_bytes += s->user_len;
+                }
                 if (p->n < 0)
                         r->unwind_err++;
         } else if (h->type == D9_REC_CPU_SAMPLE) {
@@ -356,6 +430,13 @@ int main(int argc, char **argv)
                         run.through = argv[++a], run.through_cpu = true;
                 else if (!strcmp(argv[a], "--cpu-cut"))
                         run.cut_mode = true;
+                else if (!strcmp(argv[a], "--deep") && a + 1 < argc) {
+                        to.stack.flags |= D9_STACK_DEEP;
+                        to.stack.deep_bytes = D9_STACK_DEEP_MAX;
+                        to.stack.deep_per_sec = (uint32_t)atoi(argv[++a]);
+                        to.stack.deep_burst = 256 * 1024;
+                } else if (!strcmp(argv[a], "--cpu-capped"))
+                        run.capped_mode = true;
                 else if (!strcmp(argv[a], "--no-fp-tail"))
                         no_fp_tail = true;
                 else if (!strcmp(argv[a], "--swap-unwinder"))
@@ -389,6 +470,8 @@ int main(int argc, char **argv)
         to.ctx = &run;
         /* The target waits (--start-delay) before its workload: attach now. */
         r = d9_bpf_attach_target(bpf, target.pid, NULL, &to, &t, &err);
+        if (r == 0 && (to.stack.flags & D9_STACK_DEEP))
+                run.bpf_t = t;
         if (r == 0)
                 r = unwinder_new(target.pid, &uo, &run.uw);
         if (r == 0 && swap)
@@ -442,6 +525,17 @@ int main(int argc, char **argv)
         tap_ok(run.stacks > 0 && run.missing == 0 && run.unwind_err == 0 && drops == 0,
                "every sample's stack arrived and unwound (stacks %lu, missing %lu, errors %lu, drops %llu)",
                run.stacks, run.missing, run.unwind_err, (unsigned long long)drops);
+        if (to.stack.flags & D9_STACK_DEEP)
+                tap_diag("deep copies: %lu records, %.1f KiB each on average", run.deep_records,
+                         run.deep_records ? (double)run.deep_bytes / 1024.0 / (double)run.deep_records : 0.0);
+        if (run.capped_mode) {
+                tap_ok(run.cap_busy >= 10 && run.cap_bad == 0 && run.cap_whole >= 1 && run.cap_cut_capped >= 1,
+                       "with the deep copies capped at %u bytes/s, every busy sample is whole (%lu) or said "
+                       "cut by the cap (%lu) or taken before its thread got deep copies (%lu), none else (%lu of %lu)",
+                       to.stack.deep_per_sec, run.cap_whole, run.cap_cut_capped, run.cap_learn, run.cap_bad,
+                       run.cap_busy);
+                goto out;
+        }
         if (run.cut_mode) {
                 tap_ok(run.cut_busy >= 10 && run.cut_busy_said * 10 >= run.cut_busy * 9 && run.cut_busy_main == 0,
                        "busy samples under the 12 KiB frame stop at the %u-byte copy and are said cut "
@@ -455,7 +549,8 @@ int main(int argc, char **argv)
                 unsigned long n = 0;
                 for (int d = 0; d <= MAX_FRAMES; d++)
                         n += run.depth_hist[d];
-                tap_ok(n >= 20 && median_depth(&run, n) >= 5 && run.through_good * 10 >= n * 9,
+                tap_ok(n >= 20 && median_depth(&run, n) >= 5 && run.through_good * 10 >= n * 9 &&
+                               (!(to.stack.flags & D9_STACK_DEEP) || run.deep_records > 0),
                        "%s stacks go past frames without CFI: median user depth %lu >= 5, "
                        "%lu of %lu name %s", run.through_cpu ? "busy CPU" : "off-CPU",
                        median_depth(&run, n), run.through_good, n, run.through);

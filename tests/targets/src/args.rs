@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-pub const USAGE: &str = "usage: d9-target server|load|mixed|pool|runtimes|deep|backlog [--flavor multi-thread|current-thread] \
+pub const USAGE: &str = "usage: d9-target server|load|mixed|pool|runtimes|deep|deeper|backlog [--flavor multi-thread|current-thread] \
 [--workers N] [--thread-name NAME] [--listen ADDR] [--backlog N] [--connect ADDR] [--conns N] [--duration SECS] \
 [--start-delay SECS] [--wait-stdin] [--work-us N]";
 
@@ -14,6 +14,7 @@ pub enum Mode {
     Pool,
     Runtimes,
     Deep,
+    Deeper,
     Backlog,
 }
 
@@ -75,6 +76,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         Some("pool") => Mode::Pool,
         Some("runtimes") => Mode::Runtimes,
         Some("deep") => Mode::Deep,
+        Some("deeper") => Mode::Deeper,
         Some("backlog") => Mode::Backlog,
         Some(m) => return Err(format!("unknown mode '{m}'")),
         None => return Err("missing mode".into()),

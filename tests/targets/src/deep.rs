@@ -7,6 +7,12 @@
 //! the frame-pointer build without .eh_frame (build-target's `fp`
 //! variant), in the current-thread flavour so the poll runs under `main`.
 //! At exit one JSON line: pid, flavor, tokio, duration_s, deep_polls.
+//!
+//! `deeper`: the same poll, but the busy loop runs under 12 nested calls of
+//! `deeper_nest` with a 6 KiB frame each (72 KiB, plus the 12 KiB frame:
+//! 84 KiB of user stack between the busy loop and the poll frame), as a
+//! real server's request poll is deep (26-122 KiB, docs/stacks.md): a copy
+//! reaches the poll frame only if it adapts to the stack's depth.
 
 use crate::args::Args;
 use std::time::Duration;
@@ -34,6 +40,52 @@ pub async fn run(args: &Args) -> Result<(), String> {
     let polls = tokio::spawn(deep_poller(deadline)).await.map_err(|e| format!("deep poller failed: {e}"))?;
     println!(
         "{{\"mode\":\"deep\",\"pid\":{},\"flavor\":\"{}\",\"tokio\":\"{}\",\"duration_s\":{:.3},\"deep_polls\":{}}}",
+        std::process::id(),
+        args.flavor.name(),
+        crate::TOKIO_VERSION,
+        duration.as_secs_f64(),
+        polls
+    );
+    Ok(())
+}
+
+/// One level of `deeper`'s nesting: a 6 KiB frame of its own, used after
+/// the call so neither the buffer nor the call can be optimised away.
+#[inline(never)]
+fn deeper_nest(level: u32) -> u64 {
+    let mut frame = [0u8; 6 * 1024];
+    std::hint::black_box(&mut frame);
+    let r = if level == 0 {
+        std::hint::black_box(crate::mixed::busy_block_50ms());
+        1
+    } else {
+        deeper_nest(std::hint::black_box(level - 1))
+    };
+    std::hint::black_box(&frame);
+    r + frame[level as usize] as u64
+}
+
+async fn deeper_poller(deadline: Instant) -> u64 {
+    let mut iv = interval(Duration::from_millis(200));
+    iv.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut polls = 0;
+    while Instant::now() + Duration::from_millis(100) < deadline {
+        iv.tick().await;
+        let mut frame = [0u8; 12 * 1024];
+        std::hint::black_box(&mut frame);
+        polls += std::hint::black_box(deeper_nest(11));
+        std::hint::black_box(&frame);
+    }
+    polls
+}
+
+pub async fn run_deeper(args: &Args) -> Result<(), String> {
+    let duration = args.duration.unwrap_or(Duration::from_secs(3));
+    let deadline = Instant::now() + duration;
+    let polls =
+        tokio::spawn(deeper_poller(deadline)).await.map_err(|e| format!("deeper poller failed: {e}"))?;
+    println!(
+        "{{\"mode\":\"deeper\",\"pid\":{},\"flavor\":\"{}\",\"tokio\":\"{}\",\"duration_s\":{:.3},\"deep_polls\":{}}}",
         std::process::id(),
         args.flavor.name(),
         crate::TOKIO_VERSION,

@@ -86,6 +86,7 @@ fn main() {
         args::Mode::Pool => rt.block_on(pool::run(&args)),
         args::Mode::Runtimes => rt.block_on(runtimes::run(&args)),
         args::Mode::Deep => rt.block_on(deep::run(&args)),
+        args::Mode::Deeper => rt.block_on(deep::run_deeper(&args)),
         args::Mode::Backlog => rt.block_on(backlog::run(&args)),
     };
     // A server's connection tasks may outlive its duration while a client
