@@ -425,6 +425,25 @@ static size_t first_sample(const struct report *r, uint8_t w, uint64_t from)
         return lo;
 }
 
+/* An off-CPU sample taken where the kernel preempted the thread (a timer or
+ * reschedule interrupt, the way out of a syscall, a cond_resched): it still
+ * wanted the CPU, so it was no blocking call. The kernel frames show it
+ * (the trace's samples carry no switch state); a recording without kernel
+ * frames (addresses hidden from its starter) cannot tell and counts none. */
+static bool sample_preempted(const struct report *r, const struct sample *s)
+{
+        static const char *const marks[] = { "irqentry_exit", "exit_to_user_mode", "preempt_schedule",
+                                             "cond_resched" };
+
+        for (uint8_t i = 0; i < s->n && s->frames[i] >= KERNEL_MIN; i++) {
+                const char *n = d9ctl_trace_symbols_name(&r->syms, s->frames[i]);
+                for (size_t m = 0; n && m < sizeof(marks) / sizeof(marks[0]); m++)
+                        if (strstr(n, marks[m]))
+                                return true;
+        }
+        return false;
+}
+
 static json_t *poll_json(const struct report *r, const struct poll *p, int source, const struct sample **picked)
 {
         size_t on = 0, off = 0;
@@ -440,7 +459,8 @@ static json_t *poll_json(const struct report *r, const struct poll *p, int sourc
                                 first_on = s;
                 } else {
                         off++;
-                        if (!first_off || s->n > first_off->n)
+                        /* Only a sample of the thread blocking names a blocking call. */
+                        if (source == 1 && (!first_off || s->n > first_off->n) && !sample_preempted(r, s))
                                 first_off = s;
                 }
         }

@@ -95,6 +95,10 @@ def main():
               and "sleep" in frames(p)]
     t.ok(sleeps, f"the 20 ms thread::sleep polls are listed as blocking inside polls ({len(sleeps)})",
          json.dumps(blocking[:3], indent=1)[:3000])
+    preempted = [p for p in blocking if any(m in f for f in p.get("stack", [])[:p.get("kernel_frames", 0)]
+                                            for m in ("irqentry_exit", "exit_to_user_mode", "preempt_schedule"))]
+    t.ok(not preempted, f"no preemption is listed as a blocking call ({len(preempted)})",
+         json.dumps(preempted[:2], indent=1)[:2000])
     t.ok(all(p["stack"][:p.get("kernel_frames", 0)] for p in sleeps) and
          any(p.get("kernel_frames", 0) > 0 for p in sleeps),
          "the blocking stacks start in the kernel (where the thread sat)", json.dumps(sleeps[:1]))
