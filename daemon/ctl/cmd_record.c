@@ -45,6 +45,7 @@ struct recording {
         bool follow;
         bool tty;                       /* stderr is a terminal: redraw one progress line */
         bool progress_shown;
+        bool plan_told;                 /* the plan's warnings printed (or none to wait for) */
         uint64_t started_ms, last_line_ms, rate_ms;
         long long rate_events;
         double rate;
@@ -267,6 +268,23 @@ static void progress_end(struct recording *rec)
         rec->progress_shown = false;
 }
 
+/* A plan d9d builds while it records (status "plan": "pending" at the
+ * attach): its warnings once it has landed, or why there is none. */
+static void warn_plan_once(struct recording *rec, const json_t *t)
+{
+        const json_t *plan = json_object_get(t, "plan");
+        const char *state = json_string_value(json_object_get(plan, "state"));
+        const char *err = json_string_value(json_object_get(plan, "error"));
+
+        if (rec->plan_told || (state && !strcmp(state, "pending")))
+                return;
+        rec->plan_told = true;
+        progress_end(rec);
+        if (err)
+                fprintf(stderr, "d9ctl record: warning: %s\n", err);
+        warn_missing(json_object_get(t, "probe_plan"));
+}
+
 /* Poll until the session is sealed. Returns the final status or NULL. */
 static json_t *wait_sealed(struct recording *rec, json_int_t session)
 {
@@ -281,6 +299,7 @@ static json_t *wait_sealed(struct recording *rec, json_int_t session)
                         fprintf(stderr, "d9ctl record: d9d lost the session for pid %d\n", rec->pid);
                         return NULL;
                 }
+                warn_plan_once(rec, t);
                 state = json_string_value(json_object_get(t, "state"));
                 if (state && !strcmp(state, "done")) {
                         progress_end(rec);
@@ -498,7 +517,10 @@ int d9ctl_cmd_record(int argc, char **argv)
                 json_string_value(json_object_get(t, "service")), rec.duration_ms ? "for " : "until ",
                 rec.duration_ms ? d9ctl_format_duration(rec.duration_ms, dur, sizeof(dur)) :
                 rec.child.pid ? "the command exits" : "it exits or Ctrl-C", where);
-        warn_missing(json_object_get(t, "probe_plan"));
+        warn_plan_once(&rec, t);
+        if (!rec.plan_told)
+                fprintf(stderr, "d9ctl record: the probe plan is being built while this records; its warnings "
+                        "follow when it is ready\n");
         json_decref(resp);
         rec.started_ms = rec.rate_ms = d9_now_ms();
         rec.last_line_ms = rec.tty ? 0 : rec.started_ms; /* first plain line after 2 s */
