@@ -85,6 +85,7 @@ enum d9_point {
         D9_POINT_WAKE,
         D9_POINT_PARK,
         D9_POINT_UNPARK,
+        D9_POINT_POLL_BLOCKING, /* raw::poll entry of a blocking-pool task */
 };
 enum d9_arg {
         D9_ARG_NONE = 0,
@@ -125,6 +126,13 @@ struct d9_rec_task {
         d9_u64 sched;           /* POLL_START: the task's scheduler S (for a
                                  * runtime task the Arc of its runtime's
                                  * Handle: one value per runtime); else 0 */
+        d9_u64 run_key;         /* POLL_START of a blocking-pool task: the
+                                 * word after its stage's tag word, if a
+                                 * user address. For a worker
+                                 * loop's task (Launch or block_in_place's
+                                 * stand-in, `move || run(worker)`) that is
+                                 * the Arc<Worker> whose core it runs, one
+                                 * value per worker; else 0 */
 };
 
 /* WAKE: woken task and, if the waking thread was polling, the waker. */

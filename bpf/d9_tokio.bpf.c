@@ -37,13 +37,40 @@ struct d9_hit {
         __u32 tgid, tid;
 };
 
+/* A blocking-pool task's future, read at its poll's entry (the task still
+ * holds it: BlockingTask::poll takes the closure out only then). Its cell
+ * is repr(C) Core { scheduler, task_id, stage }, so the stage starts right
+ * after the id. A worker loop's task (Tokio's Launch and block_in_place
+ * both spawn `move || run(worker)`) holds one Arc<Worker>. Its stage
+ * `Stage::Running(BlockingTask(Some(closure)))` starts with a tag word
+ * and the Arc follows at +8: Tokio 1.43 (a NonZero task id) tags Stage
+ * directly, Running = 0 in the word's low bytes, the rest padding (seen
+ * holding stale bytes: 0x7f0e00000000); 1.24 (a plain u64 id) gives
+ * Result<(), JoinError> a tag word and Stage takes its next value,
+ * Running = 2 (checked in gdb on both builds). So the key is the second
+ * word if the first's low byte is a tag (0..3) and the second a user
+ * address. Every worker loop of one worker carries the same Arc,
+ * whichever thread runs it, so it is the
+ * core's identity on a build without park probes (docs/probe-plan.md,
+ * "Worker identity"). For any other job it is just a word of its closure:
+ * translate uses it only when runtime tasks are polled inside the job. */
+static __always_inline __u64 d9_run_key(__u64 stage)
+{
+        __u64 w[2] = {};
+
+        if (bpf_probe_read_user(w, sizeof(w), (void *)stage) || (w[0] & 0xff) > 3)
+                return 0;
+        return w[1] >= 4096 && w[1] < (1ull << 47) && !(w[1] & 7) ? w[1] : 0;
+}
+
 /* id = *(u64*)(hdr + *(u64*)(*(u64*)(hdr + vtable_off) + id_off_slot)).
  * Both offsets come from the plan through d9_targets. With sched, also
  * the task's scheduler field, found the same way through the vtable read
  * once: for a runtime task the Arc of its runtime's Handle, which tells
  * the runtimes of one process apart (docs/probe-plan.md, "Worker
  * identity"); 0 if unreadable. */
-static __always_inline __u64 d9_task_id_sched(const struct d9_target_cfg *cfg, __u64 hdr, __u64 *sched)
+static __always_inline __u64 d9_task_id_sched(const struct d9_target_cfg *cfg, __u64 hdr, __u64 *sched,
+                                              __u64 *run_key)
 {
         __u64 vtable = 0, id_off = 0, id = 0, off = 0;
 
@@ -60,12 +87,14 @@ static __always_inline __u64 d9_task_id_sched(const struct d9_target_cfg *cfg, _
         if (sched && cfg->vtable_sched_off_slot &&
             !bpf_probe_read_user(&off, sizeof(off), (void *)(vtable + cfg->vtable_sched_off_slot)) && off <= 4096)
                 bpf_probe_read_user(sched, sizeof(*sched), (void *)(hdr + off));
+        if (run_key)
+                *run_key = d9_run_key(hdr + id_off + 8);
         return id;
 }
 
 static __always_inline __u64 d9_task_id(const struct d9_target_cfg *cfg, __u64 hdr)
 {
-        return d9_task_id_sched(cfg, hdr, NULL);
+        return d9_task_id_sched(cfg, hdr, NULL, NULL);
 }
 
 /* The value this attachment is about, as the plan said (cookie top bits). */
@@ -138,9 +167,9 @@ static __always_inline void d9_close_poll(const struct d9_hit *h, __u32 why)
 
 static __always_inline void d9_unpark_pending(const struct d9_hit *h);
 
-static __always_inline int d9_poll_start(const struct d9_hit *h)
+static __always_inline int d9_poll_start(const struct d9_hit *h, bool blocking)
 {
-        __u64 header = d9_point_value(h), sched = 0;
+        __u64 header = d9_point_value(h), sched = 0, run_key = 0;
         struct d9_thread *th = h->th;
         struct d9_rec_task *r;
 
@@ -149,7 +178,7 @@ static __always_inline int d9_poll_start(const struct d9_hit *h)
         if (h->cfg->unpark_at_resume)
                 d9_unpark_pending(h);
         th->header = header;
-        th->task_id = d9_task_id_sched(h->cfg, header, &sched);
+        th->task_id = d9_task_id_sched(h->cfg, header, &sched, blocking ? &run_key : NULL);
         th->cookie = h->cookie & D9_COOKIE_MASK;
         th->poll_ts = h->ts;
         r = D9_HIT_RESERVE(h, D9_REC_POLL_START, struct d9_rec_task);
@@ -159,6 +188,7 @@ static __always_inline int d9_poll_start(const struct d9_hit *h)
                 r->header = header;
                 r->future_poll = d9_boxed_future_poll(h, header);
                 r->sched = sched;
+                r->run_key = run_key;
                 d9_ring_submit(h->ring, r);
         }
         return 0;
@@ -262,7 +292,9 @@ int d9_tokio_probe(struct pt_regs *ctx)
         h.ts = bpf_ktime_get_ns();
         switch (kind) {
         case D9_POINT_POLL:
-                return d9_poll_start(&h);
+                return d9_poll_start(&h, false);
+        case D9_POINT_POLL_BLOCKING:
+                return d9_poll_start(&h, true);
         case D9_POINT_POLL_END:
                 /* A uretprobe on raw::poll or a uprobe on one of its return sites. */
                 d9_close_poll(&h, D9_END_RETURN);
