@@ -702,20 +702,18 @@ static uint32_t run_key_worker(struct translate *tr, struct tr_thread *t, uint64
         return worker_new(tr, t->run_key);
 }
 
-/* Thread t starts a loop for the known core w. If a thread holding a
- * provisional id handed it over, that id was this core all along (a loop
+/* Thread t starts a loop for the known core w. If w's last holder did not
+ * hand it over (it polled nothing that spans the loop's start), a thread
+ * holding a provisional id did: that id was this core all along (a loop
  * begun before the attach, or a thread back from a block_in_place begun
  * before it that took its core back) and is given back: its polls so far
- * stay on it, the metadata lists it no more. It handed it over if its
- * poll spans the loop's start and w's last holder's does not, or began
- * after the holder's (the holder blocked in place first, the provisional
- * thread took the core back from the Worker, then blocked in turn). */
+ * stay on it, the metadata lists it no more. */
 static int provisional_merge(struct translate *tr, struct tr_thread *t, uint32_t w, uint64_t sched, uint64_t ts)
 {
         struct tr_thread *u = thread_find(tr, tr->core_holder[w]), *a;
         int e = 0;
 
-        if (!(a = core_giver(tr, t, sched, ts, true)) || (u && poll_spans_loop_start(u, t) && u->poll_ts > a->poll_ts))
+        if ((u && poll_spans_loop_start(u, t)) || !(a = core_giver(tr, t, sched, ts, true)))
                 return 0;
         if (a->poll_worker == a->worker && !a->poll_end_ts) {
                 e = d9_enc_poll_end(tr->enc, ts, a->worker);
@@ -788,6 +786,15 @@ uint32_t translate_thread_worker(struct translate *tr, struct tr_thread *t)
         return t->worker;
 }
 
+/* Some worker of runtime rt (or of any, if unknown) is known by its key. */
+static bool runtime_keyed(const struct translate *tr, uint8_t rt)
+{
+        for (uint32_t i = 0; i < tr->n_workers; i++)
+                if (!(tr->park_keys[i] >> 63) && worker_in_runtime(tr, i, rt))
+                        return true;
+        return false;
+}
+
 /* A blocking-pool poll ended on t. If it was a worker loop (run returns
  * only once its thread has no core: handed over by block_in_place and not
  * taken back, or the runtime shut down), t drives no core any more, and a
@@ -796,6 +803,15 @@ static void worker_loop_end(struct translate *tr, struct tr_thread *t)
 {
         if (!tr->park_from_sched)
                 return;
+        /* A provisional id (a loop begun before the attach) whose loop ended
+         * while its runtime's cores are followed by their keys named this
+         * thread, not a core: the core went on to another loop, where its
+         * key names it. Given back, to be used again first. (At shutdown,
+         * with no key seen, the id stays: it was that worker's.) */
+        if (holds_provisional(tr, t) && runtime_keyed(tr, tr->worker_rt[t->worker])) {
+                tr->park_keys[t->worker] = FREE_KEY;
+                tr->workers_changed = true;
+        }
         t->worker = D9_WORKER_NONE;
         t->lost_worker = D9_WORKER_NONE;
         t->run_key = 0;
