@@ -107,7 +107,10 @@ struct d9_rec_hdr {
         d9_u16 cpu;
         d9_u32 tid;
         d9_u32 tgid;
-        d9_u32 _pad;
+        d9_u32 lost;            /* Tokio-probe records: this thread's records
+                                 * dropped (ring full) right before this one,
+                                 * so its own sequence has a hole here; 0 in
+                                 * other records */
         d9_u64 ts;              /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
 };
 
@@ -117,7 +120,10 @@ struct d9_rec_task {
         d9_u64 task_id;         /* Tokio task id (0 if unreadable) */
         d9_u64 cookie;          /* probe plan cookie: which poll<T,S> instance */
         d9_u64 header;          /* task Header* (pointer, for correlation) */
-        d9_u64 start_ts;        /* POLL_END: the matching POLL_START's ts */
+        d9_u64 start_ts;        /* POLL_END: the matching POLL_START's ts;
+                                 * POLL_START of a runtime task: the start of
+                                 * the blocking-pool poll whose run_key it
+                                 * carries (0 if none) */
         d9_u32 why;             /* POLL_END: enum d9_poll_end_why */
         d9_u32 _pad;
         d9_u64 future_poll;     /* POLL_START of a boxed dyn future: the
@@ -132,7 +138,11 @@ struct d9_rec_task {
                                  * loop's task (Launch or block_in_place's
                                  * stand-in, `move || run(worker)`) that is
                                  * the Arc<Worker> whose core it runs, one
-                                 * value per worker; else 0 */
+                                 * value per worker; else 0. POLL_START of a
+                                 * runtime task: the run_key of the thread's
+                                 * last blocking-pool poll (the loop it runs
+                                 * inside), even if that poll's own record
+                                 * was dropped */
 };
 
 /* WAKE: woken task and, if the waking thread was polling, the waker. */

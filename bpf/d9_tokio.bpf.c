@@ -141,8 +141,23 @@ static __always_inline __u64 d9_boxed_future_poll(const struct d9_hit *h, __u64 
         return fn;
 }
 
-#define D9_HIT_RESERVE(h, type, T) \
-        D9_RING_RESERVE_CUR((h)->ring, (h)->cfg, (h)->tgid, (h)->tid, type, T, (h)->ts)
+/* Reserve a record for this hit. A thread's records dropped for a full
+ * ring are counted on the thread and the next one written says how many
+ * (hdr.lost): user space then knows its own sequence of that thread has a
+ * hole there (a worker loop's start, say), not only that the ring lost
+ * some record somewhere. */
+#define D9_HIT_RESERVE(h, type, T)                                              \
+        ({                                                                      \
+                T *__hr = D9_RING_RESERVE_CUR((h)->ring, (h)->cfg, (h)->tgid,   \
+                                              (h)->tid, type, T, (h)->ts);      \
+                if ((h)->th && __hr) {                                          \
+                        __hr->hdr.lost = (h)->th->tokio_lost;                   \
+                        (h)->th->tokio_lost = 0;                                \
+                } else if ((h)->th) {                                           \
+                        (h)->th->tokio_lost++;                                  \
+                }                                                               \
+                __hr;                                                           \
+        })
 
 /* Write POLL_END for the poll open on this thread, and forget it. */
 static __always_inline void d9_close_poll(const struct d9_hit *h, __u32 why)
@@ -179,6 +194,14 @@ static __always_inline int d9_poll_start(const struct d9_hit *h, bool blocking)
                 d9_unpark_pending(h);
         th->header = header;
         th->task_id = d9_task_id_sched(h->cfg, header, &sched, blocking ? &run_key : NULL);
+        /* The loop a runtime task is polled in is the thread's last
+         * blocking-pool poll (a worker runs task polls only inside its
+         * loop, `run`): every task poll carries that loop's key, so the
+         * worker is known even if the ring dropped the loop's own record. */
+        if (blocking) {
+                th->run_key = run_key;
+                th->run_key_ts = h->ts;
+        }
         th->cookie = h->cookie & D9_COOKIE_MASK;
         th->poll_ts = h->ts;
         r = D9_HIT_RESERVE(h, D9_REC_POLL_START, struct d9_rec_task);
@@ -188,7 +211,8 @@ static __always_inline int d9_poll_start(const struct d9_hit *h, bool blocking)
                 r->header = header;
                 r->future_poll = d9_boxed_future_poll(h, header);
                 r->sched = sched;
-                r->run_key = run_key;
+                r->run_key = blocking ? run_key : th->run_key;
+                r->start_ts = blocking ? 0 : th->run_key_ts;
                 d9_ring_submit(h->ring, r);
         }
         return 0;
@@ -281,14 +305,17 @@ int d9_tokio_probe(struct pt_regs *ctx)
         h.cfg = d9_target_of(h.tgid);
         if (!h.cfg)
                 return 0;
-        /* Spawn and terminate are the only kinds without thread state. */
-        if (kind != D9_POINT_SPAWN && kind != D9_POINT_TERMINATE) {
-                h.th = bpf_task_storage_get(&d9_threads, bpf_get_current_task_btf(), 0,
-                                            BPF_LOCAL_STORAGE_GET_F_CREATE);
-                if (!h.th)
-                        return 0;
-        }
         h.ring = d9_ring_of(h.tgid);
+        /* Spawn and terminate are the only kinds without thread state of
+         * their own (they use it only to count drops, if the thread has it). */
+        if (kind == D9_POINT_SPAWN || kind == D9_POINT_TERMINATE) {
+                h.th = bpf_task_storage_get(&d9_threads, bpf_get_current_task_btf(), 0, 0);
+                h.ts = bpf_ktime_get_ns();
+                return d9_task_event(&h, kind == D9_POINT_SPAWN ? D9_REC_SPAWN : D9_REC_TERMINATE);
+        }
+        h.th = bpf_task_storage_get(&d9_threads, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+        if (!h.th)
+                return 0;
         h.ts = bpf_ktime_get_ns();
         switch (kind) {
         case D9_POINT_POLL:
@@ -299,10 +326,6 @@ int d9_tokio_probe(struct pt_regs *ctx)
                 /* A uretprobe on raw::poll or a uprobe on one of its return sites. */
                 d9_close_poll(&h, D9_END_RETURN);
                 return 0;
-        case D9_POINT_SPAWN:
-                return d9_task_event(&h, D9_REC_SPAWN);
-        case D9_POINT_TERMINATE:
-                return d9_task_event(&h, D9_REC_TERMINATE);
         case D9_POINT_WAKE:
                 return d9_wake(&h);
         case D9_POINT_PARK:

@@ -740,6 +740,19 @@ static int poll_worker(struct translate *tr, struct tr_thread *t, const struct d
         *lane = D9_WORKER_BLOCKING;
         if (cookie_is_blocking(tr, r->cookie))
                 return 0;
+        /* BPF gives every task poll the key of the loop it runs inside (the
+         * thread's last blocking-pool poll), read at that loop's start: so
+         * a loop whose own record the ring dropped is known all the same.
+         * One read before this recording began (start_ts before its first
+         * record: the thread state of an earlier recording) is not used. */
+        if (tr->park_from_sched && r->run_key && r->start_ts >= tr->first_ts &&
+            (!in_loop || r->start_ts != t->blocking_ts)) {
+                if (!in_loop || t->run_key != r->run_key)
+                        tr->loops_unseen++;
+                t->run_key = r->run_key;
+                t->blocking_ts = r->start_ts;
+                in_loop = true;
+        }
         if (tr->park_from_sched) {
                 struct tr_thread *a, *prev;
 

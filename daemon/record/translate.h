@@ -125,6 +125,8 @@ struct translate {
         uint64_t exited, exec_seen;     /* EXIT / EXEC records */
         uint64_t sched_parks;           /* parks derived from off-CPU records */
         uint64_t cores_handed;          /* block_in_place hand-offs followed without park probes */
+        uint64_t loops_unseen;          /* worker loops known only from their task polls'
+                                         * run_key (the loop's own record was dropped) */
         /* long_poll.c: workers and long polls from stacks (default set). */
         bool stack_workers;
         uint64_t run_period_ns;

@@ -784,6 +784,58 @@ static void test_block_in_place_giver_takes_back_what_stand_in_put_back(void)
            "two loops as blocking polls (%d)", l.poll_start[0], l.poll_start[1], l.park[0], l.blocking_polls);
 }
 
+/* A task poll as BPF writes it inside a worker loop: the loop's run_key
+ * and that loop's start (loop_ts), the thread's last blocking-pool poll;
+ * lost: the thread's records the ring dropped right before this one. */
+static void poll_in_loop(struct run *r, uint32_t tid, uint64_t task, uint64_t run_key, uint64_t loop_ts,
+                         uint32_t lost)
+{
+        struct d9_rec_task t = { .task_id = task, .cookie = C_TASK, .sched = RT_A, .run_key = run_key,
+                                 .start_ts = loop_ts };
+
+        hdr(&t.hdr, r, D9_REC_POLL_START, tid);
+        t.hdr.lost = lost;
+        translate_record(&r->tr, &t, sizeof(t));
+        t = (struct d9_rec_task){ .task_id = task, .cookie = C_TASK };
+        hdr(&t.hdr, r, D9_REC_POLL_END, tid);
+        translate_record(&r->tr, &t, sizeof(t));
+}
+
+/* Seen in the inplace target under 2 hogs (mid-run attach): the ring
+ * dropped a stand-in loop's POLL_START (the thread's next record said 47
+ * of its records were lost), so its thread polled runtime tasks outside
+ * any loop translate knew of and got a third id. The task polls carry
+ * the loop's key themselves: the stand-in is worker 0, no new id. A key
+ * read before the recording began (an earlier session's thread state) is
+ * not used. */
+static void test_block_in_place_loop_start_dropped(void)
+{
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+        uint64_t lost_loop_ts;
+
+        run_start(&r, false, false);
+        poll_rt(&r, 101, C_TASK, 1, RT_A);        /* attached mid-run */
+        poll_in_loop(&r, 102, 2, K1, 1, 0);       /* a key older than the recording */
+        poll_open(&r, 101, C_TASK, 7, RT_A);      /* block_in_place */
+        loop_open(&r, 103, K0, 900);
+        poll_rt(&r, 103, C_TASK, 30, RT_A);       /* the stand-in: worker 0 */
+        poll_open(&r, 103, C_TASK, 31, RT_A);     /* ... blocks in place too */
+        lost_loop_ts = r.ts += 1000;              /* 104's loop 901: record dropped */
+        poll_in_loop(&r, 104, 40, K0, lost_loop_ts, 3);
+        poll_in_loop(&r, 104, 41, K0, lost_loop_ts, 0);
+        poll_rt(&r, 102, C_TASK, 3, RT_A);
+        poll_in_loop(&r, 104, 42, K0, lost_loop_ts, 0);
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!strcmp(workers, "0,1") && polls_off(&l, 2) == 0 && !l.overlaps,
+           "a stand-in loop whose start the ring dropped: runtime.main '%s', %d polls elsewhere, %d overlaps",
+           workers, polls_off(&l, 2), l.overlaps);
+        ok(l.poll_start[0] == 2 + 2 + 3 && l.poll_start[1] == 2,
+           "its polls are worker 0's by their loop key (worker 0: %d of 7 polls, worker 1: %d of 2)",
+           l.poll_start[0], l.poll_start[1]);
+}
+
 /* deltachat's pace: two workers, every poll blocks in place, a stand-in
  * loop per hand-off on a thread from a pool that comes and goes (tids
  * 200..), and records of threads interleaved in a different order each
@@ -854,5 +906,6 @@ int main(void)
         test_idle_current_thread_runtimes_apart();
         test_block_in_place_giver_takes_back_what_stand_in_put_back();
         test_block_in_place_rotating_threads_two_ids();
+        test_block_in_place_loop_start_dropped();
         return tap_done();
 }
