@@ -494,11 +494,13 @@ static void collect(struct point_set sets[2], const struct probe_plan *plan,
 
                 if (p->kind != kind || p->skipped)
                         continue;
+                enum d9_point as = what == D9_POINT_POLL && p->blocking_task ? D9_POINT_POLL_BLOCKING : what;
+
                 set = &sets[as_ret || p->uretprobe];
                 set->offs[set->n] = p->file_offset;
                 set->cookies[set->n++] = (p->cookie & D9_COOKIE_MASK) |
                                          (point_dyn_off(p, what) << D9_COOKIE_DYN_SHIFT) |
-                                         ((__u64)what << D9_COOKIE_KIND_SHIFT) |
+                                         ((__u64)as << D9_COOKIE_KIND_SHIFT) |
                                          (point_arg(p) << D9_COOKIE_ARG_SHIFT);
         }
 }

@@ -85,6 +85,7 @@ enum d9_point {
         D9_POINT_WAKE,
         D9_POINT_PARK,
         D9_POINT_UNPARK,
+        D9_POINT_POLL_BLOCKING, /* raw::poll entry of a blocking-pool task */
 };
 enum d9_arg {
         D9_ARG_NONE = 0,
@@ -107,7 +108,10 @@ struct d9_rec_hdr {
         d9_u16 cpu;
         d9_u32 tid;
         d9_u32 tgid;
-        d9_u32 _pad;
+        d9_u32 lost;            /* Tokio-probe records: this thread's records
+                                 * dropped (ring full) right before this one,
+                                 * so its own sequence has a hole here; 0 in
+                                 * other records */
         d9_u64 ts;              /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
 };
 
@@ -117,7 +121,10 @@ struct d9_rec_task {
         d9_u64 task_id;         /* Tokio task id (0 if unreadable) */
         d9_u64 cookie;          /* probe plan cookie: which poll<T,S> instance */
         d9_u64 header;          /* task Header* (pointer, for correlation) */
-        d9_u64 start_ts;        /* POLL_END: the matching POLL_START's ts */
+        d9_u64 start_ts;        /* POLL_END: the matching POLL_START's ts;
+                                 * POLL_START of a runtime task: the start of
+                                 * the blocking-pool poll whose run_key it
+                                 * carries (0 if none) */
         d9_u32 why;             /* POLL_END: enum d9_poll_end_why */
         d9_u32 _pad;
         d9_u64 future_poll;     /* POLL_START of a boxed dyn future: the
@@ -126,6 +133,17 @@ struct d9_rec_task {
         d9_u64 sched;           /* POLL_START: the task's scheduler S (for a
                                  * runtime task the Arc of its runtime's
                                  * Handle: one value per runtime); else 0 */
+        d9_u64 run_key;         /* POLL_START of a blocking-pool task: the
+                                 * word after its stage's tag word, if a
+                                 * user address. For a worker
+                                 * loop's task (Launch or block_in_place's
+                                 * stand-in, `move || run(worker)`) that is
+                                 * the Arc<Worker> whose core it runs, one
+                                 * value per worker; else 0. POLL_START of a
+                                 * runtime task: the run_key of the thread's
+                                 * last blocking-pool poll (the loop it runs
+                                 * inside), even if that poll's own record
+                                 * was dropped */
 };
 
 /* WAKE: woken task and, if the waking thread was polling, the waker. */

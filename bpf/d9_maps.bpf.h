@@ -62,10 +62,14 @@ struct d9_thread {
         __u64 run_nvcsw;        /* d9_run_sample: task->nvcsw at the tick that */
         __u64 run_since;        /* started this stretch without a voluntary switch */
         __u32 run_ticks;        /* ticks in it since */
-        __u32 _pad;
+        __u32 tokio_lost;       /* this thread's Tokio-probe records dropped
+                                 * (ring full) since its last one written */
         __u64 vt;               /* d9_tokio: the last task vtable read on this */
         __u64 vt_id_off;        /* thread, and the id and scheduler offsets */
         __u64 vt_sched_off;     /* it holds (0: none) */
+        __u64 run_key;          /* run_key of its last blocking-pool poll
+                                 * (the worker loop it runs), 0 if none */
+        __u64 run_key_ts;       /* that poll's start */
 };
 
 struct {
@@ -169,7 +173,7 @@ static __always_inline void d9_fill_hdr_ts(struct d9_rec_hdr *h, __u16 type, __u
         h->cpu = bpf_get_smp_processor_id();
         h->tid = tid;
         h->tgid = tgid;
-        h->_pad = 0;
+        h->lost = 0;
         h->ts = ts;
 }
 

@@ -74,6 +74,32 @@ static __always_inline bool d9_vtable_offs(const struct d9_target_cfg *cfg, stru
         return true;
 }
 
+/* A blocking-pool task's future, read at its poll's entry (the task still
+ * holds it: BlockingTask::poll takes the closure out only then). Its cell
+ * is repr(C) Core { scheduler, task_id, stage }, so the stage starts right
+ * after the id. A worker loop's task (Tokio's Launch and block_in_place
+ * both spawn `move || run(worker)`) holds one Arc<Worker>. Its stage
+ * `Stage::Running(BlockingTask(Some(closure)))` starts with a tag word
+ * and the Arc follows at +8: Tokio 1.43 (a NonZero task id) tags Stage
+ * directly, Running = 0 in the word's low bytes, the rest padding (seen
+ * holding stale bytes: 0x7f0e00000000); 1.24 (a plain u64 id) gives
+ * Result<(), JoinError> a tag word and Stage takes its next value,
+ * Running = 2 (checked in gdb on both builds). So the key is the second
+ * word if the first's low byte is a tag (0..3) and the second a user
+ * address. Every worker loop of one worker carries the same Arc,
+ * whichever thread runs it, so it is the
+ * core's identity on a build without park probes (docs/probe-plan.md,
+ * "Worker identity"). For any other job it is just a word of its closure:
+ * translate uses it only when runtime tasks are polled inside the job. */
+static __always_inline __u64 d9_run_key(__u64 stage)
+{
+        __u64 w[2] = {};
+
+        if (bpf_probe_read_user(w, sizeof(w), (void *)stage) || (w[0] & 0xff) > 3)
+                return 0;
+        return w[1] >= 4096 && w[1] < (1ull << 47) && !(w[1] & 7) ? w[1] : 0;
+}
+
 /* id = *(u64*)(hdr + *(u64*)(*(u64*)(hdr + vtable_off) + id_off_slot)).
  * Both offsets come from the plan through d9_targets. With sched, also
  * the task's scheduler field, found the same way through the vtable read
@@ -81,7 +107,7 @@ static __always_inline bool d9_vtable_offs(const struct d9_target_cfg *cfg, stru
  * the runtimes of one process apart (docs/probe-plan.md, "Worker
  * identity"); 0 if unreadable. */
 static __always_inline __u64 d9_task_id_sched(const struct d9_target_cfg *cfg, struct d9_thread *th, __u64 hdr,
-                                              __u64 *sched)
+                                              __u64 *sched, __u64 *run_key)
 {
         struct d9_vt_offs o;
         __u64 vtable = 0, id = 0;
@@ -94,12 +120,14 @@ static __always_inline __u64 d9_task_id_sched(const struct d9_target_cfg *cfg, s
         bpf_probe_read_user(&id, sizeof(id), (void *)(hdr + o.id));
         if (sched && o.sched)
                 bpf_probe_read_user(sched, sizeof(*sched), (void *)(hdr + o.sched));
+        if (run_key)
+                *run_key = d9_run_key(hdr + o.id + 8);
         return id;
 }
 
 static __always_inline __u64 d9_task_id(const struct d9_target_cfg *cfg, struct d9_thread *th, __u64 hdr)
 {
-        return d9_task_id_sched(cfg, th, hdr, NULL);
+        return d9_task_id_sched(cfg, th, hdr, NULL, NULL);
 }
 
 /* The value this attachment is about, as the plan said (cookie top bits). */
@@ -146,8 +174,23 @@ static __always_inline __u64 d9_boxed_future_poll(const struct d9_hit *h, __u64 
         return fn;
 }
 
-#define D9_HIT_RESERVE(h, type, T) \
-        D9_RING_RESERVE_CUR((h)->ring, (h)->cfg, (h)->tgid, (h)->tid, type, T, (h)->ts)
+/* Reserve a record for this hit. A thread's records dropped for a full
+ * ring are counted on the thread and the next one written says how many
+ * (hdr.lost): user space then knows its own sequence of that thread has a
+ * hole there (a worker loop's start, say), not only that the ring lost
+ * some record somewhere. */
+#define D9_HIT_RESERVE(h, type, T)                                              \
+        ({                                                                      \
+                T *__hr = D9_RING_RESERVE_CUR((h)->ring, (h)->cfg, (h)->tgid,   \
+                                              (h)->tid, type, T, (h)->ts);      \
+                if ((h)->th && __hr) {                                          \
+                        __hr->hdr.lost = (h)->th->tokio_lost;                   \
+                        (h)->th->tokio_lost = 0;                                \
+                } else if ((h)->th) {                                           \
+                        (h)->th->tokio_lost++;                                  \
+                }                                                               \
+                __hr;                                                           \
+        })
 
 /* Write POLL_END for the poll open on this thread, and forget it. */
 static __always_inline void d9_close_poll(const struct d9_hit *h, __u32 why)
@@ -172,9 +215,9 @@ static __always_inline void d9_close_poll(const struct d9_hit *h, __u32 why)
 
 static __always_inline void d9_unpark_pending(const struct d9_hit *h);
 
-static __always_inline int d9_poll_start(const struct d9_hit *h)
+static __always_inline int d9_poll_start(const struct d9_hit *h, bool blocking)
 {
-        __u64 header = d9_point_value(h), sched = 0;
+        __u64 header = d9_point_value(h), sched = 0, run_key = 0;
         struct d9_thread *th = h->th;
         struct d9_rec_task *r;
 
@@ -184,7 +227,15 @@ static __always_inline int d9_poll_start(const struct d9_hit *h)
         if (h->cfg->unpark_at_resume)
                 d9_unpark_pending(h);
         th->header = header;
-        th->task_id = d9_task_id_sched(h->cfg, th, header, &sched);
+        th->task_id = d9_task_id_sched(h->cfg, th, header, &sched, blocking ? &run_key : NULL);
+        /* The loop a runtime task is polled in is the thread's last
+         * blocking-pool poll (a worker runs task polls only inside its
+         * loop, `run`): every task poll carries that loop's key, so the
+         * worker is known even if the ring dropped the loop's own record. */
+        if (blocking) {
+                th->run_key = run_key;
+                th->run_key_ts = h->ts;
+        }
         th->cookie = h->cookie & D9_COOKIE_MASK;
         th->poll_ts = h->ts;
         r = D9_HIT_RESERVE(h, D9_REC_POLL_START, struct d9_rec_task);
@@ -194,6 +245,8 @@ static __always_inline int d9_poll_start(const struct d9_hit *h)
                 r->header = header;
                 r->future_poll = d9_boxed_future_poll(h, header);
                 r->sched = sched;
+                r->run_key = blocking ? run_key : th->run_key;
+                r->start_ts = blocking ? 0 : th->run_key_ts;
                 d9_ring_submit(h->ring, r);
         }
         return 0;
@@ -286,31 +339,32 @@ int d9_tokio_probe(struct pt_regs *ctx)
         h.cfg = d9_target_of(h.tgid);
         if (!h.cfg || h.cfg->uprobes_off)
                 return 0;
-        /* Spawn and terminate are the only kinds without thread state. */
-        if (kind != D9_POINT_SPAWN && kind != D9_POINT_TERMINATE) {
-                h.th = bpf_task_storage_get(&d9_threads, bpf_get_current_task_btf(), 0,
-                                            BPF_LOCAL_STORAGE_GET_F_CREATE);
-                if (!h.th)
-                        return 0;
-        }
         h.ring = d9_ring_of(h.tgid);
+        /* Spawn and terminate are the only kinds without thread state of
+         * their own (they use it only to count drops, if the thread has it). */
+        if (kind == D9_POINT_SPAWN || kind == D9_POINT_TERMINATE) {
+                h.th = bpf_task_storage_get(&d9_threads, bpf_get_current_task_btf(), 0, 0);
+                h.ts = bpf_ktime_get_ns();
+                return d9_task_event(&h, kind == D9_POINT_SPAWN ? D9_REC_SPAWN : D9_REC_TERMINATE);
+        }
+        h.th = bpf_task_storage_get(&d9_threads, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+        if (!h.th)
+                return 0;
         h.ts = bpf_ktime_get_ns();
         /* The kinds with thread state test it again, for the verifier:
          * clang may test kind through another register than the one above,
          * and the verifier then cannot tell that th is set. */
         switch (kind) {
         case D9_POINT_POLL:
-                return h.th ? d9_poll_start(&h) : 0;
+                return h.th ? d9_poll_start(&h, false) : 0;
+        case D9_POINT_POLL_BLOCKING:
+                return h.th ? d9_poll_start(&h, true) : 0;
         case D9_POINT_POLL_END:
                 if (!h.th)
                         return 0;
                 /* A uretprobe on raw::poll or a uprobe on one of its return sites. */
                 d9_close_poll(&h, D9_END_RETURN);
                 return 0;
-        case D9_POINT_SPAWN:
-                return d9_task_event(&h, D9_REC_SPAWN);
-        case D9_POINT_TERMINATE:
-                return d9_task_event(&h, D9_REC_TERMINATE);
         case D9_POINT_WAKE:
                 return h.th ? d9_wake(&h) : 0;
         case D9_POINT_PARK:

@@ -27,7 +27,7 @@ static __always_inline void hdr_fill(struct d9_rec_hdr *h, __u16 type, __u64 n)
         h->cpu = 0;
         h->tid = 1000 + (__u32)((n >> 4) & 3);
         h->tgid = 1000;
-        h->_pad = 0;
+        h->lost = 0;
         h->ts = bpf_ktime_get_ns();
 }
 

@@ -124,6 +124,7 @@ int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *pla
         tr->threads_cap = 256;
         tr->threads = calloc(tr->threads_cap, sizeof(*tr->threads));
         tr->park_keys = calloc(256, sizeof(*tr->park_keys));
+        tr->core_holder = calloc(256, sizeof(*tr->core_holder));
         tr->worker_rt = malloc(256);
         if (tr->worker_rt)
                 memset(tr->worker_rt, TR_RT_UNKNOWN, 256);
@@ -137,7 +138,8 @@ int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *pla
          * them at start, off this thread): reading /proc/kallsyms takes
          * 0.1-0.3 s, and on the drain thread it stalled busy rings into drops. */
         tr->ksyms = ksyms_get_ready();
-        return tr->label_atoms && tr->threads && tr->park_keys && tr->worker_rt && tr->live_tasks ? 0 : -ENOMEM;
+        return tr->label_atoms && tr->threads && tr->park_keys && tr->core_holder && tr->worker_rt && tr->live_tasks ?
+               0 : -ENOMEM;
 }
 
 int translate_set_plan(struct translate *tr, const struct probe_plan *plan, bool wake_probes, bool park_probes)
@@ -168,6 +170,7 @@ void translate_destroy(struct translate *tr)
                         free(tr->threads[i].stk[k].frames);
         free(tr->threads);
         free(tr->park_keys);
+        free(tr->core_holder);
         free(tr->worker_rt);
         free(tr->live_tasks);
         unwinder_free(tr->unw);
@@ -596,26 +599,53 @@ static bool worker_in_runtime(const struct translate *tr, uint32_t w, uint8_t rt
         return rt == TR_RT_UNKNOWN || tr->worker_rt[w] == TR_RT_UNKNOWN || tr->worker_rt[w] == rt;
 }
 
-/* block_in_place without park probes. Tokio puts the calling worker's core
- * back in its Worker and spawns a blocking task running the worker loop
- * (multi_thread::worker::run) for it, from inside the caller's poll; the
- * thread that runs that task takes the core and polls. So when thread t,
- * in a blocking poll seen from its start, polls its first runtime task,
- * the core it drives is that of a worker of the same runtime whose last
- * poll began before t's blocking poll and was still running when it
- * began: that poll called block_in_place. It may have ended since (the
- * taker can idle with the core before its first poll), but its thread has
- * polled nothing after it (a thread that did still had its core). A
- * worker's first launch has no such giver (the runtime has no tasks yet
- * while it launches). Of several, the longest poll (another worker in an
- * ordinary long poll is the case this can get wrong, undone by
- * reclaim_core below). */
+/* Which core a worker thread drives, without park probes (a stripped
+ * build). Tokio runs a worker's loop, multi_thread::worker::run, as a
+ * blocking-pool task `move || run(worker)`: once per worker at launch,
+ * and again each time block_in_place hands the core over (the caller puts
+ * its core back in its Worker and spawns that task, from inside its poll;
+ * the thread that runs the task takes the core, if the caller has not
+ * taken it back first). BPF reads that task's Arc<Worker> at its poll's
+ * entry (run_key): the same value for every loop of one worker, whichever
+ * thread runs it. So a thread polling runtime tasks inside a worker loop
+ * whose key is known drives that worker's core, and the key, not the
+ * thread or the order records arrive in, names the worker.
+ *
+ * A core runs on one thread at a time: a thread that takes a worker's
+ * core ends the previous holder's tenure (core_hold). The previous holder
+ * is inside block_in_place (its poll leaves the worker's lane there: the
+ * rest is the blocking section, on no worker) or its loop has ended; it
+ * is a blocking-pool thread again. Coming back from block_in_place, a
+ * thread can only take back its own worker's core (Tokio's Reset takes
+ * cx.worker.core), so its next poll outside a worker loop whose start was
+ * seen is on the worker it handed over (lost_worker).
+ *
+ * Attached mid-run, the loops already running were never seen starting:
+ * their threads hold provisional ids (one per thread). The first time a
+ * core's key is seen, the worker that handed it over holds such an id and
+ * has been in one poll since before the taker's loop began (that poll
+ * called block_in_place): the key takes that id (the longest such poll, if
+ * several: two workers blocking in place at once may swap ids, never add
+ * one). A worker's first launch has no such giver (the runtime has no
+ * tasks yet while it launches). When the key is unreadable (0), the same
+ * guess is the whole rule, and it can be wrong when another worker is in
+ * an ordinary long poll. */
 static uint64_t giver_poll_len(const struct tr_thread *a, uint64_t now)
 {
         return (a->poll_end_ts ? a->poll_end_ts : now) - a->poll_ts;
 }
 
-static struct tr_thread *core_giver(struct translate *tr, const struct tr_thread *t, uint64_t sched, uint64_t now)
+/* a's last poll began before t's worker loop did and ran past its start:
+ * a poll that can have called block_in_place for t's loop. */
+static bool poll_spans_loop_start(const struct tr_thread *a, const struct tr_thread *t)
+{
+        bool open = a->poll_worker == a->worker && !a->poll_end_ts;
+
+        return a->poll_ts && a->poll_ts < t->blocking_ts && (open || a->poll_end_ts > t->blocking_ts);
+}
+
+static struct tr_thread *core_giver(struct translate *tr, const struct tr_thread *t, uint64_t sched, uint64_t now,
+                                    bool provisional_only)
 {
         uint8_t rt = runtime_of(tr, sched);
         struct tr_thread *best = NULL;
@@ -625,11 +655,9 @@ static struct tr_thread *core_giver(struct translate *tr, const struct tr_thread
                 return NULL;
         for (size_t i = 0; i < tr->threads_cap; i++) {
                 struct tr_thread *a = &tr->threads[i];
-                bool open = a->poll_worker == a->worker && !a->poll_end_ts;
 
-                if (!a->tid || a == t || a->worker >= D9_WORKER_BLOCKING || !a->poll_ts ||
-                    a->poll_ts >= t->blocking_ts || !(open || a->poll_end_ts > t->blocking_ts) ||
-                    !worker_in_runtime(tr, a->worker, rt))
+                if (!a->tid || a == t || a->worker >= D9_WORKER_BLOCKING || !poll_spans_loop_start(a, t) ||
+                    !worker_in_runtime(tr, a->worker, rt) || (provisional_only && !holds_provisional(tr, a)))
                         continue;
                 if (!best || giver_poll_len(a, now) > giver_poll_len(best, now))
                         best = a;
@@ -637,82 +665,166 @@ static struct tr_thread *core_giver(struct translate *tr, const struct tr_thread
         return best;
 }
 
-/* Thread t takes over the core of worker a->worker at ts. The giver's poll
- * leaves that worker's lane here (the core runs other tasks on t from now
- * on; the rest of the poll is the blocking section, on no worker), and the
- * giver is a blocking-pool thread again. */
-static int core_take_over(struct translate *tr, struct tr_thread *t, struct tr_thread *a, uint64_t ts)
+static struct tr_thread *thread_find(struct translate *tr, uint32_t tid)
 {
-        uint32_t w = a->worker;
+        size_t mask = tr->threads_cap - 1, i = (tid * 2654435761u) & mask;
+
+        while (tid && tr->threads[i].tid && tr->threads[i].tid != tid)
+                i = (i + 1) & mask;
+        return tid && tr->threads[i].tid == tid ? &tr->threads[i] : NULL;
+}
+
+/* Thread t drives worker w's core from ts on; whoever held it before
+ * handed it over and is that worker no more. */
+static int core_hold(struct translate *tr, struct tr_thread *t, uint32_t w, uint64_t ts, struct tr_thread **prev)
+{
+        struct tr_thread *u = thread_find(tr, tr->core_holder[w]);
         int e = 0;
 
-        if (a->poll_worker == w && !a->poll_end_ts) {
-                e = d9_enc_poll_end(tr->enc, ts, w);
-                tr->events += e == 0;
+        *prev = NULL;
+        if (u && u != t && u->worker == w) {
+                *prev = u;
+                if (u->poll_worker == w && !u->poll_end_ts) {
+                        e = d9_enc_poll_end(tr->enc, ts, w);
+                        tr->events += e == 0;
+                }
+                if (u->poll_worker == w)
+                        u->poll_worker = D9_WORKER_NONE;
+                u->worker = D9_WORKER_NONE;
+                u->lost_worker = w;
+                u->pool_thread = true;
+                tr->cores_handed++;
         }
-        a->poll_worker = D9_WORKER_NONE;
-        a->worker = D9_WORKER_NONE;
-        a->lost_worker = w;
-        a->pool_thread = true;
+        /* A provisional id of a thread now seen driving another core was
+         * this thread's, not a core's: given back. */
+        if (t->worker != w && holds_provisional(tr, t)) {
+                tr->park_keys[t->worker] = FREE_KEY;
+                tr->workers_changed = true;
+        }
         t->worker = w;
         t->lost_worker = D9_WORKER_NONE;
-        tr->cores_handed++;
+        tr->core_holder[w] = t->tid;
         return e;
 }
 
-/* A thread taken for a core's giver polls a task of that core's runtime
- * outside any blocking poll: it kept its core (the giver was another
- * worker in a long poll). It gets its id back; the taker takes the core
- * of the next giver, if one is still in its poll, else a new id. */
-static int reclaim_core(struct translate *tr, struct tr_thread *t, uint64_t sched, uint64_t ts)
-{
-        uint32_t w = t->lost_worker;
-        struct tr_thread *taker = NULL;
+/* The worker whose loop thread t runs (its run_key), a new one for a key
+ * not seen before unless a provisional worker handed it over. */
+static int provisional_merge(struct translate *tr, struct tr_thread *t, uint32_t w, uint64_t sched, uint64_t ts);
 
-        t->lost_worker = D9_WORKER_NONE;
-        if (!worker_in_runtime(tr, w, runtime_of(tr, sched)))
-                return 0;
-        for (size_t i = 0; i < tr->threads_cap && !taker; i++)
-                if (tr->threads[i].tid && &tr->threads[i] != t && tr->threads[i].worker == w)
-                        taker = &tr->threads[i];
-        t->worker = w;
-        t->pool_thread = false;
-        if (!taker)
-                return 0;
-        /* The taker's open poll on w ends here; it goes on on its new lane. */
-        if (taker->poll_worker == w) {
-                int e = d9_enc_poll_end(tr->enc, ts, w);
-                if (e < 0)
-                        return e;
-                tr->events++;
-                taker->poll_worker = D9_WORKER_NONE;
+static uint32_t run_key_worker(struct translate *tr, struct tr_thread *t, uint64_t sched, uint64_t ts)
+{
+        struct tr_thread *a;
+
+        if (t->worker < tr->n_workers && tr->park_keys[t->worker] == t->run_key)
+                return t->worker;
+        for (uint32_t i = 0; i < tr->n_workers; i++)
+                if (tr->park_keys[i] == t->run_key)
+                        return provisional_merge(tr, t, i, sched, ts) < 0 ? D9_WORKER_NONE : i;
+        if ((a = core_giver(tr, t, sched, ts, true))) {
+                tr->park_keys[a->worker] = t->run_key;
+                return a->worker;
         }
-        struct tr_thread *a = core_giver(tr, taker, sched, ts);
-        taker->worker = D9_WORKER_NONE;
-        if (a)
-                return core_take_over(tr, taker, a, ts);
-        taker->worker = worker_new(tr, PROVISIONAL_KEY(taker->tid));
-        return 0;
+        /* A provisional id whose thread drives it no more (its loop ended,
+         * its core went on to a loop this thread never saw start): that
+         * core turns up here, in the first loop seen with its key. */
+        for (uint32_t i = 0; i < tr->n_workers; i++) {
+                struct tr_thread *h = thread_find(tr, tr->core_holder[i]);
+
+                if (tr->park_keys[i] >> 63 && tr->park_keys[i] != FREE_KEY && (!h || h->worker != i) &&
+                    worker_in_runtime(tr, i, runtime_of(tr, sched))) {
+                        tr->park_keys[i] = t->run_key;
+                        return i;
+                }
+        }
+        return worker_new(tr, t->run_key);
+}
+
+/* Thread t starts a loop for the known core w. If w's last holder did not
+ * hand it over (it polled nothing that spans the loop's start), a thread
+ * holding a provisional id did: that id was this core all along (a loop
+ * begun before the attach, or a thread back from a block_in_place begun
+ * before it that took its core back) and is given back: its polls so far
+ * stay on it, the metadata lists it no more. */
+static int provisional_merge(struct translate *tr, struct tr_thread *t, uint32_t w, uint64_t sched, uint64_t ts)
+{
+        struct tr_thread *u = thread_find(tr, tr->core_holder[w]), *a;
+        int e = 0;
+
+        if ((u && poll_spans_loop_start(u, t)) || !(a = core_giver(tr, t, sched, ts, true)))
+                return 0;
+        if (a->poll_worker == a->worker && !a->poll_end_ts) {
+                e = d9_enc_poll_end(tr->enc, ts, a->worker);
+                tr->events += e == 0;
+                a->poll_worker = D9_WORKER_NONE;
+        }
+        tr->park_keys[a->worker] = FREE_KEY;
+        tr->workers_changed = true;
+        a->worker = D9_WORKER_NONE;
+        a->lost_worker = w;
+        a->pool_thread = true;
+        tr->cores_handed++;
+        return e;
 }
 
 /* The lane a poll starts on (rules at the top of this file). */
 static int poll_worker(struct translate *tr, struct tr_thread *t, const struct d9_rec_task *r, uint32_t *lane)
 {
+        /* Inside a blocking poll seen from its start: a worker loop. */
+        bool in_loop = t->poll_worker == D9_WORKER_BLOCKING || t->blocking_nested;
+        uint32_t w = D9_WORKER_NONE;
         int e = 0;
 
         *lane = D9_WORKER_BLOCKING;
         if (cookie_is_blocking(tr, r->cookie))
                 return 0;
-        if (tr->park_from_sched && t->worker == D9_WORKER_NONE) {
-                struct tr_thread *a;
-
-                if (t->poll_worker == D9_WORKER_BLOCKING && (a = core_giver(tr, t, r->sched, r->hdr.ts)))
-                        e = core_take_over(tr, t, a, r->hdr.ts);
-                else if (t->poll_worker != D9_WORKER_BLOCKING && t->lost_worker != D9_WORKER_NONE)
-                        e = reclaim_core(tr, t, r->sched, r->hdr.ts);
+        /* BPF gives every task poll the key of the loop it runs inside (the
+         * thread's last blocking-pool poll), read at that loop's start: so
+         * a loop whose own record the ring dropped is known all the same.
+         * One read before this recording began (start_ts before its first
+         * record: the thread state of an earlier recording) is not used. */
+        if (tr->park_from_sched && r->run_key && r->start_ts >= tr->first_ts &&
+            (!in_loop || r->start_ts != t->blocking_ts)) {
+                if (!in_loop || t->run_key != r->run_key)
+                        tr->loops_unseen++;
+                t->run_key = r->run_key;
+                t->blocking_ts = r->start_ts;
+                in_loop = true;
         }
-        if (t->worker == D9_WORKER_NONE)
+        if (tr->park_from_sched) {
+                struct tr_thread *a, *prev;
+
+                if (in_loop && t->run_key)
+                        w = run_key_worker(tr, t, r->sched, r->hdr.ts);
+                else if (t->worker != D9_WORKER_NONE)
+                        ;
+                else if (t->poll_worker == D9_WORKER_BLOCKING && (a = core_giver(tr, t, r->sched, r->hdr.ts, false)))
+                        w = a->worker;
+                else if (t->poll_worker != D9_WORKER_BLOCKING && t->lost_worker != D9_WORKER_NONE &&
+                         worker_in_runtime(tr, t->lost_worker, runtime_of(tr, r->sched)))
+                        w = t->lost_worker;
+                if (w < D9_WORKER_BLOCKING && (e = core_hold(tr, t, w, r->hdr.ts, &prev)) < 0)
+                        return e;
+                /* t took back a core that a thread without a key had been
+                 * guessed to take: that guess was wrong (t kept its core),
+                 * so the other thread takes the next giver's core, or a
+                 * new id. One with a key was inside block_in_place. */
+                if (w < D9_WORKER_BLOCKING && prev && !prev->run_key && prev->blocking_nested &&
+                    prev->lost_worker == w && !in_loop) {
+                        prev->lost_worker = D9_WORKER_NONE;
+                        prev->pool_thread = false;
+                        if ((a = core_giver(tr, prev, r->sched, r->hdr.ts, false)))
+                                e = core_hold(tr, prev, a->worker, r->hdr.ts, &a);
+                        else if ((prev->worker = worker_new(tr, PROVISIONAL_KEY(prev->tid))) < D9_WORKER_BLOCKING)
+                                tr->core_holder[prev->worker] = prev->tid;
+                        if (e < 0)
+                                return e;
+                }
+        }
+        if (t->worker == D9_WORKER_NONE) {
                 t->worker = worker_new(tr, PROVISIONAL_KEY(t->tid));
+                if (t->worker < D9_WORKER_BLOCKING)
+                        tr->core_holder[t->worker] = t->tid;
+        }
         *lane = t->worker;
         return e;
 }
@@ -722,6 +834,38 @@ uint32_t translate_thread_worker(struct translate *tr, struct tr_thread *t)
         if (t->worker == D9_WORKER_NONE)
                 t->worker = worker_new(tr, PROVISIONAL_KEY(t->tid));
         return t->worker;
+}
+
+/* Some worker of runtime rt (or of any, if unknown) is known by its key. */
+static bool runtime_keyed(const struct translate *tr, uint8_t rt)
+{
+        for (uint32_t i = 0; i < tr->n_workers; i++)
+                if (!(tr->park_keys[i] >> 63) && worker_in_runtime(tr, i, rt))
+                        return true;
+        return false;
+}
+
+/* A blocking-pool poll ended on t. If it was a worker loop (run returns
+ * only once its thread has no core: handed over by block_in_place and not
+ * taken back, or the runtime shut down), t drives no core any more, and a
+ * spawn_blocking job's thread never did: t is a blocking-pool thread. */
+static void worker_loop_end(struct translate *tr, struct tr_thread *t)
+{
+        if (!tr->park_from_sched)
+                return;
+        /* A provisional id (a loop begun before the attach) whose loop ended
+         * while its runtime's cores are followed by their keys named this
+         * thread, not a core: the core went on to another loop, where its
+         * key names it. Given back, to be used again first. (At shutdown,
+         * with no key seen, the id stays: it was that worker's.) */
+        if (holds_provisional(tr, t) && runtime_keyed(tr, tr->worker_rt[t->worker])) {
+                tr->park_keys[t->worker] = FREE_KEY;
+                tr->workers_changed = true;
+        }
+        t->worker = D9_WORKER_NONE;
+        t->lost_worker = D9_WORKER_NONE;
+        t->run_key = 0;
+        t->pool_thread = true;
 }
 
 static int blocking_poll_end(struct translate *tr, struct tr_thread *t, uint64_t ts)
@@ -787,6 +931,7 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                 }
                 if (t->poll_worker == D9_WORKER_BLOCKING) {
                         t->pool_thread |= t->worker == D9_WORKER_NONE;
+                        t->run_key = r->run_key;
                         t->blocking_ts = r->hdr.ts;
                         t->blocking_task = r->task_id;
                         t->blocking_cookie = r->cookie;
@@ -807,13 +952,19 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                 t->poll_worker = D9_WORKER_NONE;
                 if (w < D9_WORKER_BLOCKING)
                         t->poll_end_ts = r->hdr.ts;
-                if (w == D9_WORKER_BLOCKING)
-                        return blocking_poll_end(tr, t, r->hdr.ts);
-                if (t->blocking_nested && r->task_id && r->task_id == t->blocking_task) {
-                        t->blocking_nested = false;
+                if (w == D9_WORKER_BLOCKING) {
+                        worker_loop_end(tr, t);
                         return blocking_poll_end(tr, t, r->hdr.ts);
                 }
-                /* A poll that started before the attach has no start here. */
+                if (t->blocking_nested && r->task_id && r->task_id == t->blocking_task) {
+                        t->blocking_nested = false;
+                        worker_loop_end(tr, t);
+                        return blocking_poll_end(tr, t, r->hdr.ts);
+                }
+                /* A poll that started before the attach has no start here
+                 * (a blocking one: a worker loop begun before it, ended). */
+                if (w == D9_WORKER_NONE && cookie_is_blocking(tr, r->cookie))
+                        worker_loop_end(tr, t);
                 if (w == D9_WORKER_NONE && (cookie_is_blocking(tr, r->cookie) || t->worker == D9_WORKER_NONE))
                         return 1;
                 return d9_enc_poll_end(tr->enc, r->hdr.ts, w != D9_WORKER_NONE ? w : t->worker);
@@ -829,6 +980,7 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                         int e = blocking_poll_end(tr, t, r->hdr.ts);
 
                         t->blocking_nested = false;
+                        worker_loop_end(tr, t);
                         if (e < 0)
                                 return e;
                         tr->events++;

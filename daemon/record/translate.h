@@ -25,6 +25,8 @@ struct tr_thread {
         uint64_t poll_end_ts;           /* ... and ended (0 while it is open) */
         uint32_t lost_worker;           /* the worker whose core this thread handed
                                          * over (block_in_place), D9_WORKER_NONE if none */
+        uint64_t run_key;               /* its open blocking poll's run_key (a worker
+                                         * loop's Arc<Worker>), 0 if none or unread */
         bool pool_thread;               /* has run blocking-pool tasks (samples: 254) */
         bool poll_cut;                  /* its poll was closed by a window's end: a
                                          * late end from BPF's stale state is not its */
@@ -120,6 +122,9 @@ struct translate {
         struct tr_thread *threads;      /* open addressing, power-of-two size */
         size_t threads_cap, threads_used;
         uint64_t *park_keys;            /* index = worker id; FREE_KEY: id free again */
+        uint32_t *core_holder;          /* index = worker id: tid of the thread that
+                                         * drives (or last drove) its core (no park
+                                         * probes), 0 if none */
         uint8_t *worker_rt;             /* index = worker id: its runtime's index in
                                          * rt_keys, TR_RT_UNKNOWN until it polls */
         uint64_t rt_keys[TR_MAX_RUNTIMES]; /* a runtime's tasks' scheduler value */
@@ -134,6 +139,8 @@ struct translate {
         uint64_t exited, exec_seen;     /* EXIT / EXEC records */
         uint64_t sched_parks;           /* parks derived from off-CPU records */
         uint64_t cores_handed;          /* block_in_place hand-offs followed without park probes */
+        uint64_t loops_unseen;          /* worker loops known only from their task polls'
+                                         * run_key (the loop's own record was dropped) */
         /* long_poll.c: workers and long polls from stacks (default set). */
         bool stack_workers;
         uint64_t run_period_ns;

@@ -43,6 +43,9 @@ struct lane_log {
         char order[256][64];
         /* Summed cpu_time_ns of parks and unparks, sched_wait_ns of unparks. */
         uint64_t park_cpu[256], unpark_cpu[256], unpark_wait[256];
+        /* Polls started on a lane whose previous poll had not ended. */
+        bool open[256];
+        int overlaps;
 };
 
 static uint64_t field_u(const struct d9_dec_event *ev, const char *name)
@@ -82,9 +85,9 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
         if (w > 255)
                 return 0;
         if (!strcmp(n, "PollStartEvent"))
-                l->poll_start[w]++;
+                l->poll_start[w]++, l->overlaps += l->open[w], l->open[w] = true;
         else if (!strcmp(n, "PollEndEvent"))
-                l->poll_end[w]++;
+                l->poll_end[w]++, l->open[w] = false;
         else if (!strcmp(n, "WorkerParkEvent"))
                 l->park[w]++, order_push(l->order[w], 'p'), l->park_cpu[w] += field_u(ev, "cpu_time_ns");
         else if (!strcmp(n, "WorkerUnparkEvent"))
@@ -620,8 +623,9 @@ static void test_block_in_place_wrong_giver_undone(void)
         poll_close(&r, 101, C_TASK, 7);
         uint64_t handed = r.tr.cores_handed;
         run_end(&r, &l, workers, sizeof(workers));
-        ok(!strcmp(workers, "0,1") && polls_off(&l, 2) == 0 && lanes_balanced(&l) && handed == 2,
-           "wrong giver undone: runtime.main '0,1' ('%s'), no poll elsewhere, lanes balanced, 2 hand-offs (%llu)",
+        ok(!strcmp(workers, "0,1") && polls_off(&l, 2) == 0 && lanes_balanced(&l) && handed == 3,
+           "wrong giver undone: runtime.main '0,1' ('%s'), no poll elsewhere, lanes balanced, the core moved 3 times "
+           "(guessed, taken back, the right one: %llu)",
            workers, (unsigned long long)handed);
         ok(l.poll_start[0] == 1 + 1 + 3 && l.poll_start[1] == 1 + 1 + 1 + 1 + 3,
            "after the undo 103 polls on 0, 102 on 1 (%d, %d)", l.poll_start[0], l.poll_start[1]);
@@ -729,6 +733,156 @@ static void test_block_in_place_taker_polls_late(void)
            l.poll_start[0], l.poll_start[1], l.park[0]);
 }
 
+/* A worker loop (Launch or block_in_place's stand-in) opened on tid, its
+ * future's Arc<Worker> read as run_key. */
+static void loop_open(struct run *r, uint32_t tid, uint64_t run_key, uint64_t task)
+{
+        struct d9_rec_task t = { .task_id = task, .cookie = C_LAUNCH, .run_key = run_key };
+
+        hdr(&t.hdr, r, D9_REC_POLL_START, tid);
+        translate_record(&r->tr, &t, sizeof(t));
+}
+
+enum { K0 = 0x7f0000a000, K1 = 0x7f0000b000 };
+
+/* The sequence that minted ids on deltachat (stripped, SQLite through
+ * block_in_place): worker 0's stand-in 103 itself calls block_in_place and
+ * puts the core back; the original giver 101, back from its own
+ * block_in_place, takes it from there and polls on. 101 is worker 0 again
+ * (it can only take back its own worker's core) and 103, blocking, is no
+ * worker: no third id, and the loop 104 spawned for the core finds none. */
+static void test_block_in_place_giver_takes_back_what_stand_in_put_back(void)
+{
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r, false, false);
+        poll_rt(&r, 101, C_TASK, 1, RT_A);        /* attached mid-run */
+        poll_rt(&r, 102, C_TASK, 2, RT_A);
+        poll_open(&r, 101, C_TASK, 7, RT_A);      /* block_in_place */
+        loop_open(&r, 103, K0, 900);
+        poll_rt(&r, 103, C_TASK, 30, RT_A);       /* the stand-in: worker 0 */
+        poll_open(&r, 103, C_TASK, 31, RT_A);     /* ... blocks in place too */
+        loop_open(&r, 104, K0, 901);
+        poll_close(&r, 101, C_TASK, 7);           /* 101 back: takes the core */
+        poll_rt(&r, 101, C_TASK, 8, RT_A);
+        poll_close(&r, 104, C_LAUNCH, 901);       /* 104 found no core */
+        poll_rt(&r, 102, C_TASK, 3, RT_A);
+        poll_rt(&r, 101, C_TASK, 9, RT_A);
+        offcpu(&r, 103, 1);                       /* 103 blocking: no park */
+        poll_close(&r, 103, C_TASK, 31);          /* back, no core: its loop ends */
+        poll_close(&r, 103, C_LAUNCH, 900);
+        offcpu(&r, 103, 1);
+        offcpu(&r, 101, 1);                       /* worker 0 parks */
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!strcmp(workers, "0,1") && polls_off(&l, 2) == 0 && lanes_balanced(&l) && !l.overlaps,
+           "giver takes back the core its stand-in put back: runtime.main '%s', no poll elsewhere, lanes balanced, "
+           "%d overlaps", workers, l.overlaps);
+        ok(l.poll_start[0] == 1 + 1 + 2 + 2 && l.poll_start[1] == 2 && l.park[0] == 1 && l.blocking_polls == 2,
+           "worker 0: 101, 103, 101 again (%d polls), worker 1 %d, one park (the stand-in's sleeps are none: %d), "
+           "two loops as blocking polls (%d)", l.poll_start[0], l.poll_start[1], l.park[0], l.blocking_polls);
+}
+
+/* A task poll as BPF writes it inside a worker loop: the loop's run_key
+ * and that loop's start (loop_ts), the thread's last blocking-pool poll;
+ * lost: the thread's records the ring dropped right before this one. */
+static void poll_in_loop(struct run *r, uint32_t tid, uint64_t task, uint64_t run_key, uint64_t loop_ts,
+                         uint32_t lost)
+{
+        struct d9_rec_task t = { .task_id = task, .cookie = C_TASK, .sched = RT_A, .run_key = run_key,
+                                 .start_ts = loop_ts };
+
+        hdr(&t.hdr, r, D9_REC_POLL_START, tid);
+        t.hdr.lost = lost;
+        translate_record(&r->tr, &t, sizeof(t));
+        t = (struct d9_rec_task){ .task_id = task, .cookie = C_TASK };
+        hdr(&t.hdr, r, D9_REC_POLL_END, tid);
+        translate_record(&r->tr, &t, sizeof(t));
+}
+
+/* Seen in the inplace target under 2 hogs (mid-run attach): the ring
+ * dropped a stand-in loop's POLL_START (the thread's next record said 47
+ * of its records were lost), so its thread polled runtime tasks outside
+ * any loop translate knew of and got a third id. The task polls carry
+ * the loop's key themselves: the stand-in is worker 0, no new id. A key
+ * read before the recording began (an earlier session's thread state) is
+ * not used. */
+static void test_block_in_place_loop_start_dropped(void)
+{
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+        uint64_t lost_loop_ts;
+
+        run_start(&r, false, false);
+        poll_rt(&r, 101, C_TASK, 1, RT_A);        /* attached mid-run */
+        poll_in_loop(&r, 102, 2, K1, 1, 0);       /* a key older than the recording */
+        poll_open(&r, 101, C_TASK, 7, RT_A);      /* block_in_place */
+        loop_open(&r, 103, K0, 900);
+        poll_rt(&r, 103, C_TASK, 30, RT_A);       /* the stand-in: worker 0 */
+        poll_open(&r, 103, C_TASK, 31, RT_A);     /* ... blocks in place too */
+        lost_loop_ts = r.ts += 1000;              /* 104's loop 901: record dropped */
+        poll_in_loop(&r, 104, 40, K0, lost_loop_ts, 3);
+        poll_in_loop(&r, 104, 41, K0, lost_loop_ts, 0);
+        poll_rt(&r, 102, C_TASK, 3, RT_A);
+        poll_in_loop(&r, 104, 42, K0, lost_loop_ts, 0);
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!strcmp(workers, "0,1") && polls_off(&l, 2) == 0 && !l.overlaps,
+           "a stand-in loop whose start the ring dropped: runtime.main '%s', %d polls elsewhere, %d overlaps",
+           workers, polls_off(&l, 2), l.overlaps);
+        ok(l.poll_start[0] == 2 + 2 + 3 && l.poll_start[1] == 2,
+           "its polls are worker 0's by their loop key (worker 0: %d of 7 polls, worker 1: %d of 2)",
+           l.poll_start[0], l.poll_start[1]);
+}
+
+/* deltachat's pace: two workers, every poll blocks in place, a stand-in
+ * loop per hand-off on a thread from a pool that comes and goes (tids
+ * 200..), and records of threads interleaved in a different order each
+ * round. Whatever order, ids follow the keys: exactly 0 and 1, and polls
+ * on one lane never overlap (the blocking section is on no lane). */
+static void test_block_in_place_rotating_threads_two_ids(void)
+{
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+        uint32_t holder[2] = { 101, 102 }, next = 200;
+        uint64_t task = 1000, keys[2] = { K0, K1 }, loop_task[2] = { 0, 0 };
+
+        run_start(&r, false, false);
+        poll_rt(&r, 101, C_TASK, 1, RT_A);
+        poll_rt(&r, 102, C_TASK, 2, RT_A);
+        for (int round = 0; round < 60; round++) {
+                int c = round % 2, back = round % 3 == 0;
+                uint32_t giver = holder[c], taker = next++;
+                uint64_t blocked = task++, loop = 5000 + round;
+
+                poll_open(&r, giver, C_TASK, blocked, RT_A);  /* block_in_place */
+                loop_open(&r, taker, keys[c], loop);
+                if (back) {
+                        /* Short blocking: the giver is back first and keeps the
+                         * core; the stand-in's loop finds none. */
+                        poll_close(&r, giver, C_TASK, blocked);
+                        poll_rt(&r, giver, C_TASK, task++, RT_A);
+                        poll_close(&r, taker, C_LAUNCH, loop);
+                        continue;
+                }
+                poll_rt(&r, taker, C_TASK, task++, RT_A);
+                poll_rt(&r, holder[!c], C_TASK, task++, RT_A);
+                poll_close(&r, giver, C_TASK, blocked);      /* back: no core */
+                if (loop_task[c])
+                        poll_close(&r, giver, C_LAUNCH, loop_task[c]);
+                offcpu(&r, giver, 1);                        /* idle in the pool */
+                poll_rt(&r, taker, C_TASK, task++, RT_A);
+                holder[c] = taker;
+                loop_task[c] = loop;
+        }
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!strcmp(workers, "0,1") && polls_off(&l, 2) == 0 && !l.overlaps,
+           "60 hand-offs over rotating threads: runtime.main '%s', %d polls elsewhere, %d overlaps", workers,
+           polls_off(&l, 2), l.overlaps);
+}
+
 /* Entry-only poll end (the full set): BPF writes no POLL_END for a poll
  * the thread's next poll start ends; translate closes it there, at the
  * start's time, a blocking-pool poll too (its D9BlockingPollEvent lasts
@@ -780,6 +934,9 @@ int main(void)
         test_launch_after_attach_is_no_hand_off();
         test_block_in_place_taker_polls_late();
         test_idle_current_thread_runtimes_apart();
+        test_block_in_place_giver_takes_back_what_stand_in_put_back();
+        test_block_in_place_rotating_threads_two_ids();
+        test_block_in_place_loop_start_dropped();
         test_entry_only_start_ends_open_poll();
         return tap_done();
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-pub const USAGE: &str = "usage: d9-target server|load|mixed|pool|runtimes|deep|deeper|backlog [--flavor multi-thread|current-thread] \
+pub const USAGE: &str = "usage: d9-target server|load|mixed|pool|inplace|runtimes|deep|deeper|backlog [--flavor multi-thread|current-thread] \
 [--workers N] [--thread-name NAME] [--listen ADDR] [--backlog N] [--connect ADDR] [--conns N] [--duration SECS] \
 [--start-delay SECS] [--wait-stdin] [--work-us N]";
 
@@ -12,6 +12,7 @@ pub enum Mode {
     Load,
     Mixed,
     Pool,
+    Inplace,
     Runtimes,
     Deep,
     Deeper,
@@ -74,6 +75,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         Some("load") => Mode::Load,
         Some("mixed") => Mode::Mixed,
         Some("pool") => Mode::Pool,
+        Some("inplace") => Mode::Inplace,
         Some("runtimes") => Mode::Runtimes,
         Some("deep") => Mode::Deep,
         Some("deeper") => Mode::Deeper,

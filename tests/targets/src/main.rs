@@ -4,13 +4,14 @@
 //! prints throughput), `mixed` (spawn churn, channel ping-pong, timers and
 //! tasks that block their worker; prints its own counts as JSON at exit so
 //! tests can compare what the tracer saw with the truth), `pool` (blocking
-//! pool traffic), `runtimes` (three runtimes in one process), `backlog` (a
+//! pool traffic), `inplace` (block_in_place all the time), `runtimes` (three runtimes in one process), `backlog` (a
 //! listener that accepts only when told to, for accept-queue tests).
 
 mod args;
 mod backlog;
 mod deep;
 mod load;
+mod inplace;
 mod mixed;
 mod pool;
 mod runtimes;
@@ -38,9 +39,9 @@ fn build_runtime(args: &Args) -> std::io::Result<tokio::runtime::Runtime> {
     if let Some(name) = &args.thread_name {
         b.thread_name(name.clone());
     }
-    // Pool mode: blocking threads retire soon after their job, so they come
+    // Pool and inplace modes: blocking threads retire soon after their job, so they come
     // and go all the time (Tokio's default keeps them 10 s).
-    if args.mode == args::Mode::Pool {
+    if args.mode == args::Mode::Pool || args.mode == args::Mode::Inplace {
         b.thread_keep_alive(std::time::Duration::from_millis(300));
     }
     b.enable_all().build()
@@ -84,6 +85,7 @@ fn main() {
         args::Mode::Load => rt.block_on(load::run(&args)),
         args::Mode::Mixed => rt.block_on(mixed::run(&args)),
         args::Mode::Pool => rt.block_on(pool::run(&args)),
+        args::Mode::Inplace => rt.block_on(inplace::run(&args)),
         args::Mode::Runtimes => rt.block_on(runtimes::run(&args)),
         args::Mode::Deep => rt.block_on(deep::run(&args)),
         args::Mode::Deeper => rt.block_on(deep::run_deeper(&args)),
