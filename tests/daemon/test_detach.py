@@ -76,7 +76,9 @@ def sealed_of(d, pid, session):
 
 
 def attach(t, d, pid, what):
-    r = d.ctl("attach", "--pid", str(pid), "--probes", "all")
+    # --wait-plan: the links are counted right after the attach, so it
+    # returns once the uprobes are in, not once recording has begun.
+    r = d.ctl("attach", "--pid", str(pid), "--probes", "all", "--wait-plan")
     st = d.status(pid)
     live = [s for s in (st or {}).get("targets", []) if s["state"] == "recording"]
     t.ok(r.returncode == 0 and live, f"{what}: attach succeeds", r.stderr)
