@@ -1529,6 +1529,9 @@ void session_end(struct session *s, const char *reason)
                 return;
         }
         session_late_end(s, reason);
+        /* The held records it translated may have ended the session. */
+        if (s->state != SESSION_RECORDING || s->stopping)
+                return;
         if (s->bpf && !s->d->stopping && (st = calloc(1, sizeof(*st)))) {
                 st->s = s;
                 snprintf(st->reason, sizeof(st->reason), "%s", reason);

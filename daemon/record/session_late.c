@@ -106,7 +106,9 @@ static void late_replay_run(struct session *s, bool all)
         if (s->hold.dropped)
                 log_info("pid %d: %llu records not held while the plan was built (hold full)", s->pid,
                          (unsigned long long)s->hold.dropped);
-        if (s->privileged && s->state == SESSION_RECORDING && !s->stopping)
+        /* A whole replay comes from an end already under way: ending
+         * again from inside it would queue a second stop. */
+        if (!all && s->privileged && s->state == SESSION_RECORDING && !s->stopping)
                 session_end_privileged(s);
 }
 
