@@ -175,7 +175,7 @@ static json_t *routes_json(const struct session *s)
                  "shutdown%s", p && p->completes_unfound ? " (not for every task type: see missing)" : "");
         return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}",
                 "poll", !has[PROBE_POLL] ? "none" :
-                        s->bpf && d9_bpf_target_poll_end(s->bpf) == D9_POLL_END_ENTRY_ONLY ?
+                        s->tr.end_at_next_poll ?
                         "uprobe raw::poll entry (plan points); each poll ends at the thread's next poll start "
                         "or park (entry-only: no probe on its return)" : "uprobe raw::poll (plan points)",
                 "long_poll", has[PROBE_POLL] ? "none (every poll is recorded)" :
@@ -272,7 +272,8 @@ static json_t *plan_to_json(const struct session *s)
                         "the code sweep found no end): without uprobes no worker, park or long poll is seen; "
                         "--probes all records them"));
         json_object_set_new(j, "routes", routes_json(s));
-        if (s->bpf && !s->late)
+        /* Not while the BPF thread changes the target's links. */
+        if (s->bpf && !s->late && !session_bpf_busy(s))
                 json_object_set_new(j, "uprobes_attached", json_integer((json_int_t)d9_bpf_target_n_attached(s->bpf)));
         return j;
 }
