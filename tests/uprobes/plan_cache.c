@@ -39,7 +39,16 @@ static struct target run(const char *path)
                 execl(path, path, "mixed", "--duration", "30", (char *)NULL);
                 _exit(127);
         }
-        usleep(300 * 1000);     /* exec'd and mapped; the plan reads the file, not the process */
+        /* Until it has exec'd (the cache matches /proc/PID/exe): a fixed
+         * 300 ms wait lost that race once in a fresh root, cold cache. */
+        char link[64], exe[4096];
+        snprintf(link, sizeof(link), "/proc/%d/exe", (int)t.pid);
+        for (int i = 0; i < 1000; i++) {
+                ssize_t n = readlink(link, exe, sizeof(exe) - 1);
+                if (n > 0 && (exe[n] = 0, !strcmp(exe, path)))
+                        break;
+                usleep(10 * 1000);
+        }
         t.pidfd = (int)syscall(SYS_pidfd_open, t.pid, 0);
         return t;
 }
