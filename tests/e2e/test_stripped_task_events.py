@@ -27,7 +27,9 @@ D9D, D9CTL, TARGET = sys.argv[1:4]
 def check_routes(t, d, binary):
     tgt = start_target(binary, "mixed", "--duration", "5")
     time.sleep(0.5)
-    r = d.ctl("attach", "--probes", "all", "--pid", str(tgt.pid))
+    # --wait-plan: the routes this checks are printed once the plan is in
+    # (a plain attach to a file not planned yet returns before that).
+    r = d.ctl("attach", "--probes", "all", "--wait-plan", "--pid", str(tgt.pid))
     routes = {}
     for line in r.stdout.splitlines():
         if line.startswith("route: "):
