@@ -72,7 +72,10 @@ def main():
         sampler.start()
         for _ in range(3):
             t0 = time.time()
-            a = d.ctl("attach", "--pid", str(app.pid), "--probes", "all", "--duration", "60s")
+            # --wait-plan: one install job with every uprobe, which is what
+            # this measures (a plain attach returns before the plan, and the
+            # detach 0.5 s later came before it: no uprobe was ever installed).
+            a = d.ctl("attach", "--pid", str(app.pid), "--probes", "all", "--duration", "60s", "--wait-plan")
             attach_s = time.time() - t0
             time.sleep(0.5)
             t0 = time.time()
