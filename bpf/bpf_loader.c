@@ -707,6 +707,7 @@ static int install_target(struct d9_bpf_target *t, const struct probe_plan *plan
                 .stack = o->stack,
                 .offcpu_min_ns = o->offcpu_min_ns,
                 .uprobes_off = o->uprobes_later,
+                .since_ts = d9_now_ns(),
         };
         uint32_t tgid = t->kernel_tgid;
         int r;

@@ -121,29 +121,20 @@ struct d9_rec_task {
         d9_u64 task_id;         /* Tokio task id (0 if unreadable) */
         d9_u64 cookie;          /* probe plan cookie: which poll<T,S> instance */
         d9_u64 header;          /* task Header* (pointer, for correlation) */
-        d9_u64 start_ts;        /* POLL_END: the matching POLL_START's ts;
-                                 * POLL_START of a runtime task: the start of
-                                 * the blocking-pool poll whose run_key it
-                                 * carries (0 if none) */
+        d9_u64 start_ts;        /* POLL_END: the matching POLL_START's ts */
         d9_u32 why;             /* POLL_END: enum d9_poll_end_why */
-        d9_u32 _pad;
+        d9_u32 worker;          /* POLL_START of a runtime task: 1 + Tokio's
+                                 * index of the multi-thread worker whose
+                                 * loop polls it (d9_worker_find in
+                                 * d9_tokio.bpf.c); 0 if not known */
         d9_u64 future_poll;     /* POLL_START of a boxed dyn future: the
                                  * concrete future's poll fn (runtime address,
                                  * to symbolize); else 0 */
         d9_u64 sched;           /* POLL_START: the task's scheduler S (for a
                                  * runtime task the Arc of its runtime's
                                  * Handle: one value per runtime); else 0 */
-        d9_u64 run_key;         /* POLL_START of a blocking-pool task: the
-                                 * word after its stage's tag word, if a
-                                 * user address. For a worker
-                                 * loop's task (Launch or block_in_place's
-                                 * stand-in, `move || run(worker)`) that is
-                                 * the Arc<Worker> whose core it runs, one
-                                 * value per worker; else 0. POLL_START of a
-                                 * runtime task: the run_key of the thread's
-                                 * last blocking-pool poll (the loop it runs
-                                 * inside), even if that poll's own record
-                                 * was dropped */
+        d9_u64 worker_rt;       /* POLL_START with a worker: that worker's
+                                 * runtime (its Handle's Arc, as sched) */
 };
 
 /* WAKE: woken task and, if the waking thread was polling, the waker. */
@@ -163,6 +154,9 @@ struct d9_rec_park {
         d9_u64 cpu_ns;          /* task_struct se.sum_exec_runtime */
         d9_u64 run_delay_ns;    /* task_struct sched_info.run_delay */
         d9_u64 cookie;
+        d9_u64 worker_rt;       /* as in d9_rec_task: the worker the parking */
+        d9_u32 worker;          /* thread's loop runs, if its polls showed it */
+        d9_u32 _pad;
 };
 
 /* Why an OFFCPU record has no stack (stack_id 0). */
@@ -335,6 +329,10 @@ struct d9_target_cfg {
          * record, or going away): set and cleared by the loader, so a
          * probe class joins or leaves a live target at one instant. */
         d9_u32 uprobes_off;
+        /* bpf_ktime_get_ns() when the target was installed: per-thread
+         * state written before it (an earlier recording of the same
+         * process) is not trusted (d9_thread.wk_ts). */
+        d9_u64 since_ts;
 };
 
 /* Per target slot and CPU (map d9_offcpu_short): the off-CPU intervals

@@ -67,9 +67,13 @@ struct d9_thread {
         __u64 vt;               /* d9_tokio: the last task vtable read on this */
         __u64 vt_id_off;        /* thread, and the id and scheduler offsets */
         __u64 vt_sched_off;     /* it holds (0: none) */
-        __u64 run_key;          /* run_key of its last blocking-pool poll
-                                 * (the worker loop it runs), 0 if none */
-        __u64 run_key_ts;       /* that poll's start */
+        /* d9_tokio: the multi-thread worker whose loop this thread runs
+         * (d9_worker_find), learned at a task poll, forgotten when the
+         * thread starts a blocking-pool poll (a new loop, or a job). */
+        __u64 wk_rt;            /* its runtime Handle's Arc */
+        __u64 wk_ts;            /* since when wk_* are this loop's */
+        __u32 wk_index;         /* 1 + Tokio's worker index, 0: not known */
+        __u32 wk_tries;         /* stack scans that found none since wk_ts */
 };
 
 struct {

@@ -74,32 +74,6 @@ static __always_inline bool d9_vtable_offs(const struct d9_target_cfg *cfg, stru
         return true;
 }
 
-/* A blocking-pool task's future, read at its poll's entry (the task still
- * holds it: BlockingTask::poll takes the closure out only then). Its cell
- * is repr(C) Core { scheduler, task_id, stage }, so the stage starts right
- * after the id. A worker loop's task (Tokio's Launch and block_in_place
- * both spawn `move || run(worker)`) holds one Arc<Worker>. Its stage
- * `Stage::Running(BlockingTask(Some(closure)))` starts with a tag word
- * and the Arc follows at +8: Tokio 1.43 (a NonZero task id) tags Stage
- * directly, Running = 0 in the word's low bytes, the rest padding (seen
- * holding stale bytes: 0x7f0e00000000); 1.24 (a plain u64 id) gives
- * Result<(), JoinError> a tag word and Stage takes its next value,
- * Running = 2 (checked in gdb on both builds). So the key is the second
- * word if the first's low byte is a tag (0..3) and the second a user
- * address. Every worker loop of one worker carries the same Arc,
- * whichever thread runs it, so it is the
- * core's identity on a build without park probes (docs/probe-plan.md,
- * "Worker identity"). For any other job it is just a word of its closure:
- * translate uses it only when runtime tasks are polled inside the job. */
-static __always_inline __u64 d9_run_key(__u64 stage)
-{
-        __u64 w[2] = {};
-
-        if (bpf_probe_read_user(w, sizeof(w), (void *)stage) || (w[0] & 0xff) > 3)
-                return 0;
-        return w[1] >= 4096 && w[1] < (1ull << 47) && !(w[1] & 7) ? w[1] : 0;
-}
-
 /* id = *(u64*)(hdr + *(u64*)(*(u64*)(hdr + vtable_off) + id_off_slot)).
  * Both offsets come from the plan through d9_targets. With sched, also
  * the task's scheduler field, found the same way through the vtable read
@@ -107,7 +81,7 @@ static __always_inline __u64 d9_run_key(__u64 stage)
  * the runtimes of one process apart (docs/probe-plan.md, "Worker
  * identity"); 0 if unreadable. */
 static __always_inline __u64 d9_task_id_sched(const struct d9_target_cfg *cfg, struct d9_thread *th, __u64 hdr,
-                                              __u64 *sched, __u64 *run_key)
+                                              __u64 *sched)
 {
         struct d9_vt_offs o;
         __u64 vtable = 0, id = 0;
@@ -120,14 +94,138 @@ static __always_inline __u64 d9_task_id_sched(const struct d9_target_cfg *cfg, s
         bpf_probe_read_user(&id, sizeof(id), (void *)(hdr + o.id));
         if (sched && o.sched)
                 bpf_probe_read_user(sched, sizeof(*sched), (void *)(hdr + o.sched));
-        if (run_key)
-                *run_key = d9_run_key(hdr + o.id + 8);
         return id;
 }
 
 static __always_inline __u64 d9_task_id(const struct d9_target_cfg *cfg, struct d9_thread *th, __u64 hdr)
 {
-        return d9_task_id_sched(cfg, th, hdr, NULL, NULL);
+        return d9_task_id_sched(cfg, th, hdr, NULL);
+}
+
+/* Which multi-thread worker a thread's loop runs, from the runtime's own
+ * structure (docs/probe-plan.md, "Worker identity"). Tokio runs a worker as
+ * `run(worker: Arc<Worker>)` (a blocking-pool task: at launch, and again on
+ * the thread that takes the core when block_in_place hands it over), and
+ * that Arc sits on the loop's stack a few words above every task poll it
+ * makes (24-112 bytes above raw::poll's entry in the 1.24 and 1.43 test
+ * builds, measured in gdb). Worker is { handle: Arc<Handle>, index: usize,
+ * core: AtomicCell<Core> } behind the ArcInner's { strong, weak }, field
+ * order left to rustc. So a stack word w with small strong and weak counts
+ * at *w, followed by three words of which one is the polled task's own
+ * scheduler (the runtime Handle's Arc, read from the task), one a small
+ * integer and the third null or a user pointer (the core, taken while the
+ * loop runs) is this worker's Arc, and the integer its index: 0..N-1 as
+ * Tokio numbers its workers, whichever thread runs the loop, attached
+ * mid-run or not, whatever order records arrive in. A Tokio whose Worker
+ * changes shape finds none: translate then falls back to the thread
+ * (and says so). A current-thread runtime has no Worker; neither has a
+ * LocalSet's task (another scheduler): none is found for them. */
+#define D9_WK_WORDS 256         /* 2 KiB of stack above the poll's entry */
+#define D9_WK_READS 24          /* candidate words dereferenced, at most */
+#define D9_WK_TRIES 8           /* scans per loop that may find nothing */
+#define D9_WK_MAX_INDEX 4096
+
+struct d9_wk_stack {
+        __u64 w[D9_WK_WORDS];
+};
+
+struct {
+        __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+        __uint(max_entries, 1);
+        __type(key, __u32);
+        __type(value, struct d9_wk_stack);
+} d9_wk_scratch SEC(".maps");
+
+struct d9_wk_scan {
+        struct d9_wk_stack *stk;
+        __u64 sp, sched;
+        __u32 words, reads;
+        __u32 index;            /* 1 + the worker's index once found */
+};
+
+/* v: ArcInner { strong, weak } and the three words of a Worker. */
+static __always_inline __u32 d9_worker_index(const __u64 *v, __u64 sched)
+{
+        __u64 lo, hi, o[2] = {};
+        __u32 n = 0;
+        bool handle = false;
+
+        if (v[0] - 1 >= (1 << 20) || v[1] - 1 >= (1 << 20))
+                return 0;
+        for (int j = 2; j < 5; j++) {
+                if (v[j] == sched && !handle)
+                        handle = true;
+                else if (n < 2)
+                        o[n++] = v[j];
+        }
+        if (!handle || n != 2)
+                return 0;
+        lo = o[0] < o[1] ? o[0] : o[1];
+        hi = o[0] < o[1] ? o[1] : o[0];
+        if (lo >= D9_WK_MAX_INDEX)
+                return 0;
+        /* Both small: the core is the null one. */
+        if (hi < D9_WK_MAX_INDEX)
+                return lo == 0 ? (__u32)hi + 1 : 0;
+        return hi < (1ull << 47) && !(hi & 7) ? (__u32)lo + 1 : 0;
+}
+
+static long d9_wk_word(__u64 i, void *ctx)
+{
+        struct d9_wk_scan *s = ctx;
+        __u64 w, v[5];
+
+        if (i >= s->words || i >= D9_WK_WORDS || s->reads >= D9_WK_READS)
+                return 1;
+        w = s->stk->w[i];
+        /* A heap pointer: not small, not kernel, aligned, not into the stack. */
+        if (w < 0x10000 || w >= (1ull << 47) || (w & 7) || w - (s->sp - (1 << 20)) < (9 << 20))
+                return 0;
+        s->reads++;
+        if (bpf_probe_read_user(v, sizeof(v), (void *)w))
+                return 0;
+        s->index = d9_worker_index(v, s->sched);
+        return s->index ? 1 : 0;
+}
+
+static __always_inline __u32 d9_worker_find(struct pt_regs *ctx, __u64 sched)
+{
+        __u32 zero = 0;
+        struct d9_wk_scan s = { .sp = PT_REGS_SP(ctx), .sched = sched };
+
+        s.stk = bpf_map_lookup_elem(&d9_wk_scratch, &zero);
+        if (!s.stk)
+                return 0;
+        /* The whole window, or less near the top of a small stack. */
+        if (!bpf_probe_read_user(s.stk->w, sizeof(s.stk->w), (void *)s.sp))
+                s.words = D9_WK_WORDS;
+        else if (!bpf_probe_read_user(s.stk->w, 512, (void *)s.sp))
+                s.words = 512 / 8;
+        else
+                return 0;
+        bpf_loop(D9_WK_WORDS, d9_wk_word, &s, 0);
+        return s.index;
+}
+
+/* The worker of the loop this thread runs: known from an earlier poll of
+ * this loop, or looked for now (a few tries per loop, so a thread whose
+ * stack holds no Worker costs a scan only at its first polls). State left
+ * by an earlier recording is forgotten: the thread may have changed loops
+ * while nobody watched. */
+static __always_inline void d9_worker_learn(const struct d9_hit *h, struct d9_thread *th, __u64 sched)
+{
+        if (th->wk_ts < h->cfg->since_ts) {
+                th->wk_index = 0;
+                th->wk_tries = 0;
+                th->wk_ts = h->ts;
+        }
+        if (th->wk_index || th->wk_tries >= D9_WK_TRIES || !sched)
+                return;
+        th->wk_index = d9_worker_find(h->ctx, sched);
+        if (th->wk_index)
+                th->wk_rt = sched;
+        else
+                th->wk_tries++;
 }
 
 /* The value this attachment is about, as the plan said (cookie top bits). */
@@ -217,7 +315,7 @@ static __always_inline void d9_unpark_pending(const struct d9_hit *h);
 
 static __always_inline int d9_poll_start(const struct d9_hit *h, bool blocking)
 {
-        __u64 header = d9_point_value(h), sched = 0, run_key = 0;
+        __u64 header = d9_point_value(h), sched = 0;
         struct d9_thread *th = h->th;
         struct d9_rec_task *r;
 
@@ -227,14 +325,15 @@ static __always_inline int d9_poll_start(const struct d9_hit *h, bool blocking)
         if (h->cfg->unpark_at_resume)
                 d9_unpark_pending(h);
         th->header = header;
-        th->task_id = d9_task_id_sched(h->cfg, th, header, &sched, blocking ? &run_key : NULL);
-        /* The loop a runtime task is polled in is the thread's last
-         * blocking-pool poll (a worker runs task polls only inside its
-         * loop, `run`): every task poll carries that loop's key, so the
-         * worker is known even if the ring dropped the loop's own record. */
+        th->task_id = d9_task_id_sched(h->cfg, th, header, &sched);
+        /* A blocking-pool poll begins a new loop or job on the thread: the
+         * worker it ran (if any) is no longer known. */
         if (blocking) {
-                th->run_key = run_key;
-                th->run_key_ts = h->ts;
+                th->wk_index = 0;
+                th->wk_tries = 0;
+                th->wk_ts = h->ts;
+        } else {
+                d9_worker_learn(h, th, sched);
         }
         th->cookie = h->cookie & D9_COOKIE_MASK;
         th->poll_ts = h->ts;
@@ -245,8 +344,10 @@ static __always_inline int d9_poll_start(const struct d9_hit *h, bool blocking)
                 r->header = header;
                 r->future_poll = d9_boxed_future_poll(h, header);
                 r->sched = sched;
-                r->run_key = blocking ? run_key : th->run_key;
-                r->start_ts = blocking ? 0 : th->run_key_ts;
+                if (!blocking && th->wk_index) {
+                        r->worker = th->wk_index;
+                        r->worker_rt = th->wk_rt;
+                }
                 d9_ring_submit(h->ring, r);
         }
         return 0;
@@ -295,6 +396,10 @@ static __always_inline void d9_park_event(const struct d9_hit *h, __u16 type)
         r->cpu_ns = task->se.sum_exec_runtime;
         r->run_delay_ns = task->sched_info.run_delay;
         r->cookie = h->cookie & D9_COOKIE_MASK;
+        if (h->th->wk_index && h->th->wk_ts >= h->cfg->since_ts) {
+                r->worker = h->th->wk_index;
+                r->worker_rt = h->th->wk_rt;
+        }
         d9_ring_submit(h->ring, r);
 }
 

@@ -43,8 +43,11 @@ static __always_inline int emit_task(__u16 type, __u64 n)
         r->header = 0x10000 + r->task_id * 64;
         r->start_ts = 0;
         r->why = 0;
-        r->_pad = 0;
+        /* Polls as BPF writes them inside a known worker's loop. */
+        r->worker = type == D9_REC_POLL_START ? 1 + (n & 1) : 0;
         r->future_poll = 0;
+        r->sched = 0x7f0000001000;
+        r->worker_rt = r->worker ? r->sched : 0;
         bpf_ringbuf_submit(r, 0);
         return 0;
 }

@@ -400,7 +400,7 @@ static int session_open_segment(struct session *s)
                 log_error("pid %d: cannot open segment in %s: %s", s->pid, s->seg.dir, strerror(-r));
                 return r;
         }
-        s->tr.workers_changed = false;
+        s->tr.ws.changed = false;
         s->seg_first_event = s->tr.events;
         r = translate_set_encoder(&s->tr, s->seg.enc);
         /* Each segment restates whether its wakes are being recorded. */
@@ -420,7 +420,7 @@ int session_refresh_metadata(struct session *s)
         int r;
 
         session_meta_build(s, &m);
-        s->tr.workers_changed = false;
+        s->tr.ws.changed = false;
         r = d9_enc_new_stream(s->seg.enc);
         if (!r)
                 r = d9_enc_segment_metadata(s->seg.enc, d9_now_ns(), m.kv, m.n);
@@ -478,7 +478,7 @@ static void session_close_segment(struct session *s)
         /* Workers seen since the last tick (a target that exits within a
          * second of starting its runtime) still get their names into this
          * segment: the refresh otherwise waits for the next tick. */
-        if (s->tr.workers_changed && s->seg.enc && session_refresh_metadata(s) < 0)
+        if (s->tr.ws.changed && s->seg.enc && session_refresh_metadata(s) < 0)
                 log_warn("pid %d: worker names not restated in %s", s->pid, s->seg.dir);
         job->index = s->seg.index;
         r = segment_close(&s->seg, job->active, sizeof(job->active));
@@ -1595,7 +1595,7 @@ void session_tick(struct session *s, uint64_t now_ms)
                 session_rotate(s, "period");
         else if ((full = session_segment_full(s)))
                 session_rotate(s, full);
-        else if (s->tr.workers_changed && session_refresh_metadata(s) < 0)
+        else if (s->tr.ws.changed && session_refresh_metadata(s) < 0)
                 session_end(s, "encoder error");
 }
 
@@ -1670,6 +1670,12 @@ json_t *session_status_json(const struct session *s)
                 "deep_copies", (json_int_t)s->tr.stacks_deep,
                 "deep_bytes", (json_int_t)s->tr.stacks_deep_bytes,
                 "record_bytes", (json_int_t)s->tr.stack_bytes));
+        /* Worker identity: task polls whose worker BPF did not find on the
+         * stack (a thread stood in for it), and cores seen moving to
+         * another thread (block_in_place). */
+        json_object_set_new(j, "workers", json_pack("{s:I,s:I}",
+                "polls_by_thread", (json_int_t)s->tr.polls_by_thread,
+                "hand_offs", (json_int_t)s->tr.cores_handed));
         json_object_set_new(j, "samples", session_samples_json(s));
         /* Drops: whether the ring was full at a drain after a long gap
          * (the loop late) or between drains close together (too small). */

@@ -50,6 +50,7 @@
 #include "daemon/symbolize/symbolize.h"
 #include "daemon/record/unwind.h"
 #include "daemon/record/translate.h"
+#include "daemon/record/workers.h"
 #include "uprobes/uprobes.h"
 
 static const struct d9_field_def lost_fields[] = {
@@ -123,11 +124,7 @@ int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *pla
         tr->label_atoms = calloc(tr->n_labels ? tr->n_labels : 1, sizeof(*tr->label_atoms));
         tr->threads_cap = 256;
         tr->threads = calloc(tr->threads_cap, sizeof(*tr->threads));
-        tr->park_keys = calloc(256, sizeof(*tr->park_keys));
-        tr->core_holder = calloc(256, sizeof(*tr->core_holder));
-        tr->worker_rt = malloc(256);
-        if (tr->worker_rt)
-                memset(tr->worker_rt, TR_RT_UNKNOWN, 256);
+        workers_init(&tr->ws);
         tr->spawn_from_first_poll = true;
         for (size_t i = 0; plan && i < plan->n_points; i++)
                 if (plan->points[i].kind == PROBE_SPAWN && !plan->points[i].skipped)
@@ -138,8 +135,7 @@ int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *pla
          * them at start, off this thread): reading /proc/kallsyms takes
          * 0.1-0.3 s, and on the drain thread it stalled busy rings into drops. */
         tr->ksyms = ksyms_get_ready();
-        return tr->label_atoms && tr->threads && tr->park_keys && tr->core_holder && tr->worker_rt && tr->live_tasks ?
-               0 : -ENOMEM;
+        return tr->label_atoms && tr->threads && tr->live_tasks ? 0 : -ENOMEM;
 }
 
 int translate_set_plan(struct translate *tr, const struct probe_plan *plan, bool wake_probes, bool park_probes)
@@ -169,9 +165,6 @@ void translate_destroy(struct translate *tr)
                 for (int k = 0; k < 2; k++)
                         free(tr->threads[i].stk[k].frames);
         free(tr->threads);
-        free(tr->park_keys);
-        free(tr->core_holder);
-        free(tr->worker_rt);
         free(tr->live_tasks);
         unwinder_free(tr->unw);
         if (tr->ksyms)
@@ -197,6 +190,7 @@ void translate_release(struct translate *tr)
                 .stacks_deep_bytes = tr->stacks_deep_bytes, .stack_bytes = tr->stack_bytes,
                 .long_polls = tr->long_polls, .stall_ns = tr->stall_ns, .stalls = tr->stalls,
                 .stalls_in_window = tr->stalls_in_window,
+                .cores_handed = tr->cores_handed, .polls_by_thread = tr->polls_by_thread,
         };
 
         translate_destroy(tr);
@@ -276,7 +270,6 @@ static struct tr_thread *thread_slot(struct translate *tr, uint32_t tid)
         if (!tr->threads[i].tid) {
                 tr->threads[i] = (struct tr_thread){ .tid = tid, .worker = D9_WORKER_NONE,
                                                      .poll_worker = D9_WORKER_NONE,
-                                                     .lost_worker = D9_WORKER_NONE,
                                                      .name_atom = D9_NO_ATOM };
                 tr->threads_used++;
         }
@@ -288,109 +281,6 @@ static struct tr_thread *thread_get(struct translate *tr, uint32_t tid)
         if (tr->threads_used * 2 >= tr->threads_cap && threads_grow(tr) < 0)
                 return NULL;
         return thread_slot(tr, tid);
-}
-
-#define PROVISIONAL_KEY(tid) (((uint64_t)1 << 63) | (tid))
-#define FREE_KEY UINT64_MAX
-
-static uint32_t worker_new(struct translate *tr, uint64_t park_key)
-{
-        tr->workers_changed = true;
-        /* An id given back (see worker_of_key) is used again first. */
-        for (uint32_t i = 0; i < tr->n_workers; i++) {
-                if (tr->park_keys[i] == FREE_KEY) {
-                        tr->park_keys[i] = park_key;
-                        tr->worker_rt[i] = TR_RT_UNKNOWN;
-                        return i;
-                }
-        }
-        /* Ids above 253 would collide with the sentinels. */
-        if (tr->n_workers >= 254)
-                return D9_WORKER_NONE;
-        tr->park_keys[tr->n_workers] = park_key;
-        tr->worker_rt[tr->n_workers] = TR_RT_UNKNOWN;
-        return tr->n_workers++;
-}
-
-static bool holds_provisional(const struct translate *tr, const struct tr_thread *t)
-{
-        return t->worker < tr->n_workers && tr->park_keys[t->worker] == PROVISIONAL_KEY(t->tid);
-}
-
-static uint32_t worker_of_key(struct translate *tr, uint64_t park_key, struct tr_thread *t)
-{
-        for (uint32_t i = 0; i < tr->n_workers; i++) {
-                if (tr->park_keys[i] != park_key)
-                        continue;
-                /* The thread held an id only until it showed which core it
-                 * drives, and that core already has one: give it back. */
-                if (holds_provisional(tr, t) && t->worker != i) {
-                        tr->park_keys[t->worker] = FREE_KEY;
-                        tr->workers_changed = true;
-                }
-                return i;
-        }
-        /* The thread polled before it first parked: its id becomes this
-         * core's id instead of burning a second one. */
-        if (holds_provisional(tr, t)) {
-                tr->park_keys[t->worker] = park_key;
-                return t->worker;
-        }
-        return worker_new(tr, park_key);
-}
-
-/* The runtime index of scheduler value sched, TR_RT_UNKNOWN if none yet. */
-static uint8_t runtime_of(const struct translate *tr, uint64_t sched)
-{
-        for (uint32_t rt = 0; sched && rt < tr->n_runtimes; rt++)
-                if (tr->rt_keys[rt] == sched)
-                        return (uint8_t)rt;
-        return TR_RT_UNKNOWN;
-}
-
-/* A runtime known only by the Box<Core> its current-thread driver parks
- * with (user addresses are below 2^47, so this is never a Handle). */
-#define CT_CORE_KEY(core) (((uint64_t)1 << 62) | (core))
-static bool rt_key_is_core(uint64_t key)
-{
-        return key >> 62 == 1;
-}
-
-/* A worker polled a task whose scheduler is sched: the worker belongs to
- * that runtime (all tasks of one runtime share its Handle's Arc). The
- * first one decides: a LocalSet's tasks (another scheduler) polled inside
- * a worker must not move it, nor restate the metadata at every poll. A
- * runtime known so far only by its current-thread core takes the Handle
- * as its key (or the worker joins the runtime already known by it). */
-static void worker_runtime_seen(struct translate *tr, uint32_t w, uint64_t sched)
-{
-        uint32_t rt = 0;
-
-        if (!sched || w >= tr->n_workers)
-                return;
-        if (tr->worker_rt[w] != TR_RT_UNKNOWN) {
-                uint8_t cur = tr->worker_rt[w], known;
-
-                if (!rt_key_is_core(tr->rt_keys[cur]) || rt_key_is_core(sched))
-                        return;
-                if ((known = runtime_of(tr, sched)) != TR_RT_UNKNOWN)
-                        tr->worker_rt[w] = known;
-                else
-                        tr->rt_keys[cur] = sched;
-                tr->workers_changed = true;
-                return;
-        }
-        while (rt < tr->n_runtimes && tr->rt_keys[rt] != sched)
-                rt++;
-        if (rt == tr->n_runtimes) {
-                if (rt == TR_MAX_RUNTIMES) {
-                        tr->rt_overflow++;
-                        return;
-                }
-                tr->rt_keys[tr->n_runtimes++] = sched;
-        }
-        tr->worker_rt[w] = (uint8_t)rt;
-        tr->workers_changed = true;
 }
 
 /* Live task ids: linear probing, deletion by backward shift (no tombstones). */
@@ -594,77 +484,6 @@ static bool cookie_is_blocking(const struct translate *tr, uint64_t cookie)
         return tr->plan && cookie < tr->n_labels && tr->plan->points[cookie].blocking_task;
 }
 
-static bool worker_in_runtime(const struct translate *tr, uint32_t w, uint8_t rt)
-{
-        return rt == TR_RT_UNKNOWN || tr->worker_rt[w] == TR_RT_UNKNOWN || tr->worker_rt[w] == rt;
-}
-
-/* Which core a worker thread drives, without park probes (a stripped
- * build). Tokio runs a worker's loop, multi_thread::worker::run, as a
- * blocking-pool task `move || run(worker)`: once per worker at launch,
- * and again each time block_in_place hands the core over (the caller puts
- * its core back in its Worker and spawns that task, from inside its poll;
- * the thread that runs the task takes the core, if the caller has not
- * taken it back first). BPF reads that task's Arc<Worker> at its poll's
- * entry (run_key): the same value for every loop of one worker, whichever
- * thread runs it. So a thread polling runtime tasks inside a worker loop
- * whose key is known drives that worker's core, and the key, not the
- * thread or the order records arrive in, names the worker.
- *
- * A core runs on one thread at a time: a thread that takes a worker's
- * core ends the previous holder's tenure (core_hold). The previous holder
- * is inside block_in_place (its poll leaves the worker's lane there: the
- * rest is the blocking section, on no worker) or its loop has ended; it
- * is a blocking-pool thread again. Coming back from block_in_place, a
- * thread can only take back its own worker's core (Tokio's Reset takes
- * cx.worker.core), so its next poll outside a worker loop whose start was
- * seen is on the worker it handed over (lost_worker).
- *
- * Attached mid-run, the loops already running were never seen starting:
- * their threads hold provisional ids (one per thread). The first time a
- * core's key is seen, the worker that handed it over holds such an id and
- * has been in one poll since before the taker's loop began (that poll
- * called block_in_place): the key takes that id (the longest such poll, if
- * several: two workers blocking in place at once may swap ids, never add
- * one). A worker's first launch has no such giver (the runtime has no
- * tasks yet while it launches). When the key is unreadable (0), the same
- * guess is the whole rule, and it can be wrong when another worker is in
- * an ordinary long poll. */
-static uint64_t giver_poll_len(const struct tr_thread *a, uint64_t now)
-{
-        return (a->poll_end_ts ? a->poll_end_ts : now) - a->poll_ts;
-}
-
-/* a's last poll began before t's worker loop did and ran past its start:
- * a poll that can have called block_in_place for t's loop. */
-static bool poll_spans_loop_start(const struct tr_thread *a, const struct tr_thread *t)
-{
-        bool open = a->poll_worker == a->worker && !a->poll_end_ts;
-
-        return a->poll_ts && a->poll_ts < t->blocking_ts && (open || a->poll_end_ts > t->blocking_ts);
-}
-
-static struct tr_thread *core_giver(struct translate *tr, const struct tr_thread *t, uint64_t sched, uint64_t now,
-                                    bool provisional_only)
-{
-        uint8_t rt = runtime_of(tr, sched);
-        struct tr_thread *best = NULL;
-
-        /* A runtime none of whose tasks ran yet is being launched. */
-        if (sched && rt == TR_RT_UNKNOWN)
-                return NULL;
-        for (size_t i = 0; i < tr->threads_cap; i++) {
-                struct tr_thread *a = &tr->threads[i];
-
-                if (!a->tid || a == t || a->worker >= D9_WORKER_BLOCKING || !poll_spans_loop_start(a, t) ||
-                    !worker_in_runtime(tr, a->worker, rt) || (provisional_only && !holds_provisional(tr, a)))
-                        continue;
-                if (!best || giver_poll_len(a, now) > giver_poll_len(best, now))
-                        best = a;
-        }
-        return best;
-}
-
 static struct tr_thread *thread_find(struct translate *tr, uint32_t tid)
 {
         size_t mask = tr->threads_cap - 1, i = (tid * 2654435761u) & mask;
@@ -674,197 +493,72 @@ static struct tr_thread *thread_find(struct translate *tr, uint32_t tid)
         return tid && tr->threads[i].tid == tid ? &tr->threads[i] : NULL;
 }
 
-/* Thread t drives worker w's core from ts on; whoever held it before
- * handed it over and is that worker no more. */
-static int core_hold(struct translate *tr, struct tr_thread *t, uint32_t w, uint64_t ts, struct tr_thread **prev)
+/* Thread t drives worker w from ts on. A worker runs on one thread at a
+ * time: a thread that held w before handed its core over (block_in_place:
+ * the stand-in thread's loop took it) and is that worker no more; a poll
+ * of its still open leaves w's lane here (the rest of it is the blocking
+ * section, on no worker). */
+static int worker_take(struct translate *tr, struct tr_thread *t, uint32_t w, uint64_t ts)
 {
-        struct tr_thread *u = thread_find(tr, tr->core_holder[w]);
+        struct tr_thread *u = w < TR_MAX_WORKERS ? thread_find(tr, tr->holder[w]) : NULL;
         int e = 0;
 
-        *prev = NULL;
+        if (w >= TR_MAX_WORKERS)
+                return 0;
         if (u && u != t && u->worker == w) {
-                *prev = u;
-                if (u->poll_worker == w && !u->poll_end_ts) {
+                if (u->poll_worker == w) {
                         e = d9_enc_poll_end(tr->enc, ts, w);
                         tr->events += e == 0;
-                }
-                if (u->poll_worker == w)
                         u->poll_worker = D9_WORKER_NONE;
+                        u->poll_end_ts = ts;
+                }
                 u->worker = D9_WORKER_NONE;
-                u->lost_worker = w;
                 u->pool_thread = true;
                 tr->cores_handed++;
         }
-        /* A provisional id of a thread now seen driving another core was
-         * this thread's, not a core's: given back. */
-        if (t->worker != w && holds_provisional(tr, t)) {
-                tr->park_keys[t->worker] = FREE_KEY;
-                tr->workers_changed = true;
-        }
         t->worker = w;
-        t->lost_worker = D9_WORKER_NONE;
-        tr->core_holder[w] = t->tid;
+        tr->holder[w] = t->tid;
         return e;
 }
 
-/* The worker whose loop thread t runs (its run_key), a new one for a key
- * not seen before unless a provisional worker handed it over. */
-static int provisional_merge(struct translate *tr, struct tr_thread *t, uint32_t w, uint64_t sched, uint64_t ts);
-
-static uint32_t run_key_worker(struct translate *tr, struct tr_thread *t, uint64_t sched, uint64_t ts)
-{
-        struct tr_thread *a;
-
-        if (t->worker < tr->n_workers && tr->park_keys[t->worker] == t->run_key)
-                return t->worker;
-        for (uint32_t i = 0; i < tr->n_workers; i++)
-                if (tr->park_keys[i] == t->run_key)
-                        return provisional_merge(tr, t, i, sched, ts) < 0 ? D9_WORKER_NONE : i;
-        if ((a = core_giver(tr, t, sched, ts, true))) {
-                tr->park_keys[a->worker] = t->run_key;
-                return a->worker;
-        }
-        /* A provisional id whose thread drives it no more (its loop ended,
-         * its core went on to a loop this thread never saw start): that
-         * core turns up here, in the first loop seen with its key. */
-        for (uint32_t i = 0; i < tr->n_workers; i++) {
-                struct tr_thread *h = thread_find(tr, tr->core_holder[i]);
-
-                if (tr->park_keys[i] >> 63 && tr->park_keys[i] != FREE_KEY && (!h || h->worker != i) &&
-                    worker_in_runtime(tr, i, runtime_of(tr, sched))) {
-                        tr->park_keys[i] = t->run_key;
-                        return i;
-                }
-        }
-        return worker_new(tr, t->run_key);
-}
-
-/* Thread t starts a loop for the known core w. If w's last holder did not
- * hand it over (it polled nothing that spans the loop's start), a thread
- * holding a provisional id did: that id was this core all along (a loop
- * begun before the attach, or a thread back from a block_in_place begun
- * before it that took its core back) and is given back: its polls so far
- * stay on it, the metadata lists it no more. */
-static int provisional_merge(struct translate *tr, struct tr_thread *t, uint32_t w, uint64_t sched, uint64_t ts)
-{
-        struct tr_thread *u = thread_find(tr, tr->core_holder[w]), *a;
-        int e = 0;
-
-        if ((u && poll_spans_loop_start(u, t)) || !(a = core_giver(tr, t, sched, ts, true)))
-                return 0;
-        if (a->poll_worker == a->worker && !a->poll_end_ts) {
-                e = d9_enc_poll_end(tr->enc, ts, a->worker);
-                tr->events += e == 0;
-                a->poll_worker = D9_WORKER_NONE;
-        }
-        tr->park_keys[a->worker] = FREE_KEY;
-        tr->workers_changed = true;
-        a->worker = D9_WORKER_NONE;
-        a->lost_worker = w;
-        a->pool_thread = true;
-        tr->cores_handed++;
-        return e;
-}
-
-/* The lane a poll starts on (rules at the top of this file). */
+/* The lane a runtime task's poll starts on: the worker BPF found the
+ * thread's loop running (Tokio's index, read from the loop's Arc<Worker>),
+ * else the worker the thread is known to drive (by its park key), else an
+ * id of the thread's own (docs/probe-plan.md, "Worker identity"). */
 static int poll_worker(struct translate *tr, struct tr_thread *t, const struct d9_rec_task *r, uint32_t *lane)
 {
-        /* Inside a blocking poll seen from its start: a worker loop. */
-        bool in_loop = t->poll_worker == D9_WORKER_BLOCKING || t->blocking_nested;
-        uint32_t w = D9_WORKER_NONE;
-        int e = 0;
+        uint32_t w = t->worker;
 
         *lane = D9_WORKER_BLOCKING;
         if (cookie_is_blocking(tr, r->cookie))
                 return 0;
-        /* BPF gives every task poll the key of the loop it runs inside (the
-         * thread's last blocking-pool poll), read at that loop's start: so
-         * a loop whose own record the ring dropped is known all the same.
-         * One read before this recording began (start_ts before its first
-         * record: the thread state of an earlier recording) is not used. */
-        if (tr->park_from_sched && r->run_key && r->start_ts >= tr->first_ts &&
-            (!in_loop || r->start_ts != t->blocking_ts)) {
-                if (!in_loop || t->run_key != r->run_key)
-                        tr->loops_unseen++;
-                t->run_key = r->run_key;
-                t->blocking_ts = r->start_ts;
-                in_loop = true;
+        if (r->worker)
+                w = workers_by_index(&tr->ws, r->worker_rt, r->worker, t->worker);
+        else if (w == D9_WORKER_NONE) {
+                w = workers_for_thread(&tr->ws, t->tid);
+                tr->polls_by_thread++;
+        } else if (!tr->ws.w[w].index) {
+                tr->polls_by_thread++;
         }
-        if (tr->park_from_sched) {
-                struct tr_thread *a, *prev;
-
-                if (in_loop && t->run_key)
-                        w = run_key_worker(tr, t, r->sched, r->hdr.ts);
-                else if (t->worker != D9_WORKER_NONE)
-                        ;
-                else if (t->poll_worker == D9_WORKER_BLOCKING && (a = core_giver(tr, t, r->sched, r->hdr.ts, false)))
-                        w = a->worker;
-                else if (t->poll_worker != D9_WORKER_BLOCKING && t->lost_worker != D9_WORKER_NONE &&
-                         worker_in_runtime(tr, t->lost_worker, runtime_of(tr, r->sched)))
-                        w = t->lost_worker;
-                if (w < D9_WORKER_BLOCKING && (e = core_hold(tr, t, w, r->hdr.ts, &prev)) < 0)
-                        return e;
-                /* t took back a core that a thread without a key had been
-                 * guessed to take: that guess was wrong (t kept its core),
-                 * so the other thread takes the next giver's core, or a
-                 * new id. One with a key was inside block_in_place. */
-                if (w < D9_WORKER_BLOCKING && prev && !prev->run_key && prev->blocking_nested &&
-                    prev->lost_worker == w && !in_loop) {
-                        prev->lost_worker = D9_WORKER_NONE;
-                        prev->pool_thread = false;
-                        if ((a = core_giver(tr, prev, r->sched, r->hdr.ts, false)))
-                                e = core_hold(tr, prev, a->worker, r->hdr.ts, &a);
-                        else if ((prev->worker = worker_new(tr, PROVISIONAL_KEY(prev->tid))) < D9_WORKER_BLOCKING)
-                                tr->core_holder[prev->worker] = prev->tid;
-                        if (e < 0)
-                                return e;
-                }
-        }
-        if (t->worker == D9_WORKER_NONE) {
-                t->worker = worker_new(tr, PROVISIONAL_KEY(t->tid));
-                if (t->worker < D9_WORKER_BLOCKING)
-                        tr->core_holder[t->worker] = t->tid;
-        }
-        *lane = t->worker;
-        return e;
+        *lane = w;
+        return w < TR_MAX_WORKERS ? worker_take(tr, t, w, r->hdr.ts) : 0;
 }
 
 uint32_t translate_thread_worker(struct translate *tr, struct tr_thread *t)
 {
-        if (t->worker == D9_WORKER_NONE)
-                t->worker = worker_new(tr, PROVISIONAL_KEY(t->tid));
+        if (t->worker == D9_WORKER_NONE && (t->worker = workers_for_thread(&tr->ws, t->tid)) < TR_MAX_WORKERS)
+                tr->holder[t->worker] = t->tid;
         return t->worker;
 }
 
-/* Some worker of runtime rt (or of any, if unknown) is known by its key. */
-static bool runtime_keyed(const struct translate *tr, uint8_t rt)
-{
-        for (uint32_t i = 0; i < tr->n_workers; i++)
-                if (!(tr->park_keys[i] >> 63) && worker_in_runtime(tr, i, rt))
-                        return true;
-        return false;
-}
-
-/* A blocking-pool poll ended on t. If it was a worker loop (run returns
- * only once its thread has no core: handed over by block_in_place and not
- * taken back, or the runtime shut down), t drives no core any more, and a
- * spawn_blocking job's thread never did: t is a blocking-pool thread. */
+/* Thread t begins or ends a blocking-pool poll: a worker loop ends (run
+ * returns once its thread has no core: handed over by block_in_place and
+ * not taken back, or the runtime shut down) or a job begins; either way t
+ * drives no worker until its polls show one again. An id that named only
+ * t stays: without a Worker index nothing tells where its core went. */
 static void worker_loop_end(struct translate *tr, struct tr_thread *t)
 {
-        if (!tr->park_from_sched)
-                return;
-        /* A provisional id (a loop begun before the attach) whose loop ended
-         * while its runtime's cores are followed by their keys named this
-         * thread, not a core: the core went on to another loop, where its
-         * key names it. Given back, to be used again first. (At shutdown,
-         * with no key seen, the id stays: it was that worker's.) */
-        if (holds_provisional(tr, t) && runtime_keyed(tr, tr->worker_rt[t->worker])) {
-                tr->park_keys[t->worker] = FREE_KEY;
-                tr->workers_changed = true;
-        }
         t->worker = D9_WORKER_NONE;
-        t->lost_worker = D9_WORKER_NONE;
-        t->run_key = 0;
         t->pool_thread = true;
 }
 
@@ -930,15 +624,16 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                         t->poll_end_ts = 0;
                 }
                 if (t->poll_worker == D9_WORKER_BLOCKING) {
-                        t->pool_thread |= t->worker == D9_WORKER_NONE;
-                        t->run_key = r->run_key;
+                        /* A new loop or job: the thread's last loop (if
+                         * any) ended, whether or not its end was seen. */
+                        worker_loop_end(tr, t);
                         t->blocking_ts = r->hdr.ts;
                         t->blocking_task = r->task_id;
                         t->blocking_cookie = r->cookie;
                         t->blocking_future = r->future_poll;
                         return 1;
                 }
-                worker_runtime_seen(tr, t->poll_worker, r->sched);
+                workers_runtime_seen(&tr->ws, t->poll_worker, r->sched);
                 return d9_enc_poll_start(tr->enc, r->hdr.ts, t->poll_worker, 0,
                                          r->task_id, poll_label_atom(tr, r->cookie, r->future_poll));
         case D9_REC_POLL_END: {
@@ -1000,24 +695,32 @@ static bool cookie_is_ct_park(const struct translate *tr, uint64_t cookie)
         return label && (strstr(label, "current_thread") || strstr(label, "basic_scheduler"));
 }
 
+/* Park probes: the worker whose loop the thread runs, when BPF knows it
+ * (and its core's key is then that worker's), else the core the park key
+ * names: block_in_place moves a core to another thread, and the key
+ * follows the core. */
 static int on_park(struct translate *tr, const struct d9_rec_park *r, struct tr_thread *t)
 {
-        uint32_t w;
+        uint32_t w = t->worker;
+        int e;
 
+        if (r->worker) {
+                w = workers_by_index(&tr->ws, r->worker_rt, r->worker, t->worker);
+                workers_set_park_key(&tr->ws, w, r->park_key);
+        } else if (r->park_key) {
+                w = workers_by_park_key(&tr->ws, r->park_key, t->worker);
+        }
         /* An unreadable key names no core: the thread keeps what it was. */
-        if (!r->park_key && t->worker == D9_WORKER_NONE)
+        if (w >= TR_MAX_WORKERS)
                 return 1;
-        w = r->park_key ? worker_of_key(tr, r->park_key, t) : t->worker;
         /* In entry-only mode BPF closed the thread's poll before this park. */
-        t->poll_worker = D9_WORKER_NONE;
-
-        /* A thread that polled before its first park took a provisional id;
-         * the Parker key is the real identity from here on. */
-        t->worker = w;
+        if (t->poll_worker < D9_WORKER_BLOCKING)
+                t->poll_worker = D9_WORKER_NONE;
+        if ((e = worker_take(tr, t, w, r->hdr.ts)) < 0)
+                return e;
         if (r->hdr.type == D9_REC_PARK) {
-                if (r->park_key && w < tr->n_workers && tr->worker_rt[w] == TR_RT_UNKNOWN &&
-                    cookie_is_ct_park(tr, r->cookie))
-                        worker_runtime_seen(tr, w, CT_CORE_KEY(r->park_key));
+                if (r->park_key && tr->ws.w[w].rt == TR_RT_UNKNOWN && cookie_is_ct_park(tr, r->cookie))
+                        workers_runtime_seen(&tr->ws, w, workers_rt_core_key(r->park_key));
                 t->park_run_delay = r->run_delay_ns;
                 return d9_enc_worker_park(tr->enc, r->hdr.ts, w, 0, r->cpu_ns, r->hdr.tid);
         }
@@ -1406,59 +1109,10 @@ int translate_wake_window(struct translate *tr, uint64_t ts, bool attached, uint
 
 void translate_worker_list(const struct translate *tr, char *buf, size_t len)
 {
-        size_t off = 0;
-        bool first = true;
-
-        buf[0] = 0;
-        for (uint32_t i = 0; i < tr->n_workers && off + 8 < len; i++) {
-                if (tr->park_keys[i] == FREE_KEY)
-                        continue;
-                off += (size_t)snprintf(buf + off, len - off, "%s%u", first ? "" : ",", i);
-                first = false;
-        }
-}
-
-/* One "runtime.<name>" entry: the workers of runtime index rt (and, for
- * main, those whose runtime is not known). Returns the new text offset. */
-static size_t runtime_entry(const struct translate *tr, struct tr_runtimes *out, size_t off, uint32_t rt,
-                            bool is_main, uint32_t name)
-{
-        const char *key = out->text + off, *val;
-        bool any = false;
-
-        off += (size_t)snprintf(out->text + off, sizeof(out->text) - off, is_main ? "runtime.main" : "runtime.rt%u",
-                                name) + 1;
-        val = out->text + off;
-        out->text[off] = 0;
-        for (uint32_t i = 0; i < tr->n_workers && off + 8 < sizeof(out->text); i++) {
-                uint8_t of = tr->worker_rt[i];
-
-                if (tr->park_keys[i] == FREE_KEY || !(of == rt || (is_main && of == TR_RT_UNKNOWN)))
-                        continue;
-                off += (size_t)snprintf(out->text + off, sizeof(out->text) - off, "%s%u", any ? "," : "", i);
-                any = true;
-        }
-        off++;
-        /* runtime.main always; a later runtime once it has a worker. */
-        if (is_main || any) {
-                out->key[out->n] = key;
-                out->val[out->n++] = val;
-        }
-        return off;
+        workers_list(&tr->ws, buf, len);
 }
 
 void translate_runtimes(const struct translate *tr, struct tr_runtimes *out)
 {
-        uint32_t main_rt = 0, name = 1;
-        size_t off;
-
-        /* main: the first runtime seen polling, not one known only by a
-         * current-thread core it parked with. */
-        while (main_rt < tr->n_runtimes && rt_key_is_core(tr->rt_keys[main_rt]))
-                main_rt++;
-        out->n = 0;
-        off = runtime_entry(tr, out, 0, main_rt, true, 0);
-        for (uint32_t rt = 0; rt < tr->n_runtimes && off + 64 < sizeof(out->text); rt++)
-                if (rt != main_rt)
-                        off = runtime_entry(tr, out, off, rt, false, name++);
+        workers_runtimes(&tr->ws, out);
 }

@@ -9,24 +9,17 @@
 #include <sys/types.h>
 
 #include "proto/d9proto.h"
+#include "daemon/record/workers.h"
 
 struct probe_plan;
 
-/* Runtimes told apart per process; polls of more are listed under "main". */
-#define TR_MAX_RUNTIMES 48
-#define TR_RT_UNKNOWN 0xff
-
 struct tr_thread {
         uint32_t tid;                   /* 0 = empty slot */
-        uint32_t worker;                /* D9_WORKER_NONE until the thread polls a
-                                         * runtime task or parks a worker's core */
+        uint32_t worker;                /* the worker it drives (workers.h),
+                                         * D9_WORKER_NONE while it drives none */
         uint32_t poll_worker;           /* lane of its open poll, D9_WORKER_NONE if none */
         uint64_t poll_ts;               /* when its last runtime-task poll began */
         uint64_t poll_end_ts;           /* ... and ended (0 while it is open) */
-        uint32_t lost_worker;           /* the worker whose core this thread handed
-                                         * over (block_in_place), D9_WORKER_NONE if none */
-        uint64_t run_key;               /* its open blocking poll's run_key (a worker
-                                         * loop's Arc<Worker>), 0 if none or unread */
         bool pool_thread;               /* has run blocking-pool tasks (samples: 254) */
         bool poll_cut;                  /* its poll was closed by a window's end: a
                                          * late end from BPF's stale state is not its */
@@ -121,26 +114,19 @@ struct translate {
 
         struct tr_thread *threads;      /* open addressing, power-of-two size */
         size_t threads_cap, threads_used;
-        uint64_t *park_keys;            /* index = worker id; FREE_KEY: id free again */
-        uint32_t *core_holder;          /* index = worker id: tid of the thread that
-                                         * drives (or last drove) its core (no park
-                                         * probes), 0 if none */
-        uint8_t *worker_rt;             /* index = worker id: its runtime's index in
-                                         * rt_keys, TR_RT_UNKNOWN until it polls */
-        uint64_t rt_keys[TR_MAX_RUNTIMES]; /* a runtime's tasks' scheduler value */
-        uint32_t n_runtimes;
-        uint64_t rt_overflow;           /* polls of runtimes past TR_MAX_RUNTIMES */
-        uint32_t n_workers;             /* ids handed out (free ones included) */
-        bool workers_changed;           /* metadata needs a runtime.<name> refresh */
+        struct tr_workers ws;           /* worker ids and runtimes */
+        uint32_t holder[TR_MAX_WORKERS]; /* tid of the thread that drives (or
+                                         * last drove) each worker, 0 if none */
 
         uint64_t first_ts, last_ts;
         uint64_t events;                /* dial9 events written */
         uint64_t records;               /* BPF records seen */
         uint64_t exited, exec_seen;     /* EXIT / EXEC records */
         uint64_t sched_parks;           /* parks derived from off-CPU records */
-        uint64_t cores_handed;          /* block_in_place hand-offs followed without park probes */
-        uint64_t loops_unseen;          /* worker loops known only from their task polls'
-                                         * run_key (the loop's own record was dropped) */
+        uint64_t cores_handed;          /* a worker's core seen moving to another thread
+                                         * (block_in_place) */
+        uint64_t polls_by_thread;       /* runtime task polls whose worker BPF did not
+                                         * find (workers.h: the thread stands in) */
         /* long_poll.c: workers and long polls from stacks (default set). */
         bool stack_workers;
         uint64_t run_period_ns;
@@ -212,13 +198,5 @@ int translate_window(struct translate *tr, uint64_t ts, bool on);
  * park showed it drives a known core is not). */
 void translate_worker_list(const struct translate *tr, char *buf, size_t len);
 
-/* SegmentMetadataEvent entries "runtime.<name>" = "0,1": the worker ids of
- * each runtime, runtime.main first (always there, with the workers whose
- * runtime is not known too), then rt1, rt2, ... in the order their first
- * tasks were polled. */
-struct tr_runtimes {
-        uint32_t n;
-        const char *key[TR_MAX_RUNTIMES], *val[TR_MAX_RUNTIMES];
-        char text[4096];
-};
+/* SegmentMetadataEvent entries "runtime.<name>" (workers_runtimes). */
 void translate_runtimes(const struct translate *tr, struct tr_runtimes *out);

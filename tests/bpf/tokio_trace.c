@@ -48,6 +48,7 @@ struct thread_state {
         uint64_t off_all_ns;    /* all of its off-CPU time */
         int parked;             /* -1 unknown, 0 running, 1 parked */
         bool polled;            /* has started a poll */
+        uint32_t worker;        /* the worker its runtime task polls named */
 };
 
 struct stats {
@@ -67,6 +68,11 @@ struct stats {
         size_t n_long;
         uint64_t *ids;          /* open-addressing set of task ids polled */
         size_t n_ids, cap_ids;
+        const struct probe_plan *plan;
+        unsigned long task_polls;       /* POLL_STARTs of runtime tasks, */
+        unsigned long task_polls_worker; /* ... those naming their worker */
+        unsigned long worker_moved;     /* ... naming another than the thread's last */
+        uint64_t workers_named;         /* bit w-1: worker w was named */
 };
 
 static struct thread_state *thread_of(struct stats *s, uint32_t tid)
@@ -124,6 +130,33 @@ static uint64_t busy_task(const struct stats *s)
                 }
         }
         return best;
+}
+
+static long truth_int(json_t *truth, const char *key)
+{
+        return (long)json_integer_value(json_object_get(truth, key));
+}
+
+/* BPF names the worker of every runtime task poll from the loop's
+ * Arc<Worker> (d9_worker_find): each of Tokio's workers, no other, and a
+ * thread stays one worker (mixed never blocks in place). A thread's first
+ * few scans may find nothing; a current-thread runtime has no Worker. */
+static void check_workers(const struct stats *s, json_t *truth)
+{
+        json_t *f = json_object_get(truth, "flavor");
+        long workers = truth_int(truth, "workers");
+        bool multi = f && json_is_string(f) && !strcmp(json_string_value(f), "multi-thread");
+
+        if (!multi) {
+                tap_ok(s->task_polls > 0 && s->task_polls_worker == 0,
+                       "current-thread runtime: no poll names a multi-thread worker (%lu of %lu)",
+                       s->task_polls_worker, s->task_polls);
+                return;
+        }
+        tap_ok(workers > 0 && workers <= 64 && s->workers_named == (1ull << workers) - 1 && !s->worker_moved &&
+               s->task_polls_worker + 8 * s->n_th >= s->task_polls,
+               "runtime task polls name Tokio's %ld workers (named: %#llx), %lu of %lu polls, no thread moved (%lu)",
+               workers, (unsigned long long)s->workers_named, s->task_polls_worker, s->task_polls, s->worker_moved);
 }
 
 static void check_long_polls(const struct stats *s, long blocking)
@@ -212,6 +245,16 @@ static void on_task_rec(struct stats *s, const struct d9_rec_task *r)
                         t->open_ts = 0;
                 }
                 s->restarted += t->open_ts != 0;
+                if (r->cookie < s->plan->n_points && !s->plan->points[r->cookie].blocking_task) {
+                        s->task_polls++;
+                        if (r->worker) {
+                                s->task_polls_worker++;
+                                s->worker_moved += t->worker && t->worker != r->worker;
+                                t->worker = r->worker;
+                                if (r->worker <= 64)
+                                        s->workers_named |= 1ull << (r->worker - 1);
+                        }
+                }
                 t->open_ts = r->hdr.ts;
                 t->open_task = r->task_id;
                 t->off_vol_ns = t->off_inv_ns = t->off_all_ns = 0;
@@ -307,11 +350,6 @@ static int wait_exec(pid_t pid, const char *exe)
                 usleep(5000);
         }
         return -ETIMEDOUT;
-}
-
-static long truth_int(json_t *truth, const char *key)
-{
-        return (long)json_integer_value(json_object_get(truth, key));
 }
 
 /* The target prints one JSON line of its own counts at exit. */
@@ -461,6 +499,7 @@ static void check_results(const struct stats *s, const struct probe_plan *plan,
                "each 20 ms sleep inside a poll stays in its poll: %lu polls hold >= 19 ms of sleep, "
                "the target made %ld", s->sleep_polls, truth_int(truth, "sleep_polls"));
         tap_ok(s->park_in_poll == 0, "no park while a poll is open (%lu)", s->park_in_poll);
+        check_workers(s, truth);
         tap_diag("parks %lu; voluntary sleeps outside a poll of threads that poll %lu (a park that "
                  "finds work does not sleep)", s->parks, s->slept_outside);
         if (probe_plan_count(plan, PROBE_COMPLETE, false))
@@ -569,6 +608,7 @@ int main(int argc, char **argv)
                  d9_bpf_target_n_attached(t), d9_bpf_target_attach_ns(t) / 1e6,
                  (int)d9_bpf_target_poll_end(t));
         s.end_at_next_poll = d9_bpf_target_poll_end(t) == D9_POLL_END_ENTRY_ONLY;
+        s.plan = plan;
         drain_until_exit(t, &target);
         mode = d9_bpf_target_poll_end(t);
         d9_bpf_target_drops(t, &drops);

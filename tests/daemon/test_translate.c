@@ -465,9 +465,9 @@ static void test_local_set_does_not_move_worker(void)
         run_start(&r, false, false);
         for (int i = 0; i < 20; i++) {
                 poll_rt(&r, 101, C_TASK, 1, 0x7f00aa00);
-                r.tr.workers_changed = false;
+                r.tr.ws.changed = false;
                 poll_rt(&r, 101, C_TASK2, 2, 0x7f00dd00);
-                changes += r.tr.workers_changed;
+                changes += r.tr.ws.changed;
         }
         translate_runtimes(&r.tr, &rts);
         ok(rts.n == 1 && !strcmp(rts.val[0], "0") && changes == 0,
@@ -553,108 +553,6 @@ static bool lanes_balanced(const struct lane_log *l)
         return true;
 }
 
-#define RT_A 0xA000
-
-/* block_in_place on a stripped build (no park probes, so no key follows
- * the core): attached mid-run, worker 0 (thread 101) calls block_in_place
- * inside a poll; Tokio hands its core to a blocking-pool thread (103) that
- * runs the worker loop as a blocking task. 103 is worker 0 from its first
- * poll on, 101's poll leaves lane 0 at the hand-off, 101 is a blocking
- * thread again (its sleeps are no parks, its samples on 254). */
-static void test_block_in_place_keeps_worker_id(void)
-{
-        struct lane_log l;
-        struct run r;
-        char workers[64];
-
-        run_start(&r, false, false);
-        for (int i = 0; i < 3; i++) {
-                poll_rt(&r, 101, C_TASK, 1 + i, RT_A);
-                poll_rt(&r, 102, C_TASK, 10 + i, RT_A);
-        }
-        poll_open(&r, 101, C_TASK, 7, RT_A);      /* ... calls block_in_place */
-        poll_rt(&r, 102, C_TASK, 20, RT_A);
-        poll_open(&r, 103, C_LAUNCH, 900, 0);     /* worker::run for core 0 */
-        for (int i = 0; i < 4; i++) {
-                poll_rt(&r, 103, C_TASK, 30 + i, RT_A);
-                poll_rt(&r, 102, C_TASK, 40 + i, RT_A);
-        }
-        offcpu(&r, 101, 1);                       /* the blocking section sleeps */
-        sample(&r, 101);
-        poll_close(&r, 101, C_TASK, 7);           /* block_in_place returned */
-        offcpu(&r, 101, 1);                       /* idle in the blocking pool */
-        offcpu(&r, 103, 1);                       /* worker 0 parks, on 103 */
-        uint64_t handed = r.tr.cores_handed;
-        run_end(&r, &l, workers, sizeof(workers));
-        ok(!strcmp(workers, "0,1"), "block_in_place without park probes: runtime.main '0,1' ('%s')", workers);
-        ok(l.poll_start[0] == 3 + 1 + 4 && l.poll_start[1] == 3 + 1 + 4 && polls_off(&l, 2) == 0 &&
-           lanes_balanced(&l),
-           "the new thread's polls are on worker 0 (%d of 8), worker 1's stay (%d of 8), none elsewhere, every "
-           "lane balanced", l.poll_start[0], l.poll_start[1]);
-        ok(l.park[0] == 1 && l.park[1] == 0 && l.samples[254] == 3,
-           "worker 0 parks once (on 103: %d); the giver's sleeps are no parks, its 2 off-CPU and 1 CPU samples on "
-           "254 (%d)", l.park[0], l.samples[254]);
-        ok(handed == 1, "one hand-off followed (%llu)", (unsigned long long)handed);
-}
-
-/* The same while worker 1 is in an older, ordinary long poll: the first
- * guess takes worker 1 for the giver; when 102 polls again outside any
- * blocking poll (it kept its core), it gets 1 back and 103 takes the core
- * of 101, still inside its block_in_place poll. */
-static void test_block_in_place_wrong_giver_undone(void)
-{
-        struct lane_log l;
-        struct run r;
-        char workers[64];
-
-        run_start(&r, false, false);
-        poll_rt(&r, 101, C_TASK, 1, RT_A);
-        poll_rt(&r, 102, C_TASK, 2, RT_A);
-        poll_open(&r, 102, C_TASK, 8, RT_A);      /* a long ordinary poll */
-        poll_open(&r, 101, C_TASK, 7, RT_A);      /* block_in_place */
-        poll_open(&r, 103, C_LAUNCH, 900, 0);
-        poll_rt(&r, 103, C_TASK, 30, RT_A);       /* guessed: worker 1's core */
-        poll_close(&r, 102, C_TASK, 8);
-        poll_rt(&r, 102, C_TASK, 9, RT_A);        /* 102 still drives core 1 */
-        for (int i = 0; i < 3; i++) {
-                poll_rt(&r, 103, C_TASK, 31 + i, RT_A);
-                poll_rt(&r, 102, C_TASK, 40 + i, RT_A);
-        }
-        poll_close(&r, 101, C_TASK, 7);
-        uint64_t handed = r.tr.cores_handed;
-        run_end(&r, &l, workers, sizeof(workers));
-        ok(!strcmp(workers, "0,1") && polls_off(&l, 2) == 0 && lanes_balanced(&l) && handed == 3,
-           "wrong giver undone: runtime.main '0,1' ('%s'), no poll elsewhere, lanes balanced, the core moved 3 times "
-           "(guessed, taken back, the right one: %llu)",
-           workers, (unsigned long long)handed);
-        ok(l.poll_start[0] == 1 + 1 + 3 && l.poll_start[1] == 1 + 1 + 1 + 1 + 3,
-           "after the undo 103 polls on 0, 102 on 1 (%d, %d)", l.poll_start[0], l.poll_start[1]);
-}
-
-/* A runtime launched after the attach: its workers' launch polls start
- * while no worker of that runtime is inside a poll, so each launch is a
- * new worker, not a hand-off; another runtime's busy worker is no giver. */
-static void test_launch_after_attach_is_no_hand_off(void)
-{
-        struct lane_log l;
-        struct run r;
-        char workers[64];
-
-        run_start(&r, false, false);
-        poll_rt(&r, 101, C_TASK, 1, 0xB000);
-        poll_open(&r, 101, C_TASK, 2, 0xB000);    /* other runtime, long poll */
-        poll_open(&r, 201, C_LAUNCH, 900, 0);
-        poll_open(&r, 202, C_LAUNCH, 901, 0);
-        poll_rt(&r, 201, C_TASK, 10, RT_A);
-        poll_rt(&r, 202, C_TASK, 11, RT_A);
-        poll_close(&r, 101, C_TASK, 2);
-        uint64_t handed = r.tr.cores_handed;
-        run_end(&r, &l, workers, sizeof(workers));
-        ok(!strcmp(workers, "0,1,2") && handed == 0 && lanes_balanced(&l),
-           "two launches after the attach: new workers 1 and 2 ('%s'), no hand-off (%llu)", workers,
-           (unsigned long long)handed);
-}
-
 /* restate's shape, with park probes, attached mid-run: a multi-thread main
  * runtime whose workers poll, and current-thread runtimes (one per
  * partition) whose drivers only park for seconds. Each of those is a
@@ -691,198 +589,258 @@ static void test_idle_current_thread_runtimes_apart(void)
         poll_rt(&r, 303, C_TASK2, 10, P);         /* block_on from another thread: same runtime */
         translate_runtimes(&r.tr, &rts);
         rt2 = rt_val(&rts, "runtime.rt2");
-        ok(rts.n == 3 && rt2 && !strncmp(rt2, "3", 1) && r.tr.n_runtimes == 3,
+        ok(rts.n == 3 && rt2 && !strncmp(rt2, "3", 1) && r.tr.ws.n_runtimes == 3,
            "its first poll keys it by the Handle: rt2 '%s', still 3 runtimes (%u)", rt2 ? rt2 : "-",
-           r.tr.n_runtimes);
+           r.tr.ws.n_runtimes);
         run_end(&r, &l, workers, sizeof(workers));
 }
 
-/* The taker may idle with the core before its first poll: the giver's
- * block_in_place poll has ended by then (300 ms on a loaded machine). The
- * giver is still the worker whose last poll spanned the taker's blocking
- * poll start and that polled nothing since; a worker that polled again
- * after it kept its core. */
-static void test_block_in_place_taker_polls_late(void)
+#define RT_A 0x7f00aa00
+#define RT_B 0x7f00bb00
+
+/* A runtime task's poll start as BPF writes it: inside the loop of Tokio's
+ * worker `index` of runtime rt, found on the stack (d9_worker_find), or
+ * index -1 when BPF found none. */
+static void wpoll_open(struct run *r, uint32_t tid, uint64_t task, uint64_t rt, int index)
+{
+        struct d9_rec_task t = { .task_id = task, .cookie = C_TASK, .sched = rt };
+
+        if (index >= 0) {
+                t.worker = (uint32_t)index + 1;
+                t.worker_rt = rt;
+        }
+        hdr(&t.hdr, r, D9_REC_POLL_START, tid);
+        translate_record(&r->tr, &t, sizeof(t));
+}
+
+static void wpoll(struct run *r, uint32_t tid, uint64_t task, uint64_t rt, int index)
+{
+        wpoll_open(r, tid, task, rt, index);
+        poll_close(r, tid, C_TASK, task);
+}
+
+/* A park with park probes: its core's key, and the worker BPF knows the
+ * thread's loop runs (-1: none yet). */
+static void wpark(struct run *r, uint32_t tid, uint64_t key, uint64_t rt, int index)
+{
+        struct d9_rec_park p = { .park_key = key, .cookie = C_PARK };
+
+        if (index >= 0) {
+                p.worker = (uint32_t)index + 1;
+                p.worker_rt = rt;
+        }
+        hdr(&p.hdr, r, D9_REC_PARK, tid);
+        translate_record(&r->tr, &p, sizeof(p));
+        hdr(&p.hdr, r, D9_REC_UNPARK, tid);
+        translate_record(&r->tr, &p, sizeof(p));
+}
+
+static uint32_t lcg(uint32_t *seed)
+{
+        *seed = *seed * 1103515245u + 12345u;
+        return *seed >> 16;
+}
+
+/* Attached mid-run (no worker's loop seen starting): each task poll says
+ * which of Tokio's workers polls it, so threads show up in any order,
+ * interleaved with blocking-pool threads coming and going, and each gets
+ * Tokio's own index as its id: worker 1's thread, seen first, is lane 1. */
+static void test_worker_index_mid_run_any_order(void)
 {
         struct lane_log l;
         struct run r;
         char workers[64];
+        uint32_t seed = 7;
 
         run_start(&r, false, false);
-        poll_rt(&r, 101, C_TASK, 1, RT_A);
-        poll_rt(&r, 102, C_TASK, 2, RT_A);
-        poll_open(&r, 101, C_TASK, 7, RT_A);      /* block_in_place */
-        poll_open(&r, 102, C_TASK, 8, RT_A);      /* an ordinary poll spanning the spawn too */
-        poll_open(&r, 103, C_LAUNCH, 900, 0);
-        poll_close(&r, 102, C_TASK, 8);
-        poll_rt(&r, 102, C_TASK, 9, RT_A);        /* 102 polls on: it has its core */
-        poll_close(&r, 101, C_TASK, 7);           /* returned before the taker polled */
-        offcpu(&r, 103, 1);                       /* the taker idles with the core */
-        for (int i = 0; i < 3; i++) {
-                poll_rt(&r, 103, C_TASK, 30 + i, RT_A);
-                poll_rt(&r, 102, C_TASK, 40 + i, RT_A);
+        for (int i = 0; i < 200; i++) {
+                switch (lcg(&seed) % 4) {
+                case 0:
+                        wpoll(&r, 102, 2, RT_A, 1);
+                        break;
+                case 1:
+                        wpoll(&r, 101, 1, RT_A, 0);
+                        break;
+                case 2:
+                        poll(&r, 300 + i, C_BLOCKING, 1000 + i, true);
+                        break;
+                default:
+                        sample(&r, 300 + i - 1);
+                }
         }
-        offcpu(&r, 101, 1);                       /* the giver, in the blocking pool now */
+        uint64_t by_thread = r.tr.polls_by_thread;
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!strcmp(workers, "0,1") && by_thread == 0,
+           "mid-run, any order, blocking threads coming and going: runtime.main '%s' (Tokio's 2 workers), "
+           "%llu polls by thread", workers, (unsigned long long)by_thread);
+        ok(l.poll_start[0] > 30 && l.poll_start[1] > 30 && polls_off(&l, 2) == 0 && lanes_balanced(&l) && !l.overlaps,
+           "worker 0's polls on 0 (%d), worker 1's on 1 (%d), none elsewhere (%d), balanced, no overlap",
+           l.poll_start[0], l.poll_start[1], polls_off(&l, 2));
+}
+
+/* deltachat's shape: every poll calls block_in_place, so each worker's
+ * core moves to a stand-in thread that runs a new loop; the stand-ins come
+ * from a pool that comes and goes, the records of the two workers
+ * interleave in a different order each round, and the ring drops some
+ * loops' own POLL_START. The holder's poll leaves the lane when the
+ * stand-in polls (the rest is the blocking section, on no worker), its
+ * late end writes nothing, and no id but Tokio's two is ever used. */
+static void test_block_in_place_stand_ins_take_the_worker(void)
+{
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+        uint32_t holder[2] = { 101, 102 }, seed = 11, next_tid = 200;
+        int polls = 0;
+        uint64_t task = 1;
+
+        run_start(&r, false, false);
+        for (int round = 0; round < 60; round++) {
+                int k = (int)(lcg(&seed) % 2);
+                uint32_t h = holder[k], s = next_tid++;
+                uint64_t t = task++;
+
+                wpoll(&r, holder[1 - k], task++, RT_A, 1 - k);          /* the other worker goes on */
+                wpoll_open(&r, h, t, RT_A, k);                          /* h calls block_in_place */
+                if (lcg(&seed) % 3)                                     /* the stand-in's loop (or dropped) */
+                        poll_open(&r, s, C_LAUNCH, 5000 + round, 0);
+                if (lcg(&seed) % 2)
+                        wpoll(&r, holder[1 - k], task++, RT_A, 1 - k);
+                wpoll(&r, s, task++, RT_A, k);                          /* the stand-in polls as worker k */
+                poll_close(&r, h, C_TASK, t);                           /* h's poll returns: on no lane */
+                poll_close(&r, h, C_LAUNCH, 4000 + round);              /* h's loop ends: a pool thread */
+                sample(&r, h);
+                wpoll(&r, s, task++, RT_A, k);
+                holder[k] = s;
+                polls += 3;
+        }
         uint64_t handed = r.tr.cores_handed;
         run_end(&r, &l, workers, sizeof(workers));
-        ok(!strcmp(workers, "0,1") && handed == 1 && polls_off(&l, 2) == 0 && lanes_balanced(&l),
-           "taker's first poll after the giver returned: runtime.main '%s', %llu hand-off, lanes balanced", workers,
-           (unsigned long long)handed);
-        ok(l.poll_start[0] == 2 + 3 && l.poll_start[1] == 3 + 3 && l.park[0] == 0,
-           "the taker polls on worker 0 (%d of 5), 102 stays on 1 (%d of 6), the giver's pool sleep is no park (%d)",
-           l.poll_start[0], l.poll_start[1], l.park[0]);
+        ok(!strcmp(workers, "0,1") && polls_off(&l, 2) == 0,
+           "60 hand-offs to stand-ins from a pool: runtime.main '%s', no poll on another id (%d)", workers,
+           polls_off(&l, 2));
+        ok(lanes_balanced(&l) && !l.overlaps && l.poll_start[0] + l.poll_start[1] >= polls,
+           "each lane's polls balanced and never overlapping (%d + %d polls)", l.poll_start[0], l.poll_start[1]);
+        ok(handed == 60 && l.samples[254] == 60 && l.samples[0] + l.samples[1] == 0,
+           "every hand-off counted (%llu); the givers' samples after it on 254 (%d)", (unsigned long long)handed,
+           l.samples[254]);
 }
 
-/* A worker loop (Launch or block_in_place's stand-in) opened on tid, its
- * future's Arc<Worker> read as run_key. */
-static void loop_open(struct run *r, uint32_t tid, uint64_t run_key, uint64_t task)
-{
-        struct d9_rec_task t = { .task_id = task, .cookie = C_LAUNCH, .run_key = run_key };
-
-        hdr(&t.hdr, r, D9_REC_POLL_START, tid);
-        translate_record(&r->tr, &t, sizeof(t));
-}
-
-enum { K0 = 0x7f0000a000, K1 = 0x7f0000b000 };
-
-/* The sequence that minted ids on deltachat (stripped, SQLite through
- * block_in_place): worker 0's stand-in 103 itself calls block_in_place and
- * puts the core back; the original giver 101, back from its own
- * block_in_place, takes it from there and polls on. 101 is worker 0 again
- * (it can only take back its own worker's core) and 103, blocking, is no
- * worker: no third id, and the loop 104 spawned for the core finds none. */
-static void test_block_in_place_giver_takes_back_what_stand_in_put_back(void)
+/* block_in_place whose giver takes its core back before the stand-in
+ * does: the stand-in's loop returns at once, polling nothing; the giver
+ * goes on as the same worker, no hand-off. */
+static void test_block_in_place_core_taken_back(void)
 {
         struct lane_log l;
         struct run r;
         char workers[64];
 
         run_start(&r, false, false);
-        poll_rt(&r, 101, C_TASK, 1, RT_A);        /* attached mid-run */
-        poll_rt(&r, 102, C_TASK, 2, RT_A);
-        poll_open(&r, 101, C_TASK, 7, RT_A);      /* block_in_place */
-        loop_open(&r, 103, K0, 900);
-        poll_rt(&r, 103, C_TASK, 30, RT_A);       /* the stand-in: worker 0 */
-        poll_open(&r, 103, C_TASK, 31, RT_A);     /* ... blocks in place too */
-        loop_open(&r, 104, K0, 901);
-        poll_close(&r, 101, C_TASK, 7);           /* 101 back: takes the core */
-        poll_rt(&r, 101, C_TASK, 8, RT_A);
-        poll_close(&r, 104, C_LAUNCH, 901);       /* 104 found no core */
-        poll_rt(&r, 102, C_TASK, 3, RT_A);
-        poll_rt(&r, 101, C_TASK, 9, RT_A);
-        offcpu(&r, 103, 1);                       /* 103 blocking: no park */
-        poll_close(&r, 103, C_TASK, 31);          /* back, no core: its loop ends */
-        poll_close(&r, 103, C_LAUNCH, 900);
-        offcpu(&r, 103, 1);
-        offcpu(&r, 101, 1);                       /* worker 0 parks */
+        wpoll(&r, 101, 1, RT_A, 0);
+        wpoll_open(&r, 101, 2, RT_A, 0);
+        poll_open(&r, 201, C_LAUNCH, 900, 0);
+        poll_close(&r, 201, C_LAUNCH, 900);
+        poll_close(&r, 101, C_TASK, 2);
+        wpoll(&r, 101, 3, RT_A, 0);
+        uint64_t handed = r.tr.cores_handed;
         run_end(&r, &l, workers, sizeof(workers));
-        ok(!strcmp(workers, "0,1") && polls_off(&l, 2) == 0 && lanes_balanced(&l) && !l.overlaps,
-           "giver takes back the core its stand-in put back: runtime.main '%s', no poll elsewhere, lanes balanced, "
-           "%d overlaps", workers, l.overlaps);
-        ok(l.poll_start[0] == 1 + 1 + 2 + 2 && l.poll_start[1] == 2 && l.park[0] == 1 && l.blocking_polls == 2,
-           "worker 0: 101, 103, 101 again (%d polls), worker 1 %d, one park (the stand-in's sleeps are none: %d), "
-           "two loops as blocking polls (%d)", l.poll_start[0], l.poll_start[1], l.park[0], l.blocking_polls);
+        ok(!strcmp(workers, "0") && l.poll_start[0] == 3 && l.poll_end[0] == 3 && handed == 0,
+           "core taken back: runtime.main '%s', 3 polls on 0 (%d ended), no hand-off (%llu)", workers,
+           l.poll_end[0], (unsigned long long)handed);
 }
 
-/* A task poll as BPF writes it inside a worker loop: the loop's run_key
- * and that loop's start (loop_ts), the thread's last blocking-pool poll;
- * lost: the thread's records the ring dropped right before this one. */
-static void poll_in_loop(struct run *r, uint32_t tid, uint64_t task, uint64_t run_key, uint64_t loop_ts,
-                         uint32_t lost)
-{
-        struct d9_rec_task t = { .task_id = task, .cookie = C_TASK, .sched = RT_A, .run_key = run_key,
-                                 .start_ts = loop_ts };
-
-        hdr(&t.hdr, r, D9_REC_POLL_START, tid);
-        t.hdr.lost = lost;
-        translate_record(&r->tr, &t, sizeof(t));
-        t = (struct d9_rec_task){ .task_id = task, .cookie = C_TASK };
-        hdr(&t.hdr, r, D9_REC_POLL_END, tid);
-        translate_record(&r->tr, &t, sizeof(t));
-}
-
-/* Seen in the inplace target under 2 hogs (mid-run attach): the ring
- * dropped a stand-in loop's POLL_START (the thread's next record said 47
- * of its records were lost), so its thread polled runtime tasks outside
- * any loop translate knew of and got a third id. The task polls carry
- * the loop's key themselves: the stand-in is worker 0, no new id. A key
- * read before the recording began (an earlier session's thread state) is
- * not used. */
-static void test_block_in_place_loop_start_dropped(void)
+/* A thread's first polls without a worker (BPF's scan found none yet: a
+ * LocalSet's task first) get an id of the thread's own; when its index
+ * shows, that id is the worker, whatever Tokio calls it: no third id. */
+static void test_thread_id_becomes_the_worker(void)
 {
         struct lane_log l;
         struct run r;
         char workers[64];
-        uint64_t lost_loop_ts;
 
         run_start(&r, false, false);
-        poll_rt(&r, 101, C_TASK, 1, RT_A);        /* attached mid-run */
-        poll_in_loop(&r, 102, 2, K1, 1, 0);       /* a key older than the recording */
-        poll_open(&r, 101, C_TASK, 7, RT_A);      /* block_in_place */
-        loop_open(&r, 103, K0, 900);
-        poll_rt(&r, 103, C_TASK, 30, RT_A);       /* the stand-in: worker 0 */
-        poll_open(&r, 103, C_TASK, 31, RT_A);     /* ... blocks in place too */
-        lost_loop_ts = r.ts += 1000;              /* 104's loop 901: record dropped */
-        poll_in_loop(&r, 104, 40, K0, lost_loop_ts, 3);
-        poll_in_loop(&r, 104, 41, K0, lost_loop_ts, 0);
-        poll_rt(&r, 102, C_TASK, 3, RT_A);
-        poll_in_loop(&r, 104, 42, K0, lost_loop_ts, 0);
+        wpoll(&r, 101, 1, RT_B, -1);
+        wpoll(&r, 102, 2, RT_B, -1);
+        wpoll(&r, 101, 3, RT_A, 1);
+        wpoll(&r, 102, 4, RT_A, 0);
+        wpoll(&r, 101, 5, RT_B, -1);    /* the loop's worker stays known */
         run_end(&r, &l, workers, sizeof(workers));
-        ok(!strcmp(workers, "0,1") && polls_off(&l, 2) == 0 && !l.overlaps,
-           "a stand-in loop whose start the ring dropped: runtime.main '%s', %d polls elsewhere, %d overlaps",
-           workers, polls_off(&l, 2), l.overlaps);
-        ok(l.poll_start[0] == 2 + 2 + 3 && l.poll_start[1] == 2,
-           "its polls are worker 0's by their loop key (worker 0: %d of 7 polls, worker 1: %d of 2)",
-           l.poll_start[0], l.poll_start[1]);
+        ok(!strcmp(workers, "0,1") && l.poll_start[0] == 3 && l.poll_start[1] == 2,
+           "ids of threads become the workers they turn out to be: '%s' (%d, %d polls)", workers, l.poll_start[0],
+           l.poll_start[1]);
 }
 
-/* deltachat's pace: two workers, every poll blocks in place, a stand-in
- * loop per hand-off on a thread from a pool that comes and goes (tids
- * 200..), and records of threads interleaved in a different order each
- * round. Whatever order, ids follow the keys: exactly 0 and 1, and polls
- * on one lane never overlap (the blocking section is on no lane). */
-static void test_block_in_place_rotating_threads_two_ids(void)
+/* A stand-in thread whose first poll found no worker, then the worker
+ * another thread showed before: its id is given back (not listed), its
+ * later polls are that worker's. */
+static void test_thread_id_given_back_when_worker_known(void)
 {
         struct lane_log l;
         struct run r;
         char workers[64];
-        uint32_t holder[2] = { 101, 102 }, next = 200;
-        uint64_t task = 1000, keys[2] = { K0, K1 }, loop_task[2] = { 0, 0 };
 
         run_start(&r, false, false);
-        poll_rt(&r, 101, C_TASK, 1, RT_A);
-        poll_rt(&r, 102, C_TASK, 2, RT_A);
-        for (int round = 0; round < 60; round++) {
-                int c = round % 2, back = round % 3 == 0;
-                uint32_t giver = holder[c], taker = next++;
-                uint64_t blocked = task++, loop = 5000 + round;
+        wpoll(&r, 101, 1, RT_A, 0);
+        wpoll(&r, 103, 2, RT_A, -1);
+        wpoll(&r, 103, 3, RT_A, 0);
+        uint64_t by_thread = r.tr.polls_by_thread;
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!strcmp(workers, "0") && l.poll_start[0] == 2 && by_thread == 1,
+           "the stand-in's own id given back: '%s', %d polls on 0, %llu by thread", workers, l.poll_start[0],
+           (unsigned long long)by_thread);
+}
 
-                poll_open(&r, giver, C_TASK, blocked, RT_A);  /* block_in_place */
-                loop_open(&r, taker, keys[c], loop);
-                if (back) {
-                        /* Short blocking: the giver is back first and keeps the
-                         * core; the stand-in's loop finds none. */
-                        poll_close(&r, giver, C_TASK, blocked);
-                        poll_rt(&r, giver, C_TASK, task++, RT_A);
-                        poll_close(&r, taker, C_LAUNCH, loop);
-                        continue;
-                }
-                poll_rt(&r, taker, C_TASK, task++, RT_A);
-                poll_rt(&r, holder[!c], C_TASK, task++, RT_A);
-                poll_close(&r, giver, C_TASK, blocked);      /* back: no core */
-                if (loop_task[c])
-                        poll_close(&r, giver, C_LAUNCH, loop_task[c]);
-                offcpu(&r, giver, 1);                        /* idle in the pool */
-                poll_rt(&r, taker, C_TASK, task++, RT_A);
-                holder[c] = taker;
-                loop_task[c] = loop;
+/* Park probes and worker indexes: a park of a thread whose loop BPF knows
+ * ties the core's key to the worker, so the stand-in that takes that core
+ * and parks before it polls is on the same lane; an idle worker that only
+ * parks (attach mid-run) has its key's id until its polls show its index. */
+static void test_park_key_and_index_agree(void)
+{
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r, true, true);
+        wpoll(&r, 101, 1, RT_A, 0);
+        wpark(&r, 101, 0xA000, RT_A, 0);
+        wpark(&r, 102, 0xB000, RT_A, -1);       /* idle worker, no poll yet */
+        wpoll(&r, 103, 2, RT_A, -1);
+        wpark(&r, 103, 0xA000, RT_A, -1);       /* 101's core, on a stand-in */
+        wpoll(&r, 103, 3, RT_A, 0);
+        wpoll(&r, 102, 4, RT_A, 1);
+        wpark(&r, 102, 0xB000, RT_A, 1);
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!strcmp(workers, "0,1"), "park keys and indexes name the same 2 workers: '%s'", workers);
+        ok(l.park[0] == 2 && l.park[1] == 2 && l.poll_start[0] == 2 && l.poll_start[1] == 1 &&
+           !strcmp(l.order[0], "pupu") && !strcmp(l.order[1], "pupu"),
+           "parks 2 and 2, alternating ('%s', '%s'); polls of worker 0 on 0 (%d)", l.order[0], l.order[1],
+           l.poll_start[0]);
+}
+
+/* Two multi-thread runtimes number their workers 0.. each: (runtime,
+ * index) is the identity, and each runtime lists its own. */
+static void test_worker_index_per_runtime(void)
+{
+        struct tr_runtimes rts;
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+        const char *main_, *rt1;
+
+        run_start(&r, false, false);
+        for (int i = 0; i < 3; i++) {
+                wpoll(&r, 101, 1, RT_A, 0);
+                wpoll(&r, 201, 2, RT_B, 0);
+                wpoll(&r, 102, 3, RT_A, 1);
+                wpoll(&r, 202, 4, RT_B, 1);
         }
+        translate_runtimes(&r.tr, &rts);
+        main_ = rt_val(&rts, "runtime.main");
+        rt1 = rt_val(&rts, "runtime.rt1");
+        ok(rts.n == 2 && main_ && rt1 && !strcmp(main_, "0,2") && !strcmp(rt1, "1,3"),
+           "two runtimes' workers 0 and 1: main '%s', rt1 '%s'", main_ ? main_ : "-", rt1 ? rt1 : "-");
         run_end(&r, &l, workers, sizeof(workers));
-        ok(!strcmp(workers, "0,1") && polls_off(&l, 2) == 0 && !l.overlaps,
-           "60 hand-offs over rotating threads: runtime.main '%s', %d polls elsewhere, %d overlaps", workers,
-           polls_off(&l, 2), l.overlaps);
 }
-
 /* Entry-only poll end (the full set): BPF writes no POLL_END for a poll
  * the thread's next poll start ends; translate closes it there, at the
  * start's time, a blocking-pool poll too (its D9BlockingPollEvent lasts
@@ -929,14 +887,14 @@ int main(void)
         test_runtimes_told_apart(true);
         test_runtime_unknown_is_main();
         test_local_set_does_not_move_worker();
-        test_block_in_place_keeps_worker_id();
-        test_block_in_place_wrong_giver_undone();
-        test_launch_after_attach_is_no_hand_off();
-        test_block_in_place_taker_polls_late();
         test_idle_current_thread_runtimes_apart();
-        test_block_in_place_giver_takes_back_what_stand_in_put_back();
-        test_block_in_place_rotating_threads_two_ids();
-        test_block_in_place_loop_start_dropped();
+        test_worker_index_mid_run_any_order();
+        test_block_in_place_stand_ins_take_the_worker();
+        test_block_in_place_core_taken_back();
+        test_thread_id_becomes_the_worker();
+        test_thread_id_given_back_when_worker_known();
+        test_park_key_and_index_agree();
+        test_worker_index_per_runtime();
         test_entry_only_start_ends_open_poll();
         return tap_done();
 }
