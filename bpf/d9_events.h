@@ -189,6 +189,7 @@ struct d9_rec_sample {
         struct d9_rec_hdr hdr;
         d9_u64 ip;              /* user IP if the sample hit user mode, else 0 */
         d9_u64 stack_id;        /* its D9_REC_STACK (0 = none) */
+        char comm[16];          /* the thread's name then (task->comm) */
 };
 
 /* RUN_SAMPLE: a fast tick found the thread running, with no voluntary

@@ -331,6 +331,7 @@ int d9_cpu_sample(struct bpf_perf_event_data *ctx)
                 return 0;
         r->ip = ip;
         r->stack_id = stack_id;
+        bpf_get_current_comm(r->comm, sizeof(r->comm));
         d9_ring_submit(ring, r);
         return 0;
 }

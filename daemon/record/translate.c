@@ -454,25 +454,19 @@ static uint32_t poll_label_atom(struct translate *tr, uint64_t cookie, uint64_t 
         return e->atom;
 }
 
-static uint32_t thread_name_atom(struct translate *tr, struct tr_thread *t)
+/* The thread's name as BPF read it at the sample (task->comm), interned
+ * once per segment and again when the thread renames itself. */
+static uint32_t thread_name_atom(struct translate *tr, struct tr_thread *t, const char comm[16])
 {
-        if (!t->name_read) {
-                char path[64];
-                int fd;
+        size_t n = strnlen(comm, 16);
 
-                t->name_read = true;
-                snprintf(path, sizeof(path), "/proc/%d/task/%u/comm", tr->pid, t->tid);
-                fd = open(path, O_RDONLY | O_CLOEXEC);
-                if (fd >= 0) {
-                        ssize_t n = read(fd, t->name, sizeof(t->name) - 1);
-                        close(fd);
-                        if (n > 0 && t->name[n - 1] == '\n')
-                                n--;
-                        t->name[n > 0 ? n : 0] = 0;
-                }
-        }
-        if (!t->name[0])
+        if (!n)
                 return D9_NO_ATOM;
+        if (n != strnlen(t->name, sizeof(t->name)) || memcmp(t->name, comm, n)) {
+                memcpy(t->name, comm, n);
+                t->name[n < sizeof(t->name) ? n : sizeof(t->name) - 1] = 0;
+                t->name_atom = D9_NO_ATOM;
+        }
         if (t->name_atom == D9_NO_ATOM &&
             d9_enc_intern_string(tr->enc, t->name, strlen(t->name), &t->name_atom) < 0)
                 t->name_atom = D9_NO_ATOM;
@@ -997,7 +991,7 @@ int translate_record(struct translate *tr, const void *rec, size_t size)
                 const struct d9_rec_sample *s = rec;
                 if (size < sizeof(*s))
                         return -EBADMSG;
-                r = d9_enc_cpu_sample(tr->enc, h->ts, sample_lane(t), h->tid, 0, thread_name_atom(tr, t),
+                r = d9_enc_cpu_sample(tr->enc, h->ts, sample_lane(t), h->tid, 0, thread_name_atom(tr, t, s->comm),
                                       sample_stack(tr, t, s->stack_id, s->ip), h->cpu);
                 break;
         }

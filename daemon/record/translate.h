@@ -31,8 +31,7 @@ struct tr_thread {
                                          * worker's launch, ended at its terminate */
         uint64_t park_run_delay;        /* run_delay at the last park */
         uint32_t name_atom;
-        bool name_read;
-        char name[16];
+        char name[17];                  /* its name at its last CPU sample */
         /* The last two STACK records unwound here, used by the SAMPLE or
          * OFFCPU record naming them: a CPU sample can land between an
          * off-CPU interval's STACK and OFFCPU records (the task_work

@@ -46,6 +46,8 @@ struct lane_log {
         /* Polls started on a lane whose previous poll had not ended. */
         bool open[256];
         int overlaps;
+        char names[4][17];              /* thread_name of the first samples */
+        int n_names;
 };
 
 static uint64_t field_u(const struct d9_dec_event *ev, const char *name)
@@ -93,8 +95,16 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
         else if (!strcmp(n, "WorkerUnparkEvent"))
                 l->unpark[w]++, order_push(l->order[w], 'u'), l->unpark_cpu[w] += field_u(ev, "cpu_time_ns"),
                         l->unpark_wait[w] += field_u(ev, "sched_wait_ns");
-        else if (!strcmp(n, "CpuSampleEvent"))
+        else if (!strcmp(n, "CpuSampleEvent")) {
                 l->samples[w]++;
+                for (uint16_t i = 0; i < ev->schema->nfields && l->n_names < 4; i++)
+                        if (!strcmp(ev->schema->fields[i].name, "thread_name") && ev->values[i].present) {
+                                uint32_t len = ev->values[i].str.len < 16 ? ev->values[i].str.len : 16;
+
+                                memcpy(l->names[l->n_names], ev->values[i].str.p, len);
+                                l->names[l->n_names++][len] = 0;
+                        }
+        }
         return 0;
 }
 
@@ -178,6 +188,15 @@ static void sample(struct run *r, uint32_t tid)
 {
         struct d9_rec_sample smp = { .ip = 0x1234 };
 
+        hdr(&smp.hdr, r, D9_REC_CPU_SAMPLE, tid);
+        translate_record(&r->tr, &smp, sizeof(smp));
+}
+
+static void sample_named(struct run *r, uint32_t tid, const char *comm)
+{
+        struct d9_rec_sample smp = { .ip = 0x1234 };
+
+        strncpy(smp.comm, comm, sizeof(smp.comm) - 1);
         hdr(&smp.hdr, r, D9_REC_CPU_SAMPLE, tid);
         translate_record(&r->tr, &smp, sizeof(smp));
 }
@@ -871,6 +890,26 @@ static void test_entry_only_start_ends_open_poll(void)
            l.blocking_polls, (unsigned long long)l.blocking_ns);
 }
 
+/* Samples name their thread as BPF read it then (task->comm): no /proc
+ * read on the drain path, and a thread that renames itself is seen. */
+static void test_thread_names_from_the_samples(void)
+{
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r, false, false);
+        sample_named(&r, 101, "tokio-rt-worker");
+        sample_named(&r, 101, "tokio-rt-worker");
+        sample_named(&r, 101, "db-writer");
+        sample_named(&r, 102, "");
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.n_names == 3 && !strcmp(l.names[0], "tokio-rt-worker") && !strcmp(l.names[1], "tokio-rt-worker") &&
+           !strcmp(l.names[2], "db-writer"),
+           "thread_name from the sample's comm, a rename seen: '%s', '%s', '%s' (%d named)", l.names[0],
+           l.names[1], l.names[2], l.n_names);
+}
+
 int main(void)
 {
         plan_init();
@@ -896,5 +935,6 @@ int main(void)
         test_park_key_and_index_agree();
         test_worker_index_per_runtime();
         test_entry_only_start_ends_open_poll();
+        test_thread_names_from_the_samples();
         return tap_done();
 }
