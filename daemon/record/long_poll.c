@@ -118,7 +118,7 @@ static const struct lp_range *range_of(const struct translate *tr, uint64_t vadd
 void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stack_id, const uint64_t *frames,
                         uint32_t n, uint32_t n_kern)
 {
-        uint32_t task = 0, launch = 0;
+        uint32_t task = 0, launch = 0, depth = 0;
 
         /* Leaf first: the first task poll frame is the innermost (a nested
          * block_on inside a poll is still that worker's poll), the last
@@ -129,8 +129,10 @@ void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stac
 
                 if (tr->lp_vaddr_of(tr->lp_ctx, frames[i], &v) < 0 || !(r = range_of(tr, v)))
                         continue;
-                if (!r->blocking && !task)
+                if (!r->blocking && !task) {
                         task = r->cookie + 1;
+                        depth = i - n_kern;
+                }
                 else if (r->blocking && task)
                         launch = r->cookie + 1;
                 else if (r->blocking && tr->launch_polls[r->cookie])
@@ -141,6 +143,7 @@ void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stac
                 tr->launch_polls[launch - 1] = 1;
         t->lp_stack = stack_id;
         t->lp_poll = task;
+        t->lp_depth = depth;
         t->lp_launch = launch;
         if (task || launch)
                 translate_thread_worker(tr, t);
@@ -207,11 +210,19 @@ int long_poll_on_run(struct translate *tr, struct tr_thread *t, const struct d9_
                 t->run_since = rec->since_ts;
                 t->run_first = rec->hdr.ts;
                 t->run_n = 0;
+                t->run_depth = 0;
+                t->run_gen = 0;
         }
         t->run_last = rec->hdr.ts;
         t->run_n++;
-        if (d9_enc_intern_stack(tr->enc, frames, n, &t->run_stack_atom) == 0)
+        /* The run's stack is its tick deepest inside the poll: the work
+         * that kept it running (a busy loop's body), not the poll's own few
+         * instructions before or after it, where a tick lands now and then. */
+        if ((t->lp_depth >= t->run_depth || t->run_gen != tr->enc_gen) &&
+            d9_enc_intern_stack(tr->enc, frames, n, &t->run_stack_atom) == 0) {
                 t->run_gen = tr->enc_gen;
+                t->run_depth = t->lp_depth;
+        }
         return 0;
 }
 

@@ -47,8 +47,10 @@ struct tr_thread {
          * of its innermost task poll frame and of its launch poll frame. */
         uint64_t lp_stack;
         uint32_t lp_poll, lp_launch;
-        /* The open run of fast ticks in one task poll (run_poll = cookie + 1). */
-        uint32_t run_poll, run_n, run_stack_atom, run_gen;
+        uint32_t lp_depth;              /* user frames above that task poll frame */
+        /* The open run of fast ticks in one task poll (run_poll = cookie + 1),
+         * and its stack: of the tick deepest in the poll (run_depth). */
+        uint32_t run_poll, run_n, run_stack_atom, run_gen, run_depth;
         uint64_t run_since, run_first, run_last;
 };
 

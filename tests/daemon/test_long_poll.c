@@ -49,7 +49,7 @@ static int same_vaddr(void *ctx, uint64_t addr, uint64_t *vaddr)
 struct log {
         int park[256], unpark[256], samples[256];
         int long_running, long_blocked;
-        uint64_t min_ns[8], ticks[8], worker[8];
+        uint64_t min_ns[8], ticks[8], worker[8], leaf[8];
         char label[8][32];
 };
 
@@ -87,6 +87,9 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
                         l->ticks[i] = field_u(ev, "ticks");
                         l->worker[i] = w;
                         field_s(ev, "spawn_loc", l->label[i], sizeof(l->label[i]));
+                        for (uint16_t k = 0; k < ev->schema->nfields; k++)
+                                if (!strcmp(ev->schema->fields[k].name, "stack") && ev->values[k].stack.n)
+                                        l->leaf[i] = d9_value_stack_addr(&ev->values[k], 0);
                 }
                 running ? l->long_running++ : l->long_blocked++;
                 return 0;
@@ -259,6 +262,33 @@ static void test_long_polls_from_ticks(void)
         ok(l.long_blocked == 0 && l.park[1] == 1, "worker 1's sleep outside a poll is a park (%d)", l.park[1]);
 }
 
+/* A running long poll shows the stack of its tick deepest inside the poll
+ * (the busy loop's body), not a tick that landed in the poll's own code
+ * after that loop returned, even when that one came last. */
+static void test_long_poll_stack_is_its_deepest_tick(void)
+{
+        const uint64_t in_busy[] = { OTHER_FN + 0x77, TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        const uint64_t tail[] = { TASK_FN + 0x80, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        const uint64_t outside[] = { OTHER_FN + 3, LAUNCH_FN + 0x20 };
+        struct log l;
+        struct run r;
+        char workers[64];
+        uint64_t since;
+
+        run_start(&r);
+        since = r.ts;
+        tick(&r, 101, stack(&r, 101, tail, 3), since);
+        for (int i = 0; i < 3; i++)
+                tick(&r, 101, stack(&r, 101, in_busy, 4), since);
+        tick(&r, 101, stack(&r, 101, tail, 3), since);
+        offcpu(&r, 101, stack(&r, 101, outside, 2), 2000000);
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.long_running == 1 && l.ticks[0] == 5 && l.leaf[0] == OTHER_FN + 0x77,
+           "the long poll's stack is its deepest tick's (leaf %#llx, want %#llx; %d polls, %llu ticks)",
+           (unsigned long long)l.leaf[0], (unsigned long long)(OTHER_FN + 0x77), l.long_running,
+           (unsigned long long)l.ticks[0]);
+}
+
 /* The periodic flush goes by trace time: a worker preempted for 50 ms in
  * the middle of a long poll (other threads' records go on), with flushes
  * between, still gives one long poll; only a second of trace time with no
@@ -324,6 +354,7 @@ int main(void)
         plan_init();
         test_workers_and_parks_from_stacks();
         test_long_polls_from_ticks();
+        test_long_poll_stack_is_its_deepest_tick();
         test_flush_by_trace_time();
         test_preemptions_extend_runs();
         return tap_done();
