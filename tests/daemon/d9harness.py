@@ -164,6 +164,15 @@ def dump_json_lines(d9ctl, path):
     return r.returncode, r.stdout
 
 
+def dump_events(d9ctl, paths):
+    """Every event of the segments, in order, as dump --json gives them."""
+    for p in paths:
+        _, out = dump_json_lines(d9ctl, p)
+        for line in out.splitlines():
+            if line.startswith("{"):
+                yield json.loads(line)
+
+
 def sample_chains(d9ctl, path, source):
     """(rc, [callchain as ints], {addr: name}) of the segment's CpuSampleEvents
     of one source (0 = on CPU, 1 = off CPU)."""

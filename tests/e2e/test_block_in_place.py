@@ -10,7 +10,6 @@ threads poll as one worker), the 50 ms busy polls are on real workers and
 the worker loops are blocking-pool polls. PROBES: 'all' (poll probes: the
 core is the worker loop's Arc<Worker>) or 'default' (no uprobes).
 Usage: test_block_in_place.py D9D D9CTL STRIPPED_TARGET PROBES [TRIES]"""
-import json
 import os
 import shutil
 import subprocess
@@ -19,18 +18,10 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import D9d, Tap, dump_json_lines, start_target, target_truth  # noqa
+from d9harness import D9d, Tap, dump_events, start_target, target_truth  # noqa
 
 D9D, D9CTL, TARGET, PROBES = sys.argv[1:5]
 TRIES = int(sys.argv[5]) if len(sys.argv) > 5 else 1
-
-
-def events_of(paths):
-    for p in paths:
-        rc, out = dump_json_lines(D9CTL, p)
-        for line in out.splitlines():
-            if line.startswith("{"):
-                yield json.loads(line)
 
 
 def one_try(t, d, binary, n):
@@ -53,7 +44,7 @@ def one_try(t, d, binary, n):
     workers = truth["workers"]
     meta, open_poll, polls, lanes_bad, overlaps, busy = None, {}, 0, [], [], 0
     loops, lane_tids, offlane, first_ts = 0, {}, {}, 0
-    for ev in events_of(r.stdout.split()):
+    for ev in dump_events(D9CTL, r.stdout.split()):
         name, f, ts = ev.get("event"), ev.get("fields", {}), ev.get("ts", 0)
         if name == "SegmentMetadataEvent":
             meta = f.get("entries")

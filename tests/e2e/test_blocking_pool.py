@@ -11,7 +11,6 @@ unparks per worker. The target also calls block_in_place (300 ms) every
 (no third id, the core's parks on two or more threads), and polls on one
 worker never overlap.
 Usage: test_blocking_pool.py D9D D9CTL STRIPPED_TARGET [TRIES]"""
-import json
 import os
 import shutil
 import subprocess
@@ -20,18 +19,10 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import D9d, Tap, dump_json_lines, start_target, target_truth  # noqa
+from d9harness import D9d, Tap, dump_events, start_target, target_truth  # noqa
 
 D9D, D9CTL, TARGET = sys.argv[1:4]
 TRIES = int(sys.argv[4]) if len(sys.argv) > 4 else 1
-
-
-def events_of(paths):
-    for p in paths:
-        rc, out = dump_json_lines(D9CTL, p)
-        for line in out.splitlines():
-            if line.startswith("{"):
-                yield json.loads(line)
 
 
 def one_try(t, d, binary, n):
@@ -58,7 +49,7 @@ def one_try(t, d, binary, n):
     # Resource counters: blocking threads retire after 300 ms, and the sums
     # of per-thread context switches must not go back when they do.
     usage, threads_seen = [], set()
-    for ev in events_of(r.stdout.split()):
+    for ev in dump_events(D9CTL, r.stdout.split()):
         name, f, ts = ev.get("event"), ev.get("fields", {}), ev.get("ts", 0)
         if name == "SegmentMetadataEvent":
             meta = f.get("entries")

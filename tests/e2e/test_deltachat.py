@@ -25,7 +25,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import D9d, Tap, dump_json_lines  # noqa
+from d9harness import D9d, Tap, dump_events  # noqa
 
 D9D, D9CTL, DC = sys.argv[1:4]
 TRIES = int(sys.argv[4]) if len(sys.argv) > 4 else 1
@@ -85,14 +85,6 @@ def drive(rpc, acc, k, stop):
         n += 1
 
 
-def events_of(paths):
-    for p in paths:
-        _, out = dump_json_lines(D9CTL, p)
-        for line in out.splitlines():
-            if line.startswith("{"):
-                yield json.loads(line)
-
-
 def one_try(t, d, n, tmp):
     workers = os.cpu_count()
     rpc = Rpc(os.path.join(tmp, f"accounts{n}"))
@@ -122,7 +114,7 @@ def one_try(t, d, n, tmp):
     meta, open_poll, polls, off, overlaps = {}, {}, 0, [], 0
     blocking, order, lane_tids, bad_order = 0, {}, {}, 0
     spawned, terminated, woken, polled_after = set(), set(), set(), set()
-    for ev in events_of(r.stdout.split()):
+    for ev in dump_events(D9CTL, r.stdout.split()):
         name, f, ts = ev.get("event"), ev.get("fields", {}), ev.get("ts", 0)
         if name == "SegmentMetadataEvent":
             meta = f.get("entries", {})
