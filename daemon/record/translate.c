@@ -1,7 +1,10 @@
 /* translate.c: BPF records -> dial9 events.
  *
- * A pure function of the record stream and the plan (no /proc or ELF reads
- * decide an identity). Identity rules (docs/probe-plan.md, "Worker
+ * Identities are a pure function of the record stream and the plan (no
+ * /proc or ELF read decides one). Two reads remain on this thread, both for
+ * names, not identities: the unwinder's (unwind.c: the target's maps and
+ * ELF files, when a stack first needs them) and a boxed future's poll fn
+ * name (dyn_lookup). Identity rules (docs/probe-plan.md, "Worker
  * identity"; trace-format.md §8):
  * - a poll of a blocking-pool task (the plan's blocking_task: Tokio's
  *   BlockingSchedule, told from the vtable's shape) is a
@@ -10,15 +13,17 @@
  *   task, and so is every spawn_blocking job. Samples of blocking-pool
  *   threads are on 254, as dial9 writes them.
  * - a thread becomes a worker when it polls a runtime task (any other
- *   poll) or parks a worker's core. With park probes a worker is the core
- *   its park key names, not a thread (block_in_place moves a core to
- *   another thread): a thread that polls before its first park holds an id
- *   until that park; if the core turns out to be known already, the id is
- *   given back and the next new core reuses it, so ids never outnumber
- *   cores plus threads not yet seen parking. Without park probes a worker
- *   is its thread until block_in_place hands its core to another thread
- *   (core_giver: the taker keeps the worker's id). Thread names, first
- *   sight of a tid or the order threads show up never decide a worker.
+ *   poll) or parks a worker's core, and which worker is the runtime's own
+ *   word: BPF finds the Arc<Worker> of the loop the thread runs on its
+ *   stack and writes Tokio's index of it into every task poll and park
+ *   (workers.c keys ids by runtime and index), so a thread is worker N
+ *   because it runs worker N's loop. A core that block_in_place hands to
+ *   a stand-in thread moves with that worker's id; the previous holder's
+ *   open poll leaves the lane there (worker_take). With park probes a park
+ *   key that once showed with an index follows the core to threads not
+ *   polling yet. Where BPF finds no Worker (a current-thread runtime) the
+ *   thread stands in for its worker. Thread names, first sight of a tid or
+ *   the order threads show up never decide a worker.
  * - a current-thread runtime: the thread that polls its tasks is its worker.
  * - runtimes: a worker belongs to the runtime whose tasks it polls (the
  *   task's scheduler field, its runtime Handle's Arc, read by BPF); each
@@ -36,11 +41,9 @@
  * - values we cannot observe from outside (local/global queue lengths) are
  *   written as 0, documented in docs/daemon.md. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "bpf/d9_events.h"
 #include "daemon/symbolize/kallsyms.h"
