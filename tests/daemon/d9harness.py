@@ -129,8 +129,37 @@ class D9d:
         return [json.loads(line) for line in buf.decode().splitlines() if line.strip()]
 
 
+def exec_done(pid, timeout=10):
+    """Wait until pid's exec has returned to user space. Popen returns once
+    the child has left the parent's memory, inside execve and before the
+    kernel's sched_process_exec event: an attach in that window (seen once
+    on a loaded CI machine, 0.3 s after Popen) saw the target's own exec
+    and ended the recording. A process runs its own code once the dynamic
+    linker mapped libc, or it started a second thread (a static build)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            if len(os.listdir(f"/proc/{pid}/task")) > 1:
+                return True
+            with open(f"/proc/{pid}/maps") as f:
+                maps = f.read()
+            if "/libc." in maps or "/libc-" in maps:
+                return True
+            # A static single-threaded program: blocked in a syscall of its own.
+            with open(f"/proc/{pid}/syscall") as f:
+                call = f.read().split(" ", 1)[0]
+            if call not in ("59", "322", "running"):  # execve, execveat
+                return True
+        except OSError:
+            return False
+        time.sleep(0.01)
+    return False
+
+
 def start_target(binary, *args, stdout=subprocess.PIPE):
-    return subprocess.Popen([binary, *args], stdout=stdout, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen([binary, *args], stdout=stdout, stderr=subprocess.DEVNULL, text=True)
+    exec_done(proc.pid)
+    return proc
 
 
 def target_truth(proc, timeout=60):
