@@ -280,6 +280,9 @@ enum d9_stack_rec_bits {
         D9_SREC_DEEP = 1u << 3,         /* a deep copy (D9_STACK_DEEP) */
         D9_SREC_CAPPED = 1u << 4,       /* deeper than the copy, and the
                                          * byte bucket had no room for more */
+        D9_SREC_WK_SEARCH = 1u << 5,    /* worker 0 means "not known yet": BPF
+                                         * is still learning where this build
+                                         * keeps its Worker (d9_stack_worker) */
 };
 
 /* A pending uretprobe of the thread: the kernel replaced the return
@@ -302,6 +305,16 @@ struct d9_rec_stack {
         d9_u32 n_kern;          /* valid entries in kern[] */
         d9_u32 user_len;        /* valid bytes of stack copy in data[] */
         d9_u32 n_fp;            /* struct d9_fp_frame after them */
+        /* The default set (no poll probes): the multi-thread worker whose
+         * loop the thread runs, found near the top of its stack
+         * (d9_stack_worker): 1 + Tokio's index, 0 if none; its runtime
+         * (the Handle's Arc); when it was found, the thread's first
+         * stack in this loop (a worker found later than another thread of
+         * the same worker entered its loop later: block_in_place). */
+        d9_u32 worker;
+        d9_u32 _pad2;
+        d9_u64 worker_rt;
+        d9_u64 worker_found_ts;
         d9_u64 kern[D9_STACK_KERN_MAX];
         d9_u8 data[D9_STACK_USER_MAX]; /* only user_len bytes are written */
 };

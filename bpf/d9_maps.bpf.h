@@ -74,6 +74,9 @@ struct d9_thread {
         __u64 wk_ts;            /* since when wk_* are this loop's */
         __u32 wk_index;         /* 1 + Tokio's worker index, 0: not known */
         __u32 wk_tries;         /* stack scans that found none since wk_ts */
+        /* d9_stack_worker (the default set, no poll probes): the loop's
+         * Arc<Worker>, to tell the same loop from a new one. */
+        __u64 wk_key;
 };
 
 struct {

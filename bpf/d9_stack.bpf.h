@@ -371,6 +371,247 @@ __noinline __u64 d9_stack_deep(struct d9_rec_stack *s, const struct d9_target_cf
         return id;
 }
 
+/* Which multi-thread worker's loop the thread runs, for the default set,
+ * which has no poll probes (with them the Tokio program finds it at each
+ * task poll, d9_worker_find in d9_tokio.bpf.c, docs/probe-plan.md "Worker
+ * identity"). Tokio runs a worker as `run(worker: Arc<Worker>)`, a
+ * blocking-pool task, so the loop's frame, holding the Arc, sits at a
+ * fixed depth below the top of the thread's stack, under the pool's
+ * thread start (2,600 bytes in npm deltachat-rpc-server 2.62, Tokio 1.53,
+ * gdb), however deep the thread is now. Worker is { handle: Arc<Handle>,
+ * index: usize, core: AtomicCell<Core> } behind the ArcInner's { strong,
+ * weak }, in declaration order in every build looked at (1.24, 1.43,
+ * 1.53): a stack word w with small counts at *w, then a user pointer to
+ * another Arc with a count of at least 2 (the runtime's Handle, shared by
+ * every worker and task), a small integer (Tokio's index) and null or a
+ * user pointer (the core) is that worker. Scanned from the top down, the
+ * first such word is the loop's (none at all on a pool thread running a
+ * job, the main thread, a current-thread runtime); a thread is scanned a
+ * few times per loop at most; the find's place is kept and re-read at its
+ * later stacks: another value there means that loop ended (block_in_place
+ * handed the core on, or the thread went back to the pool). */
+#define D9_WK_TOP_WORDS 2048    /* 16 KiB below the stack top */
+#define D9_WK_TOP_READS 96      /* words dereferenced per scan, at most (46
+                                 * before the Worker in the 1.43 test build,
+                                 * whose glibc keeps its TLS at the top) */
+#define D9_WK_TOP_TRIES 4       /* scans per loop that may find nothing */
+
+/* Per target slot: where below the thread pointer the Worker lies, once two
+ * threads have shown two different workers of one runtime there (same
+ * Handle, different Arc, different index). One find proves little: a
+ * shared object that fits the shape for a moment was seen above the Worker
+ * in every pool thread at a record -- CMD start (1.43 test build: index
+ * 113 at 2,416 bytes, the Worker at 2,784), and it is the same Arc in
+ * every thread, so it never confirms. Until then nothing is reported;
+ * from then on every stack looks at that depth (one word, then the
+ * Worker's two reads), so a loop's end and a new one show at once. Kept
+ * with the target's since_ts: a slot's next target learns its own. */
+struct d9_wk_depth {
+        __u64 since;
+        __u64 depth;            /* confirmed; 0: not yet */
+        __u64 pend_depth, pend_key, pend_rt;    /* the last unconfirmed find */
+        __u32 pend_index;
+        __u32 misses;           /* full scans that found nothing */
+        __u64 first_ts;         /* the target's first scan */
+};
+
+/* How long stacks say "still learning" (D9_SREC_WK_SEARCH) while no depth
+ * is confirmed: a runtime without Workers (current-thread) shows itself by
+ * scans that find nothing, a multi-thread one confirms within its first
+ * stacks; a single-worker runtime never confirms. */
+#define D9_WK_SEARCH_NS (1000 * 1000000ull)
+#define D9_WK_SEARCH_MISSES 32
+
+struct {
+        __uint(type, BPF_MAP_TYPE_ARRAY);
+        __uint(max_entries, D9_MAX_TARGETS);
+        __type(key, __u32);
+        __type(value, struct d9_wk_depth);
+} d9_wk_depths SEC(".maps");
+
+struct d9_wk_top {
+        __u64 w[D9_WK_TOP_WORDS];
+        __u64 base;             /* user address of w[0] */
+        __u64 sp;               /* the sampled stack pointer */
+        __u32 n, reads;
+        __u64 key, pos, rt;
+        __u32 index;            /* 1 + Tokio's index; 0: none found */
+};
+
+struct {
+        __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+        __uint(max_entries, 1);
+        __type(key, __u32);
+        __type(value, struct d9_wk_top);
+} d9_wk_top_scratch SEC(".maps");
+
+static __always_inline bool d9_user_ptr(__u64 v)
+{
+        return v >= 0x10000 && v < (1ull << 47) && !(v & 7);
+}
+
+/* bpf_loop's context must be on the BPF stack: it points to the scratch. */
+struct d9_wk_top_ctx {
+        struct d9_wk_top *t;
+};
+
+/* Whether stack word w (at pos, in a stack ending at end) is a worker's
+ * Arc: if so, t gets it. */
+static __always_inline bool d9_wk_is_worker(struct d9_wk_top *t, __u64 w, __u64 pos, __u64 sp, __u64 end)
+{
+        __u64 v[5], handle_count = 0;
+
+        /* A heap pointer: not into the stack itself (the scanned part, from
+         * the sampled sp up to the thread pointer). musl's heap can lie
+         * just below a thread's stack mapping: a wider margin hid Workers. */
+        if (!d9_user_ptr(w) || (w >= sp && w < end))
+                return false;
+        t->reads++;
+        if (bpf_probe_read_user(v, sizeof(v), (void *)w) || v[0] - 1 >= (1 << 20) || v[1] - 1 >= (1 << 20) ||
+            !d9_user_ptr(v[2]) || v[3] >= 4096 || (v[4] && !d9_user_ptr(v[4])))
+                return false;
+        if (bpf_probe_read_user(&handle_count, sizeof(handle_count), (void *)v[2]) || handle_count < 2 ||
+            handle_count >= (1 << 24))
+                return false;
+        t->key = w;
+        t->pos = pos;
+        t->rt = v[2];
+        t->index = (__u32)v[3] + 1;
+        return true;
+}
+
+static long d9_wk_top_word(__u64 i, void *ctx)
+{
+        struct d9_wk_top *t = ((struct d9_wk_top_ctx *)ctx)->t;
+        __u64 j;
+
+        if (!t || i >= t->n || t->reads >= D9_WK_TOP_READS)
+                return 1;
+        j = t->n - 1 - i;
+        if (j >= D9_WK_TOP_WORDS)
+                return 1;
+        return d9_wk_is_worker(t, t->w[j], t->base + j * 8, t->sp, t->base + (__u64)t->n * 8);
+}
+
+/* A global function: verified once, not in every caller's state. Fills
+ * s's worker fields from the thread's state, scanning when the state has
+ * no worker (or its loop ended). */
+/* The target's search state, reset for a new target in the slot. */
+static __always_inline void d9_wk_depth_fresh(struct d9_wk_depth *d, const struct d9_target_cfg *cfg, __u64 now)
+{
+        if (d->since == cfg->since_ts)
+                return;
+        d->since = cfg->since_ts;
+        d->depth = 0;
+        d->pend_depth = 0;
+        d->misses = 0;
+        d->first_ts = now;
+}
+
+/* A find of the full scan, before the depth is confirmed: a second worker
+ * of the same runtime at the same depth confirms it. */
+static __always_inline void d9_wk_pending(struct d9_wk_depth *d, const struct d9_wk_top *t, __u64 depth)
+{
+        if (d->pend_depth == depth && d->pend_rt == t->rt && d->pend_key != t->key && d->pend_index != t->index) {
+                d->depth = depth;
+                return;
+        }
+        d->pend_depth = depth;
+        d->pend_key = t->key;
+        d->pend_rt = t->rt;
+        d->pend_index = t->index;
+}
+
+/* A global function: verified once, not in every caller's state. Fills
+ * s's worker fields: the worker whose loop the thread runs, looked for at
+ * the target's confirmed depth, or (until there is one) searched for. */
+__noinline __u32 d9_stack_worker(struct d9_rec_stack *s, const struct d9_target_cfg *cfg,
+                                 struct task_struct *task __arg_trusted)
+{
+        __u32 zero = 0, slot;
+        __u64 end, len, now;
+        struct d9_wk_depth *d;
+        struct d9_thread *th;
+        struct d9_wk_top *t;
+        struct d9_wk_top_ctx lc;
+
+        if (!s || !cfg || !task)
+                return 0;
+        s->worker = 0;
+        s->worker_rt = 0;
+        s->worker_found_ts = 0;
+        if (!(cfg->probes & D9_PROBE_RUNS) || (cfg->probes & D9_PROBE_POLL))
+                return 0;
+        slot = cfg->slot;
+        th = bpf_task_storage_get(&d9_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+        d = bpf_map_lookup_elem(&d9_wk_depths, &slot);
+        t = bpf_map_lookup_elem(&d9_wk_top_scratch, &zero);
+        if (!th || !d || !t)
+                return 0;
+        now = bpf_ktime_get_ns();
+        /* Left by an earlier recording: the thread may have changed loops. */
+        if (th->wk_ts < cfg->since_ts) {
+                th->wk_index = 0;
+                th->wk_tries = 0;
+                th->wk_ts = now;
+        }
+        /* The top is the thread pointer: glibc and musl put the thread's
+         * TLS and descriptor right above its stack, so a word's distance
+         * from it is the same in every pool thread of a build. (Not the
+         * stack mapping's end: musl's thread stacks are plain mappings the
+         * kernel merges with their neighbours, measured 805 KiB above one
+         * in deltachat.) The main thread's lies elsewhere: never a worker. */
+        end = task->thread.fsbase;
+        if (end <= s->regs[D9_DW_RSP] || end - s->regs[D9_DW_RSP] > (64 << 20))
+                return 0;
+        t->reads = 0;
+        t->index = 0;
+        t->sp = s->regs[D9_DW_RSP];
+        d9_wk_depth_fresh(d, cfg, now);
+        if (d->depth) {
+                __u64 at = end - d->depth, w = 0;
+
+                if (bpf_probe_read_user(&w, sizeof(w), (void *)at) || !d9_wk_is_worker(t, w, at, t->sp, end)) {
+                        th->wk_index = 0;       /* not in a loop (any more) */
+                        return 0;
+                }
+                /* A new loop (or the first look at this one) since when. */
+                if (!th->wk_index || th->wk_key != t->key || th->wk_index != t->index)
+                        th->wk_ts = now;
+                th->wk_index = t->index;
+                th->wk_rt = t->rt;
+                th->wk_key = t->key;
+                s->worker = th->wk_index;
+                s->worker_rt = th->wk_rt;
+                s->worker_found_ts = th->wk_ts;
+                return 0;
+        }
+        if (now - d->first_ts < D9_WK_SEARCH_NS && d->misses < D9_WK_SEARCH_MISSES)
+                s->flags |= D9_SREC_WK_SEARCH;
+        /* Searching: a thread scans a few times, and again every 100 ms. */
+        if (th->wk_tries >= D9_WK_TOP_TRIES && now - th->wk_ts > 100 * 1000000ull) {
+                th->wk_tries = 0;
+                th->wk_ts = now;
+        }
+        if (th->wk_tries >= D9_WK_TOP_TRIES)
+                return 0;
+        th->wk_tries++;
+        len = end - t->sp;
+        if (len > sizeof(t->w))
+                len = sizeof(t->w);
+        len &= ~7ull;
+        t->base = end - len;
+        t->n = (__u32)(len / 8);
+        lc.t = t;
+        if (len && !bpf_probe_read_user(t->w, len, (void *)t->base))
+                bpf_loop(D9_WK_TOP_WORDS, d9_wk_top_word, &lc, 0);
+        if (t->index)
+                d9_wk_pending(d, t, end - t->pos);
+        else
+                d->misses++;
+        return 0;
+}
+
 static __always_inline __u64 d9_stack_output(const struct d9_target_cfg *cfg, __u32 tgid,
                                              __u32 tid, struct d9_rec_stack *s)
 {
@@ -413,6 +654,10 @@ static __always_inline __u64 d9_stack_capture(struct d9_rec_stack *s,
         s->n_fp = 0;
         s->n_uret = 0;
         s->_pad = 0;
+        s->_pad2 = 0;
+        s->worker = 0;
+        s->worker_rt = 0;
+        s->worker_found_ts = 0;
         if (!have_regs) {
                 regs = (struct pt_regs *)bpf_task_pt_regs(task);
                 if (!regs) {
@@ -421,10 +666,11 @@ static __always_inline __u64 d9_stack_capture(struct d9_rec_stack *s,
                 }
                 D9_STACK_REGS(s, *regs);
         }
+        d9_stack_worker(s, cfg, task);
         if (cfg->stack.flags & D9_STACK_FP) {
                 /* Frame pointers: the kernel's walk is exact and cheap. */
                 n = bpf_get_task_stack(task, s->data, D9_STACK_USER_MAX, BPF_F_USER_STACK);
-                s->flags = D9_SREC_USER_FP;
+                s->flags |= D9_SREC_USER_FP;
                 s->user_len = n > 0 ? (__u32)n : 0;
                 return d9_stack_output(cfg, tgid, tid, s);
         }

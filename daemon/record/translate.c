@@ -541,8 +541,22 @@ static int poll_worker(struct translate *tr, struct tr_thread *t, const struct d
         return w < TR_MAX_WORKERS ? worker_take(tr, t, w, r->hdr.ts) : 0;
 }
 
+/* Stacks naming no Worker before a thread stands in for its worker. */
+#define STACKS_BEFORE_THREAD_ID 4
+
 uint32_t translate_thread_worker(struct translate *tr, struct tr_thread *t)
 {
+        /* Its stacks show a task poll, but its worker's core went on to a
+         * newer loop: the blocking section of block_in_place, on no worker. */
+        if (t->older_loop)
+                return D9_WORKER_NONE;
+        /* BPF looks for the Worker at each of the thread's stacks and may
+         * miss at first (mapping locked, still learning where it lies): a
+         * thread stands in for its worker only once several stacks found
+         * none (a current-thread runtime has no Worker), so a multi-thread
+         * worker seen early gets no id of its own to give back later. */
+        if (t->worker == D9_WORKER_NONE && t->stacks_looked && t->stacks_unnamed < STACKS_BEFORE_THREAD_ID)
+                return D9_WORKER_NONE;
         if (t->worker == D9_WORKER_NONE && (t->worker = workers_for_thread(&tr->ws, t->tid)) < TR_MAX_WORKERS)
                 tr->holder[t->worker] = t->tid;
         return t->worker;
@@ -557,6 +571,47 @@ static void worker_loop_end(struct translate *tr, struct tr_thread *t)
 {
         t->worker = D9_WORKER_NONE;
         t->pool_thread = true;
+}
+
+/* Default set: a STACK record says which worker's loop its thread runs
+ * (d9_stack_worker in bpf/d9_stack.bpf.h), and since when (found_ts, the
+ * thread's first stack in that loop); worker 0: none, or no longer. Two
+ * threads can run loops of one worker at once: the one that handed the
+ * core to a stand-in (block_in_place) stays in its loop until its poll
+ * returns. The one in the newer loop has the core: an older one's stacks
+ * take the worker from nobody, and only name it while its loop runs. */
+int translate_stack_worker(struct translate *tr, uint32_t tid, uint64_t rt, uint32_t worker, uint64_t found_ts,
+                           bool searching)
+{
+        struct tr_thread *t = thread_get(tr, tid), *u;
+        uint32_t w;
+
+        if (!t)
+                return -ENOMEM;
+        t->older_loop = false;
+        t->stacks_looked = true;
+        /* BPF still learning this build: no answer yet, not a "none". */
+        if (searching)
+                return 0;
+        t->stacks_unnamed = worker ? 0 : t->stacks_unnamed + 1;
+        if (!worker) {
+                /* Its loop ended: back to the pool (or never a worker). */
+                if (t->worker < TR_MAX_WORKERS && tr->ws.w[t->worker].index)
+                        worker_loop_end(tr, t);
+                return 0;
+        }
+        w = workers_by_index(&tr->ws, rt, worker, t->worker);
+        if (w >= TR_MAX_WORKERS)
+                return 0;
+        u = thread_find(tr, tr->holder[w]);
+        if (u && u != t && u->worker == w && u->loop_found_ts > found_ts) {
+                t->worker = D9_WORKER_NONE;
+                t->pool_thread = true;
+                t->older_loop = true;
+                return 0;
+        }
+        t->loop_found_ts = found_ts;
+        return t->worker == w ? 0 : worker_take(tr, t, w, tr->last_ts);
 }
 
 static int blocking_poll_end(struct translate *tr, struct tr_thread *t, uint64_t ts)
@@ -835,6 +890,9 @@ static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_
                         tr->unw_fails++;
                 }
         }
+        if (tr->stack_workers)
+                translate_stack_worker(tr, rec->hdr.tid, rec->worker_rt, rec->worker, rec->worker_found_ts,
+                                       rec->flags & D9_SREC_WK_SEARCH);
         st = stack_slot(t);
         if (!st->frames)
                 st->frames = malloc(MAX_FRAMES * sizeof(*st->frames));

@@ -20,6 +20,12 @@ struct tr_thread {
         uint32_t poll_worker;           /* lane of its open poll, D9_WORKER_NONE if none */
         uint64_t poll_ts;               /* when its last runtime-task poll began */
         uint64_t poll_end_ts;           /* ... and ended (0 while it is open) */
+        uint64_t loop_found_ts;         /* default set: when BPF found the loop of
+                                         * its worker (translate_stack_worker) */
+        bool older_loop;                /* ... whose core another thread's newer
+                                         * loop has now: it drives no worker */
+        uint32_t stacks_unnamed;        /* its stacks in a row that named no worker */
+        bool stacks_looked;             /* BPF looked for its worker (default set) */
         bool pool_thread;               /* has run blocking-pool tasks (samples: 254) */
         bool poll_cut;                  /* its poll was closed by a window's end: a
                                          * late end from BPF's stale state is not its */
@@ -176,6 +182,11 @@ int translate_offcpu_short(struct translate *tr, uint64_t ts, uint64_t intervals
  * translate_record does this itself; tests feed synthetic stacks here. */
 int translate_stack_frames(struct translate *tr, uint32_t tid, uint64_t stack_id, const uint64_t *frames,
                            uint32_t n, uint32_t n_kern);
+/* The worker a STACK record says tid's loop runs (0: none; searching: BPF
+ * cannot tell yet), as on_stack takes it; tests feed it before
+ * translate_stack_frames. */
+int translate_stack_worker(struct translate *tr, uint32_t tid, uint64_t rt, uint32_t worker, uint64_t found_ts,
+                           bool searching);
 /* t's worker id, a new one if it has none yet (long_poll.c). */
 uint32_t translate_thread_worker(struct translate *tr, struct tr_thread *t);
 /* The future-type label of a plan cookie, interned in the current segment. */

@@ -49,6 +49,7 @@ static int same_vaddr(void *ctx, uint64_t addr, uint64_t *vaddr)
 struct log {
         int park[256], unpark[256], samples[256];
         int long_running, long_blocked;
+        int long_on[256];               /* long polls per worker_id */
         uint64_t min_ns[8], ticks[8], worker[8], leaf[8];
         char label[8][32];
 };
@@ -92,6 +93,8 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
                                         l->leaf[i] = d9_value_stack_addr(&ev->values[k], 0);
                 }
                 running ? l->long_running++ : l->long_blocked++;
+                if (w < 256)
+                        l->long_on[w]++;
                 return 0;
         }
         if (w > 255)
@@ -289,6 +292,90 @@ static void test_long_poll_stack_is_its_deepest_tick(void)
            (unsigned long long)l.ticks[0]);
 }
 
+/* The default set on a service that blocks in place all the time
+ * (deltachat's SQLite calls): every stack says which worker's loop its
+ * thread runs and since when (BPF reads the loop's Arc<Worker> near the
+ * top of the stack, d9_stack_worker). Attached mid-run, two workers; each
+ * round the holder of one worker hands its core to a stand-in thread from
+ * a pool that comes and goes, and goes on in its blocking section (its
+ * stacks still show the task poll and that worker's older loop) before
+ * its loop ends. The ids are Tokio's two, whatever the threads; the
+ * stand-ins' long polls are on their worker's lane, the givers' blocking
+ * sections on none; parks only on the two lanes. */
+static void test_block_in_place_workers_from_the_stack(void)
+{
+        const uint64_t in_task[] = { TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        const uint64_t parked[] = { OTHER_FN + 3, LAUNCH_FN + 0x20 };
+        const uint64_t job[] = { OTHER_FN + 3, JOB_FN + 0x20 };
+        enum { RT = 0x7f00aa00 };
+        uint32_t holder[2] = { 101, 102 };
+        uint64_t found[2] = { 1000, 1000 }, since;
+        struct log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r);
+        for (int k = 1; k >= 0; k--) {          /* worker 1's thread seen first */
+                translate_stack_worker(&r.tr, holder[k], RT, (uint32_t)k + 1, found[k], false);
+                offcpu(&r, holder[k], stack(&r, holder[k], parked, 2), 2000000);
+        }
+        for (uint32_t i = 0; i < 20; i++) {
+                int k = (int)(i % 2);
+                uint32_t h = holder[k], sn = 200 + i;
+                uint64_t f = r.ts;
+
+                since = r.ts;
+                for (int n = 0; n < 4; n++) {   /* the stand-in polls as worker k */
+                        translate_stack_worker(&r.tr, sn, RT, (uint32_t)k + 1, f, false);
+                        tick(&r, sn, stack(&r, sn, in_task, 3), since);
+                }
+                for (int n = 0; n < 3; n++) {   /* the giver, in its blocking section */
+                        translate_stack_worker(&r.tr, h, RT, (uint32_t)k + 1, found[k], false);
+                        tick(&r, h, stack(&r, h, in_task, 3), found[k]);
+                }
+                translate_stack_worker(&r.tr, h, RT, 0, 0, false);     /* its loop ended */
+                offcpu(&r, h, stack(&r, h, job, 2), 2000000);
+                translate_stack_worker(&r.tr, sn, RT, (uint32_t)k + 1, f, false);
+                offcpu(&r, sn, stack(&r, sn, parked, 2), 2000000);
+                holder[k] = sn;
+                found[k] = f;
+        }
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!strcmp(workers, "0,1"), "20 hand-offs to stand-ins from a pool: only Tokio's 2 workers ('%s')", workers);
+        ok(l.long_on[0] == 10 && l.long_on[1] == 10 && l.long_on[255] == 20,
+           "the stand-ins' long polls on their worker (%d, %d), the givers' blocking sections on none (%d)",
+           l.long_on[0], l.long_on[1], l.long_on[255]);
+        ok(l.park[0] == 11 && l.park[1] == 11 && l.park[2] == 0 && l.park[255] == 0,
+           "parks on the two workers only (%d, %d; elsewhere %d)", l.park[0], l.park[1], l.park[2] + l.park[255]);
+}
+
+/* While BPF is still learning where the build keeps its Worker, a stack
+ * naming none says nothing: no thread stands in for a worker then (it
+ * would leave an id behind once its worker is named). After 4 stacks that
+ * really name none (a current-thread runtime) the thread is its worker. */
+static void test_no_thread_id_while_bpf_searches(void)
+{
+        const uint64_t in_task[] = { TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        struct log l;
+        struct run r;
+        char workers[64];
+        char during[64];
+
+        run_start(&r);
+        for (int i = 0; i < 10; i++) {
+                translate_stack_worker(&r.tr, 101, 0, 0, 0, true);
+                offcpu(&r, 101, stack(&r, 101, in_task, 3), 2000000);
+        }
+        translate_worker_list(&r.tr, during, sizeof(during));
+        for (int i = 0; i < 4; i++) {
+                translate_stack_worker(&r.tr, 101, 0, 0, 0, false);
+                offcpu(&r, 101, stack(&r, 101, in_task, 3), 2000000);
+        }
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!during[0] && !strcmp(workers, "0"),
+           "no id while BPF searches ('%s'), the thread's own after 4 stacks naming none ('%s')", during, workers);
+}
+
 /* The periodic flush goes by trace time: a worker preempted for 50 ms in
  * the middle of a long poll (other threads' records go on), with flushes
  * between, still gives one long poll; only a second of trace time with no
@@ -355,6 +442,8 @@ int main(void)
         test_workers_and_parks_from_stacks();
         test_long_polls_from_ticks();
         test_long_poll_stack_is_its_deepest_tick();
+        test_block_in_place_workers_from_the_stack();
+        test_no_thread_id_while_bpf_searches();
         test_flush_by_trace_time();
         test_preemptions_extend_runs();
         return tap_done();

@@ -7,8 +7,9 @@ hogs compete for both cores. runtime.main lists exactly the configured
 workers, every poll is on one of them, polls on one worker never overlap
 (the blocking section is on no worker), the cores did move (several
 threads poll as one worker), the 50 ms busy polls are on real workers and
-the worker loops are blocking-pool polls. PROBES: 'all' (poll probes: the
-core is the worker loop's Arc<Worker>) or 'default' (no uprobes).
+the worker loops are blocking-pool polls. PROBES: 'all' (poll probes:
+each task poll names its worker) or 'default' (no uprobes: the polls are
+the long ones, D9LongPollEvent, and each stack names its worker).
 Usage: test_block_in_place.py D9D D9CTL STRIPPED_TARGET PROBES [TRIES]"""
 import os
 import shutil
@@ -63,6 +64,15 @@ def one_try(t, d, binary, n):
                 busy += 40_000_000 <= ts - open_poll.pop(w) < 900_000_000
         elif name == "D9BlockingPollEvent":
             loops += 1
+        elif name == "D9LongPollEvent":
+            # The default set's polls: long ones, on the worker whose loop
+            # ran them, or on none (255) for a thread in its blocking section.
+            first_ts = first_ts or ts
+            polls += 1
+            if f["worker_id"] != 255 and not 0 <= f["worker_id"] < workers:
+                lanes_bad.append((f["worker_id"], ts - first_ts))
+            busy += (f["how"] == "running" and 40_000_000 <= f["min_ns"] < 900_000_000 and
+                     f["worker_id"] < workers)
         elif name in ("WorkerParkEvent", "WorkerUnparkEvent"):
             lane_tids.setdefault(f["worker_id"], set()).add(f["tid"])
         elif name == "CpuSampleEvent" and f.get("worker_id", 255) < 254 and f["worker_id"] >= workers:
@@ -70,12 +80,11 @@ def one_try(t, d, binary, n):
     listed = (meta or {}).get("runtime.main", "")
     t.ok(listed == ",".join(str(i) for i in range(workers)),
          f"try {n}: runtime.main is the {workers} configured workers: '{listed}'", meta)
-    # Every task poll names its worker (BPF reads the loop's Arc<Worker>):
-    # no poll, and no sample, on an id that is not one of Tokio's workers,
-    # from the attach on. The default set has no poll records: its
-    # workers are threads whose stacks show a task poll (docs/probe-plan.md).
+    # Every task poll (the default set: every long poll) names its worker
+    # (BPF reads the loop's Arc<Worker>, docs/probe-plan.md): no poll and
+    # no sample on an id that is not one of Tokio's workers, from the attach on.
     late_samples = [t for ts in offlane.values() for t in ts]
-    t.ok(polls > 0 and not lanes_bad and (PROBES != "all" or not late_samples),
+    t.ok(polls > 0 and not lanes_bad and not late_samples,
          f"try {n}: all {polls} polls are on a configured worker ({len(lanes_bad)} are not: {lanes_bad[:5]}; "
          f"samples elsewhere: { {w: len(ts) for w, ts in offlane.items()} })")
     t.ok(not overlaps, f"try {n}: polls on one worker never overlap: a thread in block_in_place is off the lane "

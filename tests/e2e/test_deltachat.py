@@ -15,7 +15,11 @@ hold both cores, TRIES times, and checks what the trace says:
  - a terminate for >= 95 % of the tasks seen spawning, and the woken tasks
    are polled afterwards;
  - status says no poll needed a thread to stand in for its worker.
-Usage: test_deltachat.py D9D D9CTL DELTACHAT_RPC_SERVER [TRIES]"""
+With PROBES default (no uprobes) the same recording has no poll, spawn or
+wake events: the ids are still the runtime's workers alone (each stack
+names its worker), the long polls are on them or on none, no sample is on
+another id, and the cores move.
+Usage: test_deltachat.py D9D D9CTL DELTACHAT_RPC_SERVER [all|default] [TRIES]"""
 import json
 import os
 import subprocess
@@ -28,7 +32,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from d9harness import D9d, Tap, dump_events  # noqa
 
 D9D, D9CTL, DC = sys.argv[1:4]
-TRIES = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+PROBES = sys.argv[4] if len(sys.argv) > 4 else "all"
+TRIES = int(sys.argv[5]) if len(sys.argv) > 5 else 1
 
 
 class Rpc:
@@ -97,7 +102,8 @@ def one_try(t, d, n, tmp):
         for th in drivers:
             th.start()
         time.sleep(1.5)  # mid-run: SQLite calls already blocking in place
-        r = d.ctl("record", "--probes", "all", "--pid", str(rpc.p.pid), "--duration", "5s", "--out", d.out)
+        probes = ["--probes", "all"] if PROBES == "all" else []
+        r = d.ctl("record", *probes, "--pid", str(rpc.p.pid), "--duration", "5s", "--out", d.out)
         st = d.status(rpc.p.pid)
     finally:
         for h in hogs:
@@ -109,9 +115,10 @@ def one_try(t, d, n, tmp):
         answered = rpc.answered
         rpc.close()
     t.ok(r.returncode == 0 and answered > 1000,
-         f"try {n}: record --pid of deltachat-rpc-server doing real work under 2 CPU hogs ({answered} requests)",
-         r.stderr)
+         f"try {n}: record --pid ({PROBES}) of deltachat-rpc-server doing real work under 2 CPU hogs "
+         f"({answered} requests)", r.stderr)
     meta, open_poll, polls, off, overlaps = {}, {}, 0, [], 0
+    longs, samples_off = {}, {}
     blocking, order, lane_tids, bad_order = 0, {}, {}, 0
     spawned, terminated, woken, polled_after = set(), set(), set(), set()
     for ev in dump_events(D9CTL, r.stdout.split()):
@@ -143,16 +150,24 @@ def one_try(t, d, n, tmp):
             terminated.add(f["task_id"])
         elif name == "WakeEventEvent":
             woken.add(f["woken_task_id"])
+        elif name == "D9LongPollEvent":
+            longs[f["worker_id"]] = longs.get(f["worker_id"], 0) + 1
+        elif name == "CpuSampleEvent" and workers <= f["worker_id"] < 254:
+            samples_off[f["worker_id"]] = samples_off.get(f["worker_id"], 0) + 1
     listed = meta.get("runtime.main", "")
     t.ok(listed == ",".join(str(i) for i in range(workers)),
          f"try {n}: runtime.main is the runtime's {workers} workers: '{listed}'", meta)
-    t.ok(polls > 1000 and not off and not overlaps,
-         f"try {n}: all {polls} task polls on those workers ({len(off)} not: {off[:5]}), none overlapping "
-         f"on a lane ({overlaps})")
     moved = {w: len(tids) for w, tids in lane_tids.items()}
     t.ok(set(moved) == set(range(workers)) and max(moved.values()) >= 3 and not bad_order,
          f"try {n}: the cores moved between threads (threads parking per worker: {moved}); parks and unparks "
          f"alternate ({bad_order} out of order)")
+    if PROBES != "all":
+        t.ok(longs and all(w < workers or w == 255 for w in longs) and not samples_off,
+             f"try {n}: long polls on the workers or on none ({longs}), no sample on another id ({samples_off})")
+        return
+    t.ok(polls > 1000 and not off and not overlaps,
+         f"try {n}: all {polls} task polls on those workers ({len(off)} not: {off[:5]}), none overlapping "
+         f"on a lane ({overlaps})")
     t.ok(blocking >= 100, f"try {n}: the blocking pool's jobs are blocking-pool polls ({blocking})")
     ended = len(spawned & terminated)
     t.ok(spawned and ended >= 0.95 * len(terminated) and len(terminated) >= 0.9 * len(spawned) - 100,
