@@ -4,7 +4,8 @@
  * bitmaps of .relr.dyn (target = the word already in the file). Binaries
  * whose section headers were removed find the tables through PT_DYNAMIC.
  * Non-PIE binaries have none: their pointers are plain words in the file.
- * The task vtable scan and the waker scan (vtable_scan.c) read this list. */
+ * The task vtable scan (vtable_scan.c), the waker scan and the boxed-future
+ * poll names (plan_dyn_names.c) all read this one list. */
 #include <errno.h>
 #include <string.h>
 
