@@ -23,6 +23,7 @@
 #include "daemon/core/cleanup.h"
 #include "proto/d9proto.h"
 #include "daemon/symbolize/kallsyms.h"
+#include "daemon/symbolize/mapping.h"
 #include "daemon/symbolize/stack_marks.h"
 #include "daemon/symbolize/symbolize.h"
 #include "uprobes/elfsym/elfsym.h"
@@ -34,7 +35,7 @@ struct elf_syms {
         char *path;
         char *build_id;         /* lowercase hex, NULL if none or unreadable */
         struct d9_sym_table syms;
-        GElf_Phdr *loads;
+        struct probe_segment *loads;    /* its PT_LOAD headers */
         size_t n_loads;
 };
 
@@ -127,7 +128,8 @@ static void elf_read_loads(Elf *elf, struct elf_syms *es)
         for (size_t i = 0; es->loads && i < nph; i++) {
                 GElf_Phdr ph;
                 if (gelf_getphdr(elf, (int)i, &ph) && ph.p_type == PT_LOAD)
-                        es->loads[es->n_loads++] = ph;
+                        es->loads[es->n_loads++] = (struct probe_segment){ ph.p_vaddr, ph.p_offset, ph.p_filesz,
+                                                                          (ph.p_flags & PF_X) != 0 };
         }
 }
 
@@ -199,12 +201,7 @@ static void vdso_load(struct elf_syms *es)
         elf_version(EV_CURRENT);
         elf = elf_memory(copy, size);
         if (elf && elf_getphdrnum(elf, &nph) == 0) {
-                es->loads = calloc(nph ? nph : 1, sizeof(*es->loads));
-                for (size_t i = 0; es->loads && i < nph; i++) {
-                        GElf_Phdr ph;
-                        if (gelf_getphdr(elf, (int)i, &ph) && ph.p_type == PT_LOAD)
-                                es->loads[es->n_loads++] = ph;
-                }
+                elf_read_loads(elf, es);
                 elf_collect_syms(elf, es);
                 d9_sym_table_sort(&es->syms);
         }
@@ -227,28 +224,6 @@ static struct elf_syms *elf_get(struct symbolizer *s, const char *path)
         if (es)
                 s->elfs[s->n_elfs++] = es;
         return es;
-}
-
-/* An executable mapping of a file, from one line of /proc/PID/maps. */
-struct maps_line {
-        unsigned long long start, end, offset;
-        const char *path;
-        size_t path_len;
-};
-
-static bool maps_exec_line(const char *line, struct maps_line *m)
-{
-        char perms[8];
-        int path_at = 0;
-
-        if (sscanf(line, "%llx-%llx %7s %llx %*s %*u %n", &m->start, &m->end, perms, &m->offset, &path_at) != 4 ||
-            !path_at || perms[2] != 'x' ||
-            (line[path_at] != '/' && strncmp(line + path_at, "[vdso]\n", 7) && strcmp(line + path_at, "[vdso]")))
-                return false;
-        const char *nl = strchr(line + path_at, '\n');
-        m->path = line + path_at;
-        m->path_len = nl ? (size_t)(nl - m->path) : strlen(m->path);
-        return true;
 }
 
 /* An executable mapping with no file behind it (a JIT's code cache, as in
@@ -357,10 +332,10 @@ struct symbolizer *symbolizer_new_for_file_at(pid_t pid, const char *maps_text, 
 }
 
 /* The PT_LOAD of es holding file offset off, or NULL. */
-static const GElf_Phdr *load_at(const struct elf_syms *es, uint64_t off)
+static const struct probe_segment *load_at(const struct elf_syms *es, uint64_t off)
 {
         for (size_t j = 0; es && j < es->n_loads; j++)
-                if (off >= es->loads[j].p_offset && off < es->loads[j].p_offset + es->loads[j].p_filesz)
+                if (off >= es->loads[j].offset && off < es->loads[j].offset + es->loads[j].filesz)
                         return &es->loads[j];
         return NULL;
 }
@@ -384,49 +359,23 @@ static const struct mapping *mapping_at(const struct symbolizer *s, uint64_t add
         return NULL;
 }
 
-/* The executable PT_LOAD inside a mapping of [off, off + len): the page
- * the mapping starts on usually also holds the tail of the segment before,
- * whose link-time delta differs (lld puts segments on their own pages in
- * memory but packs them in the file). */
-static const GElf_Phdr *exec_load_in(const struct elf_syms *es, uint64_t off, uint64_t len)
-{
-        const GElf_Phdr *any = NULL;
-
-        for (size_t j = 0; es && j < es->n_loads; j++) {
-                const GElf_Phdr *ph = &es->loads[j];
-                if (ph->p_offset >= off + len || ph->p_offset + ph->p_filesz <= off)
-                        continue;
-                if (ph->p_flags & PF_X)
-                        return ph;
-                any = any ? any : ph;
-        }
-        return any;
-}
-
 bool symbolizer_mapping(const struct symbolizer *s, size_t i, struct sym_mapping *out)
 {
         const struct mapping *m;
-        const GElf_Phdr *ph;
+        const struct probe_segment *ph;
 
         if (i >= s->n_maps)
                 return false;
         m = &s->maps[i];
-        ph = exec_load_in(m->elf, m->offset, m->end - m->start);
+        ph = m->elf ? mapping_segment(m->elf->loads, m->elf->n_loads, m->offset, m->end - m->start) : NULL;
         *out = (struct sym_mapping){
                 .start = m->start, .end = m->end, .offset = m->offset,
                 .bias_known = ph != NULL,
-                .bias = ph ? m->start - m->offset + ph->p_offset - ph->p_vaddr : 0,
+                .bias = ph ? m->start - m->offset + ph->offset - ph->vaddr : 0,
                 .path = m->elf ? m->elf->path : "",
                 .build_id = m->elf && m->elf->build_id ? m->elf->build_id : "",
         };
         return true;
-}
-
-static void unnamed_text(char *buf, size_t n, const char *path, uint64_t vaddr)
-{
-        const char *base = strrchr(path, '/');
-
-        snprintf(buf, n, "[unnamed] %s 0x%llx", base ? base + 1 : path, (unsigned long long)vaddr);
 }
 
 bool symbolizer_unnamed(const struct symbolizer *s, uint64_t addr, char *buf, size_t n)
@@ -436,11 +385,7 @@ bool symbolizer_unnamed(const struct symbolizer *s, uint64_t addr, char *buf, si
 
         if (!m || !symbolizer_mapping(s, (size_t)(m - s->maps), &sm))
                 return false;
-        if (sm.bias_known)
-                unnamed_text(buf, n, sm.path, addr - sm.bias);
-        else
-                snprintf(buf, n, "[unnamed] %s offset 0x%llx", strrchr(sm.path, '/') ? strrchr(sm.path, '/') + 1 : sm.path,
-                         (unsigned long long)(addr - m->start + m->offset));
+        mapping_unnamed(buf, n, sm.path, sm.bias_known, sm.bias_known ? addr - sm.bias : addr - m->start + m->offset);
         return true;
 }
 
@@ -493,9 +438,9 @@ const char *symbolizer_lookup_vaddr(struct symbolizer *s, uint64_t vaddr, uint64
 
 const char *symbolizer_lookup_offset(struct symbolizer *s, uint64_t off, uint64_t *size)
 {
-        const GElf_Phdr *ph = s->n_elfs ? load_at(s->elfs[0], off) : NULL;
+        const struct probe_segment *ph = s->n_elfs ? load_at(s->elfs[0], off) : NULL;
 
-        return ph ? lookup_vaddr(s->elfs[0], off - ph->p_offset + ph->p_vaddr, size) : NULL;
+        return ph ? lookup_vaddr(s->elfs[0], off - ph->offset + ph->vaddr, size) : NULL;
 }
 
 const char *symbolizer_lookup(struct symbolizer *s, uint64_t addr, uint64_t *size)
@@ -519,8 +464,8 @@ const char *symbolizer_lookup(struct symbolizer *s, uint64_t addr, uint64_t *siz
                 if (addr < m->start || addr >= m->end || !m->elf)
                         continue;
                 uint64_t off = addr - m->start + m->offset;
-                const GElf_Phdr *ph = load_at(m->elf, off);
-                return ph ? lookup_vaddr(m->elf, off - ph->p_offset + ph->p_vaddr, size) : NULL;
+                const struct probe_segment *ph = load_at(m->elf, off);
+                return ph ? lookup_vaddr(m->elf, off - ph->offset + ph->vaddr, size) : NULL;
         }
         return NULL;
 }

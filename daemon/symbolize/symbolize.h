@@ -41,8 +41,8 @@ struct sym_mapping {
 bool symbolizer_mapping(const struct symbolizer *s, size_t i, struct sym_mapping *out);
 /* The placeholder name of an address in a mapping without a symbol for it:
  * "[unnamed] FILE 0xVADDR" with the link-time address (what addr2line -e
- * FILE takes, the same numbers stripped task labels use). False when addr
- * is in no mapping. */
+ * FILE takes, the same numbers stripped task labels use; mapping.h's
+ * mapping_unnamed). False when addr is in no mapping. */
 bool symbolizer_unnamed(const struct symbolizer *s, uint64_t addr, char *buf, size_t n);
 /* Is addr in executable memory with no file behind it (JIT code)? */
 bool symbolizer_in_anonymous_code(const struct symbolizer *s, uint64_t addr);
