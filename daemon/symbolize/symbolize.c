@@ -255,20 +255,19 @@ static void add_anon_code(struct symbolizer *s, uint64_t start, uint64_t end)
         }
 }
 
-/* Every executable file mapping, or only those of the file `only`. */
-static void parse_maps(struct symbolizer *s, const char *text, const struct maps_line *only)
+/* Every executable mapping: of a file, of [vdso], or anonymous (JIT code). */
+static void parse_maps(struct symbolizer *s, const char *text)
 {
         for (const char *line = text; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
                 struct maps_line m;
                 char path[PATH_MAX];
                 uint64_t a, b;
 
-                if (!only && maps_anon_exec_line(line, &a, &b)) {
+                if (maps_anon_exec_line(line, &a, &b)) {
                         add_anon_code(s, a, b);
                         continue;
                 }
-                if (!maps_exec_line(line, &m) || m.path_len >= sizeof(path) ||
-                    (only && (m.path_len != only->path_len || memcmp(m.path, only->path, m.path_len))))
+                if (!maps_exec_line(line, &m) || m.path_len >= sizeof(path))
                         continue;
                 struct mapping *more = realloc(s->maps, (s->n_maps + 1) * sizeof(*more));
                 if (!more)
@@ -296,7 +295,7 @@ struct symbolizer *symbolizer_new(pid_t pid, const char *maps_text)
         struct symbolizer *s = symbolizer_alloc(pid, -1);
 
         if (s && maps_text)
-                parse_maps(s, maps_text, NULL);
+                parse_maps(s, maps_text);
         return s;
 }
 
@@ -305,29 +304,7 @@ struct symbolizer *symbolizer_new_in_root(int root_fd, const char *maps_text)
         struct symbolizer *s = symbolizer_alloc(0, root_fd);
 
         if (s && maps_text)
-                parse_maps(s, maps_text, NULL);
-        return s;
-}
-
-struct symbolizer *symbolizer_new_for_file_at(pid_t pid, const char *maps_text, uint64_t addr,
-                                              uint64_t *lo, uint64_t *hi)
-{
-        struct maps_line file = { 0 };
-        struct symbolizer *s;
-
-        for (const char *line = maps_text; line && *line && !file.path;
-             line = strchr(line, '\n'), line = line ? line + 1 : NULL)
-                if (!maps_exec_line(line, &file) || addr < file.start || addr >= file.end)
-                        file.path = NULL;
-        if (!file.path || !(s = symbolizer_alloc(pid, -1)))
-                return NULL;
-        parse_maps(s, maps_text, &file);
-        *lo = UINT64_MAX;
-        *hi = 0;
-        for (size_t i = 0; i < s->n_maps; i++) {
-                *lo = s->maps[i].start < *lo ? s->maps[i].start : *lo;
-                *hi = s->maps[i].end > *hi ? s->maps[i].end : *hi;
-        }
+                parse_maps(s, maps_text);
         return s;
 }
 

@@ -20,10 +20,6 @@ struct symbolizer *symbolizer_new(pid_t pid, const char *maps_text);
  * not taken over; -1: plain paths, our own root): what the sealer uses,
  * since by seal time /proc/PID may belong to a new process. */
 struct symbolizer *symbolizer_new_in_root(int root_fd, const char *maps_text);
-/* Only the file mapped (executable) at addr; [*lo, *hi) spans its
- * executable mappings. NULL when no file is mapped there. */
-struct symbolizer *symbolizer_new_for_file_at(pid_t pid, const char *maps_text, uint64_t addr,
-                                              uint64_t *lo, uint64_t *hi);
 void symbolizer_free(struct symbolizer *s);
 /* Name for addr (owned by the symbolizer), or NULL if unknown. */
 const char *symbolizer_lookup(struct symbolizer *s, uint64_t addr, uint64_t *size);
