@@ -226,6 +226,19 @@ static char *describe_shape(const struct elf_image *img, const struct probe_plan
         return s;
 }
 
+static int plan_segments(const struct elf_image *img, struct probe_plan *plan)
+{
+        size_t n = img->n_segs < PROBE_SEGMENTS_MAX ? img->n_segs : PROBE_SEGMENTS_MAX;
+
+        if (!(plan->segments = calloc(n ? n : 1, sizeof(*plan->segments))))
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++)
+                plan->segments[i] = (struct probe_segment){ img->segs[i].vaddr, img->segs[i].offset,
+                                                            img->segs[i].filesz, img->segs[i].flags & PF_X };
+        plan->n_segments = n;
+        return 0;
+}
+
 static int plan_fill(struct plan_builder *b, struct probe_plan *plan, char **err_msg)
 {
         int r;
@@ -255,6 +268,8 @@ static int plan_fill(struct plan_builder *b, struct probe_plan *plan, char **err
                 return -ENOTSUP;
         }
         uprobes_plan_find_dyn_futures(b);
+        if ((r = uprobes_plan_dyn_names(b, plan)) < 0 || (r = plan_segments(b->img, plan)) < 0)
+                return r;
         uprobes_plan_poll_bounds(b);
         if ((r = uprobes_plan_label_polls(b)) < 0 || (r = uprobes_plan_return_sites(b, plan)) < 0 ||
             (r = uprobes_plan_classify(b)) < 0 || (r = skip_unattached_kinds(b)) < 0)
@@ -439,5 +454,8 @@ void probe_plan_free(struct probe_plan *plan)
         free(plan->tokio_version);
         free(plan->shape);
         free(plan->debug_file);
+        free(plan->segments);
+        free(plan->dyn_fns);
+        free(plan->dyn_fn_text);
         free(plan);
 }

@@ -68,6 +68,16 @@ static int dup_str(char **dst, const char *src)
         return src && !*dst ? -ENOMEM : 0;
 }
 
+static int dup_mem(void **dst, const void *src, size_t n, size_t size)
+{
+        *dst = n ? malloc(n * size) : NULL;
+        if (n && !*dst)
+                return -ENOMEM;
+        if (n)
+                memcpy(*dst, src, n * size);
+        return 0;
+}
+
 /* Everything but the file: exe_fd -1, attach_path NULL. */
 static int plan_copy(const struct probe_plan *src, struct probe_plan **out)
 {
@@ -82,8 +92,15 @@ static int plan_copy(const struct probe_plan *src, struct probe_plan **out)
         p->points = calloc(src->n_points ? src->n_points : 1, sizeof(*p->points));
         p->missing = calloc(src->n_missing ? src->n_missing : 1, sizeof(*p->missing));
         p->n_points = p->n_missing = 0;
+        p->segments = NULL;
+        p->dyn_fns = NULL;
+        p->dyn_fn_text = NULL;
         if (!p->points || !p->missing)
                 r = -ENOMEM;
+        if (r == 0)
+                r = dup_mem((void **)&p->segments, src->segments, src->n_segments, sizeof(*src->segments)) ?:
+                    dup_mem((void **)&p->dyn_fns, src->dyn_fns, src->n_dyn_fns, sizeof(*src->dyn_fns)) ?:
+                    dup_mem((void **)&p->dyn_fn_text, src->dyn_fn_text, src->dyn_fn_text_len, 1);
         for (size_t i = 0; r == 0 && i < src->n_points; i++) {
                 struct probe_point *d = &p->points[p->n_points++];
                 const struct probe_point *s = &src->points[i];

@@ -44,6 +44,8 @@ struct probe_point *uprobes_plan_point_add(struct plan_builder *b, enum probe_ki
 int uprobes_plan_add_missing(struct probe_plan *plan, enum probe_kind kind, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
 void uprobes_plan_find_dyn_futures(struct plan_builder *b);
+/* plan_dyn_names.c: plan->dyn_fns, what a boxed future's poll can be, named. */
+int uprobes_plan_dyn_names(struct plan_builder *b, struct probe_plan *plan);
 /* plan_complete.c: a stripped function's body [lo, hi) by a code sweep
  * (after uprobes_plan_complete_route); false when the sweep cannot tell its end. */
 bool uprobes_plan_sweep_body(struct plan_builder *b, uint64_t vaddr, uint64_t *lo, uint64_t *hi);

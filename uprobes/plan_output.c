@@ -83,6 +83,24 @@ static json_t *counts_json(const struct probe_plan *plan)
         return o;
 }
 
+/* What a boxed future's label can be, and the segments that place it. */
+static json_t *dyn_fns_json(const struct probe_plan *plan)
+{
+        json_t *fns = json_array(), *segs = json_array();
+
+        for (size_t i = 0; i < plan->n_dyn_fns; i++)
+                json_array_append_new(fns, json_pack("{s:I, s:s}", "vaddr", (json_int_t)plan->dyn_fns[i].vaddr,
+                                                     "name", plan->dyn_fn_text + plan->dyn_fns[i].name));
+        for (size_t i = 0; i < plan->n_segments; i++)
+                json_array_append_new(segs, json_pack("{s:I, s:I, s:I, s:b}",
+                                                      "vaddr", (json_int_t)plan->segments[i].vaddr,
+                                                      "offset", (json_int_t)plan->segments[i].offset,
+                                                      "filesz", (json_int_t)plan->segments[i].filesz,
+                                                      "exec", plan->segments[i].exec));
+        return json_pack("{s:I, s:I, s:o, s:o}", "count", (json_int_t)plan->n_dyn_fns,
+                         "text_bytes", (json_int_t)plan->dyn_fn_text_len, "fns", fns, "segments", segs);
+}
+
 char *probe_plan_to_json(const struct probe_plan *plan)
 {
         json_t *pts = json_array(), *miss = json_array();
@@ -130,6 +148,7 @@ char *probe_plan_to_json(const struct probe_plan *plan)
                 "missing", miss);
         if (!root)
                 return NULL;
+        json_object_set_new(root, "dyn_fns", dyn_fns_json(plan));
         char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         json_decref(root);
         return s;
@@ -166,6 +185,8 @@ void probe_plan_print(const struct probe_plan *plan, FILE *out, bool all_points)
         else
                 fprintf(out, "default set:    no poll function body known: without uprobes d9d cannot tell "
                         "this runtime's workers or long polls (use --probes all)\n");
+        fprintf(out, "boxed futures:  %zu functions a boxed future's poll can be named (%zu bytes of names)\n",
+                plan->n_dyn_fns, plan->dyn_fn_text_len);
         fprintf(out, "planned in:     %.1f ms\n\n", plan->elapsed_ms);
         for (int k = 1; k < PROBE_KIND_MAX; k++)
                 fprintf(out, "  %-15s %4zu attached, %4zu found\n", probe_kind_name(k),

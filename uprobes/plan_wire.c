@@ -20,7 +20,9 @@
 _Static_assert(sizeof(struct probe_point) == 144, "probe_point changed: update plan_wire.c");
 /* A poll body no longer than this (Deno's longest: 11 KiB). */
 #define WIRE_MAX_BODY (16u << 20)
-_Static_assert(sizeof(struct probe_plan) == 240, "probe_plan changed: update plan_wire.c");
+_Static_assert(sizeof(struct probe_plan) == 288, "probe_plan changed: update plan_wire.c");
+_Static_assert(sizeof(struct probe_segment) == 32 && sizeof(struct probe_fn_name) == 16,
+               "probe_segment or probe_fn_name changed: update plan_wire.c");
 /* Not on the wire: planned_ctime, which the parent takes from its own fd
  * of the file (plan_child.c), not from the child's word. */
 
@@ -116,6 +118,20 @@ static void put_plan(struct wire_out *w, const struct probe_plan *p)
         for (size_t i = 0; i < p->n_missing; i++) {
                 put_u64(w, (uint64_t)p->missing[i].kind);
                 put_str(w, p->missing[i].reason);
+        }
+        put_u64(w, p->n_segments);
+        for (size_t i = 0; i < p->n_segments; i++) {
+                put_u64(w, p->segments[i].vaddr);
+                put_u64(w, p->segments[i].offset);
+                put_u64(w, p->segments[i].filesz);
+                put_u64(w, p->segments[i].exec);
+        }
+        put_u64(w, p->n_dyn_fns);
+        put_u64(w, p->dyn_fn_text_len);
+        put(w, p->dyn_fn_text, p->dyn_fn_text_len);
+        for (size_t i = 0; i < p->n_dyn_fns; i++) {
+                put_u64(w, p->dyn_fns[i].vaddr);
+                put_u64(w, p->dyn_fns[i].name);
         }
 }
 
@@ -228,6 +244,51 @@ static const char *known_scan_method(char *s)
         return m;
 }
 
+static void get_segments(struct wire_in *in, struct probe_plan *p)
+{
+        uint64_t n = get_max(in, PROBE_SEGMENTS_MAX);
+
+        if (!in->error && n && !(p->segments = calloc(n, sizeof(*p->segments))))
+                in->error = -ENOMEM;
+        for (uint64_t i = 0; !in->error && i < n; i++, p->n_segments++) {
+                p->segments[i].vaddr = get_u64(in);
+                p->segments[i].offset = get_u64(in);
+                p->segments[i].filesz = get_u64(in);
+                p->segments[i].exec = get_bool(in);
+        }
+}
+
+/* The dyn_fns table: names packed as the writer packs them (text only with
+ * entries, each name starts the text or follows a NUL, the text ends in
+ * one), addresses strictly increasing (probe_plan_dyn_fn_name searches
+ * them). */
+static void get_dyn_fns(struct wire_in *in, struct probe_plan *p)
+{
+        uint64_t n = get_max(in, PROBE_DYN_FNS_MAX), len = get_max(in, PROBE_DYN_FN_TEXT_MAX);
+
+        if (!in->error && ((uint64_t)(in->end - in->p) < len || !n != !len || (len && in->p[len - 1])))
+                in->error = -EPROTO;
+        if (!in->error && len && !(p->dyn_fn_text = malloc(len)))
+                in->error = -ENOMEM;
+        if (!in->error && len) {
+                memcpy(p->dyn_fn_text, in->p, len);
+                p->dyn_fn_text_len = len;
+                in->p += len;
+        }
+        if (!in->error && (uint64_t)(in->end - in->p) / 16 < n)
+                in->error = -EPROTO;
+        if (!in->error && n && !(p->dyn_fns = calloc(n, sizeof(*p->dyn_fns))))
+                in->error = -ENOMEM;
+        for (uint64_t i = 0; !in->error && i < n; i++, p->n_dyn_fns++) {
+                struct probe_fn_name *f = &p->dyn_fns[i];
+
+                f->vaddr = get_u64(in);
+                f->name = (uint32_t)get_max(in, len - 1);
+                if (!in->error && ((i && f->vaddr <= f[-1].vaddr) || (f->name && p->dyn_fn_text[f->name - 1])))
+                        in->error = -EPROTO;
+        }
+}
+
 static void get_plan(struct wire_in *in, struct probe_plan *p)
 {
         uint64_t ms, n;
@@ -274,6 +335,8 @@ static void get_plan(struct wire_in *in, struct probe_plan *p)
                 p->missing[i].kind = (enum probe_kind)get_max(in, PROBE_KIND_MAX - 1);
                 p->missing[i].reason = get_str(in);
         }
+        get_segments(in, p);
+        get_dyn_fns(in, p);
         if (!in->error && in->p != in->end)
                 in->error = -EPROTO;
 }

@@ -102,6 +102,25 @@ struct probe_point {
         uint64_t func_start, func_end;
 };
 
+/* A PT_LOAD segment of the executable: how its file offsets and link-time
+ * addresses correspond (a runtime address of the target becomes a
+ * link-time one through its memory map and these: daemon/symbolize/mapping.h). */
+struct probe_segment {
+        uint64_t vaddr, offset, filesz;
+        bool exec;              /* PF_X */
+};
+#define PROBE_SEGMENTS_MAX 64u  /* real executables have 2-6 */
+
+/* A function a boxed future's poll can be, and its name (plan_dyn_names.c). */
+struct probe_fn_name {
+        uint64_t vaddr;         /* link-time entry address */
+        uint32_t name;          /* offset of its NUL-terminated name in dyn_fn_text */
+};
+/* Far above what the builds measured hold (docs/probe-plan.md, "Task id and
+ * labels"); a build past either bound gets no table (a `missing` entry). */
+#define PROBE_DYN_FNS_MAX (1u << 18)
+#define PROBE_DYN_FN_TEXT_MAX (32u << 20)
+
 /* Something the plan wanted and did not find, with why. */
 struct probe_missing {
         enum probe_kind kind;
@@ -161,7 +180,22 @@ struct probe_plan {
         /* The file's ctime when planning began: a plan of a file written
          * since may mix both versions, and plan_cache.c does not keep it. */
         struct timespec planned_ctime;
+        /* The executable's PT_LOAD segments, in file order. */
+        struct probe_segment *segments;
+        size_t n_segments;
+        /* What a boxed future's poll (probe_point.boxed_dyn) can be: the
+         * functions in slot 3 of the executable's Rust dyn vtables, named as
+         * a stack frame there is (the sealer's names), sorted by vaddr,
+         * unique. Empty without symbols: there the daemon labels such a
+         * task "[unnamed] FILE 0xVADDR" for d9ctl symbolize to name later. */
+        struct probe_fn_name *dyn_fns;
+        size_t n_dyn_fns;
+        char *dyn_fn_text;              /* their names, each once, NUL-terminated */
+        size_t dyn_fn_text_len;
 };
+
+/* The name dyn_fns gives the function at link-time address vaddr, or NULL. */
+const char *probe_plan_dyn_fn_name(const struct probe_plan *plan, uint64_t vaddr);
 
 /* Point counts per kind, attached (not skipped) only. */
 size_t probe_plan_count(const struct probe_plan *plan, enum probe_kind kind, bool include_skipped);

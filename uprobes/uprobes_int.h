@@ -81,6 +81,24 @@ struct symtab {
 int uprobes_symtab_load(const struct elf_image *img, const char *root, struct symtab *st);
 void uprobes_symtab_free(struct symtab *st);
 
+/* ---- relocs.c: where a PIE's pointers to itself are ---------------------- */
+
+struct reloc {
+        uint64_t where, value;  /* link-time address of the pointer, and its target */
+};
+
+struct reloc_list {
+        struct reloc *r;        /* sorted by where */
+        size_t n, cap;
+        const char *method;     /* "rela.dyn", "relr.dyn", NULL when there are none */
+};
+
+/* The relative relocations of img (none for a non-PIE binary). */
+int uprobes_relocs_collect(const struct elf_image *img, struct reloc_list *l);
+/* The relocation of the pointer at where, or NULL (not relocated). */
+const struct reloc *uprobes_reloc_at(const struct reloc_list *l, uint64_t where);
+void uprobes_relocs_free(struct reloc_list *l);
+
 /* ---- vtable_scan.c: task vtables by shape ------------------------------- */
 
 struct task_vtable {
@@ -99,6 +117,7 @@ struct vtable_scan {
          * (PIE only: found through the relocations, see find_task_waker). */
         uint64_t waker_vtable;
         uint64_t waker_fn[4];
+        struct reloc_list relocs;       /* what the scan read (relocs.c) */
 };
 
 int uprobes_vtable_scan_run(const struct elf_image *img, struct vtable_scan *vs);

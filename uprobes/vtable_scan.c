@@ -14,7 +14,9 @@
  * slot: scheduler < id < trailer for every layout Tokio has used (the
  * scheduler is the first field of Core, the id follows it, the trailer is
  * after the future). The slot that holds the middle value is voted across all
- * vtables and reported, because BPF reads it through the task's own vtable. */
+ * vtables and reported, because BPF reads it through the task's own vtable.
+ * The relocations come from relocs.c and stay with the scan for the later
+ * plan steps that read them too. */
 #include <errno.h>
 #include <string.h>
 
@@ -22,146 +24,6 @@
 
 #define VT_FNS 7
 #define VT_OFFS 3
-
-struct reloc {
-        uint64_t where, value;
-};
-
-struct reloc_list {
-        struct reloc *r;
-        size_t n, cap;
-};
-
-static int reloc_push(struct reloc_list *l, uint64_t where, uint64_t value)
-{
-        if (l->n == l->cap) {
-                size_t ncap = l->cap ? l->cap * 2 : 8192;
-                struct reloc *n = realloc(l->r, ncap * sizeof(*n));
-
-                if (!n)
-                        return -ENOMEM;
-                l->r = n;
-                l->cap = ncap;
-        }
-        l->r[l->n++] = (struct reloc){ where, value };
-        return 0;
-}
-
-#ifndef DT_RELRSZ
-#define DT_RELRSZ 35
-#define DT_RELR 36
-#endif
-
-/* A relocation table from the dynamic segment (DT_RELA/DT_RELASZ, ...), for
- * binaries whose section headers were removed (sstrip and the like). */
-static const uint8_t *dynamic_table(const struct elf_image *img, int64_t tag_addr, int64_t tag_size,
-                                    size_t *size)
-{
-        uint64_t addr = 0, sz = 0;
-        size_t n;
-
-        if (elf_getphdrnum(img->elf, &n) < 0)
-                return NULL;
-        for (size_t i = 0; i < n; i++) {
-                GElf_Phdr ph;
-
-                if (!gelf_getphdr(img->elf, (int)i, &ph) || ph.p_type != PT_DYNAMIC)
-                        continue;
-                for (uint64_t off = 0; off + 16 <= ph.p_filesz; off += 16) {
-                        const uint8_t *e = d9_elf_vaddr_bytes(img, ph.p_vaddr + off, 16);
-                        int64_t tag;
-                        uint64_t val;
-
-                        if (!e)
-                                break;
-                        memcpy(&tag, e, 8);
-                        memcpy(&val, e + 8, 8);
-                        if (tag == DT_NULL)
-                                break;
-                        if (tag == tag_addr)
-                                addr = val;
-                        else if (tag == tag_size)
-                                sz = val;
-                }
-        }
-        if (!addr || !sz)
-                return NULL;
-        *size = sz;
-        return d9_elf_vaddr_bytes(img, addr, sz);
-}
-
-/* Section by name, else the dynamic segment's entry for the same table. */
-static const uint8_t *reloc_table(const struct elf_image *img, const char *section, int64_t tag_addr,
-                                  int64_t tag_size, size_t *size)
-{
-        const uint8_t *d = d9_elf_section_data(img, section, size, NULL);
-
-        return d ? d : dynamic_table(img, tag_addr, tag_size, size);
-}
-
-static int collect_rela(const struct elf_image *img, struct reloc_list *l)
-{
-        size_t size;
-        const uint8_t *d = reloc_table(img, ".rela.dyn", DT_RELA, DT_RELASZ, &size);
-
-        if (!d)
-                return 0;
-        for (size_t off = 0; off + sizeof(Elf64_Rela) <= size; off += sizeof(Elf64_Rela)) {
-                Elf64_Rela rel;
-
-                memcpy(&rel, d + off, sizeof(rel));
-                if (ELF64_R_TYPE(rel.r_info) != R_X86_64_RELATIVE)
-                        continue;
-                if (reloc_push(l, rel.r_offset, (uint64_t)rel.r_addend) < 0)
-                        return -ENOMEM;
-        }
-        return 0;
-}
-
-/* RELR: the addend is the word already in the file at the relocated place. */
-static int relr_apply(const struct elf_image *img, struct reloc_list *l, uint64_t where)
-{
-        const uint8_t *p = d9_elf_vaddr_bytes(img, where, 8);
-        uint64_t v;
-
-        if (!p)
-                return 0;
-        memcpy(&v, p, 8);
-        return reloc_push(l, where, v);
-}
-
-static int collect_relr(const struct elf_image *img, struct reloc_list *l)
-{
-        size_t size;
-        const uint8_t *d = reloc_table(img, ".relr.dyn", DT_RELR, DT_RELRSZ, &size);
-        uint64_t base = 0;
-
-        if (!d)
-                return 0;
-        for (size_t off = 0; off + 8 <= size; off += 8) {
-                uint64_t e;
-
-                memcpy(&e, d + off, 8);
-                if (!(e & 1)) {
-                        if (relr_apply(img, l, e) < 0)
-                                return -ENOMEM;
-                        base = e + 8;
-                        continue;
-                }
-                for (int bit = 1; bit < 64; bit++)
-                        if ((e >> bit) & 1 && relr_apply(img, l, base + (uint64_t)(bit - 1) * 8) < 0)
-                                return -ENOMEM;
-                base += 63 * 8;
-        }
-        return 0;
-}
-
-static int by_where(const void *a, const void *b)
-{
-        const struct reloc *x = a, *y = b;
-
-        return x->where < y->where ? -1 : x->where > y->where;
-}
 
 /* The three offsets: all small, distinct, scheduler (smallest) at least the
  * header size (>= 32 in every Tokio), trailer (largest) within a sane cell. */
@@ -322,13 +184,6 @@ static void vote_slots(struct vtable_scan *vs)
         }
 }
 
-static const struct reloc *reloc_at(const struct reloc_list *l, uint64_t where)
-{
-        struct reloc key = { where, 0 };
-
-        return bsearch(&key, l->r, l->n, sizeof(*l->r), by_where);
-}
-
 /* True if some `lea disp32(%rip), %reg` (REX.W) in code[0, n) at vaddr
  * `at` loads vt: a byte test, far cheaper than decoding. */
 static bool leas_vt(const uint8_t *code, size_t n, uint64_t at, uint64_t vt)
@@ -381,7 +236,7 @@ static void clone_sweep(const struct elf_image *img, const struct reloc_list *l,
 
                         memcpy(&disp, p + 3, 4);
                         uint64_t to = fn + off + 7 + (uint64_t)(int64_t)disp;
-                        const struct reloc *r = p[1] == 0x8b ? reloc_at(l, to) : NULL;
+                        const struct reloc *r = p[1] == 0x8b ? uprobes_reloc_at(l, to) : NULL;
 
                         cs->self |= p[1] == 0x8d ? to == vt : r && r->value == vt;
                 }
@@ -452,21 +307,17 @@ static void find_task_waker(const struct elf_image *img, const struct reloc_list
 
 int uprobes_vtable_scan_run(const struct elf_image *img, struct vtable_scan *vs)
 {
-        struct reloc_list l = { 0 };
+        struct reloc_list *l = &vs->relocs;
         int r;
 
         memset(vs, 0, sizeof(*vs));
         vs->id_slot = vs->scheduler_slot = vs->trailer_slot = -1;
-        r = collect_rela(img, &l);
-        if (r == 0)
-                r = collect_relr(img, &l);
-        if (r == 0 && l.n) {
-                qsort(l.r, l.n, sizeof(*l.r), by_where);
-                vs->method = reloc_table(img, ".relr.dyn", DT_RELR, DT_RELRSZ, &(size_t){ 0 }) ?
-                        "relr.dyn" : "rela.dyn";
-                r = scan_relocs(img, &l, vs);
+        r = uprobes_relocs_collect(img, l);
+        if (r == 0 && l->n) {
+                vs->method = l->method;
+                r = scan_relocs(img, l, vs);
                 if (r == 0)
-                        find_task_waker(img, &l, vs);
+                        find_task_waker(img, l, vs);
         } else if (r == 0) {
                 size_t cap = 0;
 
@@ -475,7 +326,6 @@ int uprobes_vtable_scan_run(const struct elf_image *img, struct vtable_scan *vs)
                 if (r == 0)
                         r = scan_section_words(img, ".rodata", vs, &cap);
         }
-        free(l.r);
         if (r < 0)
                 return r;
         vote_slots(vs);
@@ -486,5 +336,6 @@ int uprobes_vtable_scan_run(const struct elf_image *img, struct vtable_scan *vs)
 void uprobes_vtable_scan_free(struct vtable_scan *vs)
 {
         free(vs->v);
+        uprobes_relocs_free(&vs->relocs);
         memset(vs, 0, sizeof(*vs));
 }

@@ -443,6 +443,22 @@ void session_take_maps(struct session *s, char *maps)
                 return;
         free(s->maps);
         s->maps = maps;
+        session_exe_map_update(s);
+}
+
+/* Where the executable is mapped, from the last map read and the plan's
+ * PT_LOAD headers, for translate to name boxed futures by: parsed here,
+ * where the map lands (the loop, or the BPF thread at the attach, before
+ * translate runs), so translate itself reads nothing. */
+void session_exe_map_update(struct session *s)
+{
+        struct exe_map m;
+
+        /* tr.enc: translate is running (initialized, not yet released). */
+        if (!s->plan || !s->tr.enc)
+                return;
+        exe_map_from_maps(s->maps, s->mapped_exe, s->plan->segments, s->plan->n_segments, &m);
+        translate_set_exe_map(&s->tr, &m);
 }
 
 /* The map read just after the segment closed (its session, if still
@@ -890,6 +906,7 @@ static void session_free(struct session *s)
         json_decref(s->plan_json);
         json_decref(s->sealed_paths);
         free(s->maps);
+        free(s->mapped_exe);
         record_hold_free(&s->hold);
         free(s);
 }
@@ -1034,12 +1051,16 @@ static int session_check_target(struct session *s, const struct session_request 
                 snprintf(path, sizeof(path), "/proc/%d/fd/%d", req->pid, req->exe_fd);
         else
                 snprintf(path, sizeof(path), "/proc/%d/exe", req->pid);
+        if ((n = readlink(path, s->exe, sizeof(s->exe) - 1)) > 0)
+                s->exe[n] = 0;
+        /* What the maps will call the executable (record --: once the
+         * child has exec'd the file it opened), even when the plan comes
+         * from another file (req->exe). */
+        s->mapped_exe = strdup(s->exe);
         if (req->exe)
                 snprintf(s->exe, sizeof(s->exe), "%s", req->exe);
-        else if ((n = readlink(path, s->exe, sizeof(s->exe) - 1)) > 0)
-                s->exe[n] = 0;
         service_from_exe(s->d, s->exe, s->service, sizeof(s->service));
-        return 0;
+        return s->mapped_exe ? 0 : -ENOMEM;
 }
 
 int session_enable_long_polls(struct session *s)
@@ -1118,6 +1139,8 @@ static int session_start_attach(struct session *s, const struct session_request 
                 *why = d9_strdupf("cannot write segments in %s: %s", dir, strerror(-r));
                 return r;
         }
+        /* The map the BPF thread read at the install. */
+        session_exe_map_update(s);
         r = session_watch_ring(s);
         if (r < 0)
                 return r;

@@ -89,6 +89,7 @@ struct session {
         int64_t started_unix_ms;        /* wall clock at attach, for list */
 
         char *maps;                     /* last /proc/PID/maps seen: symbols after exit */
+        char *mapped_exe;               /* the executable's path as the maps spell it */
         struct probe_plan *plan;
         /* Recording before its plan was built (session_late.c): the plan
          * job, then the job attaching its uprobes, while one is in flight. */
@@ -192,6 +193,9 @@ void session_on_sample(struct d9d *d, struct sample *smp);
 /* Keep maps (malloc'd text of /proc/PID/maps, or NULL: kept as it was) as
  * the target's last memory map. */
 void session_take_maps(struct session *s, char *maps);
+/* Hand translate where the executable is mapped (s->maps, placed by the
+ * plan): at every map read, and when translate starts or the plan lands. */
+void session_exe_map_update(struct session *s);
 /* A sealing job finished (called on the main loop). */
 void session_on_sealed(struct d9d *d, struct seal_job *job);
 /* Drop finished sessions older than finished_keep, and beyond the most recent few. */

@@ -180,8 +180,10 @@ static void late_apply(struct session *s, struct session_late *l)
                                        (s->probes & D9_PROBE_PARK) && probe_plan_count(s->plan, PROBE_PARK, false));
                 if (r == 0)
                         r = session_enable_long_polls(s);
-                if (r == 0)
+                if (r == 0) {
                         session_window_setup(s);
+                        session_exe_map_update(s);
+                }
                 if (r == 0 && s->tr.stack_workers && s->tr.enc)
                         r = long_poll_declare(&s->tr);
                 if (r < 0) {

@@ -1,11 +1,12 @@
 /* translate.c: BPF records -> dial9 events.
  *
  * Identities are a pure function of the record stream and the plan (no
- * /proc or ELF read decides one). Two reads remain on this thread, both for
+ * /proc or ELF read decides one). One read remains on this thread, for
  * names, not identities: the unwinder's (unwind.c: the target's maps and
- * ELF files, when a stack first needs them) and a boxed future's poll fn
- * name (dyn_lookup). Identity rules (docs/probe-plan.md, "Worker
- * identity"; trace-format.md §8):
+ * ELF files, when a stack first needs them). Task labels come from the plan
+ * and what the session hands in (translate_set_exe_map), never from a
+ * file. Identity rules (docs/probe-plan.md, "Worker identity";
+ * trace-format.md §8):
  * - a poll of a blocking-pool task (the plan's blocking_task: Tokio's
  *   BlockingSchedule, told from the vtable's shape) is a
  *   D9BlockingPollEvent, not a poll on a worker lane, wherever it runs,
@@ -37,7 +38,10 @@
  *   reported at the first poll of an id not seen before, as the plan says.
  * - a task whose future is a `Pin<Box<dyn Future>>` is labelled with the
  *   name of the concrete future's poll fn (BPF reads it from the box's
- *   vtable), symbolized once per address from the target's own ELF.
+ *   vtable): the plan's table of such functions (dyn_fns, built in the
+ *   plan child) names it through the executable's load bias, which the
+ *   session takes from its map reads (off this thread or where they land:
+ *   session_take_maps); a stripped build's is "[unnamed] FILE 0xVADDR".
  * - values we cannot observe from outside (local/global queue lengths) are
  *   written as 0, documented in docs/daemon.md. */
 #include <errno.h>
@@ -50,7 +54,6 @@
 #include "daemon/core/log.h"
 #include "daemon/symbolize/stack_marks.h"
 #include "daemon/record/long_poll.h"
-#include "daemon/symbolize/symbolize.h"
 #include "daemon/record/unwind.h"
 #include "daemon/record/translate.h"
 #include "daemon/record/workers.h"
@@ -161,6 +164,8 @@ int translate_set_plan(struct translate *tr, const struct probe_plan *plan, bool
         return 0;
 }
 
+static void dyn_forget(struct translate *tr);
+
 void translate_destroy(struct translate *tr)
 {
         free(tr->label_atoms);
@@ -172,10 +177,7 @@ void translate_destroy(struct translate *tr)
         unwinder_free(tr->unw);
         if (tr->ksyms)
                 ksyms_put(tr->ksyms);
-        for (size_t i = 0; i < tr->n_dyn; i++)
-                free(tr->dyn[i].name);
-        free(tr->dyn);
-        symbolizer_free(tr->sym);
+        dyn_forget(tr);
         long_poll_free(tr);
         memset(tr, 0, sizeof(*tr));
 }
@@ -390,65 +392,68 @@ uint32_t translate_label_atom(struct translate *tr, uint64_t cookie)
         return label_atom(tr, cookie);
 }
 
+/* Boxed futures' poll fns named per target: the first this many. */
 #define MAX_DYN_LABELS 1024
 
-/* A boxed future's poll fn is named from the symbols of the one file
- * mapped at its address (the executable, nearly always), not of every
- * library: the table is ~1 MiB per target otherwise. The symbolizer is
- * dropped once no new address came for SYM_IDLE_NS of trace time (names
- * already found stay in tr->dyn); a new address loads it again. */
-#define SYM_IDLE_NS (5 * 1000000000ull)
-
-/* Name of the function at addr in the target, or NULL. */
-static const char *dyn_lookup(struct translate *tr, uint64_t addr)
+/* The label of a boxed future whose concrete poll fn is at runtime address
+ * addr (malloc'd), or NULL for its poll instance's own label: the name the
+ * plan's table gives it; in the executable but not in the table (a
+ * stripped build) "[unnamed] FILE 0xVADDR", as frames are written, which
+ * d9ctl symbolize names later (two futures stay apart); outside the
+ * executable (a library's code, a word that was no code pointer) none. */
+static char *dyn_label(const struct translate *tr, uint64_t addr)
 {
-        uint64_t size;
+        const char *name = NULL;
+        char unnamed[320];
+        uint64_t vaddr;
 
-        tr->sym_used_ts = tr->last_ts;
-        if (!tr->sym || addr < tr->sym_lo || addr >= tr->sym_hi) {
-                struct symbolizer *found;
-                char path[64];
-                char *maps;
-
-                snprintf(path, sizeof(path), "/proc/%d/maps", tr->pid);
-                maps = symbolizer_read_proc_text(path);
-                found = maps ? symbolizer_new_for_file_at(tr->pid, maps, addr, &tr->sym_lo, &tr->sym_hi) : NULL;
-                free(maps);
-                if (!found)
-                        return NULL;
-                symbolizer_free(tr->sym);
-                tr->sym = found;
-        }
-        return tr->sym ? symbolizer_lookup(tr->sym, addr, &size) : NULL;
+        if (tr->plan && exe_map_vaddr(&tr->exe, addr, &vaddr))
+                name = probe_plan_dyn_fn_name(tr->plan, vaddr);
+        if (!name && exe_map_unnamed(&tr->exe, addr, unnamed, sizeof(unnamed)))
+                name = unnamed;
+        return name ? strdup(name) : NULL;
 }
 
-/* Label of a boxed future by its concrete poll fn; falls back to the
- * poll<T,S> instance's label when the address has no symbol. */
+static void dyn_forget(struct translate *tr)
+{
+        for (size_t i = 0; i < tr->n_dyn; i++)
+                free(tr->dyn[i].name);
+        free(tr->dyn);
+        tr->dyn = NULL;
+        tr->n_dyn = 0;
+}
+
+void translate_set_exe_map(struct translate *tr, const struct exe_map *map)
+{
+        if (exe_map_same(&tr->exe, map))
+                return;
+        /* Another executable (an exec) or another layout: what the old map
+         * named is named again. */
+        dyn_forget(tr);
+        tr->exe = *map;
+}
+
+/* Label of a boxed future by its concrete poll fn (dyn_label). Until the
+ * executable's map is known (record -- CMD attaches before the exec)
+ * nothing is decided: the poll instance's label, and the address is named
+ * once the map lands. */
 static uint32_t poll_label_atom(struct translate *tr, uint64_t cookie, uint64_t future_poll)
 {
         struct tr_dyn *e = NULL;
 
-        if (!future_poll)
+        if (!future_poll || !tr->exe.n)
                 return label_atom(tr, cookie);
-        for (size_t i = 0; i < tr->n_dyn; i++)
+        for (size_t i = 0; i < tr->n_dyn && !e; i++)
                 if (tr->dyn[i].addr == future_poll)
                         e = &tr->dyn[i];
         if (!e && tr->n_dyn < MAX_DYN_LABELS) {
                 struct tr_dyn *more = realloc(tr->dyn, (tr->n_dyn + 1) * sizeof(*more));
-                const char *name;
-                char unnamed[320];
 
                 if (!more)
                         return label_atom(tr, cookie);
                 tr->dyn = more;
-                name = dyn_lookup(tr, future_poll);
-                /* Unnamed (a stripped build): the concrete future's poll fn
-                 * as "[unnamed] FILE 0xVADDR", as frames are written, which
-                 * d9ctl symbolize names later; two futures stay apart. */
-                if (!name && tr->sym && symbolizer_unnamed(tr->sym, future_poll, unnamed, sizeof(unnamed)))
-                        name = unnamed;
                 e = &tr->dyn[tr->n_dyn++];
-                *e = (struct tr_dyn){ future_poll, name ? strdup(name) : NULL, D9_NO_ATOM };
+                *e = (struct tr_dyn){ future_poll, dyn_label(tr, future_poll), D9_NO_ATOM };
         }
         if (!e || !e->name)
                 return label_atom(tr, cookie);
@@ -1009,10 +1014,6 @@ int translate_record(struct translate *tr, const void *rec, size_t size)
                 tr->first_ts = h->ts;
         if (h->ts > tr->last_ts)
                 tr->last_ts = h->ts;
-        if (tr->sym && tr->last_ts - tr->sym_used_ts > SYM_IDLE_NS) {
-                symbolizer_free(tr->sym);
-                tr->sym = NULL;
-        }
         t = thread_get(tr, h->tid);
         if (!t)
                 return -ENOMEM;

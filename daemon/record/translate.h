@@ -10,6 +10,7 @@
 
 #include "proto/d9proto.h"
 #include "daemon/record/workers.h"
+#include "daemon/symbolize/mapping.h"
 
 struct probe_plan;
 
@@ -92,10 +93,7 @@ struct translate {
                                          * POLL_END for it) */
         struct tr_dyn *dyn;             /* boxed futures' concrete poll fns */
         size_t n_dyn;
-        struct symbolizer *sym;         /* symbols of one target file, loaded for a new
-                                         * boxed poll fn, dropped when idle */
-        uint64_t sym_lo, sym_hi;        /* where that file is mapped */
-        uint64_t sym_used_ts;
+        struct exe_map exe;             /* where the executable is mapped (n 0: not known) */
         struct unwinder *unw;           /* user stacks, created on the first STACK record */
         uint64_t unw_retry_ts;          /* creation failed: not before this record time */
         uint32_t unw_fails;
@@ -167,6 +165,11 @@ void translate_destroy(struct translate *tr);
 /* The session is over: free the unwinder, symbols and per-thread state,
  * keep the counters status shows. No record may follow. */
 void translate_release(struct translate *tr);
+/* Where the target's executable is mapped now (the session's last map read,
+ * placed by the plan's PT_LOADs): what boxed futures' poll fns are named by,
+ * from the plan's dyn_fns. Until the first, such tasks carry their poll
+ * instance's label. */
+void translate_set_exe_map(struct translate *tr, const struct exe_map *map);
 /* Switch to a new segment's encoder: interned atoms belong to the old one. */
 int translate_set_encoder(struct translate *tr, struct d9_enc *enc);
 /* One record from the ring. Returns 0 or a negative errno. */

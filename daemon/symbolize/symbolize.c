@@ -23,6 +23,7 @@
 #include "daemon/core/cleanup.h"
 #include "proto/d9proto.h"
 #include "daemon/symbolize/kallsyms.h"
+#include "daemon/symbolize/mapping.h"
 #include "daemon/symbolize/stack_marks.h"
 #include "daemon/symbolize/symbolize.h"
 #include "uprobes/elfsym/elfsym.h"
@@ -34,7 +35,7 @@ struct elf_syms {
         char *path;
         char *build_id;         /* lowercase hex, NULL if none or unreadable */
         struct d9_sym_table syms;
-        GElf_Phdr *loads;
+        struct probe_segment *loads;    /* its PT_LOAD headers */
         size_t n_loads;
 };
 
@@ -127,7 +128,8 @@ static void elf_read_loads(Elf *elf, struct elf_syms *es)
         for (size_t i = 0; es->loads && i < nph; i++) {
                 GElf_Phdr ph;
                 if (gelf_getphdr(elf, (int)i, &ph) && ph.p_type == PT_LOAD)
-                        es->loads[es->n_loads++] = ph;
+                        es->loads[es->n_loads++] = (struct probe_segment){ ph.p_vaddr, ph.p_offset, ph.p_filesz,
+                                                                          (ph.p_flags & PF_X) != 0 };
         }
 }
 
@@ -199,12 +201,7 @@ static void vdso_load(struct elf_syms *es)
         elf_version(EV_CURRENT);
         elf = elf_memory(copy, size);
         if (elf && elf_getphdrnum(elf, &nph) == 0) {
-                es->loads = calloc(nph ? nph : 1, sizeof(*es->loads));
-                for (size_t i = 0; es->loads && i < nph; i++) {
-                        GElf_Phdr ph;
-                        if (gelf_getphdr(elf, (int)i, &ph) && ph.p_type == PT_LOAD)
-                                es->loads[es->n_loads++] = ph;
-                }
+                elf_read_loads(elf, es);
                 elf_collect_syms(elf, es);
                 d9_sym_table_sort(&es->syms);
         }
@@ -227,28 +224,6 @@ static struct elf_syms *elf_get(struct symbolizer *s, const char *path)
         if (es)
                 s->elfs[s->n_elfs++] = es;
         return es;
-}
-
-/* An executable mapping of a file, from one line of /proc/PID/maps. */
-struct maps_line {
-        unsigned long long start, end, offset;
-        const char *path;
-        size_t path_len;
-};
-
-static bool maps_exec_line(const char *line, struct maps_line *m)
-{
-        char perms[8];
-        int path_at = 0;
-
-        if (sscanf(line, "%llx-%llx %7s %llx %*s %*u %n", &m->start, &m->end, perms, &m->offset, &path_at) != 4 ||
-            !path_at || perms[2] != 'x' ||
-            (line[path_at] != '/' && strncmp(line + path_at, "[vdso]\n", 7) && strcmp(line + path_at, "[vdso]")))
-                return false;
-        const char *nl = strchr(line + path_at, '\n');
-        m->path = line + path_at;
-        m->path_len = nl ? (size_t)(nl - m->path) : strlen(m->path);
-        return true;
 }
 
 /* An executable mapping with no file behind it (a JIT's code cache, as in
@@ -280,20 +255,19 @@ static void add_anon_code(struct symbolizer *s, uint64_t start, uint64_t end)
         }
 }
 
-/* Every executable file mapping, or only those of the file `only`. */
-static void parse_maps(struct symbolizer *s, const char *text, const struct maps_line *only)
+/* Every executable mapping: of a file, of [vdso], or anonymous (JIT code). */
+static void parse_maps(struct symbolizer *s, const char *text)
 {
         for (const char *line = text; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
                 struct maps_line m;
                 char path[PATH_MAX];
                 uint64_t a, b;
 
-                if (!only && maps_anon_exec_line(line, &a, &b)) {
+                if (maps_anon_exec_line(line, &a, &b)) {
                         add_anon_code(s, a, b);
                         continue;
                 }
-                if (!maps_exec_line(line, &m) || m.path_len >= sizeof(path) ||
-                    (only && (m.path_len != only->path_len || memcmp(m.path, only->path, m.path_len))))
+                if (!maps_exec_line(line, &m) || m.path_len >= sizeof(path))
                         continue;
                 struct mapping *more = realloc(s->maps, (s->n_maps + 1) * sizeof(*more));
                 if (!more)
@@ -321,7 +295,7 @@ struct symbolizer *symbolizer_new(pid_t pid, const char *maps_text)
         struct symbolizer *s = symbolizer_alloc(pid, -1);
 
         if (s && maps_text)
-                parse_maps(s, maps_text, NULL);
+                parse_maps(s, maps_text);
         return s;
 }
 
@@ -330,37 +304,15 @@ struct symbolizer *symbolizer_new_in_root(int root_fd, const char *maps_text)
         struct symbolizer *s = symbolizer_alloc(0, root_fd);
 
         if (s && maps_text)
-                parse_maps(s, maps_text, NULL);
-        return s;
-}
-
-struct symbolizer *symbolizer_new_for_file_at(pid_t pid, const char *maps_text, uint64_t addr,
-                                              uint64_t *lo, uint64_t *hi)
-{
-        struct maps_line file = { 0 };
-        struct symbolizer *s;
-
-        for (const char *line = maps_text; line && *line && !file.path;
-             line = strchr(line, '\n'), line = line ? line + 1 : NULL)
-                if (!maps_exec_line(line, &file) || addr < file.start || addr >= file.end)
-                        file.path = NULL;
-        if (!file.path || !(s = symbolizer_alloc(pid, -1)))
-                return NULL;
-        parse_maps(s, maps_text, &file);
-        *lo = UINT64_MAX;
-        *hi = 0;
-        for (size_t i = 0; i < s->n_maps; i++) {
-                *lo = s->maps[i].start < *lo ? s->maps[i].start : *lo;
-                *hi = s->maps[i].end > *hi ? s->maps[i].end : *hi;
-        }
+                parse_maps(s, maps_text);
         return s;
 }
 
 /* The PT_LOAD of es holding file offset off, or NULL. */
-static const GElf_Phdr *load_at(const struct elf_syms *es, uint64_t off)
+static const struct probe_segment *load_at(const struct elf_syms *es, uint64_t off)
 {
         for (size_t j = 0; es && j < es->n_loads; j++)
-                if (off >= es->loads[j].p_offset && off < es->loads[j].p_offset + es->loads[j].p_filesz)
+                if (off >= es->loads[j].offset && off < es->loads[j].offset + es->loads[j].filesz)
                         return &es->loads[j];
         return NULL;
 }
@@ -384,49 +336,23 @@ static const struct mapping *mapping_at(const struct symbolizer *s, uint64_t add
         return NULL;
 }
 
-/* The executable PT_LOAD inside a mapping of [off, off + len): the page
- * the mapping starts on usually also holds the tail of the segment before,
- * whose link-time delta differs (lld puts segments on their own pages in
- * memory but packs them in the file). */
-static const GElf_Phdr *exec_load_in(const struct elf_syms *es, uint64_t off, uint64_t len)
-{
-        const GElf_Phdr *any = NULL;
-
-        for (size_t j = 0; es && j < es->n_loads; j++) {
-                const GElf_Phdr *ph = &es->loads[j];
-                if (ph->p_offset >= off + len || ph->p_offset + ph->p_filesz <= off)
-                        continue;
-                if (ph->p_flags & PF_X)
-                        return ph;
-                any = any ? any : ph;
-        }
-        return any;
-}
-
 bool symbolizer_mapping(const struct symbolizer *s, size_t i, struct sym_mapping *out)
 {
         const struct mapping *m;
-        const GElf_Phdr *ph;
+        const struct probe_segment *ph;
 
         if (i >= s->n_maps)
                 return false;
         m = &s->maps[i];
-        ph = exec_load_in(m->elf, m->offset, m->end - m->start);
+        ph = m->elf ? mapping_segment(m->elf->loads, m->elf->n_loads, m->offset, m->end - m->start) : NULL;
         *out = (struct sym_mapping){
                 .start = m->start, .end = m->end, .offset = m->offset,
                 .bias_known = ph != NULL,
-                .bias = ph ? m->start - m->offset + ph->p_offset - ph->p_vaddr : 0,
+                .bias = ph ? m->start - m->offset + ph->offset - ph->vaddr : 0,
                 .path = m->elf ? m->elf->path : "",
                 .build_id = m->elf && m->elf->build_id ? m->elf->build_id : "",
         };
         return true;
-}
-
-static void unnamed_text(char *buf, size_t n, const char *path, uint64_t vaddr)
-{
-        const char *base = strrchr(path, '/');
-
-        snprintf(buf, n, "[unnamed] %s 0x%llx", base ? base + 1 : path, (unsigned long long)vaddr);
 }
 
 bool symbolizer_unnamed(const struct symbolizer *s, uint64_t addr, char *buf, size_t n)
@@ -436,11 +362,7 @@ bool symbolizer_unnamed(const struct symbolizer *s, uint64_t addr, char *buf, si
 
         if (!m || !symbolizer_mapping(s, (size_t)(m - s->maps), &sm))
                 return false;
-        if (sm.bias_known)
-                unnamed_text(buf, n, sm.path, addr - sm.bias);
-        else
-                snprintf(buf, n, "[unnamed] %s offset 0x%llx", strrchr(sm.path, '/') ? strrchr(sm.path, '/') + 1 : sm.path,
-                         (unsigned long long)(addr - m->start + m->offset));
+        mapping_unnamed(buf, n, sm.path, sm.bias_known, sm.bias_known ? addr - sm.bias : addr - m->start + m->offset);
         return true;
 }
 
@@ -493,9 +415,9 @@ const char *symbolizer_lookup_vaddr(struct symbolizer *s, uint64_t vaddr, uint64
 
 const char *symbolizer_lookup_offset(struct symbolizer *s, uint64_t off, uint64_t *size)
 {
-        const GElf_Phdr *ph = s->n_elfs ? load_at(s->elfs[0], off) : NULL;
+        const struct probe_segment *ph = s->n_elfs ? load_at(s->elfs[0], off) : NULL;
 
-        return ph ? lookup_vaddr(s->elfs[0], off - ph->p_offset + ph->p_vaddr, size) : NULL;
+        return ph ? lookup_vaddr(s->elfs[0], off - ph->offset + ph->vaddr, size) : NULL;
 }
 
 const char *symbolizer_lookup(struct symbolizer *s, uint64_t addr, uint64_t *size)
@@ -519,8 +441,8 @@ const char *symbolizer_lookup(struct symbolizer *s, uint64_t addr, uint64_t *siz
                 if (addr < m->start || addr >= m->end || !m->elf)
                         continue;
                 uint64_t off = addr - m->start + m->offset;
-                const GElf_Phdr *ph = load_at(m->elf, off);
-                return ph ? lookup_vaddr(m->elf, off - ph->p_offset + ph->p_vaddr, size) : NULL;
+                const struct probe_segment *ph = load_at(m->elf, off);
+                return ph ? lookup_vaddr(m->elf, off - ph->offset + ph->vaddr, size) : NULL;
         }
         return NULL;
 }

@@ -20,10 +20,6 @@ struct symbolizer *symbolizer_new(pid_t pid, const char *maps_text);
  * not taken over; -1: plain paths, our own root): what the sealer uses,
  * since by seal time /proc/PID may belong to a new process. */
 struct symbolizer *symbolizer_new_in_root(int root_fd, const char *maps_text);
-/* Only the file mapped (executable) at addr; [*lo, *hi) spans its
- * executable mappings. NULL when no file is mapped there. */
-struct symbolizer *symbolizer_new_for_file_at(pid_t pid, const char *maps_text, uint64_t addr,
-                                              uint64_t *lo, uint64_t *hi);
 void symbolizer_free(struct symbolizer *s);
 /* Name for addr (owned by the symbolizer), or NULL if unknown. */
 const char *symbolizer_lookup(struct symbolizer *s, uint64_t addr, uint64_t *size);
@@ -41,8 +37,8 @@ struct sym_mapping {
 bool symbolizer_mapping(const struct symbolizer *s, size_t i, struct sym_mapping *out);
 /* The placeholder name of an address in a mapping without a symbol for it:
  * "[unnamed] FILE 0xVADDR" with the link-time address (what addr2line -e
- * FILE takes, the same numbers stripped task labels use). False when addr
- * is in no mapping. */
+ * FILE takes, the same numbers stripped task labels use; mapping.h's
+ * mapping_unnamed). False when addr is in no mapping. */
 bool symbolizer_unnamed(const struct symbolizer *s, uint64_t addr, char *buf, size_t n);
 /* Is addr in executable memory with no file behind it (JIT code)? */
 bool symbolizer_in_anonymous_code(const struct symbolizer *s, uint64_t addr);

@@ -5,6 +5,8 @@
  * production binaries: attach mid-run (polls before any park), records of
  * several threads interleaved, blocking-pool threads coming and going,
  * a worker whose core first shows up under another thread. */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,10 +17,23 @@
 #include "../tap.h"
 
 /* Cookies of the fake plan. */
-enum { C_TASK, C_TASK2, C_BLOCKING, C_LAUNCH, C_PARK, C_CT_PARK, N_POINTS };
+enum { C_TASK, C_TASK2, C_BLOCKING, C_LAUNCH, C_PARK, C_CT_PARK, C_BOXED, N_POINTS };
+
+#define BOXED_LABEL "core::pin::Pin<alloc::boxed::Box<dyn core::future::future::Future+Output = ()+core::marker::Send>>"
+
+/* The executable's PT_LOADs and what its boxed futures' polls are named,
+ * as the 1.43 release target's plan has them. */
+static struct probe_segment segments[] = {
+        { 0, 0, 0x45c48, false }, { 0x46c50, 0x45c50, 0xbb520, true }, { 0x103170, 0x101170, 0x7908, false },
+};
+static char fn_text[] = "<app::Conn as core::future::future::Future>::poll\0"
+                        "d9_target::mixed::boxed_batch::{{closure}}";
+static struct probe_fn_name fns[] = { { 0x85dd0, 50 }, { 0x86020, 0 } };
 
 static struct probe_point points[N_POINTS];
-static struct probe_plan plan = { .points = points, .n_points = N_POINTS };
+static struct probe_plan plan = { .points = points, .n_points = N_POINTS, .segments = segments, .n_segments = 3,
+                                  .dyn_fns = fns, .n_dyn_fns = 2, .dyn_fn_text = fn_text,
+                                  .dyn_fn_text_len = sizeof(fn_text) };
 
 static void plan_init(void)
 {
@@ -32,6 +47,8 @@ static void plan_init(void)
         points[C_PARK] = (struct probe_point){ .kind = PROBE_PARK, .cookie = C_PARK, .label = (char *)"park" };
         points[C_CT_PARK] = (struct probe_point){ .kind = PROBE_PARK, .cookie = C_CT_PARK,
                                                   .label = (char *)"tokio::runtime::scheduler::current_thread::Context::park" };
+        points[C_BOXED] = (struct probe_point){ .kind = PROBE_POLL, .cookie = C_BOXED, .label = (char *)BOXED_LABEL,
+                                                .boxed_dyn = true, .dyn_vtable_hdr_off = 48 };
 }
 
 struct lane_log {
@@ -48,6 +65,8 @@ struct lane_log {
         int overlaps;
         char names[4][17];              /* thread_name of the first samples */
         int n_names;
+        char labels[16][160];           /* spawn_loc of the first poll starts */
+        int n_labels;
 };
 
 static uint64_t field_u(const struct d9_dec_event *ev, const char *name)
@@ -86,8 +105,13 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
         }
         if (w > 255)
                 return 0;
-        if (!strcmp(n, "PollStartEvent"))
+        if (!strcmp(n, "PollStartEvent")) {
                 l->poll_start[w]++, l->overlaps += l->open[w], l->open[w] = true;
+                for (uint16_t i = 0; i < ev->schema->nfields && l->n_labels < 16; i++)
+                        if (!strcmp(ev->schema->fields[i].name, "spawn_loc") && ev->values[i].resolved)
+                                snprintf(l->labels[l->n_labels++], sizeof(l->labels[0]), "%.*s",
+                                         (int)ev->values[i].str.len, ev->values[i].str.p);
+        }
         else if (!strcmp(n, "PollEndEvent"))
                 l->poll_end[w]++, l->open[w] = false;
         else if (!strcmp(n, "WorkerParkEvent"))
@@ -153,6 +177,16 @@ static void poll(struct run *r, uint32_t tid, uint64_t cookie, uint64_t task, bo
                 hdr(&t.hdr, r, D9_REC_POLL_END, tid);
                 translate_record(&r->tr, &t, sizeof(t));
         }
+}
+
+static void poll_boxed(struct run *r, uint32_t tid, uint64_t task, uint64_t future_poll)
+{
+        struct d9_rec_task t = { .task_id = task, .cookie = C_BOXED, .future_poll = future_poll };
+
+        hdr(&t.hdr, r, D9_REC_POLL_START, tid);
+        translate_record(&r->tr, &t, sizeof(t));
+        hdr(&t.hdr, r, D9_REC_POLL_END, tid);
+        translate_record(&r->tr, &t, sizeof(t));
 }
 
 static void park_at(struct run *r, uint32_t tid, uint64_t key, uint64_t cookie)
@@ -910,6 +944,102 @@ static void test_thread_names_from_the_samples(void)
            l.names[1], l.names[2], l.n_names);
 }
 
+/* The target's memory map as the sampler reads it: the executable (its
+ * exec mapping placed by the plan's PT_LOADs at bias 0x55d0c0000000), a
+ * library, and a file whose name starts with the executable's. */
+#define BIAS 0x55d0c0000000ull
+static const char maps_text[] =
+        "55d0c0000000-55d0c0046000 r--p 00000000 fd:01 1234 /opt/app/d9-target\n"
+        "55d0c0046000-55d0c0102000 r-xp 00045000 fd:01 1234 /opt/app/d9-target\n"
+        "55d0c0103000-55d0c010b000 rw-p 00101000 fd:01 1234 /opt/app/d9-target\n"
+        "55d0c1000000-55d0c1021000 rw-p 00000000 00:00 0 [heap]\n"
+        "7f1200000000-7f1200020000 r-xp 00026000 fd:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6\n"
+        "7f1300000000-7f1300010000 r-xp 00000000 fd:01 77 /opt/app/d9-target2\n"
+        "7ffd55d00000-7ffd55d02000 r-xp 00000000 00:00 0 [vdso]\n";
+/* After an exec of a new build at the same path: another bias, the old
+ * file deleted meanwhile. */
+#define BIAS2 0x5600aa000000ull
+static const char maps_text2[] =
+        "5600aa046000-5600aa102000 r-xp 00045000 fd:01 1250 /opt/app/d9-target (deleted)\n";
+/* record -- CMD before its exec: d9ctl's child. */
+static const char maps_before_exec[] = "55aa00000000-55aa00100000 r-xp 00000000 fd:01 5 /usr/bin/d9ctl\n";
+
+static void set_map(struct run *r, const char *text, int want)
+{
+        struct exe_map m;
+        int e = exe_map_from_maps(text, "/opt/app/d9-target", plan.segments, plan.n_segments, &m);
+
+        ok(e == want && (e < 0 ? m.n == 0 : m.n == 1 && m.r[0].bias_known),
+           "the map's executable mappings: %d (%zu, bias 0x%llx, '%s')", e, m.n,
+           (unsigned long long)m.r[0].bias, m.file);
+        translate_set_exe_map(&r->tr, &m);
+}
+
+/* Boxed futures (`Pin<Box<dyn Future>>` tasks): BPF hands over the
+ * concrete poll fn's runtime address; translate names it from the plan's
+ * dyn_fns through the executable's map the session hands in and opens no
+ * file: named; in the executable's code but not in the table (a stripped
+ * build) "[unnamed] FILE 0xVADDR"; outside it, or before the map is known,
+ * the poll instance's label, and named once the map lands; after an exec
+ * the new map names them. */
+static void test_boxed_futures_named_from_the_plan(void)
+{
+        static const char *const want[] = {
+                BOXED_LABEL,                                            /* no map yet */
+                "d9_target::mixed::boxed_batch::{{closure}}",          /* the same address, map known */
+                "<app::Conn as core::future::future::Future>::poll",
+                "[unnamed] d9-target 0x90000",                          /* exe code, not in the table */
+                BOXED_LABEL,                                            /* libc */
+                BOXED_LABEL,                                            /* d9-target2 */
+                BOXED_LABEL,                                            /* the exe's data, not its code */
+                "app::serve",                                           /* not boxed */
+                "d9_target::mixed::boxed_batch::{{closure}}",          /* named once, again */
+                "d9_target::mixed::boxed_batch::{{closure}}",          /* after the exec: new bias */
+                BOXED_LABEL,                                            /* the old address: no code now */
+                BOXED_LABEL,                                            /* a map without the exe */
+        };
+        size_t n = sizeof(want) / sizeof(*want), same = 0;
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r, false, false);
+        poll_boxed(&r, 101, 1, BIAS + 0x85dd0);
+        set_map(&r, maps_text, 0);
+        poll_boxed(&r, 101, 1, BIAS + 0x85dd0);
+        poll_boxed(&r, 101, 2, BIAS + 0x86020);
+        poll_boxed(&r, 101, 3, BIAS + 0x90000);
+        poll_boxed(&r, 101, 4, 0x7f1200001000ull);
+        poll_boxed(&r, 101, 5, 0x7f1300001000ull);
+        poll_boxed(&r, 101, 6, BIAS + 0x104000);
+        poll(&r, 101, C_TASK, 7, true);
+        poll_boxed(&r, 101, 1, BIAS + 0x85dd0);
+        set_map(&r, maps_text2, 0);
+        poll_boxed(&r, 101, 8, BIAS2 + 0x85dd0);
+        poll_boxed(&r, 101, 1, BIAS + 0x85dd0);
+        set_map(&r, maps_before_exec, -ENOENT);
+        poll_boxed(&r, 101, 8, BIAS2 + 0x85dd0);
+        run_end(&r, &l, workers, sizeof(workers));
+        for (size_t i = 0; i < n && (int)i < l.n_labels; i++) {
+                same += !strcmp(l.labels[i], want[i]);
+                if (strcmp(l.labels[i], want[i]))
+                        diag("poll %zu: '%s', want '%s'", i, l.labels[i], want[i]);
+        }
+        ok(l.n_labels == (int)n && same == n, "boxed futures: %zu of %zu polls labelled as the plan and map say",
+           same, n);
+
+        /* A stripped build: its plan names none, its exe's code is unnamed. */
+        plan.n_dyn_fns = 0;
+        run_start(&r, false, false);
+        set_map(&r, maps_text, 0);
+        poll_boxed(&r, 101, 1, BIAS + 0x85dd0);
+        poll_boxed(&r, 101, 2, 0x7f1200001000ull);
+        run_end(&r, &l, workers, sizeof(workers));
+        plan.n_dyn_fns = 2;
+        ok(l.n_labels == 2 && !strcmp(l.labels[0], "[unnamed] d9-target 0x85dd0") && !strcmp(l.labels[1], BOXED_LABEL),
+           "stripped: '%s' in the executable, '%s' outside it", l.labels[0], l.labels[1]);
+}
+
 int main(void)
 {
         plan_init();
@@ -936,5 +1066,6 @@ int main(void)
         test_worker_index_per_runtime();
         test_entry_only_start_ends_open_poll();
         test_thread_names_from_the_samples();
+        test_boxed_futures_named_from_the_plan();
         return tap_done();
 }

@@ -439,6 +439,7 @@ def check_memory(plan_dump, binary):
     proc = subprocess.Popen([binary, "mixed", "--flavor", "multi-thread", "--duration", "30"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     headers, ids, concrete, boxed_seen, snapshots = {}, set(), set(), set(), 0
+    concrete_vaddrs = set()
     try:
         time.sleep(1.0)
         maps = read_maps(proc.pid)
@@ -485,6 +486,7 @@ def check_memory(plan_dump, binary):
             except OSError:
                 return
             concrete.add(symbolize(fn - bias))
+            concrete_vaddrs.add(fn - bias)
 
         # Every live task: a few full snapshots.
         for _ in range(3):
@@ -544,6 +546,11 @@ def check_memory(plan_dump, binary):
     ok(len(ids) >= 0.5 * len(headers), "ids differ between tasks")
     ok(concrete and all("d9_target" in c for c in concrete),
        "boxed tasks: dyn vtable slot 3 symbolizes to the target's own future", sorted(concrete))
+    # What the daemon labels them by: the plan's table, no lookup of its own.
+    table = {f["vaddr"]: f["name"] for f in d["dyn_fns"]["fns"]}
+    ok(concrete_vaddrs and all(v in table and "d9_target" in table[v] for v in concrete_vaddrs),
+       f"boxed tasks: every concrete poll fn seen in memory is in the plan's dyn_fns "
+       f"({len(concrete_vaddrs)}: {sorted(table.get(v, hex(v)) for v in concrete_vaddrs)[:4]})")
     finish()
 
 

@@ -74,7 +74,12 @@ static int same_points(const struct probe_plan *a, const struct probe_plan *b)
         for (size_t i = 0; i < a->n_missing; i++)
                 if (strcmp(a->missing[i].reason, b->missing[i].reason))
                         return 0;
-        return 1;
+        /* The segments and boxed-future names translate labels by. */
+        return a->n_dyn_fns && a->n_segments && a->n_segments == b->n_segments &&
+               !memcmp(a->segments, b->segments, a->n_segments * sizeof(*a->segments)) &&
+               a->n_dyn_fns == b->n_dyn_fns && !memcmp(a->dyn_fns, b->dyn_fns, a->n_dyn_fns * sizeof(*a->dyn_fns)) &&
+               a->dyn_fn_text_len == b->dyn_fn_text_len &&
+               !memcmp(a->dyn_fn_text, b->dyn_fn_text, a->dyn_fn_text_len);
 }
 
 int main(int argc, char **argv)
@@ -113,7 +118,7 @@ int main(int argc, char **argv)
         probe_plan_cache_put(c, p1);
         t2 = run(path);
         ok(probe_plan_cache_get(c, t2.pidfd, t2.pid, &p2) == 0 && p2, "a second process of the file gets a copy");
-        ok(p1 && p2 && same_points(p1, p2), "point for point the same plan (offsets, kinds, cookies, labels, missing)");
+        ok(p1 && p2 && same_points(p1, p2), "point for point the same plan (offsets, kinds, cookies, labels, missing, segments, boxed-future names)");
         ok(p2 && p2->exe_fd >= 0 && p2->exe_fd != p1->exe_fd && p2->attach_path &&
            strcmp(p2->attach_path, p1->attach_path) != 0, "the copy attaches through its own descriptor of the file");
         stop(&t1);
