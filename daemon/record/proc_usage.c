@@ -212,9 +212,13 @@ int proc_usage_read(int proc_fd, struct proc_usage_threads *th, struct d9_proces
                 r = read_fd_count(proc_fd, &u);
         if (r == 0)
                 r = read_switches(proc_fd, th, &u);
-        if (r == 0)
-                *out = u;
-        return r;
+        if (r < 0)
+                return r;
+        if (u.max_rss_bytes < th->max_rss)
+                u.max_rss_bytes = th->max_rss;
+        th->max_rss = u.max_rss_bytes;
+        *out = u;
+        return 0;
 }
 
 void proc_usage_threads_free(struct proc_usage_threads *th)

@@ -17,6 +17,11 @@ struct proc_usage_threads {
         } *seen;                        /* last sample's threads, by tid */
         size_t n_seen;
         uint64_t gone_vol, gone_invol;  /* of threads that exited since */
+        /* The highest VmHWM read so far: the kernel computes it from RSS
+         * counters it keeps per CPU and reads approximately (6.2+), so a
+         * read can come out a page below the last one; a peak never goes
+         * back (seen: 3,162,112 then 3,158,016 bytes). */
+        uint64_t max_rss;
 };
 
 /* Threads whose switches one sample reads; past it (or past the threads
