@@ -373,28 +373,26 @@ __noinline __u64 d9_stack_deep(struct d9_rec_stack *s, const struct d9_target_cf
 
 /* Which multi-thread worker's loop the thread runs, for the default set,
  * which has no poll probes (with them the Tokio program finds it at each
- * task poll, d9_worker_find in d9_tokio.bpf.c, docs/probe-plan.md "Worker
+ * task poll, d9_worker_find in d9_tokio.bpf.c; docs/probe-plan.md "Worker
  * identity"). Tokio runs a worker as `run(worker: Arc<Worker>)`, a
  * blocking-pool task, so the loop's frame, holding the Arc, sits at a
- * fixed depth below the top of the thread's stack, under the pool's
- * thread start (2,600 bytes in npm deltachat-rpc-server 2.62, Tokio 1.53,
- * gdb), however deep the thread is now. Worker is { handle: Arc<Handle>,
- * index: usize, core: AtomicCell<Core> } behind the ArcInner's { strong,
- * weak }, in declaration order in every build looked at (1.24, 1.43,
- * 1.53): a stack word w with small counts at *w, then a user pointer to
- * another Arc with a count of at least 2 (the runtime's Handle, shared by
- * every worker and task), a small integer (Tokio's index) and null or a
- * user pointer (the core) is that worker. Scanned from the top down, the
- * first such word is the loop's (none at all on a pool thread running a
- * job, the main thread, a current-thread runtime); a thread is scanned a
- * few times per loop at most; the find's place is kept and re-read at its
- * later stacks: another value there means that loop ended (block_in_place
- * handed the core on, or the thread went back to the pool). */
+ * fixed distance below the thread pointer under the pool's thread start
+ * (2,784 bytes in the 1.43 test build, 1,376 in npm deltachat-rpc-server
+ * 2.62, gdb), however deep the thread is now. Worker is { handle:
+ * Arc<Handle>, index: usize, core: AtomicCell<Core> } behind the
+ * ArcInner's { strong, weak }, in declaration order in every build looked
+ * at (1.24, 1.43, 1.53): a stack word w with small counts at *w, then a
+ * user pointer to another Arc with a count of at least 2 (the runtime's
+ * Handle, shared by every worker and task), a small integer (Tokio's
+ * index) and null or a user pointer (the core) has that shape. Until the
+ * distance is confirmed (d9_wk_depth below) threads are scanned from the
+ * top down, the first such word taken as a find; from then on each stack
+ * looks at that distance only. */
 #define D9_WK_TOP_WORDS 2048    /* 16 KiB below the stack top */
 #define D9_WK_TOP_READS 96      /* words dereferenced per scan, at most (46
                                  * before the Worker in the 1.43 test build,
                                  * whose glibc keeps its TLS at the top) */
-#define D9_WK_TOP_TRIES 4       /* scans per loop that may find nothing */
+#define D9_WK_TOP_TRIES 4       /* scans per thread per 100 ms while searching */
 
 /* Per target slot: where below the thread pointer the Worker lies, once two
  * threads have shown two different workers of one runtime there (same
@@ -493,9 +491,6 @@ static long d9_wk_top_word(__u64 i, void *ctx)
         return d9_wk_is_worker(t, t->w[j], t->base + j * 8, t->sp, t->base + (__u64)t->n * 8);
 }
 
-/* A global function: verified once, not in every caller's state. Fills
- * s's worker fields from the thread's state, scanning when the state has
- * no worker (or its loop ended). */
 /* The target's search state, reset for a new target in the slot. */
 static __always_inline void d9_wk_depth_fresh(struct d9_wk_depth *d, const struct d9_target_cfg *cfg, __u64 now)
 {
@@ -571,7 +566,9 @@ __noinline __u32 d9_stack_worker(struct d9_rec_stack *s, const struct d9_target_
         if (d->depth) {
                 __u64 at = end - d->depth, w = 0;
 
-                if (bpf_probe_read_user(&w, sizeof(w), (void *)at) || !d9_wk_is_worker(t, w, at, t->sp, end)) {
+                /* The loop's frame must be live: at or above sp. */
+                if (at < t->sp || bpf_probe_read_user(&w, sizeof(w), (void *)at) ||
+                    !d9_wk_is_worker(t, w, at, t->sp, end)) {
                         th->wk_index = 0;       /* not in a loop (any more) */
                         return 0;
                 }

@@ -138,7 +138,7 @@ struct {
 
 struct d9_wk_scan {
         struct d9_wk_stack *stk;
-        __u64 sp, sched;
+        __u64 sp, top, sched;   /* top: the thread pointer, above its stack */
         __u32 words, reads;
         __u32 index;            /* 1 + the worker's index once found */
 };
@@ -178,8 +178,9 @@ static long d9_wk_word(__u64 i, void *ctx)
         if (i >= s->words || i >= D9_WK_WORDS || s->reads >= D9_WK_READS)
                 return 1;
         w = s->stk->w[i];
-        /* A heap pointer: not small, not kernel, aligned, not into the stack. */
-        if (w < 0x10000 || w >= (1ull << 47) || (w & 7) || w - (s->sp - (1 << 20)) < (9 << 20))
+        /* A heap pointer: not small, not kernel, aligned, not into the
+         * thread's own stack (musl's heap can lie right next to it). */
+        if (w < 0x10000 || w >= (1ull << 47) || (w & 7) || (w >= s->sp && w < s->top))
                 return 0;
         s->reads++;
         if (bpf_probe_read_user(v, sizeof(v), (void *)w))
@@ -193,6 +194,9 @@ static __always_inline __u32 d9_worker_find(struct pt_regs *ctx, __u64 sched)
         __u32 zero = 0;
         struct d9_wk_scan s = { .sp = PT_REGS_SP(ctx), .sched = sched };
 
+        s.top = bpf_get_current_task_btf()->thread.fsbase;
+        if (s.top <= s.sp)
+                s.top = s.sp + sizeof(s.stk->w);
         s.stk = bpf_map_lookup_elem(&d9_wk_scratch, &zero);
         if (!s.stk)
                 return 0;
