@@ -213,7 +213,8 @@ struct d9_rec_wakeup {
 struct d9_rec_proc {
         struct d9_rec_hdr hdr;
         d9_u32 exit_code;
-        d9_u32 _pad;
+        d9_u32 exec_dev;        /* EXEC: the new image's file, as the kernel */
+        d9_u64 exec_ino;        /* numbers it (s_dev: major << 20 | minor) */
 };
 
 /* Stack capture (bpf/d9_stack.bpf.h, daemon/record/unwind.c, docs/stacks.md).

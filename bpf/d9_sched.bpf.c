@@ -336,7 +336,7 @@ int d9_cpu_sample(struct bpf_perf_event_data *ctx)
         return 0;
 }
 
-static __always_inline void d9_proc_event(struct task_struct *p, __u16 type)
+static __always_inline void d9_proc_event(struct task_struct *p, __u16 type, struct file *image)
 {
         __u32 tgid = p->tgid;
         struct d9_target_cfg *cfg = d9_target_of(tgid);
@@ -349,24 +349,27 @@ static __always_inline void d9_proc_event(struct task_struct *p, __u16 type)
                 return;
         d9_fill_hdr(&r->hdr, type, p->pid, tgid);
         r->exit_code = type == D9_REC_EXIT ? p->exit_code : 0;
-        r->_pad = 0;
+        r->exec_dev = image ? BPF_CORE_READ(image, f_inode, i_sb, s_dev) : 0;
+        r->exec_ino = image ? BPF_CORE_READ(image, f_inode, i_ino) : 0;
         /* The consumer should learn at once that the target is gone. */
         bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
 }
 
-/* Only the leader's exit ends the process (other threads come and go). */
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(d9_proc_exit, struct task_struct *p)
 {
         if (p->pid == p->tgid)
-                d9_proc_event(p, D9_REC_EXIT);
+                d9_proc_event(p, D9_REC_EXIT, NULL);
         return 0;
 }
 
+/* Which file the new image is: an attach that landed while the target was
+ * still inside the execve that made the image d9d planned (the kernel
+ * fires this at its end) sees this record after its own attach. */
 SEC("tp_btf/sched_process_exec")
-int BPF_PROG(d9_proc_exec, struct task_struct *p)
+int BPF_PROG(d9_proc_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
 {
-        d9_proc_event(p, D9_REC_EXEC);
+        d9_proc_event(p, D9_REC_EXEC, bprm->file);
         return 0;
 }
 

@@ -611,7 +611,7 @@ static int session_deep_thread(void *ctx, uint32_t tid)
 int session_record(void *ctx, const void *rec, size_t size)
 {
         struct session *s = ctx;
-        unsigned execs = s->tr.exec_seen;
+        uint64_t execs = s->tr.exec_seen + s->tr.exec_planned;
 
         if (s->privileged) {
                 s->discarded++;
@@ -628,10 +628,10 @@ int session_record(void *ctx, const void *rec, size_t size)
         translate_record(&s->tr, rec, size);
         /* After an exec nothing more is recorded until the credentials are
          * checked again (a negative return stops this drain). */
-        if (s->tr.exec_seen != execs && session_gained_privileges(s))
+        if (s->tr.exec_seen + s->tr.exec_planned != execs && session_gained_privileges(s))
                 return -1;
         /* A new program: its map soon (record -- attaches before the exec). */
-        if (s->tr.exec_seen != execs && s->d->sampler)
+        if (s->tr.exec_seen + s->tr.exec_planned != execs && s->d->sampler)
                 sampler_maps_soon(s->d->sampler, s->id);
         if (!s->timeline.first_event && s->timeline.exec && size >= sizeof(struct d9_rec_hdr))
                 s->timeline.first_event = ((const struct d9_rec_hdr *)rec)->ts;
@@ -1063,6 +1063,14 @@ static int session_check_target(struct session *s, const struct session_request 
         return s->mapped_exe ? 0 : -ENOMEM;
 }
 
+void session_exe_file_to_translate(struct session *s)
+{
+        struct stat st;
+
+        if (s->plan && s->plan->exe_fd >= 0 && fstat(s->plan->exe_fd, &st) == 0)
+                translate_set_exe_file(&s->tr, st.st_dev, st.st_ino);
+}
+
 int session_enable_long_polls(struct session *s)
 {
         s->tr.spawn_from_first_poll &= (s->probes & D9_PROBE_SPAWN) != 0;
@@ -1118,6 +1126,9 @@ static int session_start_attach(struct session *s, const struct session_request 
                            (s->probes & D9_PROBE_PARK) && s->plan && probe_plan_count(s->plan, PROBE_PARK, false));
         if (r < 0)
                 return r;
+        session_exe_file_to_translate(s);
+        if (!s->plan_pending && (s->probes & TOKIO_PROBES))
+                translate_uprobes_from(&s->tr, 0);
         r = session_enable_long_polls(s);
         if (r < 0)
                 return r;

@@ -21,6 +21,8 @@ void session_plan_json_refresh(struct session *s);
 int session_refresh_metadata(struct session *s);
 /* The plan, for the next process of the same file. */
 void session_plan_cache_put(const struct probe_plan *plan);
+/* Tell translate which file the plan is of (an exec into it is no new program). */
+void session_exe_file_to_translate(struct session *s);
 /* Whether s's default-set derivations (workers, long polls by stack) can run. */
 int session_enable_long_polls(struct session *s);
 void session_end_privileged(struct session *s);

@@ -178,8 +178,10 @@ static void late_apply(struct session *s, struct session_late *l)
                                        (s->probes & D9_PROBE_WAKE) && !s->wakes_sampled &&
                                        probe_plan_count(s->plan, PROBE_WAKE, false),
                                        (s->probes & D9_PROBE_PARK) && probe_plan_count(s->plan, PROBE_PARK, false));
-                if (r == 0)
+                if (r == 0) {
+                        session_exe_file_to_translate(s);
                         r = session_enable_long_polls(s);
+                }
                 if (r == 0) {
                         session_window_setup(s);
                         session_exe_map_update(s);
@@ -267,6 +269,7 @@ static void late_uprobes_done(struct d9d *d, struct plan_job *job)
                          "none of these was recorded before", (long long)s->uprobes_ms, (long long)s->plan_ms);
                 /* The instant the config let them record, not now. */
                 late_event_at(s, d9_bpf_target_uprobes_on_ns(s->bpf), names, true, why);
+                translate_uprobes_from(&s->tr, d9_bpf_target_uprobes_on_ns(s->bpf));
                 if (s->state == SESSION_RECORDING)
                         session_wake_window_now(s);
                 log_info("pid %d: %zu uprobes attached %lld ms after the recording began", s->pid,

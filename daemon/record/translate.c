@@ -45,6 +45,7 @@
  * - values we cannot observe from outside (local/global queue lengths) are
  *   written as 0, documented in docs/daemon.md. */
 #include <errno.h>
+#include <sys/sysmacros.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,6 +133,7 @@ int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *pla
         tr->threads = calloc(tr->threads_cap, sizeof(*tr->threads));
         workers_init(&tr->ws);
         tr->spawn_from_first_poll = true;
+        tr->uprobes_from_ts = UINT64_MAX;
         for (size_t i = 0; plan && i < plan->n_points; i++)
                 if (plan->points[i].kind == PROBE_SPAWN && !plan->points[i].skipped)
                         tr->spawn_from_first_poll = false;
@@ -1001,6 +1003,20 @@ static uint32_t offcpu_stack(struct translate *tr, struct tr_thread *t, const st
         return tr->empty_stack;
 }
 
+/* The exec the attach landed in: Popen and a shell's `&` return while the
+ * child is still inside execve (the kernel fires its exec event at the
+ * end; 17 of 200 Python Popens looked at were still in it), so a
+ * `record --pid $!` can see the exec that made the very image it planned.
+ * Before any uprobe joined nothing of the image is lost: sched and CPU
+ * records follow the tgid, and uprobes attach to the planned file. */
+static bool exec_into_planned_file(const struct translate *tr, const void *rec)
+{
+        const struct d9_rec_proc *p = rec;
+        uint64_t dev = makedev(p->exec_dev >> 20, p->exec_dev & 0xfffff);
+
+        return tr->exe_ino && p->exec_ino == tr->exe_ino && dev == tr->exe_dev && p->hdr.ts < tr->uprobes_from_ts;
+}
+
 int translate_record(struct translate *tr, const void *rec, size_t size)
 {
         const struct d9_rec_hdr *h = rec;
@@ -1076,7 +1092,10 @@ int translate_record(struct translate *tr, const void *rec, size_t size)
                 tr->exited++;
                 return 0;
         case D9_REC_EXEC:
-                tr->exec_seen++;
+                if (size >= sizeof(struct d9_rec_proc) && exec_into_planned_file(tr, rec))
+                        tr->exec_planned++;
+                else
+                        tr->exec_seen++;
                 return 0;
         default:
                 return 0; /* WAKEUP and future types carry no dial9 event */
@@ -1161,6 +1180,17 @@ int translate_wake_window(struct translate *tr, uint64_t ts, bool attached, uint
 
         tr->events += r == 0;
         return r;
+}
+
+void translate_set_exe_file(struct translate *tr, uint64_t dev, uint64_t ino)
+{
+        tr->exe_dev = dev;
+        tr->exe_ino = ino;
+}
+
+void translate_uprobes_from(struct translate *tr, uint64_t ts)
+{
+        tr->uprobes_from_ts = ts;
 }
 
 void translate_worker_list(const struct translate *tr, char *buf, size_t len)

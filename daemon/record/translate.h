@@ -127,6 +127,10 @@ struct translate {
         uint64_t events;                /* dial9 events written */
         uint64_t records;               /* BPF records seen */
         uint64_t exited, exec_seen;     /* EXIT / EXEC records */
+        uint64_t exec_planned;          /* EXECs into the planned file before any
+                                         * uprobe joined: the attach's own */
+        uint64_t exe_dev, exe_ino;      /* the planned file (translate_set_exe_file) */
+        uint64_t uprobes_from_ts;       /* when uprobes joined; UINT64_MAX: not yet */
         uint64_t sched_parks;           /* parks derived from off-CPU records */
         uint64_t cores_handed;          /* a worker's core seen moving to another thread
                                          * (block_in_place) */
@@ -208,6 +212,13 @@ int translate_probes_event(struct translate *tr, uint64_t ts, const char *probes
  * wakes come from its uprobes; at its close the polls still open end
  * there (their real end is not recorded). */
 int translate_window(struct translate *tr, uint64_t ts, bool on);
+
+/* The planned executable (st_dev, st_ino of its open file): an EXEC into
+ * it before uprobes joined is the exec the attach landed in, not a new
+ * program (it counts in exec_planned, not exec_seen). */
+void translate_set_exe_file(struct translate *tr, uint64_t dev, uint64_t ino);
+/* The uprobes record from ts on (0: from the start). */
+void translate_uprobes_from(struct translate *tr, uint64_t ts);
 
 /* "0,1,2": all worker ids in use (an id a thread held only until its first
  * park showed it drives a known core is not). */

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/sysmacros.h>
 #include <string.h>
 
 #include "bpf/d9_events.h"
@@ -1040,6 +1041,42 @@ static void test_boxed_futures_named_from_the_plan(void)
            "stripped: '%s' in the executable, '%s' outside it", l.labels[0], l.labels[1]);
 }
 
+static void exec_rec(struct run *r, uint64_t dev, uint64_t ino)
+{
+        struct d9_rec_proc p = { .exec_dev = (uint32_t)dev, .exec_ino = ino };
+
+        hdr(&p.hdr, r, D9_REC_EXEC, 1);
+        translate_record(&r->tr, &p, sizeof(p));
+}
+
+/* An attach can land while the target is still inside the execve that made
+ * the image it planned (the kernel's exec event comes at its end): an EXEC
+ * into the planned file before any uprobe joined is that one, not a new
+ * program; after they joined, or into another file, it is. */
+static void test_exec_into_the_planned_file(void)
+{
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+        uint64_t kdev = (8ull << 20) | 3, udev = makedev(8, 3);
+
+        run_start(&r, false, false);
+        translate_set_exe_file(&r.tr, udev, 4242);
+        exec_rec(&r, kdev, 4242);
+        uint64_t planned = r.tr.exec_planned, seen = r.tr.exec_seen;
+        exec_rec(&r, kdev, 777);
+        uint64_t other = r.tr.exec_seen;
+        translate_uprobes_from(&r.tr, r.ts + 1);
+        exec_rec(&r, kdev, 4242);
+        uint64_t after = r.tr.exec_seen;
+        sample(&r, 1);
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(planned == 1 && seen == 0 && other == 1 && after == 2,
+           "exec into the planned file before uprobes: the attach's own (%llu, seen %llu); another file (%llu) "
+           "or after uprobes joined (%llu): a new program", (unsigned long long)planned, (unsigned long long)seen,
+           (unsigned long long)other, (unsigned long long)after);
+}
+
 int main(void)
 {
         plan_init();
@@ -1066,6 +1103,7 @@ int main(void)
         test_worker_index_per_runtime();
         test_entry_only_start_ends_open_poll();
         test_thread_names_from_the_samples();
+        test_exec_into_the_planned_file();
         test_boxed_futures_named_from_the_plan();
         return tap_done();
 }
