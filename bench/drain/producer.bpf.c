@@ -43,8 +43,9 @@ static __always_inline int emit_task(__u16 type, __u64 n)
         r->header = 0x10000 + r->task_id * 64;
         r->start_ts = 0;
         r->why = 0;
-        /* Polls as BPF writes them inside a known worker's loop. */
-        r->worker = type == D9_REC_POLL_START ? 1 + (n & 1) : 0;
+        /* Polls as BPF writes them inside a known worker's loop: each
+         * worker's core moves between two threads (block_in_place). */
+        r->worker = type == D9_REC_POLL_START ? 1 + ((n >> 4) & 1) : 0;
         r->future_poll = 0;
         r->sched = 0x7f0000001000;
         r->worker_rt = r->worker ? r->sched : 0;
@@ -77,6 +78,9 @@ static __always_inline int emit_park(__u16 type, __u64 n)
         r->cpu_ns = n * 100;
         r->run_delay_ns = n * 10;
         r->cookie = 0;
+        r->worker = 1 + ((n >> 4) & 1);
+        r->worker_rt = 0x7f0000001000;
+        r->_pad = 0;
         bpf_ringbuf_submit(r, 0);
         return 0;
 }
@@ -92,6 +96,8 @@ static __always_inline int emit_offcpu(__u64 n)
         r->stack_id = 0;
         r->prev_state = 1;
         r->no_stack = 0;
+        r->cpu_ns = 0;
+        r->sched_wait_ns = 0;
         bpf_ringbuf_submit(r, 0);
         return 0;
 }
