@@ -397,18 +397,30 @@ __noinline __u64 d9_stack_deep(struct d9_rec_stack *s, const struct d9_target_cf
 /* Per target slot: where below the thread pointer the Worker lies, once two
  * threads have shown two different workers of one runtime there (same
  * Handle, different Arc, different index). One find proves little: a
- * shared object that fits the shape for a moment was seen above the Worker
- * in every pool thread at a record -- CMD start (1.43 test build: index
- * 113 at 2,416 bytes, the Worker at 2,784), and it is the same Arc in
- * every thread, so it never confirms. Until then nothing is reported;
+ * shared object that fits the shape was seen above the Worker in every
+ * pool thread (1.43 test builds: index 113 at 2,416 bytes, the Worker at
+ * 2,784; index 114 at 2,432, the Worker at 2,872 in the frame-pointer
+ * build, there for the whole run in 1 of 8 runs). It is the same Arc in
+ * every thread, so it never confirms, and a scan that stopped at its first
+ * find never got past it: a scan keeps its first D9_WK_FINDS finds, and
+ * any of them confirms with any of the last scan's. Until then nothing is
+ * reported;
  * from then on every stack looks at that depth (one word, then the
  * Worker's two reads), so a loop's end and a new one show at once. Kept
  * with the target's since_ts: a slot's next target learns its own. */
+#define D9_WK_FINDS 4     /* finds kept per scan */
+
+struct d9_wk_find {
+        __u64 depth, key, rt;
+        __u32 index;            /* 1 + Tokio's index */
+        __u32 _pad;
+};
+
 struct d9_wk_depth {
         __u64 since;
         __u64 depth;            /* confirmed; 0: not yet */
-        __u64 pend_depth, pend_key, pend_rt;    /* the last unconfirmed find */
-        __u32 pend_index;
+        struct d9_wk_find pend[D9_WK_FINDS];    /* the last scan that found any */
+        __u32 n_pend;
         __u32 misses;           /* full scans that found nothing */
         __u64 first_ts;         /* the target's first scan */
 };
@@ -434,6 +446,8 @@ struct d9_wk_top {
         __u32 n, reads;
         __u64 key, pos, rt;
         __u32 index;            /* 1 + Tokio's index; 0: none found */
+        __u32 n_finds;          /* of a full scan, from the top down */
+        struct d9_wk_find finds[D9_WK_FINDS];
 };
 
 struct {
@@ -481,14 +495,29 @@ static __always_inline bool d9_wk_is_worker(struct d9_wk_top *t, __u64 w, __u64 
 static long d9_wk_top_word(__u64 i, void *ctx)
 {
         struct d9_wk_top *t = ((struct d9_wk_top_ctx *)ctx)->t;
-        __u64 j;
+        struct d9_wk_find *f;
+        __u64 j, end;
 
-        if (!t || i >= t->n || t->reads >= D9_WK_TOP_READS)
+        if (!t || i >= t->n || t->reads >= D9_WK_TOP_READS || t->n_finds >= D9_WK_FINDS)
                 return 1;
         j = t->n - 1 - i;
         if (j >= D9_WK_TOP_WORDS)
                 return 1;
-        return d9_wk_is_worker(t, t->w[j], t->base + j * 8, t->sp, t->base + (__u64)t->n * 8);
+        end = t->base + (__u64)t->n * 8;
+        if (!d9_wk_is_worker(t, t->w[j], t->base + j * 8, t->sp, end))
+                return 0;
+        /* The loop's Arc is copied into frames below it (3 more copies in
+         * the frame-pointer build): one find per object, the outermost. */
+        for (int k = 0; k < D9_WK_FINDS; k++)
+                if (k < t->n_finds && t->finds[k].key == t->key)
+                        return 0;
+        f = &t->finds[t->n_finds & (D9_WK_FINDS - 1)];
+        f->depth = end - t->pos;
+        f->key = t->key;
+        f->rt = t->rt;
+        f->index = t->index;
+        t->n_finds++;
+        return 0;
 }
 
 /* The target's search state, reset for a new target in the slot. */
@@ -498,23 +527,35 @@ static __always_inline void d9_wk_depth_fresh(struct d9_wk_depth *d, const struc
                 return;
         d->since = cfg->since_ts;
         d->depth = 0;
-        d->pend_depth = 0;
+        d->n_pend = 0;
         d->misses = 0;
         d->first_ts = now;
 }
 
-/* A find of the full scan, before the depth is confirmed: a second worker
- * of the same runtime at the same depth confirms it. */
-static __always_inline void d9_wk_pending(struct d9_wk_depth *d, const struct d9_wk_top *t, __u64 depth)
+/* The finds of a full scan, before the depth is confirmed: a second worker
+ * of the same runtime at the same depth as one of the last scan's finds
+ * confirms it; else they are the ones the next scan is held against. */
+static __always_inline void d9_wk_pending(struct d9_wk_depth *d, const struct d9_wk_top *t)
 {
-        if (d->pend_depth == depth && d->pend_rt == t->rt && d->pend_key != t->key && d->pend_index != t->index) {
-                d->depth = depth;
-                return;
+        for (int i = 0; i < D9_WK_FINDS; i++) {
+                const struct d9_wk_find *f = &t->finds[i];
+
+                if (i >= t->n_finds)
+                        break;
+                for (int k = 0; k < D9_WK_FINDS; k++) {
+                        const struct d9_wk_find *p = &d->pend[k];
+
+                        if (k >= d->n_pend)
+                                break;
+                        if (p->depth == f->depth && p->rt == f->rt && p->key != f->key && p->index != f->index) {
+                                d->depth = f->depth;
+                                return;
+                        }
+                }
         }
-        d->pend_depth = depth;
-        d->pend_key = t->key;
-        d->pend_rt = t->rt;
-        d->pend_index = t->index;
+        for (int i = 0; i < D9_WK_FINDS; i++)
+                d->pend[i] = t->finds[i];
+        d->n_pend = t->n_finds;
 }
 
 /* A global function: verified once, not in every caller's state. Fills
@@ -561,6 +602,7 @@ __noinline __u32 d9_stack_worker(struct d9_rec_stack *s, const struct d9_target_
                 return 0;
         t->reads = 0;
         t->index = 0;
+        t->n_finds = 0;
         t->sp = s->regs[D9_DW_RSP];
         d9_wk_depth_fresh(d, cfg, now);
         if (d->depth) {
@@ -602,8 +644,8 @@ __noinline __u32 d9_stack_worker(struct d9_rec_stack *s, const struct d9_target_
         lc.t = t;
         if (len && !bpf_probe_read_user(t->w, len, (void *)t->base))
                 bpf_loop(D9_WK_TOP_WORDS, d9_wk_top_word, &lc, 0);
-        if (t->index)
-                d9_wk_pending(d, t, end - t->pos);
+        if (t->n_finds)
+                d9_wk_pending(d, t);
         else
                 d->misses++;
         return 0;
