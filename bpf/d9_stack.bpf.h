@@ -389,9 +389,11 @@ __noinline __u64 d9_stack_deep(struct d9_rec_stack *s, const struct d9_target_cf
  * top down, the first such word taken as a find; from then on each stack
  * looks at that distance only. */
 #define D9_WK_TOP_WORDS 2048    /* 16 KiB below the stack top */
-#define D9_WK_TOP_READS 96      /* words dereferenced per scan, at most (46
+#define D9_WK_TOP_READS 256     /* words dereferenced per scan, at most (46
                                  * before the Worker in the 1.43 test build,
-                                 * whose glibc keeps its TLS at the top) */
+                                 * whose glibc keeps its TLS at the top; 112
+                                 * in npm's biome 2.6.9, 7,040 bytes down,
+                                 * which 96 never reached) */
 #define D9_WK_TOP_TRIES 4       /* scans per thread per 100 ms while searching */
 
 /* Per target slot: where below the thread pointer the Worker lies, once two
@@ -402,13 +404,29 @@ __noinline __u64 d9_stack_deep(struct d9_rec_stack *s, const struct d9_target_cf
  * 2,784; index 114 at 2,432, the Worker at 2,872 in the frame-pointer
  * build, there for the whole run in 1 of 8 runs). It is the same Arc in
  * every thread, so it never confirms, and a scan that stopped at its first
- * find never got past it: a scan keeps its first D9_WK_FINDS finds, and
- * any of them confirms with any of the last scan's. Until then nothing is
- * reported;
+ * find never got past it: a scan keeps its first D9_WK_FINDS finds, one
+ * per object. Per-thread look-alikes lie below the Worker too (the
+ * block_in_place target: "index" 3 at 3,200 and 3,288 bytes, another Arc
+ * in each thread; biome: 7,296, the Worker at 7,040), so two finds alone
+ * confirm nothing: each depth (with its runtime) is a candidate that
+ * collects the (Arc, index) pairs seen there, and a Worker's pairs never
+ * contradict each other (Tokio's index of a worker is fixed, one Arc per
+ * index): a pair with a known Arc and another index, or a known index and
+ * another Arc, rules the depth out for good. Look-alikes that kept to
+ * that rule still showed "indexes" no runtime starts from (biome: 1 and 2;
+ * the block_in_place target: 0 and 2), while every multi-thread runtime
+ * has workers 0 and 1: a depth is confirmed once both showed there,
+ * consistent over D9_WK_HITS finds. (Several CPUs update the candidates
+ * without a lock, so a race can mix two candidates' pairs; a confirmation
+ * still needs both indexes, consistent over several finds.) Until then
+ * nothing is reported;
  * from then on every stack looks at that depth (one word, then the
  * Worker's two reads), so a loop's end and a new one show at once. Kept
  * with the target's since_ts: a slot's next target learns its own. */
-#define D9_WK_FINDS 4     /* finds kept per scan */
+#define D9_WK_FINDS 4           /* finds kept per scan */
+#define D9_WK_CANDS 8           /* candidate depths kept per target */
+#define D9_WK_PAIRS 4           /* (Arc, index) pairs kept per candidate */
+#define D9_WK_HITS 4            /* consistent finds before a confirmation */
 
 struct d9_wk_find {
         __u64 depth, key, rt;
@@ -416,11 +434,21 @@ struct d9_wk_find {
         __u32 _pad;
 };
 
+struct d9_wk_cand {
+        __u64 depth, rt;        /* depth 0: a free slot */
+        __u64 key[D9_WK_PAIRS];
+        __u32 index[D9_WK_PAIRS];
+        __u32 n;                /* pairs kept */
+        __u32 hits;             /* finds consistent with them */
+        __u32 ruled_out;        /* two pairs contradicted each other */
+        __u32 first_two;        /* bit i: index i (0 or 1) seen */
+};
+
 struct d9_wk_depth {
         __u64 since;
         __u64 depth;            /* confirmed; 0: not yet */
-        struct d9_wk_find pend[D9_WK_FINDS];    /* the last scan that found any */
-        __u32 n_pend;
+        struct d9_wk_cand cand[D9_WK_CANDS];
+        __u32 next_slot;        /* the slot a new candidate takes next */
         __u32 misses;           /* full scans that found nothing */
         __u64 first_ts;         /* the target's first scan */
 };
@@ -527,35 +555,80 @@ static __always_inline void d9_wk_depth_fresh(struct d9_wk_depth *d, const struc
                 return;
         d->since = cfg->since_ts;
         d->depth = 0;
-        d->n_pend = 0;
+        for (int i = 0; i < D9_WK_CANDS; i++)
+                d->cand[i].depth = 0;
+        d->next_slot = 0;
         d->misses = 0;
         d->first_ts = now;
 }
 
-/* The finds of a full scan, before the depth is confirmed: a second worker
- * of the same runtime at the same depth as one of the last scan's finds
- * confirms it; else they are the ones the next scan is held against. */
+/* The candidate for f's depth and runtime: the one there, else a free
+ * slot, else a ruled-out one (forgotten), else the next in turn. */
+static __always_inline struct d9_wk_cand *d9_wk_cand_of(struct d9_wk_depth *d, const struct d9_wk_find *f)
+{
+        struct d9_wk_cand *c, *spare = NULL, *out = NULL;
+
+        for (int k = 0; k < D9_WK_CANDS; k++) {
+                c = &d->cand[k];
+                if (c->depth == f->depth && c->rt == f->rt)
+                        return c;
+                if (!spare && !c->depth)
+                        spare = c;
+                if (!out && c->depth && c->ruled_out)
+                        out = c;
+        }
+        if (!spare)
+                spare = out ? out : &d->cand[d->next_slot++ % D9_WK_CANDS];
+        spare->depth = f->depth;
+        spare->rt = f->rt;
+        spare->n = 0;
+        spare->hits = 0;
+        spare->ruled_out = 0;
+        spare->first_two = 0;
+        return spare;
+}
+
+/* One find of a full scan, before the depth is confirmed: held against its
+ * candidate's pairs. True when it confirms the depth. */
+static __always_inline bool d9_wk_weigh(struct d9_wk_depth *d, const struct d9_wk_find *f)
+{
+        struct d9_wk_cand *c = d9_wk_cand_of(d, f);
+        bool seen = false;
+
+        if (c->ruled_out)
+                return false;
+        for (int k = 0; k < D9_WK_PAIRS; k++) {
+                if (k >= c->n)
+                        break;
+                if (c->key[k] == f->key && c->index[k] == f->index)
+                        seen = true;
+                else if (c->key[k] == f->key || c->index[k] == f->index)
+                        c->ruled_out = 1;
+        }
+        if (c->ruled_out)
+                return false;
+        c->hits++;
+        if (!seen && c->n < D9_WK_PAIRS) {
+                c->key[c->n & (D9_WK_PAIRS - 1)] = f->key;
+                c->index[c->n & (D9_WK_PAIRS - 1)] = f->index;
+                c->n++;
+        }
+        if (f->index == 1 || f->index == 2)
+                c->first_two |= f->index;
+        return c->first_two == 3 && c->hits >= D9_WK_HITS;
+}
+
+/* The finds of a full scan, before the depth is confirmed. */
 static __always_inline void d9_wk_pending(struct d9_wk_depth *d, const struct d9_wk_top *t)
 {
         for (int i = 0; i < D9_WK_FINDS; i++) {
-                const struct d9_wk_find *f = &t->finds[i];
-
                 if (i >= t->n_finds)
                         break;
-                for (int k = 0; k < D9_WK_FINDS; k++) {
-                        const struct d9_wk_find *p = &d->pend[k];
-
-                        if (k >= d->n_pend)
-                                break;
-                        if (p->depth == f->depth && p->rt == f->rt && p->key != f->key && p->index != f->index) {
-                                d->depth = f->depth;
-                                return;
-                        }
+                if (d9_wk_weigh(d, &t->finds[i])) {
+                        d->depth = t->finds[i].depth;
+                        return;
                 }
         }
-        for (int i = 0; i < D9_WK_FINDS; i++)
-                d->pend[i] = t->finds[i];
-        d->n_pend = t->n_finds;
 }
 
 /* A global function: verified once, not in every caller's state. Fills

@@ -1705,10 +1705,12 @@ json_t *session_status_json(const struct session *s)
                 "deep_bytes", (json_int_t)s->tr.stacks_deep_bytes,
                 "record_bytes", (json_int_t)s->tr.stack_bytes));
         /* Worker identity: task polls whose worker BPF did not find on the
-         * stack (a thread stood in for it), and cores seen moving to
-         * another thread (block_in_place). */
-        json_object_set_new(j, "workers", json_pack("{s:I,s:I}",
+         * stack and ids given to threads standing in for their worker
+         * (either set), and cores seen moving to another thread
+         * (block_in_place). */
+        json_object_set_new(j, "workers", json_pack("{s:I,s:I,s:I}",
                 "polls_by_thread", (json_int_t)s->tr.polls_by_thread,
+                "ids_by_thread", (json_int_t)s->tr.ids_by_thread,
                 "hand_offs", (json_int_t)s->tr.cores_handed));
         json_object_set_new(j, "samples", session_samples_json(s));
         /* Drops: whether the ring was full at a drain after a long gap

@@ -198,6 +198,7 @@ void translate_release(struct translate *tr)
                 .long_polls = tr->long_polls, .stall_ns = tr->stall_ns, .stalls = tr->stalls,
                 .stalls_in_window = tr->stalls_in_window,
                 .cores_handed = tr->cores_handed, .polls_by_thread = tr->polls_by_thread,
+                .ids_by_thread = tr->ids_by_thread,
         };
 
         translate_destroy(tr);
@@ -540,6 +541,7 @@ static int poll_worker(struct translate *tr, struct tr_thread *t, const struct d
                 w = workers_by_index(&tr->ws, r->worker_rt, r->worker, t->worker);
         else if (w == D9_WORKER_NONE) {
                 w = workers_for_thread(&tr->ws, t->tid);
+                tr->ids_by_thread += w < TR_MAX_WORKERS;
                 tr->polls_by_thread++;
         } else if (!tr->ws.w[w].index) {
                 tr->polls_by_thread++;
@@ -564,8 +566,10 @@ uint32_t translate_thread_worker(struct translate *tr, struct tr_thread *t)
          * worker seen early gets no id of its own to give back later. */
         if (t->worker == D9_WORKER_NONE && t->stacks_looked && t->stacks_unnamed < STACKS_BEFORE_THREAD_ID)
                 return D9_WORKER_NONE;
-        if (t->worker == D9_WORKER_NONE && (t->worker = workers_for_thread(&tr->ws, t->tid)) < TR_MAX_WORKERS)
+        if (t->worker == D9_WORKER_NONE && (t->worker = workers_for_thread(&tr->ws, t->tid)) < TR_MAX_WORKERS) {
                 tr->holder[t->worker] = t->tid;
+                tr->ids_by_thread++;
+        }
         return t->worker;
 }
 

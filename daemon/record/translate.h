@@ -136,6 +136,8 @@ struct translate {
                                          * (block_in_place) */
         uint64_t polls_by_thread;       /* runtime task polls whose worker BPF did not
                                          * find (workers.h: the thread stands in) */
+        uint64_t ids_by_thread;         /* worker ids given to a thread standing in
+                                         * for its worker, either probe set */
         /* long_poll.c: workers and long polls from stacks (default set). */
         bool stack_workers;
         uint64_t run_period_ns;
