@@ -367,13 +367,17 @@ static void test_no_thread_id_while_bpf_searches(void)
                 offcpu(&r, 101, stack(&r, 101, in_task, 3), 2000000);
         }
         translate_worker_list(&r.tr, during, sizeof(during));
+        uint64_t ids_during = r.tr.ids_by_thread;
         for (int i = 0; i < 4; i++) {
                 translate_stack_worker(&r.tr, 101, 0, 0, 0, false);
                 offcpu(&r, 101, stack(&r, 101, in_task, 3), 2000000);
         }
+        uint64_t ids_after = r.tr.ids_by_thread;
         run_end(&r, &l, workers, sizeof(workers));
-        ok(!during[0] && !strcmp(workers, "0"),
-           "no id while BPF searches ('%s'), the thread's own after 4 stacks naming none ('%s')", during, workers);
+        ok(!during[0] && !strcmp(workers, "0") && ids_during == 0 && ids_after == 1,
+           "no id while BPF searches ('%s'), the thread's own after 4 stacks naming none ('%s'), counted as an "
+           "id by thread (%llu, then %llu)", during, workers, (unsigned long long)ids_during,
+           (unsigned long long)ids_after);
 }
 
 /* The periodic flush goes by trace time: a worker preempted for 50 ms in

@@ -722,11 +722,12 @@ static void test_worker_index_mid_run_any_order(void)
                         sample(&r, 300 + i - 1);
                 }
         }
-        uint64_t by_thread = r.tr.polls_by_thread;
+        uint64_t by_thread = r.tr.polls_by_thread, ids_by_thread = r.tr.ids_by_thread;
         run_end(&r, &l, workers, sizeof(workers));
-        ok(!strcmp(workers, "0,1") && by_thread == 0,
+        ok(!strcmp(workers, "0,1") && by_thread == 0 && ids_by_thread == 0,
            "mid-run, any order, blocking threads coming and going: runtime.main '%s' (Tokio's 2 workers), "
-           "%llu polls by thread", workers, (unsigned long long)by_thread);
+           "%llu polls and %llu ids by thread", workers, (unsigned long long)by_thread,
+           (unsigned long long)ids_by_thread);
         ok(l.poll_start[0] > 30 && l.poll_start[1] > 30 && polls_off(&l, 2) == 0 && lanes_balanced(&l) && !l.overlaps,
            "worker 0's polls on 0 (%d), worker 1's on 1 (%d), none elsewhere (%d), balanced, no overlap",
            l.poll_start[0], l.poll_start[1], polls_off(&l, 2));
@@ -837,11 +838,11 @@ static void test_thread_id_given_back_when_worker_known(void)
         wpoll(&r, 101, 1, RT_A, 0);
         wpoll(&r, 103, 2, RT_A, -1);
         wpoll(&r, 103, 3, RT_A, 0);
-        uint64_t by_thread = r.tr.polls_by_thread;
+        uint64_t by_thread = r.tr.polls_by_thread, ids_by_thread = r.tr.ids_by_thread;
         run_end(&r, &l, workers, sizeof(workers));
-        ok(!strcmp(workers, "0") && l.poll_start[0] == 2 && by_thread == 1,
-           "the stand-in's own id given back: '%s', %d polls on 0, %llu by thread", workers, l.poll_start[0],
-           (unsigned long long)by_thread);
+        ok(!strcmp(workers, "0") && l.poll_start[0] == 2 && by_thread == 1 && ids_by_thread == 1,
+           "the stand-in's own id given back: '%s', %d polls on 0, %llu by thread (%llu ids)", workers,
+           l.poll_start[0], (unsigned long long)by_thread, (unsigned long long)ids_by_thread);
 }
 
 /* Park probes and worker indexes: a park of a thread whose loop BPF knows
