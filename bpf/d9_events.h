@@ -121,7 +121,14 @@ struct d9_rec_task {
         d9_u64 task_id;         /* Tokio task id (0 if unreadable) */
         d9_u64 cookie;          /* probe plan cookie: which poll<T,S> instance */
         d9_u64 header;          /* task Header* (pointer, for correlation) */
-        d9_u64 start_ts;        /* POLL_END: the matching POLL_START's ts */
+        union {
+                d9_u64 start_ts;        /* POLL_END: the matching POLL_START's ts */
+                d9_u64 exe_code;        /* POLL_START of a boxed dyn future: where the
+                                         * executable's code begins (mm->start_code:
+                                         * its lowest PF_X PT_LOAD's vaddr + the load
+                                         * bias), so future_poll can be named before
+                                         * any read of the target's map; else 0 */
+        };
         d9_u32 why;             /* POLL_END: enum d9_poll_end_why */
         d9_u32 worker;          /* POLL_START of a runtime task: 1 + Tokio's
                                  * index of the multi-thread worker whose

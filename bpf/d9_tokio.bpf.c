@@ -347,6 +347,7 @@ static __always_inline int d9_poll_start(const struct d9_hit *h, bool blocking)
                 r->cookie = th->cookie;
                 r->header = header;
                 r->future_poll = d9_boxed_future_poll(h, header);
+                r->exe_code = r->future_poll ? BPF_CORE_READ(bpf_get_current_task_btf(), mm, start_code) : 0;
                 r->sched = sched;
                 if (!blocking && th->wk_index) {
                         r->worker = th->wk_index;

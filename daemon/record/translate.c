@@ -436,10 +436,25 @@ void translate_set_exe_map(struct translate *tr, const struct exe_map *map)
         tr->exe = *map;
 }
 
+/* Where the executable lies, from a boxed future's poll start itself (BPF
+ * read where the kernel put the executable's code), while no map read has
+ * been handed in: record -- CMD attaches before the exec, and its first
+ * boxed polls came before the sampler's first map (5 of 692 polls once in
+ * CI), labelled with the erased type. The map read replaces it. */
+static void exe_map_from_poll(struct translate *tr, const struct d9_rec_task *r)
+{
+        struct exe_map m;
+
+        if (tr->exe.n || !r->future_poll || !r->exe_code || !tr->plan)
+                return;
+        if (exe_map_from_code_start(r->exe_code, tr->plan->exe_path, tr->plan->segments, tr->plan->n_segments,
+                                    &m) == 0)
+                translate_set_exe_map(tr, &m);
+}
+
 /* Label of a boxed future by its concrete poll fn (dyn_label). Until the
- * executable's map is known (record -- CMD attaches before the exec)
- * nothing is decided: the poll instance's label, and the address is named
- * once the map lands. */
+ * executable's place is known (exe_map_from_poll, else the session's map
+ * read) nothing is decided: the poll instance's label. */
 static uint32_t poll_label_atom(struct translate *tr, uint64_t cookie, uint64_t future_poll)
 {
         struct tr_dyn *e = NULL;
@@ -642,6 +657,7 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
 {
         switch (r->hdr.type) {
         case D9_REC_POLL_START:
+                exe_map_from_poll(tr, r);
                 if (tr->spawn_from_first_poll && r->task_id && live_insert(tr, r->task_id) == 1) {
                         int e = d9_enc_task_spawn(tr->enc, r->hdr.ts, r->task_id,
                                                   poll_label_atom(tr, r->cookie, r->future_poll), tr->wake_probes);

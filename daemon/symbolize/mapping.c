@@ -94,6 +94,29 @@ int exe_map_from_maps(const char *maps_text, const char *exe, const struct probe
         return out->n ? 0 : -ENOENT;
 }
 
+int exe_map_from_code_start(uint64_t start_code, const char *file, const struct probe_segment *segs,
+                            size_t n_segs, struct exe_map *out)
+{
+        const char *base = file ? strrchr(file, '/') : NULL;
+        uint64_t lowest = UINT64_MAX, bias;
+
+        memset(out, 0, sizeof(*out));
+        for (size_t i = 0; i < n_segs; i++)
+                if (segs[i].exec && segs[i].vaddr < lowest)
+                        lowest = segs[i].vaddr;
+        if (lowest == UINT64_MAX || start_code < lowest)
+                return -ENOENT;
+        bias = start_code - lowest;
+        for (size_t i = 0; i < n_segs && out->n < EXE_MAP_RANGES; i++)
+                if (segs[i].exec)
+                        out->r[out->n++] = (struct exe_range){
+                                .start = segs[i].vaddr + bias, .end = segs[i].vaddr + segs[i].filesz + bias,
+                                .offset = segs[i].offset, .bias_known = true, .bias = bias,
+                        };
+        snprintf(out->file, sizeof(out->file), "%s", base ? base + 1 : file ? file : "");
+        return 0;
+}
+
 bool exe_map_same(const struct exe_map *a, const struct exe_map *b)
 {
         if (a->n != b->n || strcmp(a->file, b->file))

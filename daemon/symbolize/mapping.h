@@ -55,6 +55,12 @@ struct exe_map {
  * 0, or -ENOENT when the map holds none (out->n is 0 then). */
 int exe_map_from_maps(const char *maps_text, const char *exe, const struct probe_segment *segs, size_t n_segs,
                       struct exe_map *out);
+/* The executable's code mappings as the kernel placed them, from where its
+ * code begins (mm->start_code: the lowest PF_X PT_LOAD's vaddr plus the
+ * load bias) and its PT_LOAD headers; file: its path (the base name is
+ * kept). 0, or -ENOENT when segs holds no code. */
+int exe_map_from_code_start(uint64_t start_code, const char *file, const struct probe_segment *segs,
+                            size_t n_segs, struct exe_map *out);
 /* Are a and b the same map? */
 bool exe_map_same(const struct exe_map *a, const struct exe_map *b);
 /* The link-time address of runtime address addr: false when addr is not in
