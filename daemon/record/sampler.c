@@ -19,6 +19,7 @@
 #include "daemon/core/d9d.h"
 #include "daemon/record/proc_usage.h"
 #include "daemon/record/sampler.h"
+#include "daemon/record/unwind.h"
 #include "daemon/symbolize/symbolize.h"
 #include "uprobes/uprobes.h"
 
@@ -62,6 +63,7 @@ struct sampler {
 static void sample_free(struct sample *s)
 {
         free(s->maps);
+        unwind_maps_free(s->unw_maps);
         free(s);
 }
 
@@ -121,6 +123,8 @@ static void sample_maps(struct target *t, struct sample *s)
         s->maps = sampler_read_maps(t->o.proc_fd, t->o.pidfd);
         if (!s->maps)
                 s->error = d9_pidfd_alive(t->o.pidfd) < 0 ? -ESRCH : -EIO;
+        else
+                s->unw_maps = unwind_maps_open(t->o.proc_fd, s->maps);
 }
 
 static void sample_accept_queues(struct sampler *sm, struct target *t, struct sample *s)

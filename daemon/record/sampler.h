@@ -13,6 +13,7 @@
 
 struct d9d;
 struct sampler;
+struct unwind_maps;
 
 enum sample_kind {
         SAMPLE_RESOURCES,
@@ -34,6 +35,7 @@ struct sample {
         uint32_t n_queues;
         struct d9_accept_queue queues[SAMPLE_QUEUES_MAX];
         char *maps;                     /* SAMPLE_MAPS: malloc'd text; deliver may take it (NULL it) */
+        struct unwind_maps *unw_maps;   /* SAMPLE_MAPS: its files opened; the same */
 };
 
 struct sampler_target {

@@ -600,6 +600,15 @@ bool session_sample_allowed(struct session *s)
         return !session_gained_privileges(s);
 }
 
+/* translate's want_maps: a pc outside every module the unwinder knows;
+ * the sampler reads the map (and opens its files) now, off the loop. */
+static void session_want_maps(void *ctx)
+{
+        struct session *s = ctx;
+
+        sampler_maps_soon(s->d->sampler, s->id);
+}
+
 /* translate's deep_thread: the session's BPF target learns the thread. */
 static int session_deep_thread(void *ctx, uint32_t tid)
 {
@@ -906,6 +915,7 @@ static void session_free(struct session *s)
         json_decref(s->plan_json);
         json_decref(s->sealed_paths);
         free(s->maps);
+        unwind_maps_free(s->unw_maps);
         free(s->mapped_exe);
         record_hold_free(&s->hold);
         free(s);
@@ -1139,6 +1149,12 @@ static int session_start_attach(struct session *s, const struct session_request 
                 s->tr.deep_thread = session_deep_thread;
                 s->tr.deep_ctx = s;
         }
+        if (s->d->sampler) {
+                s->tr.want_maps = session_want_maps;
+                s->tr.want_maps_ctx = s;
+        }
+        translate_take_unwind_maps(&s->tr, s->unw_maps);
+        s->unw_maps = NULL;
         snprintf(dir, sizeof(dir), "%.3800s/%.127s/%d-%llu", s->d->traces_dir, s->service, s->pid,
                  (unsigned long long)s->starttime);
         r = segment_writer_init(&s->seg, dir);
@@ -1256,8 +1272,12 @@ static void session_install_run(struct plan_job *job)
                 s->timeline.uprobes_ns = d9_bpf_target_attach_ns(s->bpf);
                 s->timeline.ring_insert_ns = d9_bpf_target_ring_insert_ns(s->bpf);
         }
-        if (st->r == 0)
+        if (st->r == 0) {
                 session_take_maps(s, sampler_read_maps(s->proc_fd, s->pidfd_w.fd));
+                /* Here, off the loop: the files behind the map are opened too. */
+                if (s->maps)
+                        s->unw_maps = unwind_maps_open(s->proc_fd, s->maps);
+        }
         if (st->r == 0 && s->timeline.exec) {
                 s->timeline.maps_read = d9_now_ns();
                 s->timeline.install_cpu_ns = thread_cpu_ns() - cpu0;

@@ -15,6 +15,7 @@
 #include "bpf/d9_events.h"
 
 struct probe_plan;
+struct unwind_maps;
 struct d9_bpf_target;
 struct seal_job;
 
@@ -89,6 +90,8 @@ struct session {
         int64_t started_unix_ms;        /* wall clock at attach, for list */
 
         char *maps;                     /* last /proc/PID/maps seen: symbols after exit */
+        struct unwind_maps *unw_maps;   /* the attach's map with its files, for
+                                         * the unwinder once translate runs */
         char *mapped_exe;               /* the executable's path as the maps spell it */
         struct probe_plan *plan;
         /* Recording before its plan was built (session_late.c): the plan

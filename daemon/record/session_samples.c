@@ -8,6 +8,7 @@
 
 #include "daemon/core/log.h"
 #include "daemon/record/sampler.h"
+#include "daemon/record/unwind.h"
 #include "daemon/record/session.h"
 
 int session_samples_start(struct session *s)
@@ -109,6 +110,8 @@ void session_on_sample(struct d9d *d, struct sample *smp)
         if (smp->kind == SAMPLE_MAPS) {
                 session_take_maps(s, smp->maps);
                 smp->maps = NULL;
+                translate_take_unwind_maps(&s->tr, smp->unw_maps);
+                smp->unw_maps = NULL;
                 return;
         }
         r = smp->error ? sample_failed(s, smp) : sample_write(s, smp);

@@ -1,11 +1,12 @@
 /* translate.c: BPF records -> dial9 events.
  *
- * Identities are a pure function of the record stream and the plan (no
- * /proc or ELF read decides one). One read remains on this thread, for
- * names, not identities: the unwinder's (unwind.c: the target's maps and
- * ELF files, when a stack first needs them). Task labels come from the plan
- * and what the session hands in (translate_set_exe_map), never from a
- * file. Identity rules (docs/probe-plan.md, "Worker identity";
+ * A pure function of the record stream and what the session hands in:
+ * the plan, where the executable is mapped (translate_set_exe_map) and the
+ * target's maps with their files opened (translate_take_unwind_maps, for
+ * the unwinder). Nothing here reads /proc or opens a file: the unwinder
+ * builds its modules from those maps, reads memory from the stack copy and
+ * the module files only, and asks for a newer map (want_maps) when a pc
+ * lies outside them. Identity rules (docs/probe-plan.md, "Worker identity";
  * trace-format.md §8):
  * - a poll of a blocking-pool task (the plan's blocking_task: Tokio's
  *   BlockingSchedule, told from the vtable's shape) is a
@@ -177,6 +178,7 @@ void translate_destroy(struct translate *tr)
         free(tr->threads);
         free(tr->live_tasks);
         unwinder_free(tr->unw);
+        unwind_maps_free(tr->unw_maps);
         if (tr->ksyms)
                 ksyms_put(tr->ksyms);
         dyn_forget(tr);
@@ -434,6 +436,16 @@ void translate_set_exe_map(struct translate *tr, const struct exe_map *map)
          * named is named again. */
         dyn_forget(tr);
         tr->exe = *map;
+}
+
+void translate_take_unwind_maps(struct translate *tr, struct unwind_maps *m)
+{
+        if (tr->unw) {
+                unwinder_take_maps(tr->unw, m);
+        } else if (m) {
+                unwind_maps_free(tr->unw_maps);
+                tr->unw_maps = m;
+        }
 }
 
 /* Where the executable lies, from a boxed future's poll start itself (BPF
@@ -851,7 +863,6 @@ static int on_offcpu(struct translate *tr, const struct d9_rec_offcpu *o, struct
 
 /* Kernel frames, unwind_opts' default 128 user frames, the cut mark. */
 #define MAX_FRAMES (D9_STACK_KERN_MAX + 160)
-#define UNW_RETRY_NS (100 * 1000000ull)
 
 /* A stack taken in d9d's own probe path (the uprobe trap and handler, our
  * BPF programs): its kernel frames become one "[d9d uprobe]" frame, so a
@@ -900,22 +911,15 @@ static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_
         int n = 0;
 
         tr->stack_bytes += size;
-        /* A target traced from exec can send its first stacks while its
-         * maps are still being replaced, and unwinder_new then fails:
-         * try again later (100 ms, doubling up to 12.8 s) instead of giving
-         * up on the session's stacks. */
-        if (!tr->unw && rec->hdr.ts >= tr->unw_retry_ts) {
-                struct unwind_opts uo = { .hide_kernel = tr->hide_kernel, .copy_bytes = tr->stack_copy_bytes };
-                int r = unwinder_new(tr->pid, &uo, &tr->unw);
+        if (!tr->unw) {
+                struct unwind_opts uo = { .hide_kernel = tr->hide_kernel, .copy_bytes = tr->stack_copy_bytes,
+                                          .want_maps = tr->want_maps, .want_ctx = tr->want_maps_ctx };
 
-                if (r < 0) {
+                if (unwinder_new(tr->pid, &uo, &tr->unw) < 0)
                         tr->unw = NULL;
-                        if (!tr->unw_fails)
-                                log_warn("pid %d: cannot read its modules to unwind stacks (%s), trying again",
-                                         (int)tr->pid, strerror(-r));
-                        tr->unw_retry_ts = rec->hdr.ts + (UNW_RETRY_NS << (tr->unw_fails < 7 ? tr->unw_fails : 7));
-                        tr->unw_fails++;
-                }
+                else
+                        unwinder_take_maps(tr->unw, tr->unw_maps);
+                tr->unw_maps = tr->unw ? NULL : tr->unw_maps;
         }
         if (tr->stack_workers)
                 translate_stack_worker(tr, rec->hdr.tid, rec->worker_rt, rec->worker, rec->worker_found_ts,
@@ -930,7 +934,7 @@ static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_
                  * said so in the trace with the next stack that unwinds. */
                 tr->stacks_lost += n == -EBUSY;
                 st->n = 0;
-                st->fail = !tr->unw ? STACK_MARK_NO_MODULES :
+                st->fail = !tr->unw || n == -ENOENT ? STACK_MARK_NO_MODULES :
                            n == -EBUSY ? STACK_MARK_UNWIND_BUDGET : STACK_MARK_UNWIND_NONE;
                 return;
         }

@@ -13,6 +13,7 @@
 #include "daemon/symbolize/mapping.h"
 
 struct probe_plan;
+struct unwind_maps;
 
 struct tr_thread {
         uint32_t tid;                   /* 0 = empty slot */
@@ -95,8 +96,10 @@ struct translate {
         size_t n_dyn;
         struct exe_map exe;             /* where the executable is mapped (n 0: not known) */
         struct unwinder *unw;           /* user stacks, created on the first STACK record */
-        uint64_t unw_retry_ts;          /* creation failed: not before this record time */
-        uint32_t unw_fails;
+        struct unwind_maps *unw_maps;   /* the last map handed in before that */
+        /* The unwinder wants a newer map (unwind_opts.want_maps); NULL: none. */
+        void (*want_maps)(void *ctx);
+        void *want_maps_ctx;
         uint64_t stacks, stacks_failed; /* STACK records unwound / not */
         uint64_t offcpu_no_stack;       /* off-CPU samples written with a "no stack" mark */
         uint64_t probe_stacks;          /* stacks taken in d9d's own probes ([d9d uprobe]) */
@@ -176,6 +179,9 @@ void translate_release(struct translate *tr);
  * from the plan's dyn_fns. Until the first, such tasks carry their poll
  * instance's label. */
 void translate_set_exe_map(struct translate *tr, const struct exe_map *map);
+/* A newer map and its files, opened off the drain loop (taken over): what
+ * user stacks are unwound with. translate itself reads no /proc file. */
+void translate_take_unwind_maps(struct translate *tr, struct unwind_maps *m);
 /* Switch to a new segment's encoder: interned atoms belong to the old one. */
 int translate_set_encoder(struct translate *tr, struct d9_enc *enc);
 /* One record from the ring. Returns 0 or a negative errno. */

@@ -1,12 +1,16 @@
 /* unwind.c: .eh_frame unwinding of BPF stack snapshots with libdwfl.
  *
- * The Dwfl of a target is built from /proc/PID/maps and built again when
- * a pc falls outside every known module (an exec, a dlopen, a JIT region). Its
- * "process" is attached with our own thread callbacks: the single thread is
- * the sample being unwound, its registers are the ones BPF captured, and
- * its memory is the stack copy. Reads outside the copy that look like
- * stack fail (the live stack has moved on since the sample); other reads
- * (rare: CFI expressions reading data) go to /proc/PID/mem.
+ * The Dwfl of a target is built from the last map handed in
+ * (unwinder_take_maps: its text and the module files, opened off this
+ * thread by unwind_maps.c) and built again when a pc falls outside every
+ * known module (an exec, a dlopen, a JIT region) and a newer map came; if
+ * none came, the owner is asked for one (want_maps). Its "process" is
+ * attached with our own thread callbacks: the single thread is the sample
+ * being unwound, its registers are the ones BPF captured, and its memory
+ * is the stack copy. Reads outside the copy that look like stack fail (the
+ * live stack has moved on since the sample); other reads (rare: CFI
+ * expressions reading data, code before a return address) come from the
+ * module's file, never from the target's memory: nothing here reads /proc.
  *
  * Memory (docs/stacks.md): a Dwfl is per address space, but the ELF files
  * behind it are not. Targets running the same executable, and every
@@ -56,9 +60,9 @@ struct elf_share {
 };
 
 /* The 16 code bytes before a candidate return address: the same few
- * hundred return addresses come back in every sample, and a read of
- * /proc/PID/mem was seen to take 0.1 ms on average (up to 16 ms) on a
- * loaded machine. Direct-mapped, dropped when the modules are reloaded. */
+ * hundred return addresses come back in every sample, and each read from
+ * the module's file goes through libelf. Direct-mapped, dropped when the
+ * modules are reloaded. */
 #define CODE_CACHE_LINES 1024
 struct code_line {
         uint64_t addr;                  /* 0: empty */
@@ -79,10 +83,14 @@ struct unwinder {
         const char *lv_build_id;
         Dwfl_Callbacks callbacks;
         char *debug_file;
-        int mem_fd;
+        struct unwind_maps *maps;       /* the one dwfl was built from: its files
+                                         * stay open, libdwfl finds them lazily */
+        struct unwind_maps *maps_next;  /* a newer one, not built yet */
+        void (*want_maps)(void *ctx);
+        void *want_ctx;
         uint32_t max_frames;
         uint64_t budget_ns, window_ns, window_start, window_used;
-        uint64_t last_report_ns;
+        uint64_t last_want_ns;
         /* The sample being unwound. */
         const struct d9_rec_stack *rec;
         uint64_t *out;
@@ -132,25 +140,18 @@ static struct elf_share *elf_share_find(const struct stat *st)
         return NULL;
 }
 
-/* Whether only root can shrink the file open on fd: owned by root, writable
- * by no group or other (with ACLs, the group bits are their mask), on a
- * local file system (a FUSE server could fail reads whatever the owner).
- * Such a file is mapped: libdw then touches only the pages of .eh_frame it
- * reads (a 300 MB binary has 25 MB of it). Any other file is read with
- * pread into memory, not mapped: its owner may truncate it, and a mapping
- * would then fault (SIGBUS) inside libdw. */
-static bool only_root_changes(int fd, const struct stat *st)
+/* Whether the file can shrink under a mapping of it, which would then
+ * fault (SIGBUS) inside libdw. unwind_maps.c hands in files on local file
+ * systems that only root can change, and sealed copies of the others, so
+ * every file here is mapped: libdw then touches only the pages of
+ * .eh_frame it reads (a 300 MB binary has 25 MB of it). The check stays,
+ * for a file that got here some other way: read with pread then. */
+static bool cannot_shrink(int fd, const struct stat *st)
 {
-        static const long local[] = { EXT4_SUPER_MAGIC, XFS_SUPER_MAGIC, BTRFS_SUPER_MAGIC, TMPFS_MAGIC,
-                                      OVERLAYFS_SUPER_MAGIC, SQUASHFS_MAGIC, EROFS_SUPER_MAGIC_V1 };
-        struct statfs fs;
+        int seals = fcntl(fd, F_GET_SEALS);
 
-        if (st->st_uid != 0 || (st->st_mode & (S_IWGRP | S_IWOTH)) || fstatfs(fd, &fs) < 0)
-                return false;
-        for (size_t i = 0; i < sizeof(local) / sizeof(*local); i++)
-                if (fs.f_type == local[i])
-                        return true;
-        return false;
+        return (seals >= 0 && (seals & F_SEAL_SHRINK)) ||
+               (st->st_uid == 0 && !(st->st_mode & (S_IWGRP | S_IWOTH)));
 }
 
 /* The share for the file open on fd, created if new (taking fd), or NULL
@@ -168,7 +169,7 @@ static struct elf_share *elf_share_get(int fd)
                 close(fd);
                 return e;
         }
-        elf = elf_begin(fd, only_root_changes(fd, &st) ? ELF_C_READ_MMAP : ELF_C_READ, NULL);
+        elf = elf_begin(fd, cannot_shrink(fd, &st) ? ELF_C_READ_MMAP : ELF_C_READ, NULL);
         if (!elf || elf_kind(elf) != ELF_K_ELF || !(e = calloc(1, sizeof(*e)))) {
                 elf_end(elf);
                 return NULL;
@@ -209,22 +210,21 @@ static int unwinder_hold(struct unwinder *u, struct elf_share *e)
         return 0;
 }
 
-/* libdwfl's /proc/PID/maps lookup, then the file's shared handle instead
- * of a new one: libdwfl takes a reference (elf_begin with a ref) and
- * drops it in dwfl_end. */
-/* A file module of the target: its path inside the target's root, opened
- * the careful way (d9_target_file_open: no FIFO a user planted at
- * "... (deleted)" can block the drain loop, regular files only). libdwfl's
- * own lookup opens the bare path with a blocking open(). */
-static int open_module(pid_t pid, const char *modname, char **file_name)
+/* A file module of the target: the file the map handed in names at
+ * modname, opened off this thread (unwind_maps.c), then the file's shared
+ * handle instead of a new one: libdwfl takes a reference (elf_begin with a
+ * ref) and drops it in dwfl_end. Other modules have no file: the vDSO is
+ * reported with its own (dwfl_load). */
+static int find_elf(Dwfl_Module *mod, void **userdata, const char *modname, Dwarf_Addr base,
+                    char **file_name, Elf **elfp)
 {
-        char *in_root = NULL;
-        int fd;
+        struct unwinder *u = active;
+        int fd = u && u->maps && modname[0] == '/' ? unwind_maps_file(u->maps, modname) : -1;
+        struct elf_share *e;
 
-        if (asprintf(&in_root, "/proc/%d/root%s", pid, modname) < 0)
-                return -1;
-        fd = d9_target_file_open(in_root);
-        free(in_root);
+        (void)mod;
+        (void)userdata;
+        (void)base;
         if (fd < 0)
                 return -1;
         *file_name = strdup(modname);
@@ -232,20 +232,6 @@ static int open_module(pid_t pid, const char *modname, char **file_name)
                 close(fd);
                 return -1;
         }
-        return fd;
-}
-
-static int find_elf(Dwfl_Module *mod, void **userdata, const char *modname, Dwarf_Addr base,
-                    char **file_name, Elf **elfp)
-{
-        struct unwinder *u = active;
-        /* [vdso] and other non-file modules: libdwfl reads them from memory. */
-        int fd = modname[0] == '/' ? open_module(u ? u->pid : 0, modname, file_name)
-                                   : dwfl_linux_proc_find_elf(mod, userdata, modname, base, file_name, elfp);
-        struct elf_share *e;
-
-        if (fd < 0 || *elfp || !u)
-                return fd;
         e = elf_share_get(fd);
         if (!e) {
                 /* Not an ELF file (or out of memory): never handed to
@@ -337,6 +323,37 @@ static bool fp_tail_read(const struct d9_rec_stack *r, uint64_t addr, Dwarf_Word
         return false;
 }
 
+/* Bytes of a module's file where it is mapped at addr (also for a target
+ * that is gone: its last stacks are unwound after it exited), from a
+ * segment the target cannot write: what the file holds is what the target
+ * sees there. libelf keeps each chunk, one per address, until the file is
+ * closed. */
+static bool module_bytes(struct unwinder *u, uint64_t addr, void *buf, size_t len)
+{
+        Dwfl_Module *mod = u->dwfl ? dwfl_addrmodule(u->dwfl, addr) : NULL;
+        GElf_Addr bias, vaddr;
+        Elf *elf = mod ? dwfl_module_getelf(mod, &bias) : NULL;
+        size_t n;
+
+        if (!elf || elf_getphdrnum(elf, &n) != 0)
+                return false;
+        vaddr = addr - bias;
+        for (size_t i = 0; i < n; i++) {
+                GElf_Phdr ph;
+                Elf_Data *d;
+
+                if (!gelf_getphdr(elf, (int)i, &ph) || ph.p_type != PT_LOAD || (ph.p_flags & PF_W) ||
+                    vaddr < ph.p_vaddr || vaddr + len > ph.p_vaddr + ph.p_filesz)
+                        continue;
+                d = elf_getdata_rawchunk(elf, (int64_t)(ph.p_offset + vaddr - ph.p_vaddr), len, ELF_T_BYTE);
+                if (!d || d->d_size != len)
+                        return false;
+                memcpy(buf, d->d_buf, len);
+                return true;
+        }
+        return false;
+}
+
 static bool memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void *arg)
 {
         struct unwinder *u = arg;
@@ -369,7 +386,7 @@ static bool memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void *a
                         u->cut = true;
                 return false;
         }
-        return pread(u->mem_fd, result, sizeof(*result), (off_t)addr) == sizeof(*result);
+        return module_bytes(u, addr, result, sizeof(*result));
 }
 
 static bool set_initial_registers(Dwfl_Thread *thread, void *arg)
@@ -390,39 +407,91 @@ static const Dwfl_Thread_Callbacks thread_callbacks = {
         .set_initial_registers = set_initial_registers,
 };
 
-/* A new Dwfl from /proc/PID/maps, attached to our thread callbacks,
- * replacing u->dwfl on success. Never a re-report into the old one:
- * dwfl_attach_state borrows the first module's backend (Ebl), and a
- * re-report that drops that module (the image an exec replaced) would
- * leave the Dwfl using it after it was freed. The ELF files stay open in
- * elf_shares, so this reads the maps, not the files. */
+/* The modules of the map in maps_next, as a new Dwfl attached to our
+ * thread callbacks, replacing u->dwfl on success. Never a re-report into
+ * the old one: dwfl_attach_state borrows the first module's backend (Ebl),
+ * and a re-report that drops that module (the image an exec replaced)
+ * would leave the Dwfl using it after it was freed. The ELF files stay
+ * open in elf_shares, so this parses the text; libdwfl opens a module's
+ * file (find_elf) when a pc first lands in it. */
 static int dwfl_load(struct unwinder *u)
 {
+        struct unwind_maps *next = u->maps_next, *old_maps = u->maps;
         Dwfl *dwfl = dwfl_begin(&u->callbacks);
         Dwfl *old = u->dwfl;
-        int r;
+        uint64_t vdso = unwind_maps_vdso(next);
+        FILE *text;
+        int r, fd;
 
-        if (!dwfl)
+        u->maps_next = NULL;
+        text = fmemopen((void *)unwind_maps_text(next), strlen(unwind_maps_text(next)), "r");
+        if (!dwfl || !text) {
+                if (dwfl)
+                        dwfl_end(dwfl);
+                if (text)
+                        fclose(text);
+                unwind_maps_free(next);
                 return -ENOMEM;
+        }
         u->dwfl = dwfl;
+        u->maps = next;         /* find_elf looks files up here */
         u->lv_hi = 0;           /* the maps may have moved */
         dwfl_report_begin(dwfl);
-        r = dwfl_linux_proc_report(dwfl, u->pid);
+        r = dwfl_linux_proc_maps_report(dwfl, text);
+        fclose(text);
+        /* libdwfl reports a vDSO only from the target's auxv and memory. */
+        if (r == 0 && vdso && (fd = unwind_vdso_file()) >= 0 &&
+            !dwfl_report_elf(dwfl, "[vdso]", "[vdso]", fd, vdso, true))
+                close(fd);
         dwfl_report_end(dwfl, NULL, NULL);
         r = r > 0 ? -r : r < 0 ? -EIO : 0;
         if (r == 0 && !dwfl_attach_state(dwfl, NULL, u->pid, &thread_callbacks, u))
                 r = -EINVAL;
-        u->last_report_ns = d9_now_ns();
         u->stats.reports++;
         if (r < 0) {
                 dwfl_end(dwfl);
                 u->dwfl = old;
+                u->maps = old_maps;
+                unwind_maps_free(next);
                 return r;
         }
         if (old)
                 dwfl_end(old);
+        unwind_maps_free(old_maps);
         free(u->code_cache);
         u->code_cache = NULL;
+        return 0;
+}
+
+void unwinder_take_maps(struct unwinder *u, struct unwind_maps *m)
+{
+        if (!m)
+                return;
+        unwind_maps_free(u->maps_next);
+        u->maps_next = m;
+}
+
+static void read_maps_here(void *ctx)
+{
+        struct unwinder *u = ctx;
+        struct unwind_maps *m;
+
+        if (unwind_maps_read(u->pid, &m) == 0)
+                unwinder_take_maps(u, m);
+}
+
+int unwinder_new_reading(pid_t pid, const struct unwind_opts *opts, struct unwinder **out)
+{
+        struct unwind_opts o = opts ? *opts : (struct unwind_opts){ 0 };
+        int r;
+
+        o.want_maps = NULL;
+        r = unwinder_new(pid, &o, out);
+        if (r < 0)
+                return r;
+        (*out)->want_maps = read_maps_here;
+        (*out)->want_ctx = *out;
+        read_maps_here(*out);
         return 0;
 }
 
@@ -430,8 +499,6 @@ int unwinder_new(pid_t pid, const struct unwind_opts *opts, struct unwinder **ou
 {
         static const struct unwind_opts none;
         struct unwinder *u = calloc(1, sizeof(*u));
-        char path[64];
-        int r;
 
         if (!u)
                 return -ENOMEM;
@@ -444,21 +511,13 @@ int unwinder_new(pid_t pid, const struct unwind_opts *opts, struct unwinder **ou
         u->debug_file = opts->debug_file ? strdup(opts->debug_file) : NULL;
         u->hide_kernel = opts->hide_kernel;
         u->copy_bytes = opts->copy_bytes;
-        snprintf(path, sizeof(path), "/proc/%d/mem", pid);
-        u->mem_fd = open(path, O_RDONLY | O_CLOEXEC);
+        u->want_maps = opts->want_maps;
+        u->want_ctx = opts->want_ctx;
         u->callbacks.find_elf = find_elf;
         u->callbacks.find_debuginfo = find_debuginfo;
-        if (u->mem_fd < 0 || (opts->debug_file && !u->debug_file)) {
-                r = u->mem_fd < 0 ? -errno : -ENOMEM;
+        if (opts->debug_file && !u->debug_file) {
                 unwinder_free(u);
-                return r;
-        }
-        active = u;
-        r = dwfl_load(u);
-        active = NULL;
-        if (r < 0) {
-                unwinder_free(u);
-                return r;
+                return -ENOMEM;
         }
         *out = u;
         return 0;
@@ -474,8 +533,8 @@ void unwinder_free(struct unwinder *u)
                 elf_share_put(u->held[i]);
         free(u->held);
         free(u->code_cache);
-        if (u->mem_fd >= 0)
-                close(u->mem_fd);
+        unwind_maps_free(u->maps);
+        unwind_maps_free(u->maps_next);
         free(u->debug_file);
         free(u->name);
         free(u);
@@ -511,35 +570,6 @@ static bool step_read_word(void *arg, uint64_t addr, uint64_t *val)
         return true;
 }
 
-/* Code bytes from the module's file (also for a target that is gone: its
- * last stacks are unwound after it exited). libelf keeps each chunk, one
- * per return address, until the file is closed. */
-static bool module_code(struct unwinder *u, uint64_t addr, uint8_t code[16])
-{
-        Dwfl_Module *mod = dwfl_addrmodule(u->dwfl, addr - 16);
-        GElf_Addr bias, vaddr;
-        Elf *elf = mod ? dwfl_module_getelf(mod, &bias) : NULL;
-        size_t n;
-
-        if (!elf || elf_getphdrnum(elf, &n) != 0)
-                return false;
-        vaddr = addr - 16 - bias;
-        for (size_t i = 0; i < n; i++) {
-                GElf_Phdr ph;
-                Elf_Data *d;
-
-                if (!gelf_getphdr(elf, (int)i, &ph) || ph.p_type != PT_LOAD || vaddr < ph.p_vaddr ||
-                    vaddr + 16 > ph.p_vaddr + ph.p_filesz)
-                        continue;
-                d = elf_getdata_rawchunk(elf, (int64_t)(ph.p_offset + vaddr - ph.p_vaddr), 16, ELF_T_BYTE);
-                if (!d || d->d_size != 16)
-                        return false;
-                memcpy(code, d->d_buf, 16);
-                return true;
-        }
-        return false;
-}
-
 static bool step_read_code(void *arg, uint64_t addr, uint8_t code[16])
 {
         struct unwinder *u = arg;
@@ -554,8 +584,9 @@ static bool step_read_code(void *arg, uint64_t addr, uint8_t code[16])
                 memcpy(code, line->code, 16);
                 return true;
         }
-        /* The module's file first: no lock on the target's memory map. */
-        if (!module_code(u, addr, code) && pread(u->mem_fd, code, 16, (off_t)(addr - 16)) != 16)
+        /* Code outside every module file (a JIT's) is not read: the
+         * target's memory is not read at all (see the top). */
+        if (!module_bytes(u, addr - 16, code, 16))
                 return false;
         if (line) {
                 line->addr = addr;
@@ -624,10 +655,30 @@ static bool budget_allows(struct unwinder *u, uint64_t now)
 }
 
 /* A pc outside every known module means the maps changed (a process
- * traced from exec loads its libraries after we first looked; dlopen):
- * look again, but at most every REREPORT_NS, since each look parses
- * /proc/PID/maps. */
-#define REREPORT_NS (50 * 1000000ull)
+ * traced from exec loads its libraries after we first looked; dlopen), or
+ * it is a JIT's: build the modules of a newer map if one came, else ask
+ * for one, at most every WANT_MAPS_NS (each is a read of /proc/PID/maps
+ * and opens of the files it names, on another thread). */
+#define WANT_MAPS_NS (50 * 1000000ull)
+
+/* Modules for pc: true if the Dwfl has one there (after building a newer
+ * map's, if one came). */
+static bool modules_for(struct unwinder *u, uint64_t pc)
+{
+        uint64_t now;
+
+        if (u->dwfl && dwfl_addrmodule(u->dwfl, pc))
+                return true;
+        if (u->maps_next && dwfl_load(u) == 0 && dwfl_addrmodule(u->dwfl, pc))
+                return true;
+        now = d9_now_ns();
+        if (u->want_maps && now - u->last_want_ns > WANT_MAPS_NS) {
+                u->last_want_ns = now;
+                u->stats.maps_asked++;
+                u->want_maps(u->want_ctx);
+        }
+        return false;
+}
 
 /* libdw walks per stack: each after steps without CFI. */
 #define MAX_WALKS 16
@@ -668,8 +719,9 @@ static void unwind_user(struct unwinder *u)
         struct unw_step_ops o = ops;
         uint64_t pc = u->rec->regs[D9_DW_RIP];
 
-        if (!dwfl_addrmodule(u->dwfl, pc) && d9_now_ns() - u->last_report_ns > REREPORT_NS)
-                dwfl_load(u);
+        modules_for(u, pc);
+        if (!u->dwfl)
+                return;
         o.ctx = u;
         memcpy(u->walk_regs, u->rec->regs, sizeof(u->walk_regs));
         u->walk_from_return = false;
@@ -704,6 +756,13 @@ int unwinder_stack(struct unwinder *u, const struct d9_rec_stack *rec, size_t si
             (rec->n_fp && size < D9_REC_STACK_FIXED + ((rec->user_len + 7) & ~7u) +
                                  rec->n_fp * sizeof(struct d9_fp_frame)))
                 return -EBADMSG;
+        if (!(rec->flags & (D9_SREC_USER_FP | D9_SREC_NO_REGS)) && !u->dwfl) {
+                active = u;
+                modules_for(u, rec->regs[D9_DW_RIP]);
+                active = NULL;
+                if (!u->dwfl)
+                        return -ENOENT;
+        }
         if (!budget_allows(u, start)) {
                 u->stats.over_budget++;
                 return -EBUSY;
@@ -763,7 +822,7 @@ const char *unwinder_addr_name(struct unwinder *u, uint64_t addr)
         GElf_Sym sym;
 
         active = u;
-        mod = dwfl_addrmodule(u->dwfl, addr);
+        mod = u->dwfl ? dwfl_addrmodule(u->dwfl, addr) : NULL;
         if (mod)
                 raw = dwfl_module_addrinfo(mod, addr, &off, &sym, NULL, NULL, NULL);
         active = NULL;

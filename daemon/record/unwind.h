@@ -18,6 +18,7 @@
 
 struct d9_rec_stack;
 struct unwinder;
+struct unwind_maps;
 
 struct unwind_opts {
         uint32_t max_frames;            /* user frames per stack; 0: 64 */
@@ -30,6 +31,11 @@ struct unwind_opts {
         uint32_t copy_bytes;            /* user stack bytes BPF was asked to copy
                                          * (d9_stack_cfg.user_bytes); 0: unknown,
                                          * no stack counts as cut */
+        /* A pc lies outside every module and no newer map was handed in:
+         * the owner reads one off this thread and hands it in
+         * (unwinder_take_maps). At most every 50 ms; NULL: never asked. */
+        void (*want_maps)(void *ctx);
+        void *want_ctx;
 };
 
 /* Addresses from here up are the kernel's. */
@@ -43,21 +49,50 @@ struct unwind_stats {
         uint64_t cut;                   /* stopped where the full copy ended: the
                                          * callers are deeper than copy_bytes */
         uint64_t ns;                    /* time spent unwinding */
-        uint64_t reports;               /* module (re)reports of /proc/PID/maps */
+        uint64_t reports;               /* module sets built from a map handed in */
+        uint64_t maps_asked;            /* want_maps calls */
         uint64_t outside;               /* callers outside every module, dropped */
         uint64_t steps[4];              /* steps past frames without CFI, by enum
                                          * unw_step_kind (daemon/record/unwind_step.h):
                                          * [1] frameless leaf, [2] frame pointer, [3] scan */
 };
 
+/* The unwinder reads nothing itself (docs/stacks.md, "Modules off the
+ * loop"): it builds its modules from the maps handed in, and reads memory
+ * only from the stack copy and the module files. */
 int unwinder_new(pid_t pid, const struct unwind_opts *opts, struct unwinder **out);
 void unwinder_free(struct unwinder *u);
+/* For tools and tests, which may wait on the target: an unwinder that reads
+ * the target's map itself (unwind_maps_read), now and whenever it wants one. */
+int unwinder_new_reading(pid_t pid, const struct unwind_opts *opts, struct unwinder **out);
+/* A newer map of the target (taken over; NULL is ignored): the modules are
+ * built again from it when a pc falls outside them, or at the first stack. */
+void unwinder_take_maps(struct unwinder *u, struct unwind_maps *m);
+
+/* A map's text and the files behind its executable mappings, opened
+ * (daemon/record/unwind_maps.c). Made where reads may wait: never on the
+ * drain loop. unwind_maps_open copies text; proc_fd is the /proc/PID
+ * directory. NULL: out of memory. */
+struct unwind_maps *unwind_maps_open(int proc_fd, const char *text);
+/* The same from /proc/PID/maps, for tools and tests. */
+int unwind_maps_read(pid_t pid, struct unwind_maps **out);
+void unwind_maps_free(struct unwind_maps *m);
+const char *unwind_maps_text(const struct unwind_maps *m);
+/* A new descriptor of the file the map names at path, or -1. */
+int unwind_maps_file(const struct unwind_maps *m, const char *path);
+/* Where the vDSO is mapped, or 0. */
+uint64_t unwind_maps_vdso(const struct unwind_maps *m);
+/* Executable files the map names on a non-local file system, not opened. */
+uint32_t unwind_maps_not_local(const struct unwind_maps *m);
+/* A new descriptor of a copy of this kernel's vDSO image, or -1. */
+int unwind_vdso_file(void);
 
 /* Frames of one STACK record (size bytes as read from the ring), leaf
  * first: kernel frames, then user frames. A caller's frame is given as
  * its return address - 1 (inside the call), the leaf as its exact pc.
  * Returns the number of frames written to out (<= cap), -EBUSY if the
- * budget is used up (counted in over_budget), -EBADMSG for a short record. */
+ * budget is used up (counted in over_budget), -ENOENT if no map came yet
+ * to unwind it with, -EBADMSG for a short record. */
 int unwinder_stack(struct unwinder *u, const struct d9_rec_stack *rec, size_t size,
                    uint64_t *out, size_t cap, uint32_t *n_kern);
 

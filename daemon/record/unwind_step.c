@@ -64,12 +64,24 @@ static bool step_frameless(const struct unw_step_ops *ops, uint64_t *regs)
         return true;
 }
 
+/* On the frame-pointer chain, a return address into a mapping whose code
+ * d9d cannot read passes on the chain alone: a JIT's code (V8's, in a
+ * memfd mapping) has no file to read it from, and d9d reads no target
+ * memory (docs/stacks.md, "Modules off the loop"). */
+static bool fp_return_address(const struct unw_step_ops *ops, uint64_t ra)
+{
+        uint8_t code[16];
+
+        return ra > 16 && ops->cfi_at(ops->ctx, ra - 1) != UNW_CFI_NO_MODULE &&
+               (!ops->read_code(ops->ctx, ra, code) || unwind_call_ends_at(code));
+}
+
 static bool step_fp(const struct unw_step_ops *ops, uint64_t *regs)
 {
         uint64_t sp = regs[D9_DW_RSP], bp = regs[D9_DW_RBP], ra, next_bp;
 
         if (bp < sp || bp - sp > FP_SPAN || (bp & 7) || !ops->read_word(ops->ctx, bp + 8, &ra) ||
-            !ops->read_word(ops->ctx, bp, &next_bp) || !is_return_address(ops, ra))
+            !ops->read_word(ops->ctx, bp, &next_bp) || !fp_return_address(ops, ra))
                 return false;
         regs[D9_DW_RIP] = ra;
         regs[D9_DW_RSP] = bp + 16;

@@ -135,7 +135,7 @@ int main(int argc, char **argv)
         if (r == 0)
                 r = d9_bpf_attach_target(bpf, h.pid, NULL, &to, &t, &err);
         if (r == 0)
-                r = unwinder_new(h.pid, NULL, &h.uw);
+                r = unwinder_new_reading(h.pid, NULL, &h.uw);
         if (r < 0) {
                 fprintf(stderr, "stack_hold: cannot attach to pid %d: %s\n", h.pid, err ? err : strerror(-r));
                 return 1;

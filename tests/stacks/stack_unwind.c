@@ -473,9 +473,9 @@ int main(int argc, char **argv)
         if (r == 0 && (to.stack.flags & D9_STACK_DEEP))
                 run.bpf_t = t;
         if (r == 0)
-                r = unwinder_new(target.pid, &uo, &run.uw);
+                r = unwinder_new_reading(target.pid, &uo, &run.uw);
         if (r == 0 && swap)
-                r = unwinder_new(target.pid, &uo, &run.uw_next);
+                r = unwinder_new_reading(target.pid, &uo, &run.uw_next);
         if (r < 0) {
                 printf("Bail out! attach/unwinder for %d: %s %s\n", target.pid, strerror(-r),
                        err ? err : "");
