@@ -194,7 +194,8 @@ void translate_release(struct translate *tr)
                 .exec_seen = tr->exec_seen, .error = tr->error,
                 .stacks = tr->stacks, .stacks_failed = tr->stacks_failed,
                 .offcpu_no_stack = tr->offcpu_no_stack, .probe_stacks = tr->probe_stacks,
-                .frames_outside = tr->frames_outside, .stacks_cut = tr->stacks_cut,
+                .frames_outside = tr->frames_outside, .files_not_local = tr->files_not_local,
+                .stacks_cut = tr->stacks_cut,
                 .stacks_cut_capped = tr->stacks_cut_capped, .stacks_deep = tr->stacks_deep,
                 .stacks_deep_bytes = tr->stacks_deep_bytes, .stack_bytes = tr->stack_bytes,
                 .long_polls = tr->long_polls, .stall_ns = tr->stall_ns, .stalls = tr->stalls,
@@ -440,6 +441,8 @@ void translate_set_exe_map(struct translate *tr, const struct exe_map *map)
 
 void translate_take_unwind_maps(struct translate *tr, struct unwind_maps *m)
 {
+        if (m)
+                tr->files_not_local = unwind_maps_not_local(m);
         if (tr->unw) {
                 unwinder_take_maps(tr->unw, m);
         } else if (m) {

@@ -104,6 +104,8 @@ struct translate {
         uint64_t offcpu_no_stack;       /* off-CPU samples written with a "no stack" mark */
         uint64_t probe_stacks;          /* stacks taken in d9d's own probes ([d9d uprobe]) */
         uint64_t frames_outside;        /* callers outside every mapping, dropped by the unwinder */
+        uint32_t files_not_local;       /* module files of the last map on a non-local
+                                         * file system: not opened, no CFI from them */
         uint64_t stacks_cut;            /* stacks ending in the cut mark: callers past the copy */
         uint64_t stacks_cut_capped;     /* ... of them, deeper copies refused by the byte cap */
         uint64_t stacks_deep;           /* stacks copied whole past the 8 KiB (D9_SREC_DEEP) */

@@ -27,9 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/magic.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -669,6 +667,12 @@ static bool modules_for(struct unwinder *u, uint64_t pc)
 
         if (u->dwfl && dwfl_addrmodule(u->dwfl, pc))
                 return true;
+        /* The same map again (a JIT's pc is outside every module in each
+         * one): the modules built from it stay, with what libdw cached. */
+        if (u->maps_next && u->dwfl && unwind_maps_same_modules(u->maps_next, u->maps)) {
+                unwind_maps_free(u->maps_next);
+                u->maps_next = NULL;
+        }
         if (u->maps_next && dwfl_load(u) == 0 && dwfl_addrmodule(u->dwfl, pc))
                 return true;
         now = d9_now_ns();

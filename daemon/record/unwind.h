@@ -78,6 +78,8 @@ struct unwind_maps *unwind_maps_open(int proc_fd, const char *text);
 int unwind_maps_read(pid_t pid, struct unwind_maps **out);
 void unwind_maps_free(struct unwind_maps *m);
 const char *unwind_maps_text(const struct unwind_maps *m);
+/* Whether both maps give the same modules at the same addresses. */
+bool unwind_maps_same_modules(const struct unwind_maps *a, const struct unwind_maps *b);
 /* A new descriptor of the file the map names at path, or -1. */
 int unwind_maps_file(const struct unwind_maps *m, const char *path);
 /* Where the vDSO is mapped, or 0. */

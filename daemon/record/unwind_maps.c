@@ -62,6 +62,7 @@ struct unwind_maps {
         struct unwind_file *files;
         size_t n;
         uint64_t vdso_lo;               /* 0: the map shows none */
+        uint64_t modules_sig;           /* FNV-1a of the lines that make modules */
         uint32_t not_local;             /* executable files on other file systems, not opened */
 };
 
@@ -212,6 +213,7 @@ struct unwind_maps *unwind_maps_open(int proc_fd, const char *text)
 
         if (!m)
                 return NULL;
+        m->modules_sig = 0xcbf29ce484222325ull;
         m->text = strdup(text);
         m->files = calloc(FILES_MAX, sizeof(*m->files));
         root_fd = openat(proc_fd, "root", O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -228,7 +230,14 @@ struct unwind_maps *unwind_maps_open(int proc_fd, const char *text)
                 next = next ? next + 1 : NULL;
                 if (sscanf(line, "%llx-%llx %4s %*s %*s %*s %n", &lo, &hi, perms, &n) < 3 || !n)
                         continue;
-                if (sscanf(line + n, "%4095[^\n]", path) != 1 || perms[2] != 'x')
+                if (sscanf(line + n, "%4095[^\n]", path) != 1)
+                        continue;
+                /* What libdwfl makes modules of: every file mapping, and
+                 * the vDSO we report (a heap or stack growing is none). */
+                if (path[0] == '/' || !strcmp(path, "[vdso]"))
+                        for (const char *c = line; c < (next ? next : line + strlen(line)); c++)
+                                m->modules_sig = (m->modules_sig ^ (uint8_t)*c) * 0x100000001b3ull;
+                if (perms[2] != 'x')
                         continue;
                 if (!strcmp(path, "[vdso]"))
                         m->vdso_lo = lo;
@@ -288,6 +297,11 @@ int unwind_maps_read(pid_t pid, struct unwind_maps **out)
 const char *unwind_maps_text(const struct unwind_maps *m)
 {
         return m->text;
+}
+
+bool unwind_maps_same_modules(const struct unwind_maps *a, const struct unwind_maps *b)
+{
+        return a->modules_sig == b->modules_sig && a->vdso_lo == b->vdso_lo;
 }
 
 uint32_t unwind_maps_not_local(const struct unwind_maps *m)
