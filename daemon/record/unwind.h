@@ -23,7 +23,8 @@ struct unwind_maps;
 struct unwind_opts {
         uint32_t max_frames;            /* user frames per stack; 0: 64 */
         uint32_t budget_us;             /* unwind CPU time (d9d thread) per window; 0: 20000 */
-        uint32_t window_ms;             /* 0: 100 (so 20 % of a core by default) */
+        uint32_t window_ms;             /* of the records' time; 0: 100 (so 20 % of a
+                                         * core by default, held records included) */
         const char *debug_file;         /* separate debug file for the main
                                          * executable (stripped binaries), or NULL:
                                          * build-id / .gnu_debuglink lookup */
