@@ -148,8 +148,7 @@ static bool cannot_shrink(int fd, const struct stat *st)
 {
         int seals = fcntl(fd, F_GET_SEALS);
 
-        return (seals >= 0 && (seals & F_SEAL_SHRINK)) ||
-               (st->st_uid == 0 && !(st->st_mode & (S_IWGRP | S_IWOTH)));
+        return (seals >= 0 && (seals & F_SEAL_SHRINK)) || unwind_file_only_root_changes(st);
 }
 
 /* The share for the file open on fd, created if new (taking fd), or NULL

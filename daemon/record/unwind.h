@@ -19,6 +19,7 @@
 struct d9_rec_stack;
 struct unwinder;
 struct unwind_maps;
+struct stat;
 
 struct unwind_opts {
         uint32_t max_frames;            /* user frames per stack; 0: 64 */
@@ -87,6 +88,9 @@ int unwind_maps_file(const struct unwind_maps *m, const char *path);
 uint64_t unwind_maps_vdso(const struct unwind_maps *m);
 /* Executable files the map names on a non-local file system, not opened. */
 uint32_t unwind_maps_not_local(const struct unwind_maps *m);
+/* Whether only root can change the file: owned by root, writable by no
+ * group or other (with ACLs, the group bits are their mask). */
+bool unwind_file_only_root_changes(const struct stat *st);
 /* A new descriptor of a copy of this kernel's vDSO image, or -1. */
 int unwind_vdso_file(void);
 

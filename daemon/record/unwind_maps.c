@@ -21,16 +21,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
-#include <elf.h>
 
 #include "daemon/core/cleanup.h"
 #include "daemon/record/unwind.h"
+#include "daemon/symbolize/symbolize.h"
 #include "uprobes/uprobes.h"
 
 /* Files per map: a target maps a few dozen; the rest are not opened. */
@@ -148,9 +147,7 @@ static void copy_put(struct file_copy *c)
         }
 }
 
-/* Whether only root can change the file: owned by root, writable by no
- * group or other (with ACLs, the group bits are their mask). */
-static bool only_root_changes(const struct stat *st)
+bool unwind_file_only_root_changes(const struct stat *st)
 {
         return st->st_uid == 0 && !(st->st_mode & (S_IWGRP | S_IWOTH));
 }
@@ -183,7 +180,7 @@ static int add_file(struct unwind_maps *m, int root_fd, const char *path)
                 close(fd);
                 return 0;
         }
-        if (!only_root_changes(&st)) {
+        if (!unwind_file_only_root_changes(&st)) {
                 copy = copy_get(fd, &st);
                 if (!copy)
                         return 0;       /* changed while copied, or too big */
@@ -266,30 +263,18 @@ void unwind_maps_free(struct unwind_maps *m)
 
 int unwind_maps_read(pid_t pid, struct unwind_maps **out)
 {
-        _cleanup_close_ int proc_fd = -1, maps_fd = -1;
+        _cleanup_close_ int proc_fd = -1;
         _cleanup_free_ char *text = NULL;
-        size_t len = 0, cap = 0;
         char path[64];
-        ssize_t n;
 
         snprintf(path, sizeof(path), "/proc/%d", pid);
         proc_fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
-        maps_fd = proc_fd < 0 ? -1 : openat(proc_fd, "maps", O_RDONLY | O_CLOEXEC);
-        if (maps_fd < 0)
+        if (proc_fd < 0)
                 return -errno;
-        do {
-                if (cap - len < 65536) {
-                        char *more = realloc(text, cap += 1 << 20);
-                        if (!more)
-                                return -ENOMEM;
-                        text = more;
-                }
-                n = read(maps_fd, text + len, cap - len - 1);
-                if (n < 0)
-                        return -errno;
-                len += (size_t)n;
-        } while (n > 0);
-        text[len] = 0;
+        snprintf(path, sizeof(path), "/proc/self/fd/%d/maps", proc_fd);
+        text = symbolizer_read_proc_text(path);
+        if (!text)
+                return -EIO;
         *out = unwind_maps_open(proc_fd, text);
         return *out ? 0 : -ENOMEM;
 }
@@ -324,23 +309,14 @@ uint64_t unwind_maps_vdso(const struct unwind_maps *m)
 
 static int vdso_fd = -1;
 
-/* A copy of this process's vDSO image (its ELF file, section headers
- * included, as the kernel maps it). */
+/* A sealed memfd holding this process's vDSO image. */
 static void vdso_copy(void)
 {
-        const Elf64_Ehdr *eh = (const Elf64_Ehdr *)getauxval(AT_SYSINFO_EHDR);
         size_t size;
+        const void *eh = symbolizer_vdso_image(&size);
         int fd;
 
-        if (!eh || memcmp(eh->e_ident, ELFMAG, SELFMAG) || eh->e_ident[EI_CLASS] != ELFCLASS64)
-                return;
-        size = eh->e_shoff + (size_t)eh->e_shnum * eh->e_shentsize;
-        for (unsigned i = 0; i < eh->e_phnum; i++) {
-                const Elf64_Phdr *ph = (const Elf64_Phdr *)((const char *)eh + eh->e_phoff) + i;
-                if (ph->p_type == PT_LOAD && ph->p_offset + ph->p_filesz > size)
-                        size = ph->p_offset + ph->p_filesz;
-        }
-        if (size > (1u << 20))
+        if (!eh)
                 return;
         fd = memfd_create("d9-vdso", MFD_CLOEXEC | MFD_ALLOW_SEALING);
         if (fd < 0)

@@ -179,23 +179,36 @@ static struct elf_syms *elf_load(const struct symbolizer *s, const char *path)
         return es;
 }
 
-/* The vDSO is the kernel's image, the same in every 64-bit process of this
- * kernel: d9d's own names the target's [vdso] frames, also after the
- * target exited. Copied out of our mapping (libelf gets memory it may
- * own) as far as its section headers reach. */
+const void *symbolizer_vdso_image(size_t *size)
+{
+        const Elf64_Ehdr *eh = (const Elf64_Ehdr *)getauxval(AT_SYSINFO_EHDR);
+        size_t n;
+
+        if (!eh || memcmp(eh->e_ident, ELFMAG, SELFMAG) || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
+            eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shnum > 64)
+                return NULL;
+        n = eh->e_shoff + (size_t)eh->e_shnum * eh->e_shentsize;
+        for (unsigned i = 0; i < eh->e_phnum; i++) {
+                const Elf64_Phdr *ph = (const Elf64_Phdr *)((const char *)eh + eh->e_phoff) + i;
+                if (ph->p_type == PT_LOAD && ph->p_offset + ph->p_filesz > n)
+                        n = ph->p_offset + ph->p_filesz;
+        }
+        if (n > (1u << 20))
+                return NULL;
+        *size = n;
+        return eh;
+}
+
+/* d9d's own vDSO names the target's [vdso] frames, also after the target
+ * exited. Copied out of our mapping: libelf gets memory it may own. */
 static void vdso_load(struct elf_syms *es)
 {
-        const unsigned char *image = (const unsigned char *)getauxval(AT_SYSINFO_EHDR);
-        const Elf64_Ehdr *eh = (const Elf64_Ehdr *)image;
+        const void *image;
         size_t size, nph = 0;
         char *copy;
         Elf *elf;
 
-        if (!image || memcmp(eh->e_ident, ELFMAG, SELFMAG) || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
-            eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shnum > 64)
-                return;
-        size = eh->e_shoff + (size_t)eh->e_shnum * eh->e_shentsize;
-        if (size > (1u << 20) || !(copy = malloc(size)))
+        if (!(image = symbolizer_vdso_image(&size)) || !(copy = malloc(size)))
                 return;
         memcpy(copy, image, size);
         elf_version(EV_CURRENT);

@@ -51,5 +51,10 @@ const char *symbolizer_debug_build_id(const struct symbolizer *s);
 const char *symbolizer_lookup_vaddr(struct symbolizer *s, uint64_t vaddr, uint64_t *size);
 const char *symbolizer_lookup_offset(struct symbolizer *s, uint64_t off, uint64_t *size);
 
+/* This process's vDSO as an ELF image (as far as its section headers and
+ * PT_LOADs reach), or NULL. It is the kernel's, the same in every 64-bit
+ * process of this kernel, so it stands in for any target's. */
+const void *symbolizer_vdso_image(size_t *size);
+
 /* Read a small /proc file (maps, stat...) into a malloc'd NUL-terminated string. */
 char *symbolizer_read_proc_text(const char *path);
