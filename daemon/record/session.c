@@ -629,7 +629,7 @@ int session_record(void *ctx, const void *rec, size_t size)
         /* Translating needs the plan (workers and long polls by stack, the
          * task labels): kept in order until it lands. */
         if (s->plan_pending && !s->in_replay) {
-                record_hold_push(&s->hold, rec, size);
+                session_late_hold(s, rec, size);
                 return 0;
         }
         if (!s->tr.enc)

@@ -42,6 +42,9 @@ bool session_late_end(struct session *s, const char *reason);
 /* The plan landed: translate the next part of the held records (a few ms
  * of the loop), until none is left. */
 void session_late_replay_step(struct session *s);
+/* A ring record while the plan is built: held in order, a stack unwound
+ * first (it needs no plan; its frames are a twentieth of its copy). */
+void session_late_hold(struct session *s, const void *rec, size_t size);
 /* "plan" object of status. */
 json_t *session_late_json(const struct session *s);
 /* A job on the BPF thread changes s's links: session_end waits for it. */

@@ -179,6 +179,7 @@ void translate_destroy(struct translate *tr)
         free(tr->live_tasks);
         unwinder_free(tr->unw);
         unwind_maps_free(tr->unw_maps);
+        free(tr->held_scratch);
         if (tr->ksyms)
                 ksyms_put(tr->ksyms);
         dyn_forget(tr);
@@ -864,8 +865,7 @@ static int on_offcpu(struct translate *tr, const struct d9_rec_offcpu *o, struct
         return d9_enc_worker_unpark(tr->enc, o->hdr.ts, t->worker, 0, o->cpu_ns, o->sched_wait_ns, o->hdr.tid);
 }
 
-/* Kernel frames, unwind_opts' default 128 user frames, the cut mark. */
-#define MAX_FRAMES (D9_STACK_KERN_MAX + 160)
+#define MAX_FRAMES TRANSLATE_STACK_FRAMES_MAX
 
 /* A stack taken in d9d's own probe path (the uprobe trap and handler, our
  * BPF programs): its kernel frames become one "[d9d uprobe]" frame, so a
@@ -904,15 +904,24 @@ static struct tr_stack *stack_slot(struct tr_thread *t)
         return st;
 }
 
-/* A STACK record comes right before the SAMPLE/OFFCPU record of the same
- * thread that names it: unwind it now and keep the frames on the thread. */
-static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_t size, struct tr_thread *t)
+/* Unwinds a STACK record into h (the record's fields later steps read,
+ * then the frames): what on_stack uses now, or what a session holds while
+ * its plan is built (translate_stack_ahead). */
+static void stack_unwind(struct translate *tr, const struct d9_rec_stack *rec, size_t size,
+                         struct translate_held_stack *h)
 {
-        struct unwind_stats us;
-        struct tr_stack *st;
-        uint32_t n_kern;
+        uint32_t n_kern = 0;
         int n = 0;
 
+        memset(h, 0, offsetof(struct translate_held_stack, frames));
+        h->hdr = rec->hdr;
+        h->hdr.type = TRANSLATE_REC_HELD_STACK;
+        h->stack_id = rec->stack_id;
+        h->worker_rt = rec->worker_rt;
+        h->worker_found_ts = rec->worker_found_ts;
+        h->worker = rec->worker;
+        h->flags = rec->flags;
+        h->user_len = rec->user_len;
         tr->stack_bytes += size;
         if (!tr->unw) {
                 struct unwind_opts uo = { .hide_kernel = tr->hide_kernel, .copy_bytes = tr->stack_copy_bytes,
@@ -924,46 +933,91 @@ static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_
                         unwinder_take_maps(tr->unw, tr->unw_maps);
                 tr->unw_maps = tr->unw ? NULL : tr->unw_maps;
         }
-        if (tr->stack_workers)
-                translate_stack_worker(tr, rec->hdr.tid, rec->worker_rt, rec->worker, rec->worker_found_ts,
-                                       rec->flags & D9_SREC_WK_SEARCH);
-        st = stack_slot(t);
-        if (!st->frames)
-                st->frames = malloc(MAX_FRAMES * sizeof(*st->frames));
-        st->id = rec->stack_id;
-        if (!tr->unw || !st->frames || (n = unwinder_stack(tr->unw, rec, size, st->frames, MAX_FRAMES, &n_kern)) <= 0) {
+        if (!tr->unw || (n = unwinder_stack(tr->unw, rec, size, h->frames, MAX_FRAMES, &n_kern)) <= 0) {
                 tr->stacks_failed++;
                 /* Over the unwind budget (daemon/record/unwind.h): dropped, and
                  * said so in the trace with the next stack that unwinds. */
                 tr->stacks_lost += n == -EBUSY;
-                st->n = 0;
-                st->fail = !tr->unw || n == -ENOENT ? STACK_MARK_NO_MODULES :
-                           n == -EBUSY ? STACK_MARK_UNWIND_BUDGET : STACK_MARK_UNWIND_NONE;
+                h->fail = !tr->unw || n == -ENOENT ? STACK_MARK_NO_MODULES :
+                          n == -EBUSY ? STACK_MARK_UNWIND_BUDGET : STACK_MARK_UNWIND_NONE;
                 return;
         }
-        if (tr->stacks_lost && translate_lost(tr, rec->hdr.ts, tr->stacks_lost, "stack_unwind") == 0)
+        h->n = (uint32_t)n;
+        h->n_kern = n_kern;
+        h->cut = unwinder_last_cut(tr->unw);
+}
+
+/* A STACK record comes right before the SAMPLE/OFFCPU record of the same
+ * thread that names it: its frames are kept on the thread for that one. */
+static void on_stack_frames(struct translate *tr, const struct translate_held_stack *h, struct tr_thread *t)
+{
+        struct unwind_stats us;
+        struct tr_stack *st;
+        uint32_t n = h->n;
+
+        if (tr->stack_workers)
+                translate_stack_worker(tr, h->hdr.tid, h->worker_rt, h->worker, h->worker_found_ts,
+                                       h->flags & D9_SREC_WK_SEARCH);
+        st = stack_slot(t);
+        if (!st->frames)
+                st->frames = malloc(MAX_FRAMES * sizeof(*st->frames));
+        st->id = h->stack_id;
+        st->n = 0;
+        st->fail = h->fail;
+        if (!h->n || !st->frames) {
+                st->fail = h->n ? STACK_MARK_UNWIND_NONE : h->fail;
+                tr->stacks_failed += h->n != 0;
+                return;
+        }
+        memcpy(st->frames, h->frames, n * sizeof(*st->frames));
+        if (tr->stacks_lost && translate_lost(tr, h->hdr.ts, tr->stacks_lost, "stack_unwind") == 0)
                 tr->stacks_lost = 0;
         tr->stacks++;
-        if (rec->flags & D9_SREC_DEEP) {
+        if (h->flags & D9_SREC_DEEP) {
                 tr->stacks_deep++;
-                tr->stacks_deep_bytes += rec->user_len;
+                tr->stacks_deep_bytes += h->user_len;
         }
-        unwinder_get_stats(tr->unw, &us);
-        tr->frames_outside = us.outside;
+        if (tr->unw) {
+                unwinder_get_stats(tr->unw, &us);
+                tr->frames_outside = us.outside;
+        }
         if (tr->stack_workers)
-                long_poll_on_stack(tr, t, rec->stack_id, st->frames, (uint32_t)n, n_kern);
+                long_poll_on_stack(tr, t, h->stack_id, st->frames, n, h->n_kern);
         /* Say where a stack stops short, so a flame graph does not show
          * the innermost frames as if they were all there was. */
-        if (unwinder_last_cut(tr->unw) && n < MAX_FRAMES) {
+        if (h->cut && n < MAX_FRAMES) {
                 st->frames[n++] = stack_mark_addr(STACK_MARK_CUT);
                 tr->stacks_cut++;
-                tr->stacks_cut_capped += (rec->flags & D9_SREC_CAPPED) != 0;
+                tr->stacks_cut_capped += (h->flags & D9_SREC_CAPPED) != 0;
                 /* Cut by the plain copy: this thread's next stacks are copied
                  * whole, within the byte cap (docs/stacks.md, "Deep stacks"). */
-                if (!(rec->flags & (D9_SREC_DEEP | D9_SREC_CAPPED)) && tr->deep_thread)
-                        tr->deep_thread(tr->deep_ctx, rec->hdr.tid);
+                if (!(h->flags & (D9_SREC_DEEP | D9_SREC_CAPPED)) && tr->deep_thread)
+                        tr->deep_thread(tr->deep_ctx, h->hdr.tid);
         }
-        st->n = collapse_probe_path(tr, st->frames, (uint32_t)n, n_kern);
+        st->n = collapse_probe_path(tr, st->frames, n, h->n_kern);
+}
+
+static void on_stack(struct translate *tr, const struct d9_rec_stack *rec, size_t size, struct tr_thread *t)
+{
+        const struct translate_held_stack *h;
+
+        if (translate_stack_ahead(tr, rec, size, &h) < 0) {
+                tr->stacks_failed++;
+                return;
+        }
+        on_stack_frames(tr, h, t);
+}
+
+ssize_t translate_stack_ahead(struct translate *tr, const void *rec, size_t size,
+                              const struct translate_held_stack **out)
+{
+        if (size < D9_REC_STACK_FIXED || ((const struct d9_rec_hdr *)rec)->type != D9_REC_STACK)
+                return -EINVAL;
+        if (!tr->held_scratch && !(tr->held_scratch = malloc(TRANSLATE_HELD_STACK_MAX)))
+                return -ENOMEM;
+        stack_unwind(tr, rec, size, tr->held_scratch);
+        *out = tr->held_scratch;
+        return (ssize_t)translate_held_stack_size(tr->held_scratch);
 }
 
 int translate_stack_frames(struct translate *tr, uint32_t tid, uint64_t stack_id, const uint64_t *frames,
@@ -1101,8 +1155,19 @@ int translate_record(struct translate *tr, const void *rec, size_t size)
                 break;
         }
         case D9_REC_STACK:
+                if (size < D9_REC_STACK_FIXED)
+                        return -EBADMSG;
                 on_stack(tr, rec, size, t);
                 return 0;
+        case TRANSLATE_REC_HELD_STACK: {
+                const struct translate_held_stack *hs = rec;
+
+                if (size < offsetof(struct translate_held_stack, frames) || hs->n > MAX_FRAMES ||
+                    size < translate_held_stack_size(hs))
+                        return -EBADMSG;
+                on_stack_frames(tr, hs, t);
+                return 0;
+        }
         case D9_REC_RUN_SAMPLE: {
                 const struct d9_rec_run *run = rec;
                 struct tr_stack *st;

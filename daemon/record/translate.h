@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "bpf/d9_events.h"
 #include "proto/d9proto.h"
 #include "daemon/record/workers.h"
 #include "daemon/symbolize/mapping.h"
@@ -116,6 +117,7 @@ struct translate {
          * copies of its stacks (d9_bpf_target_stack_deep); NULL: none. */
         int (*deep_thread)(void *ctx, uint32_t tid);
         void *deep_ctx;
+        struct translate_held_stack *held_scratch; /* on_stack's unwound frames */
         struct ksyms *ksyms;            /* kernel names, to tell d9d's probe path */
         uint64_t stacks_lost;           /* over the unwind budget, not yet in a
                                          * D9LostEventsEvent */
@@ -199,6 +201,38 @@ int translate_offcpu_short(struct translate *tr, uint64_t ts, uint64_t intervals
  * translate_record does this itself; tests feed synthetic stacks here. */
 int translate_stack_frames(struct translate *tr, uint32_t tid, uint64_t stack_id, const uint64_t *frames,
                            uint32_t n, uint32_t n_kern);
+/* Kernel frames, unwind_opts' default 128 user frames, the cut mark. */
+#define TRANSLATE_STACK_FRAMES_MAX (D9_STACK_KERN_MAX + 160)
+
+/* A STACK record unwound ahead of its use: the fields translating it
+ * reads later, then its frames. A session holds these instead of the raw
+ * records while its plan is built (a copy of up to 8 KiB and more becomes
+ * a few hundred bytes). Its type is translate's own: BPF never writes it. */
+#define TRANSLATE_REC_HELD_STACK 0x8001
+struct translate_held_stack {
+        struct d9_rec_hdr hdr;          /* the STACK record's, type TRANSLATE_REC_HELD_STACK */
+        uint64_t stack_id, worker_rt, worker_found_ts;
+        uint32_t worker, flags, user_len;
+        uint32_t n, n_kern;             /* n 0: it did not unwind, because of */
+        uint32_t fail;                  /* ... this enum stack_mark */
+        uint32_t cut;                   /* the walk needed stack past the copy */
+        uint32_t _pad;
+        uint64_t frames[];              /* n of them, kernel first, leaf first */
+};
+#define TRANSLATE_HELD_STACK_MAX \
+        (sizeof(struct translate_held_stack) + TRANSLATE_STACK_FRAMES_MAX * sizeof(uint64_t))
+
+static inline size_t translate_held_stack_size(const struct translate_held_stack *h)
+{
+        return sizeof(*h) + h->n * sizeof(h->frames[0]);
+}
+
+/* Unwinds a STACK record now, for translate_record to take later in its
+ * place: unwinding needs no plan, and uses the map of the moment. *out is
+ * translate's own, good until its next stack. Returns *out's size, or
+ * -EINVAL for another record. */
+ssize_t translate_stack_ahead(struct translate *tr, const void *rec, size_t size,
+                              const struct translate_held_stack **out);
 /* The worker a STACK record says tid's loop runs (0: none; searching: BPF
  * cannot tell yet), as on_stack takes it; tests feed it before
  * translate_stack_frames. */

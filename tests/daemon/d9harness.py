@@ -35,9 +35,11 @@ def _die_with_parent():
 class D9d:
     """A d9d process private to one test."""
 
-    def __init__(self, d9d, d9ctl, settings=None, state=None, conf=None):
-        """conf: d9d.conf text (keys that repeat, such as attach); else none."""
+    def __init__(self, d9d, d9ctl, settings=None, state=None, conf=None, wrap=()):
+        """conf: d9d.conf text (keys that repeat, such as attach); else none.
+        wrap: a command d9d runs under (strace -D ..., keeping d9d's pid)."""
         self.d9d, self.d9ctl = d9d, d9ctl
+        self.wrap = list(wrap)
         self.tmp = state or tempfile.mkdtemp(prefix="d9d-test-")
         os.chmod(self.tmp, 0o755)
         self.sock = os.path.join(self.tmp, "control.sock")
@@ -51,7 +53,8 @@ class D9d:
                 f.write(conf)
 
     def start(self):
-        args = [self.d9d, "--config", self.conf, "--state-dir", self.tmp, "--socket", self.sock, "--foreground"]
+        args = self.wrap + [self.d9d, "--config", self.conf, "--state-dir", self.tmp, "--socket", self.sock,
+                            "--foreground"]
         # d9d at the unit's Nice=, as it runs in production; D9_TEST_D9D_NICE
         # overrides it for measurements (docs/performance.md).
         nice = os.environ.get("D9_TEST_D9D_NICE", str(unit_nice()))
