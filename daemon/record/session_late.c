@@ -118,8 +118,9 @@ void session_late_hold(struct session *s, const void *rec, size_t size)
         const struct translate_held_stack *frames;
         ssize_t n;
 
-        /* An 8 KiB copy (deep ones more) held as its frames: Deno's stacks
-         * filled the 8 MiB hold in 2 s, and a plan under load takes longer. */
+        /* An 8 KiB copy (deep ones more) held as its frames: copies filled
+         * the 8 MiB hold in about a second on a stack-heavy target, and a
+         * plan under load takes seconds. */
         if (s->tr.enc && size >= sizeof(*h) && h->type == D9_REC_STACK &&
             (n = translate_stack_ahead(&s->tr, rec, size, &frames)) > 0) {
                 record_hold_push(&s->hold, frames, (size_t)n);

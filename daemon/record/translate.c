@@ -1155,8 +1155,6 @@ int translate_record(struct translate *tr, const void *rec, size_t size)
                 break;
         }
         case D9_REC_STACK:
-                if (size < D9_REC_STACK_FIXED)
-                        return -EBADMSG;
                 on_stack(tr, rec, size, t);
                 return 0;
         case TRANSLATE_REC_HELD_STACK: {
