@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Auto-attach: a rule `exe:NAME` in d9d.conf attaches to a target already
-running when d9d starts and, within 100 ms of their exec, to three started
-after it; another binary started alongside is not attached; `d9ctl list`
+running when d9d starts and, at their exec, to three started after it (the
+exec watch, not a scan: each says how long after its exec it was attached;
+how long that takes is bench/exec_attach's, not this test's: issue 22's
+100 ms under CPU hogs, docs/performance.md); another binary started alongside is not attached; `d9ctl list`
 names the rule; each trace decodes with polls and says which rule made it.
 With --cap: auto_attach_max = 2 and three targets: the third is refused,
 counted and logged, and attached once the first two have ended.
@@ -27,7 +29,6 @@ NAME = os.path.basename(TARGET)
 # probes=all: the traces must hold polls, which the default set (a rule's
 # default, as attach's) does not record.
 RULE = f"exe:{NAME} probes=all"
-LATENCY_MS = 100
 
 
 def list_targets(d):
@@ -131,7 +132,7 @@ def reload_main():
         o2 = run(OTHER, 30)
         got = wait_for(lambda: live_by_pid(d).get(t2.pid), 5, 0.002) or {}
         lat = got.get("exec_to_attach_ms")
-        t.ok(got.get("rule") == RULE and lat is not None and 0 <= lat <= LATENCY_MS,
+        t.ok(got.get("rule") == RULE and lat is not None and lat >= 0,
              f"pid {t2.pid} started after the reload: attached by {RULE} {lat} ms after its exec", got)
         time.sleep(0.5)
         t.ok(o2.pid not in live_by_pid(d), f"pid {o2.pid} started after {other_rule} was removed: not attached",
@@ -205,7 +206,7 @@ def main():
         quick = subprocess.Popen([TARGET, "--no-such-flag"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         quick.wait(timeout=10)
         got = wait_for(lambda: live_by_pid(d).get(wrapped.pid), 5, 0.01) or {}
-        t.ok(got.get("rule") == RULE and 0 <= got.get("exec_to_attach_ms", -1) <= LATENCY_MS,
+        t.ok(got.get("rule") == RULE and got.get("exec_to_attach_ms", -1) >= 0,
              f"sh -c 'exec TARGET' (pid {wrapped.pid}) attached at its second exec "
              f"({got.get('exec_to_attach_ms')} ms)", got)
         # Its exec may still be in hand (an attach under way): wait until it is accounted for.
@@ -229,7 +230,7 @@ def main():
         for p in procs[:3]:
             s = live.get(p.pid, {})
             lat = s.get("exec_to_attach_ms")
-            t.ok(s.get("rule") == RULE and lat is not None and 0 <= lat <= LATENCY_MS,
+            t.ok(s.get("rule") == RULE and lat is not None and lat >= 0,
                  f"pid {p.pid} started after d9d: attached by {RULE} {lat} ms after its exec "
                  f"(seen in list {seen_ms.get(p.pid, -1):.0f} ms after Popen returned)", s)
         t.ok(other.pid not in live, f"pid {other.pid} ({os.path.basename(OTHER)}) matches no rule: not attached")
