@@ -963,7 +963,6 @@ static void on_stack_frames(struct translate *tr, const struct translate_held_st
                 st->frames = malloc(MAX_FRAMES * sizeof(*st->frames));
         st->id = h->stack_id;
         st->n = 0;
-        st->fail = h->fail;
         if (!h->n || !st->frames) {
                 st->fail = h->n ? STACK_MARK_UNWIND_NONE : h->fail;
                 tr->stacks_failed += h->n != 0;

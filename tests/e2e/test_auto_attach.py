@@ -3,7 +3,8 @@
 running when d9d starts and, at their exec, to three started after it (the
 exec watch, not a scan: each says how long after its exec it was attached;
 how long that takes is bench/exec_attach's, not this test's: issue 22's
-100 ms under CPU hogs, docs/performance.md); another binary started alongside is not attached; `d9ctl list`
+100 ms under CPU hogs, docs/performance.md); another binary started
+alongside is not attached; `d9ctl list`
 names the rule; each trace decodes with polls and says which rule made it.
 With --cap: auto_attach_max = 2 and three targets: the third is refused,
 counted and logged, and attached once the first two have ended.
