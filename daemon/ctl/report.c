@@ -8,6 +8,7 @@
  * (what the trace does not hold). A sample belongs to the poll open on its
  * worker at its timestamp, as dial9's readers attach them. */
 #include "report.h"
+#include "report_long_polls.h"
 #include "report_process.h"
 #include "report_tasks.h"
 #include "task_table.h"
@@ -23,7 +24,7 @@
 #include "trace_read.h"
 
 #define NWORKERS 256          /* worker ids are u8-sized: 254 blocking, 255 other */
-#define MAX_FRAMES 48
+#define MAX_FRAMES REPORT_FRAMES_MAX
 #define MIN_POLL_NS 1000000u  /* polls kept for the lists: >= 1 ms */
 #define MAX_KEPT 1000000      /* bound on kept polls and samples; the rest counted */
 #define KERNEL_MIN 0xffff800000000000ull /* callchains: kernel frames first */
@@ -84,6 +85,7 @@ struct report {
         unsigned segments;
         json_t *meta;
         struct report_process process;
+        struct report_long_polls long_polls;
         struct report_tasks *tasks;
         int error;              /* first allocation failure of a section */
 };
@@ -285,7 +287,7 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
                 if (ev->ts > r->last_ts)
                         r->last_ts = ev->ts;
         }
-        if (d9ctl_report_process_event(&r->process, ev))
+        if (d9ctl_report_process_event(&r->process, ev) || d9ctl_report_long_polls_event(&r->long_polls, ev))
                 return 0;
         d9ctl_report_tasks_event(r->tasks, ev, &r->error);
         if (r->error)
@@ -329,7 +331,7 @@ struct report *d9ctl_report_new(unsigned top)
         r->jobs = calloc(top ? top : 1, sizeof(*r->jobs));
         r->meta = json_object();
         r->tasks = d9ctl_report_tasks_new();
-        if (!r->wakes || !r->jobs || !r->meta || !r->tasks) {
+        if (!r->wakes || !r->jobs || !r->meta || !r->tasks || d9ctl_report_long_polls_init(&r->long_polls, top) < 0) {
                 d9ctl_report_free(r);
                 return NULL;
         }
@@ -351,6 +353,7 @@ void d9ctl_report_free(struct report *r)
         d9ctl_task_table_free(&r->slots);
         json_decref(r->meta);
         d9ctl_report_tasks_free(r->tasks);
+        d9ctl_report_long_polls_free(&r->long_polls);
         free(r);
 }
 
@@ -392,22 +395,6 @@ static int poll_cmp_desc(const void *a, const void *b)
         return dx < dy ? 1 : dx > dy ? -1 : 0;
 }
 
-/* Frames leaf first, named where the segment names them. */
-static json_t *stack_json(const struct report *r, const struct sample *s)
-{
-        json_t *a = json_array();
-        char hex[32];
-
-        for (uint8_t i = 0; i < s->n; i++) {
-                const char *n = d9ctl_trace_symbols_name(&r->syms, s->frames[i]);
-                if (!n) {
-                        snprintf(hex, sizeof(hex), "0x%llx", (unsigned long long)s->frames[i]);
-                        n = hex;
-                }
-                json_array_append_new(a, json_string(n));
-        }
-        return a;
-}
 
 /* The samples of worker w in [from, to): indexes into the sorted array. */
 static size_t first_sample(const struct report *r, uint8_t w, uint64_t from)
@@ -465,15 +452,13 @@ static json_t *poll_json(const struct report *r, const struct poll *p, int sourc
                 }
         }
         *picked = source == 0 ? first_on : first_off;
-        unsigned kernel = 0;
-        while (*picked && kernel < (*picked)->n && (*picked)->frames[kernel] >= KERNEL_MIN)
-                kernel++;
+        unsigned kernel = *picked ? d9ctl_report_kernel_frames((*picked)->frames, (*picked)->n) : 0;
         json_t *o = json_pack("{s:I, s:I, s:i, s:I, s:s?, s:I, s:I}", "start_ns", (json_int_t)p->start,
                               "duration_ns", (json_int_t)(p->end - p->start), "worker", (int)p->worker,
                               "task", (json_int_t)p->task, "future", p->future, "cpu_samples",
                               (json_int_t)on, "offcpu_samples", (json_int_t)off);
         if (*picked) {
-                json_object_set_new(o, "stack", stack_json(r, *picked));
+                json_object_set_new(o, "stack", d9ctl_report_frames_json(&r->syms, (*picked)->frames, (*picked)->n));
                 json_object_set_new(o, "kernel_frames", json_integer(kernel));
         }
         return o;
@@ -533,11 +518,14 @@ json_t *d9ctl_report_result(struct report *r)
                                     "short_offcpu_ns", (json_int_t)r->short_offcpu_ns,
                                     "polls_not_kept", (json_int_t)r->polls_dropped,
                                     "samples_not_kept", (json_int_t)r->samples_dropped);
-        return json_pack("{s:i, s:I, s:I, s:I, s:I, s:O, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o?}", "segments", (int)r->segments,
+        return json_pack("{s:i, s:I, s:I, s:I, s:I, s:O, s:o, s:o, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o?}",
+                         "segments", (int)r->segments,
                          "span_ns", (json_int_t)span, "polls", (json_int_t)r->total_polls,
                          "polls_over_1ms", (json_int_t)(r->npolls + r->polls_dropped),
                          "blocking_pool_jobs", (json_int_t)r->total_jobs, "metadata", r->meta,
-                         "longest_polls", longest, "blocking_in_polls", blocking, "longest_wake_to_poll",
+                         "longest_polls", longest, "long_polls_from_stacks",
+                         d9ctl_report_long_polls_json(&r->long_polls, &r->syms), "long_polls_from_stacks_total",
+                         (json_int_t)r->long_polls.total, "blocking_in_polls", blocking, "longest_wake_to_poll",
                          wakes, "longest_blocking_pool_jobs", jobs, "workers", workers, "missing", missing,
                          "process", d9ctl_report_process_json(&r->process), "tasks",
                          d9ctl_report_tasks_json(r->tasks));

@@ -64,6 +64,26 @@ static void print_polls(FILE *out, const char *title, const json_t *list, const 
         }
 }
 
+/* The default set's long polls: no poll events, so each is a lower bound
+ * and says how it was seen (running ticks, blocked, preempted). */
+static void print_long_polls(FILE *out, const json_t *doc)
+{
+        const json_t *list = json_object_get(doc, "long_polls_from_stacks"), *p;
+        size_t i;
+
+        fprintf(out, "\nLong polls seen from stacks and switches (no poll probes: each lasted at least this; %"
+                JSON_INTEGER_FORMAT " in all)\n", json_integer_value(json_object_get(doc, "long_polls_from_stacks_total")));
+        json_array_foreach(list, i, p) {
+                const char *future = json_string_value(json_object_get(p, "future"));
+                fprintf(out, "  >= %9.3f ms  worker %-3d %-9s %3" JSON_INTEGER_FORMAT " ticks  %s\n               ",
+                        ms(p, "min_ns"), (int)json_integer_value(json_object_get(p, "worker")),
+                        json_string_value(json_object_get(p, "how")), json_integer_value(json_object_get(p, "ticks")),
+                        future && *future ? future : "(unknown future)");
+                print_stack(out, p);
+                fputc('\n', out);
+        }
+}
+
 /* One line per row: its length in ms (from key), worker, task, future. */
 static void print_rows(FILE *out, const json_t *list, const char *key, bool worker, const char *none)
 {
@@ -162,6 +182,9 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
 
         print_polls(out, "Longest polls (what ran: the deepest CPU sample inside the poll)",
                     json_object_get(doc, "longest_polls"), "cpu_samples");
+        if (json_integer_value(json_object_get(doc, "long_polls_from_stacks_total")) ||
+            !json_integer_value(json_object_get(doc, "polls")))
+                print_long_polls(out, doc);
         print_polls(out, "Blocking inside polls (the poll's thread was descheduled here)",
                     json_object_get(doc, "blocking_in_polls"), "offcpu_samples");
 

@@ -22,8 +22,10 @@ struct lp_range {
 
 /* A long poll seen from outside, lasting at least min_ns: from its first
  * to its last tick ("running"; ticks counts them, and the poll began up to
- * a tick of the thread's CPU time earlier and ended up to one later), or
- * the worker's off-CPU interval inside it ("blocked", ticks 0). No upper
+ * a tick of the thread's CPU time earlier and ended up to one later), the
+ * worker's voluntary off-CPU interval inside it ("blocked", ticks 0), or
+ * its preemption inside it with fewer than two ticks ("preempted": the
+ * poll had the worker that long, most of it waiting for a CPU). No upper
  * bound is claimed: the thread may have been preempted around the ends.
  * Written at its end (ts); dial9's readers skip it, d9's keep it. */
 static const struct d9_field_def long_poll_fields[] = {
@@ -169,8 +171,9 @@ static int run_close(struct translate *tr, struct tr_thread *t)
         int r;
 
         t->run_poll = 0;
-        /* One tick in the poll says nothing about its length. */
-        if (t->run_n < 2)
+        /* One tick in the poll says nothing about its length; a preemption
+         * inside it does (from the tick, or the switch-out, to switch-in). */
+        if (t->run_n < 2 && !t->run_preempted)
                 return 0;
         v[0] = (struct d9_enc_value){ .present = true, .u = t->worker < D9_WORKER_BLOCKING ? t->worker : 255 };
         v[1] = (struct d9_enc_value){ .present = true, .u = t->tid };
@@ -178,7 +181,8 @@ static int run_close(struct translate *tr, struct tr_thread *t)
         v[3] = (struct d9_enc_value){ .present = true, .u = min };
         v[4] = (struct d9_enc_value){ .present = true, .u = t->run_n };
         v[5] = (struct d9_enc_value){ .present = true };
-        r = d9_enc_intern_string(tr->enc, "running", 7, &v[5].atom);
+        r = t->run_n < 2 ? d9_enc_intern_string(tr->enc, "preempted", 9, &v[5].atom)
+                         : d9_enc_intern_string(tr->enc, "running", 7, &v[5].atom);
         v[6] = (struct d9_enc_value){ .present = true,
                                       .atom = t->run_gen == tr->enc_gen ? t->run_stack_atom : tr->empty_stack };
         if (r == 0)
@@ -215,6 +219,7 @@ int long_poll_on_run(struct translate *tr, struct tr_thread *t, const struct d9_
                 t->run_n = 0;
                 t->run_depth = 0;
                 t->run_gen = 0;
+                t->run_preempted = false;
         }
         t->run_last = rec->hdr.ts;
         t->run_n++;
@@ -229,14 +234,40 @@ int long_poll_on_run(struct translate *tr, struct tr_thread *t, const struct d9_
         return 0;
 }
 
-void long_poll_on_preempt(struct translate *tr, struct tr_thread *t, const struct d9_rec_offcpu *o)
+int long_poll_on_preempt(struct translate *tr, struct tr_thread *t, const struct d9_rec_offcpu *o, uint32_t stack)
 {
-        (void)tr;
+        int r = 0;
+
+        if (!o->stack_id || t->lp_stack != o->stack_id || !t->lp_poll)
+                return 0;
         /* Its stack is the poll frame the run is in: it was in that poll
          * when switched out, so it still is when switched back in. */
-        if (t->run_poll && o->stack_id && t->lp_stack == o->stack_id && t->lp_poll == t->run_poll &&
-            o->hdr.ts > t->run_last)
-                t->run_last = o->hdr.ts;
+        if (t->run_poll == t->lp_poll) {
+                if (o->hdr.ts > t->run_last)
+                        t->run_last = o->hdr.ts;
+                t->run_preempted = true;
+                return 0;
+        }
+        /* A poll with no tick yet (under a tick of CPU time, then preempted:
+         * on a loaded machine or a CPU-throttled cgroup the usual way a short
+         * poll holds its worker for milliseconds). Its run starts at the
+         * switch-out; a tick after it ends it (its stretch is unknown), so a
+         * poll that then runs on is written twice, each piece a true lower
+         * bound. */
+        if (t->run_poll)
+                r = run_close(tr, t);
+        if (r < 0)
+                return r;
+        t->run_poll = t->lp_poll;
+        t->run_since = 0;
+        t->run_first = o->off_ts;
+        t->run_last = o->hdr.ts;
+        t->run_n = 0;
+        t->run_depth = t->lp_depth;
+        t->run_stack_atom = stack;
+        t->run_gen = tr->enc_gen;
+        t->run_preempted = true;
+        return 0;
 }
 
 int long_poll_on_offcpu(struct translate *tr, struct tr_thread *t, const struct d9_rec_offcpu *o, uint32_t stack)

@@ -21,6 +21,9 @@
  * - A blocked long poll: an off-CPU interval (>= offcpu_min, with its stack)
  *   of a worker whose stack shows a task poll frame: the poll blocked the
  *   worker, which is not a park.
+ * - A preempted long poll: a preemption (>= offcpu_min, with its stack)
+ *   inside a task poll frame with fewer than two ticks in the poll: the
+ *   poll held the worker from its tick (or the switch-out) to switch-in.
  * Used by translate.c; the frame -> plan lookup is a hook so tests can feed
  * synthetic stacks. */
 #pragma once
@@ -49,11 +52,13 @@ void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stac
 /* A run tick whose stack unwound to frames (as long_poll_on_stack saw them). */
 int long_poll_on_run(struct translate *tr, struct tr_thread *t, const struct d9_rec_run *r,
                      const uint64_t *frames, uint32_t n);
-/* A preemption of t (an involuntary off-CPU interval with its stack):
- * inside the open run's poll frame, it extends the run to its switch-in.
- * Under load a busy poll gets few ticks (they count CPU time) and spends
- * most of its wall time preempted. */
-void long_poll_on_preempt(struct translate *tr, struct tr_thread *t, const struct d9_rec_offcpu *o);
+/* A preemption of t (an involuntary off-CPU interval >= offcpu_min with
+ * its stack; stack: its callchain atom): inside the open run's poll frame,
+ * it extends the run to its switch-in (under load a busy poll gets few
+ * ticks, as they count CPU time, and spends most of its wall time
+ * preempted); inside another task poll frame, it opens a run of that
+ * poll, from its switch-out. 0 or a negative errno from the encoder. */
+int long_poll_on_preempt(struct translate *tr, struct tr_thread *t, const struct d9_rec_offcpu *o, uint32_t stack);
 /* 1: the interval was a poll blocking the worker (written with stack, the
  * off-CPU sample's callchain; not a park). */
 int long_poll_on_offcpu(struct translate *tr, struct tr_thread *t, const struct d9_rec_offcpu *o, uint32_t stack);

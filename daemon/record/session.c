@@ -133,7 +133,8 @@ static bool plan_gaps_told(const struct session *s)
 #define D9_LONG_POLL_ROUTE                                                                          \
         "D9LongPollEvent from CPU-clock ticks every 500us of a worker that did not sleep: a poll "   \
         "seen in one task poll frame for >= 1 ms (sampled: back-to-back polls of one future type "  \
-        "without a sleep between read as one), or a worker off CPU >= 1 ms inside a poll frame"
+        "without a sleep between read as one), or a worker off CPU >= 1 ms inside a poll frame "  \
+        "(blocked; or preempted, with under two ticks in the poll)"
 #define D9_STACK_PARK_ROUTE                                                                         \
         "sched_switch: a worker's (a thread whose stacks show task polls) voluntary switch-out of "  \
         ">= offcpu_min outside a task poll frame; shorter ones are only counted per target"

@@ -849,7 +849,7 @@ static int on_offcpu(struct translate *tr, const struct d9_rec_offcpu *o, struct
                                   o->hdr.cpu);
 
         if (r == 0 && tr->stack_workers && o->prev_state == 0)
-                long_poll_on_preempt(tr, t, o);
+                r = long_poll_on_preempt(tr, t, o, stack);
         if (r < 0 || !tr->park_from_sched || t->worker >= D9_WORKER_BLOCKING ||
             t->poll_worker != D9_WORKER_NONE || o->prev_state == 0)
                 return r;

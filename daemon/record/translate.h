@@ -58,9 +58,12 @@ struct tr_thread {
         uint32_t lp_poll, lp_launch;
         uint32_t lp_depth;              /* user frames above that task poll frame */
         /* The open run of fast ticks in one task poll (run_poll = cookie + 1),
-         * and its stack: of the tick deepest in the poll (run_depth). */
+         * and its stack: of the tick deepest in the poll (run_depth).
+         * run_preempted: a preemption inside the poll is part of the run (a
+         * run a preemption opened has no tick and no stretch, run_since 0). */
         uint32_t run_poll, run_n, run_stack_atom, run_gen, run_depth;
         uint64_t run_since, run_first, run_last;
+        bool run_preempted;
 };
 
 struct lp_range;

@@ -1,8 +1,8 @@
 /* The default probe set's derivations (daemon/long_poll.c), fed synthetic
  * stacks and records: which threads become workers from what their stacks
  * show, which off-CPU intervals are parks and which are polls blocking a
- * worker, and how fast run ticks inside one poll frame become one
- * D9LongPollEvent (and which do not). */
+ * worker, and how fast run ticks and preemptions inside one poll frame
+ * become one D9LongPollEvent (and which do not). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +48,7 @@ static int same_vaddr(void *ctx, uint64_t addr, uint64_t *vaddr)
 
 struct log {
         int park[256], unpark[256], samples[256];
-        int long_running, long_blocked;
+        int long_running, long_blocked, long_preempted;
         int long_on[256];               /* long polls per worker_id */
         uint64_t min_ns[8], ticks[8], worker[8], leaf[8];
         char label[8][32];
@@ -79,9 +79,10 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
         uint64_t w = field_u(ev, "worker_id");
 
         if (!strcmp(n, "D9LongPollEvent")) {
-                int i = l->long_running + l->long_blocked;
+                int i = l->long_running + l->long_blocked + l->long_preempted;
                 char how[16];
-                bool running = !strcmp(field_s(ev, "how", how, sizeof(how)), "running");
+
+                field_s(ev, "how", how, sizeof(how));
 
                 if (i < 8) {
                         l->min_ns[i] = field_u(ev, "min_ns");
@@ -92,7 +93,12 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
                                 if (!strcmp(ev->schema->fields[k].name, "stack") && ev->values[k].stack.n)
                                         l->leaf[i] = d9_value_stack_addr(&ev->values[k], 0);
                 }
-                running ? l->long_running++ : l->long_blocked++;
+                if (!strcmp(how, "running"))
+                        l->long_running++;
+                else if (!strcmp(how, "blocked"))
+                        l->long_blocked++;
+                else if (!strcmp(how, "preempted"))
+                        l->long_preempted++;
                 if (w < 256)
                         l->long_on[w]++;
                 return 0;
@@ -416,7 +422,8 @@ static void test_flush_by_trace_time(void)
 
 /* A busy poll on a loaded machine: ticks count CPU time, so its wall time
  * is mostly preemptions. One whose stack shows the run's poll frame
- * extends the run to its switch-in; one in another frame does not. */
+ * extends the run to its switch-in; one in another frame ends it and is
+ * that other poll's. */
 static void test_preemptions_extend_runs(void)
 {
         const uint64_t in_task[] = { TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
@@ -432,12 +439,54 @@ static void test_preemptions_extend_runs(void)
                 tick(&r, 101, stack(&r, 101, in_task, 3), since);
         preempt(&r, 101, stack(&r, 101, in_task, 3), 20000000);        /* 20 ms inside it */
         tick(&r, 101, stack(&r, 101, in_task, 3), since);
-        preempt(&r, 101, stack(&r, 101, in_task2, 3), 20000000);       /* another frame: no */
+        preempt(&r, 101, stack(&r, 101, in_task2, 3), 20000000);       /* another frame */
         run_end(&r, &l, workers, sizeof(workers));
         ok(l.long_running == 1 && l.ticks[0] == 4 && l.min_ns[0] == 3 * PERIOD + 20000000,
-           "a preemption inside the run's frame counts to its switch-in, one in another frame not "
-           "(%d, %llu ticks, %llu ns)", l.long_running, (unsigned long long)l.ticks[0],
-           (unsigned long long)l.min_ns[0]);
+           "a preemption inside the run's frame counts to its switch-in (%d, %llu ticks, %llu ns)",
+           l.long_running, (unsigned long long)l.ticks[0], (unsigned long long)l.min_ns[0]);
+        ok(l.long_preempted == 1 && l.min_ns[1] == 20000000 && !strcmp(l.label[1], "app::tick"),
+           "one in another frame ends the run and is that poll's, preempted 20 ms (%d, %llu ns, '%s')",
+           l.long_preempted, (unsigned long long)l.min_ns[1], l.label[1]);
+}
+
+/* A short poll preempted for milliseconds (a loaded machine, a throttled
+ * cgroup) gets at most one tick: the preemption alone shows how long it
+ * held the worker. Intervals outside a poll frame are no poll. */
+static void test_preempted_short_polls(void)
+{
+        const uint64_t in_task[] = { TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        const uint64_t in_task2[] = { TASK2_FN + 0x80, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        const uint64_t outside[] = { OTHER_FN + 3, LAUNCH_FN + 0x20 };
+        struct log l;
+        struct run r;
+        char workers[64];
+        uint64_t since;
+
+        run_start(&r);
+        since = r.ts;
+        tick(&r, 101, stack(&r, 101, outside, 2), since);      /* makes 101 a worker */
+        preempt(&r, 101, stack(&r, 101, in_task, 3), 8000000);  /* no tick in it: 8 ms */
+        preempt(&r, 101, stack(&r, 101, in_task, 3), 4000000);  /* again in it: 12 ms in all */
+        tick(&r, 101, stack(&r, 101, outside, 2), since);      /* back in the loop: ends it */
+        tick(&r, 101, stack(&r, 101, in_task2, 3), since);     /* one tick, then preempted 5 ms */
+        preempt(&r, 101, stack(&r, 101, in_task2, 3), 5000000);
+        offcpu(&r, 101, stack(&r, 101, outside, 2), 3000000);  /* its park ends it */
+        preempt(&r, 101, stack(&r, 101, outside, 2), 9000000); /* in the loop: no poll */
+        tick(&r, 101, stack(&r, 101, in_task, 3), r.ts);       /* one tick alone: none */
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.long_preempted == 2 && l.long_running == 0 && l.long_blocked == 0,
+           "two preempted long polls, nothing else (%d preempted, %d running, %d blocked)", l.long_preempted,
+           l.long_running, l.long_blocked);
+        ok(l.min_ns[0] == 12000000 && l.ticks[0] == 0 && !strcmp(l.label[0], "app::serve") && l.worker[0] == 0 &&
+           l.leaf[0] == TASK_FN + 0x40,
+           "first: app::serve on worker 0 held it 12 ms over two preemptions, no tick, its stack "
+           "(%llu ns, %llu ticks, '%s', w%llu)", (unsigned long long)l.min_ns[0],
+           (unsigned long long)l.ticks[0], l.label[0], (unsigned long long)l.worker[0]);
+        ok(l.min_ns[1] == 5000000 && l.ticks[1] == 1 && !strcmp(l.label[1], "app::tick") &&
+           l.leaf[1] == TASK2_FN + 0x80,
+           "second: app::tick from its one tick to switch-in, 5 ms, the tick's stack (%llu ns, %llu ticks, '%s')",
+           (unsigned long long)l.min_ns[1], (unsigned long long)l.ticks[1], l.label[1]);
+        ok(l.park[0] == 1, "the sleep outside a poll is still a park (%d)", l.park[0]);
 }
 
 int main(void)
@@ -450,5 +499,6 @@ int main(void)
         test_no_thread_id_while_bpf_searches();
         test_flush_by_trace_time();
         test_preemptions_extend_runs();
+        test_preempted_short_polls();
         return tap_done();
 }
