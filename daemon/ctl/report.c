@@ -27,7 +27,6 @@
 #define MAX_FRAMES REPORT_FRAMES_MAX
 #define MIN_POLL_NS 1000000u  /* polls kept for the lists: >= 1 ms */
 #define MAX_KEPT 1000000      /* bound on kept polls and samples; the rest counted */
-#define KERNEL_MIN 0xffff800000000000ull /* callchains: kernel frames first */
 
 struct poll {
         uint64_t start, end, task;
@@ -395,7 +394,6 @@ static int poll_cmp_desc(const void *a, const void *b)
         return dx < dy ? 1 : dx > dy ? -1 : 0;
 }
 
-
 /* The samples of worker w in [from, to): indexes into the sorted array. */
 static size_t first_sample(const struct report *r, uint8_t w, uint64_t from)
 {
@@ -422,7 +420,7 @@ static bool sample_preempted(const struct report *r, const struct sample *s)
         static const char *const marks[] = { "irqentry_exit", "exit_to_user_mode", "preempt_schedule",
                                              "cond_resched" };
 
-        for (uint8_t i = 0; i < s->n && s->frames[i] >= KERNEL_MIN; i++) {
+        for (uint8_t i = 0; i < s->n && s->frames[i] >= REPORT_KERNEL_MIN; i++) {
                 const char *n = d9ctl_trace_symbols_name(&r->syms, s->frames[i]);
                 for (size_t m = 0; n && m < sizeof(marks) / sizeof(marks[0]); m++)
                         if (strstr(n, marks[m]))

@@ -7,8 +7,6 @@
 
 #include "report_long_polls.h"
 
-#define KERNEL_MIN 0xffff800000000000ull
-
 int d9ctl_report_long_polls_init(struct report_long_polls *lp, unsigned cap)
 {
         memset(lp, 0, sizeof(*lp));
@@ -86,7 +84,7 @@ unsigned d9ctl_report_kernel_frames(const uint64_t *frames, unsigned n)
 {
         unsigned k = 0;
 
-        while (k < n && frames[k] >= KERNEL_MIN)
+        while (k < n && frames[k] >= REPORT_KERNEL_MIN)
                 k++;
         return k;
 }

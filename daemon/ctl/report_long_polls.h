@@ -13,6 +13,7 @@
 #include "trace_read.h"
 
 #define REPORT_FRAMES_MAX 48
+#define REPORT_KERNEL_MIN 0xffff800000000000ull /* callchains: kernel frames first */
 
 struct report_long_poll {
         uint64_t end, min_ns, ticks, tid;
