@@ -5,9 +5,9 @@ says what it records and what not (metadata probes / not_recorded), has no
 per-poll, spawn, wake or terminate event, names both workers from their
 stacks and gives each of them parks and unparks from switches, and shows
 the target's long polls with their future type: mixed runs busy_block_50ms
-(50 ms on CPU inside one poll) at 0, 1, 2, 3 s and sleep_block_20ms
+(a spin for 50 ms of wall time inside one poll) at 0, 1, 2, 3 s and sleep_block_20ms
 (std::thread::sleep inside a poll) at 0.5, 1.5, 2.5, 3.5 s: each is one
-D9LongPollEvent ("running" 40 ms to 1 s, "blocked" 19 ms to 1 s) with the
+D9LongPollEvent ("running" 25 ms to 1 s, "blocked" 19 ms to 1 s) with the
 same future type, and no other poll is reported longer than 5 ms. The
 upper bounds are loose on purpose: preempted near its end on a loaded
 machine, the 50 ms spin really lasts longer (it resumes inside the poll),
@@ -82,9 +82,14 @@ def main():
          f"each worker parks and unparks (from sched_switch): parks {parks}, unparks {unparks}")
     running = [f for f in longs if f["how"] == "running" and f["min_ns"] >= 5000000]
     blocked = [f for f in longs if f["how"] == "blocked" and f["min_ns"] >= 5000000]
-    t.ok(len(running) == 4 and all(40e6 <= f["min_ns"] < 1e9 for f in running)
+    # The spin is 50 ms of wall time. Under load it gets less CPU than that
+    # (36 ms of 52 in a clean-root CI run), and after 32 ms of a stretch a
+    # tick keeps its stack only every 8 ms of CPU, so the run's last tick can
+    # come 8 ms of CPU before the poll's end: that run read 35.5 ms, a true
+    # lower bound. 25 ms still tells one poll from pieces (then 5 or more).
+    t.ok(len(running) == 4 and all(25e6 <= f["min_ns"] < 1e9 for f in running)
          and len({f["spawn_loc"] for f in running}) == 1,
-         f"4 busy_block_50ms polls, 40 ms-1 s, one future type: "
+         f"4 busy_block_50ms polls, 25 ms-1 s, one future type: "
          f"{[(f['spawn_loc'], f['min_ns'], f['ticks']) for f in running]}; lost {lost}")
     t.ok(len(blocked) == 4 and all(19e6 <= f["min_ns"] < 1e9 for f in blocked)
          and len({f["spawn_loc"] for f in blocked}) == 1,
@@ -93,7 +98,7 @@ def main():
     t.ok(all(w in (0, 1) for w in [f["worker_id"] for f in running + blocked]), "long polls on worker lanes")
     if not STRIPPED:
         lines = [ln for ln in text.splitlines() if "D9LongPollEvent" in ln and 'how="running"' in ln
-                 and int((re.search(r"min_ns=(\d+)", ln) or [0, 0])[1]) >= 40000000]
+                 and int((re.search(r"min_ns=(\d+)", ln) or [0, 0])[1]) >= 25000000]
         t.ok(running and running[0]["spawn_loc"].startswith("d9_target::mixed::blocker")
              and all("d9_target::mixed::busy_block_50ms" in ln for ln in lines) and len(lines) >= 1,
              f"running long polls name the future (blocker) and their stack shows busy_block_50ms: {lines[:1]}")
