@@ -6,7 +6,8 @@
  * (uprobes are per inode). Builds the probe plan from the running PID,
  * attaches everything, drains until the target exits, then compares what
  * BPF saw with the target's own JSON truth:
- *  - the ~50 ms busy polls are polls of 50 ms ±10 %, always one task id;
+ *  - the ~50 ms busy polls are as long as the target's busy loops in them
+ *    (+5 ms at most), always one task id;
  *  - spawns seen >= 95 % of the target's count (when the plan has spawn);
  *  - every poll is closed; park/unpark alternate per thread; no park
  *    while a poll is open; every 20 ms sleep inside a poll stays inside
@@ -93,11 +94,7 @@ static struct thread_state *thread_of(struct stats *s, uint32_t tid)
  * selection is by task: the busy task is the one with the most long
  * polls; every long poll of any other task must be explained by
  * preemption (under 40 ms on CPU).
- * A busy poll matches when its wall time is 50 ms ±10 %, or is once the
- * time other processes preempted it after its first 45 ms is taken out:
- * the loop spins until 50 ms of *wall* time passed, so preemption in the
- * middle does not lengthen it but preemption across its end does (and the
- * tracer then rightly reports the longer poll). */
+ * Which of them are right: busy_poll_matches. */
 static void poll_closed(struct stats *s, const struct thread_state *t, uint64_t task,
                         uint64_t start, uint64_t end)
 {
@@ -159,15 +156,46 @@ static void check_workers(const struct stats *s, json_t *truth)
                workers, (unsigned long long)s->workers_named, s->task_polls_worker, s->task_polls, s->worker_moved);
 }
 
-static void check_long_polls(const struct stats *s, long blocking)
+/* A busy poll holds one of the target's busy loops, so its wall time is
+ * at least that loop's and at most 5 ms (10 % of 50) more. The loop's own
+ * time (busy_spin_us) is the truth, not 50 ms: the loop spins until 50 ms
+ * of wall time passed, so the thread not running in its middle does not
+ * lengthen it, but not running across its end does, whether the guest
+ * kernel preempted it (off-CPU records) or the hypervisor ran another vCPU,
+ * which no sched_switch shows (a clean-root CI run: a 60.94 ms poll,
+ * 60.90 ms on CPU by every switch record). */
+static bool busy_poll_matches(const struct long_poll *lp, json_t *spins)
 {
+        size_t i;
+        json_t *v;
+
+        json_array_foreach(spins, i, v) {
+                double spin_ms = (double)json_integer_value(v) / 1e3;
+
+                if (lp->ms >= spin_ms - 0.01 && lp->ms <= spin_ms + 5.0)
+                        return true;
+        }
+        return false;
+}
+
+static void check_long_polls(const struct stats *s, json_t *truth)
+{
+        long blocking = truth_int(truth, "blocking_polls");
+        json_t *spins = json_object_get(truth, "busy_spin_us");
         uint64_t busy = busy_task(s);
         unsigned long n_busy = 0, in_range = 0, unexplained = 0;
+        char spun[128] = "";
+        size_t i, off = 0;
+        json_t *v;
 
-        for (size_t i = 0; i < s->n_long; i++) {
+        json_array_foreach(spins, i, v)
+                if (off < sizeof(spun))
+                        off += (size_t)snprintf(spun + off, sizeof(spun) - off, "%s%.2f",
+                                                i ? " " : "", (double)json_integer_value(v) / 1e3);
+        tap_diag("the target's busy loops took (ms): %s", spun);
+        for (i = 0; i < s->n_long; i++) {
                 const struct long_poll *lp = &s->longs[i];
-                bool match = (lp->ms >= 45.0 && lp->ms <= 55.0) ||
-                             (lp->adj_ms >= 45.0 && lp->adj_ms <= 55.0);
+                bool match = busy_poll_matches(lp, spins);
 
                 tap_diag("long poll: task %llu, %.2f ms (%.2f ms without late preemption, "
                          "%.2f ms on CPU)%s", (unsigned long long)lp->task, lp->ms,
@@ -180,10 +208,11 @@ static void check_long_polls(const struct stats *s, long blocking)
                         unexplained += lp->on_ms >= 40.0;
                 }
         }
-        tap_ok(blocking >= 2 && n_busy == (unsigned long)blocking &&
-               in_range == (unsigned long)blocking,
-               "the %ld busy polls are 50 ms ±10 %% polls of one task (task %llu: %lu long, "
-               "%lu in range)", blocking, (unsigned long long)busy, n_busy, in_range);
+        tap_ok(blocking >= 2 && json_array_size(spins) == (size_t)blocking &&
+               n_busy == (unsigned long)blocking && in_range == (unsigned long)blocking,
+               "the %ld busy polls are polls of one task as long as its busy loops, +5 ms at most "
+               "(task %llu: %lu long, %lu in range)", blocking, (unsigned long long)busy,
+               n_busy, in_range);
         tap_ok(unexplained == 0, "no other task has a poll 40 ms on CPU (%lu)", unexplained);
 }
 
@@ -494,7 +523,7 @@ static void check_results(const struct stats *s, const struct probe_plan *plan,
                  s->terminates, s->wakes, s->parks, s->unparks, s->park_misorder,
                  s->offcpu, s->samples, s->foreign, (unsigned long long)drops, s->n_th);
         tap_diag("truth: blocking_polls=%ld tasks_spawned=%ld", blocking, spawned);
-        check_long_polls(s, blocking);
+        check_long_polls(s, truth);
         tap_ok(s->sleep_polls == (unsigned long)truth_int(truth, "sleep_polls"),
                "each 20 ms sleep inside a poll stays in its poll: %lu polls hold >= 19 ms of sleep, "
                "the target made %ld", s->sleep_polls, truth_int(truth, "sleep_polls"));

@@ -8,7 +8,7 @@ use crate::args::Args;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -19,6 +19,11 @@ struct Truth {
     tasks_spawned: AtomicU64,
     boxed_tasks: AtomicU64,
     blocking_polls: AtomicU64,
+    /// Each busy loop's own wall time: it ends at its first clock check
+    /// past 50 ms, so time the thread did not run across that mark
+    /// (preemption, or the hypervisor running another vCPU, which no
+    /// sched_switch shows) makes it, and the poll around it, longer.
+    busy_spin_us: Mutex<Vec<u64>>,
     sleep_polls: AtomicU64,
     round_trips: AtomicU64,
     timers_fired: AtomicU64,
@@ -123,7 +128,9 @@ async fn blocker(truth: Arc<Truth>, deadline: Instant) {
     // Stop 100 ms early so a tick due right at the deadline never races it:
     // a run of D seconds does exactly ceil(D - 0.1) of these.
     while timeout_at(deadline - Duration::from_millis(100), iv.tick()).await.is_ok() {
+        let spin = std::time::Instant::now();
         std::hint::black_box(busy_block_50ms());
+        truth.busy_spin_us.lock().unwrap().push(spin.elapsed().as_micros() as u64);
         truth.blocking_polls.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -202,7 +209,7 @@ pub async fn run(args: &Args) -> Result<(), String> {
     }
     let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
     println!(
-        "{{\"mode\":\"mixed\",\"pid\":{},\"flavor\":\"{}\",\"workers\":{},\"tokio\":\"{}\",\"duration_s\":{:.3},\"tasks_spawned\":{},\"boxed_tasks\":{},\"blocking_polls\":{},\"sleep_polls\":{},\"round_trips\":{},\"timers_fired\":{},\"failed_tasks\":{}}}",
+        "{{\"mode\":\"mixed\",\"pid\":{},\"flavor\":\"{}\",\"workers\":{},\"tokio\":\"{}\",\"duration_s\":{:.3},\"tasks_spawned\":{},\"boxed_tasks\":{},\"blocking_polls\":{},\"busy_spin_us\":{:?},\"sleep_polls\":{},\"round_trips\":{},\"timers_fired\":{},\"failed_tasks\":{}}}",
         std::process::id(),
         args.flavor.name(),
         if args.flavor == crate::args::Flavor::MultiThread { args.workers } else { 1 },
@@ -211,6 +218,7 @@ pub async fn run(args: &Args) -> Result<(), String> {
         n(&truth.tasks_spawned),
         n(&truth.boxed_tasks),
         n(&truth.blocking_polls),
+        truth.busy_spin_us.lock().unwrap(),
         n(&truth.sleep_polls),
         n(&truth.round_trips),
         n(&truth.timers_fired),
