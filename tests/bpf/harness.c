@@ -204,3 +204,24 @@ int bpf_count_alive(const struct bpf_ids *ids)
         }
         return count_alive_once(ids, true);
 }
+
+unsigned long long bpf_recursion_misses(const struct bpf_ids *ids)
+{
+        unsigned long long sum = 0;
+
+        for (size_t i = 0; i < ids->n; i++) {
+                struct bpf_prog_info info = {};
+                __u32 len = sizeof(info);
+                int fd;
+
+                if (ids->kind[i] != 0 || (fd = bpf_prog_get_fd_by_id(ids->id[i])) < 0)
+                        continue;
+                if (!bpf_prog_get_info_by_fd(fd, &info, &len) && info.recursion_misses) {
+                        tap_diag("program %s missed %llu runs", info.name,
+                                 (unsigned long long)info.recursion_misses);
+                        sum += info.recursion_misses;
+                }
+                close(fd);
+        }
+        return sum;
+}

@@ -43,3 +43,7 @@ struct bpf_ids {
 };
 int bpf_snapshot_self(struct bpf_ids *ids);
 int bpf_count_alive(const struct bpf_ids *ids);
+/* Runs the kernel skipped, summed over the snapshot's programs: a program
+ * already running on a CPU is not run again there (recursion_misses).
+ * Each program that missed any is named in a diagnostic line. */
+unsigned long long bpf_recursion_misses(const struct bpf_ids *ids);

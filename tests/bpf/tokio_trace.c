@@ -47,6 +47,8 @@ struct thread_state {
         uint64_t off_vol_ns;    /* off CPU inside the open poll: slept */
         uint64_t off_inv_ns;    /* ... and preempted after its first 45 ms */
         uint64_t off_all_ns;    /* all of its off-CPU time */
+        unsigned off_vol_n, off_inv_n;  /* off-CPU records inside the open poll, by kind */
+        uint64_t last_task, last_start, last_end;       /* its last closed poll */
         int parked;             /* -1 unknown, 0 running, 1 parked */
         bool polled;            /* has started a poll */
         uint32_t worker;        /* the worker its runtime task polls named */
@@ -222,11 +224,22 @@ static void on_offcpu_rec(struct stats *s, const struct d9_rec_offcpu *r)
         uint64_t late = t->open_ts + 45 * 1000000ull;
 
         s->offcpu++;
-        if (r->prev_state && t->polled && (!t->open_ts || r->off_ts < t->open_ts))
+        if (r->prev_state && t->polled && (!t->open_ts || r->off_ts < t->open_ts)) {
                 s->slept_outside++;
+                /* What tells a poll that ended before its sleep from an
+                 * idle worker's sleep: how far from that poll's end. */
+                if (r->hdr.ts - r->off_ts >= 19 * 1000000ull)
+                        tap_diag("a %.2f ms sleep outside any poll, %.3f ms after the end of a %.3f ms "
+                                 "poll of task %llu", (double)(r->hdr.ts - r->off_ts) / 1e6,
+                                 ((double)r->off_ts - (double)t->last_end) / 1e6,
+                                 (double)(t->last_end - t->last_start) / 1e6,
+                                 (unsigned long long)t->last_task);
+        }
         if (!t->open_ts || r->off_ts < t->open_ts)
                 return;
         t->off_all_ns += r->hdr.ts - r->off_ts;
+        t->off_vol_n += r->prev_state != 0;
+        t->off_inv_n += r->prev_state == 0;
         if (r->prev_state)
                 t->off_vol_ns += r->hdr.ts - r->off_ts;
         else if (r->hdr.ts > late)
@@ -258,6 +271,19 @@ static void note_id(struct stats *s, uint64_t id)
         s->n_ids++;
 }
 
+static void count_sleep_poll(struct stats *s, struct thread_state *t, uint64_t end)
+{
+        t->last_task = t->open_task;
+        t->last_start = t->open_ts;
+        t->last_end = end;
+        if (end - t->open_ts >= 15 * 1000000ull)
+                tap_diag("poll of task %llu: %.2f ms, off CPU %.2f ms: slept %.2f ms in %u, preempted %u times",
+                         (unsigned long long)t->open_task, (double)(end - t->open_ts) / 1e6,
+                         (double)t->off_all_ns / 1e6, (double)t->off_vol_ns / 1e6, t->off_vol_n,
+                         t->off_inv_n);
+        s->sleep_polls += t->off_vol_ns >= 19 * 1000000ull;
+}
+
 static void on_task_rec(struct stats *s, const struct d9_rec_task *r)
 {
         struct thread_state *t = thread_of(s, r->hdr.tid);
@@ -270,7 +296,7 @@ static void on_task_rec(struct stats *s, const struct d9_rec_task *r)
                 if (s->end_at_next_poll && t->open_ts) {
                         s->ends++;
                         poll_closed(s, t, t->open_task, t->open_ts, r->hdr.ts);
-                        s->sleep_polls += t->off_vol_ns >= 19 * 1000000ull;
+                        count_sleep_poll(s, t, r->hdr.ts);
                         t->open_ts = 0;
                 }
                 s->restarted += t->open_ts != 0;
@@ -287,6 +313,7 @@ static void on_task_rec(struct stats *s, const struct d9_rec_task *r)
                 t->open_ts = r->hdr.ts;
                 t->open_task = r->task_id;
                 t->off_vol_ns = t->off_inv_ns = t->off_all_ns = 0;
+                t->off_vol_n = t->off_inv_n = 0;
                 note_id(s, r->task_id);
                 if (r->future_poll) {
                         size_t i = 0;
@@ -303,7 +330,7 @@ static void on_task_rec(struct stats *s, const struct d9_rec_task *r)
                 if (!t->open_ts || t->open_task != r->task_id || t->open_ts != r->start_ts)
                         s->end_mismatch++;
                 poll_closed(s, t, r->task_id, r->start_ts, r->hdr.ts);
-                s->sleep_polls += t->off_vol_ns >= 19 * 1000000ull;
+                count_sleep_poll(s, t, r->hdr.ts);
                 t->open_ts = 0;
                 break;
         case D9_REC_SPAWN:
@@ -642,6 +669,7 @@ int main(int argc, char **argv)
         mode = d9_bpf_target_poll_end(t);
         d9_bpf_target_drops(t, &drops);
         bpf_snapshot_self(&ids);
+        tap_diag("BPF program runs the kernel skipped: %llu", bpf_recursion_misses(&ids));
         d9_bpf_detach_target(t);
         truth = read_truth(&target);
         if (bo.ring_bytes) {
