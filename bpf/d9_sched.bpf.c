@@ -201,6 +201,15 @@ static __always_inline void d9_switch_in(struct task_struct *next)
         th = bpf_task_storage_get(&d9_threads, next, 0, 0);
         if (!th || !th->off_ts)
                 return;
+        /* Switched out while an earlier recording of this process ran: it
+         * may have run since, unseen, so when this interval began is not
+         * known (the thread storage outlives that recording). Not an
+         * interval of this one: it began before it, seconds early. */
+        if (th->off_ts < cfg->since_ts) {
+                th->off_ts = 0;
+                th->parked = 0;
+                return;
+        }
         now = bpf_ktime_get_ns();
         if (th->parked && th->off_state)
                 d9_unpark_write(cfg, next, th, now);

@@ -228,7 +228,7 @@ static void on_offcpu_rec(struct stats *s, const struct d9_rec_offcpu *r)
                 s->slept_outside++;
                 /* What tells a poll that ended before its sleep from an
                  * idle worker's sleep: how far from that poll's end. */
-                if (r->hdr.ts - r->off_ts >= 19 * 1000000ull)
+                if (r->hdr.ts - r->off_ts >= 19 * 1000000ull && t->last_end)
                         tap_diag("a %.2f ms sleep outside any poll, %.3f ms after the end of a %.3f ms "
                                  "poll of task %llu", (double)(r->hdr.ts - r->off_ts) / 1e6,
                                  ((double)r->off_ts - (double)t->last_end) / 1e6,

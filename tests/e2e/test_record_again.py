@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""A process recorded twice: the second recording holds nothing from before
+it began. BPF keeps per-thread state for as long as the thread lives, so a
+worker that went to sleep during the first recording and is woken during
+the second still carries the first one's switch-out time. Before, that
+came out as an off-CPU sample (and, with the default set, a park) seconds
+before the second recording's start: a dprint recording of 8 s read as
+12.7 s in `d9ctl report`, with one sample 4.5 s early, and the workers'
+shares were computed over that span.
+The echo server's workers run only while a short load burst lasts, so
+they sleep across the gap between the recordings.
+Usage: test_record_again.py D9D D9CTL TARGET [default|all]"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
+from d9harness import D9d, Tap, dump_events, exec_done  # noqa
+
+D9D, D9CTL, TARGET = sys.argv[1:4]
+PROBES = sys.argv[4] if len(sys.argv) > 4 else "default"
+
+
+def burst(addr):
+    subprocess.run([TARGET, "load", "--connect", addr, "--conns", "4", "--duration", "0.3"],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+
+
+def record(d, pid, seconds, addr, burst_after):
+    """A recording of `seconds` with a load burst `burst_after` seconds in;
+    returns (its sealed paths, d9ctl's stderr)."""
+    args = ["record", "--pid", str(pid), "--duration", f"{seconds}s", "--out", d.out]
+    if PROBES != "default":
+        args[1:1] = ["--probes", PROBES]
+    rec = subprocess.Popen([D9CTL, "--socket", d.sock, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    time.sleep(burst_after)
+    burst(addr)
+    out, err = rec.communicate(timeout=120)
+    return out.split(), err
+
+
+def main():
+    t = Tap()
+    d = D9d(D9D, D9CTL)
+    d.out = tempfile.mkdtemp(prefix="d9-again-")
+    d.start_or_bail(t)
+    srv = subprocess.Popen([TARGET, "server", "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True)
+    try:
+        exec_done(srv.pid)
+        addr = srv.stdout.readline().split()[1]
+        first, err = record(d, srv.pid, 2, addr, 0.8)
+        t.ok(first, "the first recording sealed its trace", err)
+        # The workers sleep through this gap, switched out during the first.
+        time.sleep(2)
+        second, err = record(d, srv.pid, 3, addr, 1.0)
+        t.ok(second, "the second recording sealed its trace", err)
+        evs = list(dump_events(D9CTL, second))
+        syncs = [ev["ts"] for ev in evs if ev["event"] == "ClockSyncEvent"]
+        begin = min(syncs) if syncs else 0
+        # Only timed events: symbol and mapping entries carry no time.
+        timed = [ev for ev in evs if ev.get("ts")]
+        early = [ev for ev in timed if ev["ts"] < begin - 50_000_000]
+        offcpu = [ev for ev in timed if ev["event"] == "CpuSampleEvent" and ev["fields"].get("source") == 1]
+        t.ok(begin and offcpu, f"the second recording has off-CPU samples ({len(offcpu)}) after its clock sync")
+        t.ok(not early, f"no event of the second recording is more than 50 ms before its start "
+             f"({len(early)}: {[(ev['event'], round((begin - ev['ts']) / 1e6, 1)) for ev in early[:4]]} ms early)")
+        span = (max(ev["ts"] for ev in timed) - min(ev["ts"] for ev in timed)) / 1e9 if timed else 0
+        t.ok(0 < span < 3.5, f"its events span {span:.3f} s of a 3 s recording")
+        r = subprocess.run([D9CTL, "report", *second], capture_output=True, text=True, timeout=120)
+        head = r.stdout.splitlines()[0] if r.stdout else ""
+        secs = float(head.split(" s,")[0].split()[-1]) if " s," in head else 0
+        t.ok(r.returncode == 0 and 0 < secs < 3.5, f"d9ctl report says {head!r}", r.stderr)
+    finally:
+        srv.kill()
+        srv.wait()
+        d.stop()
+        d.cleanup()
+        shutil.rmtree(d.out, ignore_errors=True)
+    t.done()
+
+
+main()
