@@ -82,8 +82,9 @@ static __always_inline void d9_offcpu_span_of(const struct d9_thread *th, __u64 
         s->state = th->off_state;
 }
 
-static __always_inline void d9_offcpu_write(const struct d9_target_cfg *cfg, __u32 tgid, __u32 tid,
-                                            const struct d9_offcpu_span *s, __u64 stack_id, __u32 no_stack)
+static __always_inline void d9_offcpu_write(const struct d9_target_cfg *cfg, struct task_struct *task,
+                                            __u32 tgid, __u32 tid, const struct d9_offcpu_span *s,
+                                            __u64 stack_id, __u32 no_stack)
 {
         void *ring = d9_ring_of(tgid);
         struct d9_rec_offcpu *r = D9_RING_RESERVE_CUR(ring, cfg, tgid, tid, D9_REC_OFFCPU,
@@ -97,6 +98,10 @@ static __always_inline void d9_offcpu_write(const struct d9_target_cfg *cfg, __u
         r->cpu_ns = s->cpu_ns;
         r->sched_wait_ns = s->wait_ns;
         r->no_stack = stack_id ? D9_NOSTACK_NONE : no_stack;
+        /* A thread that only sleeps gets no CPU sample, the other record
+         * that names it: an idle worker would have no name in the trace. */
+        if (task)
+                bpf_probe_read_kernel_str(r->comm, sizeof(r->comm), task->comm);
         d9_ring_submit(ring, r);
 }
 
@@ -132,7 +137,8 @@ static int d9_offcpu_resumed(struct bpf_map *map, void *key, void *value)
                         stack_id = d9_stack_offcpu_user(cfg, task, p->tgid, tid);
                         no_stack = D9_NOSTACK_RING;
                 }
-                d9_offcpu_write(cfg, p->tgid, tid, &p->span, stack_id, no_stack);
+                d9_offcpu_write(cfg, task->pid == tid ? task : NULL, p->tgid, tid, &p->span, stack_id,
+                                no_stack);
         }
         bpf_map_delete_elem(&d9_offcpu_pending, &tid);
         return 0;
@@ -219,7 +225,7 @@ static __always_inline void d9_switch_in(struct task_struct *next)
                 struct d9_offcpu_span s;
 
                 d9_offcpu_span_of(th, now, &s);
-                d9_offcpu_write(cfg, tgid, tid, &s, 0, why);
+                d9_offcpu_write(cfg, next, tgid, tid, &s, 0, why);
         }
         th->off_ts = 0;
 }

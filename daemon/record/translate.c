@@ -845,8 +845,8 @@ static uint32_t offcpu_stack(struct translate *tr, struct tr_thread *t, const st
 static int on_offcpu(struct translate *tr, const struct d9_rec_offcpu *o, struct tr_thread *t)
 {
         uint32_t stack = offcpu_stack(tr, t, o);
-        int r = d9_enc_cpu_sample(tr->enc, o->off_ts, sample_lane(t), o->hdr.tid, 1, D9_NO_ATOM, stack,
-                                  o->hdr.cpu);
+        int r = d9_enc_cpu_sample(tr->enc, o->off_ts, sample_lane(t), o->hdr.tid, 1,
+                                  thread_name_atom(tr, t, o->comm), stack, o->hdr.cpu);
 
         if (r == 0 && tr->stack_workers && o->prev_state == 0)
                 r = long_poll_on_preempt(tr, t, o, stack);

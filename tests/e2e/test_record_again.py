@@ -8,7 +8,9 @@ before the second recording's start: a dprint recording of 8 s read as
 12.7 s in `d9ctl report`, with one sample 4.5 s early, and the workers'
 shares were computed over that span.
 The echo server's workers run only while a short load burst lasts, so
-they sleep across the gap between the recordings.
+they sleep across the gap between the recordings. Their off-CPU samples
+also name them: a thread that only sleeps gets no on-CPU sample, and those
+were the only samples that did.
 Usage: test_record_again.py D9D D9CTL TARGET [default|all]"""
 import os
 import shutil
@@ -69,6 +71,10 @@ def main():
         t.ok(begin and offcpu, f"the second recording has off-CPU samples ({len(offcpu)}) after its clock sync")
         t.ok(not early, f"no event of the second recording is more than 50 ms before its start "
              f"({len(early)}: {[(ev['event'], round((begin - ev['ts']) / 1e6, 1)) for ev in early[:4]]} ms early)")
+        # A thread that only sleeps gets no on-CPU sample: its off-CPU
+        # samples are what names it (before, they carried no name).
+        unnamed = sorted({ev["fields"]["tid"] for ev in offcpu if not ev["fields"].get("thread_name")})
+        t.ok(not unnamed, f"every off-CPU sample names its thread (threads without: {unnamed})")
         span = (max(ev["ts"] for ev in timed) - min(ev["ts"] for ev in timed)) / 1e9 if timed else 0
         t.ok(0 < span < 3.5, f"its events span {span:.3f} s of a 3 s recording")
         r = subprocess.run([D9CTL, "report", *second], capture_output=True, text=True, timeout=120)
