@@ -6,7 +6,9 @@
  * build with frame pointers and no CFI at all: Deno) where a code sweep
  * from the vtable's entry finds the body's last terminator. The sweep's end
  * is a guess, but one that errs short: it stops at the next function entry
- * the plan knows and at the first terminator no branch passes. */
+ * the plan knows and at the first terminator no branch passes. Where
+ * raw::poll is only a jump stub, the bounds are those of the function it
+ * jumps to. */
 #include <gelf.h>
 #include <stdint.h>
 #include <string.h>
@@ -73,6 +75,30 @@ static uint64_t eh_next_start(const struct eh_table *t, uint64_t vaddr)
         return lo < t->n ? eh_start(t, lo) : 0;
 }
 
+/* Stubs of two future types that lead to one body (the linker folded
+ * identical code): a frame there names neither for sure, so neither
+ * keeps it. Quadratic, over a plan's few hundred polls at most. */
+static void drop_shared_bodies(struct plan_builder *b)
+{
+        for (size_t i = 0; i < b->n; i++) {
+                struct probe_point *p = &b->pts[i];
+                bool shared = false;
+
+                if (p->kind != PROBE_POLL || !p->func_start)
+                        continue;
+                for (size_t j = i + 1; j < b->n; j++) {
+                        struct probe_point *q = &b->pts[j];
+
+                        if (q->kind == PROBE_POLL && q->func_start == p->func_start) {
+                                q->func_start = q->func_end = 0;
+                                shared = true;
+                        }
+                }
+                if (shared)
+                        p->func_start = p->func_end = 0;
+        }
+}
+
 void uprobes_plan_poll_bounds(struct plan_builder *b)
 {
         struct eh_table t = { 0 };
@@ -81,15 +107,24 @@ void uprobes_plan_poll_bounds(struct plan_builder *b)
         for (size_t i = 0; i < b->n; i++) {
                 struct probe_point *p = &b->pts[i];
                 struct d9_sym *s;
+                uint64_t body;
 
                 if (p->kind != PROBE_POLL)
                         continue;
-                s = d9_sym_table_find(&b->st.table, p->vaddr);
-                if (s && s->vaddr == p->vaddr && s->size)
-                        p->func_end = p->vaddr + s->size;
+                /* raw::poll<T,S> can be a stub that only jumps on (dprint
+                 * 0.57: `jmp` and padding, 16 bytes). A jump leaves no
+                 * return address, so no stack frame ever lies in the stub:
+                 * the body is where its leading jumps lead. */
+                body = uprobes_plan_follow_jumps(b->img, p->vaddr);
+                s = d9_sym_table_find(&b->st.table, body);
+                if (s && s->vaddr == body && s->size)
+                        p->func_end = body + s->size;
                 else if (have_table)
-                        p->func_end = eh_next_start(&t, p->vaddr);
+                        p->func_end = eh_next_start(&t, body);
                 else if (!uprobes_plan_sweep_body(b, p->vaddr, &p->func_start, &p->func_end))
                         p->func_start = p->func_end = 0;
+                if (p->func_end && body != p->vaddr)
+                        p->func_start = body;
         }
+        drop_shared_bodies(b);
 }

@@ -631,6 +631,46 @@ def check_bodies(plan_dump, binary):
     finish()
 
 
+def jmp_target(binary, vaddr, delta):
+    """Where a direct jmp at vaddr goes (e9 rel32, eb rel8), or None; delta
+    is vaddr minus file offset in the text segment."""
+    b = file_bytes(binary, vaddr - delta, 5)
+    if b[0] == 0xe9:
+        return vaddr + 5 + int.from_bytes(b[1:5], "little", signed=True)
+    if b[0] == 0xeb:
+        return vaddr + 2 + int.from_bytes(b[1:2], "little", signed=True)
+    return None
+
+
+def check_stubs(plan_dump, binary):
+    """raw::poll<T,S> that is only a jump stub (codex: most of its polls):
+    its body, where the default set looks for frames of the poll, is the
+    function the jumps lead to, not the stub (no frame can lie in a
+    function that only jumps). The file's bytes say where each of 120
+    polls spread over the plan jumps; before, every stub's body was its own
+    16 bytes (dprint 0.57: no worker, park or long poll in the default set)."""
+    d = plan(plan_dump, "--exe", binary)
+    ps = polls(d)
+    pick = ps[::max(1, len(ps) // 120)]
+    bad, stubs = [], 0
+    for p in pick:
+        v, to = p["vaddr_int"], p["vaddr_int"]
+        delta = v - p["file_offset"]
+        for _ in range(4):
+            nxt = jmp_target(binary, to, delta)
+            if nxt is None:
+                break
+            to = nxt
+        stubs += to != v
+        if p.get("body_start") != to or not p.get("body_end", 0) > to:
+            bad.append((hex(v), hex(to), hex(p.get("body_start", 0)), hex(p.get("body_end", 0))))
+    ok(len(pick) >= 100 and stubs >= 10, f"{stubs} of {len(pick)} polls checked are jump stubs "
+       f"({len(ps)} polls in the plan)")
+    ok(not bad, f"each poll's body starts where its leading jumps lead ({len(pick) - len(bad)} of {len(pick)})",
+       bad[:10])
+    finish()
+
+
 if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
     try:
@@ -654,6 +694,8 @@ if __name__ == "__main__":
             check_lengths(*sys.argv[2:])
         elif mode == "bodies" and len(sys.argv) == 4:
             check_bodies(*sys.argv[2:])
+        elif mode == "stubs" and len(sys.argv) == 4:
+            check_stubs(*sys.argv[2:])
         else:
             print(__doc__, file=sys.stderr)
             sys.exit(2)
