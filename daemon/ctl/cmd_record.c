@@ -519,8 +519,8 @@ int d9ctl_cmd_record(int argc, char **argv)
                 rec.child.pid ? "the command exits" : "it exits or Ctrl-C", where);
         warn_plan_once(&rec, t);
         if (!rec.plan_told)
-                fprintf(stderr, "d9ctl record: the probe plan is being built while this records; its warnings "
-                        "follow when it is ready\n");
+                fprintf(stderr, "d9ctl record: the probe plan is being built while this records; what it "
+                        "cannot probe follows when it is ready, if anything\n");
         json_decref(resp);
         rec.started_ms = rec.rate_ms = d9_now_ms();
         rec.last_line_ms = rec.tty ? 0 : rec.started_ms; /* first plain line after 2 s */

@@ -205,6 +205,9 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
                         json_integer_value(json_object_get(v, "polls")), busy, parked, other < 0 ? 0 : other,
                         ms(v, "sched_wait_ns"));
         }
+        if (!json_array_size(json_object_get(doc, "workers")))
+                fputs("  none: no event in the trace names a worker (idle workers that never woke, or no "
+                      "thread seen in a worker loop)\n", out);
 
         print_tasks(out, json_object_get(doc, "tasks"));
         print_process(out, json_object_get(doc, "process"));

@@ -24,6 +24,7 @@ from d9harness import D9d, Tap, dump_events, exec_done  # noqa
 
 D9D, D9CTL, TARGET = sys.argv[1:4]
 PROBES = sys.argv[4] if len(sys.argv) > 4 else "default"
+PROBE_ARGS = [] if PROBES == "default" else ["--probes", PROBES]
 
 
 def burst(addr):
@@ -34,9 +35,7 @@ def burst(addr):
 def record(d, pid, seconds, addr, burst_after):
     """A recording of `seconds` with a load burst `burst_after` seconds in;
     returns (its sealed paths, d9ctl's stderr)."""
-    args = ["record", "--pid", str(pid), "--duration", f"{seconds}s", "--out", d.out]
-    if PROBES != "default":
-        args[1:1] = ["--probes", PROBES]
+    args = ["record", "--pid", str(pid), "--duration", f"{seconds}s", "--out", d.out, *PROBE_ARGS]
     rec = subprocess.Popen([D9CTL, "--socket", d.sock, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)
     time.sleep(burst_after)
@@ -81,6 +80,12 @@ def main():
         head = r.stdout.splitlines()[0] if r.stdout else ""
         secs = float(head.split(" s,")[0].split()[-1]) if " s," in head else 0
         t.ok(r.returncode == 0 and 0 < secs < 3.5, f"d9ctl report says {head!r}", r.stderr)
+        # No request at all: no worker wakes, and the report says so rather
+        # than print a header without rows (ast-grep's idle workers).
+        idle = d.ctl("record", "--pid", str(srv.pid), "--duration", "1s", "--out", d.out, *PROBE_ARGS).stdout.split()
+        r = subprocess.run([D9CTL, "report", *idle], capture_output=True, text=True, timeout=120)
+        rows = r.stdout.split("\nWorkers (share of the recording)\n", 1)[-1].splitlines()[1:2]
+        t.ok(idle and rows and rows[0].startswith("  none: "), f"an idle recording's report: workers {rows}", r.stderr)
     finally:
         srv.kill()
         srv.wait()
