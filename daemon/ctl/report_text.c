@@ -195,15 +195,22 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
                 " in all)\n", json_integer_value(json_object_get(doc, "blocking_pool_jobs")));
         print_rows(out, json_object_get(doc, "longest_blocking_pool_jobs"), "duration_ns", false, "none");
 
-        fputs("\nWorkers (share of the recording)\n  worker  polls      busy   parked  other  sched wait\n", out);
+        /* Busy is the polls' time: without poll events (the default set)
+         * it is not known, and "other" holds the polling too. */
+        bool polls = json_integer_value(json_object_get(doc, "polls")) > 0;
+        fprintf(out, "\nWorkers (share of the recording%s)\n  worker  polls      busy   parked  other  sched wait\n",
+                polls ? "" : "; no poll events, so busy is unknown and other includes polling");
         json_array_foreach(json_object_get(doc, "workers"), i, v) {
                 double busy = json_real_value(json_object_get(v, "busy_share")) * 100;
                 double parked = json_real_value(json_object_get(v, "parked_share")) * 100;
                 double other = 100 - busy - parked;
-                fprintf(out, "  %-6d  %-9" JSON_INTEGER_FORMAT " %5.1f%%  %6.1f%%  %5.1f%%  %8.3f ms\n",
-                        (int)json_integer_value(json_object_get(v, "worker")),
-                        json_integer_value(json_object_get(v, "polls")), busy, parked, other < 0 ? 0 : other,
-                        ms(v, "sched_wait_ns"));
+                char n[24], b[16];
+
+                snprintf(n, sizeof(n), "%" JSON_INTEGER_FORMAT, json_integer_value(json_object_get(v, "polls")));
+                snprintf(b, sizeof(b), "%5.1f%%", busy);
+                fprintf(out, "  %-6d  %-9s %6s  %6.1f%%  %5.1f%%  %8.3f ms\n",
+                        (int)json_integer_value(json_object_get(v, "worker")), polls ? n : "-", polls ? b : "-",
+                        parked, other < 0 ? 0 : other, ms(v, "sched_wait_ns"));
         }
         if (!json_array_size(json_object_get(doc, "workers")))
                 fputs("  none: no event in the trace names a worker (idle workers that never woke, or no "
