@@ -11,6 +11,7 @@
  * jumps to. */
 #include <gelf.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "plan_int.h"
@@ -75,28 +76,33 @@ static uint64_t eh_next_start(const struct eh_table *t, uint64_t vaddr)
         return lo < t->n ? eh_start(t, lo) : 0;
 }
 
+static int by_func_start(const void *a, const void *b)
+{
+        const struct probe_point *x = *(struct probe_point *const *)a, *y = *(struct probe_point *const *)b;
+
+        return x->func_start < y->func_start ? -1 : x->func_start > y->func_start;
+}
+
 /* Stubs of two future types that lead to one body (the linker folded
  * identical code): a frame there names neither for sure, so neither
- * keeps it. Quadratic, over a plan's few hundred polls at most. */
+ * keeps it. Sorted, as codex has 2,021 stubs. */
 static void drop_shared_bodies(struct plan_builder *b)
 {
-        for (size_t i = 0; i < b->n; i++) {
-                struct probe_point *p = &b->pts[i];
-                bool shared = false;
+        struct probe_point **stubs = calloc(b->n ? b->n : 1, sizeof(*stubs));
+        size_t n = 0;
 
-                if (p->kind != PROBE_POLL || !p->func_start)
-                        continue;
-                for (size_t j = i + 1; j < b->n; j++) {
-                        struct probe_point *q = &b->pts[j];
-
-                        if (q->kind == PROBE_POLL && q->func_start == p->func_start) {
-                                q->func_start = q->func_end = 0;
-                                shared = true;
-                        }
-                }
-                if (shared)
-                        p->func_start = p->func_end = 0;
+        if (!stubs)
+                return;
+        for (size_t i = 0; i < b->n; i++)
+                if (b->pts[i].kind == PROBE_POLL && b->pts[i].func_start)
+                        stubs[n++] = &b->pts[i];
+        qsort(stubs, n, sizeof(*stubs), by_func_start);
+        for (size_t i = 0, j; i < n; i = j) {
+                for (j = i + 1; j < n && stubs[j]->func_start == stubs[i]->func_start; j++) {}
+                for (size_t k = i; j - i > 1 && k < j; k++)
+                        stubs[k]->func_start = stubs[k]->func_end = 0;
         }
+        free(stubs);
 }
 
 void uprobes_plan_poll_bounds(struct plan_builder *b)

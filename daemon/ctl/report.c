@@ -414,11 +414,18 @@ static size_t first_sample(const struct report *r, uint8_t w, uint64_t from)
  * reschedule interrupt, the way out of a syscall, a cond_resched): it still
  * wanted the CPU, so it was no blocking call. The kernel frames show it
  * (the trace's samples carry no switch state); a recording without kernel
- * frames (addresses hidden from its starter) cannot tell and counts none. */
+ * frames (addresses hidden from its starter) cannot tell and counts none.
+ * One taken in d9d's own uprobe handler ("[d9d uprobe]" stands for its
+ * kernel frames) is no blocking call of the target's either: dprint under
+ * CPU hogs had its only "blocking" sample there. */
 static bool sample_preempted(const struct report *r, const struct sample *s)
 {
         static const char *const marks[] = { "irqentry_exit", "exit_to_user_mode", "preempt_schedule",
                                              "cond_resched" };
+        const char *top = s->n ? d9ctl_trace_symbols_name(&r->syms, s->frames[0]) : NULL;
+
+        if (top && !strcmp(top, "[d9d uprobe]"))
+                return true;
 
         for (uint8_t i = 0; i < s->n && s->frames[i] >= REPORT_KERNEL_MIN; i++) {
                 const char *n = d9ctl_trace_symbols_name(&r->syms, s->frames[i]);
