@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "d9proto.h"
+#include "daemon/symbolize/stack_marks.h"
 #include "trace_read.h"
 
 #define NWORKERS 256          /* worker ids are u8-sized: 254 blocking, 255 other */
@@ -422,9 +423,7 @@ static bool sample_preempted(const struct report *r, const struct sample *s)
 {
         static const char *const marks[] = { "irqentry_exit", "exit_to_user_mode", "preempt_schedule",
                                              "cond_resched" };
-        const char *top = s->n ? d9ctl_trace_symbols_name(&r->syms, s->frames[0]) : NULL;
-
-        if (top && !strcmp(top, "[d9d uprobe]"))
+        if (s->n && s->frames[0] == stack_mark_addr(STACK_MARK_D9_UPROBE))
                 return true;
 
         for (uint8_t i = 0; i < s->n && s->frames[i] >= REPORT_KERNEL_MIN; i++) {

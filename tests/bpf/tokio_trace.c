@@ -89,7 +89,10 @@ static struct thread_state *thread_of(struct stats *s, uint32_t tid)
         return &s->th[s->n_th++];
 }
 
-/* Every poll that kept its thread 40 ms or more without sleeping (wall
+/* A poll ended: one holding 19 ms or more of voluntary off-CPU time is
+ * one of the target's sleep polls. Each poll of 15 ms or more is described,
+ * so a sleep poll counted short says how its time was seen.
+ * Every poll that kept its thread 40 ms or more without sleeping (wall
  * time less voluntary off-CPU time) is a candidate for the busy poll. On a
  * loaded machine other polls can also be stretched that long by
  * preemption, and the busy one can get well under 50 ms of CPU, so the
@@ -97,12 +100,19 @@ static struct thread_state *thread_of(struct stats *s, uint32_t tid)
  * polls; every long poll of any other task must be explained by
  * preemption (under 40 ms on CPU).
  * Which of them are right: busy_poll_matches. */
-static void poll_closed(struct stats *s, const struct thread_state *t, uint64_t task,
-                        uint64_t start, uint64_t end)
+static void poll_closed(struct stats *s, struct thread_state *t, uint64_t task, uint64_t start, uint64_t end)
 {
         double ms = (double)(end - start) / 1e6;
         struct long_poll *lp;
 
+        t->last_task = task;
+        t->last_start = start;
+        t->last_end = end;
+        if (ms >= 15.0)
+                tap_diag("poll of task %llu: %.2f ms, off CPU %.2f ms: slept %.2f ms in %u, preempted %u times",
+                         (unsigned long long)task, ms, (double)t->off_all_ns / 1e6, (double)t->off_vol_ns / 1e6,
+                         t->off_vol_n, t->off_inv_n);
+        s->sleep_polls += t->off_vol_ns >= 19 * 1000000ull;
         if (ms - (double)t->off_vol_ns / 1e6 < 40.0 || s->n_long == MAX_LONG)
                 return;
         lp = &s->longs[s->n_long++];
@@ -271,19 +281,6 @@ static void note_id(struct stats *s, uint64_t id)
         s->n_ids++;
 }
 
-static void count_sleep_poll(struct stats *s, struct thread_state *t, uint64_t end)
-{
-        t->last_task = t->open_task;
-        t->last_start = t->open_ts;
-        t->last_end = end;
-        if (end - t->open_ts >= 15 * 1000000ull)
-                tap_diag("poll of task %llu: %.2f ms, off CPU %.2f ms: slept %.2f ms in %u, preempted %u times",
-                         (unsigned long long)t->open_task, (double)(end - t->open_ts) / 1e6,
-                         (double)t->off_all_ns / 1e6, (double)t->off_vol_ns / 1e6, t->off_vol_n,
-                         t->off_inv_n);
-        s->sleep_polls += t->off_vol_ns >= 19 * 1000000ull;
-}
-
 static void on_task_rec(struct stats *s, const struct d9_rec_task *r)
 {
         struct thread_state *t = thread_of(s, r->hdr.tid);
@@ -296,7 +293,6 @@ static void on_task_rec(struct stats *s, const struct d9_rec_task *r)
                 if (s->end_at_next_poll && t->open_ts) {
                         s->ends++;
                         poll_closed(s, t, t->open_task, t->open_ts, r->hdr.ts);
-                        count_sleep_poll(s, t, r->hdr.ts);
                         t->open_ts = 0;
                 }
                 s->restarted += t->open_ts != 0;
@@ -330,7 +326,6 @@ static void on_task_rec(struct stats *s, const struct d9_rec_task *r)
                 if (!t->open_ts || t->open_task != r->task_id || t->open_ts != r->start_ts)
                         s->end_mismatch++;
                 poll_closed(s, t, r->task_id, r->start_ts, r->hdr.ts);
-                count_sleep_poll(s, t, r->hdr.ts);
                 t->open_ts = 0;
                 break;
         case D9_REC_SPAWN:
