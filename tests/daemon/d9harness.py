@@ -159,6 +159,20 @@ def exec_done(pid, timeout=10):
     return False
 
 
+def start_cpu_hogs(n=2):
+    """n busy shells (one per core here): a loaded production machine. They
+    die with the test, so one killed by its timeout leaves no CPU hog
+    slowing every test after it."""
+    return [subprocess.Popen(["sh", "-c", "while :; do :; done"], preexec_fn=_die_with_parent) for _ in range(n)]
+
+
+def stop_procs(procs):
+    """Kill and reap each process (a hog, a target)."""
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
 def start_target(binary, *args, stdout=subprocess.PIPE):
     proc = subprocess.Popen([binary, *args], stdout=stdout, stderr=subprocess.DEVNULL, text=True)
     exec_done(proc.pid)

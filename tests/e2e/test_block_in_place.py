@@ -13,20 +13,19 @@ the long ones, D9LongPollEvent, and each stack names its worker).
 Usage: test_block_in_place.py D9D D9CTL STRIPPED_TARGET PROBES [TRIES]"""
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import D9d, Tap, dump_events, start_target, target_truth  # noqa
+from d9harness import D9d, Tap, dump_events, start_target, target_truth, start_cpu_hogs, stop_procs  # noqa
 
 D9D, D9CTL, TARGET, PROBES = sys.argv[1:5]
 TRIES = int(sys.argv[5]) if len(sys.argv) > 5 else 1
 
 
 def one_try(t, d, binary, n):
-    hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(2)]
+    hogs = start_cpu_hogs()
     try:
         tgt = start_target(binary, "inplace", "--thread-name", "tokio-rt-worker", "--duration", "10")
         time.sleep(1.5)  # mid-run: cores already moving between threads
@@ -34,9 +33,7 @@ def one_try(t, d, binary, n):
         r = d.ctl("record", *probes, "--pid", str(tgt.pid), "--duration", "6s", "--out", d.out)
         truth = target_truth(tgt)
     finally:
-        for h in hogs:
-            h.kill()
-            h.wait()
+        stop_procs(hogs)
     t.ok(r.returncode == 0 and truth and truth["block_in_place"] > 100,
          f"try {n}: record --pid ({PROBES}) of the stripped inplace target under 2 CPU hogs "
          f"({truth and truth['block_in_place']} block_in_place calls)", r.stderr)

@@ -19,23 +19,21 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import D9d, Tap, dump_events, start_target, target_truth  # noqa
+from d9harness import D9d, Tap, dump_events, start_target, target_truth, start_cpu_hogs, stop_procs  # noqa
 
 D9D, D9CTL, TARGET = sys.argv[1:4]
 TRIES = int(sys.argv[4]) if len(sys.argv) > 4 else 1
 
 
 def one_try(t, d, binary, n):
-    hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(2)]
+    hogs = start_cpu_hogs()
     try:
         tgt = start_target(binary, "pool", "--thread-name", "tokio-rt-worker", "--duration", "14")
         time.sleep(1.5)  # mid-run: workers parked and polling, blocking threads alive
         r = d.ctl("record", "--probes", "all", "--pid", str(tgt.pid), "--duration", "8s", "--out", d.out)
         truth = target_truth(tgt)
     finally:
-        for h in hogs:
-            h.kill()
-            h.wait()
+        stop_procs(hogs)
     t.ok(r.returncode == 0 and truth, f"try {n}: record --pid of the stripped pool target under 2 CPU hogs", r.stderr)
     if not truth:
         return

@@ -29,7 +29,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import D9d, Tap, dump_events  # noqa
+from d9harness import D9d, Tap, dump_events, start_cpu_hogs, stop_procs  # noqa
 
 D9D, D9CTL, DC = sys.argv[1:4]
 PROBES = sys.argv[4] if len(sys.argv) > 4 else "all"
@@ -97,7 +97,7 @@ def one_try(t, d, n, tmp):
     rpc.call("set_config", acc, "addr", "me@example.org")
     stop = threading.Event()
     drivers = [threading.Thread(target=drive, args=(rpc, acc, k, stop)) for k in range(4)]
-    hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(2)]
+    hogs = start_cpu_hogs()
     try:
         for th in drivers:
             th.start()
@@ -106,9 +106,7 @@ def one_try(t, d, n, tmp):
         r = d.ctl("record", *probes, "--pid", str(rpc.p.pid), "--duration", "5s", "--out", d.out)
         st = d.status(rpc.p.pid)
     finally:
-        for h in hogs:
-            h.kill()
-            h.wait()
+        stop_procs(hogs)
         stop.set()
         for th in drivers:
             th.join()

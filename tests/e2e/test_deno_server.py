@@ -31,7 +31,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import D9d, Tap  # noqa
+from d9harness import D9d, Tap, start_cpu_hogs, stop_procs  # noqa
 
 D9D, D9CTL, DENO = sys.argv[1:4]
 MODE = sys.argv[4] if len(sys.argv) > 4 else "all"
@@ -211,7 +211,7 @@ def main():
     out = os.path.join(tmp, "out")
     stop, counts = threading.Event(), [0]
     clients = [threading.Thread(target=load, args=(port, stop, counts)) for _ in range(2)]
-    hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(2)]
+    hogs = start_cpu_hogs()
     try:
         for c in clients:
             c.start()
@@ -222,9 +222,7 @@ def main():
         after = stats(port)
     finally:
         stop.set()
-        for h in hogs:
-            h.kill()
-            h.wait()
+        stop_procs(hogs)
         for c in clients:
             c.join()
     js_zero = js_clock_offset(port)

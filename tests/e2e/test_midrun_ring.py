@@ -16,7 +16,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import D9d, Tap, dump_json_lines, start_target, wait_for  # noqa
+from d9harness import D9d, Tap, dump_json_lines, start_target, wait_for, start_cpu_hogs, stop_procs  # noqa
 
 D9D, D9CTL, TARGET = sys.argv[1:4]
 
@@ -25,7 +25,7 @@ def main():
     t = Tap()
     d = D9d(D9D, D9CTL, {"finished_keep": "60s"})
     d.start_or_bail(t)
-    hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(2)]
+    hogs = start_cpu_hogs()
     tgt = start_target(TARGET, "mixed", "--duration", "15", stdout=subprocess.DEVNULL)
     try:
         time.sleep(0.5)  # mid-run: its workers are parking and polling
@@ -35,9 +35,7 @@ def main():
         r = d.ctl("detach", "--pid", str(tgt.pid))
         wait_for(lambda: (d.status(tgt.pid) or {"targets": [{}]})["targets"][0].get("state") == "done", 20)
     finally:
-        for p in hogs + [tgt]:
-            p.kill()
-            p.wait()
+        stop_procs(hogs + [tgt])
     rows = json.loads(d.ctl("list", "--all", "--json").stdout or "[]")
     row = next((x for x in rows if x.get("pid") == tgt.pid), {})
     stacks = row.get("stacks", {})

@@ -33,7 +33,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import D9d, Tap, dump_events  # noqa
+from d9harness import D9d, Tap, dump_events, start_cpu_hogs, stop_procs  # noqa
 
 D9D, D9CTL, APP, BINARY = sys.argv[1], sys.argv[2], sys.argv[3], os.path.abspath(sys.argv[4])
 
@@ -225,7 +225,7 @@ def main():
     stop, done = threading.Event(), {"answered": [], "not": 0, "why": ""}
     # Two clients at a time: the daemon has work through every recording.
     drivers = [threading.Thread(target=drive, args=(app, stop, done)) for _ in range(2)]
-    hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(2)]
+    hogs = start_cpu_hogs()
     runs, status, windows = {}, {}, {}
     try:
         for driver in drivers:
@@ -239,9 +239,7 @@ def main():
             windows[probes] = (t0, time.monotonic())
             status[probes] = ((d.status(pid) or {}).get("targets") or [{}])[0].get("workers", {})
     finally:
-        for h in hogs:
-            h.kill()
-            h.wait()
+        stop_procs(hogs)
         stop.set()
         for driver in drivers:
             driver.join()

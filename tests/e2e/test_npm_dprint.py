@@ -34,7 +34,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import D9d, Tap, dump_events, exec_done  # noqa
+from d9harness import D9d, Tap, dump_events, exec_done, start_cpu_hogs, stop_procs  # noqa
 
 D9D, D9CTL, BINARY = sys.argv[1], sys.argv[2], os.path.abspath(sys.argv[3])
 PLUGIN = os.path.abspath(sys.argv[4]) if len(sys.argv) > 4 else \
@@ -179,16 +179,14 @@ def main():
             t.bail(f"dprint lsp did not format the file: {first!r}")
         driver = threading.Thread(target=drive, args=(lsp, uri, stop, done))
         driver.start()
-        hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(2)]
+        hogs = start_cpu_hogs()
         time.sleep(1.5)  # mid-run: the server is formatting under the hogs
         t0 = time.monotonic()
         r = d.ctl("record", "--pid", str(pid), "--duration", "6s", "--out", d.out)
         window = (t0, time.monotonic())
         status = ((d.status(pid) or {}).get("targets") or [{}])[0]
     finally:
-        for h in hogs:
-            h.kill()
-            h.wait()
+        stop_procs(hogs)
         stop.set()
         if driver:
             driver.join(timeout=40)

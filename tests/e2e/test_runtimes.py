@@ -13,13 +13,12 @@ Usage: test_runtimes.py D9D D9CTL TARGET"""
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import D9d, Tap, dump_json_lines, start_target, target_truth  # noqa
+from d9harness import D9d, Tap, dump_json_lines, start_target, target_truth, start_cpu_hogs, stop_procs  # noqa
 
 D9D, D9CTL, TARGET = sys.argv[1:4]
 
@@ -32,7 +31,7 @@ def main():
     d = D9d(D9D, D9CTL)
     d.out = tempfile.mkdtemp(prefix="d9-runtimes-out-")
     d.start_or_bail(t)
-    hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(2)]
+    hogs = start_cpu_hogs()
     try:
         tgt = start_target(binary, "runtimes", "--thread-name", "tokio-rt-worker", "--workers", "2",
                            "--duration", "10")
@@ -40,9 +39,7 @@ def main():
         r = d.ctl("record", "--probes", "all", "--pid", str(tgt.pid), "--duration", "6s", "--out", d.out)
         truth = target_truth(tgt)
     finally:
-        for h in hogs:
-            h.kill()
-            h.wait()
+        stop_procs(hogs)
     t.ok(r.returncode == 0 and truth, "record --pid of the 3-runtime target under 2 CPU hogs", r.stderr)
     if not truth:
         t.done()
