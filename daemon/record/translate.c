@@ -945,6 +945,12 @@ static void stack_unwind(struct translate *tr, const struct d9_rec_stack *rec, s
         h->n = (uint32_t)n;
         h->n_kern = n_kern;
         h->cut = unwinder_last_cut(tr->unw);
+        /* Cut by the plain copy: this thread's next stacks are copied whole,
+         * within the byte cap (docs/stacks.md, "Deep stacks"). Said here, as
+         * the stack is unwound, so a stack held while the plan is built
+         * switches the thread at once, not seconds later at its replay. */
+        if (h->cut && !(h->flags & (D9_SREC_DEEP | D9_SREC_CAPPED)) && tr->deep_thread)
+                tr->deep_thread(tr->deep_ctx, h->hdr.tid);
 }
 
 /* A STACK record comes right before the SAMPLE/OFFCPU record of the same
@@ -988,10 +994,6 @@ static void on_stack_frames(struct translate *tr, const struct translate_held_st
                 st->frames[n++] = stack_mark_addr(STACK_MARK_CUT);
                 tr->stacks_cut++;
                 tr->stacks_cut_capped += (h->flags & D9_SREC_CAPPED) != 0;
-                /* Cut by the plain copy: this thread's next stacks are copied
-                 * whole, within the byte cap (docs/stacks.md, "Deep stacks"). */
-                if (!(h->flags & (D9_SREC_DEEP | D9_SREC_CAPPED)) && tr->deep_thread)
-                        tr->deep_thread(tr->deep_ctx, h->hdr.tid);
         }
         st->n = collapse_probe_path(tr, st->frames, n, h->n_kern);
 }

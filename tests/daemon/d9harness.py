@@ -159,6 +159,15 @@ def exec_done(pid, timeout=10):
     return False
 
 
+def slow_plan_wrap(delay_s):
+    """A command to run d9d under that holds each of its execve calls (the
+    plan child is d9d run again) for delay_s before it returns: a plan that
+    takes seconds, on demand. --seccomp-bpf stops d9d at execve only (the
+    drain loop runs at full speed); -D keeps d9d the harness's child."""
+    return ["strace", "-D", "-f", "--seccomp-bpf", "-qq", "-o", "/dev/null", "-e", "trace=execve",
+            "-e", f"inject=execve:delay_exit={delay_s * 1000000}"]
+
+
 def start_cpu_hogs(n=2):
     """n busy shells (one per core here): a loaded production machine. They
     die with the test, so one killed by its timeout leaves no CPU hog

@@ -29,7 +29,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import D9d, Tap, dump_json_lines, sealed_files, start_target, wait_for  # noqa
+from d9harness import D9d, Tap, dump_json_lines, sealed_files, slow_plan_wrap, start_target, wait_for  # noqa
 
 D9D, D9CTL, TARGET = sys.argv[1:4]
 DELAY = 4
@@ -39,11 +39,7 @@ def main():
     t = Tap()
     if not shutil.which("strace"):
         t.bail("no strace: scripts/bootstrap installs it")
-    # --seccomp-bpf: only execve stops d9d (the drain loop runs at full
-    # speed); -D keeps d9d the harness's child, with its own pid.
-    wrap = ["strace", "-D", "-f", "--seccomp-bpf", "-qq", "-o", "/dev/null", "-e", "trace=execve",
-            "-e", f"inject=execve:delay_exit={DELAY * 1000000}"]
-    d = D9d(D9D, D9CTL, wrap=wrap)
+    d = D9d(D9D, D9CTL, wrap=slow_plan_wrap(DELAY))
     d.start_or_bail(t)
     proc = start_target(TARGET, "mixed", "--workers", "2", "--duration", str(DELAY + 5))
     time.sleep(0.5)
