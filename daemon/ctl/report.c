@@ -55,9 +55,12 @@ struct worker {
         uint64_t busy_ns, parked_ns, polls, sched_wait_ns;
 };
 
-/* task id -> time of its first wake since its last poll (0 = none). */
+/* task id -> time of its first wake since its last poll began (0 = none);
+ * whether that wake came while the task was being polled, and when its
+ * last poll ended (0: still open, or its end not seen). */
 struct wake_slot {
-        uint64_t task, ts;
+        uint64_t task, ts, poll_end;
+        bool poll_open, woken_in_poll;
 };
 
 struct lost_counts {
@@ -189,13 +192,23 @@ static void on_poll_start(struct report *r, const struct d9_dec_event *ev)
         w->poll_future = intern(r, d9ctl_trace_field(ev, "spawn_loc"));
         r->total_polls++;
         w->polls++;
-        struct wake_slot *s = slot_of(r, task, false);
-        if (s && s->ts) {
-                struct wake wk = { ev->ts - s->ts, task, s->ts, id, w->poll_future };
-                if (ev->ts >= s->ts)
-                        keep_wake(r, &wk);
-                s->ts = 0;
+        struct wake_slot *s = slot_of(r, task, true);
+        if (!s)
+                return;
+        /* A task woken while it was being polled (by itself, or by another
+         * thread) is queued again only when that poll returns: it waited
+         * from that poll's end. While that end is unknown (the poll before
+         * is still open: its end is stamped late without return probes),
+         * so is the wait, and none is listed. */
+        uint64_t from = s->woken_in_poll ? (s->poll_open ? 0 : s->poll_end) : s->ts;
+        if (s->ts && from && ev->ts >= from) {
+                struct wake wk = { ev->ts - from, task, from, id, w->poll_future };
+                keep_wake(r, &wk);
         }
+        s->ts = 0;
+        s->woken_in_poll = false;
+        s->poll_open = true;
+        s->poll_end = 0;
 }
 
 static void on_poll_end(struct report *r, const struct d9_dec_event *ev)
@@ -205,7 +218,12 @@ static void on_poll_end(struct report *r, const struct d9_dec_event *ev)
         if (!w->in_poll || ev->ts < w->poll_start)
                 return;
         uint64_t d = ev->ts - w->poll_start;
+        struct wake_slot *s = slot_of(r, w->poll_task, false);
         w->in_poll = false;
+        if (s && s->poll_open) {
+                s->poll_open = false;
+                s->poll_end = ev->ts;
+        }
         w->busy_ns += d;
         if (d < MIN_POLL_NS)
                 return;
@@ -237,8 +255,10 @@ static void on_wake(struct report *r, const struct d9_dec_event *ev)
 {
         struct wake_slot *s = slot_of(r, d9ctl_trace_field_u(ev, "woken_task_id"), true);
 
-        if (s && !s->ts)
+        if (s && !s->ts) {
                 s->ts = ev->ts;
+                s->woken_in_poll = s->poll_open;
+        }
 }
 
 static void on_sample(struct report *r, const struct d9_dec_event *ev)
