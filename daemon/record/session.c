@@ -1728,12 +1728,14 @@ json_t *session_status_json(const struct session *s)
                 "record_bytes", (json_int_t)s->tr.stack_bytes));
         /* Worker identity: task polls whose worker BPF did not find on the
          * stack and ids given to threads standing in for their worker
-         * (either set), and cores seen moving to another thread
-         * (block_in_place). */
-        json_object_set_new(j, "workers", json_pack("{s:I,s:I,s:I}",
+         * (either set), cores seen moving to another thread
+         * (block_in_place), and polls ended by their task's next poll on
+         * another thread (translate.c, end_poll_of_task_elsewhere). */
+        json_object_set_new(j, "workers", json_pack("{s:I,s:I,s:I,s:I}",
                 "polls_by_thread", (json_int_t)s->tr.polls_by_thread,
                 "ids_by_thread", (json_int_t)s->tr.ids_by_thread,
-                "hand_offs", (json_int_t)s->tr.cores_handed));
+                "hand_offs", (json_int_t)s->tr.cores_handed,
+                "polls_ended_by_task_elsewhere", (json_int_t)s->tr.polls_ended_by_task));
         json_object_set_new(j, "samples", session_samples_json(s));
         /* Drops: whether the ring was full at a drain after a long gap
          * (the loop late) or between drains close together (too small). */

@@ -23,6 +23,7 @@ struct tr_thread {
         uint32_t poll_worker;           /* lane of its open poll, D9_WORKER_NONE if none */
         uint64_t poll_ts;               /* when its last runtime-task poll began */
         uint64_t poll_end_ts;           /* ... and ended (0 while it is open) */
+        uint64_t poll_task;             /* ... and which task it polls */
         uint64_t loop_found_ts;         /* default set: when BPF found the loop of
                                          * its worker (translate_stack_worker) */
         bool older_loop;                /* ... whose core another thread's newer
@@ -132,6 +133,8 @@ struct translate {
         struct tr_workers ws;           /* worker ids and runtimes */
         uint32_t holder[TR_MAX_WORKERS]; /* tid of the thread that drives (or
                                          * last drove) each worker, 0 if none */
+        uint32_t lane_tid[TR_MAX_WORKERS]; /* the thread of each lane's last
+                                         * runtime-task poll start */
 
         uint64_t first_ts, last_ts;
         uint64_t events;                /* dial9 events written */
@@ -142,6 +145,8 @@ struct translate {
         uint64_t exe_dev, exe_ino;      /* the planned file (translate_set_exe_file) */
         uint64_t uprobes_from_ts;       /* when uprobes joined; UINT64_MAX: not yet */
         uint64_t sched_parks;           /* parks derived from off-CPU records */
+        uint64_t polls_ended_by_task;   /* polls ended by their task's next
+                                         * poll start on another thread */
         uint64_t cores_handed;          /* a worker's core seen moving to another thread
                                          * (block_in_place) */
         uint64_t polls_by_thread;       /* runtime task polls whose worker BPF did not

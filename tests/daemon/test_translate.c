@@ -64,6 +64,9 @@ struct lane_log {
         /* Polls started on a lane whose previous poll had not ended. */
         bool open[256];
         int overlaps;
+        /* ... and a task's poll started while one of it is open on another lane. */
+        uint64_t open_task[256];
+        int task_overlaps;
         char names[4][17];              /* thread_name of the first samples */
         int n_names;
         char labels[16][160];           /* spawn_loc of the first poll starts */
@@ -108,6 +111,9 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
                 return 0;
         if (!strcmp(n, "PollStartEvent")) {
                 l->poll_start[w]++, l->overlaps += l->open[w], l->open[w] = true;
+                for (int o = 0; o < 256; o++)
+                        l->task_overlaps += o != (int)w && l->open[o] && l->open_task[o] == field_u(ev, "task_id");
+                l->open_task[w] = field_u(ev, "task_id");
                 for (uint16_t i = 0; i < ev->schema->nfields && l->n_labels < 16; i++)
                         if (!strcmp(ev->schema->fields[i].name, "spawn_loc") && ev->values[i].resolved)
                                 snprintf(l->labels[l->n_labels++], sizeof(l->labels[0]), "%.*s",
@@ -926,6 +932,37 @@ static void test_entry_only_start_ends_open_poll(void)
            l.blocking_polls, (unsigned long long)l.blocking_ns);
 }
 
+/* Entry-only: the end of a task's poll is stamped at its thread's next
+ * event, which can come after another worker took the task (it was queued
+ * again as the poll returned; under CPU hogs the first thread was
+ * preempted on its way out). Tokio never polls a task on two threads at
+ * once: the other thread's start ends the open poll, and the first
+ * thread's next start ends nothing more. The task's third poll, back on
+ * the first thread, finds its second already ended by its own thread. */
+static void test_task_on_one_lane_at_a_time(void)
+{
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+        uint64_t ended;
+
+        run_start(&r, true, true);
+        r.tr.end_at_next_poll = true;
+        poll(&r, 101, C_TASK, 7, false);
+        poll(&r, 102, C_TASK, 9, false);
+        poll(&r, 102, C_TASK, 7, false);
+        poll(&r, 101, C_TASK, 8, false);
+        poll(&r, 102, C_TASK, 10, false);
+        poll(&r, 101, C_TASK, 7, false);
+        ended = r.tr.polls_ended_by_task;
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.task_overlaps == 0 && ended == 1 && l.poll_start[0] == 3 && l.poll_start[1] == 3 &&
+           l.poll_end[0] == 2 && l.poll_end[1] == 2,
+           "a task's poll on another thread ends its open one: %d polls of a task open on two lanes, %llu ended "
+           "so; lane 0 %d starts %d ends, lane 1 %d starts %d ends", l.task_overlaps, (unsigned long long)ended,
+           l.poll_start[0], l.poll_end[0], l.poll_start[1], l.poll_end[1]);
+}
+
 /* Samples name their thread as BPF read it then (task->comm): no /proc
  * read on the drain path, and a thread that renames itself is seen. */
 static void test_thread_names_from_the_samples(void)
@@ -1147,6 +1184,7 @@ int main(void)
         test_park_key_and_index_agree();
         test_worker_index_per_runtime();
         test_entry_only_start_ends_open_poll();
+        test_task_on_one_lane_at_a_time();
         test_thread_names_from_the_samples();
         test_exec_into_the_planned_file();
         test_boxed_futures_named_from_the_plan();
