@@ -485,9 +485,12 @@ static void session_close_segment(struct session *s)
         struct seal_job *job;
         int r;
 
-        /* A long poll still running is written into the segment it is in. */
-        if (s->tr.enc)
+        /* A long poll still running is written into the segment it is in,
+         * and so is a poll end its task's start elsewhere decided. */
+        if (s->tr.enc) {
                 long_poll_flush(&s->tr, true);
+                translate_settle_poll_ends(&s->tr, true);
+        }
         job = calloc(1, sizeof(*job));
 
         if (!job)

@@ -530,6 +530,23 @@ static struct tr_thread *thread_find(struct translate *tr, uint32_t tid)
         return tid && tr->threads[i].tid == tid ? &tr->threads[i] : NULL;
 }
 
+/* When t's open poll ends, given the record that ends it at ts: no later
+ * than its task's next start on another thread (end_by, kept by
+ * note_task_polled_elsewhere). */
+static uint64_t own_poll_end(struct translate *tr, struct tr_thread *t, uint64_t ts)
+{
+        uint64_t by = t->poll_end_by;
+
+        if (!by)
+                return ts;
+        t->poll_end_by = 0;
+        tr->ends_by_pending--;
+        if (by >= ts)
+                return ts;
+        tr->polls_ended_by_task++;
+        return by;
+}
+
 /* Thread t drives worker w from ts on. A worker runs on one thread at a
  * time: a thread that held w before handed its core over (block_in_place:
  * the stand-in thread's loop took it) and is that worker no more; a poll
@@ -544,10 +561,12 @@ static int worker_take(struct translate *tr, struct tr_thread *t, uint32_t w, ui
                 return 0;
         if (u && u != t && u->worker == w) {
                 if (u->poll_worker == w) {
-                        e = d9_enc_poll_end(tr->enc, ts, w);
+                        uint64_t end = own_poll_end(tr, u, ts);
+
+                        e = d9_enc_poll_end(tr->enc, end, w);
                         tr->events += e == 0;
                         u->poll_worker = D9_WORKER_NONE;
-                        u->poll_end_ts = ts;
+                        u->poll_end_ts = end;
                 }
                 u->worker = D9_WORKER_NONE;
                 u->pool_thread = true;
@@ -671,26 +690,57 @@ static int blocking_poll_end(struct translate *tr, struct tr_thread *t, uint64_t
 
 /* Tokio polls a task on one thread at a time: a poll of `task` still open
  * on another thread ended before this start at ts. Its end is otherwise
- * stamped too late: entry-only, at that thread's next event (4.4 ms later
- * under CPU hogs on npm postgrestools); with return probes, when the poll
- * function returns, after the task was queued again and maybe stolen. */
-static int end_poll_of_task_elsewhere(struct translate *tr, const struct tr_thread *t, uint64_t task, uint64_t ts)
+ * stamped too late: entry-only, at that thread's next event (4.4-22 ms
+ * later under CPU hogs on npm postgrestools and tailcall); with return
+ * probes, when the poll function returns, after the task was queued again
+ * and maybe stolen. The end is not written here: that thread's own next
+ * record may still come with an earlier time (records of two CPUs reach
+ * the ring a little out of order), and its end is then that one. It is
+ * written at that record, or once the trace is END_BY_SETTLE_NS past it. */
+#define END_BY_SETTLE_NS 2000000ull
+static void note_task_polled_elsewhere(struct translate *tr, const struct tr_thread *t, uint64_t task,
+                                       uint64_t ts)
 {
         for (uint32_t w = 0; task && w < tr->ws.n && w < TR_MAX_WORKERS; w++) {
                 struct tr_thread *u = tr->lane_tid[w] != t->tid ? thread_find(tr, tr->lane_tid[w]) : NULL;
+
+                if (!u || u->poll_worker != w || u->poll_task != task || u->poll_end_ts || u->poll_end_by)
+                        continue;
+                u->poll_end_by = ts;
+                if (!tr->ends_by_pending++ || ts < tr->ends_by_oldest)
+                        tr->ends_by_oldest = ts;
+                return;
+        }
+}
+
+int translate_settle_poll_ends(struct translate *tr, bool all)
+{
+        uint64_t oldest = UINT64_MAX;
+
+        if (!tr->ends_by_pending || (!all && tr->ends_by_oldest + END_BY_SETTLE_NS > tr->last_ts))
+                return 0;
+        for (size_t i = 0; tr->ends_by_pending && i < tr->threads_cap; i++) {
+                struct tr_thread *u = &tr->threads[i];
                 int e;
 
-                if (!u || u->poll_worker != w || u->poll_task != task || u->poll_end_ts)
+                if (!u->tid || !u->poll_end_by)
                         continue;
-                if ((e = d9_enc_poll_end(tr->enc, ts, w)) < 0)
+                if (!all && u->poll_end_by + END_BY_SETTLE_NS > tr->last_ts) {
+                        oldest = u->poll_end_by < oldest ? u->poll_end_by : oldest;
+                        continue;
+                }
+                uint64_t end = own_poll_end(tr, u, UINT64_MAX);
+
+                if (u->poll_worker >= D9_WORKER_BLOCKING)
+                        continue;
+                if ((e = d9_enc_poll_end(tr->enc, end, u->poll_worker)) < 0)
                         return e;
                 tr->events++;
-                tr->polls_ended_by_task++;
                 u->poll_worker = D9_WORKER_NONE;
-                u->poll_end_ts = ts;
+                u->poll_end_ts = end;
                 u->poll_cut = true;
-                return 0;
         }
+        tr->ends_by_oldest = oldest;
         return 0;
 }
 
@@ -723,10 +773,11 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                  * before the attach, or a worker's launch poll that encloses
                  * all of its task polls), closed so no lane stays open. */
                 if (t->poll_worker < D9_WORKER_BLOCKING) {
-                        int e = d9_enc_poll_end(tr->enc, r->hdr.ts, t->poll_worker);
+                        uint64_t end = own_poll_end(tr, t, r->hdr.ts);
+                        int e = d9_enc_poll_end(tr->enc, end, t->poll_worker);
                         if (e < 0)
                                 return e;
-                        t->poll_end_ts = r->hdr.ts;
+                        t->poll_end_ts = end;
                         tr->events++;
                 }
                 /* Runtime task polls inside an open blocking poll: it is the
@@ -736,14 +787,17 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                         t->blocking_nested = !cookie_is_blocking(tr, r->cookie);
                 t->poll_cut = false;
                 uint32_t lane;
+                /* Not before this thread's last poll end: one written at
+                 * its task's start elsewhere, before this record came. */
+                uint64_t start = t->poll_end_ts > r->hdr.ts ? t->poll_end_ts : r->hdr.ts;
                 int err = poll_worker(tr, t, r, &lane);
-                if (err == 0 && lane < D9_WORKER_BLOCKING)
-                        err = end_poll_of_task_elsewhere(tr, t, r->task_id, r->hdr.ts);
                 if (err < 0)
                         return err;
+                if (lane < D9_WORKER_BLOCKING)
+                        note_task_polled_elsewhere(tr, t, r->task_id, start);
                 t->poll_worker = lane;
                 if (lane < D9_WORKER_BLOCKING) {
-                        t->poll_ts = r->hdr.ts;
+                        t->poll_ts = start;
                         t->poll_end_ts = 0;
                         t->poll_task = r->task_id;
                         if (lane < TR_MAX_WORKERS)
@@ -760,7 +814,7 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                         return 1;
                 }
                 workers_runtime_seen(&tr->ws, t->poll_worker, r->sched);
-                return d9_enc_poll_start(tr->enc, r->hdr.ts, t->poll_worker, 0,
+                return d9_enc_poll_start(tr->enc, start, t->poll_worker, 0,
                                          r->task_id, poll_label_atom(tr, r->cookie, r->future_poll));
         case D9_REC_POLL_END: {
                 uint32_t w = t->poll_worker;
@@ -771,8 +825,9 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                         return 1;
                 }
                 t->poll_worker = D9_WORKER_NONE;
+                uint64_t end = w < D9_WORKER_BLOCKING ? own_poll_end(tr, t, r->hdr.ts) : r->hdr.ts;
                 if (w < D9_WORKER_BLOCKING)
-                        t->poll_end_ts = r->hdr.ts;
+                        t->poll_end_ts = end;
                 if (w == D9_WORKER_BLOCKING) {
                         worker_loop_end(tr, t);
                         return blocking_poll_end(tr, t, r->hdr.ts);
@@ -788,7 +843,7 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                         worker_loop_end(tr, t);
                 if (w == D9_WORKER_NONE && (cookie_is_blocking(tr, r->cookie) || t->worker == D9_WORKER_NONE))
                         return 1;
-                return d9_enc_poll_end(tr->enc, r->hdr.ts, w != D9_WORKER_NONE ? w : t->worker);
+                return d9_enc_poll_end(tr->enc, end, w != D9_WORKER_NONE ? w : t->worker);
         }
         case D9_REC_SPAWN:
                 return d9_enc_task_spawn(tr->enc, r->hdr.ts, r->task_id, tr->empty_atom, tr->wake_probes);
@@ -1146,6 +1201,8 @@ int translate_record(struct translate *tr, const void *rec, size_t size)
         t = thread_get(tr, h->tid);
         if (!t)
                 return -ENOMEM;
+        if (tr->ends_by_pending && tr->enc && (r = translate_settle_poll_ends(tr, false)) < 0)
+                return r;
         switch (h->type) {
         case D9_REC_POLL_START:
         case D9_REC_POLL_END:
@@ -1279,7 +1336,7 @@ int translate_window(struct translate *tr, uint64_t ts, bool on)
                 if (!t->tid || t->poll_worker == D9_WORKER_NONE)
                         continue;
                 if (t->poll_worker < D9_WORKER_BLOCKING)
-                        r = d9_enc_poll_end(tr->enc, ts, t->poll_worker);
+                        r = d9_enc_poll_end(tr->enc, own_poll_end(tr, t, ts), t->poll_worker);
                 else
                         r = blocking_poll_end(tr, t, ts);
                 if (r < 0)

@@ -24,6 +24,8 @@ struct tr_thread {
         uint64_t poll_ts;               /* when its last runtime-task poll began */
         uint64_t poll_end_ts;           /* ... and ended (0 while it is open) */
         uint64_t poll_task;             /* ... and which task it polls */
+        uint64_t poll_end_by;           /* its open poll ended no later than this:
+                                         * its task's start on another thread */
         uint64_t loop_found_ts;         /* default set: when BPF found the loop of
                                          * its worker (translate_stack_worker) */
         bool older_loop;                /* ... whose core another thread's newer
@@ -147,6 +149,8 @@ struct translate {
         uint64_t sched_parks;           /* parks derived from off-CPU records */
         uint64_t polls_ended_by_task;   /* polls ended by their task's next
                                          * poll start on another thread */
+        uint64_t ends_by_pending;       /* threads with a poll_end_by, */
+        uint64_t ends_by_oldest;        /* ... the earliest of them */
         uint64_t cores_handed;          /* a worker's core seen moving to another thread
                                          * (block_in_place) */
         uint64_t polls_by_thread;       /* runtime task polls whose worker BPF did not
@@ -254,6 +258,10 @@ uint32_t translate_label_atom(struct translate *tr, uint64_t cookie);
 /* Sampled wakes: the wake points are attached from ts on (or not), for
  * on_ms of every period_ms: a D9WakeWindowEvent. */
 int translate_wake_window(struct translate *tr, uint64_t ts, bool attached, uint64_t on_ms, uint64_t period_ms);
+/* Write the poll ends that a task's start on another thread decided, once
+ * the trace is past them (all: every one, at a segment's end). 0 or a
+ * negative errno from the encoder. */
+int translate_settle_poll_ends(struct translate *tr, bool all);
 
 /* A probe class joined the recording (attached) or left it at ts: a
  * D9ProbesEvent naming it ("uprobes: poll,spawn,...") and why. Nothing of

@@ -64,9 +64,11 @@ struct lane_log {
         /* Polls started on a lane whose previous poll had not ended. */
         bool open[256];
         int overlaps;
-        /* ... and a task's poll started while one of it is open on another lane. */
-        uint64_t open_task[256];
-        int task_overlaps;
+        /* Each lane's closed polls (start, end, task), and how many pairs of
+         * one task's polls overlap in time (two lanes at once). */
+        uint64_t open_ts[256], open_task[256];
+        struct lane_poll { uint64_t start, end, task; } polls[64];
+        int n_polls, task_overlaps;
         char names[4][17];              /* thread_name of the first samples */
         int n_names;
         char labels[16][160];           /* spawn_loc of the first poll starts */
@@ -111,16 +113,21 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
                 return 0;
         if (!strcmp(n, "PollStartEvent")) {
                 l->poll_start[w]++, l->overlaps += l->open[w], l->open[w] = true;
-                for (int o = 0; o < 256; o++)
-                        l->task_overlaps += o != (int)w && l->open[o] && l->open_task[o] == field_u(ev, "task_id");
+                l->open_ts[w] = ev->ts;
                 l->open_task[w] = field_u(ev, "task_id");
                 for (uint16_t i = 0; i < ev->schema->nfields && l->n_labels < 16; i++)
                         if (!strcmp(ev->schema->fields[i].name, "spawn_loc") && ev->values[i].resolved)
                                 snprintf(l->labels[l->n_labels++], sizeof(l->labels[0]), "%.*s",
                                          (int)ev->values[i].str.len, ev->values[i].str.p);
         }
-        else if (!strcmp(n, "PollEndEvent"))
+        else if (!strcmp(n, "PollEndEvent")) {
                 l->poll_end[w]++, l->open[w] = false;
+                for (int i = 0; i < l->n_polls; i++)
+                        l->task_overlaps += l->polls[i].task == l->open_task[w] &&
+                                            l->polls[i].start < ev->ts && l->open_ts[w] < l->polls[i].end;
+                if (l->n_polls < 64)
+                        l->polls[l->n_polls++] = (struct lane_poll){ l->open_ts[w], ev->ts, l->open_task[w] };
+        }
         else if (!strcmp(n, "WorkerParkEvent"))
                 l->park[w]++, order_push(l->order[w], 'p'), l->park_cpu[w] += field_u(ev, "cpu_time_ns");
         else if (!strcmp(n, "WorkerUnparkEvent"))
@@ -936,9 +943,13 @@ static void test_entry_only_start_ends_open_poll(void)
  * event, which can come after another worker took the task (it was queued
  * again as the poll returned; under CPU hogs the first thread was
  * preempted on its way out). Tokio never polls a task on two threads at
- * once: the other thread's start ends the open poll, and the first
- * thread's next start ends nothing more. The task's third poll, back on
- * the first thread, finds its second already ended by its own thread. */
+ * once: the other thread's start ends the open poll, when the first
+ * thread's next record comes (task 7), or once the trace is 2 ms past it
+ * (task 11: its thread sends nothing more). The task's third poll, back on
+ * the first thread, finds its second already ended by its own thread. A
+ * thread's next start that reaches the ring after the other thread's
+ * start but happened before it (records of two CPUs, task 20) is the
+ * end. */
 static void test_task_on_one_lane_at_a_time(void)
 {
         struct lane_log l;
@@ -954,11 +965,20 @@ static void test_task_on_one_lane_at_a_time(void)
         poll(&r, 101, C_TASK, 8, false);
         poll(&r, 102, C_TASK, 10, false);
         poll(&r, 101, C_TASK, 7, false);
+        poll(&r, 101, C_TASK, 20, false);
+        poll(&r, 102, C_TASK, 20, false);
+        r.ts -= 1500; /* thread 101's next start, 500 ns before 102's */
+        poll(&r, 101, C_TASK, 21, false);
+        r.ts += 1500;
+        poll(&r, 102, C_TASK, 11, false);
+        poll(&r, 101, C_TASK, 11, false);
+        r.ts += 3000000;
+        poll(&r, 101, C_TASK, 12, false);
         ended = r.tr.polls_ended_by_task;
         run_end(&r, &l, workers, sizeof(workers));
-        ok(l.task_overlaps == 0 && ended == 1 && l.poll_start[0] == 3 && l.poll_start[1] == 3 &&
-           l.poll_end[0] == 2 && l.poll_end[1] == 2,
-           "a task's poll on another thread ends its open one: %d polls of a task open on two lanes, %llu ended "
+        ok(l.task_overlaps == 0 && ended == 2 && l.poll_start[0] == 7 && l.poll_start[1] == 5 &&
+           l.poll_end[0] == 6 && l.poll_end[1] == 5,
+           "a task's poll on another thread ends its open one: %d pairs of one task's polls overlap, %llu ended "
            "so; lane 0 %d starts %d ends, lane 1 %d starts %d ends", l.task_overlaps, (unsigned long long)ended,
            l.poll_start[0], l.poll_end[0], l.poll_start[1], l.poll_end[1]);
 }
