@@ -32,6 +32,7 @@
 struct poll {
         uint64_t start, end, task;
         uint8_t worker;
+        bool open;    /* its end not recorded: end is the recording's last event */
         char *future; /* interned in the report's string list */
 };
 
@@ -86,6 +87,17 @@ struct report {
         uint64_t first_ts, last_ts, total_polls, short_offcpu, short_offcpu_ns;
         struct lost_counts lost;
         unsigned segments;
+        /* Recordings: the segments of one (SegmentMetadataEvent
+         * "recording") continue each other, so a poll or park open at one's
+         * end goes on in the next. Another recording (or a segment that
+         * names none) first closes what is open, at the last event. */
+        char *recording;                /* the current one's key; NULL: none */
+        bool seg_boundary;              /* a file began: is it the same recording? */
+        uint64_t rec_first, rec_last;   /* the current recording's events */
+        uint64_t pend_first, pend_last; /* ... and the new file's, until told apart */
+        uint64_t recorded_ns;           /* the closed recordings' spans, summed */
+        unsigned recordings;
+        json_t *probe_sets;             /* each "probes" metadata value, once */
         json_t *meta;
         struct report_process process;
         struct report_long_polls long_polls;
@@ -165,8 +177,9 @@ static void keep_wake(struct report *r, const struct wake *w)
 static void on_blocking_poll(struct report *r, const struct d9_dec_event *ev)
 {
         uint64_t d = d9ctl_trace_field_u(ev, "duration_ns");
-        struct poll p = { ev->ts > d ? ev->ts - d : 0, ev->ts, d9ctl_trace_field_u(ev, "task_id"), 254,
-                          intern(r, d9ctl_trace_field(ev, "spawn_loc")) };
+        struct poll p = { .start = ev->ts > d ? ev->ts - d : 0, .end = ev->ts,
+                          .task = d9ctl_trace_field_u(ev, "task_id"), .worker = 254,
+                          .future = intern(r, d9ctl_trace_field(ev, "spawn_loc")) };
 
         r->total_jobs++;
         if (r->njobs == r->top && (r->top == 0 || d <= r->jobs[r->njobs - 1].end - r->jobs[r->njobs - 1].start))
@@ -211,18 +224,17 @@ static void on_poll_start(struct report *r, const struct d9_dec_event *ev)
         s->poll_end = 0;
 }
 
-static void on_poll_end(struct report *r, const struct d9_dec_event *ev)
+/* Worker w's poll ends at `end` (open: the recording ended first). */
+static void poll_closed(struct report *r, struct worker *w, uint64_t end, bool open)
 {
-        struct worker *w = &r->w[(uint8_t)d9ctl_trace_field_u(ev, "worker_id")];
-
-        if (!w->in_poll || ev->ts < w->poll_start)
+        if (!w->in_poll || end < w->poll_start)
                 return;
-        uint64_t d = ev->ts - w->poll_start;
+        uint64_t d = end - w->poll_start;
         struct wake_slot *s = slot_of(r, w->poll_task, false);
         w->in_poll = false;
         if (s && s->poll_open) {
                 s->poll_open = false;
-                s->poll_end = ev->ts;
+                s->poll_end = open ? 0 : end;
         }
         w->busy_ns += d;
         if (d < MIN_POLL_NS)
@@ -232,8 +244,14 @@ static void on_poll_end(struct report *r, const struct d9_dec_event *ev)
                 r->polls_dropped++;
                 return;
         }
-        r->polls[r->npolls++] = (struct poll){ w->poll_start, ev->ts, w->poll_task,
-                                               (uint8_t)(w - r->w), w->poll_future };
+        r->polls[r->npolls++] = (struct poll){ .start = w->poll_start, .end = end, .task = w->poll_task,
+                                               .worker = (uint8_t)(w - r->w), .open = open,
+                                               .future = w->poll_future };
+}
+
+static void on_poll_end(struct report *r, const struct d9_dec_event *ev)
+{
+        poll_closed(r, &r->w[(uint8_t)d9ctl_trace_field_u(ev, "worker_id")], ev->ts, false);
 }
 
 static void on_park(struct report *r, const struct d9_dec_event *ev, bool park)
@@ -279,6 +297,17 @@ static void on_sample(struct report *r, const struct d9_dec_event *ev)
                 s->frames[s->n++] = d9_value_stack_addr(chain, i);
 }
 
+static bool probe_set_seen(const struct report *r, const struct d9_value *v)
+{
+        size_t i;
+        json_t *e;
+
+        json_array_foreach(r->probe_sets, i, e)
+                if (json_string_length(e) == v->str.len && !memcmp(json_string_value(e), v->str.p, v->str.len))
+                        return true;
+        return false;
+}
+
 static void on_metadata(struct report *r, const struct d9_dec_event *ev)
 {
         const struct d9_value *m = d9ctl_trace_field(ev, "entries");
@@ -292,8 +321,61 @@ static void on_metadata(struct report *r, const struct d9_dec_event *ev)
                 char *key = strndup(k.str.p, k.str.len);
                 if (key)
                         json_object_set_new(r->meta, key, json_stringn(v.str.p, v.str.len));
+                /* Recordings of different sets mix in one report: said. */
+                if (key && !strcmp(key, "probes") && !probe_set_seen(r, &v))
+                        json_array_append_new(r->probe_sets, json_stringn(v.str.p, v.str.len));
                 free(key);
         }
+}
+
+/* The end of a recording: a poll or park still open counts up to its
+ * last event (a poll as a lower bound, listed "open"); its span adds to
+ * the time recorded, which the shares are of. */
+static void recording_close(struct report *r)
+{
+        for (int i = 0; i < NWORKERS; i++) {
+                struct worker *w = &r->w[i];
+
+                poll_closed(r, w, r->rec_last, true);
+                if (w->parked && r->rec_last >= w->park_start)
+                        w->parked_ns += r->rec_last - w->park_start;
+                w->in_poll = w->parked = false;
+        }
+        d9ctl_report_tasks_segment(r->tasks);
+        r->recorded_ns += r->rec_last - r->rec_first;
+        r->recordings += r->rec_last != 0;
+        r->rec_first = r->rec_last = 0;
+}
+
+/* The first event of a file: the recording its metadata names goes on,
+ * or another one begins. */
+static void segment_begins(struct report *r, const struct d9_dec_event *ev)
+{
+        const struct d9_value *m = strcmp(ev->schema->name, "SegmentMetadataEvent") ? NULL :
+                                   d9ctl_trace_field(ev, "entries");
+        struct d9_value_iter it;
+        struct d9_value k, v;
+        char *key = NULL;
+
+        r->seg_boundary = false;
+        if (m)
+                d9_value_iter_init(&it, m);
+        while (m && !key && d9_value_iter_next(&it, &k) && d9_value_iter_next(&it, &v))
+                if (k.str.len == 9 && !memcmp(k.str.p, "recording", 9))
+                        key = strndup(v.str.p, v.str.len);
+        if (!key || !r->recording || strcmp(key, r->recording)) {
+                recording_close(r);
+                free(r->recording);
+                r->recording = key;
+        } else {
+                free(key);
+        }
+        /* Its ClockSyncEvent's time belongs to the recording it is in. */
+        if (r->pend_first && (!r->rec_first || r->pend_first < r->rec_first))
+                r->rec_first = r->pend_first;
+        if (r->pend_last > r->rec_last)
+                r->rec_last = r->pend_last;
+        r->pend_first = r->pend_last = 0;
 }
 
 static int on_event(const struct d9_dec_event *ev, void *ctx)
@@ -301,11 +383,21 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
         struct report *r = ctx;
         const char *name = ev->schema->name;
 
+        /* A segment opens with a ClockSyncEvent, then its metadata. */
+        if (r->seg_boundary && strcmp(name, "ClockSyncEvent"))
+                segment_begins(r, ev);
         if (ev->has_timestamp && ev->ts) {
+                uint64_t *first = r->seg_boundary ? &r->pend_first : &r->rec_first;
+                uint64_t *last = r->seg_boundary ? &r->pend_last : &r->rec_last;
+
                 if (!r->first_ts || ev->ts < r->first_ts)
                         r->first_ts = ev->ts;
                 if (ev->ts > r->last_ts)
                         r->last_ts = ev->ts;
+                if (!*first || ev->ts < *first)
+                        *first = ev->ts;
+                if (ev->ts > *last)
+                        *last = ev->ts;
         }
         if (d9ctl_report_process_event(&r->process, ev) || d9ctl_report_long_polls_event(&r->long_polls, ev))
                 return 0;
@@ -350,8 +442,9 @@ struct report *d9ctl_report_new(unsigned top)
         r->wakes = calloc(top ? top : 1, sizeof(*r->wakes));
         r->jobs = calloc(top ? top : 1, sizeof(*r->jobs));
         r->meta = json_object();
+        r->probe_sets = json_array();
         r->tasks = d9ctl_report_tasks_new();
-        if (!r->wakes || !r->jobs || !r->meta || !r->tasks || d9ctl_report_long_polls_init(&r->long_polls, top) < 0) {
+        if (!r->wakes || !r->jobs || !r->meta || !r->probe_sets || !r->tasks || d9ctl_report_long_polls_init(&r->long_polls, top) < 0) {
                 d9ctl_report_free(r);
                 return NULL;
         }
@@ -370,8 +463,10 @@ void d9ctl_report_free(struct report *r)
         free(r->samples);
         free(r->wakes);
         free(r->jobs);
+        free(r->recording);
         d9ctl_task_table_free(&r->slots);
         json_decref(r->meta);
+        json_decref(r->probe_sets);
         d9ctl_report_tasks_free(r->tasks);
         d9ctl_report_long_polls_free(&r->long_polls);
         free(r);
@@ -386,11 +481,7 @@ int d9ctl_report_add_file(struct report *r, const char *path, char *why, size_t 
 
         if (e < 0)
                 return e;
-        /* A poll or park open at the end of the previous segment continues
-         * in this one only if the writer said so; d9d restarts them. */
-        for (int i = 0; i < NWORKERS; i++)
-                r->w[i].in_poll = r->w[i].parked = false;
-        d9ctl_report_tasks_segment(r->tasks);
+        r->seg_boundary = true;
         e = d9ctl_trace_decode(path, buf, len, &opts, NULL, why, why_len);
         free(buf);
         if (!e)
@@ -477,10 +568,10 @@ static json_t *poll_json(const struct report *r, const struct poll *p, int sourc
         }
         *picked = source == 0 ? first_on : first_off;
         unsigned kernel = *picked ? d9ctl_report_kernel_frames((*picked)->frames, (*picked)->n) : 0;
-        json_t *o = json_pack("{s:I, s:I, s:i, s:I, s:s?, s:I, s:I}", "start_ns", (json_int_t)p->start,
+        json_t *o = json_pack("{s:I, s:I, s:i, s:I, s:s?, s:I, s:I, s:b}", "start_ns", (json_int_t)p->start,
                               "duration_ns", (json_int_t)(p->end - p->start), "worker", (int)p->worker,
                               "task", (json_int_t)p->task, "future", p->future, "cpu_samples",
-                              (json_int_t)on, "offcpu_samples", (json_int_t)off);
+                              (json_int_t)on, "offcpu_samples", (json_int_t)off, "open", p->open);
         if (*picked) {
                 json_object_set_new(o, "stack", d9ctl_report_frames_json(&r->syms, (*picked)->frames, (*picked)->n));
                 json_object_set_new(o, "kernel_frames", json_integer(kernel));
@@ -490,6 +581,7 @@ static json_t *poll_json(const struct report *r, const struct poll *p, int sourc
 
 json_t *d9ctl_report_result(struct report *r)
 {
+        recording_close(r);
         d9ctl_trace_symbols_sort(&r->syms);
         qsort(r->samples, r->nsamples, sizeof(*r->samples), sample_cmp);
         qsort(r->polls, r->npolls, sizeof(*r->polls), poll_cmp_desc);
@@ -522,7 +614,7 @@ json_t *d9ctl_report_result(struct report *r)
                                                       "duration_ns", (json_int_t)(p->end - p->start), "task",
                                                       (json_int_t)p->task, "future", p->future));
         }
-        uint64_t span = r->last_ts > r->first_ts ? r->last_ts - r->first_ts : 0;
+        uint64_t span = r->recorded_ns;
         json_t *workers = json_array();
         for (int i = 0; i < NWORKERS; i++) {
                 const struct worker *w = &r->w[i];
@@ -542,9 +634,12 @@ json_t *d9ctl_report_result(struct report *r)
                                     "short_offcpu_ns", (json_int_t)r->short_offcpu_ns,
                                     "polls_not_kept", (json_int_t)r->polls_dropped,
                                     "samples_not_kept", (json_int_t)r->samples_dropped);
-        return json_pack("{s:i, s:I, s:I, s:I, s:I, s:O, s:o, s:o, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o?}",
-                         "segments", (int)r->segments,
-                         "span_ns", (json_int_t)span, "polls", (json_int_t)r->total_polls,
+        return json_pack("{s:i, s:i, s:I, s:I, s:O, s:I, s:I, s:I, s:O, s:o, s:o, s:I, s:o, s:o, s:o, s:o, s:o, s:o, "
+                         "s:o?}",
+                         "segments", (int)r->segments, "recordings", (int)r->recordings,
+                         "span_ns", (json_int_t)span, "first_to_last_ns",
+                         (json_int_t)(r->last_ts > r->first_ts ? r->last_ts - r->first_ts : 0), "probe_sets",
+                         r->probe_sets, "polls", (json_int_t)r->total_polls,
                          "polls_over_1ms", (json_int_t)(r->npolls + r->polls_dropped),
                          "blocking_pool_jobs", (json_int_t)r->total_jobs, "metadata", r->meta,
                          "longest_polls", longest, "long_polls_from_stacks",

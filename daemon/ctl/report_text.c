@@ -53,9 +53,10 @@ static void print_polls(FILE *out, const char *title, const json_t *list, const 
         }
         json_array_foreach(list, i, p) {
                 const char *future = json_string_value(json_object_get(p, "future"));
-                fprintf(out, "  %9.3f ms  worker %-3d task %-8" JSON_INTEGER_FORMAT " %s\n", ms(p, "duration_ns"),
+                fprintf(out, "  %9.3f ms  worker %-3d task %-8" JSON_INTEGER_FORMAT " %s%s\n", ms(p, "duration_ns"),
                         (int)json_integer_value(json_object_get(p, "worker")),
-                        json_integer_value(json_object_get(p, "task")), future ? future : "(unknown future)");
+                        json_integer_value(json_object_get(p, "task")), future ? future : "(unknown future)",
+                        json_is_true(json_object_get(p, "open")) ? " (open when the recording ended: at least)" : "");
                 fprintf(out, "               %" JSON_INTEGER_FORMAT " %s: ",
                         json_integer_value(json_object_get(p, samples_key)),
                         !strcmp(samples_key, "cpu_samples") ? "CPU samples" : "off-CPU samples");
@@ -179,6 +180,18 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
         fprintf(out, "; %" JSON_INTEGER_FORMAT " polls, %" JSON_INTEGER_FORMAT " of 1 ms or more\n",
                 json_integer_value(json_object_get(doc, "polls")),
                 json_integer_value(json_object_get(doc, "polls_over_1ms")));
+        /* The shares below are of the time recorded, not of the gaps
+         * between recordings, and they mix the recordings' probe sets. */
+        if (json_integer_value(json_object_get(doc, "recordings")) > 1)
+                fprintf(out, "  %" JSON_INTEGER_FORMAT " recordings, %.3f s from the first event to the last\n",
+                        json_integer_value(json_object_get(doc, "recordings")),
+                        (double)json_integer_value(json_object_get(doc, "first_to_last_ns")) / 1e9);
+        if (json_array_size(json_object_get(doc, "probe_sets")) > 1) {
+                fputs("  recordings of different probe sets:", out);
+                json_array_foreach(json_object_get(doc, "probe_sets"), i, v)
+                        fprintf(out, "%s \"%s\"", i ? "," : "", json_string_value(v));
+                fputs(" (report one recording's segments for one set's view)\n", out);
+        }
 
         print_polls(out, "Longest polls (what ran: the deepest CPU sample inside the poll)",
                     json_object_get(doc, "longest_polls"), "cpu_samples");

@@ -280,9 +280,9 @@ static json_t *plan_to_json(const struct session *s)
 }
 
 struct session_meta {
-        char pid[24], start[24], probes[96], plan[512], hz[16], ns_pid[16], res_ms[24], acc_ms[24], uprobes[96], fos[192];
+        char pid[24], start[24], rec[48], probes[96], plan[512], hz[16], ns_pid[16], res_ms[24], acc_ms[24], uprobes[96], fos[192];
         struct tr_runtimes runtimes;
-        struct d9_kv kv[26 + TR_MAX_RUNTIMES];
+        struct d9_kv kv[30 + TR_MAX_RUNTIMES];
         uint32_t n;
 };
 
@@ -300,6 +300,9 @@ static void session_meta_build(const struct session *s, struct session_meta *m)
         m->kv[m->n++] = (struct d9_kv){ "host", s->d->host };
         m->kv[m->n++] = (struct d9_kv){ "pid", m->pid };
         m->kv[m->n++] = (struct d9_kv){ "start_time", m->start };
+        /* One recording's segments continue each other (d9ctl report). */
+        snprintf(m->rec, sizeof(m->rec), "%lld-%llu", (long long)s->started_unix_ms, (unsigned long long)s->id);
+        m->kv[m->n++] = (struct d9_kv){ "recording", m->rec };
         m->kv[m->n++] = (struct d9_kv){ "exe", s->exe };
         /* Containers: the pid it knows itself by, and where it runs. */
         snprintf(m->ns_pid, sizeof(m->ns_pid), "%d", (int)s->nspid);

@@ -11,16 +11,27 @@ The echo server's workers run only while a short load burst lasts, so
 they sleep across the gap between the recordings. Their off-CPU samples
 also name them: a thread that only sleeps gets no on-CPU sample, and those
 were the only samples that did.
+One report over both recordings is of the time recorded (2 + 3 s), not of
+the gap between them too: before, 7 s with the workers' shares over it
+(npm tailcall: 482.6 s for 48 s recorded in 6 recordings).
+With every probe (`all`), a request whose first poll runs 6 s (2 s even if
+the server's calibration, under load, made its work 3 times shorter) is
+sent 0.3 s into a 2 s recording of a slow server: its poll, still open when the recording
+ends, is listed open, at least 1.2 s long, and counts as the worker's busy
+time (before: neither; the longest polls of npm postgrestools, 2-5 s, were
+the ones open at either end of a recording).
 Usage: test_record_again.py D9D D9CTL TARGET [default|all]"""
+import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import D9d, Tap, dump_events, exec_done  # noqa
+from d9harness import D9d, Tap, dump_events, exec_done, wait_for  # noqa
 
 D9D, D9CTL, TARGET = sys.argv[1:4]
 PROBES = sys.argv[4] if len(sys.argv) > 4 else "default"
@@ -42,6 +53,38 @@ def record(d, pid, seconds, addr, burst_after):
     burst(addr)
     out, err = rec.communicate(timeout=120)
     return out.split(), err
+
+
+def open_poll(t, d):
+    """A long poll that a 2 s recording ends in the middle of."""
+    slow = subprocess.Popen([TARGET, "server", "--listen", "127.0.0.1:0", "--work-us", "12000000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        exec_done(slow.pid)
+        host, port = slow.stdout.readline().split()[1].rsplit(":", 1)
+        args = ["record", "--pid", str(slow.pid), "--duration", "2s", "--out", d.out, *PROBE_ARGS]
+        rec = subprocess.Popen([D9CTL, "--socket", d.sock, *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+
+        def recording():
+            st = ((d.status(slow.pid) or {}).get("targets") or [{}])[0]
+            return st.get("state") == "recording" and st.get("plan", {}).get("state") == "ready"
+        ready = wait_for(recording, 20, step=0.05)
+        time.sleep(0.3)
+        conn = socket.create_connection((host, int(port)))
+        conn.sendall(bytes([7]) * 64)
+        out, err = rec.communicate(timeout=120)
+        conn.close()
+    finally:
+        slow.kill()
+        slow.wait()
+    r = subprocess.run([D9CTL, "report", "--json", *out.split()], capture_output=True, text=True, timeout=120)
+    doc = json.loads(r.stdout) if r.returncode == 0 else {}
+    polls = [p for p in doc.get("longest_polls", []) if p.get("open")]
+    busy = max((w.get("busy_ns", 0) for w in doc.get("workers", [])), default=0)
+    t.ok(ready and polls and polls[0]["duration_ns"] >= 1.2e9 and busy >= polls[0]["duration_ns"],
+         f"a poll still open when the recording ended is listed open: "
+         f"{[round(p['duration_ns'] / 1e9, 3) for p in polls]} s; busiest worker {busy / 1e9:.3f} s", err)
 
 
 def main():
@@ -86,6 +129,14 @@ def main():
         r = subprocess.run([D9CTL, "report", *idle], capture_output=True, text=True, timeout=120)
         rows = r.stdout.split("\nWorkers (share of the recording", 1)[-1].splitlines()[2:3]
         t.ok(idle and rows and rows[0].startswith("  none: "), f"an idle recording's report: workers {rows}", r.stderr)
+        r = subprocess.run([D9CTL, "report", "--json", *first, *second], capture_output=True, text=True, timeout=120)
+        doc = json.loads(r.stdout) if r.returncode == 0 else {}
+        span, whole = doc.get("span_ns", 0) / 1e9, doc.get("first_to_last_ns", 0) / 1e9
+        t.ok(doc.get("recordings") == 2 and 4 < span < 5.6 and whole > 6.5,
+             f"a report of both recordings: {doc.get('recordings')} recordings, {span:.3f} s recorded, "
+             f"{whole:.3f} s from the first event to the last", r.stderr)
+        if PROBES == "all":
+            open_poll(t, d)
     finally:
         srv.kill()
         srv.wait()
