@@ -64,6 +64,15 @@ struct wake_slot {
         bool poll_open, woken_in_poll;
 };
 
+/* On-CPU samples of one thread, and whether any named a worker. */
+struct thread_cpu {
+        uint32_t tid;
+        bool on_worker;
+        uint64_t samples;
+        char name[17];
+};
+#define MAX_THREADS 1024
+
 struct lost_counts {
         uint64_t ring, stacks, sampler, other;
 };
@@ -98,6 +107,10 @@ struct report {
         uint64_t recorded_ns;           /* the closed recordings' spans, summed */
         unsigned recordings;
         json_t *probe_sets;             /* each "probes" metadata value, once */
+        char *no_plan;                  /* why d9d had no probe plan, if it had none */
+        struct thread_cpu threads[MAX_THREADS];
+        size_t nthreads;
+        uint64_t cpu_samples;
         json_t *meta;
         struct report_process process;
         struct report_long_polls long_polls;
@@ -279,10 +292,33 @@ static void on_wake(struct report *r, const struct d9_dec_event *ev)
         }
 }
 
+/* Where CPU went on threads that are no worker: the future block_on
+ * polls (tombi's and ast-grep's language servers do all their work
+ * there), or code outside the runtime. */
+static void count_thread_cpu(struct report *r, const struct d9_dec_event *ev)
+{
+        uint32_t tid = (uint32_t)d9ctl_trace_field_u(ev, "tid");
+        const struct d9_value *name = d9ctl_trace_field(ev, "thread_name");
+        size_t i;
+
+        r->cpu_samples++;
+        for (i = 0; i < r->nthreads && r->threads[i].tid != tid; i++) {}
+        if (i == r->nthreads && r->nthreads < MAX_THREADS)
+                r->threads[r->nthreads++] = (struct thread_cpu){ .tid = tid };
+        if (i == r->nthreads)
+                return;
+        r->threads[i].samples++;
+        r->threads[i].on_worker |= d9ctl_trace_field_u(ev, "worker_id") < 254;
+        if (name && name->resolved && !r->threads[i].name[0])
+                snprintf(r->threads[i].name, sizeof(r->threads[i].name), "%.*s", (int)name->str.len, name->str.p);
+}
+
 static void on_sample(struct report *r, const struct d9_dec_event *ev)
 {
         const struct d9_value *chain = d9ctl_trace_field(ev, "callchain");
 
+        if (d9ctl_trace_field_u(ev, "source") == 0)
+                count_thread_cpu(r, ev);
         if (r->nsamples >= MAX_KEPT ||
             !grow((void **)&r->samples, &r->cap_samples, r->nsamples + 1, sizeof(*r->samples))) {
                 r->samples_dropped++;
@@ -295,6 +331,24 @@ static void on_sample(struct report *r, const struct d9_dec_event *ev)
         s->n = 0;
         for (uint32_t i = 0; chain && i < chain->stack.n && s->n < MAX_FRAMES; i++)
                 s->frames[s->n++] = d9_value_stack_addr(chain, i);
+}
+
+/* "probe plan" not attached: d9d had none (not a Tokio binary to it:
+ * Tokio in a shared library, or a Tokio it does not know). */
+static void on_probes(struct report *r, const struct d9_dec_event *ev)
+{
+        const struct d9_value *probes = d9ctl_trace_field(ev, "probes"), *why = d9ctl_trace_field(ev, "reason");
+
+        if (!r->no_plan && probes && probes->resolved && probes->str.len == 10 &&
+            !memcmp(probes->str.p, "probe plan", 10) && why && why->resolved && why->str.len > 8 &&
+            !memcmp(why->str.p, "no plan (", 9))
+        {
+                /* "no plan (WHY); N records held ...": WHY. */
+                const char *end = memmem(why->str.p, why->str.len, "); ", 3);
+                size_t len = end ? (size_t)(end - why->str.p) : why->str.len;
+
+                r->no_plan = strndup(why->str.p + 9, len > 9 ? len - 9 : 0);
+        }
 }
 
 static bool probe_set_seen(const struct report *r, const struct d9_value *v)
@@ -424,6 +478,8 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
                 on_metadata(r, ev);
         else if (!strcmp(name, "D9LostEventsEvent"))
                 on_lost(&r->lost, ev);
+        else if (!strcmp(name, "D9ProbesEvent"))
+                on_probes(r, ev);
         else if (!strcmp(name, "D9ShortOffCpuEvent")) {
                 r->short_offcpu += d9ctl_trace_field_u(ev, "intervals");
                 r->short_offcpu_ns += d9ctl_trace_field_u(ev, "total_ns");
@@ -464,6 +520,7 @@ void d9ctl_report_free(struct report *r)
         free(r->wakes);
         free(r->jobs);
         free(r->recording);
+        free(r->no_plan);
         d9ctl_task_table_free(&r->slots);
         json_decref(r->meta);
         json_decref(r->probe_sets);
@@ -579,6 +636,32 @@ static json_t *poll_json(const struct report *r, const struct poll *p, int sourc
         return o;
 }
 
+static int thread_cpu_desc(const void *a, const void *b)
+{
+        const struct thread_cpu *x = a, *y = b;
+        return x->samples < y->samples ? 1 : x->samples > y->samples ? -1 : 0;
+}
+
+/* The threads no sample names a worker of, busiest first (the top 3). */
+static json_t *threads_off_workers_json(struct report *r)
+{
+        json_t *a = json_array();
+        size_t shown = 0;
+
+        qsort(r->threads, r->nthreads, sizeof(*r->threads), thread_cpu_desc);
+        for (size_t i = 0; a && i < r->nthreads && shown < 3; i++) {
+                const struct thread_cpu *t = &r->threads[i];
+
+                if (t->on_worker)
+                        continue;
+                json_array_append_new(a, json_pack("{s:i, s:s, s:I, s:f}", "tid", (int)t->tid, "name", t->name,
+                                                   "cpu_samples", (json_int_t)t->samples, "share",
+                                                   r->cpu_samples ? (double)t->samples / (double)r->cpu_samples : 0.0));
+                shown++;
+        }
+        return a;
+}
+
 json_t *d9ctl_report_result(struct report *r)
 {
         recording_close(r);
@@ -634,8 +717,8 @@ json_t *d9ctl_report_result(struct report *r)
                                     "short_offcpu_ns", (json_int_t)r->short_offcpu_ns,
                                     "polls_not_kept", (json_int_t)r->polls_dropped,
                                     "samples_not_kept", (json_int_t)r->samples_dropped);
-        return json_pack("{s:i, s:i, s:I, s:I, s:O, s:I, s:I, s:I, s:O, s:o, s:o, s:I, s:o, s:o, s:o, s:o, s:o, s:o, "
-                         "s:o?}",
+        json_t *doc = json_pack("{s:i, s:i, s:I, s:I, s:O, s:I, s:I, s:I, s:O, s:o, s:o, s:I, s:o, s:o, s:o, s:o, s:o, "
+                                "s:o, s:o?, s:o, s:s?}",
                          "segments", (int)r->segments, "recordings", (int)r->recordings,
                          "span_ns", (json_int_t)span, "first_to_last_ns",
                          (json_int_t)(r->last_ts > r->first_ts ? r->last_ts - r->first_ts : 0), "probe_sets",
@@ -647,5 +730,7 @@ json_t *d9ctl_report_result(struct report *r)
                          (json_int_t)r->long_polls.total, "blocking_in_polls", blocking, "longest_wake_to_poll",
                          wakes, "longest_blocking_pool_jobs", jobs, "workers", workers, "missing", missing,
                          "process", d9ctl_report_process_json(&r->process), "tasks",
-                         d9ctl_report_tasks_json(r->tasks));
+                         d9ctl_report_tasks_json(r->tasks), "threads_off_workers", threads_off_workers_json(r),
+                         "no_plan", r->no_plan);
+        return doc;
 }

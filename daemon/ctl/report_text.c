@@ -139,6 +139,30 @@ static void print_process(FILE *out, const json_t *p)
 }
 
 /* Tasks alive, queued and being polled (report_tasks.h): the peaks. */
+/* Threads on no worker that took a tenth or more of the on-CPU samples:
+ * where the CPU went outside the runtime's tasks. */
+static void print_threads_off_workers(FILE *out, const json_t *list)
+{
+        bool header = false;
+        size_t i;
+        const json_t *t;
+
+        json_array_foreach(list, i, t) {
+                double share = json_real_value(json_object_get(t, "share"));
+
+                if (share < 0.1)
+                        continue;
+                if (!header)
+                        fputs("  threads no sample names a worker of, by on-CPU samples (the future block_on "
+                              "polls, the blocking pool, code outside the runtime; without a plan, any thread):\n",
+                              out);
+                header = true;
+                fprintf(out, "  thread %-7" JSON_INTEGER_FORMAT " %-16s %5.1f%% of the on-CPU samples\n",
+                        json_integer_value(json_object_get(t, "tid")), json_string_value(json_object_get(t, "name")),
+                        share * 100);
+        }
+}
+
 static void print_tasks(FILE *out, const json_t *t)
 {
         const json_t *alive = json_object_get(t, "alive"), *queued = json_object_get(t, "queued");
@@ -206,11 +230,12 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
                    "none (no wake events in the trace)");
         fprintf(out, "\nLongest blocking-pool jobs (spawn_blocking and the like: not on a worker; %" JSON_INTEGER_FORMAT
                 " in all)\n", json_integer_value(json_object_get(doc, "blocking_pool_jobs")));
-        print_rows(out, json_object_get(doc, "longest_blocking_pool_jobs"), "duration_ns", false, "none");
-
         /* Busy is the polls' time: without poll events (the default set)
-         * it is not known, and "other" holds the polling too. */
+         * it is not known, and "other" holds the polling too; nor are
+         * blocking-pool jobs, which are polls too. */
         bool polls = json_integer_value(json_object_get(doc, "polls")) > 0;
+        print_rows(out, json_object_get(doc, "longest_blocking_pool_jobs"), "duration_ns", false,
+                   polls ? "none" : "not recorded: the trace has no poll events (the probe set records none)");
         fprintf(out, "\nWorkers (share of the recording%s)\n  worker  polls      busy   parked  other  sched wait\n",
                 polls ? "" : "; no poll events, so busy is unknown and other includes polling");
         json_array_foreach(json_object_get(doc, "workers"), i, v) {
@@ -225,9 +250,14 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
                         (int)json_integer_value(json_object_get(v, "worker")), polls ? n : "-", polls ? b : "-",
                         parked, other < 0 ? 0 : other, ms(v, "sched_wait_ns"));
         }
-        if (!json_array_size(json_object_get(doc, "workers")))
+        const char *no_plan = json_string_value(json_object_get(doc, "no_plan"));
+        if (!json_array_size(json_object_get(doc, "workers")) && no_plan)
+                fprintf(out, "  none: d9d had no probe plan for this process, so no thread can be told a worker "
+                        "(%s)\n", no_plan);
+        else if (!json_array_size(json_object_get(doc, "workers")))
                 fputs("  none: no event in the trace names a worker (idle workers that never woke, or no "
                       "thread seen in a worker loop)\n", out);
+        print_threads_off_workers(out, json_object_get(doc, "threads_off_workers"));
 
         print_tasks(out, json_object_get(doc, "tasks"));
         print_process(out, json_object_get(doc, "process"));

@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""`d9ctl report` of a process d9d had no probe plan for says so, and says
+where its CPU went, real BPF, the default set.
+
+A process whose Tokio d9d cannot plan (in a shared library: npm pact-core
+ships its mock server only as libpact_ffi.so; or no Tokio at all) is still
+recorded: CPU and off-CPU samples, switches. Its report said "none: ...
+(idle workers that never woke ...)" while two worker threads served
+requests at 0.61 cores, and "Longest blocking-pool jobs: none" where none
+can be seen. Here the process is a shell spinning on one core. Checks:
+ - record succeeds, with the plan's failure said;
+ - the report's JSON says why there was no plan; its text says d9d had no
+   probe plan rather than idle workers, and blocking-pool jobs are "not
+   recorded";
+ - the thread that took the CPU is listed with >= 90 % of the on-CPU
+   samples, by tid and name.
+
+Usage: test_report_no_plan.py D9D D9CTL"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from d9harness import D9d, Tap, start_cpu_hogs, stop_procs  # noqa
+
+D9D, D9CTL = sys.argv[1:3]
+
+
+def main():
+    t = Tap()
+    d = D9d(D9D, D9CTL)
+    d.out = tempfile.mkdtemp(prefix="d9-noplan-out-")
+    d.start_or_bail(t)
+    hogs = start_cpu_hogs(1)
+    try:
+        r = d.ctl("record", "--pid", str(hogs[0].pid), "--duration", "2s", "--out", d.out)
+    finally:
+        stop_procs(hogs)
+    paths = r.stdout.split()
+    t.ok(r.returncode == 0 and paths, "record --pid of a process with no Tokio in it", r.stderr)
+    rep = subprocess.run([D9CTL, "report", "--json", *paths], capture_output=True, text=True, timeout=120)
+    doc = json.loads(rep.stdout) if rep.returncode == 0 else {}
+    txt = subprocess.run([D9CTL, "report", *paths], capture_output=True, text=True, timeout=120).stdout
+    t.ok("not a Tokio binary" in (doc.get("no_plan") or "") and "d9d had no probe plan" in txt and
+         "idle workers" not in txt and "not recorded: the trace has no poll events" in txt,
+         f"the report says why no worker is named: {doc.get('no_plan')!r}", txt[-2500:])
+    busiest = (doc.get("threads_off_workers") or [{}])[0]
+    t.ok(busiest.get("tid") == hogs[0].pid and busiest.get("share", 0) >= 0.9 and busiest.get("name") == "sh" and
+         f"thread {hogs[0].pid}" in txt,
+         f"where the CPU went: {busiest}", json.dumps(doc.get("threads_off_workers")))
+    t.ok(d.stop() == 0, "d9d stops cleanly")
+    d.cleanup(keep=t.failed > 0)
+    t.done()
+
+
+main()
