@@ -196,7 +196,7 @@ void translate_release(struct translate *tr)
                 .stacks = tr->stacks, .stacks_failed = tr->stacks_failed,
                 .offcpu_no_stack = tr->offcpu_no_stack, .probe_stacks = tr->probe_stacks,
                 .frames_outside = tr->frames_outside, .files_not_local = tr->files_not_local,
-                .stacks_cut = tr->stacks_cut,
+                .stacks_cut = tr->stacks_cut, .stacks_capped = tr->stacks_capped,
                 .stacks_cut_capped = tr->stacks_cut_capped, .stacks_deep = tr->stacks_deep,
                 .stacks_deep_bytes = tr->stacks_deep_bytes, .stack_bytes = tr->stack_bytes,
                 .long_polls = tr->long_polls, .stall_ns = tr->stall_ns, .stalls = tr->stalls,
@@ -1031,6 +1031,7 @@ static void stack_unwind(struct translate *tr, const struct d9_rec_stack *rec, s
         h->n = (uint32_t)n;
         h->n_kern = n_kern;
         h->cut = unwinder_last_cut(tr->unw);
+        h->capped = unwinder_last_capped(tr->unw);
         /* Cut by the plain copy: this thread's next stacks are copied whole,
          * within the byte cap (docs/stacks.md, "Deep stacks"). Said here, as
          * the stack is unwound, so a stack held while the plan is built
@@ -1080,6 +1081,11 @@ static void on_stack_frames(struct translate *tr, const struct translate_held_st
                 st->frames[n++] = stack_mark_addr(STACK_MARK_CUT);
                 tr->stacks_cut++;
                 tr->stacks_cut_capped += (h->flags & D9_SREC_CAPPED) != 0;
+        } else if (h->capped && n < MAX_FRAMES) {
+                /* Deep recursion (npm postgrestools: 128 frames of one
+                 * function): the poll frame and main lie beyond the walk. */
+                st->frames[n++] = stack_mark_addr(STACK_MARK_FRAME_CAP);
+                tr->stacks_capped++;
         }
         st->n = collapse_probe_path(tr, st->frames, n, h->n_kern);
 }

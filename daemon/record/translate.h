@@ -114,6 +114,7 @@ struct translate {
         uint32_t files_not_local;       /* module files of the last map on a non-local
                                          * file system: not opened, no CFI from them */
         uint64_t stacks_cut;            /* stacks ending in the cut mark: callers past the copy */
+        uint64_t stacks_capped;         /* ... ending in the frame-limit mark */
         uint64_t stacks_cut_capped;     /* ... of them, deeper copies refused by the byte cap */
         uint64_t stacks_deep;           /* stacks copied whole past the 8 KiB (D9_SREC_DEEP) */
         uint64_t stacks_deep_bytes;     /* their copied bytes */
@@ -228,7 +229,7 @@ struct translate_held_stack {
         uint32_t n, n_kern;             /* n 0: it did not unwind, because of */
         uint32_t fail;                  /* ... this enum stack_mark */
         uint32_t cut;                   /* the walk needed stack past the copy */
-        uint32_t _pad;
+        uint32_t capped;                /* the walk stopped at the frame limit */
         uint64_t frames[];              /* n of them, kernel first, leaf first */
 };
 #define TRANSLATE_HELD_STACK_MAX \

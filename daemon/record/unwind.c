@@ -107,6 +107,7 @@ struct unwinder {
         bool hide_kernel;
         uint32_t copy_bytes;
         bool cut;                       /* this stack: a read past a full copy */
+        bool capped;                    /* ... or it stopped at max_frames */
         struct code_line *code_cache;   /* code before return addresses (step_read_code) */
         struct elf_share **held;        /* shares this unwinder took a user on */
         size_t n_held;
@@ -616,6 +617,7 @@ static int frame_cb(Dwfl_Frame *frame, void *arg)
         u->walk_first = false;
         if (u->n_user == u->max_frames) {
                 u->stats.truncated++;
+                u->capped = true;
                 return DWARF_CB_ABORT;
         }
         if (u->n_out == u->cap_out || pc == 0)
@@ -711,6 +713,7 @@ static bool steps_without_cfi(struct unwinder *u, const struct unw_step_ops *o, 
                         return true;
                 if (u->n_user == u->max_frames) {
                         u->stats.truncated++;
+                        u->capped = true;
                         return false;
                 }
                 if (u->n_out == u->cap_out)
@@ -781,6 +784,7 @@ int unwinder_stack(struct unwinder *u, const struct d9_rec_stack *rec, size_t si
         u->n_out = 0;
         u->n_user = 0;
         u->cut = false;
+        u->capped = false;
         for (uint32_t i = 0; !u->hide_kernel && i < rec->n_kern && u->n_out < cap; i++)
                 out[u->n_out++] = rec->kern[i];
         if (n_kern)
@@ -816,6 +820,11 @@ void unwinder_get_stats(const struct unwinder *u, struct unwind_stats *st)
 bool unwinder_last_cut(const struct unwinder *u)
 {
         return u->cut;
+}
+
+bool unwinder_last_capped(const struct unwinder *u)
+{
+        return u->capped;
 }
 
 /* Named through libdwfl, not elfsym: the unwinder already holds a Dwfl

@@ -113,6 +113,9 @@ void unwinder_get_stats(const struct unwinder *u, struct unwind_stats *st);
  * beyond a full copy (counted in stats.cut): the frames are the stack's
  * innermost part only, its outermost frames are not in the record. */
 bool unwinder_last_cut(const struct unwinder *u);
+/* Whether the last unwinder_stack stopped at max_frames (counted in
+ * stats.truncated): its outermost frames were not walked. */
+bool unwinder_last_capped(const struct unwinder *u);
 
 /* Name of a user address from the target's symbols (its debug file if one
  * is found or given), demangled as the sealer does (elfsym.h); NULL if

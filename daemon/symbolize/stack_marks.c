@@ -17,6 +17,7 @@ static const char *const mark_names[STACK_MARK_END] = {
         [STACK_MARK_UNWIND_NONE] = "[no stack: unwinding found no frame]",
         [STACK_MARK_NO_MODULES] = "[no stack: target's modules unreadable]",
         [STACK_MARK_CUT] = "[stack cut: callers beyond the copied stack]",
+        [STACK_MARK_FRAME_CAP] = "[stack cut: callers beyond 128 frames]",
         [STACK_MARK_D9_UPROBE] = "[d9d uprobe]",
         [STACK_MARK_D9_BPF] = "[d9d bpf]",
 };

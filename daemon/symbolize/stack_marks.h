@@ -19,6 +19,8 @@ enum stack_mark {
         /* Outermost frame of a stack whose callers lie beyond the user
          * stack bytes BPF copies (unwind.h, unwinder_last_cut). */
         STACK_MARK_CUT,
+        /* ... whose callers lie beyond the frames d9d unwinds (128). */
+        STACK_MARK_FRAME_CAP,
         /* In place of the kernel frames of a sample taken in d9d's own
          * probes (docs/stacks.md, "d9d's own probes in the samples"). */
         STACK_MARK_D9_UPROBE = 24,      /* the uprobe trap and handler */

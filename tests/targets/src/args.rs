@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-pub const USAGE: &str = "usage: d9-target server|load|mixed|pool|inplace|runtimes|deep|deeper|selfwake|backlog [--flavor multi-thread|current-thread] \
+pub const USAGE: &str = "usage: d9-target server|load|mixed|pool|inplace|runtimes|deep|deeper|recurse|selfwake|backlog [--flavor multi-thread|current-thread] \
 [--workers N] [--thread-name NAME] [--listen ADDR] [--backlog N] [--connect ADDR] [--conns N] [--duration SECS] \
 [--start-delay SECS] [--wait-stdin] [--work-us N]";
 
@@ -16,6 +16,7 @@ pub enum Mode {
     Runtimes,
     Deep,
     Deeper,
+    Recurse,
     SelfWake,
     Backlog,
 }
@@ -80,6 +81,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         Some("runtimes") => Mode::Runtimes,
         Some("deep") => Mode::Deep,
         Some("deeper") => Mode::Deeper,
+        Some("recurse") => Mode::Recurse,
         Some("selfwake") => Mode::SelfWake,
         Some("backlog") => Mode::Backlog,
         Some(m) => return Err(format!("unknown mode '{m}'")),

@@ -94,3 +94,47 @@ pub async fn run_deeper(args: &Args) -> Result<(), String> {
     );
     Ok(())
 }
+
+/// One level of `recurse`: a small frame of its own, used after the call.
+#[inline(never)]
+fn recurse_nest(level: u32) -> u64 {
+    let mut frame = [0u8; 48];
+    std::hint::black_box(&mut frame);
+    let r = if level == 0 {
+        std::hint::black_box(crate::mixed::busy_block_50ms())
+    } else {
+        recurse_nest(std::hint::black_box(level - 1))
+    };
+    std::hint::black_box(&frame);
+    r + frame[(level % 48) as usize] as u64
+}
+
+async fn recurse_poller(deadline: Instant) -> u64 {
+    let mut iv = interval(Duration::from_millis(200));
+    iv.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut polls = 0;
+    while Instant::now() + Duration::from_millis(100) < deadline {
+        iv.tick().await;
+        polls += std::hint::black_box(recurse_nest(199)) & 1 | 1;
+    }
+    polls
+}
+
+/// `recurse`: every 200 ms a poll spends 50 ms on CPU 200 calls deep in
+/// `recurse_nest` (a recursive-descent parser's shape: npm postgrestools
+/// showed 128 frames of one function), more frames than d9d unwinds.
+pub async fn run_recurse(args: &Args) -> Result<(), String> {
+    let duration = args.duration.unwrap_or(Duration::from_secs(3));
+    let deadline = Instant::now() + duration;
+    let polls =
+        tokio::spawn(recurse_poller(deadline)).await.map_err(|e| format!("recurse poller failed: {e}"))?;
+    println!(
+        "{{\"mode\":\"recurse\",\"pid\":{},\"flavor\":\"{}\",\"tokio\":\"{}\",\"duration_s\":{:.3},\"deep_polls\":{}}}",
+        std::process::id(),
+        args.flavor.name(),
+        crate::TOKIO_VERSION,
+        duration.as_secs_f64(),
+        polls
+    );
+    Ok(())
+}
