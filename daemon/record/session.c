@@ -262,6 +262,11 @@ static json_t *plan_to_json(const struct session *s)
                 json_t *n = json_object_get(attached, kind);
                 json_object_set_new(attached, kind, json_integer(n ? json_integer_value(n) + 1 : 1));
         }
+        /* Without park points a poll ends by a uretprobe on it: one more
+         * probe per poll, which uprobes_attached counts too. */
+        json_t *polls = json_object_get(attached, "poll");
+        if (polls && d9_bpf_poll_end_for(p, s->probes, D9_POLL_END_AUTO) == D9_POLL_END_URETPROBE)
+                json_object_set_new(attached, "poll_end_uretprobe", json_integer(json_integer_value(polls)));
         for (size_t i = 0; i < p->n_missing; i++)
                 if (plan_gaps_told(s))
                         json_array_append_new(missing, json_pack("{s:s,s:s}", "kind", probe_kind_name(p->missing[i].kind),

@@ -11,11 +11,13 @@ unparks per worker. The target also calls block_in_place (300 ms) every
 (no third id, the core's parks on two or more threads), and polls on one
 worker never overlap.
 Usage: test_blocking_pool.py D9D D9CTL STRIPPED_TARGET [TRIES]"""
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
@@ -30,13 +32,25 @@ def one_try(t, d, binary, n):
     try:
         tgt = start_target(binary, "pool", "--thread-name", "tokio-rt-worker", "--duration", "14")
         time.sleep(1.5)  # mid-run: workers parked and polling, blocking threads alive
+        # What status says is attached, while it is.
+        mid = {}
+        timer = threading.Timer(4.0, lambda: mid.update(((d.status(tgt.pid) or {}).get("targets") or [{}])[0]))
+        timer.start()
         r = d.ctl("record", "--probes", "all", "--pid", str(tgt.pid), "--duration", "8s", "--out", d.out)
+        timer.join()
         truth = target_truth(tgt)
     finally:
         stop_procs(hogs)
     t.ok(r.returncode == 0 and truth, f"try {n}: record --pid of the stripped pool target under 2 CPU hogs", r.stderr)
     if not truth:
         return
+    # Stripped: no park points, so every poll also has a uretprobe (its end);
+    # status listed 39 of apimock's 58 uprobes, leaving those out.
+    plan = mid.get("probe_plan", {})
+    listed = {k: v for k, v in plan.get("attached", {}).items()
+              if k not in ("sched_switch", "cpu_sampling", "run_sampling")}
+    t.ok(plan.get("uprobes_attached") == sum(listed.values()) and listed.get("poll_end_uretprobe"),
+         f"try {n}: status lists the {plan.get('uprobes_attached')} uprobes attached: {listed}", json.dumps(plan)[:2000])
     workers = truth["workers"]
     meta, open_poll, polls, long_on_worker, busy_on_worker = None, {}, 0, [], 0
     blocking, long_blocking, lanes_bad = 0, 0, 0

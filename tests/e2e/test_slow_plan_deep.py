@@ -16,8 +16,12 @@ spends 50 ms on CPU every 200 ms 84 KiB deep under its task's poll frame
 (current-thread flavour: the poll runs under `main`). Checks, on the on-CPU
 samples taken in the busy loop before the plan's D9ProbesEvent:
  - there are some (the hold kept them);
- - at least 60 % reach the poll (`deeper_poller`) and `main`: the first
-   held cut stack switched the thread (before: none did, each said cut).
+ - at least a quarter of them, and 10, reach the poll (`deeper_poller`)
+   and `main`: the first held cut stack switched the thread (before: none
+   did, each said cut). Not all: the ones before d9d's first drain are
+   cut, and so are the ones over the deep copies' byte rate (status
+   `cut_by_byte_cap`; a busy 84 KiB deep thread nears it, and at load 6
+   half of the samples were cut, 3-13 of 37-54 on a quiet machine).
 
 Usage: test_slow_plan_deep.py D9D D9CTL TARGET"""
 import json
@@ -72,9 +76,11 @@ def main():
     cut = [c for c in busy if any(n.startswith("[stack cut") for n in c)]
     t.ok(landed is not None and len(busy) >= 20,
          f"{len(busy)} on-CPU samples in the 84 KiB deep busy loop before the plan landed", f"landed {landed}")
-    t.ok(len(whole) >= 0.6 * len(busy),
+    stacks = st.get("stacks", {})
+    t.ok(len(whole) >= max(10, len(busy) / 4),
          f"{len(whole)} of them reach deeper_poller and main, {len(cut)} said cut (a whole stack once the "
-         f"first held one was found cut)", json.dumps(cut[:1]))
+         f"first held one was found cut; in the whole recording {stacks.get('cut_by_byte_cap')} cut by the "
+         f"deep copies' byte rate)", json.dumps(cut[:1]))
     early = [ts for ts in stalls if landed and ts < landed]
     t.ok(len(early) >= 2 * DELAY,
          f"{len(early)} running long polls of >= 40 ms before the plan landed (the target made one every 200 ms)")
