@@ -704,7 +704,8 @@ static void note_task_polled_elsewhere(struct translate *tr, const struct tr_thr
         for (uint32_t w = 0; task && w < tr->ws.n && w < TR_MAX_WORKERS; w++) {
                 struct tr_thread *u = tr->lane_tid[w] != t->tid ? thread_find(tr, tr->lane_tid[w]) : NULL;
 
-                if (!u || u->poll_worker != w || u->poll_task != task || u->poll_end_ts || u->poll_end_by)
+                if (!u || u->poll_worker != w || u->poll_task != task || u->poll_end_ts || u->poll_end_by ||
+                    ts <= u->poll_ts)
                         continue;
                 u->poll_end_by = ts;
                 if (!tr->ends_by_pending++ || ts < tr->ends_by_oldest)
@@ -713,11 +714,17 @@ static void note_task_polled_elsewhere(struct translate *tr, const struct tr_thr
         }
 }
 
+/* The trace (its newest record) is not yet END_BY_SETTLE_NS past ts. */
+static bool end_by_unsettled(const struct translate *tr, uint64_t ts)
+{
+        return tr->last_ts < ts || tr->last_ts - ts < END_BY_SETTLE_NS;
+}
+
 int translate_settle_poll_ends(struct translate *tr, bool all)
 {
         uint64_t oldest = UINT64_MAX;
 
-        if (!tr->ends_by_pending || (!all && tr->ends_by_oldest + END_BY_SETTLE_NS > tr->last_ts))
+        if (!tr->ends_by_pending || (!all && end_by_unsettled(tr, tr->ends_by_oldest)))
                 return 0;
         for (size_t i = 0; tr->ends_by_pending && i < tr->threads_cap; i++) {
                 struct tr_thread *u = &tr->threads[i];
@@ -725,7 +732,7 @@ int translate_settle_poll_ends(struct translate *tr, bool all)
 
                 if (!u->tid || !u->poll_end_by)
                         continue;
-                if (!all && u->poll_end_by + END_BY_SETTLE_NS > tr->last_ts) {
+                if (!all && end_by_unsettled(tr, u->poll_end_by)) {
                         oldest = u->poll_end_by < oldest ? u->poll_end_by : oldest;
                         continue;
                 }
@@ -797,6 +804,9 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                         note_task_polled_elsewhere(tr, t, r->task_id, start);
                 t->poll_worker = lane;
                 if (lane < D9_WORKER_BLOCKING) {
+                        /* A bound on a poll that ended another way (a park
+                         * after it) is no bound on this one. */
+                        (void)own_poll_end(tr, t, 0);
                         t->poll_ts = start;
                         t->poll_end_ts = 0;
                         t->poll_task = r->task_id;
