@@ -341,8 +341,7 @@ static void on_probes(struct report *r, const struct d9_dec_event *ev)
 
         if (!r->no_plan && probes && probes->resolved && probes->str.len == 10 &&
             !memcmp(probes->str.p, "probe plan", 10) && why && why->resolved && why->str.len > 8 &&
-            !memcmp(why->str.p, "no plan (", 9))
-        {
+            !memcmp(why->str.p, "no plan (", 9)) {
                 /* "no plan (WHY); N records held ...": WHY. */
                 const char *end = memmem(why->str.p, why->str.len, "); ", 3);
                 size_t len = end ? (size_t)(end - why->str.p) : why->str.len;
