@@ -702,7 +702,8 @@ static void note_task_polled_elsewhere(struct translate *tr, const struct tr_thr
                                        uint64_t ts)
 {
         for (uint32_t w = 0; task && w < tr->ws.n && w < TR_MAX_WORKERS; w++) {
-                struct tr_thread *u = tr->lane_tid[w] != t->tid ? thread_find(tr, tr->lane_tid[w]) : NULL;
+                struct tr_thread *u = tr->lane_task[w] == task && tr->lane_tid[w] != t->tid ?
+                                      thread_find(tr, tr->lane_tid[w]) : NULL;
 
                 if (!u || u->poll_worker != w || u->poll_task != task || u->poll_end_ts || u->poll_end_by ||
                     ts <= u->poll_ts)
@@ -810,8 +811,10 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                         t->poll_ts = start;
                         t->poll_end_ts = 0;
                         t->poll_task = r->task_id;
-                        if (lane < TR_MAX_WORKERS)
+                        if (lane < TR_MAX_WORKERS) {
                                 tr->lane_tid[lane] = t->tid;
+                                tr->lane_task[lane] = r->task_id;
+                        }
                 }
                 if (t->poll_worker == D9_WORKER_BLOCKING) {
                         /* A new loop or job: the thread's last loop (if

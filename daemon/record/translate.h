@@ -137,7 +137,10 @@ struct translate {
         uint32_t holder[TR_MAX_WORKERS]; /* tid of the thread that drives (or
                                          * last drove) each worker, 0 if none */
         uint32_t lane_tid[TR_MAX_WORKERS]; /* the thread of each lane's last
-                                         * runtime-task poll start */
+                                         * runtime-task poll start, */
+        uint64_t lane_task[TR_MAX_WORKERS]; /* ... and its task: a poll start
+                                         * looks for its task here before
+                                         * it looks up any thread */
 
         uint64_t first_ts, last_ts;
         uint64_t events;                /* dial9 events written */
