@@ -159,13 +159,19 @@ def exec_done(pid, timeout=10):
     return False
 
 
-def slow_plan_wrap(delay_s):
-    """A command to run d9d under that holds each of its execve calls (the
-    plan child is d9d run again) for delay_s before it returns: a plan that
-    takes seconds, on demand. --seccomp-bpf stops d9d at execve only (the
-    drain loop runs at full speed); -D keeps d9d the harness's child."""
-    return ["strace", "-D", "-f", "--seccomp-bpf", "-qq", "-o", "/dev/null", "-e", "trace=execve",
+def start_slow_plan_d9d(tap, d9d, d9ctl, delay_s):
+    """A started d9d whose plans take delay_s on demand: it runs under
+    strace, which holds each of its execve calls (the plan child is d9d run
+    again) for delay_s before it returns. --seccomp-bpf stops d9d at execve
+    only (the drain loop runs at full speed); -D keeps d9d the harness's
+    child. Bails out without strace."""
+    if not shutil.which("strace"):
+        tap.bail("no strace: scripts/bootstrap installs it")
+    wrap = ["strace", "-D", "-f", "--seccomp-bpf", "-qq", "-o", "/dev/null", "-e", "trace=execve",
             "-e", f"inject=execve:delay_exit={delay_s * 1000000}"]
+    d = D9d(d9d, d9ctl, wrap=wrap)
+    d.start_or_bail(tap)
+    return d
 
 
 def start_cpu_hogs(n=2):

@@ -24,12 +24,11 @@ with an off-CPU stack) is attached mid-run with the default set. Checks:
 Usage: test_slow_plan.py D9D D9CTL TARGET"""
 import json
 import os
-import shutil
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import D9d, Tap, dump_json_lines, sealed_files, slow_plan_wrap, start_target, wait_for  # noqa
+from d9harness import Tap, dump_json_lines, sealed_files, start_slow_plan_d9d, start_target, wait_for  # noqa
 
 D9D, D9CTL, TARGET = sys.argv[1:4]
 DELAY = 4
@@ -37,10 +36,7 @@ DELAY = 4
 
 def main():
     t = Tap()
-    if not shutil.which("strace"):
-        t.bail("no strace: scripts/bootstrap installs it")
-    d = D9d(D9D, D9CTL, wrap=slow_plan_wrap(DELAY))
-    d.start_or_bail(t)
+    d = start_slow_plan_d9d(t, D9D, D9CTL, DELAY)
     proc = start_target(TARGET, "mixed", "--workers", "2", "--duration", str(DELAY + 5))
     time.sleep(0.5)
     r = d.ctl("attach", "--pid", str(proc.pid), "--json")
