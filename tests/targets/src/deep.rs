@@ -35,18 +35,7 @@ async fn deep_poller(deadline: Instant) -> u64 {
 }
 
 pub async fn run(args: &Args) -> Result<(), String> {
-    let duration = args.duration.unwrap_or(Duration::from_secs(3));
-    let deadline = Instant::now() + duration;
-    let polls = tokio::spawn(deep_poller(deadline)).await.map_err(|e| format!("deep poller failed: {e}"))?;
-    println!(
-        "{{\"mode\":\"deep\",\"pid\":{},\"flavor\":\"{}\",\"tokio\":\"{}\",\"duration_s\":{:.3},\"deep_polls\":{}}}",
-        std::process::id(),
-        args.flavor.name(),
-        crate::TOKIO_VERSION,
-        duration.as_secs_f64(),
-        polls
-    );
-    Ok(())
+    crate::counted::run(args, "deep", "deep_polls", deep_poller).await
 }
 
 /// One level of `deeper`'s nesting: a 6 KiB frame of its own, used after
@@ -80,19 +69,7 @@ async fn deeper_poller(deadline: Instant) -> u64 {
 }
 
 pub async fn run_deeper(args: &Args) -> Result<(), String> {
-    let duration = args.duration.unwrap_or(Duration::from_secs(3));
-    let deadline = Instant::now() + duration;
-    let polls =
-        tokio::spawn(deeper_poller(deadline)).await.map_err(|e| format!("deeper poller failed: {e}"))?;
-    println!(
-        "{{\"mode\":\"deeper\",\"pid\":{},\"flavor\":\"{}\",\"tokio\":\"{}\",\"duration_s\":{:.3},\"deep_polls\":{}}}",
-        std::process::id(),
-        args.flavor.name(),
-        crate::TOKIO_VERSION,
-        duration.as_secs_f64(),
-        polls
-    );
-    Ok(())
+    crate::counted::run(args, "deeper", "deep_polls", deeper_poller).await
 }
 
 /// One level of `recurse`: a small frame of its own, used after the call.
@@ -124,17 +101,5 @@ async fn recurse_poller(deadline: Instant) -> u64 {
 /// `recurse_nest` (a recursive-descent parser's shape: npm postgrestools
 /// showed 128 frames of one function), more frames than d9d unwinds.
 pub async fn run_recurse(args: &Args) -> Result<(), String> {
-    let duration = args.duration.unwrap_or(Duration::from_secs(3));
-    let deadline = Instant::now() + duration;
-    let polls =
-        tokio::spawn(recurse_poller(deadline)).await.map_err(|e| format!("recurse poller failed: {e}"))?;
-    println!(
-        "{{\"mode\":\"recurse\",\"pid\":{},\"flavor\":\"{}\",\"tokio\":\"{}\",\"duration_s\":{:.3},\"deep_polls\":{}}}",
-        std::process::id(),
-        args.flavor.name(),
-        crate::TOKIO_VERSION,
-        duration.as_secs_f64(),
-        polls
-    );
-    Ok(())
+    crate::counted::run(args, "recurse", "deep_polls", recurse_poller).await
 }

@@ -9,6 +9,7 @@
 
 mod args;
 mod backlog;
+mod counted;
 mod deep;
 mod load;
 mod inplace;

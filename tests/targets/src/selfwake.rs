@@ -60,16 +60,5 @@ async fn self_waker(deadline: Instant) -> u64 {
 }
 
 pub async fn run(args: &Args) -> Result<(), String> {
-    let duration = args.duration.unwrap_or(Duration::from_secs(3));
-    let deadline = Instant::now() + duration;
-    let wakes = tokio::spawn(self_waker(deadline)).await.map_err(|e| format!("self waker failed: {e}"))?;
-    println!(
-        "{{\"mode\":\"selfwake\",\"pid\":{},\"flavor\":\"{}\",\"tokio\":\"{}\",\"duration_s\":{:.3},\"self_wakes\":{}}}",
-        std::process::id(),
-        args.flavor.name(),
-        crate::TOKIO_VERSION,
-        duration.as_secs_f64(),
-        wakes
-    );
-    Ok(())
+    crate::counted::run(args, "selfwake", "self_wakes", self_waker).await
 }
