@@ -43,16 +43,23 @@ def burst(addr):
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
 
 
-def record(d, pid, seconds, addr, burst_after):
-    """A recording of `seconds` with a load burst `burst_after` seconds in;
-    returns (its sealed paths, d9ctl's stderr)."""
+def record(d, pid, seconds, during):
+    """A recording of `seconds` while during() runs; returns (its sealed
+    paths, d9ctl's stderr, what during() returned)."""
     args = ["record", "--pid", str(pid), "--duration", f"{seconds}s", "--out", d.out, *PROBE_ARGS]
     rec = subprocess.Popen([D9CTL, "--socket", d.sock, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)
-    time.sleep(burst_after)
-    burst(addr)
+    got = during()
     out, err = rec.communicate(timeout=120)
-    return out.split(), err
+    return out.split(), err, got
+
+
+def burst_after(addr, seconds):
+    """A load burst `seconds` into a recording."""
+    def during():
+        time.sleep(seconds)
+        burst(addr)
+    return during
 
 
 def open_poll(t, d):
@@ -62,23 +69,23 @@ def open_poll(t, d):
     try:
         exec_done(slow.pid)
         host, port = slow.stdout.readline().split()[1].rsplit(":", 1)
-        args = ["record", "--pid", str(slow.pid), "--duration", "2s", "--out", d.out, *PROBE_ARGS]
-        rec = subprocess.Popen([D9CTL, "--socket", d.sock, *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
 
         def recording():
             st = ((d.status(slow.pid) or {}).get("targets") or [{}])[0]
             return st.get("state") == "recording" and st.get("plan", {}).get("state") == "ready"
-        ready = wait_for(recording, 20, step=0.05)
-        time.sleep(0.3)
-        conn = socket.create_connection((host, int(port)))
-        conn.sendall(bytes([7]) * 64)
-        out, err = rec.communicate(timeout=120)
+
+        def one_request():
+            ready = wait_for(recording, 20, step=0.05)
+            time.sleep(0.3)
+            conn = socket.create_connection((host, int(port)))
+            conn.sendall(bytes([7]) * 64)
+            return ready, conn
+        paths, err, (ready, conn) = record(d, slow.pid, 2, one_request)
         conn.close()
     finally:
         slow.kill()
         slow.wait()
-    r = subprocess.run([D9CTL, "report", "--json", *out.split()], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([D9CTL, "report", "--json", *paths], capture_output=True, text=True, timeout=120)
     doc = json.loads(r.stdout) if r.returncode == 0 else {}
     polls = [p for p in doc.get("longest_polls", []) if p.get("open")]
     busy = max((w.get("busy_ns", 0) for w in doc.get("workers", [])), default=0)
@@ -97,11 +104,11 @@ def main():
     try:
         exec_done(srv.pid)
         addr = srv.stdout.readline().split()[1]
-        first, err = record(d, srv.pid, 2, addr, 0.8)
+        first, err, _ = record(d, srv.pid, 2, burst_after(addr, 0.8))
         t.ok(first, "the first recording sealed its trace", err)
         # The workers sleep through this gap, switched out during the first.
         time.sleep(2)
-        second, err = record(d, srv.pid, 3, addr, 1.0)
+        second, err, _ = record(d, srv.pid, 3, burst_after(addr, 1.0))
         t.ok(second, "the second recording sealed its trace", err)
         evs = list(dump_events(D9CTL, second))
         syncs = [ev["ts"] for ev in evs if ev["event"] == "ClockSyncEvent"]
