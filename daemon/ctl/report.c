@@ -295,7 +295,7 @@ static void on_wake(struct report *r, const struct d9_dec_event *ev)
 /* Where CPU went on threads that are no worker: the future block_on
  * polls (tombi's and ast-grep's language servers do all their work
  * there), or code outside the runtime. */
-static void count_thread_cpu(struct report *r, const struct d9_dec_event *ev)
+static void count_thread_cpu(struct report *r, const struct d9_dec_event *ev, uint8_t worker)
 {
         uint32_t tid = (uint32_t)d9ctl_trace_field_u(ev, "tid");
         const struct d9_value *name = d9ctl_trace_field(ev, "thread_name");
@@ -308,7 +308,7 @@ static void count_thread_cpu(struct report *r, const struct d9_dec_event *ev)
         if (i == r->nthreads)
                 return;
         r->threads[i].samples++;
-        r->threads[i].on_worker |= d9ctl_trace_field_u(ev, "worker_id") < 254;
+        r->threads[i].on_worker |= worker < 254;
         if (name && name->resolved && !r->threads[i].name[0])
                 snprintf(r->threads[i].name, sizeof(r->threads[i].name), "%.*s", (int)name->str.len, name->str.p);
 }
@@ -316,9 +316,11 @@ static void count_thread_cpu(struct report *r, const struct d9_dec_event *ev)
 static void on_sample(struct report *r, const struct d9_dec_event *ev)
 {
         const struct d9_value *chain = d9ctl_trace_field(ev, "callchain");
+        uint8_t worker = (uint8_t)d9ctl_trace_field_u(ev, "worker_id");
+        uint8_t source = (uint8_t)d9ctl_trace_field_u(ev, "source");
 
-        if (d9ctl_trace_field_u(ev, "source") == 0)
-                count_thread_cpu(r, ev);
+        if (source == 0)
+                count_thread_cpu(r, ev, worker);
         if (r->nsamples >= MAX_KEPT ||
             !grow((void **)&r->samples, &r->cap_samples, r->nsamples + 1, sizeof(*r->samples))) {
                 r->samples_dropped++;
@@ -326,8 +328,8 @@ static void on_sample(struct report *r, const struct d9_dec_event *ev)
         }
         struct sample *s = &r->samples[r->nsamples++];
         s->ts = ev->ts;
-        s->worker = (uint8_t)d9ctl_trace_field_u(ev, "worker_id");
-        s->source = (uint8_t)d9ctl_trace_field_u(ev, "source");
+        s->worker = worker;
+        s->source = source;
         s->n = 0;
         for (uint32_t i = 0; chain && i < chain->stack.n && s->n < MAX_FRAMES; i++)
                 s->frames[s->n++] = d9_value_stack_addr(chain, i);
