@@ -406,18 +406,10 @@ static void recording_close(struct report *r)
  * or another one begins. */
 static void segment_begins(struct report *r, const struct d9_dec_event *ev)
 {
-        const struct d9_value *m = strcmp(ev->schema->name, "SegmentMetadataEvent") ? NULL :
-                                   d9ctl_trace_field(ev, "entries");
-        struct d9_value_iter it;
-        struct d9_value k, v;
-        char *key = NULL;
+        struct d9_value v;
+        char *key = d9ctl_trace_metadata_value(ev, "recording", &v) ? strndup(v.str.p, v.str.len) : NULL;
 
         r->seg_boundary = false;
-        if (m)
-                d9_value_iter_init(&it, m);
-        while (m && !key && d9_value_iter_next(&it, &k) && d9_value_iter_next(&it, &v))
-                if (k.str.len == 9 && !memcmp(k.str.p, "recording", 9))
-                        key = strndup(v.str.p, v.str.len);
         if (!key || !r->recording || strcmp(key, r->recording)) {
                 recording_close(r);
                 free(r->recording);
@@ -438,8 +430,9 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
         struct report *r = ctx;
         const char *name = ev->schema->name;
 
-        /* A segment opens with a ClockSyncEvent, then its metadata. */
-        if (r->seg_boundary && strcmp(name, "ClockSyncEvent"))
+        /* A segment opens with a ClockSyncEvent and its span (filled in by
+         * the sealer), then its metadata. */
+        if (r->seg_boundary && strcmp(name, "ClockSyncEvent") && strcmp(name, D9_SPAN_EVENT))
                 segment_begins(r, ev);
         if (ev->has_timestamp && ev->ts) {
                 uint64_t *first = r->seg_boundary ? &r->pend_first : &r->rec_first;

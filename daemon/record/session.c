@@ -1167,6 +1167,10 @@ static int session_start_attach(struct session *s, const struct session_request 
         }
         translate_take_unwind_maps(&s->tr, s->unw_maps);
         s->unw_maps = NULL;
+        /* Before the first segment: its metadata names the recording by
+         * them, as every later one does (d9ctl report joins them so). */
+        s->id = next_session_id++;
+        s->started_unix_ms = wall_clock_ms();
         snprintf(dir, sizeof(dir), "%.3800s/%.127s/%d-%llu", s->d->traces_dir, s->service, s->pid,
                  (unsigned long long)s->starttime);
         r = segment_writer_init(&s->seg, dir);
@@ -1190,10 +1194,8 @@ static int session_start_attach(struct session *s, const struct session_request 
         /* pidfd: the exit notice even when sched probes are off. */
         s->pidfd_w.fn = session_on_pidfd;
         d9d_watch_add(s->d, &s->pidfd_w, EPOLLIN);
-        s->id = next_session_id++;
         s->started_ms = s->rate_ms = d9_now_ms();
         s->deadline_ms = req->duration_ms ? s->started_ms + req->duration_ms : 0;
-        s->started_unix_ms = wall_clock_ms();
         if (req->exec_ns) {
                 s->timeline.attached = d9_now_ns();
                 s->exec_to_attach_ms = (int64_t)(s->timeline.attached - req->exec_ns) / 1000000;
