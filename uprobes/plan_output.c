@@ -188,8 +188,11 @@ void probe_plan_print(const struct probe_plan *plan, FILE *out, bool all_points)
         fprintf(out, "boxed futures:  %zu functions a boxed future's poll can be named (%zu bytes of names)\n",
                 plan->n_dyn_fns, plan->dyn_fn_text_len);
         fprintf(out, "planned in:     %.1f ms\n\n", plan->elapsed_ms);
+        /* A plan attaches nothing: the probe set picks from its points. */
+        fprintf(out, "points (a recording attaches the ones its probe set needs, none in the default set;\n"
+                     "d9ctl status lists what is attached):\n");
         for (int k = 1; k < PROBE_KIND_MAX; k++)
-                fprintf(out, "  %-15s %4zu attached, %4zu found\n", probe_kind_name(k),
+                fprintf(out, "  %-15s %4zu to attach, %4zu found\n", probe_kind_name(k),
                         probe_plan_count(plan, k, false), probe_plan_count(plan, k, true));
         fputc('\n', out);
         for (size_t i = 0; i < plan->n_points; i++) {

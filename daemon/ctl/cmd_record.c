@@ -348,9 +348,21 @@ static int usage_error(const char *msg)
         return d9ctl_usage_error("record", "%s", msg);
 }
 
-static void stop_child(struct recording *rec)
+/* The recording is over (final: its session's last status, or NULL). */
+static void stop_child(struct recording *rec, json_t *final)
 {
+        const char *why = json_string_value(json_object_get(final, "end_reason"));
+
         if (!rec->child.pid || d9ctl_record_child_reap(&rec->child, false))
+                return;
+        /* The followed process ended by itself: its launcher (npm's node
+         * script) finishes its work and says how it went, as perf record
+         * -- CMD waits for CMD. Stopping it passed on 0 for the launcher's
+         * status. Ctrl-C stops the wait. */
+        if (rec->pid != rec->child.pid && why && !strcmp(why, "target exited"))
+                while (!interrupted && !d9ctl_record_child_reap(&rec->child, false))
+                        poll(NULL, 0, 20);
+        if (d9ctl_record_child_reap(&rec->child, false))
                 return;
         fprintf(stderr, "d9ctl record: recording over; stopping %s (pid %d)\n", rec->child.exe, rec->child.pid);
         if (rec->pid != rec->child.pid)
@@ -526,7 +538,7 @@ int d9ctl_cmd_record(int argc, char **argv)
         rec.last_line_ms = rec.tty ? 0 : rec.started_ms; /* first plain line after 2 s */
         d9ctl_record_child_release(&rec.child);
         final = wait_sealed(&rec, session);
-        stop_child(&rec);
+        stop_child(&rec, final);
         if (!final) {
                 fail_child(&rec);
                 return 1;

@@ -112,6 +112,23 @@ static int kind_probe_bit(enum probe_kind k)
         }
 }
 
+/* The plan's points a recording of `probes` attaches, by kind; the park
+ * uretprobes are left out when sched_switch ends parks. */
+static void plan_attached_by_kind(const struct session *s, int probes, unsigned count[PROBE_KIND_MAX])
+{
+        const struct probe_plan *p = s->plan;
+
+        memset(count, 0, PROBE_KIND_MAX * sizeof(*count));
+        for (size_t i = 0; p && i < p->n_points; i++) {
+                const struct probe_point *pt = &p->points[i];
+
+                if (pt->skipped || pt->kind >= PROBE_KIND_MAX || !(probes & kind_probe_bit(pt->kind)) ||
+                    (pt->kind == PROBE_UNPARK_RETURN && (probes & D9_PROBE_SCHED)))
+                        continue;
+                count[pt->kind]++;
+        }
+}
+
 /* Are the plan's missing and skipped points worth telling for this probe
  * set? Not for one without Tokio probes (the default set): it attaches no
  * uprobe, so a missing spawn point or an optional poll return changes
@@ -244,24 +261,19 @@ static json_t *plan_to_json(const struct session *s)
                 json_object_set_new(j, "tokio_version", json_string(p->tokio_version));
         if (p->shape)
                 json_object_set_new(j, "shape", json_string(p->shape));
-        for (size_t i = 0; i < p->n_points; i++) {
+        for (size_t i = 0; i < p->n_points && plan_gaps_told(s); i++) {
                 const struct probe_point *pt = &p->points[i];
-                const char *kind = probe_kind_name(pt->kind);
-                if (pt->skipped) {
-                        if (!plan_gaps_told(s))
-                                continue;
-                        json_array_append_new(skipped, json_pack("{s:s,s:s,s:s}", "kind", kind, "label",
-                                pt->label ? pt->label : "", "reason", pt->skip_reason ? pt->skip_reason : ""));
-                        continue;
-                }
-                /* Counted only when its probe set is on; the park uretprobes
-                 * are left out when sched_switch ends parks. */
-                if (!(s->probes & kind_probe_bit(pt->kind)) ||
-                    (pt->kind == PROBE_UNPARK_RETURN && (s->probes & D9_PROBE_SCHED)))
-                        continue;
-                json_t *n = json_object_get(attached, kind);
-                json_object_set_new(attached, kind, json_integer(n ? json_integer_value(n) + 1 : 1));
+
+                if (pt->skipped)
+                        json_array_append_new(skipped, json_pack("{s:s,s:s,s:s}", "kind", probe_kind_name(pt->kind),
+                                "label", pt->label ? pt->label : "", "reason", pt->skip_reason ? pt->skip_reason : ""));
         }
+        unsigned count[PROBE_KIND_MAX];
+
+        plan_attached_by_kind(s, s->probes, count);
+        for (int k = 1; k < PROBE_KIND_MAX; k++)
+                if (count[k])
+                        json_object_set_new(attached, probe_kind_name((enum probe_kind)k), json_integer(count[k]));
         /* Without park points a poll ends by a uretprobe on it: one more
          * probe per poll, which uprobes_attached counts too. */
         json_t *polls = json_object_get(attached, "poll");
@@ -348,18 +360,23 @@ static void session_meta_build(const struct session *s, struct session_meta *m)
                 m->kv[m->n++] = (struct d9_kv){ "uprobes", "not yet attached (D9ProbesEvent attached=1 when they are)" };
         }
         if (p) {
-                /* Which probe points attached, by kind: "poll=28,complete=26,...". */
-                unsigned count[PROBE_KIND_MAX] = { 0 };
+                /* The points this probe set attaches, by kind:
+                 * "poll=28,complete=26,..."; the default set attaches none,
+                 * but for its full-detail windows if it has them. */
+                bool windows = s->tr.stall_ns != 0;
+                unsigned count[PROBE_KIND_MAX];
                 size_t off = 0;
 
-                for (size_t i = 0; i < p->n_points; i++)
-                        if (!p->points[i].skipped && p->points[i].kind < PROBE_KIND_MAX)
-                                count[p->points[i].kind]++;
-                m->plan[0] = 0;
+                plan_attached_by_kind(s, windows ? s->probes | TOKIO_PROBES : s->probes, count);
+                if (windows)
+                        off = (size_t)snprintf(m->plan, sizeof(m->plan), "in full-detail windows: ");
+                else
+                        snprintf(m->plan, sizeof(m->plan), "no uprobe in probes %s", m->probes);
                 for (int k = 1; k < PROBE_KIND_MAX && off < sizeof(m->plan); k++)
                         if (count[k])
                                 off += (size_t)snprintf(m->plan + off, sizeof(m->plan) - off, "%s%s=%u",
-                                                        off ? "," : "", probe_kind_name((enum probe_kind)k), count[k]);
+                                                        off && m->plan[off - 1] != ' ' ? "," : "",
+                                                        probe_kind_name((enum probe_kind)k), count[k]);
                 m->kv[m->n++] = (struct d9_kv){ "probe_plan", m->plan };
         }
         /* The sampling periods of the resource and accept-queue events. */
@@ -1446,8 +1463,11 @@ static void session_account_drops(struct session *s)
                 return;
         if (s->tr.enc && translate_lost(&s->tr, d9_now_ns(), dropped - s->drops_reported, "ring") == 0)
                 s->drops_reported = dropped;
-        if (dropped > s->drops && d9_now_ms() - s->drops_logged_ms >= 10000) {
+        /* Compared with the count last logged, not last read: drops in
+         * the 10 s after a warning are said at the next one. */
+        if (dropped > s->drops_logged && d9_now_ms() - s->drops_logged_ms >= 10000) {
                 s->drops_logged_ms = d9_now_ms();
+                s->drops_logged = dropped;
                 log_warn("pid %d: ring buffer full, %llu records lost so far", s->pid, (unsigned long long)dropped);
         }
         s->drops = dropped;

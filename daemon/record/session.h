@@ -120,6 +120,7 @@ struct session {
         uint64_t events, bytes_sealed, drops, drops_reported;
         struct d9_offcpu_short offcpu_short, offcpu_short_reported;
         uint64_t drops_logged_ms;       /* drop warnings: at most one per 10 s */
+        uint64_t drops_logged;          /* the count the last warning said */
         struct ring_drains {            /* how the ring was drained, for status: a full ring says why */
                 uint64_t woken, timer;  /* drains by BPF's wakeup, by the tick */
                 uint64_t fill_max;      /* most bytes pending when a drain began */

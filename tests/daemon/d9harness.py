@@ -112,6 +112,9 @@ class D9d:
         self.stop()
         if not keep:
             shutil.rmtree(self.tmp, ignore_errors=True)
+            # The traces a test had recorded into (d.out), if it set one.
+            if getattr(self, "out", None):
+                shutil.rmtree(self.out, ignore_errors=True)
 
     def raw_request(self, data, timeout=10):
         """Send raw bytes on one connection; return the response lines."""

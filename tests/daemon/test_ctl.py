@@ -263,7 +263,9 @@ def follow_mode(t):
     os.chmod(tmp, 0o755)
     try:
         # npm's shape: node_modules/.bin/NAME -> a node script that starts
-        # the platform package's binary as a child and passes on its status.
+        # the platform package's binary as a child and passes on its status,
+        # here after a second of its own work (d9ctl once stopped a launcher
+        # still at work when its child had exited, and said 0).
         bindir = os.path.join(tmp, "node_modules", ".bin")
         pkg = os.path.join(tmp, "node_modules", "server-linux-x64", "bin")
         os.makedirs(bindir)
@@ -276,7 +278,7 @@ def follow_mode(t):
                    "const path = require('path');\n"
                    "const bin = path.join(__dirname, '..', '..', 'server-linux-x64', 'bin', 'server');\n"
                    "const r = spawnSync(bin, process.argv.slice(2), { stdio: 'inherit' });\n"
-                   "process.exit(r.status === 0 ? 7 : 1);\n")
+                   "setTimeout(() => process.exit(r.status === 0 ? 7 : 1), 1000);\n")
         os.symlink("../server/bin/server.js", os.path.join(bindir, "server"))
         npm_bin = os.path.join(bindir, "server")
 

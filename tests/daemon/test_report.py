@@ -66,7 +66,7 @@ def main():
     t = Tap()
     d = D9d(D9D, D9CTL)
     d.start_or_bail(t)
-    out = tempfile.mkdtemp(prefix="d9-report-")
+    d.out = out = tempfile.mkdtemp(prefix="d9-report-")
     r = d.ctl("record", "--probes", "all", "--duration", "40s", "--out", out, "--", TARGET, "mixed", "--duration", "6")
     paths = r.stdout.split()
     t.ok(r.returncode == 0 and paths, "recorded the mixed target", r.stderr)

@@ -72,8 +72,10 @@ def main():
                 lost[f["source"]] = lost.get(f["source"], 0) + f["lost"]
         text += subprocess.run([D9CTL, "dump", p], capture_output=True, text=True, timeout=120).stdout
     t.ok(meta.get("probes") == "sched,cpu,longpoll" and "spawn" in meta.get("not_recorded", "")
-         and "wake" in meta.get("not_recorded", "") and "D9LongPollEvent" in meta.get("long_polls", ""),
-         f"metadata: probes {meta.get('probes')!r}, says what is not recorded ({meta.get('not_recorded')!r})")
+         and "wake" in meta.get("not_recorded", "") and "D9LongPollEvent" in meta.get("long_polls", "")
+         and meta.get("probe_plan", "").startswith("no uprobe"),
+         f"metadata: probes {meta.get('probes')!r}, says what is not recorded ({meta.get('not_recorded')!r}), "
+         f"probe_plan {meta.get('probe_plan')!r}")
     exact = {k: counts.get(k, 0) for k in ("PollStartEvent", "PollEndEvent", "TaskSpawnEvent", "WakeEventEvent",
                                            "TaskTerminateEvent")}
     t.ok(not any(exact.values()), f"no per-poll, spawn, wake or terminate events: {exact}")
@@ -105,7 +107,9 @@ def main():
         sleeps = [f["spawn_loc"] for f in blocked]
         t.ok(sleeps and sleeps[0].startswith("d9_target::mixed::thread_sleeper"),
              f"blocked long polls name the future: {sleeps[:1]}")
-    d.stop()
+    d.cleanup(keep=t.failed > 0)
+    if binary != TARGET:
+        shutil.rmtree(os.path.dirname(binary), ignore_errors=True)
     t.done()
 
 

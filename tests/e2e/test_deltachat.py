@@ -22,6 +22,7 @@ another id, and the cores move.
 Usage: test_deltachat.py D9D D9CTL DELTACHAT_RPC_SERVER [all|default] [TRIES]"""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -190,6 +191,7 @@ def main():
         one_try(t, d, n, tmp)
     t.ok(d.stop() == 0, "d9d stops cleanly")
     d.cleanup(keep=t.failed > 0)
+    shutil.rmtree(tmp, ignore_errors=True)
     t.done()
 
 

@@ -158,6 +158,11 @@ def window(t):
          f"{fos.get('stalls_in_windows')} in windows", json.dumps(fos))
     lost = sum(e["fields"].get("lost", 0) for e in evs if e["event"] == "D9LostEventsEvent")
     t.ok(lost == st.get("drops", 0) or lost >= st.get("drops", 0), f"drops counted in the trace ({lost})")
+    # The default set attaches no uprobe but in its windows: the metadata
+    # once listed the plan's points as if attached all the time.
+    meta = [e["fields"]["entries"] for e in evs if e["event"] == "SegmentMetadataEvent"]
+    plan = meta[-1].get("probe_plan", "") if meta else ""
+    t.ok(plan.startswith("in full-detail windows: poll="), f"metadata probe_plan {plan!r}")
     d.cleanup()
 
 

@@ -119,7 +119,7 @@ def main():
             if p:
                 p.kill()
                 p.wait()
-        d.stop()
+        d.cleanup(keep=t.failed > 0)
         time.sleep(0.2)
         os.rmdir(cg)
     t.done()

@@ -41,7 +41,7 @@ def main():
         t.bail(f"{GO} missing: run scripts/bootstrap (golang-1.19-go)")
     d = D9d(D9D, D9CTL)
     d.start_or_bail(t)
-    out = tempfile.mkdtemp(prefix="d9-export-")
+    d.out = out = tempfile.mkdtemp(prefix="d9-export-")
     r = d.ctl("record", "--probes", "all", "--wakes", "exact", "--duration", "40s", "--out", out + "/rec", "--",
               TARGET, "mixed", "--duration", "6")
     paths = r.stdout.split()
