@@ -482,17 +482,24 @@ static void point_sets_free(struct point_set sets[2])
         }
 }
 
-/* Add every non-skipped point of `kind` as `what`. Its uretprobe flag
- * picks the set, unless as_ret forces the return set (poll end by
- * uretprobe on raw::poll's entry). */
+/* Which set a collected point goes to. */
+enum collect_as {
+        AS_POINT,               /* its own uretprobe flag picks */
+        AS_RETURN,              /* the return set (poll end by uretprobe on raw::poll's entry) */
+        AS_RETURN_BLOCKING,     /* that, for blocking-pool task points only */
+};
+
+/* Add every non-skipped point of `kind` as `what`. */
 static void collect(struct point_set sets[2], const struct probe_plan *plan,
-                    enum probe_kind kind, enum d9_point what, bool as_ret)
+                    enum probe_kind kind, enum d9_point what, enum collect_as how)
 {
+        bool as_ret = how != AS_POINT;
+
         for (size_t i = 0; i < plan->n_points; i++) {
                 const struct probe_point *p = &plan->points[i];
                 struct point_set *set;
 
-                if (p->kind != kind || p->skipped)
+                if (p->kind != kind || p->skipped || (how == AS_RETURN_BLOCKING && !p->blocking_task))
                         continue;
                 enum d9_point as = what == D9_POINT_POLL && p->blocking_task ? D9_POINT_POLL_BLOCKING : what;
 
@@ -541,6 +548,20 @@ enum d9_poll_end d9_bpf_poll_end_for(const struct probe_plan *plan, unsigned pro
         return D9_POLL_END_URETPROBE;
 }
 
+size_t d9_bpf_poll_end_uretprobes(const struct probe_plan *plan, unsigned probes)
+{
+        enum d9_poll_end end = d9_bpf_poll_end_for(plan, probes, D9_POLL_END_AUTO);
+        size_t n = 0;
+
+        for (size_t i = 0; plan && (probes & D9_PROBE_POLL) && i < plan->n_points; i++) {
+                const struct probe_point *p = &plan->points[i];
+
+                n += p->kind == PROBE_POLL && !p->skipped &&
+                     (end == D9_POLL_END_URETPROBE || (end == D9_POLL_END_ENTRY_ONLY && p->blocking_task));
+        }
+        return n;
+}
+
 static int attach_uprobes(struct d9_bpf_target *t, const struct probe_plan *plan,
                           unsigned probes, char **err)
 {
@@ -555,18 +576,23 @@ static int attach_uprobes(struct d9_bpf_target *t, const struct probe_plan *plan
         if (!sets[0].offs || !sets[0].cookies || !sets[1].offs || !sets[1].cookies)
                 goto out;
         if (probes & D9_PROBE_POLL) {
-                collect(sets, plan, PROBE_POLL, D9_POINT_POLL, false);
+                collect(sets, plan, PROBE_POLL, D9_POINT_POLL, AS_POINT);
                 if (t->poll_end == D9_POLL_END_URETPROBE)
-                        collect(sets, plan, PROBE_POLL, D9_POINT_POLL_END, true);
+                        collect(sets, plan, PROBE_POLL, D9_POINT_POLL_END, AS_RETURN);
+                /* A blocking-pool thread waits for its next job on a condvar,
+                 * no park point: an entry-only job would end only at the next
+                 * job's start, its thread's idle time counted as its own. */
+                if (t->poll_end == D9_POLL_END_ENTRY_ONLY)
+                        collect(sets, plan, PROBE_POLL, D9_POINT_POLL_END, AS_RETURN_BLOCKING);
                 if (t->poll_end == D9_POLL_END_RETSITES)
-                        collect(sets, plan, PROBE_POLL_RETURN, D9_POINT_POLL_END, false);
+                        collect(sets, plan, PROBE_POLL_RETURN, D9_POINT_POLL_END, AS_POINT);
         }
         if (probes & D9_PROBE_SPAWN)
-                collect(sets, plan, PROBE_SPAWN, D9_POINT_SPAWN, false);
+                collect(sets, plan, PROBE_SPAWN, D9_POINT_SPAWN, AS_POINT);
         if (probes & D9_PROBE_TERMINATE)
-                collect(sets, plan, PROBE_COMPLETE, D9_POINT_TERMINATE, false);
+                collect(sets, plan, PROBE_COMPLETE, D9_POINT_TERMINATE, AS_POINT);
         if ((probes & D9_PROBE_WAKE) && !t->wake_set)
-                collect(sets, plan, PROBE_WAKE, D9_POINT_WAKE, false);
+                collect(sets, plan, PROBE_WAKE, D9_POINT_WAKE, AS_POINT);
         if (t->wake_set) {
                 struct point_set ws[2] = {
                         *t->wake_set,
@@ -578,16 +604,16 @@ static int attach_uprobes(struct d9_bpf_target *t, const struct probe_plan *plan
                         free(ws[1].cookies);
                         goto out;
                 }
-                collect(ws, plan, PROBE_WAKE, D9_POINT_WAKE, false);
+                collect(ws, plan, PROBE_WAKE, D9_POINT_WAKE, AS_POINT);
                 *t->wake_set = ws[0];
                 t->n_attached += ws[0].n;
                 free(ws[1].offs);
                 free(ws[1].cookies);
         }
         if (probes & D9_PROBE_PARK) {
-                collect(sets, plan, PROBE_PARK, D9_POINT_PARK, false);
+                collect(sets, plan, PROBE_PARK, D9_POINT_PARK, AS_POINT);
                 if (!t->unpark_at_resume)
-                        collect(sets, plan, PROBE_UNPARK_RETURN, D9_POINT_UNPARK, false);
+                        collect(sets, plan, PROBE_UNPARK_RETURN, D9_POINT_UNPARK, AS_POINT);
         }
         /* Returns first: a poll entered between the two attaches must not
          * miss its end (an end without a start is ignored in BPF). */

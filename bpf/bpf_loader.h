@@ -172,6 +172,9 @@ enum d9_poll_end d9_bpf_target_poll_end(const struct d9_bpf_target *t);
  * forced), known before they attach: translate must end polls at the next
  * poll start from the first entry-only record on. */
 enum d9_poll_end d9_bpf_poll_end_for(const struct probe_plan *plan, unsigned probes, enum d9_poll_end asked);
+/* The poll-end uretprobes that mode attaches: one per poll point, or
+ * (entry-only) one per blocking-pool task's poll point. */
+size_t d9_bpf_poll_end_uretprobes(const struct probe_plan *plan, unsigned probes);
 size_t d9_bpf_target_n_attached(const struct d9_bpf_target *t);
 /* Wall time the uprobe attach took (ns), for benchmarks. */
 uint64_t d9_bpf_target_attach_ns(const struct d9_bpf_target *t);

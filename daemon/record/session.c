@@ -274,11 +274,11 @@ static json_t *plan_to_json(const struct session *s)
         for (int k = 1; k < PROBE_KIND_MAX; k++)
                 if (count[k])
                         json_object_set_new(attached, probe_kind_name((enum probe_kind)k), json_integer(count[k]));
-        /* Without park points a poll ends by a uretprobe on it: one more
-         * probe per poll, which uprobes_attached counts too. */
-        json_t *polls = json_object_get(attached, "poll");
-        if (polls && d9_bpf_poll_end_for(p, s->probes, D9_POLL_END_AUTO) == D9_POLL_END_URETPROBE)
-                json_object_set_new(attached, "poll_end_uretprobe", json_integer(json_integer_value(polls)));
+        /* Without park points a poll ends by a uretprobe on it, with them a
+         * blocking-pool job: probes uprobes_attached counts too. */
+        size_t rets = d9_bpf_poll_end_uretprobes(p, (unsigned)s->probes);
+        if (rets)
+                json_object_set_new(attached, "poll_end_uretprobe", json_integer((json_int_t)rets));
         for (size_t i = 0; i < p->n_missing; i++)
                 if (plan_gaps_told(s))
                         json_array_append_new(missing, json_pack("{s:s,s:s}", "kind", probe_kind_name(p->missing[i].kind),

@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Blocking-pool jobs are as long as they run, with every probe, on a
+build with symbols: there a poll ends at the thread's next poll or park
+(entry-only), but a blocking-pool thread waits for its next job on a
+condvar, no park point, so a job ended only at the next job's start on its
+thread. npm moon and restate-server: every job on a thread began exactly
+where the one before ended, a 0.2 ms job listed as 2.9 s, the idle time in
+between counted as the job's. A blocking task's poll now ends by a
+uretprobe on it (listed in status as poll_end_uretprobe).
+The pool target's jobs sleep 5-20 ms, every 7th 1-5 s, one every 60 ms,
+attached mid-run under 2 CPU hogs.
+Usage: test_blocking_jobs.py D9D D9CTL TARGET"""
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
+from d9harness import D9d, Tap, dump_events, start_target, target_truth, start_cpu_hogs, stop_procs  # noqa
+
+D9D, D9CTL, TARGET = sys.argv[1:4]
+
+
+def main():
+    t = Tap()
+    d = D9d(D9D, D9CTL)
+    d.out = tempfile.mkdtemp(prefix="d9-jobs-out-")
+    d.start_or_bail(t)
+    hogs = start_cpu_hogs()
+    try:
+        tgt = start_target(TARGET, "pool", "--thread-name", "tokio-rt-worker", "--duration", "10")
+        time.sleep(1.5)
+        mid = {}
+        timer = threading.Timer(3.0, lambda: mid.update(((d.status(tgt.pid) or {}).get("targets") or [{}])[0]))
+        timer.start()
+        r = d.ctl("record", "--probes", "all", "--pid", str(tgt.pid), "--duration", "6s", "--out", d.out)
+        timer.join()
+        truth = target_truth(tgt)
+    finally:
+        stop_procs(hogs)
+    t.ok(r.returncode == 0 and truth, "record --probes all of the pool target under 2 CPU hogs", r.stderr)
+    plan = mid.get("probe_plan", {})
+    att = {k: v for k, v in plan.get("attached", {}).items()
+           if k not in ("sched_switch", "cpu_sampling", "run_sampling")}
+    t.ok(att.get("park") and 0 < att.get("poll_end_uretprobe", 0) < att.get("poll", 0)
+         and plan.get("uprobes_attached") == sum(att.values()),
+         f"park points (polls end at the next poll or park), and a uretprobe on each blocking task's poll: {att}, "
+         f"{plan.get('uprobes_attached')} attached", str(plan)[:2000])
+    jobs, by_tid = [], {}
+    for ev in dump_events(D9CTL, r.stdout.split()):
+        if ev["event"] == "D9BlockingPollEvent":
+            f = ev["fields"]
+            jobs.append(f["duration_ns"])
+            by_tid.setdefault(f["tid"], []).append((ev["ts"] - f["duration_ns"], ev["ts"]))
+    # Ended where the next began: the end taken from that start.
+    joined = sum(1 for v in by_tid.values() for a, b in zip(sorted(v), sorted(v)[1:]) if b[0] == a[1])
+    short = sorted(x for x in jobs if x < 900_000_000)
+    median = statistics.median(short) / 1e6 if short else 0
+    t.ok(len(jobs) > 40 and joined == 0,
+         f"{len(jobs)} jobs on {len(by_tid)} threads ({truth and truth.get('blocking_jobs')} in the target's 10 s); "
+         f"{joined} ended exactly where the thread's next began")
+    t.ok(short and 4 < median < 30,
+         f"the 5-20 ms jobs last what they run: median {median:.1f} ms of {len(short)} "
+         f"(the idle time to the next job, 60 ms apart, made them longer)")
+    d.cleanup(keep=t.failed > 0)
+    t.done()
+
+
+main()
