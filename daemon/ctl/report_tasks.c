@@ -4,10 +4,13 @@
  * the same as the viewer's chart so the numbers agree).
  *
  * A task alive before the attach is counted only from what the recording
- * shows of it: its first poll, or (only its terminate seen) from the
- * start. One neither polled nor terminated while recording is invisible;
- * the JSON says how many tasks were first seen polling rather than
- * spawned (alive before the recording, or spawned where no probe saw it). */
+ * shows of it: its first poll, or (only its end seen) from the start. One
+ * neither polled nor terminated while recording is invisible; the JSON
+ * says how many tasks were first seen polling rather than spawned (alive
+ * before the recording, spawned where no probe saw it, or a build without
+ * spawn points, where d9d writes a task's spawn at its first poll). A
+ * blocking-pool job (D9BlockingPollEvent) ends with its one poll, which
+ * runs it to completion: builds often have no terminate point for them. */
 #include "report_tasks.h"
 
 #include <errno.h>
@@ -32,7 +35,9 @@ struct task_slot {
         uint64_t spawn_ts, terminate_ts;
         uint64_t wake_ts;       /* first wake since the last poll started */
         uint64_t last_end;      /* end of its last poll */
+        uint64_t job_end;       /* a blocking-pool job: its poll's end */
         bool polled;
+        bool spawn_at_poll;     /* its spawn written at its first poll */
 };
 
 struct open_poll {
@@ -111,6 +116,8 @@ static int on_poll_start(struct report_tasks *t, struct task_slot *s, uint64_t t
         if (from && from <= ts && !(r = step_add(t, &t->queued, from, 1)))
                 r = step_add(t, &t->queued, ts, -1);
         s->wake_ts = 0;
+        if (!s->polled && s->spawn_ts == ts)
+                s->spawn_at_poll = true;
         s->polled = true;
         seen_at(s, ts);
         return r;
@@ -163,6 +170,15 @@ void d9ctl_report_tasks_event(struct report_tasks *t, const struct d9_dec_event 
                         r = -ENOMEM;
                 else
                         s->terminate_ts = ev->ts;
+        } else if (!strcmp(name, "D9BlockingPollEvent")) {
+                uint64_t dur = d9ctl_trace_field_u(ev, "duration_ns");
+
+                if (!(s = slot_of(t, d9ctl_trace_field_u(ev, "task_id")))) {
+                        r = -ENOMEM;
+                } else {
+                        seen_at(s, dur <= ev->ts ? ev->ts - dur : ev->ts);
+                        s->job_end = ev->ts;
+                }
         } else if (!strcmp(name, "WakeEventEvent")) {
                 if (!(s = slot_of(t, d9ctl_trace_field_u(ev, "woken_task_id"))))
                         r = -ENOMEM;
@@ -207,25 +223,29 @@ static json_t *series_json(struct steps *s, int64_t start)
 
 json_t *d9ctl_report_tasks_json(struct report_tasks *t)
 {
-        uint64_t seen = 0, alive_at_start = 0, first_polled = 0;
+        uint64_t seen = 0, alive_at_start = 0, first_polled = 0, jobs_ended = 0;
         int r = 0;
 
         const struct task_slot *s;
         for (size_t i = 0; r == 0 && (s = d9ctl_task_table_next(&t->slots, &i));) {
+                uint64_t end = s->terminate_ts ? s->terminate_ts : s->job_end;
+
+                jobs_ended += !s->terminate_ts && s->job_end;
                 if (s->first_ts) {
                         seen++;
-                        first_polled += !s->spawn_ts;
+                        first_polled += !s->spawn_ts || s->spawn_at_poll;
                         r = step_add(t, &t->alive, s->first_ts, 1);
-                        if (!r && s->terminate_ts)
-                                r = step_add(t, &t->alive, s->terminate_ts, -1);
-                } else if (s->terminate_ts) {
-                        alive_at_start++; /* only its terminate seen */
+                } else if (end) {
+                        alive_at_start++; /* only its end seen */
                 }
+                if (!r && end)
+                        r = step_add(t, &t->alive, end, -1);
         }
         if (r < 0)
                 return NULL;
-        return json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:I}", "spawned", (json_int_t)t->spawned,
-                         "terminated", (json_int_t)t->terminated, "seen", (json_int_t)seen, "first_seen_polling",
+        return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:I}", "spawned", (json_int_t)t->spawned,
+                         "terminated", (json_int_t)t->terminated, "blocking_jobs_ended", (json_int_t)jobs_ended,
+                         "seen", (json_int_t)seen, "first_seen_polling",
                          (json_int_t)first_polled, "alive_at_start", (json_int_t)alive_at_start, "alive",
                          series_json(&t->alive, (int64_t)alive_at_start), "queued", series_json(&t->queued, 0),
                          "being_polled", series_json(&t->running, 0), "steps_not_kept",

@@ -173,12 +173,16 @@ static void print_tasks(FILE *out, const json_t *t)
                 fputs("  none: the trace has no spawn, terminate or poll events (the probe set records none of them)\n", out);
                 return;
         }
-        fprintf(out, "  spawned %" JSON_INTEGER_FORMAT ", terminated %" JSON_INTEGER_FORMAT ", seen %" JSON_INTEGER_FORMAT
-                " (%" JSON_INTEGER_FORMAT " first seen polling: alive before the recording or spawned unseen)\n",
-                json_integer_value(json_object_get(t, "spawned")), json_integer_value(json_object_get(t, "terminated")),
+        fprintf(out, "  spawned %" JSON_INTEGER_FORMAT ", terminated %" JSON_INTEGER_FORMAT, json_integer_value(json_object_get(t, "spawned")),
+                json_integer_value(json_object_get(t, "terminated")));
+        if (json_integer_value(json_object_get(t, "blocking_jobs_ended")))
+                fprintf(out, " (and %" JSON_INTEGER_FORMAT " blocking-pool jobs ended, no terminate point for them)",
+                        json_integer_value(json_object_get(t, "blocking_jobs_ended")));
+        fprintf(out, ", seen %" JSON_INTEGER_FORMAT " (%" JSON_INTEGER_FORMAT " first seen polling: alive before the "
+                "recording, spawned unseen, or spawn written at the first poll where the build has no spawn point)\n",
                 json_integer_value(json_object_get(t, "seen")), json_integer_value(json_object_get(t, "first_seen_polling")));
         fprintf(out, "  alive: at most %" JSON_INTEGER_FORMAT ", %" JSON_INTEGER_FORMAT " at the end (%" JSON_INTEGER_FORMAT
-                " only seen terminating count from the start; tasks neither polled nor terminated while recording are not counted)\n",
+                " only seen ending count from the start; tasks neither polled nor ended while recording are not counted)\n",
                 json_integer_value(json_object_get(alive, "peak")), json_integer_value(json_object_get(alive, "at_end")),
                 json_integer_value(json_object_get(t, "alive_at_start")));
         fprintf(out, "  queued (woken or spawned, not yet polled): at most %" JSON_INTEGER_FORMAT "\n",

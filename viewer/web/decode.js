@@ -171,6 +171,12 @@ function makeSink(name, fields, out) {
       const t = ix('task_id');
       return (v, ts) => { T.terminate.ts.push(ts); T.terminate.task.push(num(get(v, t, 0))); };
     }
+    case 'D9BlockingPollEvent': {
+      // d9d's blocking-pool job, written at its end: a blocking task's one
+      // poll runs it to completion, so its task ends there too.
+      const t = ix('task_id'), d = ix('duration_ns');
+      return (v, ts) => { const s = T.jobEnd; s.ts.push(ts); s.task.push(num(get(v, t, 0))); s.dur.push(num(get(v, d, 0))); };
+    }
     case 'QueueSampleEvent': {
       const g = ix('global_queue');
       return (v, ts) => { T.queue.ts.push(ts); T.queue.len.push(num(get(v, g, 0))); };
@@ -211,6 +217,7 @@ function newOutput() {
       sample: table({ ts: F, worker: I, tid: F, source: U8, stack: I, dur: F }),
       spawn: table({ ts: F, task: F, loc: I }),
       terminate: table({ ts: F, task: F }),
+      jobEnd: table({ ts: F, task: F, dur: F }),
       queue: table({ ts: F, len: I }),
     },
     strings: new Interner(),
@@ -272,7 +279,7 @@ export function decodeTrace(bytes) {
   const res = {
     pollStart: finish(out.tables.pollStart), pollEnd: finish(out.tables.pollEnd),
     park: finish(out.tables.park), wake: finish(out.tables.wake), sample: finish(out.tables.sample),
-    spawn: finish(out.tables.spawn), terminate: finish(out.tables.terminate), queue: finish(out.tables.queue),
+    spawn: finish(out.tables.spawn), terminate: finish(out.tables.terminate), jobEnd: finish(out.tables.jobEnd), queue: finish(out.tables.queue),
     strings: out.strings.list, stacks: out.stacks.list, clockSyncs: out.clockSyncs,
     metadata: out.metadata, symbols: out.symbols, custom: out.custom,
     counts: new Map([...out.counters].map(([k, c]) => [k, c.n])),

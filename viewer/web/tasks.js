@@ -44,17 +44,19 @@ function stepSeries(ts, delta, start = 0) {
 // its terminate seen: alive when the recording began) from the start; until
 // its terminate, else to the end.
 function aliveSeries(m) {
-  const d = m.d, P = m.polls;
-  const first = new Map(), ts = [], delta = [];
+  const d = m.d, P = m.polls, J = d.jobEnd;
+  const first = new Map(), end = new Map(), ts = [], delta = [];
+  const seen = (t, at) => { if (t && (!first.has(t) || at < first.get(t))) first.set(t, at); };
   for (let i = 0; i < d.spawn.length; i++) if (!first.has(d.spawn.task[i])) first.set(d.spawn.task[i], d.spawn.ts[i]);
-  for (let p = 0; p < P.n; p++) { const t = P.task[p]; if (!first.has(t) || P.start[p] < first.get(t)) first.set(t, P.start[p]); }
+  for (let p = 0; p < P.n; p++) seen(P.task[p], P.start[p]);
+  // A blocking-pool job: seen from its start, ended at its end unless a
+  // terminate says when.
+  for (let i = 0; i < J.length; i++) { seen(J.task[i], J.ts[i] - J.dur[i]); end.set(J.task[i], J.ts[i]); }
+  for (let i = 0; i < d.terminate.length; i++) end.set(d.terminate.task[i], d.terminate.ts[i]);
+  // Ended, never seen before: alive when the recording began.
   let before = 0;
-  for (let i = 0; i < d.terminate.length; i++) {
-    const t = d.terminate.task[i];
-    if (first.has(t)) { ts.push(d.terminate.ts[i]); delta.push(-1); } else before++;
-  }
+  for (const [t, at] of end) { if (!first.has(t)) before++; ts.push(at); delta.push(-1); }
   for (const at of first.values()) { ts.push(at); delta.push(1); }
-  // terminated tasks never seen before: alive from the start
   return stepSeries(ts, delta, before);
 }
 
