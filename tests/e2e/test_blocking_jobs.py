@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Blocking-pool jobs are as long as they run, with every probe, on a
-build with symbols: there a poll ends at the thread's next poll or park
+"""Blocking-pool jobs are as long as they run, and woken workers wait as
+long as the scheduler made them, with every probe, on a build with
+symbols: there a poll ends at the thread's next poll or park
 (entry-only), but a blocking-pool thread waits for its next job on a
 condvar, no park point, so a job ended only at the next job's start on its
 thread. npm moon and restate-server: every job on a thread began exactly
@@ -12,6 +13,11 @@ completion: builds often have no terminate point for blocking tasks, and
 moon's report said 2725 tasks alive at the end where 7 were (and a task
 seen only ending was never taken off). The target keeps 4 tasks for its
 whole run, up to 8 short ones and a few long jobs at a time.
+Parks there come from the park uprobe and end at the worker's switch-in
+after its sleep: the unpark's wait for a CPU (from its wakeup) was read
+before the kernel adds it to the thread's run_delay, so it was about 0
+(npm moon: 0.02 ms over 8 s, where perf sched saw 917 ms); it is checked
+against each thread's schedstat run-queue time.
 The pool target's jobs sleep 5-20 ms, every 7th 1-5 s, one every 60 ms,
 attached mid-run under 2 CPU hogs.
 Usage: test_blocking_jobs.py D9D D9CTL TARGET"""
@@ -30,6 +36,18 @@ from d9harness import D9d, Tap, dump_events, start_target, target_truth, start_c
 D9D, D9CTL, TARGET = sys.argv[1:4]
 
 
+def run_queue_ns(pid):
+    """Each thread's time waiting on a run queue so far (schedstat)."""
+    got = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                got[int(tid)] = int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            pass
+    return got
+
+
 def main():
     t = Tap()
     d = D9d(D9D, D9CTL)
@@ -42,7 +60,9 @@ def main():
         mid = {}
         timer = threading.Timer(3.0, lambda: mid.update(((d.status(tgt.pid) or {}).get("targets") or [{}])[0]))
         timer.start()
+        before = run_queue_ns(tgt.pid)
         r = d.ctl("record", "--probes", "all", "--pid", str(tgt.pid), "--duration", "6s", "--out", d.out)
+        after = run_queue_ns(tgt.pid)
         timer.join()
         truth = target_truth(tgt)
     finally:
@@ -55,9 +75,13 @@ def main():
          and plan.get("uprobes_attached") == sum(att.values()),
          f"park points (polls end at the next poll or park), and a uretprobe on each blocking task's poll: {att}, "
          f"{plan.get('uprobes_attached')} attached", str(plan)[:2000])
-    jobs, by_tid = [], {}
+    jobs, by_tid, waits, wait_by_tid = [], {}, [], {}
     for ev in dump_events(D9CTL, r.stdout.split()):
-        if ev["event"] == "D9BlockingPollEvent":
+        if ev["event"] == "WorkerUnparkEvent":
+            f = ev["fields"]
+            waits.append(f["sched_wait_ns"])
+            wait_by_tid[f["tid"]] = wait_by_tid.get(f["tid"], 0) + f["sched_wait_ns"]
+        elif ev["event"] == "D9BlockingPollEvent":
             f = ev["fields"]
             jobs.append(f["duration_ns"])
             by_tid.setdefault(f["tid"], []).append((ev["ts"] - f["duration_ns"], ev["ts"]))
@@ -71,6 +95,19 @@ def main():
     t.ok(short and 4 < median < 30,
          f"the 5-20 ms jobs last what they run: median {median:.1f} ms of {len(short)} "
          f"(the idle time to the next job, 60 ms apart, made them longer)")
+    # Parks by the park uprobe, unparks at the switch-in after the sleep:
+    # under the hogs a woken worker waits for a CPU, and that wait was
+    # read before the kernel had added it (npm moon: 0.02 ms in 8 s where
+    # perf saw 917 ms).
+    waited = [w for w in waits if w > 0]
+    t.ok(len(waits) > 50 and len(waited) > len(waits) // 4,
+         f"{len(waited)} of {len(waits)} unparks waited for a CPU after their wakeup, "
+         f"{sum(waited) / 1e6:.1f} ms in all")
+    # No more than the kernel's run-queue time of each thread meanwhile.
+    over = {tid: (round(ns / 1e6, 1), round((after.get(tid, 0) - before.get(tid, 0)) / 1e6, 1))
+            for tid, ns in wait_by_tid.items() if ns > after.get(tid, 0) - before.get(tid, 0) + 2_000_000}
+    t.ok(wait_by_tid and not over, f"each worker's unpark waits are within its schedstat run-queue time "
+         f"(over: {over})")
     rep = subprocess.run([D9CTL, "report", "--json", *r.stdout.split()], capture_output=True, text=True, timeout=120)
     tasks = (json.loads(rep.stdout) if rep.returncode == 0 else {}).get("tasks", {})
     at_end = tasks.get("alive", {}).get("at_end", -1)
