@@ -336,19 +336,23 @@ static void on_sample(struct report *r, const struct d9_dec_event *ev)
 }
 
 /* "probe plan" not attached: d9d had none (not a Tokio binary to it:
- * Tokio in a shared library, or a Tokio it does not know). */
+ * Tokio in a shared library, or a Tokio it does not know), or the
+ * recording ended before it was built. */
 static void on_probes(struct report *r, const struct d9_dec_event *ev)
 {
         const struct d9_value *probes = d9ctl_trace_field(ev, "probes"), *why = d9ctl_trace_field(ev, "reason");
 
-        if (!r->no_plan && probes && probes->resolved && probes->str.len == 10 &&
-            !memcmp(probes->str.p, "probe plan", 10) && why && why->resolved && why->str.len > 8 &&
-            !memcmp(why->str.p, "no plan (", 9)) {
+        if (r->no_plan || !probes || !probes->resolved || probes->str.len != 10 ||
+            memcmp(probes->str.p, "probe plan", 10) || d9ctl_trace_field_u(ev, "attached") || !why || !why->resolved)
+                return;
+        if (why->str.len > 8 && !memcmp(why->str.p, "no plan (", 9)) {
                 /* "no plan (WHY); N records held ...": WHY. */
                 const char *end = memmem(why->str.p, why->str.len, "); ", 3);
                 size_t len = end ? (size_t)(end - why->str.p) : why->str.len;
 
                 r->no_plan = strndup(why->str.p + 9, len > 9 ? len - 9 : 0);
+        } else {
+                r->no_plan = strndup(why->str.p, why->str.len);
         }
 }
 

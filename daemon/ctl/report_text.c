@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "report.h"
+#include "d9control.h"
 
 #define FRAMES_SHOWN 6
 
@@ -163,14 +164,38 @@ static void print_threads_off_workers(FILE *out, const json_t *list)
         }
 }
 
-static void print_tasks(FILE *out, const json_t *t)
+/* Why a trace has no poll events: no plan, nothing polled while the poll
+ * probes were on, or a probe set without them. */
+static const char *why_no_polls(const json_t *doc, char *buf, size_t len)
 {
+        const char *no_plan = json_string_value(json_object_get(doc, "no_plan"));
+        const json_t *v;
+        size_t i;
+
+        if (no_plan) {
+                snprintf(buf, len, "d9d had no probe plan: %s", no_plan);
+                return buf;
+        }
+        json_array_foreach(json_object_get(doc, "probe_sets"), i, v) {
+                int mask = d9c_parse_probes(json_string_value(v), NULL);
+
+                if (mask > 0 && (mask & D9_PROBE_POLL))
+                        return "no task was polled while recording, with poll probes attached";
+        }
+        return "the probe set records none";
+}
+
+static void print_tasks(FILE *out, const json_t *doc)
+{
+        const json_t *t = json_object_get(doc, "tasks");
+        char why[512];
         const json_t *alive = json_object_get(t, "alive"), *queued = json_object_get(t, "queued");
         const json_t *polled = json_object_get(t, "being_polled");
 
         fputs("\nTasks (counted from spawn, terminate, wake and poll events; Tokio's queue depths are not readable from outside)\n", out);
         if (!json_integer_value(json_object_get(t, "seen")) && !json_integer_value(json_object_get(t, "alive_at_start"))) {
-                fputs("  none: the trace has no spawn, terminate or poll events (the probe set records none of them)\n", out);
+                fprintf(out, "  none: the trace has no spawn, terminate or poll events (%s)\n",
+                        why_no_polls(doc, why, sizeof(why)));
                 return;
         }
         fprintf(out, "  spawned %" JSON_INTEGER_FORMAT ", terminated %" JSON_INTEGER_FORMAT, json_integer_value(json_object_get(t, "spawned")),
@@ -238,8 +263,10 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
          * it is not known, and "other" holds the polling too; nor are
          * blocking-pool jobs, which are polls too. */
         bool polls = json_integer_value(json_object_get(doc, "polls")) > 0;
-        print_rows(out, json_object_get(doc, "longest_blocking_pool_jobs"), "duration_ns", false,
-                   polls ? "none" : "not recorded: the trace has no poll events (the probe set records none)");
+        char none[600], why[512];
+
+        snprintf(none, sizeof(none), "not recorded: the trace has no poll events (%s)", why_no_polls(doc, why, sizeof(why)));
+        print_rows(out, json_object_get(doc, "longest_blocking_pool_jobs"), "duration_ns", false, polls ? "none" : none);
         fprintf(out, "\nWorkers (share of the recording%s)\n  worker  polls      busy   parked  other  sched wait\n",
                 polls ? "" : "; no poll events, so busy is unknown and other includes polling");
         json_array_foreach(json_object_get(doc, "workers"), i, v) {
@@ -263,7 +290,7 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
                       "thread seen in a worker loop)\n", out);
         print_threads_off_workers(out, json_object_get(doc, "threads_off_workers"));
 
-        print_tasks(out, json_object_get(doc, "tasks"));
+        print_tasks(out, doc);
         print_process(out, json_object_get(doc, "process"));
 
         const json_t *m = json_object_get(doc, "missing");

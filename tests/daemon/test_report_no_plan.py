@@ -14,8 +14,15 @@ can be seen. Here the process is a shell spinning on one core. Checks:
    recorded";
  - the thread that took the CPU is listed with >= 90 % of the on-CPU
    samples, by tid and name.
+A Tokio target recorded for less time than its probe plan takes (plans
+held 4 s): the report says the recording ended before the plan was built
+(npm restate-server, planned in 7-17 s on a loaded machine: its report
+blamed "the probe set" and "idle workers" with every probe asked for).
+An idle Tokio server recorded with every probe: no poll, and the report
+says none ran with the poll probes attached, not that the probe set has
+none (npm pagefind, whose work runs outside Tokio).
 
-Usage: test_report_no_plan.py D9D D9CTL"""
+Usage: test_report_no_plan.py D9D D9CTL TARGET"""
 import json
 import os
 import subprocess
@@ -23,9 +30,44 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from d9harness import D9d, Tap, start_cpu_hogs, stop_procs  # noqa
+from d9harness import D9d, Tap, start_cpu_hogs, start_slow_plan_d9d, start_target, stop_procs  # noqa
 
-D9D, D9CTL = sys.argv[1:3]
+D9D, D9CTL, TARGET = sys.argv[1:4]
+
+
+def report(paths):
+    """(JSON document, text) of d9ctl report over paths."""
+    rep = subprocess.run([D9CTL, "report", "--json", *paths], capture_output=True, text=True, timeout=120)
+    txt = subprocess.run([D9CTL, "report", *paths], capture_output=True, text=True, timeout=120).stdout
+    return (json.loads(rep.stdout) if rep.returncode == 0 else {}), txt
+
+
+def plan_too_late(t):
+    d = start_slow_plan_d9d(t, D9D, D9CTL, 4)
+    d.out = tempfile.mkdtemp(prefix="d9-lateplan-out-")
+    tgt = start_target(TARGET, "mixed", "--duration", "6")
+    try:
+        r = d.ctl("record", "--probes", "all", "--pid", str(tgt.pid), "--duration", "1s", "--out", d.out)
+    finally:
+        stop_procs([tgt])
+    doc, txt = report(r.stdout.split())
+    t.ok(r.returncode == 0 and "before its probe plan was built" in r.stderr and
+         "before its probe plan was built" in (doc.get("no_plan") or "") and "d9d had no probe plan" in txt and
+         "the probe set records none" not in txt and "idle workers" not in txt,
+         f"a recording over before its plan: no_plan {doc.get('no_plan')!r}", r.stderr + txt[-2500:])
+    d.cleanup(keep=t.failed > 0)
+
+
+def idle_with_poll_probes(t, d):
+    srv = start_target(TARGET, "server", "--listen", "127.0.0.1:0")
+    try:
+        r = d.ctl("record", "--probes", "all", "--pid", str(srv.pid), "--duration", "1s", "--out", d.out)
+    finally:
+        stop_procs([srv])
+    doc, txt = report(r.stdout.split())
+    t.ok(r.returncode == 0 and doc.get("polls") == 0 and "with poll probes attached" in txt and
+         "the probe set records none" not in txt,
+         "an idle server with every probe: no poll, said as such", r.stderr + txt[-2500:])
 
 
 def main():
@@ -40,9 +82,7 @@ def main():
         stop_procs(hogs)
     paths = r.stdout.split()
     t.ok(r.returncode == 0 and paths, "record --pid of a process with no Tokio in it", r.stderr)
-    rep = subprocess.run([D9CTL, "report", "--json", *paths], capture_output=True, text=True, timeout=120)
-    doc = json.loads(rep.stdout) if rep.returncode == 0 else {}
-    txt = subprocess.run([D9CTL, "report", *paths], capture_output=True, text=True, timeout=120).stdout
+    doc, txt = report(paths)
     t.ok("not a Tokio binary" in (doc.get("no_plan") or "") and "d9d had no probe plan" in txt and
          "idle workers" not in txt and "not recorded: the trace has no poll events" in txt,
          f"the report says why no worker is named: {doc.get('no_plan')!r}", txt[-2500:])
@@ -50,8 +90,10 @@ def main():
     t.ok(busiest.get("tid") == hogs[0].pid and busiest.get("share", 0) >= 0.9 and busiest.get("name") == "sh" and
          f"thread {hogs[0].pid}" in txt,
          f"where the CPU went: {busiest}", json.dumps(doc.get("threads_off_workers")))
+    idle_with_poll_probes(t, d)
     t.ok(d.stop() == 0, "d9d stops cleanly")
     d.cleanup(keep=t.failed > 0)
+    plan_too_late(t)
     t.done()
 
 
