@@ -241,6 +241,23 @@ void planner_cancel(struct planner *p, struct plan_job *job)
         pthread_mutex_unlock(&p->lock);
 }
 
+bool planner_cancel_queued(struct planner *p, struct plan_job *job)
+{
+        bool queued = false;
+
+        pthread_mutex_lock(&p->lock);
+        for (struct plan_job **pp = &p->queue; *pp; pp = &(*pp)->next) {
+                if (*pp == job) {
+                        *pp = job->next;
+                        job->cancelled = queued = true;
+                        push_done(p, job);
+                        break;
+                }
+        }
+        pthread_mutex_unlock(&p->lock);
+        return queued;
+}
+
 void planner_get_stats(struct planner *p, struct planner_stats *st)
 {
         pthread_mutex_lock(&p->lock);

@@ -44,6 +44,9 @@ void planner_submit(struct planner *p, struct plan_job *job);
 /* Nobody waits for job any more: skip it if it has not started. Its done
  * still comes, with job->cancelled set. */
 void planner_cancel(struct planner *p, struct plan_job *job);
+/* planner_cancel() for a job still queued (true); one already running is
+ * left to finish, its done run as usual (false). */
+bool planner_cancel_queued(struct planner *p, struct plan_job *job);
 void planner_get_stats(struct planner *p, struct planner_stats *st);
 /* Readable once planner_stop began: a running job that waits on something
  * (its plan child) polls it too and gives up. */

@@ -258,6 +258,8 @@ static void late_plan_done(struct d9d *d, struct plan_job *job)
                         late_replay(s);
         }
         if (!s || job->cancelled) {
+                if (!s && !job->cancelled && l->r == 0 && l->plan)
+                        session_plan_cache_put(l->plan);        /* its recording ended first */
                 late_free(l);
                 return;
         }
@@ -355,13 +357,17 @@ bool session_late_end(struct session *s, const char *reason)
                 return true;
         if (l->uprobes)
                 return false;
-        /* Still planning: the plan is not waited for. */
+        /* Still planning: the plan is not waited for. One being built is
+         * finished for the plan cache: on a loaded machine a big binary's
+         * plan can take longer than a short recording, and each attempt
+         * began again from nothing (npm restate-server: 3 plans of 7-17 s
+         * for one process, each recording over first). */
         s->late = NULL;
         l->s = NULL;
         if (l->landed)
                 late_free(l);
         else
-                planner_cancel(s->d->planner, &l->job);
+                planner_cancel_queued(s->d->planner, &l->job);
         if (!reason) {
                 record_hold_free(&s->hold);
                 s->plan_pending = false;
