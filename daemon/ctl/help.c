@@ -74,7 +74,7 @@ static const struct d9ctl_help helps[] = {
           "With --pid, records until D elapses, the process exits or Ctrl-C.\n"
           "With -- CMD, starts CMD and traces it from its first instruction; records\n"
           "until CMD exits (or D elapses: then CMD is stopped) and exits with CMD's\n"
-          "exit status. CMD's own stdout goes to stderr.\n"
+          "exit status (0 if d9ctl stopped it). CMD's own stdout goes to stderr.\n"
           "\n"
           "  --pid N             process to trace\n"
           "  --duration D        stop after D (e.g. 10s, 500ms, 5m)\n"
