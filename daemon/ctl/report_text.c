@@ -281,6 +281,16 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
                         (int)json_integer_value(json_object_get(v, "worker")), polls ? n : "-", polls ? b : "-",
                         parked, other < 0 ? 0 : other, ms(v, "sched_wait_ns"));
         }
+        const json_t *short_off = json_object_get(doc, "missing");
+        json_int_t shorts = json_integer_value(json_object_get(short_off, "short_offcpu_intervals"));
+        const char *plan = json_string_value(json_object_get(json_object_get(doc, "metadata"), "probe_plan"));
+        /* Parks from sched_switch (stripped builds, the default set: no
+         * park uprobe attached) leave out sleeps under the minimum: they
+         * are in "other". */
+        if (json_array_size(json_object_get(doc, "workers")) && shorts && !(plan && strstr(plan, "park=")))
+                fprintf(out, "  other: spinning, stealing, preempted outside polls, and off-CPU intervals under the "
+                        "recording's minimum (%" JSON_INTEGER_FORMAT " in the process, %.1f ms in all, counted, not "
+                        "per thread)\n", shorts, ms(short_off, "short_offcpu_ns"));
         const char *no_plan = json_string_value(json_object_get(doc, "no_plan"));
         if (!json_array_size(json_object_get(doc, "workers")) && no_plan)
                 fprintf(out, "  none: d9d had no probe plan for this process, so no thread can be told a worker "
