@@ -49,11 +49,18 @@ struct wake {
         char *future;
 };
 
+#define WORKER_TIDS 4
+
+/* A worker id's row. Its threads: a worker's core moves between threads
+ * (block_in_place), and ids are per recording, so one row of a report
+ * over two recordings can be two threads (npm Deno: worker 0 was one
+ * thread in the first and the main thread in the second). */
 struct worker {
-        bool seen, in_poll, parked;
+        bool seen, in_poll, parked, more_tids;
         uint64_t poll_start, poll_task, park_start;
         char *poll_future;
         uint64_t busy_ns, parked_ns, polls, sched_wait_ns;
+        uint32_t tids[WORKER_TIDS], ntids;
 };
 
 /* task id -> time of its first wake since its last poll began (0 = none);
@@ -267,11 +274,23 @@ static void on_poll_end(struct report *r, const struct d9_dec_event *ev)
         poll_closed(r, &r->w[(uint8_t)d9ctl_trace_field_u(ev, "worker_id")], ev->ts, false);
 }
 
+static void worker_thread_seen(struct worker *w, uint32_t tid)
+{
+        for (uint32_t i = 0; i < w->ntids; i++)
+                if (w->tids[i] == tid)
+                        return;
+        if (w->ntids < WORKER_TIDS)
+                w->tids[w->ntids++] = tid;
+        else
+                w->more_tids = true;
+}
+
 static void on_park(struct report *r, const struct d9_dec_event *ev, bool park)
 {
         struct worker *w = &r->w[(uint8_t)d9ctl_trace_field_u(ev, "worker_id")];
 
         w->seen = true;
+        worker_thread_seen(w, (uint32_t)d9ctl_trace_field_u(ev, "tid"));
         if (park) {
                 w->parked = true;
                 w->park_start = ev->ts;
@@ -313,6 +332,15 @@ static void count_thread_cpu(struct report *r, const struct d9_dec_event *ev, ui
                 snprintf(r->threads[i].name, sizeof(r->threads[i].name), "%.*s", (int)name->str.len, name->str.p);
 }
 
+/* A thread's name from its on-CPU samples; NULL: none seen. */
+static const char *thread_name_of(const struct report *r, uint32_t tid)
+{
+        for (size_t i = 0; i < r->nthreads; i++)
+                if (r->threads[i].tid == tid)
+                        return r->threads[i].name[0] ? r->threads[i].name : NULL;
+        return NULL;
+}
+
 static void on_sample(struct report *r, const struct d9_dec_event *ev)
 {
         const struct d9_value *chain = d9ctl_trace_field(ev, "callchain");
@@ -321,6 +349,8 @@ static void on_sample(struct report *r, const struct d9_dec_event *ev)
 
         if (source == 0)
                 count_thread_cpu(r, ev, worker);
+        if (worker < 254)      /* 254: blocking pool, 255: no worker */
+                worker_thread_seen(&r->w[worker], (uint32_t)d9ctl_trace_field_u(ev, "tid"));
         if (r->nsamples >= MAX_KEPT ||
             !grow((void **)&r->samples, &r->cap_samples, r->nsamples + 1, sizeof(*r->samples))) {
                 r->samples_dropped++;
@@ -699,13 +729,21 @@ json_t *d9ctl_report_result(struct report *r)
         json_t *workers = json_array();
         for (int i = 0; i < NWORKERS; i++) {
                 const struct worker *w = &r->w[i];
-                if (!w->seen)
+                json_t *threads = json_array();
+
+                if (!w->seen) {
+                        json_decref(threads);
                         continue;
-                json_array_append_new(workers, json_pack("{s:i, s:I, s:I, s:I, s:I, s:f, s:f}", "worker", i,
+                }
+                for (uint32_t k = 0; k < w->ntids; k++)
+                        json_array_append_new(threads, json_pack("{s:I, s:s?}", "tid", (json_int_t)w->tids[k],
+                                                                 "name", thread_name_of(r, w->tids[k])));
+                json_array_append_new(workers, json_pack("{s:i, s:I, s:I, s:I, s:I, s:f, s:f, s:o, s:b}", "worker", i,
                         "polls", (json_int_t)w->polls, "busy_ns", (json_int_t)w->busy_ns, "parked_ns",
                         (json_int_t)w->parked_ns, "sched_wait_ns", (json_int_t)w->sched_wait_ns,
                         "busy_share", span ? (double)w->busy_ns / (double)span : 0.0,
-                        "parked_share", span ? (double)w->parked_ns / (double)span : 0.0));
+                        "parked_share", span ? (double)w->parked_ns / (double)span : 0.0,
+                        "threads", threads, "more_threads", w->more_tids));
         }
         json_t *missing = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "lost_events", (json_int_t)r->lost.ring,
                                     "stacks_over_unwind_budget", (json_int_t)r->lost.stacks,

@@ -185,6 +185,36 @@ static const char *why_no_polls(const json_t *doc, char *buf, size_t len)
         return "the probe set records none";
 }
 
+/* The threads a worker id was seen on: "7207, 7209 (tokio-rt-worker)",
+ * or each with its name where they differ ("7 main, 9 worker-1"). */
+static void print_worker_threads(FILE *out, const json_t *w)
+{
+        const json_t *threads = json_object_get(w, "threads"), *t;
+        const char *common = NULL;
+        bool one_name = true;
+        size_t i;
+
+        json_array_foreach(threads, i, t) {
+                const char *name = json_string_value(json_object_get(t, "name"));
+
+                if (name && common && strcmp(name, common))
+                        one_name = false;
+                if (name && !common)
+                        common = name;
+        }
+        json_array_foreach(threads, i, t) {
+                const char *name = json_string_value(json_object_get(t, "name"));
+
+                fprintf(out, "%s%" JSON_INTEGER_FORMAT "%s%s", i ? ", " : "", json_integer_value(json_object_get(t, "tid")),
+                        !one_name && name ? " " : "", !one_name && name ? name : "");
+        }
+        if (json_is_true(json_object_get(w, "more_threads")))
+                fputs(", more", out);
+        if (one_name && common)
+                fprintf(out, " (%s)", common);
+        fputc('\n', out);
+}
+
 static void print_tasks(FILE *out, const json_t *doc)
 {
         const json_t *t = json_object_get(doc, "tasks");
@@ -267,7 +297,7 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
 
         snprintf(none, sizeof(none), "not recorded: the trace has no poll events (%s)", why_no_polls(doc, why, sizeof(why)));
         print_rows(out, json_object_get(doc, "longest_blocking_pool_jobs"), "duration_ns", false, polls ? "none" : none);
-        fprintf(out, "\nWorkers (share of the recording%s)\n  worker  polls      busy   parked  other  sched wait\n",
+        fprintf(out, "\nWorkers (share of the recording%s)\n  worker  polls      busy   parked  other  sched wait   threads\n",
                 polls ? "" : "; no poll events, so busy is unknown and other includes polling");
         json_array_foreach(json_object_get(doc, "workers"), i, v) {
                 double busy = json_real_value(json_object_get(v, "busy_share")) * 100;
@@ -277,9 +307,10 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
 
                 snprintf(n, sizeof(n), "%" JSON_INTEGER_FORMAT, json_integer_value(json_object_get(v, "polls")));
                 snprintf(b, sizeof(b), "%5.1f%%", busy);
-                fprintf(out, "  %-6d  %-9s %6s  %6.1f%%  %5.1f%%  %8.3f ms\n",
+                fprintf(out, "  %-6d  %-9s %6s  %6.1f%%  %5.1f%%  %8.3f ms  ",
                         (int)json_integer_value(json_object_get(v, "worker")), polls ? n : "-", polls ? b : "-",
                         parked, other < 0 ? 0 : other, ms(v, "sched_wait_ns"));
+                print_worker_threads(out, v);
         }
         const json_t *short_off = json_object_get(doc, "missing");
         json_int_t shorts = json_integer_value(json_object_get(short_off, "short_offcpu_intervals"));

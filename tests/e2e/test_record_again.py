@@ -148,6 +148,17 @@ def main():
         t.ok(doc.get("recordings") == 2 and len(first) >= 2 and len(second) >= 2 and 4 < span < 5.6 and whole > 6.5,
              f"a report of both recordings ({len(first)} + {len(second)} segments): {doc.get('recordings')} "
              f"recordings, {span:.3f} s recorded, {whole:.3f} s from the first event to the last", r.stderr)
+        # Each worker row names the threads it was seen on, the server's
+        # workers by tid and name: ids are per recording, and a report over
+        # two could merge two threads in one row unseen (npm Deno).
+        comm = {}
+        for tid in os.listdir(f"/proc/{srv.pid}/task"):
+            with open(f"/proc/{srv.pid}/task/{tid}/comm") as f:
+                comm[int(tid)] = f.read().strip()
+        rows = [(w["worker"], [(x["tid"], x.get("name")) for x in w.get("threads", [])]) for w in doc.get("workers", [])]
+        t.ok(rows and all(ths and all(comm.get(tid, "").startswith("tokio-runtime-w") and name in (None, comm[tid])
+                                      for tid, name in ths) for _, ths in rows),
+             f"worker rows name their threads: {rows} (the server's: {comm})")
         if PROBES == "all":
             open_poll(t, d)
     finally:
