@@ -329,6 +329,12 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
         else if (!json_array_size(json_object_get(doc, "workers")))
                 fputs("  none: no event in the trace names a worker (idle workers that never woke, or no "
                       "thread seen in a worker loop)\n", out);
+        const char *by_thread = json_string_value(json_object_get(json_object_get(doc, "metadata"), "worker_ids_by_thread"));
+        if (json_array_size(json_object_get(doc, "workers")) && by_thread)
+                fprintf(out, "  %s worker id%s a thread's, not one of Tokio's workers (no Worker found on its stacks): "
+                        "right for a current-thread runtime; a multi-thread worker whose core moves between threads "
+                        "(block_in_place) then shows as several ids%s\n", by_thread, strcmp(by_thread, "1") ? "s are" : " is",
+                        polls ? "" : ", and without task events runtimes are not told apart (--probes all tells both)");
         print_threads_off_workers(out, json_object_get(doc, "threads_off_workers"));
 
         print_tasks(out, doc);

@@ -298,8 +298,9 @@ static json_t *plan_to_json(const struct session *s)
 
 struct session_meta {
         char pid[24], start[24], rec[48], probes[96], plan[512], hz[16], ns_pid[16], res_ms[24], acc_ms[24], uprobes[96], fos[192];
+        char by_thread[24];
         struct tr_runtimes runtimes;
-        struct d9_kv kv[30 + TR_MAX_RUNTIMES];
+        struct d9_kv kv[34 + TR_MAX_RUNTIMES];   /* every key below at most once, each runtime one */
         uint32_t n;
 };
 
@@ -387,6 +388,12 @@ static void session_meta_build(const struct session *s, struct session_meta *m)
         if (s->accept_queues) {
                 snprintf(m->acc_ms, sizeof(m->acc_ms), "%llu", (unsigned long long)s->d->cfg.accept_queues_every_ms);
                 m->kv[m->n++] = (struct d9_kv){ "accept_queues_interval_ms", m->acc_ms };
+        }
+        /* Worker ids that are a thread's, not Tokio's index: the report
+         * says what that means for its rows (restated as ids appear). */
+        if (s->tr.ids_by_thread) {
+                snprintf(m->by_thread, sizeof(m->by_thread), "%llu", (unsigned long long)s->tr.ids_by_thread);
+                m->kv[m->n++] = (struct d9_kv){ "worker_ids_by_thread", m->by_thread };
         }
         m->kv[m->n++] = (struct d9_kv){ "d9d_version", D9_VERSION };
         /* dial9's runtime.<name>: each runtime's worker ids. */

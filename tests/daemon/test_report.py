@@ -159,6 +159,17 @@ def main():
          "under the recording's minimum" not in full,
          f"default set: other holds the {shorts} sleeps under 1 ms; the full set (park uprobes) says nothing of them",
          dtxt[-1500:])
+    # A current-thread runtime has no Worker: its thread's id is the
+    # thread's, and the text says what such ids mean (npm restate-server's
+    # default set showed 4-7 "workers" for 2, each a thread, unsaid).
+    r4 = d.ctl("record", "--duration", "40s", "--out", out + "/ct", "--", TARGET, "mixed", "--flavor", "current-thread",
+               "--duration", "2")
+    cpaths = r4.stdout.split() if r4.returncode == 0 else []
+    ctxt = report(*cpaths).stdout if cpaths else ""
+    t.ok("1 worker id is a thread's, not one of Tokio's workers" in ctxt and "runtimes are not told apart" in ctxt
+         and "a thread's, not one of Tokio's" not in dtxt,
+         "default set: a current-thread runtime's id is said to be its thread's; the multi-thread target's are not",
+         r4.stderr[-500:] + ctxt[-1500:])
 
     stripped_once_symbolized(t, d, out)
 
