@@ -42,14 +42,14 @@ static void print_stack(FILE *out, const json_t *p)
                 fprintf(out, " (+%zu)", n - kernel - shown);
 }
 
-static void print_polls(FILE *out, const char *title, const json_t *list, const char *samples_key)
+static void print_polls(FILE *out, const char *title, const json_t *list, const char *samples_key, const char *none)
 {
         size_t i;
         const json_t *p;
 
         fprintf(out, "\n%s\n", title);
         if (!json_array_size(list)) {
-                fputs("  none\n", out);
+                fprintf(out, "  %s\n", none);
                 return;
         }
         json_array_foreach(list, i, p) {
@@ -276,19 +276,6 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
                 fputs(" (report one recording's segments for one set's view)\n", out);
         }
 
-        print_polls(out, "Longest polls (what ran: the deepest CPU sample inside the poll)",
-                    json_object_get(doc, "longest_polls"), "cpu_samples");
-        if (json_integer_value(json_object_get(doc, "long_polls_from_stacks_total")) ||
-            !json_integer_value(json_object_get(doc, "polls")))
-                print_long_polls(out, doc);
-        print_polls(out, "Blocking inside polls (the poll's thread was descheduled here)",
-                    json_object_get(doc, "blocking_in_polls"), "offcpu_samples");
-
-        fputs("\nLongest wake-to-poll delays\n", out);
-        print_rows(out, json_object_get(doc, "longest_wake_to_poll"), "delay_ns", true,
-                   "none (no wake events in the trace)");
-        fprintf(out, "\nLongest blocking-pool jobs (spawn_blocking and the like: not on a worker; %" JSON_INTEGER_FORMAT
-                " in all)\n", json_integer_value(json_object_get(doc, "blocking_pool_jobs")));
         /* Busy is the polls' time: without poll events (the default set)
          * it is not known, and "other" holds the polling too; nor are
          * blocking-pool jobs, which are polls too. */
@@ -296,6 +283,22 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
         char none[600], why[512];
 
         snprintf(none, sizeof(none), "not recorded: the trace has no poll events (%s)", why_no_polls(doc, why, sizeof(why)));
+        print_polls(out, "Longest polls (what ran: the deepest CPU sample inside the poll)",
+                    json_object_get(doc, "longest_polls"), "cpu_samples", polls ? "none" : none);
+        if (json_integer_value(json_object_get(doc, "long_polls_from_stacks_total")) || !polls)
+                print_long_polls(out, doc);
+        /* The default set's blocked polls are among the long polls from
+         * stacks (how: blocked): "none" here read as none blocked. */
+        print_polls(out, "Blocking inside polls (the poll's thread was descheduled here)",
+                    json_object_get(doc, "blocking_in_polls"), "offcpu_samples",
+                    polls ? "none" : "not recorded without poll events: see the long polls from stacks above "
+                    "(\"blocked\")");
+
+        fputs("\nLongest wake-to-poll delays\n", out);
+        print_rows(out, json_object_get(doc, "longest_wake_to_poll"), "delay_ns", true,
+                   "none (no wake events in the trace)");
+        fprintf(out, "\nLongest blocking-pool jobs (spawn_blocking and the like: not on a worker; %" JSON_INTEGER_FORMAT
+                " in all)\n", json_integer_value(json_object_get(doc, "blocking_pool_jobs")));
         print_rows(out, json_object_get(doc, "longest_blocking_pool_jobs"), "duration_ns", false, polls ? "none" : none);
         fprintf(out, "\nWorkers (share of the recording%s)\n  worker  polls      busy   parked  other  sched wait   threads\n",
                 polls ? "" : "; no poll events, so busy is unknown and other includes polling");

@@ -148,8 +148,12 @@ def main():
     dflt = json.loads(report("--json", *dpaths).stdout or "{}") if dpaths else {}
     dtxt = report(*dpaths).stdout if dpaths else ""
     t.ok(dflt.get("tasks", {}).get("seen") == 0 and dflt["tasks"]["alive"]["peak"] == 0 and
-         "none: the trace has no spawn, terminate or poll events" in dtxt,
-         "default probe set: the tasks section says it has no task events", r3.stderr[-500:] + dtxt[-800:])
+         "none: the trace has no spawn, terminate or poll events" in dtxt and
+         "descheduled here)\n  not recorded without poll events" in dtxt and
+         "(what ran: the deepest CPU sample inside the poll)\n  not recorded" in dtxt,
+         "default probe set: the tasks, longest polls and blocking sections say it has no such events, not none "
+         "(npm restate-server: 'Blocking inside polls: none' above its own blocked long poll)",
+         r3.stderr[-500:] + dtxt[-800:])
     # Its parks come from sched_switch, which leaves sleeps under 1 ms out
     # of "parked": the text says "other" holds them (npm Deno's main thread
     # slept 24 %, parked 13 %), and with park uprobes it does not.
