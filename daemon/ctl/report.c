@@ -671,6 +671,16 @@ static int thread_cpu_desc(const void *a, const void *b)
 }
 
 /* The threads no sample names a worker of, busiest first (the top 3). */
+/* The metadata's probe_plan lists the uprobes attached by kind (before
+ * 2026-12-03, the plan's points): polls probed and no spawn point means
+ * d9d wrote each spawn at a task's first poll. */
+static bool spawns_from_polls(const struct report *r)
+{
+        const char *plan = json_string_value(json_object_get(r->meta, "probe_plan"));
+
+        return plan && strstr(plan, "poll=") && !strstr(plan, "spawn=");
+}
+
 static json_t *threads_off_workers_json(struct report *r)
 {
         json_t *a = json_array();
@@ -766,7 +776,7 @@ json_t *d9ctl_report_result(struct report *r)
                          (json_int_t)r->long_polls.total, "blocking_in_polls", blocking, "longest_wake_to_poll",
                          wakes, "longest_blocking_pool_jobs", jobs, "workers", workers, "missing", missing,
                          "process", d9ctl_report_process_json(&r->process), "tasks",
-                         d9ctl_report_tasks_json(r->tasks), "threads_off_workers", threads_off_workers_json(r),
+                         d9ctl_report_tasks_json(r->tasks, spawns_from_polls(r)), "threads_off_workers", threads_off_workers_json(r),
                          "no_plan", r->no_plan);
         return doc;
 }

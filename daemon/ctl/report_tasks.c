@@ -8,7 +8,8 @@
  * neither polled nor terminated while recording is invisible; the JSON
  * says how many tasks were first seen polling rather than spawned (alive
  * before the recording, spawned where no probe saw it, or a build without
- * spawn points, where d9d writes a task's spawn at its first poll). A
+ * spawn points, where d9d writes a task's spawn at its first poll: those
+ * are not counted spawned, as a spawn point saw none of them). A
  * blocking-pool job (D9BlockingPollEvent) ends with its one poll, which
  * runs it to completion: builds often have no terminate point for them. */
 #include "report_tasks.h"
@@ -176,7 +177,13 @@ void d9ctl_report_tasks_event(struct report_tasks *t, const struct d9_dec_event 
                 if (!(s = slot_of(t, d9ctl_trace_field_u(ev, "task_id")))) {
                         r = -ENOMEM;
                 } else {
-                        seen_at(s, dur <= ev->ts ? ev->ts - dur : ev->ts);
+                        uint64_t start = dur <= ev->ts ? ev->ts - dur : ev->ts;
+
+                        /* Its spawn written at its poll (no spawn point). */
+                        if (!s->polled && s->spawn_ts == start)
+                                s->spawn_at_poll = true;
+                        s->polled = true;
+                        seen_at(s, start);
                         s->job_end = ev->ts;
                 }
         } else if (!strcmp(name, "WakeEventEvent")) {
@@ -221,9 +228,9 @@ static json_t *series_json(struct steps *s, int64_t start)
                          (json_int_t)cur);
 }
 
-json_t *d9ctl_report_tasks_json(struct report_tasks *t)
+json_t *d9ctl_report_tasks_json(struct report_tasks *t, bool spawns_from_polls)
 {
-        uint64_t seen = 0, alive_at_start = 0, first_polled = 0, jobs_ended = 0;
+        uint64_t seen = 0, alive_at_start = 0, first_polled = 0, jobs_ended = 0, spawns_at_poll = 0;
         int r = 0;
 
         const struct task_slot *s;
@@ -231,9 +238,10 @@ json_t *d9ctl_report_tasks_json(struct report_tasks *t)
                 uint64_t end = s->terminate_ts ? s->terminate_ts : s->job_end;
 
                 jobs_ended += !s->terminate_ts && s->job_end;
+                spawns_at_poll += s->spawn_at_poll || (spawns_from_polls && s->spawn_ts);
                 if (s->first_ts) {
                         seen++;
-                        first_polled += !s->spawn_ts || s->spawn_at_poll;
+                        first_polled += !s->spawn_ts || s->spawn_at_poll || spawns_from_polls;
                         r = step_add(t, &t->alive, s->first_ts, 1);
                 } else if (end) {
                         alive_at_start++; /* only its end seen */
@@ -243,7 +251,8 @@ json_t *d9ctl_report_tasks_json(struct report_tasks *t)
         }
         if (r < 0)
                 return NULL;
-        return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:I}", "spawned", (json_int_t)t->spawned,
+        return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:I}", "spawned",
+                         (json_int_t)(t->spawned - spawns_at_poll),
                          "terminated", (json_int_t)t->terminated, "blocking_jobs_ended", (json_int_t)jobs_ended,
                          "seen", (json_int_t)seen, "first_seen_polling",
                          (json_int_t)first_polled, "alive_at_start", (json_int_t)alive_at_start, "alive",

@@ -22,4 +22,6 @@ void d9ctl_report_tasks_event(struct report_tasks *t, const struct d9_dec_event 
 /* A new segment: polls open at the end of the last one do not go on. */
 void d9ctl_report_tasks_segment(struct report_tasks *t);
 /* {"spawned", "terminated", "seen", "alive_at_start", "peak_alive", ...}. */
-json_t *d9ctl_report_tasks_json(struct report_tasks *t);
+/* spawns_from_polls: the build had no spawn point, so every spawn event
+ * was written at a task's first poll (none is a spawn seen). */
+json_t *d9ctl_report_tasks_json(struct report_tasks *t, bool spawns_from_polls);

@@ -73,7 +73,7 @@ static void print_long_polls(FILE *out, const json_t *doc)
         const json_t *list = json_object_get(doc, "long_polls_from_stacks"), *p;
         size_t i;
 
-        fprintf(out, "\nLong polls seen from stacks and switches (no poll probes: each lasted at least this; %"
+        fprintf(out, "\nLong polls seen from stacks and switches (not from poll events: each lasted at least this; %"
                 JSON_INTEGER_FORMAT " in all)\n", json_integer_value(json_object_get(doc, "long_polls_from_stacks_total")));
         json_array_foreach(list, i, p) {
                 const char *future = json_string_value(json_object_get(p, "future"));

@@ -112,6 +112,16 @@ def main():
     tasks = (json.loads(rep.stdout) if rep.returncode == 0 else {}).get("tasks", {})
     at_end = tasks.get("alive", {}).get("at_end", -1)
     ended = tasks.get("terminated", 0) + tasks.get("blocking_jobs_ended", 0)
+    # Without a spawn point (1.24's is inlined) d9d writes each spawn at the
+    # task's first poll: those are first seen polling, not spawns seen
+    # (npm Deno: "15500 spawned, 0 first seen polling", tasks alive since
+    # its start among them).
+    if att.get("spawn"):
+        t.ok(tasks.get("spawned", 0) > 100, f"a spawn point: {tasks.get('spawned')} spawns seen")
+    else:
+        t.ok(tasks.get("spawned") == 0 and tasks.get("first_seen_polling") == tasks.get("seen", -1) > len(jobs),
+             f"no spawn point: {tasks.get('spawned')} spawns seen, {tasks.get('first_seen_polling')} of "
+             f"{tasks.get('seen')} tasks first seen polling")
     t.ok(4 <= at_end <= 20 and ended >= len(jobs),
          f"report: {at_end} tasks alive at the end; {tasks.get('terminated')} terminated and "
          f"{tasks.get('blocking_jobs_ended')} jobs ended with their poll (of {len(jobs)} jobs)",
