@@ -718,6 +718,12 @@ static int deliver_record(void *ctx, void *data, size_t size)
         return t->on_record(t->ctx, data, size);
 }
 
+int d9_bpf_target_set_tls(struct d9_bpf_target *t, uint64_t tls_size)
+{
+        return bpf_map__update_elem(t->bpf->sched->maps.d9_wk_tls, &t->slot, sizeof(t->slot), &tls_size,
+                                    sizeof(tls_size), 0);
+}
+
 /* Ring + config: the order matters, BPF checks the config first, so a
  * config is only visible once its ring exists. */
 static int install_target(struct d9_bpf_target *t, const struct probe_plan *plan,
@@ -739,6 +745,10 @@ static int install_target(struct d9_bpf_target *t, const struct probe_plan *plan
         int r;
 
         layout_of(plan, o, &cfg);
+        /* Also 0: the slot's last target may have set one. */
+        r = d9_bpf_target_set_tls(t, plan ? plan->tls_size : 0);
+        if (r < 0)
+                return r;
         t->ring_fd = bpf_map_create(BPF_MAP_TYPE_RINGBUF, "d9_ring", 0, 0,
                                     (uint32_t)bpf->ring_bytes, NULL);
         if (t->ring_fd < 0)

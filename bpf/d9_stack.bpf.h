@@ -446,6 +446,7 @@ struct d9_wk_cand {
 
 struct d9_wk_depth {
         __u64 since;
+        __u64 tls;              /* the d9_wk_tls the depth is below */
         __u64 depth;            /* confirmed; 0: not yet */
         struct d9_wk_cand cand[D9_WK_CANDS];
         __u32 next_slot;        /* the slot a new candidate takes next */
@@ -466,6 +467,18 @@ struct {
         __type(key, __u32);
         __type(value, struct d9_wk_depth);
 } d9_wk_depths SEC(".maps");
+
+/* Per target slot, set by user space from the executable's PT_TLS (its
+ * probe plan, once there is one): glibc and musl put a thread's static TLS
+ * block between its stack and its thread pointer, and the Worker search
+ * starts below it. npm restate-server's is 19 KiB (musl static), all of
+ * the 16 KiB window, which then never saw a stack. */
+struct {
+        __uint(type, BPF_MAP_TYPE_ARRAY);
+        __uint(max_entries, D9_MAX_TARGETS);
+        __type(key, __u32);
+        __type(value, __u64);
+} d9_wk_tls SEC(".maps");
 
 struct d9_wk_top {
         __u64 w[D9_WK_TOP_WORDS];
@@ -549,11 +562,15 @@ static long d9_wk_top_word(__u64 i, void *ctx)
 }
 
 /* The target's search state, reset for a new target in the slot. */
-static __always_inline void d9_wk_depth_fresh(struct d9_wk_depth *d, const struct d9_target_cfg *cfg, __u64 now)
+static __always_inline void d9_wk_depth_fresh(struct d9_wk_depth *d, const struct d9_target_cfg *cfg, __u64 tls,
+                                              __u64 now)
 {
-        if (d->since == cfg->since_ts)
+        /* A new target in the slot, or its TLS size came with a late plan:
+         * depths below the old top mean nothing now. */
+        if (d->since == cfg->since_ts && d->tls == tls)
                 return;
         d->since = cfg->since_ts;
+        d->tls = tls;
         d->depth = 0;
         for (int i = 0; i < D9_WK_CANDS; i++)
                 d->cand[i].depth = 0;
@@ -638,7 +655,7 @@ __noinline __u32 d9_stack_worker(struct d9_rec_stack *s, const struct d9_target_
                                  struct task_struct *task __arg_trusted)
 {
         __u32 zero = 0, slot;
-        __u64 end, len, now;
+        __u64 end, len, now, tls = 0, *tls_of;
         struct d9_wk_depth *d;
         struct d9_thread *th;
         struct d9_wk_top *t;
@@ -655,6 +672,9 @@ __noinline __u32 d9_stack_worker(struct d9_rec_stack *s, const struct d9_target_
         th = bpf_task_storage_get(&d9_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
         d = bpf_map_lookup_elem(&d9_wk_depths, &slot);
         t = bpf_map_lookup_elem(&d9_wk_top_scratch, &zero);
+        tls_of = bpf_map_lookup_elem(&d9_wk_tls, &slot);
+        if (tls_of)
+                tls = *tls_of;
         if (!th || !d || !t)
                 return 0;
         now = bpf_ktime_get_ns();
@@ -664,20 +684,22 @@ __noinline __u32 d9_stack_worker(struct d9_rec_stack *s, const struct d9_target_
                 th->wk_tries = 0;
                 th->wk_ts = now;
         }
-        /* The top is the thread pointer: glibc and musl put the thread's
-         * TLS and descriptor right above its stack, so a word's distance
+        /* The top is the thread pointer less the executable's static TLS:
+         * glibc and musl put the thread's TLS and descriptor right above
+         * its stack, so a word's distance
          * from it is the same in every pool thread of a build. (Not the
          * stack mapping's end: musl's thread stacks are plain mappings the
          * kernel merges with their neighbours, measured 805 KiB above one
          * in deltachat.) The main thread's lies elsewhere: never a worker. */
-        end = task->thread.fsbase;
+        /* Below the executable's static TLS block (d9_wk_tls). */
+        end = task->thread.fsbase - tls;
         if (end <= s->regs[D9_DW_RSP] || end - s->regs[D9_DW_RSP] > (64 << 20))
                 return 0;
         t->reads = 0;
         t->index = 0;
         t->n_finds = 0;
         t->sp = s->regs[D9_DW_RSP];
-        d9_wk_depth_fresh(d, cfg, now);
+        d9_wk_depth_fresh(d, cfg, tls, now);
         if (d->depth) {
                 __u64 at = end - d->depth, w = 0;
 

@@ -22,7 +22,14 @@ static int load_segments(struct elf_image *img)
         for (size_t i = 0; i < n; i++) {
                 GElf_Phdr ph;
 
-                if (!gelf_getphdr(img->elf, (int)i, &ph) || ph.p_type != PT_LOAD)
+                if (!gelf_getphdr(img->elf, (int)i, &ph))
+                        continue;
+                /* Bounded: a crafted header must not move BPF's stack scan
+                 * off every thread's stack (d9_stack_worker). */
+                if (ph.p_type == PT_TLS && ph.p_memsz < (1u << 20) && ph.p_align <= 4096)
+                        img->tls_size = ph.p_align > 1 ? (ph.p_memsz + ph.p_align - 1) / ph.p_align * ph.p_align
+                                                       : ph.p_memsz;
+                if (ph.p_type != PT_LOAD)
                         continue;
                 img->segs[img->n_segs++] = (struct elf_segment){
                         .vaddr = ph.p_vaddr, .memsz = ph.p_memsz,

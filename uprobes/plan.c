@@ -236,6 +236,7 @@ static int plan_segments(const struct elf_image *img, struct probe_plan *plan)
                 plan->segments[i] = (struct probe_segment){ img->segs[i].vaddr, img->segs[i].offset,
                                                             img->segs[i].filesz, img->segs[i].flags & PF_X };
         plan->n_segments = n;
+        plan->tls_size = img->tls_size;
         return 0;
 }
 

@@ -20,7 +20,7 @@
 _Static_assert(sizeof(struct probe_point) == 144, "probe_point changed: update plan_wire.c");
 /* A poll body no longer than this (Deno's longest: 11 KiB). */
 #define WIRE_MAX_BODY (16u << 20)
-_Static_assert(sizeof(struct probe_plan) == 288, "probe_plan changed: update plan_wire.c");
+_Static_assert(sizeof(struct probe_plan) == 296, "probe_plan changed: update plan_wire.c");
 _Static_assert(sizeof(struct probe_segment) == 32 && sizeof(struct probe_fn_name) == 16,
                "probe_segment or probe_fn_name changed: update plan_wire.c");
 /* Not on the wire: planned_ctime, which the parent takes from its own fd
@@ -126,6 +126,7 @@ static void put_plan(struct wire_out *w, const struct probe_plan *p)
                 put_u64(w, p->segments[i].filesz);
                 put_u64(w, p->segments[i].exec);
         }
+        put_u64(w, p->tls_size);
         put_u64(w, p->n_dyn_fns);
         put_u64(w, p->dyn_fn_text_len);
         put(w, p->dyn_fn_text, p->dyn_fn_text_len);
@@ -336,6 +337,7 @@ static void get_plan(struct wire_in *in, struct probe_plan *p)
                 p->missing[i].reason = get_str(in);
         }
         get_segments(in, p);
+        p->tls_size = get_max(in, 1u << 20);
         get_dyn_fns(in, p);
         if (!in->error && in->p != in->end)
                 in->error = -EPROTO;

@@ -183,6 +183,9 @@ struct probe_plan {
         /* The executable's PT_LOAD segments, in file order. */
         struct probe_segment *segments;
         size_t n_segments;
+        /* Its static TLS block (PT_TLS, aligned): glibc and musl place it
+         * between each thread's stack and its thread pointer. */
+        uint64_t tls_size;
         /* What a boxed future's poll (probe_point.boxed_dyn) can be: the
          * functions in slot 3 of the executable's Rust dyn vtables, named as
          * a stack frame there is (the sealer's names), sorted by vaddr,

@@ -28,6 +28,7 @@ struct elf_image {
         uint16_t e_machine;
         struct elf_segment *segs; /* PT_LOAD only */
         size_t n_segs;
+        uint64_t tls_size;      /* PT_TLS memsz rounded up to its alignment */
         size_t shstrndx;
         bool has_sections;
 };

@@ -191,6 +191,8 @@ static void late_apply(struct session *s, struct session_late *l)
                 s->plan = l->plan;
                 l->plan = NULL;
                 session_plan_cache_put(s->plan);
+                if (s->bpf && d9_bpf_target_set_tls(s->bpf, s->plan->tls_size) < 0)
+                        log_warn("pid %d: the Worker search starts at the thread pointer (TLS size not set)", s->pid);
                 r = translate_set_plan(&s->tr, s->plan,
                                        (s->probes & D9_PROBE_WAKE) && !s->wakes_sampled &&
                                        probe_plan_count(s->plan, PROBE_WAKE, false),

@@ -79,7 +79,13 @@ def main():
     exact = {k: counts.get(k, 0) for k in ("PollStartEvent", "PollEndEvent", "TaskSpawnEvent", "WakeEventEvent",
                                            "TaskTerminateEvent")}
     t.ok(not any(exact.values()), f"no per-poll, spawn, wake or terminate events: {exact}")
-    t.ok(meta.get("runtime.main") == "0,1", f"both workers told by their stacks: runtime.main {meta.get('runtime.main')!r}")
+    # By Tokio's index, read from each loop's Worker on the stack, not one
+    # id per thread: the target has 24 KiB of static TLS between each
+    # thread's stack and its thread pointer, which the search must look
+    # below (npm restate-server's 19 KiB hid every stack from it).
+    t.ok(meta.get("runtime.main") == "0,1" and not meta.get("worker_ids_by_thread"),
+         f"both workers told by the Worker on their stacks: runtime.main {meta.get('runtime.main')!r}, "
+         f"ids by thread {meta.get('worker_ids_by_thread')}")
     t.ok(all(parks.get(w, 0) >= 3 and parks.get(w) == unparks.get(w) for w in (0, 1)),
          f"each worker parks and unparks (from sched_switch): parks {parks}, unparks {unparks}")
     running = [f for f in longs if f["how"] == "running" and f["min_ns"] >= 5000000]
@@ -89,8 +95,13 @@ def main():
     # tick keeps its stack only every 8 ms of CPU, so the run's last tick can
     # come 8 ms of CPU before the poll's end: that run read 35.5 ms, a true
     # lower bound. 25 ms still tells one poll from pieces (then 5 or more).
-    t.ok(len(running) == 4 and all(25e6 <= f["min_ns"] < 1e9 for f in running)
-         and len({f["spawn_loc"] for f in running}) == 1,
+    # Another task's poll preempted by the rest of the machine can be a
+    # few ms long too (a churn poll read 7.5 ms, 2 ticks): it is no piece
+    # of a busy poll, which would be of the busy poll's future.
+    spins = [f for f in running if f["min_ns"] >= 25e6]
+    pieces = [f for f in running if f["min_ns"] < 25e6 and spins and f["spawn_loc"] == spins[0]["spawn_loc"]]
+    t.ok(len(spins) == 4 and all(f["min_ns"] < 1e9 for f in spins) and len({f["spawn_loc"] for f in spins}) == 1
+         and not pieces,
          f"4 busy_block_50ms polls, 25 ms-1 s, one future type: "
          f"{[(f['spawn_loc'], f['min_ns'], f['ticks']) for f in running]}; lost {lost}")
     t.ok(len(blocked) == 4 and all(19e6 <= f["min_ns"] < 1e9 for f in blocked)

@@ -29,6 +29,13 @@ pub const TOKIO_VERSION: &str = match option_env!("D9_TOKIO_VERSION") {
     None => "unknown",
 };
 
+thread_local! {
+    /// 24 KiB of static TLS, as big servers have (npm restate-server:
+    /// 19 KiB): glibc and musl put it between every thread's stack and its
+    /// thread pointer, which d9d's Worker search must look below.
+    static BIG_TLS: std::cell::Cell<[u64; 3072]> = const { std::cell::Cell::new([0; 3072]) };
+}
+
 fn build_runtime(args: &Args) -> std::io::Result<tokio::runtime::Runtime> {
     let mut b = match args.flavor {
         Flavor::MultiThread => {
@@ -41,6 +48,11 @@ fn build_runtime(args: &Args) -> std::io::Result<tokio::runtime::Runtime> {
     if let Some(name) = &args.thread_name {
         b.thread_name(name.clone());
     }
+    b.on_thread_start(|| {
+        BIG_TLS.with(|c| {
+            std::hint::black_box(c.as_ptr());
+        })
+    });
     // Pool and inplace modes: blocking threads retire soon after their job, so they come
     // and go all the time (Tokio's default keeps them 10 s).
     if args.mode == args::Mode::Pool || args.mode == args::Mode::Inplace {
