@@ -745,8 +745,8 @@ static int install_target(struct d9_bpf_target *t, const struct probe_plan *plan
         int r;
 
         layout_of(plan, o, &cfg);
-        /* Also 0: the slot's last target may have set one. */
-        r = d9_bpf_target_set_tls(t, plan ? plan->tls_size : 0);
+        /* Always: the slot's last target may have set one. */
+        r = d9_bpf_target_set_tls(t, plan ? plan->tls_size : D9_WK_TLS_UNKNOWN);
         if (r < 0)
                 return r;
         t->ring_fd = bpf_map_create(BPF_MAP_TYPE_RINGBUF, "d9_ring", 0, 0,

@@ -333,6 +333,10 @@ struct d9_rec_stack {
 /* Per-target config, map d9_targets keyed by tgid (written by the loader).
  * The task-id read is *(u64*)(hdr + *(u64*)(*(u64*)(hdr + vtable_off)
  * + id_off_slot)): both offsets come from the probe plan, never from BPF. */
+/* d9_wk_tls: the executable's TLS size is not known yet (its probe plan
+ * is being built). */
+#define D9_WK_TLS_UNKNOWN (~0ull)
+
 struct d9_target_cfg {
         d9_u32 slot;            /* index into d9_drops */
         d9_u32 probes;          /* enum d9_probe_bits */

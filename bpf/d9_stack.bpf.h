@@ -472,7 +472,9 @@ struct {
  * probe plan, once there is one): glibc and musl put a thread's static TLS
  * block between its stack and its thread pointer, and the Worker search
  * starts below it. npm restate-server's is 19 KiB (musl static), all of
- * the 16 KiB window, which then never saw a stack. */
+ * the 16 KiB window, which then never saw a stack. D9_WK_TLS_UNKNOWN
+ * while the plan is built: the search starts at the thread pointer (most
+ * builds' TLS is small) but no thread is told "no worker" until then. */
 struct {
         __uint(type, BPF_MAP_TYPE_ARRAY);
         __uint(max_entries, D9_MAX_TARGETS);
@@ -656,6 +658,7 @@ __noinline __u32 d9_stack_worker(struct d9_rec_stack *s, const struct d9_target_
 {
         __u32 zero = 0, slot;
         __u64 end, len, now, tls = 0, *tls_of;
+        bool tls_known = true;
         struct d9_wk_depth *d;
         struct d9_thread *th;
         struct d9_wk_top *t;
@@ -675,6 +678,8 @@ __noinline __u32 d9_stack_worker(struct d9_rec_stack *s, const struct d9_target_
         tls_of = bpf_map_lookup_elem(&d9_wk_tls, &slot);
         if (tls_of)
                 tls = *tls_of;
+        if (tls == D9_WK_TLS_UNKNOWN)
+                tls_known = false;
         if (!th || !d || !t)
                 return 0;
         now = bpf_ktime_get_ns();
@@ -692,7 +697,7 @@ __noinline __u32 d9_stack_worker(struct d9_rec_stack *s, const struct d9_target_
          * kernel merges with their neighbours, measured 805 KiB above one
          * in deltachat.) The main thread's lies elsewhere: never a worker. */
         /* Below the executable's static TLS block (d9_wk_tls). */
-        end = task->thread.fsbase - tls;
+        end = task->thread.fsbase - (tls_known ? tls : 0);
         if (end <= s->regs[D9_DW_RSP] || end - s->regs[D9_DW_RSP] > (64 << 20))
                 return 0;
         t->reads = 0;
@@ -720,7 +725,7 @@ __noinline __u32 d9_stack_worker(struct d9_rec_stack *s, const struct d9_target_
                 s->worker_found_ts = th->wk_ts;
                 return 0;
         }
-        if (now - d->first_ts < D9_WK_SEARCH_NS && d->misses < D9_WK_SEARCH_MISSES)
+        if (!tls_known || (now - d->first_ts < D9_WK_SEARCH_NS && d->misses < D9_WK_SEARCH_MISSES))
                 s->flags |= D9_SREC_WK_SEARCH;
         /* Searching: a thread scans a few times, and again every 100 ms. */
         if (th->wk_tries >= D9_WK_TOP_TRIES && now - th->wk_ts > 100 * 1000000ull) {

@@ -670,7 +670,6 @@ static int thread_cpu_desc(const void *a, const void *b)
         return x->samples < y->samples ? 1 : x->samples > y->samples ? -1 : 0;
 }
 
-/* The threads no sample names a worker of, busiest first (the top 3). */
 /* The metadata's probe_plan lists the uprobes attached by kind (before
  * 2026-12-03, the plan's points): polls probed and no spawn point means
  * d9d wrote each spawn at a task's first poll. */
@@ -681,6 +680,7 @@ static bool spawns_from_polls(const struct report *r)
         return plan && strstr(plan, "poll=") && !strstr(plan, "spawn=");
 }
 
+/* The threads no sample names a worker of, busiest first (the top 3). */
 static json_t *threads_off_workers_json(struct report *r)
 {
         json_t *a = json_array();

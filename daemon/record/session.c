@@ -369,15 +369,16 @@ static void session_meta_build(const struct session *s, struct session_meta *m)
                 size_t off = 0;
 
                 plan_attached_by_kind(s, windows ? s->probes | TOKIO_PROBES : s->probes, count);
+                m->plan[0] = 0;
                 if (windows)
                         off = (size_t)snprintf(m->plan, sizeof(m->plan), "in full-detail windows: ");
-                else
-                        snprintf(m->plan, sizeof(m->plan), "no uprobe in probes %s", m->probes);
                 for (int k = 1; k < PROBE_KIND_MAX && off < sizeof(m->plan); k++)
                         if (count[k])
                                 off += (size_t)snprintf(m->plan + off, sizeof(m->plan) - off, "%s%s=%u",
                                                         off && m->plan[off - 1] != ' ' ? "," : "",
                                                         probe_kind_name((enum probe_kind)k), count[k]);
+                if (!m->plan[0])
+                        snprintf(m->plan, sizeof(m->plan), "no uprobe in probes %s", m->probes);
                 m->kv[m->n++] = (struct d9_kv){ "probe_plan", m->plan };
         }
         /* The sampling periods of the resource and accept-queue events. */

@@ -191,8 +191,6 @@ static void late_apply(struct session *s, struct session_late *l)
                 s->plan = l->plan;
                 l->plan = NULL;
                 session_plan_cache_put(s->plan);
-                if (s->bpf && d9_bpf_target_set_tls(s->bpf, s->plan->tls_size) < 0)
-                        log_warn("pid %d: the Worker search starts at the thread pointer (TLS size not set)", s->pid);
                 r = translate_set_plan(&s->tr, s->plan,
                                        (s->probes & D9_PROBE_WAKE) && !s->wakes_sampled &&
                                        probe_plan_count(s->plan, PROBE_WAKE, false),
@@ -212,6 +210,10 @@ static void late_apply(struct session *s, struct session_late *l)
                         l->why = d9_strdupf("cannot use the probe plan: %s", strerror(-r));
                 }
         }
+        /* The Worker search waited for this: below the TLS; without a plan,
+         * from the thread pointer, as before there was one. */
+        if (s->bpf && d9_bpf_target_set_tls(s->bpf, l->r == 0 && s->plan ? s->plan->tls_size : 0) < 0)
+                log_warn("pid %d: the Worker search has no TLS size: it goes on waiting for one", s->pid);
         if (r < 0)
                 snprintf(s->plan_error, sizeof(s->plan_error), "%s", l->why ? l->why : strerror(-r));
         if (r == 0)

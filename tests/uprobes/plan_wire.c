@@ -88,9 +88,10 @@ static uint64_t u64_at(const unsigned char *bytes, size_t off)
         return v;
 }
 
-/* The plan's tail: its PT_LOAD segments and the boxed futures' names
- * (dyn_fns), the part the drain loop names tasks by. Every cut inside it
- * and every count, length, flag, order and offset made wrong is refused. */
+/* The plan's tail: its PT_LOAD segments, its TLS size and the boxed
+ * futures' names (dyn_fns), the part the drain loop names tasks by. Every
+ * cut inside it and every count, length, flag, order and offset made
+ * wrong is refused. */
 static void check_table_hostile(const char *exe)
 {
         struct probe_plan *plan = NULL;
@@ -101,10 +102,10 @@ static void check_table_hostile(const char *exe)
         if (probe_plan_for_file(exe, &plan, &err) < 0 || probe_plan_serialize(plan, (void **)&bytes, &len) < 0)
                 bail("no plan for %s: %s", exe, err ? err : "?");
         size_t n = plan->n_dyn_fns, text = plan->dyn_fn_text_len, nseg = plan->n_segments;
-        size_t fns = len - 16 * n, text_at = fns - text, count_at = text_at - 16, seg_at = count_at - 32 * nseg;
-        size_t nseg_at = seg_at - 8;
+        size_t fns = len - 16 * n, text_at = fns - text, count_at = text_at - 16, tls_at = count_at - 8;
+        size_t seg_at = tls_at - 32 * nseg, nseg_at = seg_at - 8;
         if (n < 8 || u64_at(bytes, count_at) != n || u64_at(bytes, count_at + 8) != text ||
-            u64_at(bytes, nseg_at) != nseg)
+            u64_at(bytes, nseg_at) != nseg || u64_at(bytes, tls_at) != plan->tls_size || !plan->tls_size)
                 bail("%s: %zu functions, %zu segments: not where the wire puts them", exe, n, nseg);
 
         for (size_t cut = nseg_at; cut < len; cut++, tried++) {
@@ -120,6 +121,8 @@ static void check_table_hostile(const char *exe)
         ok(refused_with(bytes, len, nseg_at, PROBE_SEGMENTS_MAX + 1) && refused_with(bytes, len, nseg_at, nseg + 1) &&
            refused_with(bytes, len, seg_at + 24, 2),
            "%s: segments: too many, one more than sent, an exec flag of 2: refused", exe);
+        /* The TLS size moves BPF's Worker search: bounded as the ELF reader bounds it. */
+        ok(refused_with(bytes, len, tls_at, (1u << 20) + 1), "%s: a TLS size over 1 MiB: refused", exe);
         ok(refused_with(bytes, len, count_at, n + 1) && refused_with(bytes, len, count_at, n - 1) &&
            refused_with(bytes, len, count_at, PROBE_DYN_FNS_MAX + 1) && refused_with(bytes, len, count_at, UINT64_MAX) &&
            refused_with(bytes, len, count_at, 0),
