@@ -227,33 +227,34 @@ void planner_submit(struct planner *p, struct plan_job *job)
         pthread_mutex_unlock(&p->lock);
 }
 
-void planner_cancel(struct planner *p, struct plan_job *job)
+/* Under the lock: a queued job is taken out, cancelled and handed to the
+ * loop's done (true); a running one is marked cancelled only if asked. */
+static bool cancel_locked(struct planner *p, struct plan_job *job, bool running_too)
 {
-        pthread_mutex_lock(&p->lock);
-        job->cancelled = true;
         for (struct plan_job **pp = &p->queue; *pp; pp = &(*pp)->next) {
                 if (*pp == job) {
                         *pp = job->next;
+                        job->cancelled = true;
                         push_done(p, job);      /* done runs from the loop, not from here */
-                        break;
+                        return true;
                 }
         }
+        if (running_too)
+                job->cancelled = true;
+        return false;
+}
+
+void planner_cancel(struct planner *p, struct plan_job *job)
+{
+        pthread_mutex_lock(&p->lock);
+        cancel_locked(p, job, true);
         pthread_mutex_unlock(&p->lock);
 }
 
 bool planner_cancel_queued(struct planner *p, struct plan_job *job)
 {
-        bool queued = false;
-
         pthread_mutex_lock(&p->lock);
-        for (struct plan_job **pp = &p->queue; *pp; pp = &(*pp)->next) {
-                if (*pp == job) {
-                        *pp = job->next;
-                        job->cancelled = queued = true;
-                        push_done(p, job);
-                        break;
-                }
-        }
+        bool queued = cancel_locked(p, job, false);
         pthread_mutex_unlock(&p->lock);
         return queued;
 }
