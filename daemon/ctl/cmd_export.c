@@ -126,7 +126,7 @@ int d9ctl_cmd_export(int argc, char **argv)
                 format == FORMAT_JSON ? "events" : profile == EXPORT_CPU ? "CPU samples" : "off-CPU samples",
                 n, n == 1 ? "" : "s", output);
         if (st.unfinished)
-                fprintf(stderr, " (%llu polls or parks open at a segment's end left out)", st.unfinished);
+                fprintf(stderr, " (%llu polls or parks open at a recording's end left out)", st.unfinished);
         fputc('\n', stderr);
         return 0;
 }

@@ -19,7 +19,7 @@ enum export_profile {
 
 struct export_stats {
         unsigned long long events;   /* written (slices, instants, samples) */
-        unsigned long long unfinished; /* polls or parks open at a segment's end: not written */
+        unsigned long long unfinished; /* polls or parks open at a recording's end: not written */
 };
 
 /* 0, or a negative errno with a one-line reason in why. */

@@ -26,7 +26,10 @@
 struct json_worker {
         bool in_poll, parked, named;
         uint64_t poll_start, poll_task, park_start;
-        struct d9_value future; /* valid while the segment is decoded */
+        /* The open poll's future type, copied: the segment it came from
+         * is gone when the poll ends in the next one. */
+        char *future;
+        size_t future_len, future_cap;
         bool has_future;
 };
 
@@ -39,6 +42,7 @@ struct json_export {
         struct json_worker w[NWORKERS];
         uint32_t named_tids[MAX_NAMED_TIDS];
         size_t n_named_tids;
+        struct trace_recording recording;
 };
 
 static void put_ts(FILE *out, const char *key, uint64_t ns)
@@ -128,7 +132,21 @@ static void end_park(struct json_export *x, uint8_t id, uint64_t ts, const struc
         fputc('}', x->out);
 }
 
-static void on_poll_start(struct json_export *x, const struct d9_dec_event *ev)
+static int keep_future(struct json_worker *w, const struct d9_value *f)
+{
+        if (f->str.len > w->future_cap) {
+                char *p = realloc(w->future, f->str.len);
+                if (!p)
+                        return -ENOMEM;
+                w->future = p;
+                w->future_cap = f->str.len;
+        }
+        memcpy(w->future, f->str.p, f->str.len);
+        w->future_len = f->str.len;
+        return 0;
+}
+
+static int on_poll_start(struct json_export *x, const struct d9_dec_event *ev)
 {
         uint8_t id = (uint8_t)d9ctl_trace_field_u(ev, "worker_id");
         struct json_worker *w = &x->w[id];
@@ -139,8 +157,7 @@ static void on_poll_start(struct json_export *x, const struct d9_dec_event *ev)
         w->poll_start = ev->ts;
         w->poll_task = d9ctl_trace_field_u(ev, "task_id");
         w->has_future = f && f->resolved;
-        if (w->has_future)
-                w->future = *f;
+        return w->has_future ? keep_future(w, f) : 0;
 }
 
 static void on_poll_end(struct json_export *x, const struct d9_dec_event *ev)
@@ -154,7 +171,7 @@ static void on_poll_end(struct json_export *x, const struct d9_dec_event *ev)
         slice(x, worker_track(x, id), "poll", w->poll_start, ev->ts);
         fputs(",\"name\":", x->out);
         if (w->has_future)
-                put_str(x->out, &w->future);
+                d9ctl_trace_json_string(x->out, w->future, w->future_len);
         else
                 fprintf(x->out, "\"task %" PRIu64 "\"", w->poll_task);
         fprintf(x->out, ",\"args\":{\"task\":%" PRIu64 ",\"worker\":%u}}", w->poll_task, id);
@@ -256,15 +273,27 @@ static void on_metadata(struct json_export *x, const struct d9_dec_event *ev)
         fputs("}}", x->out);
 }
 
+/* What is still open when its recording ends is not guessed at: counted,
+ * not written. */
+static void close_open(struct json_export *x)
+{
+        for (int w = 0; w < NWORKERS; w++) {
+                x->st->unfinished += x->w[w].in_poll + x->w[w].parked;
+                x->w[w].in_poll = x->w[w].parked = false;
+        }
+}
+
 static int on_event(const struct d9_dec_event *ev, void *ctx)
 {
         struct json_export *x = ctx;
         const char *n = ev->schema->name;
 
+        if (d9ctl_trace_recording_event(&x->recording, ev) == TRACE_RECORDING_NEW)
+                close_open(x);
         if (!strcmp(n, "SegmentMetadataEvent"))
                 on_metadata(x, ev);
         else if (!strcmp(n, "PollStartEvent"))
-                on_poll_start(x, ev);
+                return on_poll_start(x, ev);
         else if (!strcmp(n, "PollEndEvent"))
                 on_poll_end(x, ev);
         else if (!strcmp(n, "WorkerParkEvent"))
@@ -300,19 +329,19 @@ int d9ctl_export_trace_json(FILE *out, char *const *paths, size_t n, struct expo
               "{\"ph\":\"M\",\"name\":\"d9d\",\"pid\":0,\"tid\":0,\"args\":{\"exported_by\":\"d9ctl export\"}}",
               out);
         for (size_t i = 0; i < n && !e; i++) {
+                d9ctl_trace_recording_file(&x->recording);
                 e = d9ctl_trace_read_with_symbols(paths[i], &x->syms, on_event, x, why, why_len);
-                /* What a segment left open is not guessed at. */
-                for (int w = 0; w < NWORKERS; w++) {
-                        st->unfinished += x->w[w].in_poll + x->w[w].parked;
-                        x->w[w].in_poll = x->w[w].parked = false;
-                }
         }
+        close_open(x);
         fputs("\n]}\n", out);
         if (!e && (fflush(out) || ferror(out))) {
                 e = -EIO;
                 snprintf(why, why_len, "write failed: %s", strerror(errno));
         }
         d9ctl_trace_symbols_clear(&x->syms);
+        for (int w = 0; w < NWORKERS; w++)
+                free(x->w[w].future);
+        d9ctl_trace_recording_clear(&x->recording);
         free(x);
         return e;
 }

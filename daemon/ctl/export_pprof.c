@@ -61,6 +61,7 @@ struct pp_map {
 
 struct pp_export {
         enum export_profile profile;
+        struct export_stats *st;
         struct trace_symbols syms;
         struct pb_strings strings;
         struct pp_map locations;     /* address -> location id */
@@ -74,6 +75,7 @@ struct pp_export {
         struct pp_sample *samples;
         size_t n_samples, cap_samples;
         struct pp_worker w[NWORKERS];
+        struct trace_recording recording;
         uint64_t hz, first_ts, last_ts, sync_ts, sync_realtime;
         char exe[512];
 };
@@ -243,11 +245,22 @@ static void on_metadata(struct pp_export *x, const struct d9_dec_event *ev)
                 snprintf(x->exe, sizeof(x->exe), "%.*s", (int)v.str.len, v.str.p);
 }
 
+/* A poll still open when its recording ends is counted, not kept. */
+static void close_open(struct pp_export *x)
+{
+        for (int w = 0; w < NWORKERS; w++) {
+                x->st->unfinished += x->w[w].in_poll;
+                x->w[w].in_poll = false;
+        }
+}
+
 static int on_event(const struct d9_dec_event *ev, void *ctx)
 {
         struct pp_export *x = ctx;
         const char *n = ev->schema->name;
 
+        if (d9ctl_trace_recording_event(&x->recording, ev) == TRACE_RECORDING_NEW)
+                close_open(x);
         if (ev->has_timestamp && ev->ts) {
                 if (!x->first_ts || ev->ts < x->first_ts)
                         x->first_ts = ev->ts;
@@ -404,6 +417,7 @@ static void pp_free(struct pp_export *x)
         free(x->samples);
         for (int i = 0; i < NWORKERS; i++)
                 free(x->w[i].polls);
+        d9ctl_trace_recording_clear(&x->recording);
         free(x);
 }
 
@@ -414,17 +428,17 @@ int d9ctl_export_pprof(FILE *out, char *const *paths, size_t n, enum export_prof
         struct pb prof = PB_INIT;
         int e = x ? d9ctl_pb_strings_init(&x->strings) : -ENOMEM;
 
-        if (x)
+        if (x) {
                 x->profile = profile;
+                x->st = st;
+        }
         for (size_t i = 0; i < n && !e; i++) {
-                e = d9ctl_trace_read_with_symbols(paths[i], &x->syms, on_event, x, why, why_len);
-                for (int w = 0; w < NWORKERS; w++) {
-                        st->unfinished += x->w[w].in_poll;
-                        x->w[w].in_poll = false;
-                }
                 /* Names are per segment; locations made so far keep theirs. */
+                d9ctl_trace_recording_file(&x->recording);
+                e = d9ctl_trace_read_with_symbols(paths[i], &x->syms, on_event, x, why, why_len);
         }
         if (!e) {
+                close_open(x);
                 uint8_t *z = NULL;
                 size_t zlen = 0;
                 e = write_profile(x, &prof);

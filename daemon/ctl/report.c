@@ -103,12 +103,9 @@ struct report {
         uint64_t first_ts, last_ts, total_polls, short_offcpu, short_offcpu_ns;
         struct lost_counts lost;
         unsigned segments;
-        /* Recordings: the segments of one (SegmentMetadataEvent
-         * "recording") continue each other, so a poll or park open at one's
-         * end goes on in the next. Another recording (or a segment that
-         * names none) first closes what is open, at the last event. */
-        char *recording;                /* the current one's key; NULL: none */
-        bool seg_boundary;              /* a file began: is it the same recording? */
+        /* Recordings (trace_read.h): another recording first closes what
+         * is open, at the last event. */
+        struct trace_recording recording;
         uint64_t rec_first, rec_last;   /* the current recording's events */
         uint64_t pend_first, pend_last; /* ... and the new file's, until told apart */
         uint64_t recorded_ns;           /* the closed recordings' spans, summed */
@@ -438,19 +435,10 @@ static void recording_close(struct report *r)
 
 /* The first event of a file: the recording its metadata names goes on,
  * or another one begins. */
-static void segment_begins(struct report *r, const struct d9_dec_event *ev)
+static void segment_begins(struct report *r, bool new_recording)
 {
-        struct d9_value v;
-        char *key = d9ctl_trace_metadata_value(ev, "recording", &v) ? strndup(v.str.p, v.str.len) : NULL;
-
-        r->seg_boundary = false;
-        if (!key || !r->recording || strcmp(key, r->recording)) {
+        if (new_recording)
                 recording_close(r);
-                free(r->recording);
-                r->recording = key;
-        } else {
-                free(key);
-        }
         /* Its ClockSyncEvent's time belongs to the recording it is in. */
         if (r->pend_first && (!r->rec_first || r->pend_first < r->rec_first))
                 r->rec_first = r->pend_first;
@@ -466,11 +454,13 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
 
         /* A segment opens with a ClockSyncEvent and its span (filled in by
          * the sealer), then its metadata. */
-        if (r->seg_boundary && strcmp(name, "ClockSyncEvent") && strcmp(name, D9_SPAN_EVENT))
-                segment_begins(r, ev);
+        enum trace_recording_step step = d9ctl_trace_recording_event(&r->recording, ev);
+        if (step != TRACE_RECORDING_INSIDE)
+                segment_begins(r, step == TRACE_RECORDING_NEW);
         if (ev->has_timestamp && ev->ts) {
-                uint64_t *first = r->seg_boundary ? &r->pend_first : &r->rec_first;
-                uint64_t *last = r->seg_boundary ? &r->pend_last : &r->rec_last;
+                bool boundary = !r->recording.file_begun;
+                uint64_t *first = boundary ? &r->pend_first : &r->rec_first;
+                uint64_t *last = boundary ? &r->pend_last : &r->rec_last;
 
                 if (!r->first_ts || ev->ts < r->first_ts)
                         r->first_ts = ev->ts;
@@ -547,7 +537,7 @@ void d9ctl_report_free(struct report *r)
         free(r->samples);
         free(r->wakes);
         free(r->jobs);
-        free(r->recording);
+        d9ctl_trace_recording_clear(&r->recording);
         free(r->no_plan);
         d9ctl_task_table_free(&r->slots);
         json_decref(r->meta);
@@ -566,7 +556,7 @@ int d9ctl_report_add_file(struct report *r, const char *path, char *why, size_t 
 
         if (e < 0)
                 return e;
-        r->seg_boundary = true;
+        d9ctl_trace_recording_file(&r->recording);
         e = d9ctl_trace_decode(path, buf, len, &opts, NULL, why, why_len);
         free(buf);
         if (!e)

@@ -146,6 +146,37 @@ int d9ctl_trace_metadata_value(const struct d9_dec_event *ev, const char *key, s
         return 0;
 }
 
+void d9ctl_trace_recording_file(struct trace_recording *r)
+{
+        r->file_begun = false;
+}
+
+enum trace_recording_step d9ctl_trace_recording_event(struct trace_recording *r, const struct d9_dec_event *ev)
+{
+        const char *name = ev->schema->name;
+        struct d9_value v;
+
+        if (r->file_begun || !strcmp(name, "ClockSyncEvent") || !strcmp(name, D9_SPAN_EVENT))
+                return TRACE_RECORDING_INSIDE;
+        r->file_begun = true;
+        /* Out of memory reads as no name: a new recording, nothing joined
+         * wrongly. */
+        char *key = d9ctl_trace_metadata_value(ev, "recording", &v) ? strndup(v.str.p, v.str.len) : NULL;
+        if (key && r->key && !strcmp(key, r->key)) {
+                free(key);
+                return TRACE_RECORDING_GOES_ON;
+        }
+        free(r->key);
+        r->key = key;
+        return TRACE_RECORDING_NEW;
+}
+
+void d9ctl_trace_recording_clear(struct trace_recording *r)
+{
+        free(r->key);
+        r->key = NULL;
+}
+
 int d9ctl_trace_symbols_add(struct trace_symbols *t, const struct d9_dec_event *ev)
 {
         if (strcmp(ev->schema->name, "SymbolTableEntry"))

@@ -4,6 +4,7 @@
  * address -> name table of a segment's SymbolTableEntry records. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -35,6 +36,24 @@ uint64_t d9ctl_trace_field_u(const struct d9_dec_event *ev, const char *name);
 /* The value of key in a SegmentMetadataEvent's entries: 1 and *value set,
  * or 0 (not metadata, or no such key). */
 int d9ctl_trace_metadata_value(const struct d9_dec_event *ev, const char *key, struct d9_value *value);
+
+/* The segments of one recording (SegmentMetadataEvent "recording")
+ * continue each other: a poll or park open at one's end goes on in the
+ * next. A reader calls _file before each file and _event with each event. */
+struct trace_recording {
+        char *key;      /* the current recording's; NULL: none */
+        bool file_begun;
+};
+enum trace_recording_step {
+        TRACE_RECORDING_INSIDE,    /* not a file's first event */
+        TRACE_RECORDING_GOES_ON,   /* a file's first event: same recording */
+        TRACE_RECORDING_NEW,       /* a file's first event: another begins */
+};
+void d9ctl_trace_recording_file(struct trace_recording *r);
+/* A file's first event is the one after its ClockSyncEvent and span; a
+ * file that names no recording begins a new one. */
+enum trace_recording_step d9ctl_trace_recording_event(struct trace_recording *r, const struct d9_dec_event *ev);
+void d9ctl_trace_recording_clear(struct trace_recording *r);
 
 /* Names of callchain addresses: the depth-0 entries (the function that
  * contains the address; inlined callers are not kept). */

@@ -3,8 +3,8 @@
 by a real reader: the Perfetto (trace event JSON) file by Chrome DevTools'
 trace model, the pprof files by `go tool pprof`. What they read must be
 what `d9ctl report` and `d9ctl dump` read from the same segments: the same
-polls per worker, the same longest poll, every sample; bad input costs one
-line and leaves no file behind.
+polls per worker, across segment boundaries, the same longest poll, every
+sample; bad input costs one line and leaves no file behind.
 Usage: test_export.py D9D D9CTL TARGET"""
 import json
 import os
@@ -39,7 +39,8 @@ def main():
     t = Tap()
     if not os.access(GO, os.X_OK):
         t.bail(f"{GO} missing: run scripts/bootstrap (golang-1.19-go)")
-    d = D9d(D9D, D9CTL)
+    # Segments of a second, so polls and parks run across their boundaries.
+    d = D9d(D9D, D9CTL, {"rotate_period": "1s"})
     d.start_or_bail(t)
     d.out = out = tempfile.mkdtemp(prefix="d9-export-")
     r = d.ctl("record", "--probes", "all", "--wakes", "exact", "--duration", "40s", "--out", out + "/rec", "--",
@@ -71,7 +72,11 @@ def main():
     polls = sum(th["polls"] for th in facts.get("threads", []))
     t.ok(0 <= rep.get("polls", 0) - polls <= unfinished,
          f"every poll report counts is a slice ({polls} slices, report {rep.get('polls')}, "
-         f"{unfinished} left open at a segment's end)")
+         f"{unfinished} left open at the recording's end)")
+    workers = [n for n in tracks if n.startswith("worker ")]
+    t.ok(len(paths) >= 4 and unfinished <= 2 * len(workers),
+         f"a poll or park open at a segment's end goes on in the next ({len(paths)} segments; only "
+         f"{unfinished} left open, at the recording's end, on {len(workers)} worker tracks)", e.stderr)
     best = max((th["longest"] for th in facts.get("threads", []) if th.get("longest")),
                key=lambda p: p["dur_us"], default={})
     t.ok(best and longest and best["name"] == longest.get("future") and
