@@ -46,7 +46,7 @@ def main():
          f"record --probes all --wakes exact of the selfwake target ({truth})", r.stderr)
     segs = sealed_files(d.out)
     st = ((d.status(tgt.pid) or {}).get("targets") or [{}])[0]
-    open_polls, self_wakes, in_long, last_worker, moves, polls = {}, {}, 0, {}, 0, {}
+    open_polls, self_wakes, last_worker, moves, polls = {}, [], {}, 0, {}
     for e in dump_events(D9CTL, segs):
         f = e.get("fields", {})
         if e["event"] == "PollStartEvent":
@@ -57,12 +57,13 @@ def main():
         elif e["event"] == "PollEndEvent" and f["worker_id"] in open_polls:
             start, task = open_polls.pop(f["worker_id"])
             polls.setdefault(task, []).append((start, e["ts"]))
-            woke = self_wakes.pop(task, None)
-            in_long += woke is not None and start <= woke and e["ts"] - start >= 25e6
         elif e["event"] == "WakeEventEvent" and f["waker_task_id"] == f["woken_task_id"]:
-            self_wakes.setdefault(f["woken_task_id"], e["ts"])
+            self_wakes.append((f["woken_task_id"], e["ts"]))
     # By time, not by the order the events were written in: an end decided
-    # by the task's start elsewhere is written after that start.
+    # by the task's start elsewhere is written after that start (and after
+    # that poll's own end, when it is short), so a wake is matched to the
+    # poll of its task that holds it.
+    in_long = sum(any(a <= ts <= b and b - a >= 25e6 for a, b in polls.get(task, ())) for task, ts in self_wakes)
     overlaps = [(task, a, b) for task, ivs in polls.items() for a, b in zip(sorted(ivs), sorted(ivs)[1:])
                 if b[0] < a[1]]
     t.ok(in_long >= 10, f"{in_long} polls of >= 25 ms hold a wake of their own task")
