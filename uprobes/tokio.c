@@ -15,11 +15,15 @@
 static const struct tokio_rule rules[] = {
         /* Slot 0 of every task vtable; one instance per (future, scheduler). */
         { PROBE_POLL, "::task::raw::poll", true, PROBE_ARG0 },
-        /* bind() returns the JoinHandle whose RawTask is the new Header*; when
-         * it is inlined (1.24 release), 1.4x's non-generic bind_inner still
-         * takes the new Task (a Header*) as its second argument. */
-        { PROBE_SPAWN, "::task::list::OwnedTasks::bind", true, PROBE_ARG_RET, true, "spawn", 0 },
-        { PROBE_SPAWN, "::task::list::OwnedTasks::bind_inner", true, PROBE_ARG1, false, "spawn", 1 },
+        /* bind() returns the JoinHandle whose RawTask is the new Header*;
+         * 1.4x's bind_inner (generic over the scheduler only) takes the new
+         * Task (a Header*) as its second argument. Both are kept: a release
+         * build inlines bind into most spawn sites and bind_inner into some
+         * (npm grafbase, Tokio 1.47: 5 bind instances out of line, never
+         * called, every spawn through 22 bind_inner copies). A spawn seen
+         * by both, or by neither, is written once (translate.c). */
+        { PROBE_SPAWN, "::task::list::OwnedTasks::bind", true, PROBE_ARG_RET, true },
+        { PROBE_SPAWN, "::task::list::OwnedTasks::bind_inner", true, PROBE_ARG1, false },
         { PROBE_COMPLETE, "::task::harness::Harness::complete", true, PROBE_ARG0 },
         { PROBE_WAKE, "::task::waker::wake_by_val", true, PROBE_ARG0 },
         { PROBE_WAKE, "::task::waker::wake_by_ref", false, PROBE_ARG0 },

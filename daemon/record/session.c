@@ -193,12 +193,17 @@ static json_t *routes_json(const struct session *s)
                  "shutdown%s", p && p->completes_unfound ? " (not for every task type: see missing)" : "");
         return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}",
                 "poll", !has[PROBE_POLL] ? "none" :
+                        s->tr.end_at_next_poll && p && d9_bpf_poll_end_uretprobes(p, (unsigned)s->probes) ?
+                        "uprobe raw::poll entry (plan points); each poll ends at the thread's next poll start "
+                        "or park (entry-only: no probe on its return), a blocking-pool task's poll at its return "
+                        "(poll_end_uretprobe)" :
                         s->tr.end_at_next_poll ?
                         "uprobe raw::poll entry (plan points); each poll ends at the thread's next poll start "
                         "or park (entry-only: no probe on its return)" : "uprobe raw::poll (plan points)",
                 "long_poll", has[PROBE_POLL] ? "none (every poll is recorded)" :
                              stack_workers ? D9_LONG_POLL_ROUTE : "none",
-                "spawn", has[PROBE_SPAWN] ? "uprobe OwnedTasks::bind" :
+                "spawn", has[PROBE_SPAWN] ? "uprobe OwnedTasks::bind / bind_inner; a task id no spawn probe saw "
+                                            "(spawned before the attach, or where both are inlined) at its first poll" :
                          has[PROBE_POLL] && (s->probes & D9_PROBE_SPAWN) ? "first poll of a new task id" : "none",
                 "terminate", !has[PROBE_COMPLETE] ? "none" : complete_by_symbols ? "uprobe Harness::complete" : term,
                 "wake", !has[PROBE_WAKE] ? "none" : s->wakes_sampled ? wake_sampled : wake,

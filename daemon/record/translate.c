@@ -34,9 +34,10 @@
  *   interval (sched_switch, prev_state != running) with no poll open is a
  *   park at switch-out and an unpark at switch-in.
  * - task ids are read by BPF at poll entry; spawn_loc is the future-type
- *   label of the poll<T,S> instance the probe cookie names. When the build
- *   has no spawn probe point (OwnedTasks::bind inlined), a task's spawn is
- *   reported at the first poll of an id not seen before, as the plan says.
+ *   label of the poll<T,S> instance the probe cookie names. A task id
+ *   no spawn probe saw (bind and bind_inner inlined where it was spawned,
+ *   no spawn point at all, or spawned before the attach) gets its spawn at
+ *   its first poll; one both bind_inner and bind saw is written once.
  * - a task whose future is a `Pin<Box<dyn Future>>` is labelled with the
  *   name of the concrete future's poll fn (BPF reads it from the box's
  *   vtable): the plan's table of such functions (dyn_fns, built in the
@@ -135,9 +136,6 @@ int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *pla
         workers_init(&tr->ws);
         tr->spawn_from_first_poll = true;
         tr->uprobes_from_ts = UINT64_MAX;
-        for (size_t i = 0; plan && i < plan->n_points; i++)
-                if (plan->points[i].kind == PROBE_SPAWN && !plan->points[i].skipped)
-                        tr->spawn_from_first_poll = false;
         tr->live_cap = 1024;
         tr->live_tasks = calloc(tr->live_cap, sizeof(*tr->live_tasks));
         /* Kernel names for collapse_probe_path, only once read (d9d reads
@@ -161,9 +159,6 @@ int translate_set_plan(struct translate *tr, const struct probe_plan *plan, bool
         tr->plan = plan;
         tr->wake_probes = wake_probes;
         tr->park_from_sched = !park_probes;
-        for (size_t i = 0; i < plan->n_points; i++)
-                if (plan->points[i].kind == PROBE_SPAWN && !plan->points[i].skipped)
-                        tr->spawn_from_first_poll = false;
         return 0;
 }
 
@@ -859,6 +854,14 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                 return d9_enc_poll_end(tr->enc, end, w != D9_WORKER_NONE ? w : t->worker);
         }
         case D9_REC_SPAWN:
+                /* Written once: bind_inner's entry and then bind's return
+                 * both see a spawn through an out-of-line bind. */
+                if (tr->spawn_from_first_poll && r->task_id) {
+                        int n = live_insert(tr, r->task_id);
+
+                        if (n <= 0)
+                                return n < 0 ? n : 1;
+                }
                 return d9_enc_task_spawn(tr->enc, r->hdr.ts, r->task_id, tr->empty_atom, tr->wake_probes);
         default:
                 if (tr->spawn_from_first_poll)

@@ -93,7 +93,8 @@ struct translate {
         uint32_t *label_atoms;          /* per plan cookie; UINT32_MAX = not yet */
         size_t n_labels;
         bool wake_probes;               /* TaskSpawnEvent.instrumented */
-        bool spawn_from_first_poll;     /* the plan has no spawn probe (see translate.c) */
+        bool spawn_from_first_poll;     /* spawns are recorded: a task id no
+                                         * spawn probe saw gets one at its first poll */
         bool park_from_sched;           /* no park probe attached: parks are a worker's
                                          * voluntary off-CPU intervals outside a poll */
         bool end_at_next_poll;          /* entry-only poll end: a POLL_START also ends

@@ -1179,6 +1179,38 @@ static void test_exec_into_the_planned_file(void)
            (unsigned long long)other, (unsigned long long)after);
 }
 
+/* Spawns (npm grafbase, Tokio 1.47): bind_inner's entry and then bind's
+ * return both see a spawn made through an out-of-line bind, and neither
+ * sees one where both are inlined into the spawn site. Each task gets
+ * one TaskSpawnEvent: from the first probe that saw it (task 50 twice,
+ * task 52 once), else at its first poll (task 51, and task 53, which ran
+ * before the attach); its later polls add none. */
+static void test_spawn_written_once(void)
+{
+        struct d9_rec_task sp = { .cookie = C_TASK };
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r, true, true);
+        poll(&r, 101, C_TASK, 53, true);
+        sp.task_id = 50;
+        hdr(&sp.hdr, &r, D9_REC_SPAWN, 101);
+        translate_record(&r.tr, &sp, sizeof(sp));
+        hdr(&sp.hdr, &r, D9_REC_SPAWN, 101);
+        translate_record(&r.tr, &sp, sizeof(sp));
+        sp.task_id = 52;
+        hdr(&sp.hdr, &r, D9_REC_SPAWN, 101);
+        translate_record(&r.tr, &sp, sizeof(sp));
+        poll(&r, 102, C_TASK, 50, true);
+        poll(&r, 102, C_TASK, 51, true);
+        poll(&r, 102, C_TASK, 52, true);
+        poll(&r, 101, C_TASK, 50, true);
+        poll(&r, 101, C_TASK, 53, true);
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.spawns == 4, "one spawn per task, whether two probes, one or none saw it: %d for 4 tasks", l.spawns);
+}
+
 int main(void)
 {
         plan_init();
@@ -1209,5 +1241,6 @@ int main(void)
         test_exec_into_the_planned_file();
         test_boxed_futures_named_from_the_plan();
         test_boxed_futures_named_before_the_map();
+        test_spawn_written_once();
         return tap_done();
 }
