@@ -189,6 +189,9 @@ struct d9_rec_offcpu {
         d9_u32 no_stack;        /* enum d9_no_stack: why stack_id is 0 */
         d9_u64 cpu_ns;          /* se.sum_exec_runtime at switch-out (and so at switch-in) */
         d9_u64 sched_wait_ns;   /* from its sched_wakeup to switch-in (0: none seen) */
+        d9_u64 run_since;       /* preempted, with run ticks on: the stretch without a
+                                 * voluntary switch-out it was in, as RUN_SAMPLE's
+                                 * since_ts (0: none) */
         char comm[16];          /* the thread's name at switch-in (task->comm; empty:
                                  * not read) */
 };

@@ -59,9 +59,11 @@ struct d9_thread {
         __u32 parked;           /* unpark_at_resume: in a park, no UNPARK yet */
         __u64 off_cpu_ns;       /* se.sum_exec_runtime at that switch-out */
         __u64 wake_ts;          /* sched_wakeup since then, 0 if none */
-        __u64 run_nvcsw;        /* d9_run_sample: task->nvcsw at the tick that */
-        __u64 run_since;        /* started this stretch without a voluntary switch */
+        __u64 run_nvcsw;        /* d9_run_sample: task->nvcsw at the tick (or */
+        __u64 run_since;        /* preemption) that started this stretch without
+                                 * a voluntary switch */
         __u32 run_ticks;        /* ticks in it since */
+        __u64 off_since;        /* the stretch a preempted switch-out was in */
         __u32 tokio_lost;       /* this thread's Tokio-probe records dropped
                                  * (ring full) since its last one written */
         __u64 vt;               /* d9_tokio: the last task vtable read on this */

@@ -13,6 +13,10 @@
 /* A run with no tick for this long of trace time is written by
  * long_poll_flush: its thread was preempted that long, or exited. */
 #define LONG_POLL_IDLE_NS (1000 * 1000000ull)
+/* What the metadata and the report promise of each D9LongPollEvent: it
+ * lasted at least this long (D9_LONG_POLL_ROUTE). Two ticks half a
+ * millisecond of CPU apart prove only half of it. */
+#define LONG_POLL_MIN_NS (1000 * 1000ull)
 
 struct lp_range {
         uint64_t lo, hi;        /* [lo, hi): the poll function, link-time */
@@ -173,7 +177,7 @@ static int run_close(struct translate *tr, struct tr_thread *t)
         t->run_poll = 0;
         /* One tick in the poll says nothing about its length; a preemption
          * inside it does (from the tick, or the switch-out, to switch-in). */
-        if (t->run_n < 2 && !t->run_preempted)
+        if ((t->run_n < 2 && !t->run_preempted) || min < LONG_POLL_MIN_NS)
                 return 0;
         v[0] = (struct d9_enc_value){ .present = true, .u = t->worker < D9_WORKER_BLOCKING ? t->worker : 255 };
         v[1] = (struct d9_enc_value){ .present = true, .u = t->tid };
@@ -240,9 +244,10 @@ int long_poll_on_preempt(struct translate *tr, struct tr_thread *t, const struct
 
         if (!o->stack_id || t->lp_stack != o->stack_id || !t->lp_poll)
                 return 0;
-        /* Its stack is the poll frame the run is in: it was in that poll
-         * when switched out, so it still is when switched back in. */
-        if (t->run_poll == t->lp_poll) {
+        /* Its stack is the poll frame the run is in, and no voluntary
+         * switch-out came between (same stretch): it was in that poll when
+         * switched out, so it still is when switched back in. */
+        if (t->run_poll == t->lp_poll && (!o->run_since || o->run_since == t->run_since)) {
                 if (o->hdr.ts > t->run_last)
                         t->run_last = o->hdr.ts;
                 t->run_preempted = true;
@@ -251,15 +256,16 @@ int long_poll_on_preempt(struct translate *tr, struct tr_thread *t, const struct
         /* A poll with no tick yet (under a tick of CPU time, then preempted:
          * on a loaded machine or a CPU-throttled cgroup the usual way a short
          * poll holds its worker for milliseconds). Its run starts at the
-         * switch-out; a tick after it ends it (its stretch is unknown), so a
-         * poll that then runs on is written twice, each piece a true lower
-         * bound. */
+         * switch-out, in the stretch BPF names: ticks of that stretch in the
+         * same frame go on with it. (Without one, a tick after it ends it,
+         * so a poll that then runs on is written twice, each piece a true
+         * lower bound.) */
         if (t->run_poll)
                 r = run_close(tr, t);
         if (r < 0)
                 return r;
         t->run_poll = t->lp_poll;
-        t->run_since = 0;
+        t->run_since = o->run_since;
         t->run_first = o->off_ts;
         t->run_last = o->hdr.ts;
         t->run_n = 0;

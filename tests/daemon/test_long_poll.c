@@ -150,15 +150,21 @@ static void offcpu(struct run *r, uint32_t tid, uint64_t stack_id, uint64_t len)
         translate_record(&r->tr, &o, sizeof(o));
 }
 
-/* tid preempted for len (an involuntary interval, its stack stack_id). */
-static void preempt(struct run *r, uint32_t tid, uint64_t stack_id, uint64_t len)
+/* tid preempted for len (an involuntary interval, its stack stack_id) in
+ * the stretch BPF named since (0: none named). */
+static void preempt_in(struct run *r, uint32_t tid, uint64_t stack_id, uint64_t len, uint64_t since)
 {
-        struct d9_rec_offcpu o = { .prev_state = 0, .stack_id = stack_id };
+        struct d9_rec_offcpu o = { .prev_state = 0, .stack_id = stack_id, .run_since = since };
 
         o.off_ts = r->ts;
         r->ts += len;
         o.hdr = (struct d9_rec_hdr){ .type = D9_REC_OFFCPU, .tid = tid, .tgid = 1, .ts = r->ts };
         translate_record(&r->tr, &o, sizeof(o));
+}
+
+static void preempt(struct run *r, uint32_t tid, uint64_t stack_id, uint64_t len)
+{
+        preempt_in(r, tid, stack_id, len, 0);
 }
 
 static void tick(struct run *r, uint32_t tid, uint64_t stack_id, uint64_t since)
@@ -254,7 +260,11 @@ static void test_long_polls_from_ticks(void)
                 tick(&r, 102, stack(&r, 102, in_task, 3), since);
         offcpu(&r, 102, stack(&r, 102, outside, 2), 2000000);
         since = r.ts;
-        for (int i = 0; i < 2; i++)     /* still open at the end: flushed */
+        for (int i = 0; i < 2; i++)     /* 0.5 ms apart: under the 1 ms promised, none */
+                tick(&r, 102, stack(&r, 102, in_task, 3), since);
+        offcpu(&r, 102, stack(&r, 102, outside, 2), 2000000);
+        since = r.ts;
+        for (int i = 0; i < 3; i++)     /* still open at the end: flushed */
                 tick(&r, 101, stack(&r, 101, in_task, 3), since);
         run_end(&r, &l, workers, sizeof(workers));
         ok(l.long_running == 4, "4 running long polls (%d)", l.long_running);
@@ -266,9 +276,9 @@ static void test_long_polls_from_ticks(void)
            l.label[1]);
         ok(l.ticks[2] == 4 && l.worker[2] == 1, "third: worker 1's run, ended by its off-CPU interval (%llu, w%llu)",
            (unsigned long long)l.ticks[2], (unsigned long long)l.worker[2]);
-        ok(l.ticks[3] == 2 && l.worker[3] == 0, "fourth: the open run, flushed at the end (%llu)",
-           (unsigned long long)l.ticks[3]);
-        ok(l.long_blocked == 0 && l.park[1] == 1, "worker 1's sleep outside a poll is a park (%d)", l.park[1]);
+        ok(l.ticks[3] == 3 && l.worker[3] == 0, "fourth: the open run, flushed at the end; none of 2 ticks "
+           "0.5 ms apart (%llu)", (unsigned long long)l.ticks[3]);
+        ok(l.long_blocked == 0 && l.park[1] == 2, "worker 1's sleeps outside a poll are parks (%d)", l.park[1]);
 }
 
 /* A running long poll shows the stack of its tick deepest inside the poll
@@ -449,6 +459,36 @@ static void test_preemptions_extend_runs(void)
            l.long_preempted, (unsigned long long)l.min_ns[1], l.label[1]);
 }
 
+/* A preemption goes on with a run only within the stretch BPF names (no
+ * voluntary switch-out between, as the ticks' since_ts): a worker that
+ * slept for microseconds between polls of one future type (npm grafbase's
+ * 16 connections of one server type) read as one 45 ms poll over
+ * preemptions far apart. */
+static void test_preemptions_of_another_stretch(void)
+{
+        const uint64_t in_task[] = { TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        const uint64_t outside[] = { OTHER_FN + 3, LAUNCH_FN + 0x20 };
+        struct log l;
+        struct run r;
+        char workers[64];
+        uint64_t since;
+
+        run_start(&r);
+        tick(&r, 101, stack(&r, 101, outside, 2), r.ts);       /* makes 101 a worker */
+        since = r.ts;
+        preempt_in(&r, 101, stack(&r, 101, in_task, 3), 2000000, since);
+        r.ts += 10000000;               /* other polls, a short sleep: no record */
+        since = r.ts;
+        preempt_in(&r, 101, stack(&r, 101, in_task, 3), 3000000, since);
+        tick(&r, 101, stack(&r, 101, in_task, 3), since);      /* same stretch: goes on */
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.long_preempted == 2 && l.min_ns[0] == 2000000 && l.min_ns[1] == 3000000 + PERIOD &&
+           l.ticks[1] == 1,
+           "preemptions 10 ms apart in two stretches are two polls, 2 ms and 3.5 ms (%d: %llu, %llu ns; "
+           "the second's tick %llu)", l.long_preempted, (unsigned long long)l.min_ns[0],
+           (unsigned long long)l.min_ns[1], (unsigned long long)l.ticks[1]);
+}
+
 /* A short poll preempted for milliseconds (a loaded machine, a throttled
  * cgroup) gets at most one tick: the preemption alone shows how long it
  * held the worker. Intervals outside a poll frame are no poll. */
@@ -498,6 +538,7 @@ int main(void)
         test_block_in_place_workers_from_the_stack();
         test_no_thread_id_while_bpf_searches();
         test_flush_by_trace_time();
+        test_preemptions_of_another_stretch();
         test_preemptions_extend_runs();
         test_preempted_short_polls();
         return tap_done();
