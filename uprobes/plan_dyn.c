@@ -15,19 +15,31 @@
  * D must lie in the first words of the task's stage (just after the id, per
  * the vtable's id offset), which rejects unrelated indirect calls. This also
  * flags boxed tasks in stripped binaries. */
+#include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "plan_int.h"
 
 #define REG_RDI 7
 #define MAX_BODY 8192
+#define NO_BASE INT64_MIN
 
 struct reg_state {
-        uint32_t hdr;           /* bitmask: registers holding the Header* */
-        int64_t load[16];       /* displacement last loaded from hdr into reg, or -1 */
+        int64_t base[16];       /* reg holds Header* + base[reg], or NO_BASE */
+        int64_t load[16];       /* Header* offset last loaded from into reg, or -1 */
+        uint64_t callee;        /* a direct call whose first argument is */
+        int64_t callee_arg;     /* Header* + callee_arg (> 0), or 0 */
 };
 
-static void track_insn(const uint8_t *p, const struct x86_insn *in, struct reg_state *rs, int64_t *found)
+static void clear_reg(struct reg_state *rs, int r)
+{
+        rs->base[r] = NO_BASE;
+        rs->load[r] = -1;
+}
+
+static void track_insn(const uint8_t *p, const struct x86_insn *in, uint64_t vaddr, struct reg_state *rs,
+                       int64_t *found)
 {
         int i = 0, rex = 0;
 
@@ -43,44 +55,62 @@ static void track_insn(const uint8_t *p, const struct x86_insn *in, struct reg_s
                         *found = rs->load[rm];      /* call *0x18(%rA) */
         }
         if (in->is_call_rel || (op == 0xff && ((modrm >> 3) & 7) == 2)) {
+                /* Tokio's Harness::poll may leave the poll to an out-of-line
+                 * Core::poll, given &core (Header* + its offset). */
+                if (in->is_call_rel && !rs->callee && rs->base[REG_RDI] > 0 && rs->base[REG_RDI] != NO_BASE) {
+                        rs->callee = vaddr + (uint64_t)in->len + (uint64_t)in->rel;
+                        rs->callee_arg = rs->base[REG_RDI];
+                }
                 /* A call clobbers the caller-saved registers. */
                 const uint32_t clobbered = 0x0fc7; /* rax rcx rdx rsi rdi r8-r11 */
 
                 for (int r = 0; r < 16; r++)
                         if (clobbered >> r & 1)
-                                rs->load[r] = -1;
-                rs->hdr &= ~clobbered;
+                                clear_reg(rs, r);
+        }
+        int64_t disp = 0;
+        bool has_disp = (mod == 1 || mod == 2) && (modrm & 7) != 4 && in->len > i + (mod == 1 ? 2 : 5);
+
+        if (has_disp)
+                disp = mod == 1 ? (int8_t)p[i + 2]
+                                : (int32_t)((uint32_t)p[i + 2] | (uint32_t)p[i + 3] << 8 |
+                                            (uint32_t)p[i + 4] << 16 | (uint32_t)p[i + 5] << 24);
+        if (op == 0x8d && (rex & 8) && has_disp && rs->base[rm] != NO_BASE) {
+                int64_t b = rs->base[rm] + disp;        /* lea D(%hdr), %reg */
+
+                clear_reg(rs, reg);
+                rs->base[reg] = b;
+                return;
         }
         if (op == 0x8d || op == 0x63 || (op < 0x40 && (op & 7) == 3)) {
-                rs->load[reg] = -1;                 /* lea / movsxd / alu r64, r/m */
-                rs->hdr &= ~(1u << reg);
+                clear_reg(rs, reg);                 /* lea / movsxd / alu r64, r/m */
                 return;
         }
         if (!(rex & 8) || (op != 0x89 && op != 0x8b))
                 return;
         if (mod == 3) {                             /* register copy */
                 int src = op == 0x89 ? reg : rm, dst = op == 0x89 ? rm : reg;
+                int64_t b = rs->base[src];
 
-                rs->hdr = (rs->hdr & ~(1u << dst)) | ((rs->hdr >> src & 1) << dst);
-                rs->load[dst] = -1;
+                clear_reg(rs, dst);
+                rs->base[dst] = b;
                 return;
         }
-        if (op == 0x8b && (mod == 1 || mod == 2) && (modrm & 7) != 4) {
-                int64_t disp = mod == 1 ? (int8_t)p[i + 2]
-                                        : (int32_t)((uint32_t)p[i + 2] | (uint32_t)p[i + 3] << 8 |
-                                                    (uint32_t)p[i + 4] << 16 | (uint32_t)p[i + 5] << 24);
+        if (op == 0x8b && has_disp) {
+                int64_t b = rs->base[rm];
 
-                rs->load[reg] = (rs->hdr >> rm & 1) ? disp : -1;
-                rs->hdr &= ~(1u << reg);
+                clear_reg(rs, reg);
+                rs->load[reg] = b != NO_BASE && b + disp >= 0 ? b + disp : -1;
         }
 }
 
-/* Displacement from the Header* of the dyn vtable pointer, or -1. */
-static int64_t find_dyn_vtable_load(struct plan_builder *b, uint64_t poll_vaddr)
+/* Header* offset of the dyn vtable pointer the code at body loads and
+ * calls slot 3 of, with %rdi = Header* + arg on entry; or -1. */
+static int64_t scan_body(struct plan_builder *b, uint64_t body, int64_t arg, uint64_t *callee, int64_t *callee_arg)
 {
-        uint64_t body = uprobes_plan_follow_jumps(b->img, poll_vaddr), size = MAX_BODY;
         struct d9_sym *fs = d9_sym_table_find(&b->st.table, body);
-        struct reg_state rs = { .hdr = 1u << REG_RDI };
+        struct reg_state rs = { .callee = 0 };
+        uint64_t size = MAX_BODY;
         int64_t found = -1;
         const uint8_t *code;
 
@@ -90,16 +120,35 @@ static int64_t find_dyn_vtable_load(struct plan_builder *b, uint64_t poll_vaddr)
                 size /= 2;
         if (size <= 16)
                 return -1;
-        memset(rs.load, 0xff, sizeof(rs.load));
+        for (int r = 0; r < 16; r++)
+                clear_reg(&rs, r);
+        rs.base[REG_RDI] = arg;
         for (uint64_t off = 0; off < size && found < 0;) {
                 struct x86_insn in;
 
                 uprobes_x86_decode(code + off, size - off, &in);
                 if (!in.len || in.is_ret)
                         break;
-                track_insn(code + off, &in, &rs, &found);
+                track_insn(code + off, &in, body + off, &rs, &found);
                 off += (uint64_t)in.len;
         }
+        *callee = rs.callee;
+        *callee_arg = rs.callee_arg;
+        return found;
+}
+
+/* Displacement from the Header* of the dyn vtable pointer, or -1: in the
+ * poll body, else in the first function it calls with a pointer into the
+ * task cell (npm grafbase, Tokio 1.47: Harness::poll calls an out-of-line
+ * Core::poll with &core, Header* + 0x20, which loads the vtable at +0x20
+ * of that; every boxed task there read "a boxed future"). */
+static int64_t find_dyn_vtable_load(struct plan_builder *b, uint64_t poll_vaddr)
+{
+        uint64_t body = uprobes_plan_follow_jumps(b->img, poll_vaddr), callee, unused;
+        int64_t arg, found = scan_body(b, body, 0, &callee, &arg);
+
+        if (found < 0 && callee)
+                found = scan_body(b, uprobes_plan_follow_jumps(b->img, callee), arg, &unused, &arg);
         return found;
 }
 
