@@ -129,6 +129,30 @@ static int open_out_dir(const char *out_dir, const char *sub)
         return fd;
 }
 
+/* --out DIR, made with any missing parents and checked like the levels
+ * under it, before anything is recorded: found unusable only at the end,
+ * it left the recording in d9d's state directory and the user with an
+ * error. */
+static int prepare_out_dir(const char *out_dir)
+{
+        char path[PATH_MAX];
+        int fd;
+
+        if (snprintf(path, sizeof(path), "%s", out_dir) >= (int)sizeof(path))
+                return -ENAMETOOLONG;
+        for (char *slash = strchr(path + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+                *slash = '\0';
+                if (mkdir(path, 0755) < 0 && errno != EEXIST)
+                        return -errno;
+                *slash = '/';
+        }
+        fd = open_out_level(AT_FDCWD, path);
+        if (fd < 0)
+                return fd;
+        close(fd);
+        return 0;
+}
+
 static void out_path(const struct recording *rec, const char *session_dir, char *out, size_t n)
 {
         char sub[PATH_MAX];
@@ -152,9 +176,12 @@ static int emit_paths(const struct recording *rec, const json_t *final)
                 out_path(rec, session_dir, dir, sizeof(dir));
                 session_subdir(session_dir, sub, sizeof(sub));
                 if ((dir_fd = open_out_dir(rec->out_dir, sub)) < 0) {
-                        fprintf(stderr, "d9ctl record: cannot use %s as --out: %s\n", dir,
+                        fprintf(stderr, "d9ctl record: cannot use %s as --out: %s; the recording stays where "
+                                "d9d sealed it:\n", dir,
                                 dir_fd == -EPERM ? "not a directory of yours that only you can write" :
                                 strerror(-dir_fd));
+                        json_array_foreach(sealed, i, p)
+                                fprintf(stderr, "  %s\n", json_string_value(p));
                         return 1;
                 }
         }
@@ -439,6 +466,11 @@ int d9ctl_cmd_record(int argc, char **argv)
                 return usage_error("give either --pid N or -- CMD [ARGS]");
         if (rec.follow && rec.pid)
                 return usage_error("--follow-children needs -- CMD");
+        if (rec.out_dir && (rc = prepare_out_dir(rec.out_dir)) < 0) {
+                fprintf(stderr, "d9ctl record: cannot use %s as --out: %s; nothing recorded\n", rec.out_dir,
+                        rc == -EPERM ? "not a directory of yours that only you can write" : strerror(-rc));
+                return 1;
+        }
         req = d9c_request("attach");
         json_object_update(req, samples);
         signal(SIGINT, on_interrupt);

@@ -598,6 +598,19 @@ def mode_files(t, users):
          and r2.returncode != 0 and "--out" in r2.stderr,
          "root's own --out: a planted symlink level is refused, the trace lands under SERVICE/INSTANCE",
          r.stderr + r2.stderr)
+    # An --out whose parents do not exist yet is made before the recording;
+    # one that cannot be made fails before anything is recorded (it used to
+    # fail after the whole duration, the recording left in the state dir).
+    deep = os.path.join(own, "new1", "new2")
+    r = d.ctl("record", "--duration", "1s", "--probes", "sched", "--out", deep, "--", "sleep", "3")
+    copied = (r.stdout.split() or [""])[0]
+    t.ok(r.returncode == 0 and copied.startswith(deep + "/sleep/") and os.path.getsize(copied) > 0,
+         "record --out into missing parents makes them", r.stderr)
+    bad = os.path.join(victim.name, "x")
+    r = d.ctl("record", "--duration", "30s", "--probes", "sched", "--out", bad, "--", "sleep", "60")
+    t.ok(r.returncode == 1 and "nothing recorded" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+         and not [x for x in (d.ctl("list").stdout or "").splitlines() if "sleep" in x],
+         "an --out that cannot be made fails at once, in one line, before any attach", r.stderr)
     t.ok(d.stop() == 0, "d9d exits 0 on SIGTERM")
     d.cleanup(keep=t.failed > 0)
     shutil.rmtree(out, ignore_errors=True)
