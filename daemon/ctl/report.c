@@ -111,6 +111,10 @@ struct report {
         uint64_t recorded_ns;           /* the closed recordings' spans, summed */
         unsigned recordings;
         json_t *probe_sets;             /* each "probes" metadata value, once */
+        /* --full-on-stall: the windows the full set was attached in (its
+         * D9ProbesEvents), what the poll-based numbers cover. */
+        unsigned windows;
+        uint64_t window_ns, window_open;
         char *no_plan;                  /* why d9d had no probe plan, if it had none */
         struct thread_cpu threads[MAX_THREADS];
         size_t nthreads;
@@ -365,9 +369,26 @@ static void on_sample(struct report *r, const struct d9_dec_event *ev)
 /* "probe plan" not attached: d9d had none (not a Tokio binary to it:
  * Tokio in a shared library, or a Tokio it does not know), or the
  * recording ended before it was built. */
+static void window_close(struct report *r, uint64_t ts)
+{
+        if (r->window_open && ts > r->window_open)
+                r->window_ns += ts - r->window_open;
+        r->window_open = 0;
+}
+
 static void on_probes(struct report *r, const struct d9_dec_event *ev)
 {
         const struct d9_value *probes = d9ctl_trace_field(ev, "probes"), *why = d9ctl_trace_field(ev, "reason");
+
+        if (probes && probes->resolved && probes->str.len > 18 && !memcmp(probes->str.p, "full-detail window", 18)) {
+                if (!d9ctl_trace_field_u(ev, "attached")) {
+                        window_close(r, ev->ts);
+                } else if (!r->window_open) {
+                        r->window_open = ev->ts;
+                        r->windows++;
+                }
+                return;
+        }
 
         if (r->no_plan || !probes || !probes->resolved || probes->str.len != 10 ||
             memcmp(probes->str.p, "probe plan", 10) || d9ctl_trace_field_u(ev, "attached") || !why || !why->resolved)
@@ -428,6 +449,7 @@ static void recording_close(struct report *r)
                 w->in_poll = w->parked = false;
         }
         d9ctl_report_tasks_segment(r->tasks);
+        window_close(r, r->rec_last);
         r->recorded_ns += r->rec_last - r->rec_first;
         r->recordings += r->rec_last != 0;
         r->rec_first = r->rec_last = 0;
@@ -753,8 +775,10 @@ json_t *d9ctl_report_result(struct report *r)
                                     "short_offcpu_ns", (json_int_t)r->short_offcpu_ns,
                                     "polls_not_kept", (json_int_t)r->polls_dropped,
                                     "samples_not_kept", (json_int_t)r->samples_dropped);
+        json_t *windows = r->windows ? json_pack("{s:i, s:I}", "windows", (int)r->windows, "covered_ns",
+                                                 (json_int_t)r->window_ns) : NULL;
         json_t *doc = json_pack("{s:i, s:i, s:I, s:I, s:O, s:I, s:I, s:I, s:O, s:o, s:o, s:I, s:o, s:o, s:o, s:o, s:o, "
-                                "s:o, s:o?, s:o, s:s?}",
+                                "s:o, s:o?, s:o, s:s?, s:o?}",
                          "segments", (int)r->segments, "recordings", (int)r->recordings,
                          "span_ns", (json_int_t)span, "first_to_last_ns",
                          (json_int_t)(r->last_ts > r->first_ts ? r->last_ts - r->first_ts : 0), "probe_sets",
@@ -767,6 +791,6 @@ json_t *d9ctl_report_result(struct report *r)
                          wakes, "longest_blocking_pool_jobs", jobs, "workers", workers, "missing", missing,
                          "process", d9ctl_report_process_json(&r->process), "tasks",
                          d9ctl_report_tasks_json(r->tasks, spawns_from_polls(r)), "threads_off_workers", threads_off_workers_json(r),
-                         "no_plan", r->no_plan);
+                         "no_plan", r->no_plan, "full_detail_windows", windows);
         return doc;
 }

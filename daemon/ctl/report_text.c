@@ -275,6 +275,13 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
                         fprintf(out, "%s \"%s\"", i ? "," : "", json_string_value(v));
                 fputs(" (report one recording's segments for one set's view)\n", out);
         }
+        if (json_is_object(v = json_object_get(doc, "full_detail_windows")))
+                fprintf(out, "  full-detail windows (--full-on-stall): %" JSON_INTEGER_FORMAT ", %.3f s of the %.3f s "
+                        "recorded: the poll, spawn, terminate, wake and park events, and the counts, shares and "
+                        "tasks below taken from them, cover only those windows\n",
+                        json_integer_value(json_object_get(v, "windows")),
+                        (double)json_integer_value(json_object_get(v, "covered_ns")) / 1e9,
+                        (double)json_integer_value(json_object_get(doc, "span_ns")) / 1e9);
 
         /* Busy is the polls' time: without poll events (the default set)
          * it is not known, and "other" holds the polling too; nor are
