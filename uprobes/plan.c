@@ -65,7 +65,7 @@ size_t probe_plan_poll_bodies(const struct probe_plan *plan)
         size_t n = 0;
 
         for (size_t i = 0; i < plan->n_points; i++)
-                n += plan->points[i].kind == PROBE_POLL && plan->points[i].func_end;
+                n += plan->points[i].kind == PROBE_POLL && plan->points[i].func_end && !plan->points[i].blocking_task;
         return n;
 }
 
@@ -263,7 +263,21 @@ static int plan_fill(struct plan_builder *b, struct probe_plan *plan, char **err
             (r = uprobes_plan_waker_route(b, plan)) < 0)
                 return r;
         if (probe_plan_count(&(struct probe_plan){ .points = b->pts, .n_points = b->n }, PROBE_POLL, true) == 0) {
-                if (err_msg)
+                unsigned major = 0, minor = 0;
+
+                /* Its source paths may still name a Tokio (npm rome: 1.18.5,
+                 * stripped, whose task vtables predate the layouts the scan
+                 * reads): "not a Tokio binary" would be wrong there. */
+                if (err_msg && plan->tokio_version &&
+                    sscanf(plan->tokio_version, "%u.%u", &major, &minor) == 2 && major == 1 && minor < 24)
+                        asprintf(err_msg, "%s is built with Tokio %s, older than d9d reads: no "
+                                 "tokio::runtime::task::raw::poll symbol, and no task vtable of a layout the scan "
+                                 "knows (Tokio 1.24 to 1.53 are tested)", b->img->path, plan->tokio_version);
+                else if (err_msg && plan->tokio_version)
+                        asprintf(err_msg, "%s is built with Tokio %s, but d9d found no "
+                                 "tokio::runtime::task::raw::poll symbol and no task vtable in it",
+                                 b->img->path, plan->tokio_version);
+                else if (err_msg)
                         asprintf(err_msg, "%s is not a Tokio binary: no tokio::runtime::task::raw::poll "
                                  "symbol and no task vtable found", b->img->path);
                 return -ENOTSUP;

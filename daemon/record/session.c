@@ -157,6 +157,14 @@ static bool plan_gaps_told(const struct session *s)
         ">= offcpu_min outside a task poll frame; shorter ones are only counted per target"
 #define D9_DEFAULT_NOT_RECORDED "poll start/end, spawn, terminate, wake (no uprobes attached)"
 
+static bool plan_has_task_polls(const struct probe_plan *p)
+{
+        for (size_t i = 0; i < p->n_points; i++)
+                if (p->points[i].kind == PROBE_POLL && !p->points[i].blocking_task)
+                        return true;
+        return false;
+}
+
 /* What feeds each dial9 event in this session: an attached probe, a
  * derivation translate really does, or nothing. */
 static json_t *routes_json(const struct session *s)
@@ -291,6 +299,10 @@ static json_t *plan_to_json(const struct session *s)
         /* The default set blind to this build: say so, and what sees it. */
         if ((s->probes & D9_PROBE_RUNS) && !probe_plan_poll_bodies(p))
                 json_array_append_new(missing, json_pack("{s:s,s:s}", "kind", "longpoll", "reason",
+                        probe_plan_count(p, PROBE_POLL, true) && !plan_has_task_polls(p) ?
+                        "this build polls blocking-pool tasks only (block_on and spawn_blocking, no runtime "
+                        "task): without uprobes no worker, park or long poll is seen; --probes all records "
+                        "the jobs" :
                         "no poll function body is known in this build (no symbol sizes, no .eh_frame_hdr, "
                         "the code sweep found no end): without uprobes no worker, park or long poll is seen; "
                         "--probes all records them"));
@@ -1171,7 +1183,10 @@ static int session_start_attach(struct session *s, const struct session_request 
                 return -EPERM;
         }
         /* What the trace claims follows what attaches, not what was asked
-         * for: a stripped build has no wake or park point to attach. */
+         * for: a stripped build has no wake or park point to attach (and
+         * no wake sampling to mark: npm oxc_language_server). */
+        if (s->plan && !probe_plan_count(s->plan, PROBE_WAKE, false))
+                s->wakes_sampled = false;
         r = translate_init(&s->tr, s->pid, s->plan,
                            (s->probes & D9_PROBE_WAKE) && !s->wakes_sampled && s->plan &&
                            probe_plan_count(s->plan, PROBE_WAKE, false),

@@ -191,6 +191,8 @@ static void late_apply(struct session *s, struct session_late *l)
                 s->plan = l->plan;
                 l->plan = NULL;
                 session_plan_cache_put(s->plan);
+                if (!probe_plan_count(s->plan, PROBE_WAKE, false))
+                        s->wakes_sampled = false; /* nothing to sample */
                 r = translate_set_plan(&s->tr, s->plan,
                                        (s->probes & D9_PROBE_WAKE) && !s->wakes_sampled &&
                                        probe_plan_count(s->plan, PROBE_WAKE, false),
