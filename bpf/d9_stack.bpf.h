@@ -456,8 +456,9 @@ struct d9_wk_depth {
 
 /* How long stacks say "still learning" (D9_SREC_WK_SEARCH) while no depth
  * is confirmed: a runtime without Workers (current-thread) shows itself by
- * scans that find nothing, a multi-thread one confirms within its first
- * stacks; a single-worker runtime never confirms. */
+ * scans that find nothing while none has found anything (d9_wk_any_cand),
+ * a multi-thread one confirms within its first stacks; a single-worker
+ * runtime never confirms. */
 #define D9_WK_SEARCH_NS (1000 * 1000000ull)
 #define D9_WK_SEARCH_MISSES 32
 
@@ -650,6 +651,21 @@ static __always_inline void d9_wk_pending(struct d9_wk_depth *d, const struct d9
         }
 }
 
+/* Whether a scan of this target ever found a Worker-shaped word. Until
+ * one has, scans that find nothing tell of a runtime without Workers; once
+ * one has, they are threads that run no loop (a blocking pool's, the
+ * block_in_place target's many) and say nothing: counted, at an attach's
+ * burst of stacks they ended the search within milliseconds, before two
+ * workers had shown, and every worker got an id by thread (1 of 3 tries in
+ * a CI run, the stripped block_in_place target under CPU hogs). */
+static __always_inline bool d9_wk_any_cand(const struct d9_wk_depth *d)
+{
+        for (int k = 0; k < D9_WK_CANDS; k++)
+                if (d->cand[k].depth)
+                        return true;
+        return false;
+}
+
 /* A global function: verified once, not in every caller's state. Fills
  * s's worker fields: the worker whose loop the thread runs, looked for at
  * the target's confirmed depth, or (until there is one) searched for. */
@@ -746,7 +762,7 @@ __noinline __u32 d9_stack_worker(struct d9_rec_stack *s, const struct d9_target_
                 bpf_loop(D9_WK_TOP_WORDS, d9_wk_top_word, &lc, 0);
         if (t->n_finds)
                 d9_wk_pending(d, t);
-        else
+        else if (!d9_wk_any_cand(d))
                 d->misses++;
         return 0;
 }
