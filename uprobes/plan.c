@@ -60,6 +60,15 @@ size_t probe_plan_count(const struct probe_plan *plan, enum probe_kind kind, boo
         return n;
 }
 
+size_t probe_plan_task_polls(const struct probe_plan *plan)
+{
+        size_t n = 0;
+
+        for (size_t i = 0; i < plan->n_points; i++)
+                n += plan->points[i].kind == PROBE_POLL && !plan->points[i].blocking_task;
+        return n;
+}
+
 size_t probe_plan_poll_bodies(const struct probe_plan *plan)
 {
         size_t n = 0;

@@ -178,13 +178,11 @@ void probe_plan_print(const struct probe_plan *plan, FILE *out, bool all_points)
                 !plan->has_symbols ? "" :
                 plan->waker_scan_agrees ? " (its wake slots are the symbols' wake_by_val, wake_by_ref)" :
                 " (SCAN DISAGREES WITH SYMBOLS)");
-        size_t bodies = probe_plan_poll_bodies(plan), blocking = 0;
-        for (size_t i = 0; i < plan->n_points; i++)
-                blocking += plan->points[i].kind == PROBE_POLL && plan->points[i].blocking_task;
+        size_t bodies = probe_plan_poll_bodies(plan), tasks = probe_plan_task_polls(plan);
         if (bodies)
                 fprintf(out, "default set:    %zu of %zu runtime task poll function bodies known: workers, parks "
-                        "and long polls from stacks\n", bodies, probe_plan_count(plan, PROBE_POLL, true) - blocking);
-        else if (blocking && blocking == probe_plan_count(plan, PROBE_POLL, true))
+                        "and long polls from stacks\n", bodies, tasks);
+        else if (!tasks && probe_plan_count(plan, PROBE_POLL, true))
                 fprintf(out, "default set:    only blocking-pool task polls in this build (block_on and "
                         "spawn_blocking, no runtime task): without uprobes d9d sees no worker or long poll "
                         "(use --probes all)\n");

@@ -202,6 +202,8 @@ const char *probe_plan_dyn_fn_name(const struct probe_plan *plan, uint64_t vaddr
 
 /* Point counts per kind, attached (not skipped) only. */
 size_t probe_plan_count(const struct probe_plan *plan, enum probe_kind kind, bool include_skipped);
+/* Runtime-task poll points (not blocking-pool ones), skipped included. */
+size_t probe_plan_task_polls(const struct probe_plan *plan);
 /* Runtime-task poll points whose function body is known (func_end): what
  * the default probe set can find in stacks (a blocking-pool poll frame
  * only tells a worker's launch below a task poll frame). 0: it sees no

@@ -157,14 +157,6 @@ static bool plan_gaps_told(const struct session *s)
         ">= offcpu_min outside a task poll frame; shorter ones are only counted per target"
 #define D9_DEFAULT_NOT_RECORDED "poll start/end, spawn, terminate, wake (no uprobes attached)"
 
-static bool plan_has_task_polls(const struct probe_plan *p)
-{
-        for (size_t i = 0; i < p->n_points; i++)
-                if (p->points[i].kind == PROBE_POLL && !p->points[i].blocking_task)
-                        return true;
-        return false;
-}
-
 /* What feeds each dial9 event in this session: an attached probe, a
  * derivation translate really does, or nothing. */
 static json_t *routes_json(const struct session *s)
@@ -176,7 +168,7 @@ static json_t *routes_json(const struct session *s)
         bool stack_workers = sched && (s->probes & D9_PROBE_RUNS) && p && probe_plan_poll_bodies(p);
         bool has[PROBE_KIND_MAX] = { false };
         bool complete_by_symbols = false, wake_by_symbols = false, by_ref = false;
-        char wake[160], term[200], wake_sampled[400];
+        char wake[160], term[200], wake_sampled[400], entry_only[240];
 
         for (size_t i = 0; p && i < p->n_points; i++) {
                 const struct probe_point *pt = &p->points[i];
@@ -193,6 +185,10 @@ static json_t *routes_json(const struct session *s)
         snprintf(wake, sizeof(wake), "uprobe waker::wake_by_val%s%s",
                  by_ref ? " and wake_by_ref" : " (wake_by_ref not attached: wakes by reference are not traced)",
                  wake_by_symbols ? "" : ", found through the task waker vtable");
+        snprintf(entry_only, sizeof(entry_only), "uprobe raw::poll entry (plan points); each poll ends at the "
+                 "thread's next poll start or park (entry-only: no probe on its return)%s",
+                 p && d9_bpf_poll_end_uretprobes(p, (unsigned)s->probes) ?
+                 ", a blocking-pool task's poll at its return (poll_end_uretprobe)" : "");
         snprintf(wake_sampled, sizeof(wake_sampled), "%s; sampled: attached %u ms of every %u ms (D9WakeWindowEvent "
                  "marks each window; --wakes exact records every wake)", wake, WAKE_ON_TICKS * D9D_TICK_MS,
                  WAKE_PERIOD_TICKS * D9D_TICK_MS);
@@ -201,13 +197,7 @@ static json_t *routes_json(const struct session *s)
                  "shutdown%s", p && p->completes_unfound ? " (not for every task type: see missing)" : "");
         return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}",
                 "poll", !has[PROBE_POLL] ? "none" :
-                        s->tr.end_at_next_poll && p && d9_bpf_poll_end_uretprobes(p, (unsigned)s->probes) ?
-                        "uprobe raw::poll entry (plan points); each poll ends at the thread's next poll start "
-                        "or park (entry-only: no probe on its return), a blocking-pool task's poll at its return "
-                        "(poll_end_uretprobe)" :
-                        s->tr.end_at_next_poll ?
-                        "uprobe raw::poll entry (plan points); each poll ends at the thread's next poll start "
-                        "or park (entry-only: no probe on its return)" : "uprobe raw::poll (plan points)",
+                        s->tr.end_at_next_poll ? entry_only : "uprobe raw::poll (plan points)",
                 "long_poll", has[PROBE_POLL] ? "none (every poll is recorded)" :
                              stack_workers ? D9_LONG_POLL_ROUTE : "none",
                 "spawn", has[PROBE_SPAWN] ? "uprobe OwnedTasks::bind / bind_inner; a task id no spawn probe saw "
@@ -299,7 +289,7 @@ static json_t *plan_to_json(const struct session *s)
         /* The default set blind to this build: say so, and what sees it. */
         if ((s->probes & D9_PROBE_RUNS) && !probe_plan_poll_bodies(p))
                 json_array_append_new(missing, json_pack("{s:s,s:s}", "kind", "longpoll", "reason",
-                        probe_plan_count(p, PROBE_POLL, true) && !plan_has_task_polls(p) ?
+                        probe_plan_count(p, PROBE_POLL, true) && !probe_plan_task_polls(p) ?
                         "this build polls blocking-pool tasks only (block_on and spawn_blocking, no runtime "
                         "task): without uprobes no worker, park or long poll is seen; --probes all records "
                         "the jobs" :
