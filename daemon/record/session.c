@@ -480,8 +480,11 @@ int session_refresh_metadata(struct session *s)
  * (session_on_sample); a segment closed takes the last one read. */
 void session_take_maps(struct session *s, char *maps)
 {
-        if (!maps)
+        /* After the end: its last segment's seal job holds its own copy. */
+        if (!maps || s->state != SESSION_RECORDING) {
+                free(maps);
                 return;
+        }
         free(s->maps);
         s->maps = maps;
         session_exe_map_update(s);
@@ -1514,6 +1517,28 @@ static void session_account_bpf_counters(struct session *s)
                 long_poll_flush(&s->tr, false);
 }
 
+/* What only recording needs, at its end: a finished session stays listed
+ * (FINISHED_KEPT of them) and kept its plan (with the executable open and
+ * the tables that name futures), maps and buffers, 0.7 MB and an fd each on
+ * a big binary. Status reads plan_json, built while it recorded; the last
+ * segment's seal job has its own copies. */
+static void session_release_recording(struct session *s)
+{
+        if (s->plan) {
+                probe_plan_free(s->plan);
+                s->plan = NULL;
+                s->had_plan = true;
+        }
+        free(s->maps);
+        s->maps = NULL;
+        unwind_maps_free(s->unw_maps);
+        s->unw_maps = NULL;
+        free(s->mapped_exe);
+        s->mapped_exe = NULL;
+        record_hold_free(&s->hold);
+        segment_writer_destroy(&s->seg);
+}
+
 static void session_end_now(struct session *s, const char *reason)
 {
         if (s->bpf) {
@@ -1552,6 +1577,7 @@ static void session_end_now(struct session *s, const char *reason)
         }
         /* Finished sessions stay listed (up to FINISHED_KEPT) for status. */
         translate_release(&s->tr);
+        session_release_recording(s);
         if (!s->segments_pending)
                 s->state = SESSION_DONE;
         log_info("pid %d: session ended (%s): %llu events, %llu drops", s->pid, reason,

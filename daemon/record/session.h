@@ -93,7 +93,8 @@ struct session {
         struct unwind_maps *unw_maps;   /* the attach's map with its files, for
                                          * the unwinder once translate runs */
         char *mapped_exe;               /* the executable's path as the maps spell it */
-        struct probe_plan *plan;
+        struct probe_plan *plan;        /* freed when the recording ends */
+        bool had_plan;                  /* ... so status still says whether there was one */
         /* Recording before its plan was built (session_late.c): the plan
          * job, then the job attaching its uprobes, while one is in flight. */
         struct session_late *late;

@@ -392,7 +392,7 @@ json_t *session_late_json(const struct session *s)
 {
         json_t *j = json_object();
 
-        json_object_set_new(j, "state", json_string(s->plan_pending ? "pending" : s->plan ? "ready" : "none"));
+        json_object_set_new(j, "state", json_string(s->plan_pending ? "pending" : s->plan || s->had_plan ? "ready" : "none"));
         if (s->plan_ms >= 0)
                 json_object_set_new(j, "landed_ms", json_integer(s->plan_ms));
         if (s->uprobes_ms >= 0)

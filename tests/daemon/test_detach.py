@@ -9,6 +9,9 @@ reports (daemon.bpf_teardowns_pending). Pinned down here:
   - the detached session's segment is sealed and decodes, with its polls;
   - attaching again to the same pid right after a detach works (a new
     attach waits for that pid's teardown) and records polls again;
+  - finished sessions stay listed with their plan, but d9d keeps no
+    descriptor of the target's executable for them (a big binary's plan
+    and fd per session used to stay until 64 finished sessions were kept);
   - d9d stopping right after a detach exits cleanly (it joins the pending
     teardown) and leaves no d9_ link behind.
 Usage: test_detach.py D9D D9CTL TARGET"""
@@ -43,6 +46,17 @@ def bpf_fds(pid):
         if fields.get("map_type") == str(BPF_MAP_TYPE_RINGBUF):
             rings += 1
     return links, rings
+
+
+def fds_on(pid, path):
+    """How many of pid's fds are open on the file at path."""
+    real, n = os.path.realpath(path), 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            n += os.readlink(f"/proc/{pid}/fd/{fd}") == real
+        except OSError:
+            pass
+    return n
 
 
 def pending(d):
@@ -119,6 +133,13 @@ def main():
     ok, polls, text = polls_of(sealed[-1]) if sealed else (False, 0, "no sealed segment")
     t.ok(ok and polls > 0, f"the re-attached session records polls ({polls})", text[-800:])
     wait_teardown(t, d, "after the re-attach round")
+    done = [s for s in (d.status(tgt.pid) or {}).get("targets", []) if s["state"] == "done"]
+    planned = [s for s in done if s["plan"].get("state") == "ready" and s["probe_plan"]
+               and s["probe_plan"]["attached"].get("poll")]
+    kept = fds_on(d.proc.pid, TARGET)
+    t.ok(len(done) == 3 and len(planned) == 3 and kept == 0,
+         f"the {len(done)} finished sessions still show their plan ({len(planned)}), and d9d holds no fd on "
+         f"the target's executable ({kept})", json.dumps([s["plan"] for s in done]))
 
     # Stop d9d right after a detach, teardown still in flight.
     attach(t, d, tgt.pid, "last session")
