@@ -1781,6 +1781,10 @@ json_t *session_status_json(const struct session *s)
                 "intervals", (json_int_t)s->offcpu_short.count, "total_ns", (json_int_t)s->offcpu_short.ns);
         if (j && s->privileged)
                 json_object_set_new(j, "discarded_privileged", json_integer((json_int_t)s->discarded));
+        /* Tasks idle so long their spawn may be written again (live_tasks.h). */
+        uint64_t forgotten = s->tr.tasks_forgotten + s->tr.live.forgotten;
+        if (j && forgotten)
+                json_object_set_new(j, "tasks_forgotten", json_integer((json_int_t)forgotten));
         json_object_set_new(j, "nspid", json_string(s->pid_chain));
         json_object_set_new(j, "cgroup", json_string(s->cgroup));
         if (s->rule[0]) {

@@ -124,6 +124,8 @@ static const struct d9_schema_def probes_schema = { "D9ProbesEvent", 3, probes_f
 int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *plan, bool wake_probes,
                    bool park_probes)
 {
+        int r;
+
         memset(tr, 0, sizeof(*tr));
         tr->pid = pid;
         tr->plan = plan;
@@ -136,13 +138,12 @@ int translate_init(struct translate *tr, pid_t pid, const struct probe_plan *pla
         workers_init(&tr->ws);
         tr->spawn_from_first_poll = true;
         tr->uprobes_from_ts = UINT64_MAX;
-        tr->live_cap = 1024;
-        tr->live_tasks = calloc(tr->live_cap, sizeof(*tr->live_tasks));
+        r = live_tasks_init(&tr->live, 0);
         /* Kernel names for collapse_probe_path, only once read (d9d reads
          * them at start, off this thread): reading /proc/kallsyms takes
          * 0.1-0.3 s, and on the drain thread it stalled busy rings into drops. */
         tr->ksyms = ksyms_get_ready();
-        return tr->label_atoms && tr->threads && tr->live_tasks ? 0 : -ENOMEM;
+        return tr->label_atoms && tr->threads && r == 0 ? 0 : -ENOMEM;
 }
 
 int translate_set_plan(struct translate *tr, const struct probe_plan *plan, bool wake_probes, bool park_probes)
@@ -171,7 +172,7 @@ void translate_destroy(struct translate *tr)
                 for (int k = 0; k < 2; k++)
                         free(tr->threads[i].stk[k].frames);
         free(tr->threads);
-        free(tr->live_tasks);
+        live_tasks_free(&tr->live);
         unwinder_free(tr->unw);
         unwind_maps_free(tr->unw_maps);
         free(tr->held_scratch);
@@ -199,6 +200,7 @@ void translate_release(struct translate *tr)
                 .cores_handed = tr->cores_handed, .polls_by_thread = tr->polls_by_thread,
                 .polls_ended_by_task = tr->polls_ended_by_task,
                 .ids_by_thread = tr->ids_by_thread,
+                .tasks_forgotten = tr->live.forgotten,
         };
 
         translate_destroy(tr);
@@ -289,69 +291,6 @@ static struct tr_thread *thread_get(struct translate *tr, uint32_t tid)
         if (tr->threads_used * 2 >= tr->threads_cap && threads_grow(tr) < 0)
                 return NULL;
         return thread_slot(tr, tid);
-}
-
-/* Live task ids: linear probing, deletion by backward shift (no tombstones). */
-static size_t live_home(const struct translate *tr, uint64_t id)
-{
-        return (size_t)((id * 0x9e3779b97f4a7c15ull) >> 20) & (tr->live_cap - 1);
-}
-
-static int live_grow(struct translate *tr);
-
-/* Returns 1 if id was new (and is now recorded), 0 if known, <0 on error. */
-static int live_insert(struct translate *tr, uint64_t id)
-{
-        size_t i;
-
-        if ((tr->live_used + 1) * 2 > tr->live_cap && live_grow(tr) < 0)
-                return -ENOMEM;
-        for (i = live_home(tr, id); tr->live_tasks[i]; i = (i + 1) & (tr->live_cap - 1))
-                if (tr->live_tasks[i] == id)
-                        return 0;
-        tr->live_tasks[i] = id;
-        tr->live_used++;
-        return 1;
-}
-
-static int live_grow(struct translate *tr)
-{
-        uint64_t *old = tr->live_tasks;
-        size_t old_cap = tr->live_cap;
-
-        tr->live_tasks = calloc(old_cap * 2, sizeof(*old));
-        if (!tr->live_tasks) {
-                tr->live_tasks = old;
-                return -ENOMEM;
-        }
-        tr->live_cap = old_cap * 2;
-        tr->live_used = 0;
-        for (size_t i = 0; i < old_cap; i++)
-                if (old[i])
-                        live_insert(tr, old[i]);
-        free(old);
-        return 0;
-}
-
-static void live_remove(struct translate *tr, uint64_t id)
-{
-        size_t mask = tr->live_cap - 1, i = live_home(tr, id), j;
-
-        while (tr->live_tasks[i] && tr->live_tasks[i] != id)
-                i = (i + 1) & mask;
-        if (!tr->live_tasks[i])
-                return;
-        tr->live_tasks[i] = 0;
-        tr->live_used--;
-        for (j = (i + 1) & mask; tr->live_tasks[j]; j = (j + 1) & mask) {
-                size_t h = live_home(tr, tr->live_tasks[j]);
-                /* Move j back into the hole if its home is not in (i, j]. */
-                if ((j > i && (h <= i || h > j)) || (j < i && h <= i && h > j)) {
-                        tr->live_tasks[i] = tr->live_tasks[j];
-                        tr->live_tasks[j] = 0;
-                        i = j;
-                }
-        }
 }
 
 static const char *cookie_label(const struct translate *tr, uint64_t cookie)
@@ -753,7 +692,7 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
         switch (r->hdr.type) {
         case D9_REC_POLL_START:
                 exe_map_from_poll(tr, r);
-                if (tr->spawn_from_first_poll && r->task_id && live_insert(tr, r->task_id) == 1) {
+                if (tr->spawn_from_first_poll && r->task_id && live_tasks_add(&tr->live, r->task_id) == 1) {
                         int e = d9_enc_task_spawn(tr->enc, r->hdr.ts, r->task_id,
                                                   poll_label_atom(tr, r->cookie, r->future_poll), tr->wake_probes);
                         if (e < 0)
@@ -857,7 +796,7 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                 /* Written once: bind_inner's entry and then bind's return
                  * both see a spawn through an out-of-line bind. */
                 if (tr->spawn_from_first_poll && r->task_id) {
-                        int n = live_insert(tr, r->task_id);
+                        int n = live_tasks_add(&tr->live, r->task_id);
 
                         if (n <= 0)
                                 return n < 0 ? n : 1;
@@ -865,7 +804,7 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                 return d9_enc_task_spawn(tr->enc, r->hdr.ts, r->task_id, tr->empty_atom, tr->wake_probes);
         default:
                 if (tr->spawn_from_first_poll)
-                        live_remove(tr, r->task_id);
+                        live_tasks_remove(&tr->live, r->task_id);
                 /* A launch's poll ends as its task completes (complete runs
                  * as the poll returns Ready, on the same thread). */
                 if (t->blocking_nested && r->task_id && r->task_id == t->blocking_task) {

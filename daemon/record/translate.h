@@ -10,6 +10,7 @@
 
 #include "bpf/d9_events.h"
 #include "proto/d9proto.h"
+#include "daemon/record/live_tasks.h"
 #include "daemon/record/workers.h"
 #include "daemon/symbolize/mapping.h"
 
@@ -129,8 +130,8 @@ struct translate {
         struct ksyms *ksyms;            /* kernel names, to tell d9d's probe path */
         uint64_t stacks_lost;           /* over the unwind budget, not yet in a
                                          * D9LostEventsEvent */
-        uint64_t *live_tasks;           /* task ids seen polled and not yet terminated */
-        size_t live_cap, live_used;
+        struct live_tasks live;         /* task ids seen and not yet terminated */
+        uint64_t tasks_forgotten;       /* ... dropped unterminated (live.forgotten, kept past release) */
 
         struct tr_thread *threads;      /* open addressing, power-of-two size */
         size_t threads_cap, threads_used;
