@@ -167,6 +167,18 @@ static void long_poll_stall(struct translate *tr, uint64_t ns)
         tr->stalls_in_window += tr->window_open;
 }
 
+/* A run already past the stall threshold counts now, not at its end:
+ * --full-on-stall opens its window while that poll still runs (a poll that
+ * never ends opened none). */
+static void run_stall_so_far(struct translate *tr, struct tr_thread *t)
+{
+        if (!t->run_stalled && tr->stall_ns && t->run_last - t->run_first >= tr->stall_ns &&
+            (t->run_n >= 2 || t->run_preempted)) {
+                long_poll_stall(tr, t->run_last - t->run_first);
+                t->run_stalled = true;
+        }
+}
+
 static int run_close(struct translate *tr, struct tr_thread *t)
 {
         struct d9_enc_value v[7];
@@ -194,7 +206,8 @@ static int run_close(struct translate *tr, struct tr_thread *t)
         if (r == 0) {
                 tr->events++;
                 tr->long_polls++;
-                long_poll_stall(tr, min);
+                if (!t->run_stalled)
+                        long_poll_stall(tr, min);
         }
         return r;
 }
@@ -224,9 +237,11 @@ int long_poll_on_run(struct translate *tr, struct tr_thread *t, const struct d9_
                 t->run_depth = 0;
                 t->run_gen = 0;
                 t->run_preempted = false;
+                t->run_stalled = false;
         }
         t->run_last = rec->hdr.ts;
         t->run_n++;
+        run_stall_so_far(tr, t);
         /* The run's stack is its tick deepest inside the poll: the work
          * that kept it running (a busy loop's body), not the poll's own few
          * instructions before or after it, where a tick lands now and then. */
@@ -251,6 +266,7 @@ int long_poll_on_preempt(struct translate *tr, struct tr_thread *t, const struct
                 if (o->hdr.ts > t->run_last)
                         t->run_last = o->hdr.ts;
                 t->run_preempted = true;
+                run_stall_so_far(tr, t);
                 return 0;
         }
         /* A poll with no tick yet (under a tick of CPU time, then preempted:
@@ -273,6 +289,8 @@ int long_poll_on_preempt(struct translate *tr, struct tr_thread *t, const struct
         t->run_stack_atom = stack;
         t->run_gen = tr->enc_gen;
         t->run_preempted = true;
+        t->run_stalled = false;
+        run_stall_so_far(tr, t);
         return 0;
 }
 

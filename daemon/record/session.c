@@ -1813,11 +1813,12 @@ json_t *session_status_json(const struct session *s)
          * (either set), cores seen moving to another thread
          * (block_in_place), and polls ended by their task's next poll on
          * another thread (translate.c, end_poll_of_task_elsewhere). */
-        json_object_set_new(j, "workers", json_pack("{s:I,s:I,s:I,s:I}",
+        json_object_set_new(j, "workers", json_pack("{s:I,s:I,s:I,s:I,s:I}",
                 "polls_by_thread", (json_int_t)s->tr.polls_by_thread,
                 "ids_by_thread", (json_int_t)s->tr.ids_by_thread,
                 "hand_offs", (json_int_t)s->tr.cores_handed,
-                "polls_ended_by_task_elsewhere", (json_int_t)s->tr.polls_ended_by_task));
+                "polls_ended_by_task_elsewhere", (json_int_t)s->tr.polls_ended_by_task,
+                "sleeps_after_poll_end", (json_int_t)s->tr.offcpu_after_poll));
         json_object_set_new(j, "samples", session_samples_json(s));
         /* Drops: whether the ring was full at a drain after a long gap
          * (the loop late) or between drains close together (too small). */

@@ -199,7 +199,7 @@ void translate_release(struct translate *tr)
                 .stalls_in_window = tr->stalls_in_window,
                 .cores_handed = tr->cores_handed, .polls_by_thread = tr->polls_by_thread,
                 .polls_ended_by_task = tr->polls_ended_by_task,
-                .ids_by_thread = tr->ids_by_thread,
+                .ids_by_thread = tr->ids_by_thread, .offcpu_after_poll = tr->offcpu_after_poll,
                 .tasks_forgotten = tr->live.forgotten,
         };
 
@@ -894,6 +894,15 @@ static int on_offcpu(struct translate *tr, const struct d9_rec_offcpu *o, struct
         if (r < 0 || !tr->park_from_sched || t->worker >= D9_WORKER_BLOCKING ||
             t->poll_worker != D9_WORKER_NONE || o->prev_state == 0)
                 return r;
+        /* A sleep inside the thread's last poll, whose record came after
+         * that poll's end: BPF writes a stacked interval's record as the
+         * thread returns to user space, by task work that the kernel queues
+         * through an irq_work, and that can run only after the poll-end
+         * uprobe. It is the poll blocking, not a park. */
+        if (t->poll_end_ts && o->off_ts >= t->poll_ts && o->off_ts < t->poll_end_ts) {
+                tr->offcpu_after_poll++;
+                return r;
+        }
         tr->events++;
         /* Default set: an interval inside a task poll is that poll blocking. */
         if (tr->stack_workers && (r = long_poll_on_offcpu(tr, t, o, stack)) != 0)

@@ -68,6 +68,7 @@ struct tr_thread {
         uint32_t run_poll, run_n, run_stack_atom, run_gen, run_depth;
         uint64_t run_since, run_first, run_last;
         bool run_preempted;
+        bool run_stalled;               /* counted as a stall while still running */
 };
 
 struct lp_range;
@@ -130,6 +131,7 @@ struct translate {
         struct ksyms *ksyms;            /* kernel names, to tell d9d's probe path */
         uint64_t stacks_lost;           /* over the unwind budget, not yet in a
                                          * D9LostEventsEvent */
+        uint64_t offcpu_after_poll;     /* sleeps inside a poll whose record came after its end */
         struct live_tasks live;         /* task ids seen and not yet terminated */
         uint64_t tasks_forgotten;       /* ... dropped unterminated (live.forgotten, kept past release) */
 

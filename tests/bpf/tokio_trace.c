@@ -49,6 +49,7 @@ struct thread_state {
         uint64_t off_all_ns;    /* all of its off-CPU time */
         unsigned off_vol_n, off_inv_n;  /* off-CPU records inside the open poll, by kind */
         uint64_t last_task, last_start, last_end;       /* its last closed poll */
+        uint64_t last_vol_ns;   /* ... its voluntary off-CPU time */
         int parked;             /* -1 unknown, 0 running, 1 parked */
         bool polled;            /* has started a poll */
         uint32_t worker;        /* the worker its runtime task polls named */
@@ -64,6 +65,7 @@ struct stats {
         unsigned long park_in_poll;     /* PARK while the thread's poll is open */
         unsigned long slept_outside;    /* voluntary sleeps of polling threads outside a poll */
         unsigned long sleep_polls;      /* polls holding >= 19 ms of voluntary off-CPU time */
+        unsigned long offcpu_late;      /* ... whose record came after the poll's end */
         unsigned long boxed_polls;      /* POLL_START with a concrete future fn */
         uint64_t boxed_fns[8];
         size_t n_boxed_fns;
@@ -113,6 +115,7 @@ static void poll_closed(struct stats *s, struct thread_state *t, uint64_t task, 
                          (unsigned long long)task, ms, (double)t->off_all_ns / 1e6, (double)t->off_vol_ns / 1e6,
                          t->off_vol_n, t->off_inv_n);
         s->sleep_polls += t->off_vol_ns >= 19 * 1000000ull;
+        t->last_vol_ns = t->off_vol_ns;
         if (ms - (double)t->off_vol_ns / 1e6 < 40.0 || s->n_long == MAX_LONG)
                 return;
         lp = &s->longs[s->n_long++];
@@ -234,6 +237,20 @@ static void on_offcpu_rec(struct stats *s, const struct d9_rec_offcpu *r)
         uint64_t late = t->open_ts + 45 * 1000000ull;
 
         s->offcpu++;
+        /* A sleep inside the thread's last poll whose record came after the
+         * poll's end: BPF writes a stacked interval's record as the thread
+         * returns to user space, by task work the kernel queues through an
+         * irq_work, which may run only after the poll-end uprobe. Counted
+         * to that poll, and said (d9d's translate does the same). */
+        if (r->prev_state && (!t->open_ts || r->off_ts < t->open_ts) && t->last_end &&
+            r->off_ts >= t->last_start && r->hdr.ts <= t->last_end) {
+                bool was = t->last_vol_ns >= 19 * 1000000ull;
+
+                s->offcpu_late++;
+                t->last_vol_ns += r->hdr.ts - r->off_ts;
+                s->sleep_polls += !was && t->last_vol_ns >= 19 * 1000000ull;
+                return;
+        }
         if (r->prev_state && t->polled && (!t->open_ts || r->off_ts < t->open_ts)) {
                 s->slept_outside++;
                 /* What tells a poll that ended before its sleep from an
@@ -548,7 +565,8 @@ static void check_results(const struct stats *s, const struct probe_plan *plan,
         check_long_polls(s, truth);
         tap_ok(s->sleep_polls == (unsigned long)truth_int(truth, "sleep_polls"),
                "each 20 ms sleep inside a poll stays in its poll: %lu polls hold >= 19 ms of sleep, "
-               "the target made %ld", s->sleep_polls, truth_int(truth, "sleep_polls"));
+               "the target made %ld (%lu sleep records came after their poll's end)", s->sleep_polls,
+               truth_int(truth, "sleep_polls"), s->offcpu_late);
         tap_ok(s->park_in_poll == 0, "no park while a poll is open (%lu)", s->park_in_poll);
         check_workers(s, truth);
         tap_diag("parks %lu; voluntary sleeps outside a poll of threads that poll %lu (a park that "

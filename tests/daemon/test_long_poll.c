@@ -529,6 +529,35 @@ static void test_preempted_short_polls(void)
         ok(l.park[0] == 1, "the sleep outside a poll is still a park (%d)", l.park[0]);
 }
 
+/* --full-on-stall: a run past the threshold counts as a stall while it
+ * still runs, so a poll that never ends opens a window; counted once, not
+ * again at its end; a shorter run none. */
+static void test_stall_counted_while_running(void)
+{
+        const uint64_t in_task[] = { TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        struct log l;
+        struct run r;
+        char workers[64];
+        uint64_t since, during, after, short_run;
+
+        run_start(&r);
+        r.tr.stall_ns = 10 * 1000000ull;
+        since = r.ts;
+        for (int i = 0; i < 10; i++)    /* 4.5 ms */
+                tick(&r, 101, stack(&r, 101, in_task, 3), since);
+        short_run = r.tr.stalls;
+        for (int i = 0; i < 30; i++)    /* 19.5 ms from the first tick */
+                tick(&r, 101, stack(&r, 101, in_task, 3), since);
+        during = r.tr.stalls;
+        long_poll_flush(&r.tr, true);
+        after = r.tr.stalls;
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(short_run == 0 && during == 1 && after == 1 && l.long_running == 1,
+           "a run past the stall threshold counts while running (%llu at 4.5 ms, %llu at 19.5 ms), once (%llu "
+           "after its end; %d long poll)", (unsigned long long)short_run, (unsigned long long)during,
+           (unsigned long long)after, l.long_running);
+}
+
 int main(void)
 {
         plan_init();
@@ -541,5 +570,6 @@ int main(void)
         test_preemptions_of_another_stretch();
         test_preemptions_extend_runs();
         test_preempted_short_polls();
+        test_stall_counted_while_running();
         return tap_done();
 }

@@ -423,6 +423,32 @@ static void test_parks_from_sched_switch(void)
         ok(!strcmp(workers, "0"), "one worker ('%s')", workers);
 }
 
+/* A sleep inside a poll whose OFFCPU record comes after that poll's end
+ * (BPF writes it at the thread's return to user space, by task work that
+ * can run after the poll-end uprobe): the poll blocked, no park. */
+static void test_sleep_record_after_its_poll_end(void)
+{
+        struct d9_rec_task t = { .task_id = 5, .cookie = C_TASK };
+        struct d9_rec_offcpu o = { .prev_state = 1 };
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r, false, false);
+        hdr(&t.hdr, &r, D9_REC_POLL_START, 101);
+        translate_record(&r.tr, &t, sizeof(t));
+        o.off_ts = r.ts + 100;
+        hdr(&t.hdr, &r, D9_REC_POLL_END, 101);
+        translate_record(&r.tr, &t, sizeof(t));
+        o.hdr = (struct d9_rec_hdr){ .type = D9_REC_OFFCPU, .tid = 101, .tgid = 1, .ts = r.ts - 100 };
+        translate_record(&r.tr, &o, sizeof(o));
+        offcpu(&r, 101, 1);     /* idle after it: a park */
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.park[0] == 1 && l.unpark[0] == 1,
+           "a sleep inside a poll, its record after the poll's end, is no park: %d parks for 1 idle sleep",
+           l.park[0]);
+}
+
 /* Parks from sched_switch carry what the scheduler says: the thread's CPU
  * time at switch-out on both events, the wakeup-to-switch-in wait on the
  * unpark (BPF measures both; see d9_sched.bpf.c). */
@@ -1220,6 +1246,7 @@ int main(void)
         test_park_keys_mid_run();
         test_given_back_id_is_reused();
         test_parks_from_sched_switch();
+        test_sleep_record_after_its_poll_end();
         test_no_sched_parks_with_probes();
         test_sched_parks_carry_cpu_and_wait();
         test_current_thread();
