@@ -32,6 +32,31 @@ static void copy_string(char *dst, size_t len, const struct d9_value *v)
         dst[n] = 0;
 }
 
+/* A poll running at the attach that outlives a segment is written again
+ * in the next one, longer (daemon/record/attach_poll.h): one poll, its
+ * longest event. False: ev is an earlier, shorter one's repeat. */
+static bool keep_longest_at_attach(struct report_long_polls *lp, const struct d9_dec_event *ev, uint64_t min)
+{
+        char how[16];
+        uint64_t tid;
+
+        copy_string(how, sizeof(how), d9ctl_trace_field(ev, "how"));
+        if (strcmp(how, "at attach"))
+                return true;
+        tid = d9ctl_trace_field_u(ev, "tid");
+        for (unsigned i = 0; i < lp->n; i++) {
+                if (lp->top[i].tid != tid || strcmp(lp->top[i].how, "at attach"))
+                        continue;
+                if (min <= lp->top[i].min_ns)
+                        return false;
+                memmove(&lp->top[i], &lp->top[i + 1], (lp->n - i - 1) * sizeof(*lp->top));
+                lp->n--;
+                lp->total--;
+                break;
+        }
+        return true;
+}
+
 bool d9ctl_report_long_polls_event(struct report_long_polls *lp, const struct d9_dec_event *ev)
 {
         const struct d9_value *stack;
@@ -41,8 +66,10 @@ bool d9ctl_report_long_polls_event(struct report_long_polls *lp, const struct d9
 
         if (strcmp(ev->schema->name, "D9LongPollEvent"))
                 return false;
-        lp->total++;
         min = d9ctl_trace_field_u(ev, "min_ns");
+        if (!keep_longest_at_attach(lp, ev, min))
+                return true;
+        lp->total++;
         if (!lp->cap || (lp->n == lp->cap && min <= lp->top[lp->n - 1].min_ns))
                 return true;
         i = lp->n < lp->cap ? lp->n++ : lp->n - 1;

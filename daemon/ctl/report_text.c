@@ -77,10 +77,18 @@ static void print_long_polls(FILE *out, const json_t *doc)
                 JSON_INTEGER_FORMAT " in all)\n", json_integer_value(json_object_get(doc, "long_polls_from_stacks_total")));
         json_array_foreach(list, i, p) {
                 const char *future = json_string_value(json_object_get(p, "future"));
-                fprintf(out, "  >= %9.3f ms  worker %-3d %-9s %3" JSON_INTEGER_FORMAT " ticks  %s\n               ",
-                        ms(p, "min_ns"), (int)json_integer_value(json_object_get(p, "worker")),
-                        json_string_value(json_object_get(p, "how")), json_integer_value(json_object_get(p, "ticks")),
-                        future && *future ? future : "(unknown future)");
+                json_int_t worker = json_integer_value(json_object_get(p, "worker"));
+                char who[32];
+
+                /* A poll running at the attach: its worker is not known yet. */
+                if (worker < 255)
+                        snprintf(who, sizeof(who), "worker %-3d", (int)worker);
+                else
+                        snprintf(who, sizeof(who), "tid %" JSON_INTEGER_FORMAT,
+                                 json_integer_value(json_object_get(p, "tid")));
+                fprintf(out, "  >= %9.3f ms  %-10s %-9s %3" JSON_INTEGER_FORMAT " ticks  %s\n               ",
+                        ms(p, "min_ns"), who, json_string_value(json_object_get(p, "how")),
+                        json_integer_value(json_object_get(p, "ticks")), future && *future ? future : "(unknown future)");
                 print_stack(out, p);
                 fputc('\n', out);
         }

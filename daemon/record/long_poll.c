@@ -57,12 +57,13 @@ static int unwinder_vaddr(void *ctx, uint64_t addr, uint64_t *vaddr)
         return tr->unw ? unwinder_link_vaddr(tr->unw, addr, tr->plan->build_id, vaddr) : -ENOENT;
 }
 
-int long_poll_enable(struct translate *tr, uint64_t period_ns, long_poll_vaddr_fn vaddr_of, void *ctx)
+int long_poll_ranges(struct translate *tr, long_poll_vaddr_fn vaddr_of, void *ctx)
 {
         const struct probe_plan *p = tr->plan;
 
         if (!p)
                 return 0;
+        long_poll_free(tr);
         tr->lp_ranges = calloc(p->n_points ? p->n_points : 1, sizeof(*tr->lp_ranges));
         tr->launch_polls = calloc(p->n_points ? p->n_points : 1, 1);
         if (!tr->lp_ranges || !tr->launch_polls) {
@@ -79,9 +80,18 @@ int long_poll_enable(struct translate *tr, uint64_t period_ns, long_poll_vaddr_f
                                 lo, pt->func_end, (uint32_t)pt->cookie, pt->blocking_task };
         }
         qsort(tr->lp_ranges, tr->n_lp_ranges, sizeof(*tr->lp_ranges), by_lo);
-        tr->run_period_ns = period_ns;
         tr->lp_vaddr_of = vaddr_of ? vaddr_of : unwinder_vaddr;
         tr->lp_ctx = vaddr_of ? ctx : tr;
+        return 0;
+}
+
+int long_poll_enable(struct translate *tr, uint64_t period_ns, long_poll_vaddr_fn vaddr_of, void *ctx)
+{
+        int r = long_poll_ranges(tr, vaddr_of, ctx);
+
+        if (r < 0 || !tr->plan)
+                return r;
+        tr->run_period_ns = period_ns;
         tr->stack_workers = true;
         return 0;
 }
@@ -121,6 +131,25 @@ static const struct lp_range *range_of(const struct translate *tr, uint64_t vadd
         return &tr->lp_ranges[lo - 1];
 }
 
+/* The poll function a frame lies in, or NULL. */
+static const struct lp_range *frame_range(const struct translate *tr, uint64_t addr)
+{
+        uint64_t v;
+
+        return tr->lp_vaddr_of(tr->lp_ctx, addr, &v) < 0 ? NULL : range_of(tr, v);
+}
+
+uint32_t long_poll_task_frame(const struct translate *tr, const uint64_t *frames, uint32_t n, uint32_t n_kern)
+{
+        for (uint32_t i = n_kern; tr->n_lp_ranges && i < n; i++) {
+                const struct lp_range *r = frame_range(tr, frames[i]);
+
+                if (r && !r->blocking)
+                        return r->cookie + 1;
+        }
+        return 0;
+}
+
 void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stack_id, const uint64_t *frames,
                         uint32_t n, uint32_t n_kern)
 {
@@ -130,10 +159,9 @@ void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stac
          * block_on inside a poll is still that worker's poll), the last
          * blocking one the outermost. */
         for (uint32_t i = n_kern; i < n; i++) {
-                const struct lp_range *r;
-                uint64_t v;
+                const struct lp_range *r = frame_range(tr, frames[i]);
 
-                if (tr->lp_vaddr_of(tr->lp_ctx, frames[i], &v) < 0 || !(r = range_of(tr, v)))
+                if (!r)
                         continue;
                 if (!r->blocking && !task) {
                         task = r->cookie + 1;
@@ -179,37 +207,46 @@ static void run_stall_so_far(struct translate *tr, struct tr_thread *t)
         }
 }
 
-static int run_close(struct translate *tr, struct tr_thread *t)
+int long_poll_write(struct translate *tr, const struct tr_thread *t, const struct long_poll_seen *lp)
 {
         struct d9_enc_value v[7];
-        uint64_t min = t->run_last - t->run_first;
-        uint32_t cookie = t->run_poll - 1;
+        int r;
+
+        v[0] = (struct d9_enc_value){ .present = true, .u = t->worker < D9_WORKER_BLOCKING ? t->worker : 255 };
+        v[1] = (struct d9_enc_value){ .present = true, .u = t->tid };
+        v[2] = (struct d9_enc_value){ .present = true, .atom = translate_label_atom(tr, lp->cookie) };
+        v[3] = (struct d9_enc_value){ .present = true, .u = lp->min_ns };
+        v[4] = (struct d9_enc_value){ .present = true, .u = lp->ticks };
+        v[5] = (struct d9_enc_value){ .present = true };
+        v[6] = (struct d9_enc_value){ .present = true, .atom = lp->stack_atom };
+        r = d9_enc_intern_string(tr->enc, lp->how, strlen(lp->how), &v[5].atom);
+        if (r == 0)
+                r = d9_enc_event(tr->enc, tr->long_poll_schema, lp->ts, v);
+        tr->long_polls += r == 0;
+        return r;
+}
+
+static int run_close(struct translate *tr, struct tr_thread *t)
+{
+        struct long_poll_seen lp = {
+                .cookie = t->run_poll - 1, .min_ns = t->run_last - t->run_first, .ticks = t->run_n,
+                .how = t->run_n < 2 ? "preempted" : "running", .ts = t->run_last,
+                .stack_atom = t->run_gen == tr->enc_gen ? t->run_stack_atom : tr->empty_stack,
+        };
         int r;
 
         t->run_poll = 0;
         /* One tick in the poll says nothing about its length; a preemption
          * inside it does (from the tick, or the switch-out, to switch-in). */
-        if ((t->run_n < 2 && !t->run_preempted) || min < LONG_POLL_MIN_NS)
+        if ((t->run_n < 2 && !t->run_preempted) || lp.min_ns < LONG_POLL_MIN_NS)
                 return 0;
-        v[0] = (struct d9_enc_value){ .present = true, .u = t->worker < D9_WORKER_BLOCKING ? t->worker : 255 };
-        v[1] = (struct d9_enc_value){ .present = true, .u = t->tid };
-        v[2] = (struct d9_enc_value){ .present = true, .atom = translate_label_atom(tr, cookie) };
-        v[3] = (struct d9_enc_value){ .present = true, .u = min };
-        v[4] = (struct d9_enc_value){ .present = true, .u = t->run_n };
-        v[5] = (struct d9_enc_value){ .present = true };
-        r = t->run_n < 2 ? d9_enc_intern_string(tr->enc, "preempted", 9, &v[5].atom)
-                         : d9_enc_intern_string(tr->enc, "running", 7, &v[5].atom);
-        v[6] = (struct d9_enc_value){ .present = true,
-                                      .atom = t->run_gen == tr->enc_gen ? t->run_stack_atom : tr->empty_stack };
-        if (r == 0)
-                r = d9_enc_event(tr->enc, tr->long_poll_schema, t->run_last, v);
-        if (r == 0) {
-                tr->events++;
-                tr->long_polls++;
-                if (!t->run_stalled)
-                        long_poll_stall(tr, min);
-        }
-        return r;
+        r = long_poll_write(tr, t, &lp);
+        if (r < 0)
+                return r;
+        tr->events++;
+        if (!t->run_stalled)
+                long_poll_stall(tr, lp.min_ns);
+        return 0;
 }
 
 int long_poll_on_run(struct translate *tr, struct tr_thread *t, const struct d9_rec_run *rec,
@@ -296,28 +333,19 @@ int long_poll_on_preempt(struct translate *tr, struct tr_thread *t, const struct
 
 int long_poll_on_offcpu(struct translate *tr, struct tr_thread *t, const struct d9_rec_offcpu *o, uint32_t stack)
 {
-        struct d9_enc_value v[7];
-        uint64_t len = o->hdr.ts - o->off_ts;
+        struct long_poll_seen lp = { .min_ns = o->hdr.ts - o->off_ts, .how = "blocked", .ts = o->hdr.ts,
+                                     .stack_atom = stack };
         int r = 0;
 
         if (t->run_poll)
                 r = run_close(tr, t);
         if (r < 0 || !o->stack_id || t->lp_stack != o->stack_id || !t->lp_poll)
                 return r;
-        v[0] = (struct d9_enc_value){ .present = true, .u = t->worker < D9_WORKER_BLOCKING ? t->worker : 255 };
-        v[1] = (struct d9_enc_value){ .present = true, .u = t->tid };
-        v[2] = (struct d9_enc_value){ .present = true, .atom = translate_label_atom(tr, t->lp_poll - 1) };
-        v[3] = (struct d9_enc_value){ .present = true, .u = len };
-        v[4] = (struct d9_enc_value){ .present = true, .u = 0 };
-        v[5] = (struct d9_enc_value){ .present = true };
-        v[6] = (struct d9_enc_value){ .present = true, .atom = stack };
-        r = d9_enc_intern_string(tr->enc, "blocked", 7, &v[5].atom);
-        if (r == 0)
-                r = d9_enc_event(tr->enc, tr->long_poll_schema, o->hdr.ts, v);
+        lp.cookie = t->lp_poll - 1;
+        r = long_poll_write(tr, t, &lp);
         if (r < 0)
                 return r;
-        tr->long_polls++;
-        long_poll_stall(tr, len);
+        long_poll_stall(tr, lp.min_ns);
         return 1;
 }
 

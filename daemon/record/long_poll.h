@@ -39,6 +39,25 @@ struct d9_rec_offcpu;
 /* Link-time address of a user address in the planned executable; 0 or <0. */
 typedef int (*long_poll_vaddr_fn)(void *ctx, uint64_t addr, uint64_t *vaddr);
 
+/* The plan's poll functions, for finding poll frames in stacks (vaddr_of
+ * NULL: the session's unwinder), without turning the derivations on (the
+ * full set's polls at attach, attach_poll.h). 0 or -ENOMEM. */
+int long_poll_ranges(struct translate *tr, long_poll_vaddr_fn vaddr_of, void *ctx);
+/* cookie + 1 of the innermost runtime-task poll frame in frames (leaf
+ * first, n_kern kernel ones first), 0: none. */
+uint32_t long_poll_task_frame(const struct translate *tr, const uint64_t *frames, uint32_t n, uint32_t n_kern);
+
+/* One D9LongPollEvent: at least min_ns long, written at ts, how it was seen. */
+struct long_poll_seen {
+        uint32_t cookie;                /* the poll point's */
+        uint64_t min_ns, ticks, ts;
+        const char *how;
+        uint32_t stack_atom;
+};
+/* Written on t's worker (255: none known) and tid; counted in long_polls,
+ * not in events (the caller's). 0 or a negative errno from the encoder. */
+int long_poll_write(struct translate *tr, const struct tr_thread *t, const struct long_poll_seen *lp);
+
 /* Turn the derivations on for tr (after translate_init, with a plan):
  * period_ns is the run tick's period. vaddr_of NULL: the session's
  * unwinder. Returns 0 or -ENOMEM. */

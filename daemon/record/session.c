@@ -16,6 +16,7 @@
 #include "bpf/bpf_loader.h"
 #include "daemon/core/cleanup.h"
 #include "daemon/core/log.h"
+#include "daemon/record/attach_poll.h"
 #include "daemon/record/long_poll.h"
 #include "daemon/record/plan_child.h"
 #include "daemon/record/planner.h"
@@ -155,6 +156,11 @@ static bool plan_gaps_told(const struct session *s)
 #define D9_STACK_PARK_ROUTE                                                                         \
         "sched_switch: a worker's (a thread whose stacks show task polls) voluntary switch-out of "  \
         ">= offcpu_min outside a task poll frame; shorter ones are only counted per target"
+#define D9_ATTACH_POLL_ROUTE                                                                        \
+        "every poll that starts after the uprobes attached is recorded; one running then: "          \
+        "D9LongPollEvent how \"at attach\", from the 99 Hz CPU samples of a thread inside a task "   \
+        "poll frame with no poll start, end or park of its own since (at least from the uprobes' "    \
+        "start to its last such sample)"
 #define D9_DEFAULT_NOT_RECORDED "poll start/end, spawn, terminate, wake (no uprobes attached)"
 
 /* What feeds each dial9 event in this session: an attached probe, a
@@ -198,7 +204,9 @@ static json_t *routes_json(const struct session *s)
         return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}",
                 "poll", !has[PROBE_POLL] ? "none" :
                         s->tr.end_at_next_poll ? entry_only : "uprobe raw::poll (plan points)",
-                "long_poll", has[PROBE_POLL] ? "none (every poll is recorded)" :
+                "long_poll", has[PROBE_POLL] && s->tr.attach_polls ? D9_ATTACH_POLL_ROUTE :
+                             has[PROBE_POLL] ? "none: every poll that starts after the uprobes attached is "
+                                               "recorded; one running then is not seen" :
                              stack_workers ? D9_LONG_POLL_ROUTE : "none",
                 "spawn", has[PROBE_SPAWN] ? "uprobe OwnedTasks::bind / bind_inner; a task id no spawn probe saw "
                                             "(spawned before the attach, or where both are inlined) at its first poll" :
@@ -347,6 +355,8 @@ static void session_meta_build(const struct session *s, struct session_meta *m)
                 m->kv[m->n++] = (struct d9_kv){ "not_recorded", D9_DEFAULT_NOT_RECORDED };
         if (s->probes & D9_PROBE_RUNS)
                 m->kv[m->n++] = (struct d9_kv){ "long_polls", D9_LONG_POLL_ROUTE };
+        else if (s->tr.attach_polls)
+                m->kv[m->n++] = (struct d9_kv){ "long_polls", D9_ATTACH_POLL_ROUTE };
         if (s->wakes_sampled)
                 m->kv[m->n++] = (struct d9_kv){ "wakes", "sampled: see D9WakeWindowEvent (attached, on_ms, period_ms)" };
         if (s->tr.stall_ns) {
@@ -532,6 +542,7 @@ static void session_close_segment(struct session *s)
          * and so is a poll end its task's start elsewhere decided. */
         if (s->tr.enc) {
                 long_poll_flush(&s->tr, true);
+                attach_poll_flush(&s->tr);
                 translate_settle_poll_ends(&s->tr, true);
         }
         job = calloc(1, sizeof(*job));
@@ -1136,6 +1147,9 @@ int session_enable_long_polls(struct session *s)
         /* Default set: workers, parks and long polls from stacks. */
         if ((s->probes & D9_PROBE_RUNS) && s->plan && probe_plan_poll_bodies(s->plan))
                 return long_poll_enable(&s->tr, D9_RUN_SAMPLE_US_DEFAULT * 1000ull, NULL, NULL);
+        /* Poll uprobes: a poll running at the attach, from the CPU samples. */
+        if ((s->probes & D9_PROBE_POLL) && (s->probes & D9_PROBE_CPU) && s->plan && probe_plan_poll_bodies(s->plan))
+                return attach_poll_enable(&s->tr, NULL, NULL);
         return 0;
 }
 

@@ -205,7 +205,7 @@ static void late_apply(struct session *s, struct session_late *l)
                         session_window_setup(s);
                         session_exe_map_update(s);
                 }
-                if (r == 0 && s->tr.stack_workers && s->tr.enc)
+                if (r == 0 && (s->tr.stack_workers || s->tr.attach_polls) && s->tr.enc)
                         r = long_poll_declare(&s->tr);
                 if (r < 0) {
                         free(l->why);

@@ -56,6 +56,7 @@
 #include "daemon/symbolize/kallsyms.h"
 #include "daemon/core/log.h"
 #include "daemon/symbolize/stack_marks.h"
+#include "daemon/record/attach_poll.h"
 #include "daemon/record/long_poll.h"
 #include "daemon/record/unwind.h"
 #include "daemon/record/translate.h"
@@ -242,7 +243,7 @@ int translate_set_encoder(struct translate *tr, struct d9_enc *enc)
         if (r < 0)
                 return r;
         tr->probes_schema = r;
-        if (tr->stack_workers && (r = long_poll_declare(tr)) < 0)
+        if ((tr->stack_workers || tr->attach_polls) && (r = long_poll_declare(tr)) < 0)
                 return r;
         r = d9_enc_intern_string(enc, "", 0, &tr->empty_atom);
         if (!r)
@@ -1039,6 +1040,7 @@ static void on_stack_frames(struct translate *tr, const struct translate_held_st
         }
         if (tr->stack_workers)
                 long_poll_on_stack(tr, t, h->stack_id, st->frames, n, h->n_kern);
+        attach_poll_on_stack(tr, t, h->stack_id, st->frames, n, h->n_kern);
         /* Say where a stack stops short, so a flame graph does not show
          * the innermost frames as if they were all there was. */
         if (h->cut && n < MAX_FRAMES) {
@@ -1092,6 +1094,7 @@ int translate_stack_frames(struct translate *tr, uint32_t tid, uint64_t stack_id
         st->n = n;
         if (tr->stack_workers)
                 long_poll_on_stack(tr, t, stack_id, st->frames, n, n_kern < n ? n_kern : n);
+        attach_poll_on_stack(tr, t, stack_id, st->frames, n, n_kern < n ? n_kern : n);
         return 0;
 }
 
@@ -1180,7 +1183,12 @@ int translate_record(struct translate *tr, const void *rec, size_t size)
         case D9_REC_TERMINATE:
                 if (size < sizeof(struct d9_rec_task))
                         return -EBADMSG;
-                r = on_task(tr, rec, t);
+                /* A spawn or a terminate comes from inside a poll: only a
+                 * poll's start or end shows that the thread left it. */
+                if (h->type == D9_REC_POLL_START || h->type == D9_REC_POLL_END)
+                        r = attach_poll_own_record(tr, t);
+                if (r == 0)
+                        r = on_task(tr, rec, t);
                 if (r == 1)
                         return 0;
                 break;
@@ -1196,7 +1204,9 @@ int translate_record(struct translate *tr, const void *rec, size_t size)
         case D9_REC_UNPARK:
                 if (size < sizeof(struct d9_rec_park))
                         return -EBADMSG;
-                r = on_park(tr, rec, t);
+                r = attach_poll_own_record(tr, t);
+                if (r == 0)
+                        r = on_park(tr, rec, t);
                 if (r == 1)
                         return 0;
                 break;
@@ -1209,8 +1219,11 @@ int translate_record(struct translate *tr, const void *rec, size_t size)
                 const struct d9_rec_sample *s = rec;
                 if (size < sizeof(*s))
                         return -EBADMSG;
+                uint32_t stack = sample_stack(tr, t, s->stack_id, s->ip);
+
                 r = d9_enc_cpu_sample(tr->enc, h->ts, sample_lane(t), h->tid, 0, thread_name_atom(tr, t, s->comm),
-                                      sample_stack(tr, t, s->stack_id, s->ip), h->cpu);
+                                      stack, h->cpu);
+                attach_poll_on_sample(tr, t, h->ts, s->stack_id, stack);
                 break;
         }
         case D9_REC_STACK:

@@ -69,6 +69,14 @@ struct tr_thread {
         uint64_t run_since, run_first, run_last;
         bool run_preempted;
         bool run_stalled;               /* counted as a stall while still running */
+        /* attach_poll.c (full set): the innermost task poll frame of its
+         * stack ap_stack; the poll it has been in since before the uprobes
+         * attached (ap_poll = cookie + 1), its CPU samples in it, the last
+         * one's time and the latest stack (atom of encoder generation
+         * ap_gen). ap_done: a poll, park or poll end of its own came. */
+        uint64_t ap_stack, ap_last;
+        uint32_t ap_stack_poll, ap_poll, ap_n, ap_atom, ap_gen;
+        bool ap_done;
 };
 
 struct lp_range;
@@ -167,6 +175,7 @@ struct translate {
                                          * for its worker, either probe set */
         /* long_poll.c: workers and long polls from stacks (default set). */
         bool stack_workers;
+        bool attach_polls;              /* attach_poll.c: polls running at the attach (full set) */
         uint64_t run_period_ns;
         int (*lp_vaddr_of)(void *ctx, uint64_t addr, uint64_t *vaddr);
         void *lp_ctx;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "bpf/d9_events.h"
+#include "daemon/record/attach_poll.h"
 #include "daemon/record/long_poll.h"
 #include "proto/d9proto.h"
 #include "daemon/record/translate.h"
@@ -48,7 +49,7 @@ static int same_vaddr(void *ctx, uint64_t addr, uint64_t *vaddr)
 
 struct log {
         int park[256], unpark[256], samples[256];
-        int long_running, long_blocked, long_preempted;
+        int long_running, long_blocked, long_preempted, long_at_attach;
         int long_on[256];               /* long polls per worker_id */
         uint64_t min_ns[8], ticks[8], worker[8], leaf[8];
         char label[8][32];
@@ -79,7 +80,7 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
         uint64_t w = field_u(ev, "worker_id");
 
         if (!strcmp(n, "D9LongPollEvent")) {
-                int i = l->long_running + l->long_blocked + l->long_preempted;
+                int i = l->long_running + l->long_blocked + l->long_preempted + l->long_at_attach;
                 char how[16];
 
                 field_s(ev, "how", how, sizeof(how));
@@ -99,6 +100,8 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
                         l->long_blocked++;
                 else if (!strcmp(how, "preempted"))
                         l->long_preempted++;
+                else if (!strcmp(how, "at attach"))
+                        l->long_at_attach++;
                 if (w < 256)
                         l->long_on[w]++;
                 return 0;
@@ -120,6 +123,18 @@ struct run {
         uint8_t *buf;
         uint64_t ts, stack_id;
 };
+
+static void run_start_full_set(struct run *r)
+{
+        memset(r, 0, sizeof(*r));
+        r->buf = malloc(1 << 22);
+        d9_enc_new(&r->enc);
+        d9_enc_set_output(r->enc, r->buf, 1 << 22, NULL, NULL);
+        translate_init(&r->tr, 1, &plan, false, false);
+        attach_poll_enable(&r->tr, same_vaddr, NULL);
+        translate_set_encoder(&r->tr, r->enc);
+        r->ts = 1000000000;
+}
 
 static void run_start(struct run *r)
 {
@@ -176,6 +191,23 @@ static void tick(struct run *r, uint32_t tid, uint64_t stack_id, uint64_t since)
         translate_record(&r->tr, &t, sizeof(t));
 }
 
+/* A 99 Hz CPU sample of tid at ts with the stack stack_id. */
+static void cpu_sample_at(struct run *r, uint32_t tid, uint64_t stack_id, uint64_t ts)
+{
+        struct d9_rec_sample smp = { .ip = 0x1234, .stack_id = stack_id };
+
+        smp.hdr = (struct d9_rec_hdr){ .type = D9_REC_CPU_SAMPLE, .tid = tid, .tgid = 1, .ts = ts };
+        translate_record(&r->tr, &smp, sizeof(smp));
+}
+
+static void poll_start_at(struct run *r, uint32_t tid, uint64_t ts)
+{
+        struct d9_rec_task t = { .task_id = 7, .cookie = C_TASK2 };
+
+        t.hdr = (struct d9_rec_hdr){ .type = D9_REC_POLL_START, .tid = tid, .tgid = 1, .ts = ts };
+        translate_record(&r->tr, &t, sizeof(t));
+}
+
 static void run_end(struct run *r, struct log *l, char *workers, size_t len)
 {
         struct d9_dec_opts opts = { .strict = true, .on_event = on_event, .ctx = l };
@@ -185,6 +217,7 @@ static void run_end(struct run *r, struct log *l, char *workers, size_t len)
 
         memset(l, 0, sizeof(*l));
         long_poll_flush(&r->tr, true);
+        attach_poll_flush(&r->tr);
         translate_worker_list(&r->tr, workers, len);
         out = d9_enc_output(r->enc, &n);
         if (d9_decode(out, n, &opts, &res) < 0)
@@ -558,6 +591,44 @@ static void test_stall_counted_while_running(void)
            (unsigned long long)after, l.long_running);
 }
 
+/* The full set (poll uprobes, no run ticks): a thread sampled inside a
+ * task poll frame with no poll start, end or park of its own since the
+ * uprobes went live has been in that poll since before: one D9LongPollEvent
+ * "at attach" from the uprobes' start to its last such sample, written at
+ * its first own record or at the end; not for a thread whose poll began
+ * after (its start came first), nor from samples before the uprobes, nor
+ * under 1 ms. */
+static void test_poll_running_at_attach(void)
+{
+        const uint64_t in_task[] = { TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        const uint64_t ms = 1000000;
+        struct log l;
+        struct run r;
+        char workers[64];
+        uint64_t t0;
+
+        run_start_full_set(&r);
+        t0 = r.ts + 100 * ms;
+        cpu_sample_at(&r, 103, stack(&r, 103, in_task, 3), t0 - 50 * ms);    /* before the uprobes */
+        translate_uprobes_from(&r.tr, t0);
+        for (int i = 1; i <= 3; i++)                                            /* stuck since before t0 */
+                cpu_sample_at(&r, 101, stack(&r, 101, in_task, 3), t0 + i * 10 * ms);
+        poll_start_at(&r, 102, t0 + 5 * ms);                                    /* a poll begun after t0 */
+        cpu_sample_at(&r, 102, stack(&r, 102, in_task, 3), t0 + 15 * ms);
+        cpu_sample_at(&r, 105, stack(&r, 105, in_task, 3), t0 + ms / 2);       /* 0.5 ms: not written */
+        poll_start_at(&r, 101, t0 + 40 * ms);                                   /* its poll ended */
+        cpu_sample_at(&r, 101, stack(&r, 101, in_task, 3), t0 + 50 * ms);      /* in the new one: nothing */
+        for (int i = 1; i <= 2; i++)                                            /* still stuck at the end */
+                cpu_sample_at(&r, 104, stack(&r, 104, in_task, 3), t0 + i * 10 * ms);
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.long_at_attach == 2 && l.min_ns[0] == 30 * ms && l.ticks[0] == 3 && l.worker[0] == 255 &&
+           !strcmp(l.label[0], "app::serve") && l.min_ns[1] == 20 * ms && l.ticks[1] == 2,
+           "two polls running at the attach: %d 'at attach' (%llu ms in %llu samples, worker %llu, '%s'; "
+           "%llu ms in %llu, still running at the end)", l.long_at_attach,
+           (unsigned long long)(l.min_ns[0] / ms), (unsigned long long)l.ticks[0], (unsigned long long)l.worker[0],
+           l.label[0], (unsigned long long)(l.min_ns[1] / ms), (unsigned long long)l.ticks[1]);
+}
+
 int main(void)
 {
         plan_init();
@@ -571,5 +642,6 @@ int main(void)
         test_preemptions_extend_runs();
         test_preempted_short_polls();
         test_stall_counted_while_running();
+        test_poll_running_at_attach();
         return tap_done();
 }
