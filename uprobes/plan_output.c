@@ -168,8 +168,10 @@ void probe_plan_print(const struct probe_plan *plan, FILE *out, bool all_points)
                 plan->n_vtables, plan->scan_method ? plan->scan_method : "-", plan->polls_by_symbols,
                 plan->polls_by_scan, plan->polls_in_both,
                 plan->has_symbols ? (plan->routes_agree ? " (routes agree)" : " (ROUTES DISAGREE)") : "");
-        fprintf(out, "terminate:      %zu Harness::complete found from the vtables, %zu vtables without one%s\n",
-                plan->completes_by_scan, plan->completes_unfound,
+        /* With symbols the points also come from them: the table below
+         * counts those too, so this says which route found how many. */
+        fprintf(out, "terminate:      %zu complete points; the vtable scan found %zu, %zu vtables without one%s\n",
+                probe_plan_count(plan, PROBE_COMPLETE, true), plan->completes_by_scan, plan->completes_unfound,
                 plan->completes_scan_wrong ? " (SCAN PICKED A NON-complete)" : "");
         if (!plan->waker_vtable)
                 fprintf(out, "wake:           task waker vtable not found: no wake points from it\n");

@@ -241,10 +241,19 @@ static void warn_missing(const json_t *plan)
         const json_t *item;
         size_t i;
 
-        json_array_foreach(json_object_get(plan, "missing"), i, item)
-                fprintf(stderr, "d9ctl record: warning: no %s probes: %s\n",
-                        json_string_value(json_object_get(item, "kind")),
-                        json_string_value(json_object_get(item, "reason")));
+        json_array_foreach(json_object_get(plan, "missing"), i, item) {
+                const char *kind = json_string_value(json_object_get(item, "kind"));
+                json_int_t n = kind ? json_integer_value(json_object_get(json_object_get(plan, "attached"), kind)) : 0;
+
+                /* Some of that kind attached (stripped sqld: 353 of 500
+                 * completes): "no complete probes" would say none are. */
+                if (n)
+                        fprintf(stderr, "d9ctl record: warning: %" JSON_INTEGER_FORMAT " %s probes attached, "
+                                "not all: %s\n", n, kind, json_string_value(json_object_get(item, "reason")));
+                else
+                        fprintf(stderr, "d9ctl record: warning: no %s probes: %s\n", kind,
+                                json_string_value(json_object_get(item, "reason")));
+        }
         json_array_foreach(json_object_get(plan, "skipped"), i, item) {
                 const char *why = json_string_value(json_object_get(item, "reason"));
                 if (why && strstr(why, "optional poll-end mode"))

@@ -16,8 +16,12 @@ static void print_missing(const json_t *plan)
         const json_t *item;
         size_t i;
 
-        json_array_foreach(json_object_get(plan, "missing"), i, item)
-                printf("%s%s", i ? ", " : "  missing probes: ", json_string_value(json_object_get(item, "kind")));
+        json_array_foreach(json_object_get(plan, "missing"), i, item) {
+                const char *kind = json_string_value(json_object_get(item, "kind"));
+
+                printf("%s%s%s", i ? ", " : "  missing probes: ", kind,
+                       kind && json_object_get(json_object_get(plan, "attached"), kind) ? " (some)" : "");
+        }
         if (json_array_size(json_object_get(plan, "missing")))
                 printf(" (reasons: d9ctl status --verbose)\n");
 }

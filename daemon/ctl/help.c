@@ -13,8 +13,10 @@
                     "                      sched,cpu,longpoll, no uprobe (parks from switches, polls over\n" \
                     "                      1 ms from samples; no per-poll, spawn, terminate or wake events)\n"
 #define WAKES_HELP  "  --wakes MODE        with wake probes: sampled (default: attached 250 ms of every\n" \
-                    "                      2.5 s, D9WakeWindowEvent marks the windows) or exact (every\n" \
-                    "                      wake, about one more trap per request)\n"
+                    "                      2.5 s, D9WakeWindowEvent marks the windows) or exact (attached\n" \
+                    "                      all the time, about one more trap per request: every wake\n" \
+                    "                      through the points attached; status names any not, e.g. a\n" \
+                    "                      wake_by_ref that cannot be probed)\n"
 #define OFFCPU_HELP "  --offcpu-min T      record off-CPU intervals of at least T (e.g. 1ms, 500us; 0 = all);\n" \
                     "                      shorter ones are only counted (default: d9d's offcpu_min, 1ms)\n"
 #define SAMPLES_HELP "  --accept-queues     also sample the accept queues of its listening TCP sockets\n" \

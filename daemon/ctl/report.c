@@ -91,6 +91,9 @@ struct report {
         size_t npolls, cap_polls, polls_dropped;
         struct sample *samples;
         size_t nsamples, cap_samples, samples_dropped;
+        /* CPU samples, and those whose stack ends in a mark that it was
+         * cut short (stack_marks.h): the copy's end, or the frame cap. */
+        uint64_t samples_seen, stacks_cut, stacks_capped;
         struct trace_symbols syms;
         struct wake *wakes; /* the top longest, sorted descending */
         size_t nwakes;
@@ -350,6 +353,13 @@ static void on_sample(struct report *r, const struct d9_dec_event *ev)
 
         if (source == 0)
                 count_thread_cpu(r, ev, worker);
+        r->samples_seen++;
+        if (chain && chain->stack.n) {
+                uint64_t outer = d9_value_stack_addr(chain, chain->stack.n - 1);
+
+                r->stacks_cut += outer == stack_mark_addr(STACK_MARK_CUT);
+                r->stacks_capped += outer == stack_mark_addr(STACK_MARK_FRAME_CAP);
+        }
         if (worker < 254)      /* 254: blocking pool, 255: no worker */
                 worker_thread_seen(&r->w[worker], (uint32_t)d9ctl_trace_field_u(ev, "tid"));
         if (r->nsamples >= MAX_KEPT ||
@@ -767,7 +777,11 @@ json_t *d9ctl_report_result(struct report *r)
                         "parked_share", span ? (double)w->parked_ns / (double)span : 0.0,
                         "threads", threads, "more_threads", w->more_tids));
         }
-        json_t *missing = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "lost_events", (json_int_t)r->lost.ring,
+        json_t *missing = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+                                    "samples", (json_int_t)r->samples_seen,
+                                    "stacks_cut", (json_int_t)r->stacks_cut,
+                                    "stacks_at_frame_cap", (json_int_t)r->stacks_capped,
+                                    "lost_events", (json_int_t)r->lost.ring,
                                     "stacks_over_unwind_budget", (json_int_t)r->lost.stacks,
                                     "resource_samples_lost", (json_int_t)r->lost.sampler,
                                     "lost_other", (json_int_t)r->lost.other,

@@ -369,6 +369,15 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
         if (stacks)
                 fprintf(out, "; %" JSON_INTEGER_FORMAT " samples without their stack (d9d's unwind budget used up)",
                         stacks);
+        /* Cut stacks are marked in each stack; said here too, or only
+         * status --json told how many (npm anvil, default set: 8,390 of
+         * 20,714). */
+        json_int_t cut = json_integer_value(json_object_get(m, "stacks_cut"));
+        json_int_t capped = json_integer_value(json_object_get(m, "stacks_at_frame_cap"));
+        if (cut || capped)
+                fprintf(out, "; of %" JSON_INTEGER_FORMAT " samples' stacks, %" JSON_INTEGER_FORMAT " end short of "
+                        "their callers (beyond the stack bytes copied) and %" JSON_INTEGER_FORMAT " at the frame cap",
+                        json_integer_value(json_object_get(m, "samples")), cut, capped);
         if (sampler)
                 fprintf(out, "; %" JSON_INTEGER_FORMAT " process resource samples lost", sampler);
         if (other)

@@ -59,22 +59,41 @@ static void win_run(struct plan_job *job)
         w->r = d9_bpf_target_set_window(w->s->bpf, w->s->plan, &to, WINDOW_PROBES, w->on, &w->ts, &w->why);
 }
 
+/* The kinds a window attaches that the plan has points for ("poll,
+ * terminate, wake"): not the kinds it lacks (npm anvil has no spawn and no
+ * park point). */
+static void window_kinds(const struct probe_plan *p, char *buf, size_t len)
+{
+        static const struct {
+                enum probe_kind kind;
+                const char *name;
+        } kinds[] = { { PROBE_POLL, "poll" }, { PROBE_SPAWN, "spawn" }, { PROBE_COMPLETE, "terminate" },
+                      { PROBE_WAKE, "wake" }, { PROBE_PARK, "park" } };
+        size_t off = 0;
+
+        buf[0] = 0;
+        for (size_t i = 0; p && i < sizeof(kinds) / sizeof(kinds[0]) && off < len; i++)
+                if (probe_plan_count(p, kinds[i].kind, false))
+                        off += (size_t)snprintf(buf + off, len - off, "%s%s", off ? ", " : "", kinds[i].name);
+}
+
 static void win_done(struct d9d *d, struct plan_job *job)
 {
         struct session_win *w = (struct session_win *)job;
         struct session *s = w->s;
         uint64_t now = d9_now_ms();
-        char what[96], why[256];
+        char what[160], why[320], kinds[64];
 
         s->win_job = NULL;
         if (job->cancelled) {
                 w->r = -ECANCELED;      /* d9d stopping: it never ran */
         } else if (w->r == 0 && s->tr.enc && s->state == SESSION_RECORDING) {
-                snprintf(what, sizeof(what), "full-detail window: %zu uprobes (poll, spawn, terminate, wake, park)",
-                         d9_bpf_target_window_points(s->bpf));
+                window_kinds(s->plan, kinds, sizeof(kinds));
+                snprintf(what, sizeof(what), "full-detail window: %zu uprobes (%s)",
+                         d9_bpf_target_window_points(s->bpf), kinds);
                 if (w->on)
-                        snprintf(why, sizeof(why), "a poll of at least %llu ms was seen: every poll, spawn, terminate, "
-                                 "wake and park is recorded for %llu ms", (unsigned long long)s->full_on_stall_ms,
+                        snprintf(why, sizeof(why), "a poll of at least %llu ms was seen: every %s event is recorded "
+                                 "for %llu ms", (unsigned long long)s->full_on_stall_ms, kinds,
                                  (unsigned long long)s->d->cfg.full_window_ms);
                 else
                         snprintf(why, sizeof(why), "window over: polls still open end here; the next window opens "
