@@ -31,8 +31,9 @@ void attach_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t st
 /* A CPU sample of t at ts whose stack was stack_id (its atom: stack_atom). */
 void attach_poll_on_sample(struct translate *tr, struct tr_thread *t, uint64_t ts, uint64_t stack_id,
                            uint32_t stack_atom);
-/* A poll start, poll end or park of t's own: a poll it was in since the
- * attach ended before it; written now. 0 or a negative errno. */
+/* A poll start, poll end or park of t's own, translated (so t's worker is
+ * known if it names one): a poll t was in since the attach ended before
+ * it; written now, on that worker. 0 or a negative errno. */
 int attach_poll_own_record(struct translate *tr, struct tr_thread *t);
 /* The segment ends: write each such poll still running. */
 int attach_poll_flush(struct translate *tr);

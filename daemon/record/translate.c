@@ -1158,6 +1158,16 @@ static bool exec_into_planned_file(const struct translate *tr, const void *rec)
         return tr->exe_ino && p->exec_ino == tr->exe_ino && dev == tr->exe_dev && p->hdr.ts < tr->uprobes_from_ts;
 }
 
+/* A poll start, poll end or park of t's own was translated (r: how): a
+ * poll t was in since the attach ended before it, written now, after the
+ * record named t's worker. */
+static int after_own_record(struct translate *tr, struct tr_thread *t, int r)
+{
+        int e = r >= 0 ? attach_poll_own_record(tr, t) : 0;
+
+        return e < 0 ? e : r;
+}
+
 int translate_record(struct translate *tr, const void *rec, size_t size)
 {
         const struct d9_rec_hdr *h = rec;
@@ -1183,12 +1193,11 @@ int translate_record(struct translate *tr, const void *rec, size_t size)
         case D9_REC_TERMINATE:
                 if (size < sizeof(struct d9_rec_task))
                         return -EBADMSG;
+                r = on_task(tr, rec, t);
                 /* A spawn or a terminate comes from inside a poll: only a
                  * poll's start or end shows that the thread left it. */
                 if (h->type == D9_REC_POLL_START || h->type == D9_REC_POLL_END)
-                        r = attach_poll_own_record(tr, t);
-                if (r == 0)
-                        r = on_task(tr, rec, t);
+                        r = after_own_record(tr, t, r);
                 if (r == 1)
                         return 0;
                 break;
@@ -1204,9 +1213,7 @@ int translate_record(struct translate *tr, const void *rec, size_t size)
         case D9_REC_UNPARK:
                 if (size < sizeof(struct d9_rec_park))
                         return -EBADMSG;
-                r = attach_poll_own_record(tr, t);
-                if (r == 0)
-                        r = on_park(tr, rec, t);
+                r = after_own_record(tr, t, on_park(tr, rec, t));
                 if (r == 1)
                         return 0;
                 break;
