@@ -150,14 +150,31 @@ static void print_process(FILE *out, const json_t *p)
 /* Tasks alive, queued and being polled (report_tasks.h): the peaks. */
 /* Threads on no worker that took a tenth or more of the on-CPU samples:
  * where the CPU went outside the runtime's tasks. */
-static void print_threads_off_workers(FILE *out, const json_t *list)
+/* Whether thread tid was in one poll since the attach (a long poll "at
+ * attach"): its worker is not known, the poll is. */
+static bool in_poll_since_attach(const json_t *doc, json_int_t tid)
+{
+        const json_t *p;
+        size_t i;
+
+        json_array_foreach(json_object_get(doc, "long_polls_from_stacks"), i, p) {
+                const char *how = json_string_value(json_object_get(p, "how"));
+
+                if (json_integer_value(json_object_get(p, "tid")) == tid && how && !strcmp(how, "at attach"))
+                        return true;
+        }
+        return false;
+}
+
+static void print_threads_off_workers(FILE *out, const json_t *doc)
 {
         bool header = false;
         size_t i;
         const json_t *t;
 
-        json_array_foreach(list, i, t) {
+        json_array_foreach(json_object_get(doc, "threads_off_workers"), i, t) {
                 double share = json_real_value(json_object_get(t, "share"));
+                json_int_t tid = json_integer_value(json_object_get(t, "tid"));
 
                 if (share < 0.1)
                         continue;
@@ -166,9 +183,10 @@ static void print_threads_off_workers(FILE *out, const json_t *list)
                               "polls, the blocking pool, code outside the runtime; without a plan, any thread):\n",
                               out);
                 header = true;
-                fprintf(out, "  thread %-7" JSON_INTEGER_FORMAT " %-16s %5.1f%% of the on-CPU samples\n",
-                        json_integer_value(json_object_get(t, "tid")), json_string_value(json_object_get(t, "name")),
-                        share * 100);
+                fprintf(out, "  thread %-7" JSON_INTEGER_FORMAT " %-16s %5.1f%% of the on-CPU samples%s\n", tid,
+                        json_string_value(json_object_get(t, "name")), share * 100,
+                        in_poll_since_attach(doc, tid) ? ": a worker in one poll since the attach (long polls above)"
+                                                       : "");
         }
 }
 
@@ -353,7 +371,7 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
                         "right for a current-thread runtime; a multi-thread worker whose core moves between threads "
                         "(block_in_place) then shows as several ids%s\n", by_thread, strcmp(by_thread, "1") ? "s are" : " is",
                         polls ? "" : ", and without task events runtimes are not told apart (--probes all tells both)");
-        print_threads_off_workers(out, json_object_get(doc, "threads_off_workers"));
+        print_threads_off_workers(out, doc);
 
         print_tasks(out, doc);
         print_process(out, json_object_get(doc, "process"));
