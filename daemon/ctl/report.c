@@ -289,6 +289,18 @@ static void worker_thread_seen(struct worker *w, uint32_t tid)
                 w->more_tids = true;
 }
 
+/* A sample or a long poll names worker on its thread (254: blocking pool,
+ * 255: none). A worker only those name is a worker still (one stuck in a
+ * poll the whole recording never parks or starts a poll): the table said
+ * "no event names a worker" while 1,429 samples named worker 0 (npm anvil). */
+static void worker_named(struct report *r, const struct d9_dec_event *ev, uint64_t worker)
+{
+        if (worker >= 254)
+                return;
+        r->w[worker].seen = true;
+        worker_thread_seen(&r->w[worker], (uint32_t)d9ctl_trace_field_u(ev, "tid"));
+}
+
 static void on_park(struct report *r, const struct d9_dec_event *ev, bool park)
 {
         struct worker *w = &r->w[(uint8_t)d9ctl_trace_field_u(ev, "worker_id")];
@@ -360,8 +372,7 @@ static void on_sample(struct report *r, const struct d9_dec_event *ev)
                 r->stacks_cut += outer == stack_mark_addr(STACK_MARK_CUT);
                 r->stacks_capped += outer == stack_mark_addr(STACK_MARK_FRAME_CAP);
         }
-        if (worker < 254)      /* 254: blocking pool, 255: no worker */
-                worker_thread_seen(&r->w[worker], (uint32_t)d9ctl_trace_field_u(ev, "tid"));
+        worker_named(r, ev, worker);
         if (r->nsamples >= MAX_KEPT ||
             !grow((void **)&r->samples, &r->cap_samples, r->nsamples + 1, sizeof(*r->samples))) {
                 r->samples_dropped++;
@@ -503,8 +514,12 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
                 if (ev->ts > *last)
                         *last = ev->ts;
         }
-        if (d9ctl_report_process_event(&r->process, ev) || d9ctl_report_long_polls_event(&r->long_polls, ev))
+        if (d9ctl_report_process_event(&r->process, ev))
                 return 0;
+        if (d9ctl_report_long_polls_event(&r->long_polls, ev)) {
+                worker_named(r, ev, d9ctl_trace_field_u(ev, "worker_id"));
+                return 0;
+        }
         d9ctl_report_tasks_event(r->tasks, ev, &r->error);
         if (r->error)
                 return r->error;
