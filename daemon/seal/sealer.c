@@ -197,7 +197,7 @@ static int append_symbols(struct seal_job *job, const uint64_t *addrs, size_t n)
 
         if (fd < 0)
                 return -errno;
-        sym = symbolizer_new_in_root(job->root_fd, job->maps);
+        sym = symbolizer_new_for_addrs(job->root_fd, job->maps, addrs, n);
         /* Read at every seal: the JIT appends as it compiles. Absent for
          * most targets; refused (and said once) when it is not theirs. */
         if (job->root_fd >= 0 && job->target_nspid > 0) {

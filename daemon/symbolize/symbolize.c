@@ -2,8 +2,12 @@
  * executable mapping of the target is mapped back to its ELF file; the
  * file offset becomes a link-time address through the PT_LOAD headers and
  * is looked up in the file's function symbols (the table and demangler the
- * probe planner uses, uprobes/elfsym). A file without .symtab (stripped)
- * takes its symbols from its separate debug file, found by the same lookup
+ * probe planner uses, uprobes/elfsym). A seal knows every address before it
+ * names one: its symbolizer builds no table but reads only the symbols of
+ * those addresses (d9_addr_names), so naming a few hundred frames of a
+ * build with 200k symbols costs kilobytes, not the table's 60 MiB. A file
+ * without .symtab (stripped) takes its symbols from its separate debug
+ * file, found by the same lookup
  * the probe planner uses (uprobes_debug_file_for). What stays unnamed is
  * written by file and link-time address, with each mapping's build-id and
  * load bias, so a debug file found later names it (resymbolize.c). */
@@ -35,6 +39,7 @@ struct elf_syms {
         char *path;
         char *build_id;         /* lowercase hex, NULL if none or unreadable */
         struct d9_sym_table syms;
+        struct d9_addr_names *names;    /* instead of syms when only known addresses are named */
         struct probe_segment *loads;    /* its PT_LOAD headers */
         size_t n_loads;
 };
@@ -55,6 +60,7 @@ struct symbolizer {
         size_t n_elfs;
         struct ksyms *ksyms;    /* shared table, taken on the first kernel address */
         bool ksyms_tried;
+        bool known_addrs;       /* files get names, not tables (symbolizer_new_for_addrs) */
 };
 
 /* Far above the maps of a JVM or V8 with 100k mappings; the bound is for
@@ -75,13 +81,17 @@ char *symbolizer_read_proc_text(const char *path)
         return (char *)text.data;
 }
 
-/* Appends the function symbols of elf to es; true if it has a .symtab.
- * Past the table's bounds (a hostile file) what was read stays. */
-static bool elf_collect_syms(Elf *elf, struct elf_syms *es)
+/* Appends the function symbols of elf (opened from fd) to es's table or
+ * names; true if it has a .symtab. Past the table's bounds (a hostile
+ * file) what was read stays. */
+static bool elf_collect_syms(Elf *elf, int fd, struct elf_syms *es)
 {
         bool has_symtab = false;
 
-        (void)d9_sym_table_add_elf(&es->syms, elf, &has_symtab);
+        if (es->names)
+                (void)d9_addr_names_add_elf(es->names, elf, fd, &has_symtab);
+        else
+                (void)d9_sym_table_add_elf(&es->syms, elf, &has_symtab);
         return has_symtab;
 }
 
@@ -99,7 +109,7 @@ static void debug_file_syms(const char *opened, const char *root, struct elf_sym
                 return;
         elf = elf_begin(fd, ELF_C_READ, NULL);
         if (elf) {
-                elf_collect_syms(elf, es);
+                elf_collect_syms(elf, fd, es);
                 elf_end(elf);
         }
         close(fd);
@@ -133,9 +143,40 @@ static void elf_read_loads(Elf *elf, struct elf_syms *es)
         }
 }
 
+/* path of the target, opened in its root: an fd or a negative errno. from
+ * (PATH_MAX + 64 bytes) becomes the path it was opened by and root (64
+ * bytes) its root ("" for ours), which its debug file is looked up by. */
+static int elf_open(const struct symbolizer *s, const char *path, char *from, char *root)
+{
+        int fd;
+
+        /* A root taken while the target lived stays right after it exited;
+         * /proc/PID/root is only asked while it runs (a recycled PID's root
+         * is another process's). */
+        if (s->root_fd >= 0)
+                snprintf(root, 64, "/proc/self/fd/%d", s->root_fd);
+        else
+                snprintf(root, 64, "/proc/%d/root", s->pid);
+        snprintf(from, PATH_MAX + 64, "%s%s", root, path);
+        /* A target's files: no FIFO, device, symlink or oversized file (see
+         * d9_target_file_open), and read with pread (ELF_C_READ), not mapped,
+         * so a file truncated under us is a read error, not SIGBUS. */
+        fd = s->root_fd >= 0 ? d9_target_file_openat(s->root_fd, path, true) :
+             s->pid > 0 ? d9_target_file_open(from) : -ENOENT;
+        if (fd < 0 && fd != -EBADFD && s->root_fd < 0) {
+                /* The target is gone: its files are looked up in our namespace. */
+                root[0] = 0;
+                snprintf(from, PATH_MAX + 64, "%s", path);
+                fd = d9_target_file_open(path);
+        }
+        return fd;
+}
+
+/* A file's PT_LOADs and build-id, and its symbol table unless only known
+ * addresses are named (elf_name_addrs). */
 static struct elf_syms *elf_load(const struct symbolizer *s, const char *path)
 {
-        char via_root[PATH_MAX + 64], root[64];
+        char from[PATH_MAX + 64], root[64];
         struct elf_syms *es = calloc(1, sizeof(*es));
         Elf *elf;
         size_t nph = 0;
@@ -144,24 +185,7 @@ static struct elf_syms *elf_load(const struct symbolizer *s, const char *path)
         if (!es)
                 return NULL;
         es->path = strdup(path);
-        /* A root taken while the target lived stays right after it exited;
-         * /proc/PID/root is only asked while it runs (a recycled PID's root
-         * is another process's). */
-        if (s->root_fd >= 0)
-                snprintf(root, sizeof(root), "/proc/self/fd/%d", s->root_fd);
-        else
-                snprintf(root, sizeof(root), "/proc/%d/root", s->pid);
-        snprintf(via_root, sizeof(via_root), "%s%s", root, path);
-        /* A target's files: no FIFO, device, symlink or oversized file (see
-         * d9_target_file_open), and read with pread (ELF_C_READ), not mapped,
-         * so a file truncated under us is a read error, not SIGBUS. */
-        fd = s->root_fd >= 0 ? d9_target_file_openat(s->root_fd, path, true) :
-             s->pid > 0 ? d9_target_file_open(via_root) : -ENOENT;
-        if (fd < 0 && fd != -EBADFD && s->root_fd < 0) {
-                /* The target is gone: its files are looked up in our namespace. */
-                root[0] = 0;
-                fd = d9_target_file_open(path);
-        }
+        fd = elf_open(s, path, from, root);
         if (fd < 0)
                 return es; /* no symbols: addresses stay hex */
         elf_version(EV_CURRENT);
@@ -169,14 +193,34 @@ static struct elf_syms *elf_load(const struct symbolizer *s, const char *path)
         if (elf && elf_getphdrnum(elf, &nph) == 0) {
                 elf_read_loads(elf, es);
                 es->build_id = elf_build_id_hex(elf);
-                if (!elf_collect_syms(elf, es))
-                        debug_file_syms(root[0] ? via_root : path, root, es);
-                d9_sym_table_sort(&es->syms);
+                if (!s->known_addrs) {
+                        if (!elf_collect_syms(elf, fd, es))
+                                debug_file_syms(from, root, es);
+                        d9_sym_table_sort(&es->syms);
+                }
         }
         if (elf)
                 elf_end(elf);
         close(fd);
         return es;
+}
+
+/* Names for the link-time addresses vaddrs of es's file: the symbols a
+ * table of it (and of its debug file) would give them, read without one. */
+static void elf_name_addrs(const struct symbolizer *s, struct elf_syms *es, const uint64_t *vaddrs, size_t n)
+{
+        char from[PATH_MAX + 64], root[64];
+        Elf *elf;
+        int fd;
+
+        if (d9_addr_names_new(vaddrs, n, &es->names) < 0 || (fd = elf_open(s, es->path, from, root)) < 0)
+                return;
+        elf = elf_begin(fd, ELF_C_READ, NULL);
+        if (elf && !elf_collect_syms(elf, fd, es))
+                debug_file_syms(from, root, es);
+        if (elf)
+                elf_end(elf);
+        close(fd);
 }
 
 const void *symbolizer_vdso_image(size_t *size)
@@ -215,7 +259,7 @@ static void vdso_load(struct elf_syms *es)
         elf = elf_memory(copy, size);
         if (elf && elf_getphdrnum(elf, &nph) == 0) {
                 elf_read_loads(elf, es);
-                elf_collect_syms(elf, es);
+                elf_collect_syms(elf, -1, es);
                 d9_sym_table_sort(&es->syms);
         }
         elf_end(elf);
@@ -312,15 +356,6 @@ struct symbolizer *symbolizer_new(pid_t pid, const char *maps_text)
         return s;
 }
 
-struct symbolizer *symbolizer_new_in_root(int root_fd, const char *maps_text)
-{
-        struct symbolizer *s = symbolizer_alloc(0, root_fd);
-
-        if (s && maps_text)
-                parse_maps(s, maps_text);
-        return s;
-}
-
 /* The PT_LOAD of es holding file offset off, or NULL. */
 static const struct probe_segment *load_at(const struct elf_syms *es, uint64_t off)
 {
@@ -333,12 +368,76 @@ static const struct probe_segment *load_at(const struct elf_syms *es, uint64_t o
 static const char *lookup_vaddr(struct elf_syms *es, uint64_t vaddr, uint64_t *size)
 {
         /* A size-0 symbol still names the code up to the next one. */
-        struct d9_sym *sym = d9_sym_table_find_nearest(&es->syms, vaddr);
+        struct d9_sym *sym;
 
-        if (!sym)
+        if (es->names)
+                return d9_addr_names_find_nearest(es->names, vaddr, size);
+        if (!(sym = d9_sym_table_find_nearest(&es->syms, vaddr)))
                 return NULL;
         *size = sym->size;
         return d9_sym_name(sym);
+}
+
+/* The file of a user address and its link-time address there. */
+static bool link_vaddr(const struct symbolizer *s, uint64_t addr, struct elf_syms **es, uint64_t *vaddr)
+{
+        for (size_t i = 0; i < s->n_maps; i++) {
+                const struct mapping *m = &s->maps[i];
+                if (addr < m->start || addr >= m->end || !m->elf)
+                        continue;
+                uint64_t off = addr - m->start + m->offset;
+                const struct probe_segment *ph = load_at(m->elf, off);
+                *es = m->elf;
+                *vaddr = ph ? off - ph->offset + ph->vaddr : 0;
+                return ph != NULL;
+        }
+        return false;
+}
+
+struct file_vaddr {
+        struct elf_syms *es;
+        uint64_t vaddr;
+};
+
+static int by_file(const void *a, const void *b)
+{
+        uintptr_t x = (uintptr_t)((const struct file_vaddr *)a)->es, y = (uintptr_t)((const struct file_vaddr *)b)->es;
+
+        return x < y ? -1 : x > y;
+}
+
+/* Each file's share of addrs, named in one pass over its symbols. The
+ * vDSO's few symbols are a table already (vdso_load). */
+static void name_addrs(struct symbolizer *s, const uint64_t *addrs, size_t n)
+{
+        _cleanup_free_ struct file_vaddr *fv = malloc((n ? n : 1) * sizeof(*fv));
+        _cleanup_free_ uint64_t *vaddrs = malloc((n ? n : 1) * sizeof(*vaddrs));
+        size_t k = 0;
+
+        if (!fv || !vaddrs)
+                return;
+        for (size_t i = 0; i < n; i++)
+                if (!stack_mark_name(addrs[i]) && addrs[i] < KERNEL_MIN &&
+                    link_vaddr(s, addrs[i], &fv[k].es, &fv[k].vaddr) && strcmp(fv[k].es->path, "[vdso]"))
+                        k++;
+        qsort(fv, k, sizeof(*fv), by_file);
+        for (size_t i = 0, j; i < k; i = j) {
+                for (j = i; j < k && fv[j].es == fv[i].es; j++)
+                        vaddrs[j - i] = fv[j].vaddr;
+                elf_name_addrs(s, fv[i].es, vaddrs, j - i);
+        }
+}
+
+struct symbolizer *symbolizer_new_for_addrs(int root_fd, const char *maps_text, const uint64_t *addrs, size_t n)
+{
+        struct symbolizer *s = symbolizer_alloc(0, root_fd);
+
+        if (s && maps_text) {
+                s->known_addrs = true;
+                parse_maps(s, maps_text);
+                name_addrs(s, addrs, n);
+        }
+        return s;
 }
 
 static const struct mapping *mapping_at(const struct symbolizer *s, uint64_t addr)
@@ -408,7 +507,7 @@ struct symbolizer *symbolizer_new_for_debug_file(const char *path)
         if (elf) {
                 elf_read_loads(elf, es);
                 es->build_id = elf_build_id_hex(elf);
-                elf_collect_syms(elf, es);
+                elf_collect_syms(elf, fd, es);
                 d9_sym_table_sort(&es->syms);
                 elf_end(elf);
         }
@@ -449,15 +548,10 @@ const char *symbolizer_lookup(struct symbolizer *s, uint64_t addr, uint64_t *siz
                 *size = 0;
                 return ksyms_lookup(s->ksyms, addr);
         }
-        for (size_t i = 0; i < s->n_maps; i++) {
-                struct mapping *m = &s->maps[i];
-                if (addr < m->start || addr >= m->end || !m->elf)
-                        continue;
-                uint64_t off = addr - m->start + m->offset;
-                const struct probe_segment *ph = load_at(m->elf, off);
-                return ph ? lookup_vaddr(m->elf, off - ph->offset + ph->vaddr, size) : NULL;
-        }
-        return NULL;
+        struct elf_syms *es;
+        uint64_t vaddr;
+
+        return link_vaddr(s, addr, &es, &vaddr) ? lookup_vaddr(es, vaddr, size) : NULL;
 }
 
 void symbolizer_free(struct symbolizer *s)
@@ -466,6 +560,7 @@ void symbolizer_free(struct symbolizer *s)
                 return;
         for (size_t i = 0; i < s->n_elfs; i++) {
                 d9_sym_table_free(&s->elfs[i]->syms);
+                d9_addr_names_free(s->elfs[i]->names);
                 free(s->elfs[i]->loads);
                 free(s->elfs[i]->path);
                 free(s->elfs[i]->build_id);

@@ -16,10 +16,12 @@ struct symbolizer;
  * (may be NULL: only kernel addresses resolve). ELF files are opened via
  * /proc/PID/root when the process still exists, else by their plain path. */
 struct symbolizer *symbolizer_new(pid_t pid, const char *maps_text);
-/* The same with the target's root directory taken while it ran (root_fd,
- * not taken over; -1: plain paths, our own root): what the sealer uses,
- * since by seal time /proc/PID may belong to a new process. */
-struct symbolizer *symbolizer_new_in_root(int root_fd, const char *maps_text);
+/* What the sealer uses: names for addrs only (lookups of any other user
+ * address give NULL), read without loading whole symbol tables, in the
+ * target's root directory taken while it ran (root_fd, not taken over;
+ * -1: plain paths, our own root), since by seal time /proc/PID may belong
+ * to a new process. */
+struct symbolizer *symbolizer_new_for_addrs(int root_fd, const char *maps_text, const uint64_t *addrs, size_t n);
 void symbolizer_free(struct symbolizer *s);
 /* Name for addr (owned by the symbolizer), or NULL if unknown. */
 const char *symbolizer_lookup(struct symbolizer *s, uint64_t addr, uint64_t *size);

@@ -9,6 +9,10 @@
  * first use: a large Rust binary has 100k+ symbols and a seal names a few
  * hundred of them. Every bound here holds against a hostile file.
  *
+ * d9_addr_names answers the same lookups for a set of addresses known in
+ * advance (a seal's frames) without building the table: memory in the
+ * number of addresses, not of symbols.
+ *
  * Not here: mapping runtime addresses to files (daemon/symbolize), finding
  * debug files (uprobes/debug_file.c), and the unwinder's names, which come
  * from the libdwfl module it already holds (daemon/record/unwind.c). */
@@ -18,6 +22,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* Longer names are not taken (no Rust name comes near). */
+#define D9_SYM_NAME_MAX 4096
 
 struct d9_sym {
         uint64_t vaddr, size;   /* link-time address; size 0 when unknown */
@@ -47,6 +54,20 @@ struct d9_sym *d9_sym_table_find(const struct d9_sym_table *t, uint64_t addr);
 /* The same, but a size-0 symbol names everything up to the next symbol
  * (what a stack frame in hand-written assembly needs). */
 struct d9_sym *d9_sym_table_find_nearest(const struct d9_sym_table *t, uint64_t addr);
+
+/* Names for the link-time addresses vaddrs (any order, repeats allowed):
+ * what d9_sym_table_find_nearest() would give for a table of the same
+ * Elf handles added in the same order, read in one pass over each symbol
+ * section in 64 KiB chunks plus one read per matched name. */
+struct d9_addr_names;
+int d9_addr_names_new(const uint64_t *vaddrs, size_t n, struct d9_addr_names **out);
+/* Like d9_sym_table_add_elf; fd is the file elf was opened from, read with
+ * pread (-1: elf is an elf_memory image). Returns 0 or a negative errno. */
+int d9_addr_names_add_elf(struct d9_addr_names *an, Elf *elf, int fd, bool *has_symtab);
+/* The demangled name and size of the symbol naming vaddr (one of those
+ * given to _new), or NULL. The name is owned by an. */
+const char *d9_addr_names_find_nearest(struct d9_addr_names *an, uint64_t vaddr, uint64_t *size);
+void d9_addr_names_free(struct d9_addr_names *an);
 
 /* The demangled name (demangled and kept on first use); the raw name if
  * memory runs out. */

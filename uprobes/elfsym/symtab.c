@@ -10,8 +10,8 @@
 /* Bounds on what one (possibly hostile) file can make us allocate: a crafted
  * 250 KB ELF whose symbols all point at one huge string would otherwise cost
  * gigabytes of copies and seconds of demangling. Real Rust names stay far
- * below the length cap; the largest binaries seen have ~1M symbols. */
-#define SYM_NAME_MAX 4096
+ * below the length cap (D9_D9_SYM_NAME_MAX); the largest binaries seen have
+ * ~1M symbols. */
 #define SYMS_MAX (4u << 20)
 
 static int table_append(struct d9_sym_table *t, uint64_t vaddr, uint64_t size, const char *raw)
@@ -57,7 +57,7 @@ static int add_section(struct d9_sym_table *t, Elf *elf, Elf_Scn *scn, const GEl
                     sym.st_shndx == SHN_UNDEF || sym.st_value == 0)
                         continue;
                 name = elf_strptr(elf, sh->sh_link, sym.st_name);
-                if (!name || !*name || (len = strnlen(name, SYM_NAME_MAX + 1)) > SYM_NAME_MAX)
+                if (!name || !*name || (len = strnlen(name, D9_SYM_NAME_MAX + 1)) > D9_SYM_NAME_MAX)
                         continue;
                 if (len > budget)
                         return -E2BIG;
