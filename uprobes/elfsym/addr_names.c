@@ -17,9 +17,12 @@
  * at one address the last by name wins; of exact duplicates (same
  * address and name, e.g. .dynsym repeating .symtab) the first added, in
  * section order then symbol order, gives the size; a size-0 winner names
- * everything up to the next symbol. Not kept: the table's caps on symbol
- * count and name bytes, which bound its copies of a hostile file; this
- * holds no copies to bound. */
+ * everything up to the next symbol. A hostile file (the target's, so any
+ * local user's) bounds the work instead: at most SYMS_READ_MAX symbols of
+ * a section are read (the table's own cap), ALIASES_MAX names at one
+ * address weighed, and PASSES_MAX passes made for addresses whose names
+ * are all unusable; past those an address may get another name or none
+ * where the table would have given one. */
 #include <errno.h>
 #include <gelf.h>
 #include <stdlib.h>
@@ -30,6 +33,9 @@
 #include "elfsym.h"
 
 #define CHUNK_BYTES (64u << 10)
+#define SYMS_READ_MAX (4u << 20)        /* symtab.c's SYMS_MAX */
+#define ALIASES_MAX 4096u               /* builds have a few at one address */
+#define PASSES_MAX 8u                   /* builds need one */
 
 /* The best symbol found in (want[i - 1], want[i]]. */
 struct gap_best {
@@ -180,6 +186,8 @@ static bool scan_alias_add(struct gap_scan *g, uint64_t vaddr, const GElf_Sym *s
                 return true;
         if (g->n && vaddr > g->vaddr)
                 g->n = 0;
+        if (g->n == ALIASES_MAX)
+                return true;
         if (g->n == g->cap) {
                 size_t ncap = g->cap ? 2 * g->cap : 4;
                 struct alias *more = realloc(g->aliases, ncap * sizeof(*more));
@@ -261,6 +269,9 @@ static int section_each_func(const struct symsec *ss, char *chunk, int (*fn)(con
         uint64_t count = section_count(ss);
         size_t per_chunk = CHUNK_BYTES / ss->symsize;
 
+        if (count > SYMS_READ_MAX)
+                count = SYMS_READ_MAX;
+
         for (uint64_t first = 0; first < count; first += per_chunk) {
                 size_t k = count - first < per_chunk ? (size_t)(count - first) : per_chunk;
                 int r = chunk_read(ss, chunk, first, k);
@@ -340,7 +351,9 @@ static int gap_settle(struct gap_best *best, const struct symsec *ss, const stru
  * below it (rare: never seen in a build). */
 static int section_settle(struct d9_addr_names *an, const struct symsec *ss, struct gap_scan *scan, char *chunk)
 {
-        for (size_t pending = an->n; pending;) {
+        unsigned passes = 0;
+
+        for (size_t pending = an->n; pending && passes++ < PASSES_MAX;) {
                 /* One streaming pass: each pending gap's highest symbol
                  * address at or below its ceiling, with every symbol there. */
                 int r = section_each_func(ss, chunk, pass_take, &(struct pass){ an, scan });
