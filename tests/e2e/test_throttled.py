@@ -2,7 +2,9 @@
 """The default set on a CPU-throttled service (a cgroup CPU quota, as a
 container's CPU limit sets one): the echo server target runs in a cgroup
 allowed 10 ms of CPU per 100 ms while a client outside it keeps its
-connections busy. Each time the quota runs out, the kernel stops the
+connections busy (32: with 8, the workers were mostly between polls when
+stopped, at their way out of epoll_wait, and 2-9 of the 63 stops were
+inside a poll). Each time the quota runs out, the kernel stops the
 server's threads wherever they are for the rest of the period; a worker
 stopped inside a task poll keeps that poll, and every task queued behind
 it, waiting for up to 90 ms. Such a poll gets less than a run tick of CPU
@@ -75,7 +77,7 @@ def main():
                                stderr=subprocess.DEVNULL, text=True, preexec_fn=join_cgroup)
         exec_done(srv.pid)
         addr = srv.stdout.readline().split()[1]
-        load = subprocess.Popen([TARGET, "load", "--connect", addr, "--conns", "8", "--duration", "14"],
+        load = subprocess.Popen([TARGET, "load", "--connect", addr, "--conns", "32", "--duration", "14"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1)
         before = throttled_periods(cg)
@@ -89,12 +91,18 @@ def main():
         pre = [f for f in longs if f["how"] == "preempted" and f["min_ns"] >= 20_000_000]
         summary = [(f["how"], f["min_ns"] // 1000, f["ticks"], f["spawn_loc"]) for f in longs[:12]]
         t.ok(meta.get("probes") == "sched,cpu,longpoll", f"the default set: probes {meta.get('probes')!r}")
-        # 13-14 of them in 6 s here; the other stopped polls (16-23) had two
-        # run ticks and read as "running". Before this kind, there was none.
+        # 6-13 of them in 6 s here (2026-12-04, kernel 6.18, 32 connections);
+        # the other stopped polls had two run ticks and read as "running".
+        # Before this kind, there was none.
         t.ok(len(pre) >= 3, f"stopped polls are preempted long polls of >= 20 ms: {len(pre)} ({summary})")
-        t.ok(pre and all(f["worker_id"] in (0, 1) and f["spawn_loc"].startswith("d9_target::")
+        # A poll stopped before BPF's Worker search named its thread's worker
+        # (the recording's first milliseconds) says worker 255, unknown: it
+        # must still be on a thread that other events name as a worker.
+        named = {ev["fields"]["tid"] for ev in evs if ev["event"] in ("D9LongPollEvent", "CpuSampleEvent")
+                 and ev["fields"].get("worker_id") in (0, 1)}
+        t.ok(pre and all((f["worker_id"] in (0, 1) or f["tid"] in named) and f["spawn_loc"].startswith("d9_target::")
                          and f["ticks"] <= 1 and f["min_ns"] < 1e9 and f["stack"] for f in pre),
-             "each on a worker, naming a server future, with at most one tick, under 1 s, with its stack",
+             "each on a worker's thread, naming a server future, with at most one tick, under 1 s, with its stack",
              repr(pre[:3]))
         # d9ctl report lists them: before, a default-set recording's report
         # said "Longest polls: none" whatever its long polls.
