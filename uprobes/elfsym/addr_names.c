@@ -18,7 +18,7 @@
  * address and name, e.g. .dynsym repeating .symtab) the first added, in
  * section order then symbol order, gives the size; a size-0 winner names
  * everything up to the next symbol. A hostile file (the target's, so any
- * local user's) bounds the work instead: at most SYMS_READ_MAX symbols of
+ * local user's) bounds the work instead: at most D9_SYMS_MAX symbols of
  * a section are read (the table's own cap), ALIASES_MAX names at one
  * address weighed, and PASSES_MAX passes made for addresses whose names
  * are all unusable; past those an address may get another name or none
@@ -33,7 +33,6 @@
 #include "elfsym.h"
 
 #define CHUNK_BYTES (64u << 10)
-#define SYMS_READ_MAX (4u << 20)        /* symtab.c's SYMS_MAX */
 #define ALIASES_MAX 4096u               /* builds have a few at one address */
 #define PASSES_MAX 8u                   /* builds need one */
 
@@ -255,11 +254,6 @@ static int chunk_read(const struct symsec *ss, char *chunk, uint64_t first, size
         return gelf_xlatetom(ss->elf, &dst, &src, elf_getident(ss->elf, NULL)[EI_DATA]) ? 0 : -EINVAL;
 }
 
-static bool sym_is_func(const GElf_Sym *sym)
-{
-        return GELF_ST_TYPE(sym->st_info) == STT_FUNC && sym->st_shndx != SHN_UNDEF && sym->st_value;
-}
-
 /* Calls fn with each defined function symbol of the section, in symbol
  * order, one chunk read at a time; stops at fn's first nonzero answer and
  * returns it. */
@@ -269,8 +263,8 @@ static int section_each_func(const struct symsec *ss, char *chunk, int (*fn)(con
         uint64_t count = section_count(ss);
         size_t per_chunk = CHUNK_BYTES / ss->symsize;
 
-        if (count > SYMS_READ_MAX)
-                count = SYMS_READ_MAX;
+        if (count > D9_SYMS_MAX)
+                count = D9_SYMS_MAX;
 
         for (uint64_t first = 0; first < count; first += per_chunk) {
                 size_t k = count - first < per_chunk ? (size_t)(count - first) : per_chunk;
@@ -279,7 +273,7 @@ static int section_each_func(const struct symsec *ss, char *chunk, int (*fn)(con
                 for (size_t j = 0; r == 0 && j < k; j++) {
                         GElf_Sym sym = sym_at(ss, chunk + j * ss->symsize);
 
-                        if (sym_is_func(&sym))
+                        if (d9_sym_is_function(&sym))
                                 r = fn(&sym, ctx);
                 }
                 if (r)

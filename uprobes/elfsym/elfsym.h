@@ -18,6 +18,7 @@
  * from the libdwfl module it already holds (daemon/record/unwind.c). */
 #pragma once
 
+#include <gelf.h>
 #include <libelf.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -25,6 +26,16 @@
 
 /* Longer names are not taken (no Rust name comes near). */
 #define D9_SYM_NAME_MAX 4096
+/* A table holds at most this many symbols of a file, and d9_addr_names
+ * reads no more of one section: the largest binaries seen have ~1M. */
+#define D9_SYMS_MAX (4u << 20)
+
+/* The symbols both the table and d9_addr_names take: defined functions
+ * at a nonzero address. */
+static inline bool d9_sym_is_function(const GElf_Sym *sym)
+{
+        return GELF_ST_TYPE(sym->st_info) == STT_FUNC && sym->st_shndx != SHN_UNDEF && sym->st_value;
+}
 
 struct d9_sym {
         uint64_t vaddr, size;   /* link-time address; size 0 when unknown */

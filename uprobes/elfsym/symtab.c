@@ -10,13 +10,12 @@
 /* Bounds on what one (possibly hostile) file can make us allocate: a crafted
  * 250 KB ELF whose symbols all point at one huge string would otherwise cost
  * gigabytes of copies and seconds of demangling. Real Rust names stay far
- * below the length cap (D9_D9_SYM_NAME_MAX); the largest binaries seen have
- * ~1M symbols. */
-#define SYMS_MAX (4u << 20)
+ * below the length cap (D9_SYM_NAME_MAX), and the symbol count's
+ * (D9_SYMS_MAX). */
 
 static int table_append(struct d9_sym_table *t, uint64_t vaddr, uint64_t size, const char *raw)
 {
-        if (t->n >= SYMS_MAX)
+        if (t->n >= D9_SYMS_MAX)
                 return -E2BIG;
         if (t->n == t->cap) {
                 size_t ncap = t->cap ? t->cap * 2 : 1024;
@@ -53,8 +52,7 @@ static int add_section(struct d9_sym_table *t, Elf *elf, Elf_Scn *scn, const GEl
                 const char *name;
                 size_t len;
 
-                if (!gelf_getsym(d, (int)i, &sym) || GELF_ST_TYPE(sym.st_info) != STT_FUNC ||
-                    sym.st_shndx == SHN_UNDEF || sym.st_value == 0)
+                if (!gelf_getsym(d, (int)i, &sym) || !d9_sym_is_function(&sym))
                         continue;
                 name = elf_strptr(elf, sh->sh_link, sym.st_name);
                 if (!name || !*name || (len = strnlen(name, D9_SYM_NAME_MAX + 1)) > D9_SYM_NAME_MAX)
