@@ -148,8 +148,6 @@ static void print_process(FILE *out, const json_t *p)
 }
 
 /* Tasks alive, queued and being polled (report_tasks.h): the peaks. */
-/* Threads on no worker that took a tenth or more of the on-CPU samples:
- * where the CPU went outside the runtime's tasks. */
 /* Whether thread tid was in one poll since the attach (a long poll "at
  * attach"): its worker is not known, the poll is. */
 static bool in_poll_since_attach(const json_t *doc, json_int_t tid)
@@ -166,6 +164,8 @@ static bool in_poll_since_attach(const json_t *doc, json_int_t tid)
         return false;
 }
 
+/* Threads on no worker that took a tenth or more of the on-CPU samples:
+ * where the CPU went outside the runtime's tasks. */
 static void print_threads_off_workers(FILE *out, const json_t *doc)
 {
         bool header = false;

@@ -954,6 +954,28 @@ static void session_link(struct d9d *d, struct session *s)
         d->sessions = s;
 }
 
+/* What only recording needs, at its end: a finished session stays listed
+ * (FINISHED_KEPT of them) and kept its plan (with the executable open and
+ * the tables that name futures), maps and buffers, 0.7 MB and an fd each on
+ * a big binary. Status reads plan_json, built while it recorded; the last
+ * segment's seal job has its own copies. */
+static void session_release_recording(struct session *s)
+{
+        if (s->plan) {
+                probe_plan_free(s->plan);
+                s->plan = NULL;
+                s->had_plan = true;
+        }
+        free(s->maps);
+        s->maps = NULL;
+        unwind_maps_free(s->unw_maps);
+        s->unw_maps = NULL;
+        free(s->mapped_exe);
+        s->mapped_exe = NULL;
+        record_hold_free(&s->hold);
+        segment_writer_destroy(&s->seg);
+}
+
 static void session_free(struct session *s)
 {
         if (s->bpf)
@@ -967,16 +989,10 @@ static void session_free(struct session *s)
         if (s->proc_fd >= 0)
                 close(s->proc_fd);
         free(s->creds);
-        segment_writer_destroy(&s->seg);
+        session_release_recording(s);
         translate_destroy(&s->tr);
-        if (s->plan)
-                probe_plan_free(s->plan);
         json_decref(s->plan_json);
         json_decref(s->sealed_paths);
-        free(s->maps);
-        unwind_maps_free(s->unw_maps);
-        free(s->mapped_exe);
-        record_hold_free(&s->hold);
         free(s);
 }
 
@@ -1530,28 +1546,6 @@ static void session_account_bpf_counters(struct session *s)
         session_account_short_offcpu(s);
         if (s->tr.enc)
                 long_poll_flush(&s->tr, false);
-}
-
-/* What only recording needs, at its end: a finished session stays listed
- * (FINISHED_KEPT of them) and kept its plan (with the executable open and
- * the tables that name futures), maps and buffers, 0.7 MB and an fd each on
- * a big binary. Status reads plan_json, built while it recorded; the last
- * segment's seal job has its own copies. */
-static void session_release_recording(struct session *s)
-{
-        if (s->plan) {
-                probe_plan_free(s->plan);
-                s->plan = NULL;
-                s->had_plan = true;
-        }
-        free(s->maps);
-        s->maps = NULL;
-        unwind_maps_free(s->unw_maps);
-        s->unw_maps = NULL;
-        free(s->mapped_exe);
-        s->mapped_exe = NULL;
-        record_hold_free(&s->hold);
-        segment_writer_destroy(&s->seg);
 }
 
 static void session_end_now(struct session *s, const char *reason)

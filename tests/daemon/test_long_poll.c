@@ -3,6 +3,7 @@
  * show, which off-CPU intervals are parks and which are polls blocking a
  * worker, and how fast run ticks and preemptions inside one poll frame
  * become one D9LongPollEvent (and which do not). */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,28 +125,26 @@ struct run {
         uint64_t ts, stack_id;
 };
 
-static void run_start_full_set(struct run *r)
+/* full_set: poll uprobes, so polls running at the attach (attach_poll.c)
+ * instead of the default set's derivations. */
+static void run_begin(struct run *r, bool full_set)
 {
         memset(r, 0, sizeof(*r));
         r->buf = malloc(1 << 22);
         d9_enc_new(&r->enc);
         d9_enc_set_output(r->enc, r->buf, 1 << 22, NULL, NULL);
         translate_init(&r->tr, 1, &plan, false, false);
-        attach_poll_enable(&r->tr, same_vaddr, NULL);
+        if (full_set)
+                attach_poll_enable(&r->tr, same_vaddr, NULL);
+        else
+                long_poll_enable(&r->tr, PERIOD, same_vaddr, NULL);
         translate_set_encoder(&r->tr, r->enc);
         r->ts = 1000000000;
 }
 
 static void run_start(struct run *r)
 {
-        memset(r, 0, sizeof(*r));
-        r->buf = malloc(1 << 22);
-        d9_enc_new(&r->enc);
-        d9_enc_set_output(r->enc, r->buf, 1 << 22, NULL, NULL);
-        translate_init(&r->tr, 1, &plan, false, false);
-        long_poll_enable(&r->tr, PERIOD, same_vaddr, NULL);
-        translate_set_encoder(&r->tr, r->enc);
-        r->ts = 1000000000;
+        run_begin(r, false);
 }
 
 /* A stack on tid: user frames leaf first, kernel ones none. */
@@ -607,7 +606,7 @@ static void test_poll_running_at_attach(void)
         char workers[64];
         uint64_t t0;
 
-        run_start_full_set(&r);
+        run_begin(&r, true);
         t0 = r.ts + 100 * ms;
         cpu_sample_at(&r, 103, stack(&r, 103, in_task, 3), t0 - 50 * ms);    /* before the uprobes */
         translate_uprobes_from(&r.tr, t0);
