@@ -396,63 +396,7 @@ __noinline __u64 d9_stack_deep(struct d9_rec_stack *s, const struct d9_target_cf
                                  * which 96 never reached) */
 #define D9_WK_TOP_TRIES 4       /* scans per thread per 100 ms while searching */
 
-/* Per target slot: where below the thread pointer the Worker lies, once two
- * threads have shown two different workers of one runtime there (same
- * Handle, different Arc, different index). One find proves little: a
- * shared object that fits the shape was seen above the Worker in every
- * pool thread (1.43 test builds: index 113 at 2,416 bytes, the Worker at
- * 2,784; index 114 at 2,432, the Worker at 2,872 in the frame-pointer
- * build, there for the whole run in 1 of 8 runs). It is the same Arc in
- * every thread, so it never confirms, and a scan that stopped at its first
- * find never got past it: a scan keeps its first D9_WK_FINDS finds, one
- * per object. Per-thread look-alikes lie below the Worker too (the
- * block_in_place target: "index" 3 at 3,200 and 3,288 bytes, another Arc
- * in each thread; biome: 7,296, the Worker at 7,040), so two finds alone
- * confirm nothing: each depth (with its runtime) is a candidate that
- * collects the (Arc, index) pairs seen there, and a Worker's pairs never
- * contradict each other (Tokio's index of a worker is fixed, one Arc per
- * index): a pair with a known Arc and another index, or a known index and
- * another Arc, rules the depth out for good. Look-alikes that kept to
- * that rule still showed "indexes" no runtime starts from (biome: 1 and 2;
- * the block_in_place target: 0 and 2), while every multi-thread runtime
- * has workers 0 and 1: a depth is confirmed once both showed there,
- * consistent over D9_WK_HITS finds. (Several CPUs update the candidates
- * without a lock, so a race can mix two candidates' pairs; a confirmation
- * still needs both indexes, consistent over several finds.) Until then
- * nothing is reported;
- * from then on every stack looks at that depth (one word, then the
- * Worker's two reads), so a loop's end and a new one show at once. Kept
- * with the target's since_ts: a slot's next target learns its own. */
-#define D9_WK_FINDS 4           /* finds kept per scan */
-#define D9_WK_CANDS 8           /* candidate depths kept per target */
-#define D9_WK_PAIRS 4           /* (Arc, index) pairs kept per candidate */
-#define D9_WK_HITS 4            /* consistent finds before a confirmation */
-
-struct d9_wk_find {
-        __u64 depth, key, rt;
-        __u32 index;            /* 1 + Tokio's index */
-        __u32 _pad;
-};
-
-struct d9_wk_cand {
-        __u64 depth, rt;        /* depth 0: a free slot */
-        __u64 key[D9_WK_PAIRS];
-        __u32 index[D9_WK_PAIRS];
-        __u32 n;                /* pairs kept */
-        __u32 hits;             /* finds consistent with them */
-        __u32 ruled_out;        /* two pairs contradicted each other */
-        __u32 first_two;        /* bit i: index i (0 or 1) seen */
-};
-
-struct d9_wk_depth {
-        __u64 since;
-        __u64 tls;              /* the d9_wk_tls the depth is below */
-        __u64 depth;            /* confirmed; 0: not yet */
-        struct d9_wk_cand cand[D9_WK_CANDS];
-        __u32 next_slot;        /* the slot a new candidate takes next */
-        __u32 misses;           /* full scans that found nothing */
-        __u64 first_ts;         /* the target's first scan */
-};
+#include "d9_wk_search.h"
 
 /* How long stacks say "still learning" (D9_SREC_WK_SEARCH) while no depth
  * is confirmed: a runtime without Workers (current-thread) shows itself by
@@ -577,93 +521,18 @@ static __always_inline void d9_wk_depth_fresh(struct d9_wk_depth *d, const struc
         d->depth = 0;
         for (int i = 0; i < D9_WK_CANDS; i++)
                 d->cand[i].depth = 0;
-        d->next_slot = 0;
         d->misses = 0;
         d->first_ts = now;
 }
 
-/* The candidate for f's depth and runtime: the one there, else a free
- * slot, else a ruled-out one (forgotten), else the next in turn. */
-static __always_inline struct d9_wk_cand *d9_wk_cand_of(struct d9_wk_depth *d, const struct d9_wk_find *f)
+/* The finds of a full scan weighed, in a global function of their own:
+ * verified once, apart from the scan (inline in d9_stack_worker, the two
+ * made the verifier give up, E2BIG). */
+__noinline __u32 d9_wk_weigh_scan(struct d9_wk_depth *d, const struct d9_wk_top *t)
 {
-        struct d9_wk_cand *c, *spare = NULL, *out = NULL;
-
-        for (int k = 0; k < D9_WK_CANDS; k++) {
-                c = &d->cand[k];
-                if (c->depth == f->depth && c->rt == f->rt)
-                        return c;
-                if (!spare && !c->depth)
-                        spare = c;
-                if (!out && c->depth && c->ruled_out)
-                        out = c;
-        }
-        if (!spare)
-                spare = out ? out : &d->cand[d->next_slot++ % D9_WK_CANDS];
-        spare->depth = f->depth;
-        spare->rt = f->rt;
-        spare->n = 0;
-        spare->hits = 0;
-        spare->ruled_out = 0;
-        spare->first_two = 0;
-        return spare;
-}
-
-/* One find of a full scan, before the depth is confirmed: held against its
- * candidate's pairs. True when it confirms the depth. */
-static __always_inline bool d9_wk_weigh(struct d9_wk_depth *d, const struct d9_wk_find *f)
-{
-        struct d9_wk_cand *c = d9_wk_cand_of(d, f);
-        bool seen = false;
-
-        if (c->ruled_out)
-                return false;
-        for (int k = 0; k < D9_WK_PAIRS; k++) {
-                if (k >= c->n)
-                        break;
-                if (c->key[k] == f->key && c->index[k] == f->index)
-                        seen = true;
-                else if (c->key[k] == f->key || c->index[k] == f->index)
-                        c->ruled_out = 1;
-        }
-        if (c->ruled_out)
-                return false;
-        c->hits++;
-        if (!seen && c->n < D9_WK_PAIRS) {
-                c->key[c->n & (D9_WK_PAIRS - 1)] = f->key;
-                c->index[c->n & (D9_WK_PAIRS - 1)] = f->index;
-                c->n++;
-        }
-        if (f->index == 1 || f->index == 2)
-                c->first_two |= f->index;
-        return c->first_two == 3 && c->hits >= D9_WK_HITS;
-}
-
-/* The finds of a full scan, before the depth is confirmed. */
-static __always_inline void d9_wk_pending(struct d9_wk_depth *d, const struct d9_wk_top *t)
-{
-        for (int i = 0; i < D9_WK_FINDS; i++) {
-                if (i >= t->n_finds)
-                        break;
-                if (d9_wk_weigh(d, &t->finds[i])) {
-                        d->depth = t->finds[i].depth;
-                        return;
-                }
-        }
-}
-
-/* Whether a scan of this target ever found a Worker-shaped word. Until
- * one has, scans that find nothing tell of a runtime without Workers; once
- * one has, they are threads that run no loop (a blocking pool's, the
- * block_in_place target's many) and say nothing: counted, at an attach's
- * burst of stacks they ended the search within milliseconds, before two
- * workers had shown, and every worker got an id by thread (1 of 3 tries in
- * a CI run, the stripped block_in_place target under CPU hogs). */
-static __always_inline bool d9_wk_any_cand(const struct d9_wk_depth *d)
-{
-        for (int k = 0; k < D9_WK_CANDS; k++)
-                if (d->cand[k].depth)
-                        return true;
-        return false;
+        if (d && t)
+                d9_wk_pending(d, t->finds, t->n_finds);
+        return 0;
 }
 
 /* A global function: verified once, not in every caller's state. Fills
@@ -761,7 +630,7 @@ __noinline __u32 d9_stack_worker(struct d9_rec_stack *s, const struct d9_target_
         if (len && !bpf_probe_read_user(t->w, len, (void *)t->base))
                 bpf_loop(D9_WK_TOP_WORDS, d9_wk_top_word, &lc, 0);
         if (t->n_finds)
-                d9_wk_pending(d, t);
+                d9_wk_weigh_scan(d, t);
         else if (!d9_wk_any_cand(d))
                 d->misses++;
         return 0;

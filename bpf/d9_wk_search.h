@@ -1,0 +1,192 @@
+/* d9_wk_search.h: how the default set's Worker search weighs what its
+ * scans find (d9_stack_worker in d9_stack.bpf.h), apart from the reads, so
+ * the host test tests/bpf/wk_search.c runs the same rules.
+ *
+ * The includer provides __u32, __u64, bool and __always_inline. */
+#pragma once
+
+/* Per target slot: where below the thread pointer the Worker lies, once two
+ * threads have shown two different workers of one runtime there (same
+ * Handle, different Arc, different index). One find proves little: a
+ * shared object that fits the shape was seen above the Worker in every
+ * pool thread (1.43 test builds: index 113 at 2,416 bytes, the Worker at
+ * 2,784; index 114 at 2,432, the Worker at 2,872 in the frame-pointer
+ * build, there for the whole run in 1 of 8 runs). It is the same Arc in
+ * every thread, so it never confirms, and a scan that stopped at its first
+ * find never got past it: a scan keeps its first D9_WK_FINDS finds, one
+ * per object. Per-thread look-alikes lie below the Worker too (the
+ * block_in_place target: "index" 3 at 3,200 and 3,288 bytes, another Arc
+ * in each thread; biome: 7,296, the Worker at 7,040), so two finds alone
+ * confirm nothing: each depth (with its runtime) is a candidate that
+ * collects the (Arc, index) pairs seen there, and a Worker's pairs never
+ * contradict each other (Tokio's index of a worker is fixed, one Arc per
+ * index): a pair with a known Arc and another index, or a known index and
+ * another Arc, rules the depth out for good. Look-alikes that kept to
+ * that rule still showed "indexes" no runtime starts from (biome: 1 and 2;
+ * the block_in_place target: 0 and 2), while every multi-thread runtime
+ * has workers 0 and 1: a depth is confirmed once both showed there,
+ * consistent over D9_WK_HITS finds, and no depth above it is still in the
+ * running (d9_wk_above). Copies of the real Workers lie below the loop's
+ * frame and keep to every rule (gdb, the 1.24 block_in_place target: the
+ * Worker at 2,648 bytes; at 2,976 and 6,032 the Arcs of worker 0 and 1,
+ * stale or copied, often on the other worker's thread; at 3,128 pairs of
+ * both), and one of them confirmed first in 2 of 3 tries of a CI run: 4
+ * ids moving between threads, 2 more by thread. The loop's own frame is
+ * the outermost, so the shallow candidates are the ones kept.
+ * (Several CPUs update the candidates without a lock, so a race can mix
+ * two candidates' pairs; a confirmation still needs both indexes,
+ * consistent over several finds.) Until then nothing is reported;
+ * from then on every stack looks at that depth (one word, then the
+ * Worker's two reads), so a loop's end and a new one show at once. Kept
+ * with the target's since_ts: a slot's next target learns its own. */
+#define D9_WK_FINDS 4           /* finds kept per scan */
+#define D9_WK_CANDS 8           /* candidate depths kept per target */
+#define D9_WK_PAIRS 4           /* (Arc, index) pairs kept per candidate */
+#define D9_WK_HITS 4            /* consistent finds before a confirmation */
+
+struct d9_wk_find {
+        __u64 depth, key, rt;
+        __u32 index;            /* 1 + Tokio's index */
+        __u32 _pad;
+};
+
+struct d9_wk_cand {
+        __u64 depth, rt;        /* depth 0: a free slot */
+        __u64 key[D9_WK_PAIRS];
+        __u32 index[D9_WK_PAIRS];
+        __u32 n;                /* pairs kept */
+        __u32 hits;             /* finds consistent with them */
+        __u32 ruled_out;        /* two pairs contradicted each other */
+        __u32 first_two;        /* bit i: index i (0 or 1) seen */
+};
+
+struct d9_wk_depth {
+        __u64 since;
+        __u64 tls;              /* the d9_wk_tls the depth is below */
+        __u64 depth;            /* confirmed; 0: not yet */
+        struct d9_wk_cand cand[D9_WK_CANDS];
+        __u32 misses;           /* full scans that found nothing */
+        __u64 first_ts;         /* the target's first scan */
+};
+
+/* The slot of f's candidate: the one of its depth and runtime, else a free
+ * slot, else a ruled-out one (forgotten), else the deepest if f lies above
+ * it; -1: every slot holds a depth above f's. One pass per rule and an
+ * index, not pointers: the verifier gave up on the pointers' states. */
+static __always_inline int d9_wk_slot_of(const struct d9_wk_depth *d, const struct d9_wk_find *f)
+{
+        __u64 deepest = f->depth;
+        int k, slot = -1;
+
+        for (k = 0; k < D9_WK_CANDS; k++)
+                if (d->cand[k].depth == f->depth && d->cand[k].rt == f->rt)
+                        return k;
+        for (k = 0; k < D9_WK_CANDS; k++)
+                if (!d->cand[k].depth)
+                        return k;
+        for (k = 0; k < D9_WK_CANDS; k++)
+                if (d->cand[k].ruled_out)
+                        return k;
+        for (k = 0; k < D9_WK_CANDS; k++) {
+                if (d->cand[k].depth > deepest) {
+                        deepest = d->cand[k].depth;
+                        slot = k;
+                }
+        }
+        return slot;
+}
+
+/* The candidate for f's depth and runtime (a new one replaces what
+ * d9_wk_slot_of chose), or NULL: f is not weighed. */
+static __always_inline struct d9_wk_cand *d9_wk_cand_of(struct d9_wk_depth *d, const struct d9_wk_find *f)
+{
+        int k = d9_wk_slot_of(d, f);
+        struct d9_wk_cand *c;
+
+        if (k < 0 || k >= D9_WK_CANDS)
+                return NULL;
+        c = &d->cand[k];
+        if (c->depth == f->depth && c->rt == f->rt)
+                return c;
+        c->depth = f->depth;
+        c->rt = f->rt;
+        c->n = 0;
+        c->hits = 0;
+        c->ruled_out = 0;
+        c->first_two = 0;
+        return c;
+}
+
+/* Whether a depth above c is still in the running: two objects showed
+ * there, one as worker 0 or 1, and none contradicted another. Until it is
+ * ruled out (or confirms itself), c may be a copy of what lies there. A
+ * single object above (a shared look-alike) does not count. */
+static __always_inline bool d9_wk_above(const struct d9_wk_depth *d, const struct d9_wk_cand *c)
+{
+        for (int k = 0; k < D9_WK_CANDS; k++) {
+                const struct d9_wk_cand *o = &d->cand[k];
+
+                if (o->depth && o->depth < c->depth && !o->ruled_out && o->n >= 2 && o->first_two)
+                        return true;
+        }
+        return false;
+}
+
+/* One find of a full scan, before the depth is confirmed: held against its
+ * candidate's pairs. True when it confirms the depth. */
+static __always_inline bool d9_wk_weigh(struct d9_wk_depth *d, const struct d9_wk_find *f)
+{
+        struct d9_wk_cand *c = d9_wk_cand_of(d, f);
+        bool seen = false;
+
+        if (!c || c->ruled_out)
+                return false;
+        for (__u32 k = 0; k < D9_WK_PAIRS; k++) {
+                if (k >= c->n)
+                        break;
+                if (c->key[k] == f->key && c->index[k] == f->index)
+                        seen = true;
+                else if (c->key[k] == f->key || c->index[k] == f->index)
+                        c->ruled_out = 1;
+        }
+        if (c->ruled_out)
+                return false;
+        c->hits++;
+        if (!seen && c->n < D9_WK_PAIRS) {
+                c->key[c->n & (D9_WK_PAIRS - 1)] = f->key;
+                c->index[c->n & (D9_WK_PAIRS - 1)] = f->index;
+                c->n++;
+        }
+        if (f->index == 1 || f->index == 2)
+                c->first_two |= f->index;
+        return c->first_two == 3 && c->hits >= D9_WK_HITS && !d9_wk_above(d, c);
+}
+
+/* The finds of a full scan (outermost first), before the depth is
+ * confirmed. */
+static __always_inline void d9_wk_pending(struct d9_wk_depth *d, const struct d9_wk_find *finds, __u32 n_finds)
+{
+        for (__u32 i = 0; i < D9_WK_FINDS; i++) {
+                if (i >= n_finds)
+                        break;
+                if (d9_wk_weigh(d, &finds[i])) {
+                        d->depth = finds[i].depth;
+                        return;
+                }
+        }
+}
+
+/* Whether a scan of this target ever found a Worker-shaped word. Until
+ * one has, scans that find nothing tell of a runtime without Workers; once
+ * one has, they are threads that run no loop (a blocking pool's, the
+ * block_in_place target's many) and say nothing: counted, at an attach's
+ * burst of stacks they ended the search within milliseconds, before two
+ * workers had shown, and every worker got an id by thread (1 of 3 tries in
+ * a CI run, the stripped block_in_place target under CPU hogs). */
+static __always_inline bool d9_wk_any_cand(const struct d9_wk_depth *d)
+{
+        for (int k = 0; k < D9_WK_CANDS; k++)
+                if (d->cand[k].depth)
+                        return true;
+        return false;
+}

@@ -1,0 +1,171 @@
+/* The default set's Worker search weighs its scans' finds (bpf/d9_wk_search.h,
+ * the header the BPF program includes) on the host: which depth below the
+ * thread pointer it takes for the loop's Arc<Worker>.
+ *
+ * The threads are a gdb snapshot of the 1.24 release block_in_place target
+ * (tests/targets, `inplace`): each scan's finds, outermost first, one per
+ * object, at their distance below the TLS. The loop's Worker lies at 2,648
+ * bytes; copies of the real Workers' Arcs lie deeper (2,976, 6,032), often
+ * on the other worker's thread, and Handle-shaped objects of another "runtime"
+ * at 3,040 and 3,128. */
+#include <linux/types.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef __always_inline
+#define __always_inline inline __attribute__((always_inline))
+#endif
+#include "bpf/d9_wk_search.h"
+#include "../tap.h"
+
+enum { A = 0x98680, B = 0x986e0, R = 0x98430, H = 0x97af0, K = 0x983a0, R2 = 0x97060 };
+#define LOOP 2648
+
+struct scan {
+        const char *what;
+        __u32 n;
+        struct d9_wk_find f[D9_WK_FINDS];
+};
+
+/* Index values are 1 + Tokio's, as BPF writes them. */
+static const struct scan snapshot[] = {
+        { "worker 0's older loop, in block_in_place", 3,
+          { { 2648, A, R, 1, 0 }, { 2976, B, R, 2, 0 }, { 3128, H, R2, 3, 0 } } },
+        { "worker 0 parked", 2, { { 2648, A, R, 1, 0 }, { 3040, H, R2, 3, 0 } } },
+        { "worker 0's older loop, a copy of worker 1 deeper", 3,
+          { { 2648, A, R, 1, 0 }, { 3128, H, R2, 3, 0 }, { 6032, B, R, 2, 0 } } },
+        { "worker 0's older loop, no copy", 2, { { 2648, A, R, 1, 0 }, { 3128, H, R2, 3, 0 } } },
+        { "worker 1 parked", 3, { { 2648, B, R, 2, 0 }, { 2976, A, R, 1, 0 }, { 3040, K, R2, 2, 0 } } },
+        { "an idle pool thread", 0, { { 0 } } },
+};
+#define N_SNAPSHOT (sizeof(snapshot) / sizeof(snapshot[0]))
+
+static void weigh(struct d9_wk_depth *d, const struct d9_wk_find *f, __u32 n)
+{
+        if (!d->depth)
+                d9_wk_pending(d, f, n);
+}
+
+static void weigh_one(struct d9_wk_depth *d, __u64 depth, __u64 key, __u64 rt, __u32 index)
+{
+        struct d9_wk_find f = { depth, key, rt, index, 0 };
+
+        weigh(d, &f, 1);
+}
+
+/* Workers 0 and 1 of runtime R (A, B) found at depth, `times` each. */
+static void weigh_both_workers(struct d9_wk_depth *d, __u64 depth, int times)
+{
+        for (int i = 0; i < times; i++) {
+                weigh_one(d, depth, A, R, 1);
+                weigh_one(d, depth, B, R, 2);
+        }
+}
+
+static const struct d9_wk_cand *cand_at(const struct d9_wk_depth *d, __u64 depth)
+{
+        for (int k = 0; k < D9_WK_CANDS; k++)
+                if (d->cand[k].depth == depth)
+                        return &d->cand[k];
+        return NULL;
+}
+
+/* The snapshot's threads scanned in random orders: the search takes the
+ * loop's depth or none yet, never a copy's. */
+static void test_snapshot_any_order(void)
+{
+        unsigned runs = 20000, loop = 0, other = 0, none = 0;
+        __u64 wrong = 0;
+
+        srand(2648);
+        for (unsigned r = 0; r < runs; r++) {
+                struct d9_wk_depth d;
+
+                memset(&d, 0, sizeof(d));
+                for (int i = 0; i < 24 && !d.depth; i++) {
+                        const struct scan *s = &snapshot[(unsigned)rand() % N_SNAPSHOT];
+
+                        weigh(&d, s->f, s->n);
+                }
+                if (d.depth == LOOP)
+                        loop++;
+                else if (d.depth)
+                        other++, wrong = d.depth;
+                else
+                        none++;
+        }
+        ok(other == 0 && loop > runs * 9 / 10,
+           "24 scans of the snapshot's threads in random order: the loop's depth in %u of %u runs, none yet in %u, "
+           "another depth in %u (%llu)", loop, runs, none, other, (unsigned long long)wrong);
+}
+
+/* A deeper depth that meets every rule (both workers, consistent, enough
+ * finds) waits while the loop's depth above it, with two objects seen,
+ * one of them worker 0, is in the running: the copies at 2,976 name the
+ * right Arcs on the wrong threads. */
+static void test_deeper_copy_waits(void)
+{
+        struct d9_wk_depth d;
+
+        memset(&d, 0, sizeof(d));
+        /* A 5-worker runtime: workers 0 and 4 have shown at the loop's depth. */
+        weigh_one(&d, LOOP, A, R, 1);
+        weigh_one(&d, LOOP, 0x98740, R, 5);
+        weigh_both_workers(&d, 2976, 3);
+        ok(!d.depth, "the copy's depth (6 consistent finds of workers 0 and 1) is not taken while the loop's depth "
+                     "is in the running (took %llu)", (unsigned long long)d.depth);
+        weigh_both_workers(&d, LOOP, 1);
+        ok(d.depth == LOOP, "the loop's depth is taken once worker 1 shows there too (took %llu)",
+           (unsigned long long)d.depth);
+}
+
+/* A shared object above (one Arc in every thread, 1.43's "index" 113) is
+ * no rival, and neither is a depth ruled out by a contradiction. */
+static void test_no_rival_above(void)
+{
+        struct d9_wk_depth d;
+
+        memset(&d, 0, sizeof(d));
+        for (int i = 0; i < 4; i++)
+                weigh_one(&d, 2416, 0x5000, R, 1);
+        weigh_one(&d, 2500, 0x6000, R, 1);
+        weigh_one(&d, 2500, 0x6100, R, 1);      /* index 0 twice: ruled out */
+        weigh_both_workers(&d, LOOP, 2);
+        ok(d.depth == LOOP, "under one shared object and one ruled-out depth, the loop's depth is taken (took %llu)",
+           (unsigned long long)d.depth);
+}
+
+/* Look-alikes at more depths than there are slots: the shallow ones are
+ * kept, so the loop's depth keeps what it learnt, and a find below all of
+ * them is not weighed. */
+static void test_shallow_kept(void)
+{
+        struct d9_wk_depth d;
+        const struct d9_wk_cand *c;
+
+        memset(&d, 0, sizeof(d));
+        weigh_both_workers(&d, LOOP, 1);
+        for (__u64 depth = 3000; depth < 3000 + 16 * 64; depth += 64)
+                weigh_one(&d, depth, 0x7000 + depth, R, 9);
+        c = cand_at(&d, LOOP);
+        ok(c && c->hits == 2 && c->n == 2, "16 deeper look-alike depths leave the loop's candidate as it was (%u hits)",
+           c ? c->hits : 0);
+        weigh_one(&d, 2600, 0x7100, R, 9);
+        ok(cand_at(&d, 2600) && !cand_at(&d, 3000 + 6 * 64) && cand_at(&d, 3000 + 5 * 64),
+           "a shallower one takes the deepest one's slot");
+        weigh_one(&d, 9000, 0x7200, R, 9);
+        ok(!cand_at(&d, 9000), "a find below every kept depth is not weighed");
+        weigh_both_workers(&d, LOOP, 1);
+        ok(d.depth == LOOP, "the loop's depth is taken (took %llu)", (unsigned long long)d.depth);
+}
+
+int main(void)
+{
+        test_snapshot_any_order();
+        test_deeper_copy_waits();
+        test_no_rival_above();
+        test_shallow_kept();
+        return tap_done();
+}
