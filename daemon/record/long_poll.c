@@ -172,9 +172,13 @@ void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stac
                 else if (r->blocking && tr->launch_polls[r->cookie])
                         launch = r->cookie + 1;
         }
-        /* A blocking poll below a task poll is the worker's launch. */
-        if (task && launch)
-                tr->launch_polls[launch - 1] = 1;
+        /* A blocking poll below a task poll is the worker's launch; below a
+         * worker BPF named by its index, a multi-thread worker's. */
+        if (task && launch) {
+                tr->launch_polls[launch - 1] |= LAUNCH_SEEN;
+                if (t->worker < TR_MAX_WORKERS && tr->ws.w[t->worker].index)
+                        tr->launch_polls[launch - 1] |= LAUNCH_NAMED;
+        }
         t->lp_stack = stack_id;
         t->lp_poll = task;
         t->lp_depth = depth;

@@ -552,6 +552,14 @@ uint32_t translate_thread_worker(struct translate *tr, struct tr_thread *t)
          * worker seen early gets no id of its own to give back later. */
         if (t->worker == D9_WORKER_NONE && t->stacks_looked && t->stacks_unnamed < STACKS_BEFORE_THREAD_ID)
                 return D9_WORKER_NONE;
+        /* Its loop was launched as loops BPF named multi-thread workers of:
+         * it is one of those whose Worker its stacks did not show, not a
+         * runtime of its own, and an id by thread would be a worker that
+         * never was (npm deltachat, a CI run: a stand-in's pool thread
+         * read as worker 2 for 20 ms). */
+        if (t->worker == D9_WORKER_NONE && t->lp_launch && tr->launch_polls &&
+            (tr->launch_polls[t->lp_launch - 1] & LAUNCH_NAMED))
+                return D9_WORKER_NONE;
         if (t->worker == D9_WORKER_NONE && (t->worker = workers_for_thread(&tr->ws, t->tid)) < TR_MAX_WORKERS) {
                 tr->holder[t->worker] = t->tid;
                 tr->ids_by_thread++;

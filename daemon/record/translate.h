@@ -88,6 +88,10 @@ struct tr_dyn {
         uint32_t atom;
 };
 
+/* launch_polls: a blocking poll seen below a task poll (a worker loop's
+ * launch), and seen so on a thread BPF named a multi-thread worker of. */
+enum { LAUNCH_SEEN = 1, LAUNCH_NAMED = 2 };
+
 struct translate {
         pid_t pid;
         bool hide_kernel;               /* no kernel addresses for this session's reader */
@@ -181,7 +185,7 @@ struct translate {
         void *lp_ctx;
         struct lp_range *lp_ranges;     /* poll functions, sorted by start */
         size_t n_lp_ranges;
-        uint8_t *launch_polls;          /* per cookie: a worker's launch poll */
+        uint8_t *launch_polls;          /* per cookie: LAUNCH_SEEN, LAUNCH_NAMED */
         int long_poll_schema;
         uint32_t enc_gen;               /* bumped with each encoder (atoms) */
         uint64_t long_polls;            /* D9LongPollEvents written */

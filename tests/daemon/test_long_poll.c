@@ -428,6 +428,42 @@ static void test_no_thread_id_while_bpf_searches(void)
            (unsigned long long)ids_after);
 }
 
+/* A thread whose loop was launched as the loops of workers BPF named
+ * (the same blocking poll below its task poll), when BPF names none for
+ * it, is one of those workers, not a runtime of its own: no id by thread
+ * (npm deltachat in a CI run: a stand-in's thread read as worker 2). A
+ * thread under another launch still stands in for its runtime. */
+static void test_no_thread_id_under_a_named_workers_launch(void)
+{
+        const uint64_t in_task[] = { TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        const uint64_t own_rt[] = { TASK_FN + 0x40, OTHER_FN + 9, JOB_FN + 0x20 };
+        enum { RT = 0x7f00aa00 };
+        struct log l;
+        struct run r;
+        char workers[64], unnamed[64];
+
+        run_start(&r);
+        for (uint32_t k = 0; k < 2; k++) {
+                translate_stack_worker(&r.tr, 101 + k, RT, k + 1, 1000, false);
+                offcpu(&r, 101 + k, stack(&r, 101 + k, in_task, 3), 2000000);
+        }
+        for (int i = 0; i < 6; i++) {
+                translate_stack_worker(&r.tr, 300, RT, 0, 0, false);
+                offcpu(&r, 300, stack(&r, 300, in_task, 3), 2000000);
+        }
+        translate_worker_list(&r.tr, unnamed, sizeof(unnamed));
+        uint64_t ids = r.tr.ids_by_thread;
+        for (int i = 0; i < 6; i++) {
+                translate_stack_worker(&r.tr, 400, RT, 0, 0, false);
+                offcpu(&r, 400, stack(&r, 400, own_rt, 3), 2000000);
+        }
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!strcmp(unnamed, "0,1") && ids == 0,
+           "6 stacks in a task poll under the named workers' launch, no Worker named: no id of its own ('%s', "
+           "%llu ids by thread)", unnamed, (unsigned long long)ids);
+        ok(!strcmp(workers, "0,1,2"), "a thread under another launch stands in for its own runtime ('%s')", workers);
+}
+
 /* The periodic flush goes by trace time: a worker preempted for 50 ms in
  * the middle of a long poll (other threads' records go on), with flushes
  * between, still gives one long poll; only a second of trace time with no
@@ -637,6 +673,7 @@ int main(void)
         test_long_poll_stack_is_its_deepest_tick();
         test_block_in_place_workers_from_the_stack();
         test_no_thread_id_while_bpf_searches();
+        test_no_thread_id_under_a_named_workers_launch();
         test_flush_by_trace_time();
         test_preemptions_of_another_stretch();
         test_preemptions_extend_runs();
