@@ -171,9 +171,14 @@ def main():
 
         worst = max(check_reading(t, samples, rd, i) for i, rd in enumerate(readings))
         print(f"# worst distance of a bracketing sample from a /proc reading: {worst / 1e6:.1f} ms")
-        moved = [k for k in ("user_cpu_ns", "minor_faults", "voluntary_context_switches", "wchar")
-                 if samples and samples[-1][1][k] > samples[0][1][k]]
-        t.ok(len(moved) == 4, f"the target's work shows in the counters ({moved})")
+        # User CPU comes in 10 ms ticks, and accepting a few connections
+        # can take less (CI rehearsal 14: it did not move): it must move in
+        # d9d's samples when it moved in the test's own /proc readings.
+        keys = ("user_cpu_ns", "minor_faults", "voluntary_context_switches", "wchar")
+        moved = [k for k in keys if samples and samples[-1][1][k] > samples[0][1][k]]
+        in_proc = [k for k in keys if readings[-1][2][k] > readings[0][2][k]]
+        t.ok(set(in_proc) <= set(moved) and set(keys[1:]) <= set(moved),
+             f"the target's work shows in the counters ({moved}; in /proc between the test's readings: {in_proc})")
         fds = [s[1]["open_fds"] for s in samples]
         t.ok(fds and max(fds) >= min(fds) + BACKLOG + 1,
              f"open_fds rises by the connections accepted from the queue ({min(fds) if fds else 0} -> "
