@@ -31,7 +31,7 @@
  * Worker at 2,648 bytes; at 2,976 and 6,032 the Arcs of worker 0 and 1,
  * stale or copied, often on the other worker's thread; at 3,128 pairs of
  * both), and one of them confirmed first in 2 of 3 tries of a CI run: 4
- * ids moving between threads, 2 more by thread. The loop's own frame is
+ * ids moving between threads, more by thread. The loop's own frame is
  * the outermost, so the shallow candidates are the ones kept.
  * (Several CPUs update the candidates without a lock, so a race can mix
  * two candidates' pairs; a confirmation still needs both indexes,
