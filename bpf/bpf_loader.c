@@ -31,6 +31,7 @@
 #include <bpf/libbpf.h>
 
 #include "bpf/bpf_pidns.h"
+#include "bpf/d9_wk_search.h"
 #include "d9_sched.skel.h"
 #include "d9_tokio.skel.h"
 #include "uprobes/uprobes.h"
@@ -109,6 +110,7 @@ struct d9_bpf_target {
         struct bpf_link **win_links;
         size_t n_win_links, n_win_attached;
         uint64_t uprobes_on_ns;         /* when the late uprobes began to record */
+        uint64_t since_ns;              /* its d9_target_cfg's since_ts */
 };
 
 static void set_err(char **err, const char *fmt, ...)
@@ -744,6 +746,7 @@ static int install_target(struct d9_bpf_target *t, const struct probe_plan *plan
         uint32_t tgid = t->kernel_tgid;
         int r;
 
+        t->since_ns = cfg.since_ts;
         layout_of(plan, o, &cfg);
         /* Always: the slot's last target may have set one. */
         r = d9_bpf_target_set_tls(t, plan ? plan->tls_size : D9_WK_TLS_UNKNOWN);
@@ -1399,6 +1402,31 @@ int d9_bpf_target_offcpu_short(const struct d9_bpf_target *t, struct d9_offcpu_s
         sum->count = v[0];
         sum->ns = v[1];
         return r;
+}
+
+int d9_bpf_target_worker_search(const struct d9_bpf_target *t, struct d9_worker_search *out)
+{
+        struct d9_wk_depth d;
+
+        *out = (struct d9_worker_search){ 0 };
+        if (t->slot == UINT32_MAX)
+                return -ESRCH;
+        if (bpf_map__lookup_elem(t->bpf->sched->maps.d9_wk_depths, &t->slot, sizeof(t->slot), &d,
+                                 sizeof(d), 0))
+                return -errno;
+        /* The slot's last target, or this one before its first scan. */
+        if (d.since != t->since_ns || !d.first_ts)
+                return 0;
+        out->begun = true;
+        out->depth = d.depth;
+        out->begun_ns = d.first_ts;
+        out->confirmed_ns = d.depth ? d.confirmed_ts : 0;
+        out->misses = d.misses;
+        for (size_t k = 0; k < D9_WK_CANDS; k++) {
+                out->candidates += d.cand[k].depth != 0;
+                out->ruled_out += d.cand[k].depth && d.cand[k].ruled_out;
+        }
+        return 0;
 }
 
 enum d9_poll_end d9_bpf_target_poll_end(const struct d9_bpf_target *t)

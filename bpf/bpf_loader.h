@@ -166,6 +166,18 @@ int d9_bpf_target_stack_deep(struct d9_bpf_target *t, uint32_t tid);
 /* Off-CPU intervals shorter than the target's offcpu_min_ns: not
  * recorded, only counted here (summed over CPUs). */
 int d9_bpf_target_offcpu_short(const struct d9_bpf_target *t, struct d9_offcpu_short *sum);
+/* The default set's Worker search (bpf/d9_wk_search.h) for this target,
+ * on d9_now_ns's clock: begun at its first full scan, depth 0 until a
+ * depth is confirmed. */
+struct d9_worker_search {
+        bool begun;
+        uint64_t depth;                 /* bytes below the static TLS */
+        uint64_t begun_ns, confirmed_ns;
+        uint32_t candidates;            /* depths weighed now, ruled out ones included */
+        uint32_t ruled_out;
+        uint32_t misses;                /* scans that found nothing while none had */
+};
+int d9_bpf_target_worker_search(const struct d9_bpf_target *t, struct d9_worker_search *out);
 /* Which poll-end mode was chosen, and how many probe points attached. */
 enum d9_poll_end d9_bpf_target_poll_end(const struct d9_bpf_target *t);
 /* The mode the uprobes of this plan and probe set get (asked: AUTO unless

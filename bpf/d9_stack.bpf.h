@@ -523,6 +523,7 @@ static __always_inline void d9_wk_depth_fresh(struct d9_wk_depth *d, const struc
                 d->cand[i].depth = 0;
         d->misses = 0;
         d->first_ts = now;
+        d->confirmed_ts = 0;
 }
 
 /* The finds of a full scan weighed, in a global function of their own:
@@ -629,9 +630,11 @@ __noinline __u32 d9_stack_worker(struct d9_rec_stack *s, const struct d9_target_
         lc.t = t;
         if (len && !bpf_probe_read_user(t->w, len, (void *)t->base))
                 bpf_loop(D9_WK_TOP_WORDS, d9_wk_top_word, &lc, 0);
-        if (t->n_finds)
+        if (t->n_finds) {
                 d9_wk_weigh_scan(d, t);
-        else if (!d9_wk_any_cand(d))
+                if (d->depth && !d->confirmed_ts)
+                        d->confirmed_ts = now;
+        } else if (!d9_wk_any_cand(d))
                 d->misses++;
         return 0;
 }

@@ -67,6 +67,7 @@ struct d9_wk_depth {
         struct d9_wk_cand cand[D9_WK_CANDS];
         __u32 misses;           /* full scans that found nothing */
         __u64 first_ts;         /* the target's first scan */
+        __u64 confirmed_ts;     /* when depth was confirmed (d9d's status) */
 };
 
 /* The slot of f's candidate: the one of its depth and runtime, else a free

@@ -26,6 +26,23 @@ static void print_missing(const json_t *plan)
                 printf(" (reasons: d9ctl status --verbose)\n");
 }
 
+/* The default set's search for where worker loops keep their Worker:
+ * until it is found, no stack names its worker. */
+static void print_worker_search(const json_t *ws)
+{
+        if (!ws)
+                return;
+        if (json_integer_value(json_object_get(ws, "depth_bytes")))
+                printf("  worker search: found, %lld bytes below the TLS, after %lld ms\n",
+                       (long long)json_integer_value(json_object_get(ws, "depth_bytes")),
+                       (long long)json_integer_value(json_object_get(ws, "found_after_ms")));
+        else
+                printf("  worker search: not found yet (%lld candidate depths, %lld ruled out); "
+                       "until then no stack names its worker\n",
+                       (long long)json_integer_value(json_object_get(ws, "candidate_depths")),
+                       (long long)json_integer_value(json_object_get(ws, "ruled_out")));
+}
+
 static void print_target(const json_t *t, bool verbose)
 {
         const char *reason = json_string_value(json_object_get(t, "end_reason"));
@@ -50,6 +67,7 @@ static void print_target(const json_t *t, bool verbose)
                        (long long)json_integer_value(json_object_get(sh, "min_us")),
                        (long long)json_integer_value(json_object_get(sh, "intervals")),
                        (double)json_integer_value(json_object_get(sh, "total_ns")) / 1e6);
+        print_worker_search(json_object_get(json_object_get(t, "workers"), "search"));
         printf("  dir %s\n", json_string_value(json_object_get(t, "dir")));
         if (verbose)
                 d9ctl_print_plan(stdout, json_object_get(t, "probe_plan"));

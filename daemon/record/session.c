@@ -1539,11 +1539,31 @@ static void session_account_short_offcpu(struct session *s)
                 *was = now;
 }
 
+/* Where the default set's BPF looks for each stack's Worker (docs/probe-plan.md
+ * "Worker identity"), for status and, once, the log: when no depth is
+ * confirmed, worker ids come by thread, and a trace alone does not say why. */
+static void session_account_worker_search(struct session *s)
+{
+        struct d9_worker_search *ws = &s->worker_search;
+        bool had = ws->depth != 0;
+
+        if (!s->bpf || !(s->probes & D9_PROBE_RUNS) || (s->probes & D9_PROBE_POLL) ||
+            d9_bpf_target_worker_search(s->bpf, ws) < 0)
+                return;
+        if (ws->depth && !had)
+                log_info("pid %d: the worker loops' Worker lies %llu bytes below the TLS, confirmed %llu ms "
+                         "into the search (%u candidate depths, %u ruled out)", s->pid,
+                         (unsigned long long)ws->depth,
+                         (unsigned long long)((ws->confirmed_ns - ws->begun_ns) / 1000000),
+                         ws->candidates, ws->ruled_out);
+}
+
 /* The target's BPF counters, into status and the trace. */
 static void session_account_bpf_counters(struct session *s)
 {
         session_account_drops(s);
         session_account_short_offcpu(s);
+        session_account_worker_search(s);
         if (s->tr.enc)
                 long_poll_flush(&s->tr, false);
 }
@@ -1559,6 +1579,12 @@ static void session_end_now(struct session *s, const char *reason)
                  * this only drains the rest. */
                 d9_bpf_target_stop(s->bpf);
                 session_account_bpf_counters(s);
+                if (s->worker_search.begun && !s->worker_search.depth)
+                        log_info("pid %d: no Worker depth confirmed in %llu ms of search (%u candidate depths, "
+                                 "%u ruled out, %u scans found nothing): no stack named its worker", s->pid,
+                                 (unsigned long long)((d9_now_ns() - s->worker_search.begun_ns) / 1000000),
+                                 s->worker_search.candidates, s->worker_search.ruled_out,
+                                 s->worker_search.misses);
                 d9_bpf_detach_target(s->bpf);
                 s->bpf = NULL;
         }
@@ -1781,6 +1807,24 @@ static json_t *attach_timeline_json(const struct attach_timeline *t)
         return j;
 }
 
+/* The default set's Worker search: "found" with the depth and how long
+ * it took, else "searching" (scans still run on every new thread and
+ * every 100 ms per thread); what it weighs either way. */
+static json_t *worker_search_json(const struct d9_worker_search *ws)
+{
+        json_t *j = json_pack("{s:s,s:I,s:I,s:I}", "state", ws->depth ? "found" : "searching",
+                              "candidate_depths", (json_int_t)ws->candidates,
+                              "ruled_out", (json_int_t)ws->ruled_out,
+                              "scans_found_nothing", (json_int_t)ws->misses);
+
+        if (ws->depth) {
+                json_object_set_new(j, "depth_bytes", json_integer((json_int_t)ws->depth));
+                json_object_set_new(j, "found_after_ms",
+                                    json_integer((json_int_t)((ws->confirmed_ns - ws->begun_ns) / 1000000)));
+        }
+        return j;
+}
+
 json_t *session_status_json(const struct session *s)
 {
         json_t *j = json_pack("{s:I,s:i,s:I,s:s,s:s,s:s,s:f,s:I,s:I,s:I,s:i,s:i,s:O,s:O,s:I,s:s,s:{s:I,s:I,s:I}}",
@@ -1833,6 +1877,8 @@ json_t *session_status_json(const struct session *s)
                 "hand_offs", (json_int_t)s->tr.cores_handed,
                 "polls_ended_by_task_elsewhere", (json_int_t)s->tr.polls_ended_by_task,
                 "sleeps_after_poll_end", (json_int_t)s->tr.offcpu_after_poll));
+        if (s->worker_search.begun)
+                json_object_set_new(json_object_get(j, "workers"), "search", worker_search_json(&s->worker_search));
         json_object_set_new(j, "samples", session_samples_json(s));
         /* Drops: whether the ring was full at a drain after a long gap
          * (the loop late) or between drains close together (too small). */

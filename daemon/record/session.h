@@ -12,6 +12,7 @@
 #include "daemon/record/record_hold.h"
 #include "daemon/record/segment.h"
 #include "daemon/record/translate.h"
+#include "bpf/bpf_loader.h"
 #include "bpf/d9_events.h"
 
 struct probe_plan;
@@ -120,6 +121,7 @@ struct session {
         /* Counters for status. */
         uint64_t events, bytes_sealed, drops, drops_reported;
         struct d9_offcpu_short offcpu_short, offcpu_short_reported;
+        struct d9_worker_search worker_search;  /* the default set's, as last read */
         uint64_t drops_logged_ms;       /* drop warnings: at most one per 10 s */
         uint64_t drops_logged;          /* the count the last warning said */
         struct ring_drains {            /* how the ring was drained, for status: a full ring says why */
