@@ -185,8 +185,10 @@ void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stac
         t->lp_launch = launch;
         /* A launch frame alone made a worker only where BPF does not say
          * which loop a thread runs: where it does, that says (a job whose
-         * pool code looks like a worker's launch is no worker). */
-        if (task || (launch && !t->stacks_looked))
+         * pool code looks like a worker's launch is no worker). With poll
+         * uprobes (all,longpoll) the polls say which worker a thread is,
+         * and ids by thread are theirs to give (poll_worker). */
+        if (!tr->workers_from_polls && (task || (launch && !t->stacks_looked)))
                 translate_thread_worker(tr, t);
 }
 

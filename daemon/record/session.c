@@ -1161,6 +1161,7 @@ int session_enable_long_polls(struct session *s)
         s->tr.spawn_from_first_poll &= (s->probes & D9_PROBE_SPAWN) != 0;
         /* Set before the uprobes can record (they may attach later). */
         s->tr.end_at_next_poll = d9_bpf_poll_end_for(s->plan, s->probes, D9_POLL_END_AUTO) == D9_POLL_END_ENTRY_ONLY;
+        s->tr.workers_from_polls = (s->probes & D9_PROBE_POLL) != 0;
         /* Default set: workers, parks and long polls from stacks. */
         if ((s->probes & D9_PROBE_RUNS) && s->plan && probe_plan_poll_bodies(s->plan))
                 return long_poll_enable(&s->tr, D9_RUN_SAMPLE_US_DEFAULT * 1000ull, NULL, NULL);

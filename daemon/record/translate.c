@@ -591,6 +591,12 @@ int translate_stack_worker(struct translate *tr, uint32_t tid, uint64_t rt, uint
         struct tr_thread *t = thread_get(tr, tid), *u;
         uint32_t w;
 
+        /* With poll uprobes BPF does not look (all,longpoll): a stack's
+         * "none" is no answer, and read as "its loop ended" it took each
+         * worker's thread off its worker, which then got an id by thread
+         * (mixed's two workers read 0,1,2,3, their samples the pool's). */
+        if (tr->workers_from_polls)
+                return 0;
         if (!t)
                 return -ENOMEM;
         t->older_loop = false;

@@ -179,6 +179,8 @@ struct translate {
                                          * for its worker, either probe set */
         /* long_poll.c: workers and long polls from stacks (default set). */
         bool stack_workers;
+        bool workers_from_polls;        /* poll uprobes name workers; stacks carry none
+                                         * (BPF looks only without them) */
         bool attach_polls;              /* attach_poll.c: polls running at the attach (full set) */
         uint64_t run_period_ns;
         int (*lp_vaddr_of)(void *ctx, uint64_t addr, uint64_t *vaddr);

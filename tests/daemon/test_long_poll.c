@@ -464,6 +464,47 @@ static void test_no_thread_id_under_a_named_workers_launch(void)
         ok(!strcmp(workers, "0,1,2"), "a thread under another launch stands in for its own runtime ('%s')", workers);
 }
 
+/* Poll uprobes with longpoll (all,longpoll): the polls name the workers
+ * and BPF does not look for the Worker at stacks, which then say "none".
+ * Read as "its loop ended", that took each worker's thread off its worker
+ * (its samples the pool's), and its next long poll gave it a second id by
+ * thread: mixed's two workers read 0,1,2,3. */
+static void test_workers_from_polls_with_longpoll(void)
+{
+        const uint64_t in_task[] = { TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        enum { RT = 0x7f00aa00 };
+        struct log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r);
+        r.tr.workers_from_polls = true;
+        for (uint32_t k = 0; k < 2; k++) {
+                struct d9_rec_task p = { .task_id = 7 + k, .cookie = C_TASK2, .worker = k + 1, .worker_rt = RT };
+
+                p.hdr = (struct d9_rec_hdr){ .type = D9_REC_POLL_START, .tid = 101 + k, .tgid = 1, .ts = r.ts };
+                translate_record(&r.tr, &p, sizeof(p));
+        }
+        for (uint32_t k = 0; k < 2; k++) {
+                uint64_t since = r.ts;
+
+                for (int i = 0; i < 6; i++) {   /* a running long poll of 6 ticks */
+                        uint64_t id = stack(&r, 101 + k, in_task, 3);
+
+                        translate_stack_worker(&r.tr, 101 + k, 0, 0, 0, false);
+                        tick(&r, 101 + k, id, since);
+                        cpu_sample_at(&r, 101 + k, id, r.ts);
+                }
+                offcpu(&r, 101 + k, stack(&r, 101 + k, in_task, 3), 2000000);
+        }
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!strcmp(workers, "0,1") && l.long_on[0] == 1 && l.long_on[1] == 1 && l.samples[0] >= 6 &&
+           l.samples[1] >= 6 && !l.samples[254],
+           "polls name workers 0 and 1; their stacks' 'none' changes nothing: workers '%s', long polls %d/%d, "
+           "samples %d/%d, %d as the pool's", workers, l.long_on[0], l.long_on[1], l.samples[0], l.samples[1],
+           l.samples[254]);
+}
+
 /* The periodic flush goes by trace time: a worker preempted for 50 ms in
  * the middle of a long poll (other threads' records go on), with flushes
  * between, still gives one long poll; only a second of trace time with no
@@ -674,6 +715,7 @@ int main(void)
         test_block_in_place_workers_from_the_stack();
         test_no_thread_id_while_bpf_searches();
         test_no_thread_id_under_a_named_workers_launch();
+        test_workers_from_polls_with_longpoll();
         test_flush_by_trace_time();
         test_preemptions_of_another_stretch();
         test_preemptions_extend_runs();
