@@ -114,6 +114,7 @@ int d9ctl_cmd_export(int argc, char **argv)
         int e = 0;
         for (int i = optind; i < argc && !e; i++)
                 e = d9ctl_trace_paths_add(argv[i], &paths, &n, why, sizeof(why));
+        d9ctl_trace_paths_sort(paths, n);
         struct export_stats st = { 0 };
         if (!e)
                 e = export_to(output, format, profile, paths, n, &st, why, sizeof(why));

@@ -1,6 +1,7 @@
 /* d9ctl report [--json] [--top N] SEGMENT...|DIR...: the culprits of a
  * recording on one screen (report.c). A directory stands for the trace
- * files under it, in name order (trace.0, trace.1, ... of one session). */
+ * files under it; all are read in version order (trace.0, trace.1, ...,
+ * trace.10 of one session), whatever order they were given in. */
 #include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -60,6 +61,7 @@ int d9ctl_cmd_report(int argc, char **argv)
         int e = 0;
         for (int i = optind; i < argc && !e; i++)
                 e = d9ctl_trace_paths_add(argv[i], &paths, &npaths, why, sizeof(why));
+        d9ctl_trace_paths_sort(paths, npaths);
         for (size_t i = 0; i < npaths && !e; i++)
                 e = d9ctl_report_add_file(r, paths[i], why, sizeof(why));
         d9ctl_trace_paths_free(paths, npaths);

@@ -60,6 +60,7 @@ struct worker {
         uint64_t poll_start, poll_task, park_start;
         char *poll_future;
         uint64_t busy_ns, parked_ns, polls, sched_wait_ns;
+        uint64_t parked_in_windows_ns;  /* the part inside full-detail windows */
         uint32_t tids[WORKER_TIDS], ntids;
 };
 
@@ -301,6 +302,19 @@ static void worker_named(struct report *r, const struct d9_dec_event *ev, uint64
         worker_thread_seen(&r->w[worker], (uint32_t)d9ctl_trace_field_u(ev, "tid"));
 }
 
+/* A park's time from its start to ts, where inside an open full-detail
+ * window: the polls' busy time comes only from windows, so with windows the
+ * shares are of the windows' time (else they mixed 40 ms of polls a second
+ * with the whole recording's parks). */
+static void parked_until(struct report *r, struct worker *w, uint64_t ts)
+{
+        uint64_t from = w->park_start > r->window_open ? w->park_start : r->window_open;
+
+        w->parked_ns += ts - w->park_start;
+        if (r->window_open && ts > from)
+                w->parked_in_windows_ns += ts - from;
+}
+
 static void on_park(struct report *r, const struct d9_dec_event *ev, bool park)
 {
         struct worker *w = &r->w[(uint8_t)d9ctl_trace_field_u(ev, "worker_id")];
@@ -312,7 +326,7 @@ static void on_park(struct report *r, const struct d9_dec_event *ev, bool park)
                 w->park_start = ev->ts;
         } else if (w->parked && ev->ts >= w->park_start) {
                 w->parked = false;
-                w->parked_ns += ev->ts - w->park_start;
+                parked_until(r, w, ev->ts);
                 w->sched_wait_ns += d9ctl_trace_field_u(ev, "sched_wait_ns");
         }
 }
@@ -392,8 +406,17 @@ static void on_sample(struct report *r, const struct d9_dec_event *ev)
  * recording ended before it was built. */
 static void window_close(struct report *r, uint64_t ts)
 {
-        if (r->window_open && ts > r->window_open)
+        if (r->window_open && ts > r->window_open) {
                 r->window_ns += ts - r->window_open;
+                /* Parks still open: their part in the window ends here. */
+                for (int i = 0; i < NWORKERS; i++) {
+                        struct worker *w = &r->w[i];
+                        uint64_t from = w->park_start > r->window_open ? w->park_start : r->window_open;
+
+                        if (w->parked && ts > from)
+                                w->parked_in_windows_ns += ts - from;
+                }
+        }
         r->window_open = 0;
 }
 
@@ -466,7 +489,7 @@ static void recording_close(struct report *r)
 
                 poll_closed(r, w, r->rec_last, true);
                 if (w->parked && r->rec_last >= w->park_start)
-                        w->parked_ns += r->rec_last - w->park_start;
+                        parked_until(r, w, r->rec_last);
                 w->in_poll = w->parked = false;
         }
         d9ctl_report_tasks_segment(r->tasks);
@@ -772,7 +795,8 @@ json_t *d9ctl_report_result(struct report *r)
                                                       "duration_ns", (json_int_t)(p->end - p->start), "task",
                                                       (json_int_t)p->task, "future", p->future));
         }
-        uint64_t span = r->recorded_ns;
+        /* Polls only inside full-detail windows: the shares are of those. */
+        uint64_t span = r->windows ? r->window_ns : r->recorded_ns;
         json_t *workers = json_array();
         for (int i = 0; i < NWORKERS; i++) {
                 const struct worker *w = &r->w[i];
@@ -789,7 +813,8 @@ json_t *d9ctl_report_result(struct report *r)
                         "polls", (json_int_t)w->polls, "busy_ns", (json_int_t)w->busy_ns, "parked_ns",
                         (json_int_t)w->parked_ns, "sched_wait_ns", (json_int_t)w->sched_wait_ns,
                         "busy_share", span ? (double)w->busy_ns / (double)span : 0.0,
-                        "parked_share", span ? (double)w->parked_ns / (double)span : 0.0,
+                        "parked_share", span ? (double)(r->windows ? w->parked_in_windows_ns : w->parked_ns) /
+                                               (double)span : 0.0,
                         "threads", threads, "more_threads", w->more_tids));
         }
         json_t *missing = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",

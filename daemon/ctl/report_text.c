@@ -333,7 +333,8 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
         fprintf(out, "\nLongest blocking-pool jobs (spawn_blocking and the like: not on a worker; %" JSON_INTEGER_FORMAT
                 " in all)\n", json_integer_value(json_object_get(doc, "blocking_pool_jobs")));
         print_rows(out, json_object_get(doc, "longest_blocking_pool_jobs"), "duration_ns", false, polls ? "none" : none);
-        fprintf(out, "\nWorkers (share of the recording%s)\n  worker  polls      busy   parked  other  sched wait   threads\n",
+        fprintf(out, "\nWorkers (share of the %s%s)\n  worker  polls      busy   parked  other  sched wait   threads\n",
+                json_is_object(json_object_get(doc, "full_detail_windows")) ? "full-detail windows' time" : "recording",
                 polls ? "" : "; no poll events, so busy is unknown and other includes polling");
         json_array_foreach(json_object_get(doc, "workers"), i, v) {
                 double busy = json_real_value(json_object_get(v, "busy_share")) * 100;

@@ -107,6 +107,11 @@ int d9ctl_trace_paths_add(const char *arg, char ***paths, size_t *n, char *why, 
         return e;
 }
 
+void d9ctl_trace_paths_sort(char **paths, size_t n)
+{
+        qsort(paths, n, sizeof(*paths), path_cmp);
+}
+
 void d9ctl_trace_paths_free(char **paths, size_t n)
 {
         for (size_t i = 0; i < n; i++)

@@ -25,6 +25,11 @@ int d9ctl_trace_decode(const char *path, const uint8_t *buf, size_t len, const s
  * *.bin.gz, *.bin.zst directly in it in version order (trace.2 before
  * trace.10); anything else is itself. Appends strdup'ed paths to *paths. */
 int d9ctl_trace_paths_add(const char *arg, char ***paths, size_t *n, char *why, size_t why_len);
+/* Puts the paths in version order: a session's segments in the order they
+ * were written, however they were given (a shell's trace.*.bin.zst puts
+ * trace.10 before trace.2, and a report read them out of order: 12.5 s
+ * parked in an 8 s recording). */
+void d9ctl_trace_paths_sort(char **paths, size_t n);
 void d9ctl_trace_paths_free(char **paths, size_t n);
 
 /* The named field of ev, or NULL when the schema has none or an optional

@@ -129,6 +129,12 @@ def main():
     dirr = report(os.path.dirname(paths[0]))
     t.ok(dirr.returncode == 0 and dirr.stdout == txt.stdout, "a directory stands for its segments in order",
          dirr.stderr)
+    # Segments given out of order (a shell's trace.*.bin.zst puts trace.10
+    # before trace.2) are read in order: they gave a worker 12.5 s parked
+    # in an 8 s recording.
+    back = report(*reversed(paths))
+    t.ok(len(paths) >= 3 and back.returncode == 0 and back.stdout == txt.stdout,
+         f"{len(paths)} segments given last first: the same report", back.stderr)
 
     # The pool mode's spawn_blocking jobs (some 1-5 s) are listed apart,
     # never as polls on a worker.

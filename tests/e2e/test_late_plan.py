@@ -21,6 +21,7 @@ windows, stalls and stalls in windows.
 Usage: test_late_plan.py D9D D9CTL TARGET"""
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -145,14 +146,29 @@ def window(t):
     outside = [e for e in polls if not inside(e["ts"])]
     t.ok(polls and not outside, f"{len(polls)} poll and spawn events, none outside a window",
          json.dumps(outside[:3]))
-    open_at, longest = {}, 0
+    open_at, longest, busy = {}, 0, {}
     for e in sorted((e for e in evs if e["event"] in ("PollStartEvent", "PollEndEvent")), key=lambda e: e["ts"]):
         w = e["fields"]["worker_id"]
         if e["event"] == "PollStartEvent":
             open_at[w] = e["ts"]
         elif w in open_at:
-            longest = max(longest, e["ts"] - open_at.pop(w))
+            took = e["ts"] - open_at.pop(w)
+            longest = max(longest, took)
+            busy[w] = busy.get(w, 0) + took
     t.ok(longest >= 45e6, f"a window holds a whole stall: longest poll {longest / 1e6:.1f} ms")
+    # Polls come only inside windows, so the report's shares are of the
+    # windows' time (they were of the whole recording: busy read at most
+    # half of what it was).
+    last = max(e["ts"] for e in evs)
+    win_ns = sum((b if b else last) - a for a, b in pairs)
+    rep = subprocess.run([D9CTL, "report", "--json", *sealed_files(os.path.join(d.tmp, "traces"))], capture_output=True,
+                         text=True, timeout=120)
+    rows = {w["worker"]: w for w in json.loads(rep.stdout or "{}").get("workers", [])}
+    want = {w: ns / win_ns for w, ns in busy.items() if w < 254}
+    t.ok(want and all(w in rows and abs(rows[w]["busy_share"] - x) <= 0.1 * x + 0.002 and
+                      rows[w]["busy_share"] + rows[w]["parked_share"] <= 1.0001 for w, x in want.items()),
+         f"the report's shares are of the windows' time: busy, parked {[(w, round(rows.get(w, {}).get('busy_share', -1), 3), round(rows.get(w, {}).get('parked_share', -1), 3)) for w in want]}, "
+         f"polls' time over the windows' {[(w, round(x, 3)) for w, x in want.items()]}", rep.stderr)
     t.ok(fos.get("windows", 0) == len(pairs) and fos.get("stalls", 0) >= fos.get("stalls_in_windows", 0) >= 1,
          f"status counts {fos.get('windows')} windows, {fos.get('stalls')} stalls, "
          f"{fos.get('stalls_in_windows')} in windows", json.dumps(fos))
