@@ -245,6 +245,20 @@ struct {
         __type(value, __u32);
 } d9_stack_deep_tids SEC(".maps");
 
+/* Per target slot, set by user space from the executable's PT_TLS (its
+ * probe plan, once there is one): glibc and musl put a thread's static TLS
+ * block between its stack and its thread pointer, and the Worker search
+ * starts below it. npm restate-server's is 19 KiB (musl static), all of
+ * the 16 KiB window, which then never saw a stack. D9_WK_TLS_UNKNOWN
+ * while the plan is built: the search starts at the thread pointer (most
+ * builds' TLS is small) but no thread is told "no worker" until then. */
+struct {
+        __uint(type, BPF_MAP_TYPE_ARRAY);
+        __uint(max_entries, D9_MAX_TARGETS);
+        __type(key, __u32);
+        __type(value, __u64);
+} d9_wk_tls SEC(".maps");
+
 extern int bpf_probe_read_user_dynptr(struct bpf_dynptr *dptr, __u32 off, __u32 size,
                                       const void *unsafe_ptr__ign) __weak __ksym;
 
@@ -311,7 +325,7 @@ __noinline __u64 d9_stack_deep(struct d9_rec_stack *s, const struct d9_target_cf
 {
         struct d9_deep_read rd = {};
         struct bpf_dynptr dp;
-        __u64 sp, end = 0, want, size, id;
+        __u64 sp, end = 0, tp, *tls_of, want, size, id;
         __u32 tgid, tid;
         void *ring;
 
@@ -326,6 +340,18 @@ __noinline __u64 d9_stack_deep(struct d9_rec_stack *s, const struct d9_target_cf
         sp = s->regs[D9_DW_RSP];
         if (bpf_find_vma(task, sp, d9_vma_end, &end, 0) || end <= sp)
                 return 0;
+        /* A thread's stack ends below its static TLS and thread pointer,
+         * in the same mapping, and musl's thread stacks are plain mappings
+         * the kernel merges with their neighbours: worker 0's ran 741 KiB
+         * past its thread pointer (npm sandbox-agent), so its copies took
+         * the 128 KiB cap and 42 % of its samples were cut by the byte cap,
+         * worker 1's 2 %. (The main thread's pointer lies elsewhere.) */
+        tp = task->thread.fsbase;
+        tls_of = bpf_map_lookup_elem(&d9_wk_tls, &cfg->slot);
+        if (tls_of && *tls_of != D9_WK_TLS_UNKNOWN && tp > *tls_of)
+                tp -= *tls_of;
+        if (tp > sp && tp < end)
+                end = tp;
         want = end - sp;
         if (want <= cfg->stack.user_bytes)
                 return 0;
@@ -412,20 +438,6 @@ struct {
         __type(key, __u32);
         __type(value, struct d9_wk_depth);
 } d9_wk_depths SEC(".maps");
-
-/* Per target slot, set by user space from the executable's PT_TLS (its
- * probe plan, once there is one): glibc and musl put a thread's static TLS
- * block between its stack and its thread pointer, and the Worker search
- * starts below it. npm restate-server's is 19 KiB (musl static), all of
- * the 16 KiB window, which then never saw a stack. D9_WK_TLS_UNKNOWN
- * while the plan is built: the search starts at the thread pointer (most
- * builds' TLS is small) but no thread is told "no worker" until then. */
-struct {
-        __uint(type, BPF_MAP_TYPE_ARRAY);
-        __uint(max_entries, D9_MAX_TARGETS);
-        __type(key, __u32);
-        __type(value, __u64);
-} d9_wk_tls SEC(".maps");
 
 struct d9_wk_top {
         __u64 w[D9_WK_TOP_WORDS];
