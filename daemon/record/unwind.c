@@ -326,7 +326,7 @@ static bool fp_tail_read(const struct d9_rec_stack *r, uint64_t addr, Dwarf_Word
  * segment the target cannot write: what the file holds is what the target
  * sees there. libelf keeps each chunk, one per address, until the file is
  * closed. */
-static bool module_bytes(struct unwinder *u, uint64_t addr, void *buf, size_t len)
+static bool file_bytes(struct unwinder *u, uint64_t addr, void *buf, size_t len, bool writable, uint64_t *bias_out)
 {
         Dwfl_Module *mod = u->dwfl ? dwfl_addrmodule(u->dwfl, addr) : NULL;
         GElf_Addr bias, vaddr;
@@ -340,16 +340,25 @@ static bool module_bytes(struct unwinder *u, uint64_t addr, void *buf, size_t le
                 GElf_Phdr ph;
                 Elf_Data *d;
 
-                if (!gelf_getphdr(elf, (int)i, &ph) || ph.p_type != PT_LOAD || (ph.p_flags & PF_W) ||
+                if (!gelf_getphdr(elf, (int)i, &ph) || ph.p_type != PT_LOAD || (!writable && (ph.p_flags & PF_W)) ||
                     vaddr < ph.p_vaddr || vaddr + len > ph.p_vaddr + ph.p_filesz)
                         continue;
                 d = elf_getdata_rawchunk(elf, (int64_t)(ph.p_offset + vaddr - ph.p_vaddr), len, ELF_T_BYTE);
                 if (!d || d->d_size != len)
                         return false;
                 memcpy(buf, d->d_buf, len);
+                *bias_out = bias;
                 return true;
         }
         return false;
+}
+
+/* Bytes of a module's read-only segments, as its file holds them. */
+static bool module_bytes(struct unwinder *u, uint64_t addr, void *buf, size_t len)
+{
+        uint64_t bias;
+
+        return file_bytes(u, addr, buf, len, false, &bias);
 }
 
 static bool memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void *arg)
@@ -593,6 +602,21 @@ static bool step_read_code(void *arg, uint64_t addr, uint8_t code[16])
         return true;
 }
 
+/* A pointer a module's file holds at addr (a GOT slot), relocated as a
+ * static-pie's self-relocation does: the file's value plus the load bias.
+ * (A dynamic link's slots hold something else: the check the caller makes
+ * of where it points then fails.) */
+static bool step_read_ptr(void *arg, uint64_t addr, uint64_t *val)
+{
+        struct unwinder *u = arg;
+        uint64_t bias;
+
+        if (!file_bytes(u, addr, val, sizeof(*val), true, &bias))
+                return false;
+        *val += bias;
+        return true;
+}
+
 /* Keep a frame's registers for the step that follows it; libdw knows
  * those its CFI restored (and sp, the CFA), the first frame all. */
 static void keep_stuck_regs(struct unwinder *u, Dwfl_Frame *frame, uint64_t pc)
@@ -726,7 +750,8 @@ static bool steps_without_cfi(struct unwinder *u, const struct unw_step_ops *o, 
 static void unwind_user(struct unwinder *u)
 {
         static const struct unw_step_ops ops = {
-                .read_word = step_read_word, .read_code = step_read_code, .cfi_at = cfi_at,
+                .read_word = step_read_word, .read_code = step_read_code, .read_ptr = step_read_ptr,
+                .cfi_at = cfi_at,
         };
         struct unw_step_ops o = ops;
         uint64_t pc = u->rec->regs[D9_DW_RIP];

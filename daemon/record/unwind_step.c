@@ -1,6 +1,8 @@
 /* unwind_step.c: steps for frames without CFI (see unwind_step.h). */
 #include "daemon/record/unwind_step.h"
 
+#include <stddef.h>
+
 /* Thread stacks are at most this big: a frame pointer further above sp
  * than this is not one. */
 #define FP_SPAN (8ull << 20)
@@ -89,17 +91,149 @@ static bool step_fp(const struct unw_step_ops *ops, uint64_t *regs)
         return true;
 }
 
-/* Only return addresses into code with an FDE: from there libdw takes
- * over again, and a stale address left in an uninitialised slot is far
- * less likely to pass both checks. */
-static bool step_scan(const struct unw_step_ops *ops, uint64_t *regs)
+static int64_t rel32_at(const uint8_t *p)
 {
-        uint64_t sp = regs[D9_DW_RSP], w;
+        return (int32_t)(p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24);
+}
+
+/* Prologue code a function runs before pc, at most this many bytes. */
+#define PROLOGUE_BYTES 48
+#define PROLOGUE_PUSHES 8
+
+/* What a prologue did by pc: the bytes of stack it took, and which
+ * registers it pushed (DWARF numbers), the first right below the return
+ * address. */
+struct prologue {
+        int64_t frame;
+        uint8_t n_pushed, pushed[PROLOGUE_PUSHES];
+};
+
+/* DWARF numbers of the registers push opcodes 0x50-0x57 name. */
+static const uint8_t push_dwarf[8] = { 0, 2, 1, 3, 7, 6, 4, 5 };
+
+static void pushed(struct prologue *pr, uint8_t dwarf)
+{
+        pr->frame += 8;
+        if (pr->n_pushed < PROLOGUE_PUSHES)
+                pr->pushed[pr->n_pushed++] = dwarf;
+}
+
+/* The prologue of the function at fn up to pc: pushes and `sub rsp, imm`
+ * (endbr64 and register-to-register moves between them), up to the first
+ * other instruction; frame -1 if its code cannot be read. */
+static struct prologue prologue_of(const struct unw_step_ops *ops, uint64_t fn, uint64_t pc)
+{
+        uint8_t c[PROLOGUE_BYTES + 8] = { 0 };
+        struct prologue pr = { 0 };
+        size_t i = 0;
+
+        for (size_t k = 0; k < PROLOGUE_BYTES; k += 16) {
+                if (!ops->read_code(ops->ctx, fn + k + 16, c + k)) {
+                        pr.frame = -1;
+                        return pr;
+                }
+        }
+        while (i < PROLOGUE_BYTES && fn + i < pc) {
+                const uint8_t *p = c + i;
+
+                if (p[0] == 0xf3 && p[1] == 0x0f && p[2] == 0x1e && p[3] == 0xfa) {
+                        i += 4;                                 /* endbr64 */
+                } else if (p[0] >= 0x50 && p[0] <= 0x57) {
+                        pushed(&pr, push_dwarf[p[0] - 0x50]);   /* push r64 */
+                        i += 1;
+                } else if (p[0] == 0x41 && p[1] >= 0x50 && p[1] <= 0x57) {
+                        pushed(&pr, (uint8_t)(8 + p[1] - 0x50)); /* push r8-r15 */
+                        i += 2;
+                } else if ((p[0] & 0xf0) == 0x40 && p[1] == 0x89 && (p[2] >> 6) == 3) {
+                        i += 3;                                 /* mov r64, r64 */
+                } else if (p[0] == 0x89 && (p[1] >> 6) == 3) {
+                        i += 2;                                 /* mov r32, r32 */
+                } else if (p[0] == 0x48 && p[1] == 0x83 && p[2] == 0xec && p[3] < 0x80) {
+                        pr.frame += p[3], i += 4;               /* sub rsp, imm8 */
+                } else if (p[0] == 0x48 && p[1] == 0x81 && p[2] == 0xec) {
+                        pr.frame += rel32_at(p + 3), i += 7;    /* sub rsp, imm32 */
+                } else {
+                        break;
+                }
+        }
+        return pr;
+}
+
+/* Whether the frame at pc may be that of the function at fn, off bytes
+ * big by then; *pr: its prologue. */
+static bool frame_of(const struct unw_step_ops *ops, uint64_t fn, uint64_t off, uint64_t pc, struct prologue *pr)
+{
+        if (fn > pc || pc - fn >= (1u << 20))
+                return false;
+        *pr = prologue_of(ops, fn, pc);
+        return pr->frame == (int64_t)off;
+}
+
+/* Code of a called function searched for a tail jump on. */
+#define TAIL_JUMP_BYTES 64
+
+/* Whether ra, off bytes above sp in a frame at pc, is that frame's own
+ * return address: the call before it goes to the function pc is in, or to
+ * one that jumps on to it (musl's fstat and lstat end `jmp fstatat`), whose
+ * prologue took exactly off bytes by pc. The call is a direct one, or one
+ * through a GOT slot (`call *fstat@GOT(%rip)`, as Rust's static-pie builds
+ * call libc). A stale return address in the frame's uninitialised locals
+ * (of an earlier call from the caller, to memcpy say) fails that. */
+static bool called_into(const struct unw_step_ops *ops, uint64_t ra, uint64_t off, uint64_t pc,
+                        struct prologue *pr)
+{
+        uint8_t code[TAIL_JUMP_BYTES];
+        uint64_t fn;
+
+        if (!ops->read_code(ops->ctx, ra, code))
+                return false;
+        if (code[11] == 0xe8)
+                fn = ra + (uint64_t)rel32_at(code + 12);
+        else if (code[10] == 0xff && code[11] == 0x15 && ops->read_ptr)
+                fn = 0;
+        else
+                return false;
+        if (!fn && !ops->read_ptr(ops->ctx, ra + (uint64_t)rel32_at(code + 12), &fn))
+                return false;
+        if (frame_of(ops, fn, off, pc, pr))
+                return true;
+        for (size_t k = 0; k < TAIL_JUMP_BYTES; k += 16)
+                if (!ops->read_code(ops->ctx, fn + k + 16, code + k))
+                        return false;
+        /* Any e9 byte is a candidate jmp rel32: the frame check decides. */
+        for (size_t i = 0; i + 5 <= TAIL_JUMP_BYTES; i++) {
+                uint64_t to = fn + i + 5 + (uint64_t)rel32_at(code + i + 1);
+
+                if (code[i] == 0xe9 && to != fn && frame_of(ops, to, off, pc, pr))
+                        return true;
+        }
+        return false;
+}
+
+/* verified: only a return address called_into confirms, into any code d9d
+ * reads (a musl function calling another has no FDE either). Else the
+ * first return address into code with an FDE: from there libdw takes over
+ * again, and a stale address is less likely to pass both checks. */
+static bool step_scan(const struct unw_step_ops *ops, uint64_t *regs, bool verified)
+{
+        uint64_t sp = regs[D9_DW_RSP], pc = regs[D9_DW_RIP], w;
+        struct prologue pr = { 0 };
 
         for (uint64_t off = 0; off < UNW_SCAN_BYTES; off += 8) {
                 if (!ops->read_word(ops->ctx, sp + off, &w))
                         return false;
-                if (w > 16 && ops->cfi_at(ops->ctx, w - 1) == UNW_CFI_FDE && is_return_address(ops, w)) {
+                if (!is_return_address(ops, w))
+                        continue;
+                if (verified ? called_into(ops, w, off, pc, &pr) : ops->cfi_at(ops->ctx, w - 1) == UNW_CFI_FDE) {
+                        /* The caller's registers the prologue saved: its
+                         * CFA may be rbp, which the function reused (a
+                         * frame-pointer build's caller of musl's fstatat). */
+                        for (uint8_t k = 0; verified && k < pr.n_pushed; k++) {
+                                uint64_t v;
+
+                                if (ops->read_word(ops->ctx, sp + off - 8 * (k + 1u), &v))
+                                        regs[pr.pushed[k]] = v;
+                        }
                         regs[D9_DW_RIP] = w;
                         regs[D9_DW_RSP] = sp + off + 8;
                         return true;
@@ -117,9 +251,16 @@ enum unw_step_kind unwind_step_no_cfi(const struct unw_step_ops *ops, uint64_t r
          * frame pointer gives nothing. */
         if (cfi == UNW_CFI_NONE && step_fp(ops, regs))
                 return UNW_STEP_FP;
+        /* A return address whose call and prologue fit the frame comes
+         * first: musl's fstatat keeps 0xc8 bytes, and its uninitialised
+         * locals held stale return addresses into code with FDEs, which
+         * the plain scan took (npm sandbox-agent: 125 of 142 stacks through
+         * it went on from a wrong frame, or ended). */
+        if (step_scan(ops, regs, true))
+                return UNW_STEP_SCAN;
         if (leaf && step_frameless(ops, regs))
                 return UNW_STEP_FRAMELESS;
-        if (step_scan(ops, regs))
+        if (step_scan(ops, regs, false))
                 return UNW_STEP_SCAN;
         return UNW_STEP_NONE;
 }

@@ -8,6 +8,9 @@
  * no .eh_frame at all. These steps find the caller another way:
  *  - frameless leaf: the return address is at sp;
  *  - frame pointers: the return address at rbp+8, the caller's rbp at rbp;
+ *  - fitting scan: a word above sp whose call went to the function pc is
+ *    in (or to one that jumps on to it) and whose prologue took exactly
+ *    that many bytes by pc; the registers it pushed are restored;
  *  - scan: the first word above sp that is a return address into code
  *    that has CFI (a function without CFI pushed registers / locals).
  * A word is taken as a return address only if the bytes before it in the
@@ -32,6 +35,9 @@ struct unw_step_ops {
         bool (*read_word)(void *ctx, uint64_t addr, uint64_t *val);
         /* 16 code bytes ending right before addr (code[15] at addr - 1). */
         bool (*read_code)(void *ctx, uint64_t addr, uint8_t code[16]);
+        /* A code pointer the module holds at addr (a GOT slot), as the
+         * process sees it; NULL: not read. */
+        bool (*read_ptr)(void *ctx, uint64_t addr, uint64_t *val);
         enum unw_cfi (*cfi_at)(void *ctx, uint64_t pc);
         void *ctx;
 };

@@ -1,0 +1,161 @@
+/* The unwinder's step out of a frame without CFI (daemon/record/unwind_step.c)
+ * over a synthetic stack and code laid out as npm sandbox-agent's (a Rust
+ * musl static-pie, frame pointers): musl's fstatat has no FDE and keeps
+ * 0xc8 bytes (push r12; mov; mov; push rbp; push rbx; mov; sub rsp, 0xb0),
+ * its locals hold stale return addresses of the caller's earlier calls, and
+ * its caller reached it through fstat's tail jump, called through a GOT
+ * slot. The step must take the real return address (not the first return
+ * address into code with an FDE, as it did), and give the caller back its
+ * rbp, which fstatat reused (the caller's CFA is rbp). */
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "daemon/record/unwind_step.h"
+#include "../tap.h"
+
+enum {
+        CODE = 0x1000, CODE_LEN = 0x2000,
+        FSTAT = 0x1100,         /* test edi; jns; ...; jmp fstatat */
+        FSTATAT = 0x1200,       /* no FDE */
+        PC = FSTATAT + 0x37,    /* after its first syscall */
+        CALLER = 0x1800,        /* has an FDE */
+        STALE_CALL = 0x1900,    /* call rel32 to GROW, an earlier call */
+        GOT_CALL = 0x1a00,      /* call *FSTAT@GOT(%rip) */
+        GROW = 0x1c00,          /* has an FDE */
+        GOT = 0x4000,
+        SP = 0x7000,
+};
+
+struct fake {
+        uint8_t code[CODE_LEN];
+        uint64_t stack[128];
+        bool got_readable;
+};
+
+static bool read_word(void *ctx, uint64_t addr, uint64_t *val)
+{
+        struct fake *f = ctx;
+
+        if (addr < SP || addr + 8 > SP + sizeof(f->stack))
+                return false;
+        memcpy(val, (uint8_t *)f->stack + (addr - SP), 8);
+        return true;
+}
+
+static bool read_code(void *ctx, uint64_t addr, uint8_t code[16])
+{
+        struct fake *f = ctx;
+
+        if (addr < CODE + 16 || addr > CODE + CODE_LEN)
+                return false;
+        memcpy(code, f->code + (addr - 16 - CODE), 16);
+        return true;
+}
+
+static bool read_ptr(void *ctx, uint64_t addr, uint64_t *val)
+{
+        struct fake *f = ctx;
+
+        *val = FSTAT;
+        return f->got_readable && addr == GOT;
+}
+
+static enum unw_cfi cfi_at(void *ctx, uint64_t pc)
+{
+        (void)ctx;
+        if (pc < CODE || pc >= CODE + CODE_LEN)
+                return UNW_CFI_NO_MODULE;
+        return pc >= CALLER ? UNW_CFI_FDE : UNW_CFI_NO_FDE;
+}
+
+static void put(struct fake *f, uint64_t at, const uint8_t *bytes, size_t n)
+{
+        memcpy(f->code + (at - CODE), bytes, n);
+}
+
+static void put_rel32(struct fake *f, uint64_t at, uint64_t to)
+{
+        int32_t rel = (int32_t)(to - (at + 4));  /* from the end of the instruction */
+
+        memcpy(f->code + (at - CODE), &rel, 4);
+}
+
+static void build(struct fake *f, bool got_readable)
+{
+        static const uint8_t fstatat[] = {
+                0x41, 0x54, 0x41, 0x89, 0xf8, 0x49, 0x89, 0xf1, 0x55, 0x53, 0x48, 0x89, 0xd3,
+                0x48, 0x81, 0xec, 0xb0, 0x00, 0x00, 0x00, 0x48, 0x8d, 0x6c, 0x24, 0x20,
+        };
+        static const uint8_t fstat[] = { 0x85, 0xff, 0x79, 0x0f, 0x50, 0x5a, 0xc3 };
+        static const uint8_t got_call[] = { 0xff, 0x15 };
+
+        memset(f, 0, sizeof(*f));
+        memset(f->code, 0x90, sizeof(f->code));
+        f->got_readable = got_readable;
+        put(f, FSTATAT, fstatat, sizeof(fstatat));
+        put(f, FSTAT, fstat, sizeof(fstat));
+        f->code[FSTAT + 0x22 - CODE] = 0xe9;                    /* jmp fstatat */
+        put_rel32(f, FSTAT + 0x23, FSTATAT);
+        f->code[STALE_CALL - 5 - CODE] = 0xe8;                  /* call grow */
+        put_rel32(f, STALE_CALL - 4, GROW);
+        put(f, GOT_CALL - 6, got_call, sizeof(got_call));       /* call *GOT(%rip) */
+        put_rel32(f, GOT_CALL - 4, GOT);
+        /* fstatat's frame: its locals (stale: the caller's call of grow,
+         * twice), then rbx, rbp, r12 as pushed, then the return address. */
+        f->stack[2] = STALE_CALL;
+        f->stack[9] = STALE_CALL;
+        f->stack[0xc8 / 8 - 3] = 0x3333;                        /* rbx */
+        f->stack[0xc8 / 8 - 2] = SP + 0x200;                    /* the caller's rbp */
+        f->stack[0xc8 / 8 - 1] = 0x1212;                        /* r12 */
+        f->stack[0xc8 / 8] = GOT_CALL;
+}
+
+static uint64_t step(struct fake *f, uint64_t *regs, bool leaf)
+{
+        const struct unw_step_ops ops = {
+                .read_word = read_word, .read_code = read_code, .read_ptr = read_ptr, .cfi_at = cfi_at, .ctx = f,
+        };
+
+        memset(regs, 0, D9_STACK_NREGS * sizeof(*regs));
+        regs[D9_DW_RIP] = PC;
+        regs[D9_DW_RSP] = SP;
+        regs[D9_DW_RBP] = SP + 0x20;                            /* fstatat's own use of it */
+        return unwind_step_no_cfi(&ops, regs, UNW_CFI_NO_FDE, leaf);
+}
+
+int main(void)
+{
+        static struct fake f;
+        uint64_t regs[D9_STACK_NREGS];
+        enum unw_step_kind k;
+
+        build(&f, true);
+        k = step(&f, regs, true);
+        ok(k == UNW_STEP_SCAN && regs[D9_DW_RIP] == GOT_CALL && regs[D9_DW_RSP] == SP + 0xc8 + 8,
+           "the return address the call and prologue fit (through the GOT, fstat's tail jump, 0xc8 bytes), "
+           "not a stale one below it (pc %#llx, sp +%#llx)", (unsigned long long)regs[D9_DW_RIP],
+           (unsigned long long)(regs[D9_DW_RSP] - SP));
+        ok(regs[D9_DW_RBP] == SP + 0x200 && regs[3] == 0x3333 && regs[12] == 0x1212,
+           "the caller gets back the registers the prologue pushed: rbp %#llx, rbx %#llx, r12 %#llx",
+           (unsigned long long)regs[D9_DW_RBP], (unsigned long long)regs[3], (unsigned long long)regs[12]);
+
+        /* Without the slot's target nothing fits: the first return address
+         * into code with an FDE, as before (the stale one). */
+        build(&f, false);
+        k = step(&f, regs, false);
+        ok(k == UNW_STEP_SCAN && regs[D9_DW_RIP] == STALE_CALL && regs[D9_DW_RSP] == SP + 2 * 8 + 8,
+           "nothing verified: the plain scan's first return address into code with an FDE (%#llx)",
+           (unsigned long long)regs[D9_DW_RIP]);
+
+        /* A stale return address whose call went elsewhere at exactly the
+         * frame's size is not taken for one that fits: grow's prologue is
+         * empty, so it fits only at offset 0. */
+        build(&f, true);
+        f.stack[0] = STALE_CALL;
+        k = step(&f, regs, true);
+        ok(k == UNW_STEP_SCAN && regs[D9_DW_RIP] == GOT_CALL,
+           "a leaf's word at sp, a return address from a call elsewhere, does not pass as frameless (%#llx)",
+           (unsigned long long)regs[D9_DW_RIP]);
+        return tap_done();
+}
