@@ -153,7 +153,7 @@ uint32_t long_poll_task_frame(const struct translate *tr, const uint64_t *frames
 void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stack_id, const uint64_t *frames,
                         uint32_t n, uint32_t n_kern)
 {
-        uint32_t task = 0, launch = 0, depth = 0;
+        uint32_t task = 0, launch = 0, depth = 0, job = 0;
 
         /* Leaf first: the first task poll frame is the innermost (a nested
          * block_on inside a poll is still that worker's poll), the last
@@ -163,6 +163,8 @@ void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stac
 
                 if (!r)
                         continue;
+                if (r->blocking)
+                        job = r->cookie + 1;
                 if (!r->blocking && !task) {
                         task = r->cookie + 1;
                         depth = i - n_kern;
@@ -190,6 +192,13 @@ void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stac
          * and ids by thread are theirs to give (poll_worker). */
         if (!tr->workers_from_polls && (task || (launch && !t->stacks_looked)))
                 translate_thread_worker(tr, t);
+        /* A blocking-pool poll with no task poll above it, on a thread BPF
+         * says runs no worker loop, and not a loop's launch: a
+         * spawn_blocking job. Its samples are the pool's (254), as with
+         * poll uprobes, not "no worker" (255). */
+        if (!task && job && t->worker == D9_WORKER_NONE && t->stacks_unnamed &&
+            !(tr->launch_polls[job - 1] & LAUNCH_SEEN))
+                t->pool_thread = true;
 }
 
 /* A stall for full_on_stall: counted, the session's tick acts on it. */

@@ -464,6 +464,39 @@ static void test_no_thread_id_under_a_named_workers_launch(void)
         ok(!strcmp(workers, "0,1,2"), "a thread under another launch stands in for its own runtime ('%s')", workers);
 }
 
+/* Default set: a thread whose stacks show a blocking-pool poll with no
+ * task poll above it, and which BPF says runs no worker loop, runs
+ * spawn_blocking jobs: its samples are the pool's (254), as with poll
+ * uprobes (npm sandbox-agent's job threads read 255 in the default set,
+ * 254 in the full one). A worker's launch (seen below task polls) is not
+ * a job. */
+static void test_job_thread_samples_are_the_pools(void)
+{
+        const uint64_t in_task[] = { TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        const uint64_t in_launch[] = { OTHER_FN + 1, LAUNCH_FN + 0x30 };
+        const uint64_t job[] = { OTHER_FN + 1, JOB_FN + 0x10 };
+        enum { RT = 0x7f00aa00 };
+        struct log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r);
+        for (uint32_t k = 0; k < 2; k++) {
+                translate_stack_worker(&r.tr, 101 + k, RT, k + 1, 1000, false);
+                offcpu(&r, 101 + k, stack(&r, 101 + k, in_task, 3), 2000000);
+        }
+        for (int i = 0; i < 3; i++) {
+                translate_stack_worker(&r.tr, 300, RT, 0, 0, false);
+                cpu_sample_at(&r, 300, stack(&r, 300, job, 2), r.ts += 1000000);
+                translate_stack_worker(&r.tr, 301, RT, 0, 0, false);
+                cpu_sample_at(&r, 301, stack(&r, 301, in_launch, 2), r.ts += 1000000);
+        }
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!strcmp(workers, "0,1") && l.samples[254] == 3 && l.samples[255] == 3,
+           "a job's thread's samples are the pool's, a thread in a loop's launch BPF names no worker of "
+           "is not: workers '%s', samples 254: %d, 255: %d", workers, l.samples[254], l.samples[255]);
+}
+
 /* Poll uprobes with longpoll (all,longpoll): the polls name the workers
  * and BPF does not look for the Worker at stacks, which then say "none".
  * Read as "its loop ended", that took each worker's thread off its worker
@@ -716,6 +749,7 @@ int main(void)
         test_no_thread_id_while_bpf_searches();
         test_no_thread_id_under_a_named_workers_launch();
         test_workers_from_polls_with_longpoll();
+        test_job_thread_samples_are_the_pools();
         test_flush_by_trace_time();
         test_preemptions_of_another_stretch();
         test_preemptions_extend_runs();
