@@ -105,10 +105,11 @@ static int collect_addrs(const struct d9_dec_event *ev, void *ctx)
 
         /* ts 0: seal-time records of an earlier, interrupted seal. */
         if (ev->has_timestamp && ev->ts && strcmp(ev->schema->name, D9_SPAN_EVENT)) {
-                /* The earliest, not the first written: records of several
-                 * CPUs come out of order (npm rumdl: 27 events up to 28 ms
-                 * before a segment's first). */
-                if (!set->span.first_ts || ev->ts < set->span.first_ts)
+                /* The first written, not the earliest: the segment's
+                 * span starts as it opened (its ClockSyncEvent), so a
+                 * listing's segments tile the recording; older events
+                 * (off-CPU samples, other CPUs' records) do occur. */
+                if (!set->span.first_ts)
                         set->span.first_ts = ev->ts;
                 if (ev->ts > set->span.last_ts)
                         set->span.last_ts = ev->ts;
