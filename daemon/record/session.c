@@ -1171,10 +1171,24 @@ int session_enable_long_polls(struct session *s)
         return 0;
 }
 
+/* The wake points attaching or going, on the BPF thread: a uprobe's
+ * registration waits for the target's mmap lock, and on the loop that
+ * held the drain (npm nulljs: 2,529 ms, 63,177 records lost to the full
+ * ring, a 2.4 s hole in the trace). */
+struct session_wakes {
+        struct plan_job job;            /* first: the BPF thread hands this back */
+        struct session *s;
+        bool on, changed;
+        uint64_t ts, took_ns;           /* when the points were on (off), and how long that took */
+};
+
 void session_wake_window_now(struct session *s)
 {
+        /* While the BPF thread changes them, they are as they were: its
+         * done writes the change. */
         if (s->wakes_sampled && s->bpf && s->tr.enc)
-                translate_wake_window(&s->tr, d9_now_ns(), d9_bpf_target_wakes_on(s->bpf),
+                translate_wake_window(&s->tr, d9_now_ns(),
+                                      s->wake_job ? !s->wake_job->on : d9_bpf_target_wakes_on(s->bpf),
                                       WAKE_ON_TICKS * D9D_TICK_MS, WAKE_PERIOD_TICKS * D9D_TICK_MS);
 }
 
@@ -1624,28 +1638,49 @@ static void session_end_now(struct session *s, const char *reason)
  * WAKE_PERIOD_TICKS, each change written into the trace. A wake hit costs
  * the target a trap (about a poll's worth, docs/performance.md) whatever
  * the program does, so only detaching makes wakes cheaper. */
+static void wakes_run(struct plan_job *job)
+{
+        struct session_wakes *w = (struct session_wakes *)job;
+        uint64_t t0 = d9_now_ns();
+        int r = d9_bpf_target_set_wakes(w->s->bpf, w->on);
+
+        w->ts = d9_now_ns();
+        w->took_ns = w->ts - t0;
+        w->changed = r == 0 && d9_bpf_target_wakes_on(w->s->bpf) == w->on;
+}
+
+static void wakes_done(struct d9d *d, struct plan_job *job)
+{
+        struct session_wakes *w = (struct session_wakes *)job;
+        struct session *s = w->s;
+
+        (void)d;
+        s->wake_job = NULL;
+        if (!job->cancelled && w->took_ns > 20000000ull)
+                log_info("pid %d: attaching/detaching the wake points took %llu ms (the drain went on)", s->pid,
+                         (unsigned long long)(w->took_ns / 1000000));
+        if (!job->cancelled && w->changed && s->tr.enc && s->state == SESSION_RECORDING)
+                translate_wake_window(&s->tr, w->ts, w->on, WAKE_ON_TICKS * D9D_TICK_MS,
+                                      WAKE_PERIOD_TICKS * D9D_TICK_MS);
+        free(w);
+        session_end_deferred(s);
+}
+
 static void session_sample_wakes(struct session *s)
 {
-        bool on, was;
+        struct session_wakes *w;
+        bool on;
 
-        if (!s->wakes_sampled || !s->bpf || session_bpf_busy(s))
+        if (!s->wakes_sampled || !s->bpf || session_bpf_busy(s) || s->stopping || s->state != SESSION_RECORDING)
                 return;
         on = ++s->wake_tick % WAKE_PERIOD_TICKS < WAKE_ON_TICKS;
-        was = d9_bpf_target_wakes_on(s->bpf);
-        if (on == was)
+        if (on == d9_bpf_target_wakes_on(s->bpf) || !(w = calloc(1, sizeof(*w))))
                 return;
-        uint64_t t0 = d9_now_ns();
-        int r = d9_bpf_target_set_wakes(s->bpf, on);
-        uint64_t took = d9_now_ns() - t0;
-
-        if (took > 20000000ull)
-                log_info("pid %d: attaching/detaching the wake points took %llu ms", s->pid,
-                         (unsigned long long)(took / 1000000));
-        if (r < 0 || d9_bpf_target_wakes_on(s->bpf) == was)
-                return;
-        if (s->tr.enc)
-                translate_wake_window(&s->tr, d9_now_ns(), on, WAKE_ON_TICKS * D9D_TICK_MS,
-                                      WAKE_PERIOD_TICKS * D9D_TICK_MS);
+        w->s = s;
+        w->on = on;
+        w->job = (struct plan_job){ .uid = s->starter_uid, .run = wakes_run, .done = wakes_done };
+        s->wake_job = w;
+        planner_submit(s->d->bpf_worker, &w->job);
 }
 
 /* A stop under way on the BPF thread: the config and ring leave the maps
@@ -1922,8 +1957,8 @@ void sessions_prune(struct d9d *d)
 
         for (struct session **pp = &d->sessions; *pp;) {
                 struct session *s = *pp;
-                if (s->state == SESSION_DONE && !s->late && !s->win_job && (++finished > FINISHED_KEPT ||
-                                                 now - s->ended_ms >= d->cfg.finished_keep_ms)) {
+                if (s->state == SESSION_DONE && !s->late && !s->win_job && !s->wake_job &&
+                    (++finished > FINISHED_KEPT || now - s->ended_ms >= d->cfg.finished_keep_ms)) {
                         *pp = s->next;
                         session_free(s);
                         continue;
