@@ -207,11 +207,17 @@ static __always_inline void d9_unpark_write(const struct d9_target_cfg *cfg, str
         r->park_key = th->park_key;
         r->cpu_ns = next->se.sum_exec_runtime;
         /* The kernel adds this wait to run_delay as the switch completes,
-         * after this tracepoint: added here (from the sched_wakeup), or
-         * the unpark's wait read 0 (npm moon: 0.02 ms where perf saw
-         * 917 ms over 285 wakeups). */
-        r->run_delay_ns = next->sched_info.run_delay +
-                          (th->wake_ts && th->wake_ts <= now ? now - th->wake_ts : 0);
+         * after this tracepoint: the run_delay of the wakeup plus the time
+         * since, or the unpark's wait read 0 (npm moon: 0.02 ms where perf
+         * saw 917 ms over 285 wakeups). Not today's run_delay plus that: a
+         * woken thread moved to another CPU before it ran has the wait till
+         * then in run_delay already (the dequeue adds it), and it was
+         * counted twice (a CI run under load: 178 ms of unpark waits on a
+         * thread whose run_delay grew 146 ms). */
+        if (th->wake_ts && th->wake_ts <= now)
+                r->run_delay_ns = th->wake_run_delay + (now - th->wake_ts);
+        else
+                r->run_delay_ns = next->sched_info.run_delay;
         d9_ring_submit(ring, r);
 }
 
@@ -276,8 +282,10 @@ int BPF_PROG(d9_sched_wakeup, struct task_struct *p)
         if (!cfg)
                 return 0;
         th = bpf_task_storage_get(&d9_threads, p, 0, 0);
-        if (th && th->off_ts && !th->wake_ts)
+        if (th && th->off_ts && !th->wake_ts) {
                 th->wake_ts = bpf_ktime_get_ns();
+                th->wake_run_delay = p->sched_info.run_delay;
+        }
         if (!(cfg->probes & D9_PROBE_WAKEUPS))
                 return 0;
         r = d9_reserve(cfg, tgid, sizeof(*r));
