@@ -111,8 +111,6 @@ struct report {
          * is open, at the last event. */
         struct trace_recording recording;
         uint64_t rec_first, rec_last;   /* the current recording's events */
-        uint64_t rec_traced_last;       /* ... its last the target's threads made, not d9d's
-                                         * own samples (which go on after the probes stop) */
         uint64_t pend_first, pend_last; /* ... and the new file's, until told apart */
         uint64_t recorded_ns;           /* the closed recordings' spans, summed */
         unsigned recordings;
@@ -481,42 +479,24 @@ static void on_metadata(struct report *r, const struct d9_dec_event *ev)
         }
 }
 
-/* The end of a recording: a poll or park still open counts up to the
- * recording's last event of the target (a poll as a lower bound, listed
- * "open"), not to d9d's resource samples after it (0.5-0.65 s more: npm
- * apimock's two polls opened 6 us before the end read 641 ms); that span
- * adds to the time recorded, which the shares are of. */
+/* The end of a recording: a poll or park still open counts up to its
+ * last event (a poll as a lower bound, listed "open"); its span adds to
+ * the time recorded, which the shares are of. */
 static void recording_close(struct report *r)
 {
-        uint64_t end = r->rec_traced_last && r->rec_traced_last <= r->rec_last ? r->rec_traced_last : r->rec_last;
-
         for (int i = 0; i < NWORKERS; i++) {
                 struct worker *w = &r->w[i];
 
-                poll_closed(r, w, end, true);
-                if (w->parked && end >= w->park_start)
-                        parked_until(r, w, end);
+                poll_closed(r, w, r->rec_last, true);
+                if (w->parked && r->rec_last >= w->park_start)
+                        parked_until(r, w, r->rec_last);
                 w->in_poll = w->parked = false;
         }
         d9ctl_report_tasks_segment(r->tasks);
-        window_close(r, end);
-        r->recorded_ns += end > r->rec_first ? end - r->rec_first : 0;
+        window_close(r, r->rec_last);
+        r->recorded_ns += r->rec_last - r->rec_first;
         r->recordings += r->rec_last != 0;
-        r->rec_first = r->rec_last = r->rec_traced_last = 0;
-}
-
-/* Events of the target's threads, as opposed to what d9d adds itself. */
-static bool traced_event(const char *name)
-{
-        static const char *const traced[] = {
-                "PollStartEvent", "PollEndEvent", "WorkerParkEvent", "WorkerUnparkEvent", "CpuSampleEvent",
-                "WakeEventEvent", "TaskSpawnEvent", "TaskTerminateEvent", "D9BlockingPollEvent", "D9LongPollEvent",
-        };
-
-        for (size_t i = 0; i < sizeof(traced) / sizeof(traced[0]); i++)
-                if (!strcmp(name, traced[i]))
-                        return true;
-        return false;
+        r->rec_first = r->rec_last = 0;
 }
 
 /* The first event of a file: the recording its metadata names goes on,
@@ -557,8 +537,6 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
                 if (ev->ts > *last)
                         *last = ev->ts;
         }
-        if (ev->has_timestamp && ev->ts > r->rec_traced_last && r->recording.file_begun && traced_event(name))
-                r->rec_traced_last = ev->ts;
         if (d9ctl_report_process_event(&r->process, ev))
                 return 0;
         if (d9ctl_report_long_polls_event(&r->long_polls, ev)) {
