@@ -306,13 +306,18 @@ static void worker_named(struct report *r, const struct d9_dec_event *ev, uint64
  * window: the polls' busy time comes only from windows, so with windows the
  * shares are of the windows' time (else they mixed 40 ms of polls a second
  * with the whole recording's parks). */
-static void parked_until(struct report *r, struct worker *w, uint64_t ts)
+static void parked_in_window_until(const struct report *r, struct worker *w, uint64_t ts)
 {
         uint64_t from = w->park_start > r->window_open ? w->park_start : r->window_open;
 
-        w->parked_ns += ts - w->park_start;
         if (r->window_open && ts > from)
                 w->parked_in_windows_ns += ts - from;
+}
+
+static void parked_until(struct report *r, struct worker *w, uint64_t ts)
+{
+        w->parked_ns += ts - w->park_start;
+        parked_in_window_until(r, w, ts);
 }
 
 static void on_park(struct report *r, const struct d9_dec_event *ev, bool park)
@@ -409,13 +414,9 @@ static void window_close(struct report *r, uint64_t ts)
         if (r->window_open && ts > r->window_open) {
                 r->window_ns += ts - r->window_open;
                 /* Parks still open: their part in the window ends here. */
-                for (int i = 0; i < NWORKERS; i++) {
-                        struct worker *w = &r->w[i];
-                        uint64_t from = w->park_start > r->window_open ? w->park_start : r->window_open;
-
-                        if (w->parked && ts > from)
-                                w->parked_in_windows_ns += ts - from;
-                }
+                for (int i = 0; i < NWORKERS; i++)
+                        if (r->w[i].parked)
+                                parked_in_window_until(r, &r->w[i], ts);
         }
         r->window_open = 0;
 }

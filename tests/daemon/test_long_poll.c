@@ -428,6 +428,18 @@ static void test_no_thread_id_while_bpf_searches(void)
            (unsigned long long)ids_after);
 }
 
+/* Threads 101 and 102 in task polls under LAUNCH_FN, BPF naming them
+ * workers 0 and 1 of runtime rt. */
+static void two_named_workers(struct run *r, uint64_t rt)
+{
+        const uint64_t in_task[] = { TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+
+        for (uint32_t k = 0; k < 2; k++) {
+                translate_stack_worker(&r->tr, 101 + k, rt, k + 1, 1000, false);
+                offcpu(r, 101 + k, stack(r, 101 + k, in_task, 3), 2000000);
+        }
+}
+
 /* A thread whose loop was launched as the loops of workers BPF named
  * (the same blocking poll below its task poll), when BPF names none for
  * it, is one of those workers, not a runtime of its own: no id by thread
@@ -443,10 +455,7 @@ static void test_no_thread_id_under_a_named_workers_launch(void)
         char workers[64], unnamed[64];
 
         run_start(&r);
-        for (uint32_t k = 0; k < 2; k++) {
-                translate_stack_worker(&r.tr, 101 + k, RT, k + 1, 1000, false);
-                offcpu(&r, 101 + k, stack(&r, 101 + k, in_task, 3), 2000000);
-        }
+        two_named_workers(&r, RT);
         for (int i = 0; i < 6; i++) {
                 translate_stack_worker(&r.tr, 300, RT, 0, 0, false);
                 offcpu(&r, 300, stack(&r, 300, in_task, 3), 2000000);
@@ -472,7 +481,6 @@ static void test_no_thread_id_under_a_named_workers_launch(void)
  * a job. */
 static void test_job_thread_samples_are_the_pools(void)
 {
-        const uint64_t in_task[] = { TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
         const uint64_t in_launch[] = { OTHER_FN + 1, LAUNCH_FN + 0x30 };
         const uint64_t job[] = { OTHER_FN + 1, JOB_FN + 0x10 };
         enum { RT = 0x7f00aa00 };
@@ -481,10 +489,7 @@ static void test_job_thread_samples_are_the_pools(void)
         char workers[64];
 
         run_start(&r);
-        for (uint32_t k = 0; k < 2; k++) {
-                translate_stack_worker(&r.tr, 101 + k, RT, k + 1, 1000, false);
-                offcpu(&r, 101 + k, stack(&r, 101 + k, in_task, 3), 2000000);
-        }
+        two_named_workers(&r, RT);
         for (int i = 0; i < 3; i++) {
                 translate_stack_worker(&r.tr, 300, RT, 0, 0, false);
                 cpu_sample_at(&r, 300, stack(&r, 300, job, 2), r.ts += 1000000);
