@@ -776,8 +776,22 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                         return 1;
                 }
                 workers_runtime_seen(&tr->ws, t->poll_worker, r->sched);
-                return d9_enc_poll_start(tr->enc, start, t->poll_worker, 0,
-                                         r->task_id, poll_label_atom(tr, r->cookie, r->future_poll));
+                err = d9_enc_poll_start(tr->enc, start, t->poll_worker, 0,
+                                        r->task_id, poll_label_atom(tr, r->cookie, r->future_poll));
+                /* A start drained after its full-detail window closed (it
+                 * was still in the ring): no end comes now, so it ends at
+                 * the close, as the polls open then did (a poll begun 2 us
+                 * before a close ran to the next window's first end,
+                 * 1,258 ms, over the worker's parks). */
+                if (err < 0 || !tr->window_closed_ts)
+                        return err;
+                tr->events++;
+                err = d9_enc_poll_end(tr->enc, own_poll_end(tr, t, tr->window_closed_ts > start ? tr->window_closed_ts
+                                                                                         : start),
+                                    t->poll_worker);
+                t->poll_worker = D9_WORKER_NONE;
+                t->poll_cut = true;
+                return err;
         case D9_REC_POLL_END: {
                 uint32_t w = t->poll_worker;
 
@@ -1331,6 +1345,7 @@ int translate_probes_event(struct translate *tr, uint64_t ts, const char *probes
 int translate_window(struct translate *tr, uint64_t ts, bool on)
 {
         tr->window_open = on;
+        tr->window_closed_ts = on ? 0 : ts;
         tr->park_from_sched = !(on && tr->window_parks);
         tr->wake_probes = on && tr->window_wakes;
         for (size_t i = 0; !on && tr->enc && i < tr->threads_cap; i++) {

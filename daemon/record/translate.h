@@ -195,6 +195,7 @@ struct translate {
          * least stall_ns (0: not counted), and those while a window was open. */
         uint64_t stall_ns, stalls, stalls_in_window;
         bool window_open;
+        uint64_t window_closed_ts;      /* the last window's close, while none is open */
         bool window_parks;              /* the window has park points: parks from them */
         bool window_wakes;
         int error;                      /* first encoder error */
