@@ -385,6 +385,7 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
         json_int_t stacks = json_integer_value(json_object_get(m, "stacks_over_unwind_budget"));
         json_int_t sampler = json_integer_value(json_object_get(m, "resource_samples_lost"));
         json_int_t other = json_integer_value(json_object_get(m, "lost_other"));
+        json_int_t poll_ends = json_integer_value(json_object_get(m, "poll_ends_lost"));
         if (stacks)
                 fprintf(out, "; %" JSON_INTEGER_FORMAT " samples without their stack (d9d's unwind budget used up)",
                         stacks);
@@ -399,6 +400,9 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
                         json_integer_value(json_object_get(m, "samples")), cut, capped);
         if (sampler)
                 fprintf(out, "; %" JSON_INTEGER_FORMAT " process resource samples lost", sampler);
+        if (poll_ends)
+                fprintf(out, "; %" JSON_INTEGER_FORMAT " polls' ends among the lost records (each ends at its start)",
+                        poll_ends);
         if (other)
                 fprintf(out, "; %" JSON_INTEGER_FORMAT " records lost from an unknown source", other);
         if (json_integer_value(json_object_get(m, "polls_not_kept")) ||

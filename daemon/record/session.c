@@ -1905,13 +1905,15 @@ json_t *session_status_json(const struct session *s)
         /* Worker identity: task polls whose worker BPF did not find on the
          * stack and ids given to threads standing in for their worker
          * (either set), cores seen moving to another thread
-         * (block_in_place), and polls ended by their task's next poll on
-         * another thread (translate.c, end_poll_of_task_elsewhere). */
-        json_object_set_new(j, "workers", json_pack("{s:I,s:I,s:I,s:I,s:I}",
+         * (block_in_place), polls ended by their task's next poll on
+         * another thread (translate.c, note_task_polled_elsewhere), and
+         * polls whose end was among their thread's lost records. */
+        json_object_set_new(j, "workers", json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}",
                 "polls_by_thread", (json_int_t)s->tr.polls_by_thread,
                 "ids_by_thread", (json_int_t)s->tr.ids_by_thread,
                 "hand_offs", (json_int_t)s->tr.cores_handed,
                 "polls_ended_by_task_elsewhere", (json_int_t)s->tr.polls_ended_by_task,
+                "poll_ends_lost", (json_int_t)s->tr.poll_ends_lost,
                 "sleeps_after_poll_end", (json_int_t)s->tr.offcpu_after_poll));
         if (s->worker_search.begun)
                 json_object_set_new(json_object_get(j, "workers"), "search", worker_search_json(&s->worker_search));

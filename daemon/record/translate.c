@@ -199,7 +199,7 @@ void translate_release(struct translate *tr)
                 .long_polls = tr->long_polls, .stall_ns = tr->stall_ns, .stalls = tr->stalls,
                 .stalls_in_window = tr->stalls_in_window,
                 .cores_handed = tr->cores_handed, .polls_by_thread = tr->polls_by_thread,
-                .polls_ended_by_task = tr->polls_ended_by_task,
+                .polls_ended_by_task = tr->polls_ended_by_task, .poll_ends_lost = tr->poll_ends_lost,
                 .ids_by_thread = tr->ids_by_thread, .offcpu_after_poll = tr->offcpu_after_poll,
                 .tasks_forgotten = tr->live.forgotten,
         };
@@ -699,6 +699,34 @@ int translate_settle_poll_ends(struct translate *tr, bool all)
         }
         tr->ends_by_oldest = oldest;
         return 0;
+}
+
+/* Records of t's own were lost right before r (the ring was full; BPF
+ * counts them per thread in hdr.lost): the end of t's open poll may be
+ * among them, and the record that ends it now (this start, or a park)
+ * came a hole later. Ended there, it was a long poll that never was
+ * (npm nulljs: 2.4 s across a 63k-record loss). Its end is not known: it
+ * ends at its start, and a D9LostEventsEvent (source "poll_end") says so.
+ * A POLL_END ends its own poll unless that one began after the open one
+ * (the start between them was lost). */
+static int poll_end_lost(struct translate *tr, struct tr_thread *t, const struct d9_rec_hdr *h, size_t size)
+{
+        const struct d9_rec_task *r = (const void *)h;
+        uint64_t end;
+        int e;
+
+        if (t->poll_worker >= D9_WORKER_BLOCKING)
+                return 0;
+        if (h->type == D9_REC_POLL_END && (size < sizeof(*r) || r->start_ts <= t->poll_ts))
+                return 0;
+        end = own_poll_end(tr, t, t->poll_ts);
+        if ((e = d9_enc_poll_end(tr->enc, end, t->poll_worker)) < 0)
+                return e;
+        tr->events++;
+        tr->poll_ends_lost++;
+        t->poll_worker = D9_WORKER_NONE;
+        t->poll_end_ts = end;
+        return translate_lost(tr, end, 1, "poll_end");
 }
 
 /* Returns 1 when the record writes no event. */
@@ -1213,6 +1241,8 @@ int translate_record(struct translate *tr, const void *rec, size_t size)
         if (!t)
                 return -ENOMEM;
         if (tr->ends_by_pending && tr->enc && (r = translate_settle_poll_ends(tr, false)) < 0)
+                return r;
+        if (h->lost && tr->enc && (r = poll_end_lost(tr, t, h, size)) < 0)
                 return r;
         switch (h->type) {
         case D9_REC_POLL_START:

@@ -169,6 +169,8 @@ struct translate {
         uint64_t sched_parks;           /* parks derived from off-CPU records */
         uint64_t polls_ended_by_task;   /* polls ended by their task's next
                                          * poll start on another thread */
+        uint64_t poll_ends_lost;        /* open polls ended at their start: the
+                                         * thread's records right after were lost */
         uint64_t ends_by_pending;       /* threads with a poll_end_by, */
         uint64_t ends_by_oldest;        /* ... the earliest of them */
         uint64_t cores_handed;          /* a worker's core seen moving to another thread

@@ -209,14 +209,20 @@ def drops(t):
                 lost[src] = lost.get(src, 0) + int(ev["fields"]["lost"])
     ring = lost.get("ring", 0)
     t.ok(ring == drops, f"D9LostEventsEvent records of source ring add up to the same count ({ring})")
-    t.ok(set(lost) <= {"ring", "stack_unwind"}, f"lost events name a known source ({sorted(lost)})")
+    t.ok(set(lost) <= {"ring", "stack_unwind", "poll_end"}, f"lost events name a known source ({sorted(lost)})")
+    # A poll open at a hole in its thread's records ends at its start, said
+    # once per poll (source poll_end), in the trace and in status alike.
+    ends_lost = (st["targets"][0].get("workers") or {}).get("poll_ends_lost") if st and st["targets"] else None
+    t.ok(ends_lost == lost.get("poll_end", 0),
+         f"polls whose end was lost: {lost.get('poll_end', 0)} in the trace, {ends_lost} in status")
     # The report tells the sources apart: only the ring's are records lost;
     # a stack over the unwind budget is a sample kept without its stack.
     rep = subprocess.run([D9CTL, "report", "--json", *paths], capture_output=True, text=True, timeout=120)
     missing = json.loads(rep.stdout or "{}").get("missing", {})
-    t.ok(missing.get("lost_events") == ring and missing.get("stacks_over_unwind_budget") == lost.get("stack_unwind", 0),
+    t.ok(missing.get("lost_events") == ring and missing.get("stacks_over_unwind_budget") == lost.get("stack_unwind", 0)
+         and missing.get("poll_ends_lost") == lost.get("poll_end", 0),
          f"d9ctl report: {ring} events lost (ring), {lost.get('stack_unwind', 0)} stacks over the unwind budget, "
-         "not one sum", json.dumps(missing) + rep.stderr)
+         f"{lost.get('poll_end', 0)} polls' ends among them, not one sum", json.dumps(missing) + rep.stderr)
     txt = subprocess.run([D9CTL, "report", *paths], capture_output=True, text=True, timeout=120).stdout
     t.ok(f"{ring} events lost (ring full)" in txt, "the report's text says the same", txt[-600:])
     t.ok("records lost" in d.logtext(), "d9d logged the loss")

@@ -73,6 +73,7 @@ struct lane_log {
         int n_names;
         char labels[16][160];           /* spawn_loc of the first poll starts */
         int n_labels;
+        uint64_t poll_ends_lost;        /* D9LostEventsEvent source "poll_end" */
 };
 
 static uint64_t field_u(const struct d9_dec_event *ev, const char *name)
@@ -102,6 +103,13 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
         if (!strcmp(n, "D9BlockingPollEvent")) {
                 l->blocking_polls++;
                 l->blocking_ns += field_u(ev, "duration_ns");
+                return 0;
+        }
+        if (!strcmp(n, "D9LostEventsEvent")) {
+                for (uint16_t i = 0; i < ev->schema->nfields; i++)
+                        if (!strcmp(ev->schema->fields[i].name, "source") && ev->values[i].resolved &&
+                            ev->values[i].str.len == 8 && !memcmp(ev->values[i].str.p, "poll_end", 8))
+                                l->poll_ends_lost += field_u(ev, "lost");
                 return 0;
         }
         if (!strcmp(n, "TaskSpawnEvent")) {
@@ -164,6 +172,14 @@ static void run_start(struct run *r, bool wake_probes, bool park_probes)
         translate_init(&r->tr, 1, &plan, wake_probes, park_probes);
         translate_set_encoder(&r->tr, r->enc);
         r->ts = 1000000;
+}
+
+/* The full set's entry-only poll end: a thread's next poll start ends its
+ * open poll (no POLL_END record). */
+static void run_start_entry_only(struct run *r)
+{
+        run_start(r, true, true);
+        r->tr.end_at_next_poll = true;
 }
 
 static void hdr(struct d9_rec_hdr *h, struct run *r, uint16_t type, uint32_t tid)
@@ -946,8 +962,7 @@ static void test_entry_only_start_ends_open_poll(void)
         struct run r;
         char workers[64];
 
-        run_start(&r, true, true);
-        r.tr.end_at_next_poll = true;
+        run_start_entry_only(&r);
         poll(&r, 101, C_TASK, 1, false);
         poll(&r, 101, C_TASK, 2, false);
         poll(&r, 101, C_TASK2, 3, false);
@@ -983,8 +998,7 @@ static void test_task_on_one_lane_at_a_time(void)
         char workers[64];
         uint64_t ended;
 
-        run_start(&r, true, true);
-        r.tr.end_at_next_poll = true;
+        run_start_entry_only(&r);
         poll(&r, 101, C_TASK, 7, false);
         poll(&r, 102, C_TASK, 9, false);
         poll(&r, 102, C_TASK, 7, false);
@@ -1007,6 +1021,55 @@ static void test_task_on_one_lane_at_a_time(void)
            "a task's poll on another thread ends its open one: %d pairs of one task's polls overlap, %llu ended "
            "so; lane 0 %d starts %d ends, lane 1 %d starts %d ends", l.task_overlaps, (unsigned long long)ended,
            l.poll_start[0], l.poll_end[0], l.poll_start[1], l.poll_end[1]);
+}
+
+/* A hole in a thread's own records (the ring was full; BPF says how many
+ * of the thread's records were lost right before the next one written,
+ * hdr.lost): the end of its open poll may be among them. Entry-only, the
+ * next start came 500 ms later; the poll ends at its start, said by a
+ * D9LostEventsEvent, not 500 ms later. With return probes, a POLL_END
+ * after a hole ends the open poll only if it is that poll's own. */
+static void test_poll_end_lost_in_a_hole(void)
+{
+        struct d9_rec_task t = { .task_id = 3, .cookie = C_TASK };
+        uint64_t lost, first;
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+
+        run_start_entry_only(&r);
+        poll(&r, 101, C_TASK, 1, false);
+        poll(&r, 101, C_TASK, 2, false);
+        r.ts += 500000000;
+        hdr(&t.hdr, &r, D9_REC_POLL_START, 101);
+        t.hdr.lost = 4;
+        translate_record(&r.tr, &t, sizeof(t));
+        poll(&r, 101, C_TASK, 4, false);
+        lost = r.tr.poll_ends_lost;
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.n_polls == 3 && l.polls[0].end - l.polls[0].start == 1000 && l.polls[1].end == l.polls[1].start &&
+           l.polls[2].end - l.polls[2].start == 1000 && lost == 1 && l.poll_ends_lost == 1,
+           "entry-only: the poll open at a hole of its thread's records ends at its start (%llu ns), said in the "
+           "trace (%llu, %llu counted); the others end at the next start (%llu, %llu ns)",
+           (unsigned long long)(l.polls[1].end - l.polls[1].start), (unsigned long long)l.poll_ends_lost,
+           (unsigned long long)lost, (unsigned long long)(l.polls[0].end - l.polls[0].start),
+           (unsigned long long)(l.polls[2].end - l.polls[2].start));
+
+        run_start(&r, true, true);
+        poll(&r, 101, C_TASK, 1, true);
+        hdr(&t.hdr, &r, D9_REC_POLL_START, 101);
+        translate_record(&r.tr, &t, sizeof(t));
+        first = t.hdr.ts;
+        r.ts += 500000000;
+        hdr(&t.hdr, &r, D9_REC_POLL_END, 101);
+        t.hdr.lost = 1;                         /* a wake inside it */
+        t.start_ts = first;
+        translate_record(&r.tr, &t, sizeof(t));
+        lost = r.tr.poll_ends_lost;
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.n_polls == 2 && l.polls[1].end - l.polls[1].start == 500001000 && lost == 0 && l.poll_ends_lost == 0,
+           "return probes: a POLL_END after a hole ends its own poll (%llu ns, %llu ends lost)",
+           (unsigned long long)(l.n_polls == 2 ? l.polls[1].end - l.polls[1].start : 0), (unsigned long long)lost);
 }
 
 /* Samples name their thread as BPF read it then (task->comm): no /proc
@@ -1264,6 +1327,7 @@ int main(void)
         test_worker_index_per_runtime();
         test_entry_only_start_ends_open_poll();
         test_task_on_one_lane_at_a_time();
+        test_poll_end_lost_in_a_hole();
         test_thread_names_from_the_samples();
         test_exec_into_the_planned_file();
         test_boxed_futures_named_from_the_plan();
