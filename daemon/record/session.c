@@ -1890,10 +1890,11 @@ json_t *session_status_json(const struct session *s)
         }
         /* Stacks: unwound, not, off-CPU samples that say why they have none,
          * and those taken in d9d's own probes ([d9d uprobe], docs/stacks.md). */
-        json_object_set_new(j, "stacks", json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
+        json_object_set_new(j, "stacks", json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
                 "unwound", (json_int_t)s->tr.stacks, "failed", (json_int_t)s->tr.stacks_failed,
                 "offcpu_without_stack", (json_int_t)s->tr.offcpu_no_stack,
                 "in_d9d_probes", (json_int_t)s->tr.probe_stacks,
+                "unwound_from_trap_site", (json_int_t)s->tr.stacks_in_trap,
                 "frames_outside_mappings", (json_int_t)s->tr.frames_outside,
                 "module_files_not_local", (json_int_t)s->tr.files_not_local,
                 "cut_at_copy_end", (json_int_t)s->tr.stacks_cut,

@@ -192,7 +192,8 @@ void translate_release(struct translate *tr)
                 .exec_seen = tr->exec_seen, .error = tr->error,
                 .stacks = tr->stacks, .stacks_failed = tr->stacks_failed,
                 .offcpu_no_stack = tr->offcpu_no_stack, .probe_stacks = tr->probe_stacks,
-                .frames_outside = tr->frames_outside, .files_not_local = tr->files_not_local,
+                .frames_outside = tr->frames_outside, .stacks_in_trap = tr->stacks_in_trap,
+                .files_not_local = tr->files_not_local,
                 .stacks_cut = tr->stacks_cut, .stacks_capped = tr->stacks_capped,
                 .stacks_cut_capped = tr->stacks_cut_capped, .stacks_deep = tr->stacks_deep,
                 .stacks_deep_bytes = tr->stacks_deep_bytes, .stack_bytes = tr->stack_bytes,
@@ -1011,6 +1012,28 @@ static struct tr_stack *stack_slot(struct tr_thread *t)
         return st;
 }
 
+/* The unwinder learns where the plan's uprobes sit: a sample taken in one's
+ * trap is unwound from the site (unwinder_set_trap_sites). Once per plan;
+ * a late plan comes after stacks were unwound without one. */
+static void trap_sites_set(struct translate *tr)
+{
+        const struct probe_plan *p = tr->plan;
+        uint64_t *sites;
+        size_t n = 0;
+
+        if (!tr->unw || !p || tr->trap_sites_plan == p)
+                return;
+        sites = calloc(p->n_points ? p->n_points : 1, sizeof(*sites));
+        if (!sites)
+                return;
+        for (size_t i = 0; i < p->n_points; i++)
+                if (!p->points[i].skipped)
+                        sites[n++] = p->points[i].vaddr;
+        if (unwinder_set_trap_sites(tr->unw, p->build_id, sites, n) == 0)
+                tr->trap_sites_plan = p;
+        free(sites);
+}
+
 /* Unwinds a STACK record into h (the record's fields later steps read,
  * then the frames): what on_stack uses now, or what a session holds while
  * its plan is built (translate_stack_ahead). */
@@ -1040,6 +1063,7 @@ static void stack_unwind(struct translate *tr, const struct d9_rec_stack *rec, s
                         unwinder_take_maps(tr->unw, tr->unw_maps);
                 tr->unw_maps = tr->unw ? NULL : tr->unw_maps;
         }
+        trap_sites_set(tr);
         if (!tr->unw || (n = unwinder_stack(tr->unw, rec, size, h->frames, MAX_FRAMES, &n_kern)) <= 0) {
                 tr->stacks_failed++;
                 /* Over the unwind budget (daemon/record/unwind.h): dropped, and
@@ -1093,6 +1117,7 @@ static void on_stack_frames(struct translate *tr, const struct translate_held_st
         if (tr->unw) {
                 unwinder_get_stats(tr->unw, &us);
                 tr->frames_outside = us.outside;
+                tr->stacks_in_trap = us.trap_sites;
         }
         if (tr->stack_workers)
                 long_poll_on_stack(tr, t, h->stack_id, st->frames, n, h->n_kern);

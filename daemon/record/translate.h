@@ -118,6 +118,8 @@ struct translate {
         size_t n_dyn;
         struct exe_map exe;             /* where the executable is mapped (n 0: not known) */
         struct unwinder *unw;           /* user stacks, created on the first STACK record */
+        const struct probe_plan *trap_sites_plan;       /* the plan whose probe sites
+                                                         * unw knows (unwinder_set_trap_sites) */
         struct unwind_maps *unw_maps;   /* the last map handed in before that */
         /* The unwinder wants a newer map (unwind_opts.want_maps); NULL: none. */
         void (*want_maps)(void *ctx);
@@ -126,6 +128,7 @@ struct translate {
         uint64_t offcpu_no_stack;       /* off-CPU samples written with a "no stack" mark */
         uint64_t probe_stacks;          /* stacks taken in d9d's own probes ([d9d uprobe]) */
         uint64_t frames_outside;        /* callers outside every mapping, dropped by the unwinder */
+        uint64_t stacks_in_trap;        /* samples in a uprobe trap, unwound from its site */
         uint32_t files_not_local;       /* module files of the last map on a non-local
                                          * file system: not opened, no CFI from them */
         uint64_t stacks_cut;            /* stacks ending in the cut mark: callers past the copy */

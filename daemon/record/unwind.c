@@ -79,6 +79,10 @@ struct unwinder {
          * a module lookup plus build-id check per frame slowed the drain. */
         uint64_t lv_lo, lv_hi, lv_bias;
         const char *lv_build_id;
+        /* d9d's own uprobe sites (unwinder_set_trap_sites). */
+        const char *sites_build_id;
+        uint64_t *sites;                /* sorted */
+        size_t n_sites;
         Dwfl_Callbacks callbacks;
         char *debug_file;
         struct unwind_maps *maps;       /* the one dwfl was built from: its files
@@ -540,6 +544,7 @@ void unwinder_free(struct unwinder *u)
                 elf_share_put(u->held[i]);
         free(u->held);
         free(u->code_cache);
+        free(u->sites);
         unwind_maps_free(u->maps);
         unwind_maps_free(u->maps_next);
         free(u->debug_file);
@@ -747,6 +752,48 @@ static bool steps_without_cfi(struct unwinder *u, const struct unw_step_ops *o, 
         }
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+        return x < y ? -1 : x > y;
+}
+
+/* A sample taken while the thread was in one of d9d's own uprobe traps
+ * has its user pc one past the int3, and the probed instruction has not
+ * run. The CFI there already counts a one-byte first instruction as done
+ * (`push rbp` at a function's entry, `ret` at a return site), and the walk
+ * read the wrong word as the return address (npm apimock, the full set:
+ * 4 of 20 such samples stopped at their leaf). Unwound from the site, the
+ * return address is at sp. A thread past the site with the push done has
+ * the saved rbp at sp instead, no return address, and keeps its pc. */
+static void trap_site_pc(struct unwinder *u, const struct unw_step_ops *o)
+{
+        uint64_t pc = u->walk_regs[D9_DW_RIP], vaddr, ra;
+
+        if (!u->n_sites || pc < 1 || unwinder_link_vaddr(u, pc - 1, u->sites_build_id, &vaddr) < 0 ||
+            !bsearch(&vaddr, u->sites, u->n_sites, sizeof(*u->sites), cmp_u64) ||
+            !o->read_word(o->ctx, u->walk_regs[D9_DW_RSP], &ra) || !unwind_is_return_address(o, ra))
+                return;
+        u->walk_regs[D9_DW_RIP] = pc - 1;
+        u->stats.trap_sites++;
+}
+
+int unwinder_set_trap_sites(struct unwinder *u, const char *build_id, const uint64_t *sites, size_t n)
+{
+        uint64_t *copy = malloc((n ? n : 1) * sizeof(*copy));
+
+        if (!copy)
+                return -ENOMEM;
+        memcpy(copy, sites, n * sizeof(*copy));
+        qsort(copy, n, sizeof(*copy), cmp_u64);
+        free(u->sites);
+        u->sites = copy;
+        u->n_sites = n;
+        u->sites_build_id = build_id;
+        return 0;
+}
+
 static void unwind_user(struct unwinder *u)
 {
         static const struct unw_step_ops ops = {
@@ -761,6 +808,7 @@ static void unwind_user(struct unwinder *u)
                 return;
         o.ctx = u;
         memcpy(u->walk_regs, u->rec->regs, sizeof(u->walk_regs));
+        trap_site_pc(u, &o);
         u->walk_from_return = false;
         /* Each walk stops with an error at the outermost frame or where
          * the copy runs out (the frames so far are the result), or at a

@@ -57,6 +57,7 @@ struct unwind_stats {
         uint64_t steps[4];              /* steps past frames without CFI, by enum
                                          * unw_step_kind (daemon/record/unwind_step.h):
                                          * [1] frameless leaf, [2] frame pointer, [3] scan */
+        uint64_t trap_sites;            /* samples in a uprobe trap, unwound from its site */
 };
 
 /* The unwinder reads nothing itself (docs/stacks.md, "Modules off the
@@ -102,6 +103,12 @@ int unwind_vdso_file(void);
  * to unwind it with, -EBADMSG for a short record. */
 int unwinder_stack(struct unwinder *u, const struct d9_rec_stack *rec, size_t size,
                    uint64_t *out, size_t cap, uint32_t *n_kern);
+
+/* d9d's uprobe sites in the module whose build-id is build_id (hex, kept
+ * by the caller; NULL: any module): link-time addresses, copied. A sample
+ * taken in one's trap is unwound from the site, not from one byte past it.
+ * 0 or -ENOMEM (the sites stay as they were). */
+int unwinder_set_trap_sites(struct unwinder *u, const char *build_id, const uint64_t *sites, size_t n);
 
 /* A user address as a link-time address of the module it lies in, if that
  * module's build-id is build_id (hex; NULL: any module). 0, or -ENOENT. */

@@ -47,7 +47,7 @@ bool unwind_call_ends_at(const uint8_t code[16])
         return false;
 }
 
-static bool is_return_address(const struct unw_step_ops *ops, uint64_t ra)
+bool unwind_is_return_address(const struct unw_step_ops *ops, uint64_t ra)
 {
         uint8_t code[16];
 
@@ -59,7 +59,7 @@ static bool step_frameless(const struct unw_step_ops *ops, uint64_t *regs)
 {
         uint64_t sp = regs[D9_DW_RSP], ra;
 
-        if (!ops->read_word(ops->ctx, sp, &ra) || !is_return_address(ops, ra))
+        if (!ops->read_word(ops->ctx, sp, &ra) || !unwind_is_return_address(ops, ra))
                 return false;
         regs[D9_DW_RIP] = ra;
         regs[D9_DW_RSP] = sp + 8;
@@ -226,7 +226,7 @@ static bool step_scan(const struct unw_step_ops *ops, uint64_t *regs, bool verif
         for (uint64_t off = 0; off < UNW_SCAN_BYTES; off += 8) {
                 if (!ops->read_word(ops->ctx, sp + off, &w))
                         return false;
-                if (!is_return_address(ops, w))
+                if (!unwind_is_return_address(ops, w))
                         continue;
                 if (verified ? called_into(ops, w, off, pc, &pr) : ops->cfi_at(ops->ctx, w - 1) == UNW_CFI_FDE) {
                         /* The caller's registers the prologue saved: its

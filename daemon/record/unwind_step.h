@@ -63,3 +63,6 @@ enum unw_step_kind unwind_step_no_cfi(const struct unw_step_ops *ops, uint64_t r
 
 /* True if the code right before ra ends with a call instruction. */
 bool unwind_call_ends_at(const uint8_t code[16]);
+
+/* True if ra is in a module and the code right before it is a call. */
+bool unwind_is_return_address(const struct unw_step_ops *ops, uint64_t ra);
