@@ -182,9 +182,46 @@ uint64_t uprobes_plan_follow_jumps(const struct elf_image *img, uint64_t vaddr)
         return vaddr;
 }
 
-/* Calls f(callee name) for each direct call in the function at vaddr (after
- * its leading jumps); stops when f returns a label. */
-static char *scan_callees(struct plan_builder *b, uint64_t vaddr, char *(*f)(const char *name))
+/* The runtime's own frames between raw::poll and the future's poll fn:
+ * Tokio 1.0's raw::poll calls AssertUnwindSafe::call_once, which calls
+ * the future's poll (BlockingTask's, or GenFuture's around an async fn's
+ * closure). */
+static bool is_poll_wrapper(const char *name)
+{
+        static const char *const parts[] = { "AssertUnwindSafe<F> as core::ops::function::FnOnce",
+                                             "::harness::Harness<T,S>::poll", "::panicking::try",
+                                             "from_generator::GenFuture<T> as core::future::future::Future>::poll",
+                                             "::core::CoreStage<T>::poll", "::core::Core<T,S>::poll",
+                                             "::unsafe_cell::UnsafeCell<T>::with_mut" };
+
+        for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
+                if (strstr(name, parts[i]))
+                        return true;
+        return false;
+}
+
+/* Where the call or jump at code (len bytes, at vaddr) goes: direct, or
+ * through a GOT slot a relative relocation fills (a PIE's `call
+ * *f@GOTPCREL(%rip)`: Tokio 1.12's UnsafeCell::with_mut calls the future's
+ * poll that way); 0 if neither. */
+static uint64_t callee_of(const struct plan_builder *b, const uint8_t *code, const struct x86_insn *in, uint64_t vaddr)
+{
+        const struct reloc *r;
+        int32_t rel;
+
+        if (in->is_call_rel || in->is_jmp_rel)
+                return vaddr + in->len + (uint64_t)in->rel;
+        if (in->len != 6 || code[0] != 0xff || (code[1] != 0x15 && code[1] != 0x25))
+                return 0;
+        memcpy(&rel, code + 2, 4);
+        r = uprobes_reloc_at(&b->vs.relocs, vaddr + 6 + (uint64_t)(int64_t)rel);
+        return r ? r->value : 0;
+}
+
+/* Calls f(callee name) for each call in the function at vaddr (after its
+ * leading jumps), and with depth > 1 in the runtime's poll wrappers it
+ * calls; stops when f returns a label. */
+static char *scan_callees(struct plan_builder *b, uint64_t vaddr, char *(*f)(const char *name), int depth)
 {
         uint64_t body = uprobes_plan_follow_jumps(b->img, vaddr);
         struct d9_sym *fs = d9_sym_table_find(&b->st.table, body);
@@ -199,10 +236,16 @@ static char *scan_callees(struct plan_builder *b, uint64_t vaddr, char *(*f)(con
                 uprobes_x86_decode(code + off, fs->size - off, &in);
                 if (!in.len)
                         break;
-                if (in.is_call_rel || in.is_jmp_rel) {
-                        struct d9_sym *callee = d9_sym_table_find(&b->st.table, body + off + in.len + (uint64_t)in.rel);
+                uint64_t to = callee_of(b, code + off, &in, body + off);
 
-                        if (callee && callee != fs && (label = f(d9_sym_name(callee))))
+                if (to) {
+                        struct d9_sym *callee = d9_sym_table_find(&b->st.table, to);
+                        const char *name = callee && callee != fs ? d9_sym_name(callee) : NULL;
+
+                        if (name && (label = f(name)))
+                                return label;
+                        if (name && depth > 1 && callee->vaddr != body && is_poll_wrapper(name) &&
+                            (label = scan_callees(b, callee->vaddr, f, depth - 1)))
                                 return label;
                 }
                 off += (uint64_t)in.len;
@@ -225,17 +268,22 @@ static char *future_from_drop_glue(const char *name)
         return t;
 }
 
+/* Not the runtime's, nor a compiler helper (`__rust_probestack`, the first
+ * call of a poll with a big frame, named 63 polls of npm traffic-mesh). */
 static char *first_non_runtime(const char *name)
 {
-        return is_runtime_crate(name) ? NULL : strdup(name);
+        return is_runtime_crate(name) || !strncmp(name, "__", 2) ? NULL : strdup(name);
 }
 
 /* The future's own poll fn, as legacy symbols name it: an async fn or block
- * (`crate::f::{{closure}}`) or a hand-written `<X as Future>::poll`. */
+ * (`crate::f::{{closure}}`) or a hand-written `<X as Future>::poll`; or
+ * a blocking-pool task's (its label then flags the point blocking). */
 static char *future_poll_name(const char *name)
 {
         size_t n = strlen(name);
 
+        if (strstr(name, "::blocking::task::BlockingTask<T> as core::future::future::Future>::poll"))
+                return strdup(name);
         if (is_runtime_crate(name))
                 return NULL;
         if ((n > 13 && !strcmp(name + n - 13, "::{{closure}}")) || strstr(name, " as core::future::future::Future>::poll"))
@@ -247,7 +295,7 @@ static char *future_poll_name(const char *name)
 static char *drop_glue_label(struct plan_builder *b, const struct task_vtable *v)
 {
         for (int slot = 2; slot < 7; slot++) {
-                char *t = scan_callees(b, v->fn[slot], future_from_drop_glue);
+                char *t = scan_callees(b, v->fn[slot], future_from_drop_glue, 1);
 
                 if (t)
                         return t;
@@ -305,7 +353,7 @@ static char *legacy_label(struct plan_builder *b, const struct probe_point *p)
 
         if (t)
                 return t;
-        own = scan_callees(b, p->vaddr, future_poll_name);
+        own = scan_callees(b, p->vaddr, future_poll_name, 4);
         for (size_t i = 0; i < b->vs.n && p->vtable_vaddr && !glue; i++)
                 if (b->vs.v[i].vaddr == p->vtable_vaddr)
                         glue = drop_glue_label(b, &b->vs.v[i]);
@@ -320,7 +368,7 @@ static char *legacy_label(struct plan_builder *b, const struct probe_point *p)
                 free(own ? glue : NULL);
                 return own ? own : glue;
         }
-        return scan_callees(b, p->vaddr, first_non_runtime);
+        return scan_callees(b, p->vaddr, first_non_runtime, 1);
 }
 
 int uprobes_plan_label_polls(struct plan_builder *b)
