@@ -101,6 +101,9 @@ static void late_replay_run(struct session *s, bool all)
                 return;
         s->plan_pending = false;
         s->replaying = false;
+        /* Status shows the plan from this copy: still "pending" after the
+         * replay, a finished session said so for good (npm rari). */
+        session_plan_json_refresh(s);
         if (s->hold.dropped && s->tr.enc)
                 translate_lost(&s->tr, s->hold.first_ts, s->hold.dropped, "plan_hold");
         if (s->hold.dropped)

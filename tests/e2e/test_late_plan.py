@@ -123,6 +123,11 @@ def window(t):
          "attach of the default set with --full-on-stall 40ms", r.stderr + r.stdout[:400])
     t.ok(sealed(d, pid), "the session ended with the target and sealed")
     st = json.loads(d.ctl("status", "--json", "--pid", str(pid)).stdout)["targets"][0]
+    # Once the held records went in, status stops saying the plan is being
+    # built (a finished default-set session said so for good: npm rari).
+    t.ok(st.get("plan", {}).get("state") == "ready" and "pending" not in st.get("probe_plan", {}),
+         "status of the finished session: plan ready, nothing said pending",
+         json.dumps({k: st.get(k) for k in ("plan", "probe_plan")})[:1500])
     fos = st.get("full_on_stall") or {}
     evs = events_of(d)
     win = [e for e in evs if e["event"] == "D9ProbesEvent" and e["fields"]["probes"].startswith("full-detail")]
