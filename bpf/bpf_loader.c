@@ -1419,6 +1419,7 @@ int d9_bpf_target_worker_search(const struct d9_bpf_target *t, struct d9_worker_
                 return 0;
         out->begun = true;
         out->depth = d.depth;
+        out->from_thread_pointer = d.tls == D9_WK_TLS_UNKNOWN;
         out->begun_ns = d.first_ts;
         out->confirmed_ns = d.depth ? d.confirmed_ts : 0;
         out->misses = d.misses;

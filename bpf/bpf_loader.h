@@ -171,7 +171,8 @@ int d9_bpf_target_offcpu_short(const struct d9_bpf_target *t, struct d9_offcpu_s
  * depth is confirmed. */
 struct d9_worker_search {
         bool begun;
-        uint64_t depth;                 /* bytes below the static TLS */
+        uint64_t depth;                 /* bytes below the static TLS, */
+        bool from_thread_pointer;       /* ... or the thread pointer: no plan yet */
         uint64_t begun_ns, confirmed_ns;
         uint32_t candidates;            /* depths weighed now, ruled out ones included */
         uint32_t ruled_out;

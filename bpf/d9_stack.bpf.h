@@ -532,10 +532,20 @@ static long d9_wk_top_word(__u64 i, void *ctx)
 static __always_inline void d9_wk_depth_fresh(struct d9_wk_depth *d, const struct d9_target_cfg *cfg, __u64 tls,
                                               __u64 now)
 {
-        /* A new target in the slot, or its TLS size came with a late plan:
-         * depths below the old top mean nothing now. */
         if (d->since == cfg->since_ts && d->tls == tls)
                 return;
+        /* The TLS size came with a late plan, after a depth was confirmed
+         * from the thread pointer: the same word, tls bytes nearer the new
+         * top. Searched again, it was confirmed twice and the log and status
+         * gave two (npm routing-local-proxy: 3,848 and 2,872). Unconfirmed,
+         * the search begins again below the TLS. */
+        if (d->since == cfg->since_ts && d->tls == D9_WK_TLS_UNKNOWN && d->depth > tls) {
+                d->tls = tls;
+                d->depth -= tls;
+                return;
+        }
+        /* A new target in the slot, or a new top: depths below the old top
+         * mean nothing now. */
         d->since = cfg->since_ts;
         d->tls = tls;
         d->depth = 0;

@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "client.h"
 #include "d9ctl.h"
@@ -32,9 +33,12 @@ static void print_worker_search(const json_t *ws)
 {
         if (!ws)
                 return;
+        const char *below = json_string_value(json_object_get(ws, "below"));
+
         if (json_integer_value(json_object_get(ws, "depth_bytes")))
-                printf("  worker search: found, %lld bytes below the TLS, after %lld ms\n",
+                printf("  worker search: found, %lld bytes below the %s, after %lld ms\n",
                        (long long)json_integer_value(json_object_get(ws, "depth_bytes")),
+                       below && !strcmp(below, "thread_pointer") ? "thread pointer (no plan yet)" : "TLS",
                        (long long)json_integer_value(json_object_get(ws, "found_after_ms")));
         else
                 printf("  worker search: not found yet (%lld candidate depths, %lld ruled out); "

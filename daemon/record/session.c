@@ -1566,9 +1566,10 @@ static void session_account_worker_search(struct session *s)
             d9_bpf_target_worker_search(s->bpf, ws) < 0)
                 return;
         if (ws->depth && !had)
-                log_info("pid %d: the worker loops' Worker lies %llu bytes below the TLS, confirmed %llu ms "
+                log_info("pid %d: the worker loops' Worker lies %llu bytes below the %s, confirmed %llu ms "
                          "into the search (%u candidate depths, %u ruled out)", s->pid,
                          (unsigned long long)ws->depth,
+                         ws->from_thread_pointer ? "thread pointer (the TLS size comes with the plan)" : "TLS",
                          (unsigned long long)((ws->confirmed_ns - ws->begun_ns) / 1000000),
                          ws->candidates, ws->ruled_out);
 }
@@ -1855,6 +1856,7 @@ static json_t *worker_search_json(const struct d9_worker_search *ws)
 
         if (ws->depth) {
                 json_object_set_new(j, "depth_bytes", json_integer((json_int_t)ws->depth));
+                json_object_set_new(j, "below", json_string(ws->from_thread_pointer ? "thread_pointer" : "tls"));
                 json_object_set_new(j, "found_after_ms",
                                     json_integer((json_int_t)((ws->confirmed_ns - ws->begun_ns) / 1000000)));
         }
