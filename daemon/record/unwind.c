@@ -987,6 +987,7 @@ int unwinder_link_vaddr(struct unwinder *u, uint64_t addr, const char *build_id,
 {
         Dwfl_Module *mod;
         Dwarf_Addr bias = 0;
+        struct unwinder *was;
         int r = -ENOENT;
 
         Dwarf_Addr lo = 0, hi = 0;
@@ -997,6 +998,8 @@ int unwinder_link_vaddr(struct unwinder *u, uint64_t addr, const char *build_id,
                 *vaddr = addr - u->lv_bias;
                 return 0;
         }
+        /* Also called inside a walk (trap_site_pc), where active is u. */
+        was = active;
         active = u;
         mod = dwfl_addrmodule(u->dwfl, addr);
         if (mod && module_has_build_id(mod, build_id) && dwfl_module_getelf(mod, &bias)) {
@@ -1008,6 +1011,6 @@ int unwinder_link_vaddr(struct unwinder *u, uint64_t addr, const char *build_id,
                 u->lv_bias = bias;
                 u->lv_build_id = build_id;
         }
-        active = NULL;
+        active = was;
         return r;
 }
