@@ -232,6 +232,7 @@ int translate_set_encoder(struct translate *tr, struct d9_enc *enc)
         if (r < 0)
                 return r;
         tr->wake_window_schema = r;
+        tr->wake_window_said = WAKE_SAID_NONE;
         r = d9_enc_declare(enc, &blocking_schema);
         if (r < 0)
                 return r;
@@ -1429,9 +1430,18 @@ int translate_wake_window(struct translate *tr, uint64_t ts, bool attached, uint
                 { .present = true, .u = on_ms },
                 { .present = true, .u = period_ms },
         };
-        int r = d9_enc_event(tr->enc, tr->wake_window_schema, ts, v);
+        uint8_t said = attached ? WAKE_SAID_ON : WAKE_SAID_OFF;
+        int r;
 
+        /* Once per change in a segment: the segment's opening restates it,
+         * and the session's start said the same again (every recording
+         * began with two attached=1, npm apimock). */
+        if (tr->wake_window_said == said)
+                return 0;
+        r = d9_enc_event(tr->enc, tr->wake_window_schema, ts, v);
         tr->events += r == 0;
+        if (r == 0)
+                tr->wake_window_said = said;
         return r;
 }
 

@@ -92,6 +92,9 @@ struct tr_dyn {
  * launch), and seen so on a thread BPF named a multi-thread worker of. */
 enum { LAUNCH_SEEN = 1, LAUNCH_NAMED = 2 };
 
+/* What the segment's last D9WakeWindowEvent said. */
+enum wake_said { WAKE_SAID_NONE, WAKE_SAID_OFF, WAKE_SAID_ON };
+
 struct translate {
         pid_t pid;
         bool hide_kernel;               /* no kernel addresses for this session's reader */
@@ -100,6 +103,7 @@ struct translate {
         int lost_schema;                /* D9LostEventsEvent handle in enc */
         int offcpu_short_schema;        /* D9ShortOffCpuEvent handle in enc */
         int wake_window_schema;         /* D9WakeWindowEvent handle in enc */
+        uint8_t wake_window_said;       /* enum wake_said: its last in this segment */
         int blocking_schema;            /* D9BlockingPollEvent handle in enc */
         int label_addr_schema;          /* D9TaskLabelAddrEvent handle in enc */
         int probes_schema;              /* D9ProbesEvent handle in enc */

@@ -74,6 +74,7 @@ struct lane_log {
         char labels[16][160];           /* spawn_loc of the first poll starts */
         int n_labels;
         uint64_t poll_ends_lost;        /* D9LostEventsEvent source "poll_end" */
+        char windows[64];               /* D9WakeWindowEvent attached, '1' or '0' each */
 };
 
 static uint64_t field_u(const struct d9_dec_event *ev, const char *name)
@@ -103,6 +104,10 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
         if (!strcmp(n, "D9BlockingPollEvent")) {
                 l->blocking_polls++;
                 l->blocking_ns += field_u(ev, "duration_ns");
+                return 0;
+        }
+        if (!strcmp(n, "D9WakeWindowEvent")) {
+                order_push(l->windows, field_u(ev, "attached") ? '1' : '0');
                 return 0;
         }
         if (!strcmp(n, "D9LostEventsEvent")) {
@@ -1072,6 +1077,44 @@ static void test_poll_end_lost_in_a_hole(void)
            (unsigned long long)(l.n_polls == 2 ? l.polls[1].end - l.polls[1].start : 0), (unsigned long long)lost);
 }
 
+/* Sampled wakes: a D9WakeWindowEvent says when the wake points are on.
+ * The segment's opening restated it and the session's start said it again:
+ * every recording began with two attached=1. Once per change now, and a
+ * new segment restates it. */
+static void test_wake_window_said_once_per_change(void)
+{
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+        uint64_t before, restated;
+        struct d9_enc *next;
+        uint8_t *buf = malloc(1 << 16);
+
+        run_start(&r, true, true);
+        translate_wake_window(&r.tr, r.ts += 1000, true, 250, 2500);
+        translate_wake_window(&r.tr, r.ts += 1000, true, 250, 2500);
+        translate_wake_window(&r.tr, r.ts += 1000, false, 250, 2500);
+        translate_wake_window(&r.tr, r.ts += 1000, true, 250, 2500);
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!strcmp(l.windows, "101"), "wake windows said once per change: '%s' (the repeated attached=1 left out)",
+           l.windows);
+
+        /* The next segment states it again. */
+        run_start(&r, true, true);
+        translate_wake_window(&r.tr, r.ts += 1000, true, 250, 2500);
+        d9_enc_new(&next);
+        d9_enc_set_output(next, buf, 1 << 16, NULL, NULL);
+        translate_set_encoder(&r.tr, next);
+        before = r.tr.events;
+        translate_wake_window(&r.tr, r.ts += 1000, true, 250, 2500);
+        restated = r.tr.events - before;
+        r.tr.enc = r.enc;
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(restated == 1, "a new segment restates the wake window (%llu events)", (unsigned long long)restated);
+        d9_enc_free(next);
+        free(buf);
+}
+
 /* Samples name their thread as BPF read it then (task->comm): no /proc
  * read on the drain path, and a thread that renames itself is seen. */
 static void test_thread_names_from_the_samples(void)
@@ -1328,6 +1371,7 @@ int main(void)
         test_entry_only_start_ends_open_poll();
         test_task_on_one_lane_at_a_time();
         test_poll_end_lost_in_a_hole();
+        test_wake_window_said_once_per_change();
         test_thread_names_from_the_samples();
         test_exec_into_the_planned_file();
         test_boxed_futures_named_from_the_plan();
