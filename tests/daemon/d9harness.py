@@ -274,6 +274,24 @@ def wait_for(cond, timeout, step=0.2):
     return cond()
 
 
+def free_port():
+    """A loopback TCP port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serving(port, timeout=30):
+    """Whether something accepts connections on 127.0.0.1:port within timeout."""
+    def accepts():
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return True
+        except OSError:
+            return False
+    return wait_for(accepts, timeout, 0.1)
+
+
 def sealed_files(root):
     out = []
     for dirpath, _, files in os.walk(root):

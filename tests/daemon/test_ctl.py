@@ -17,7 +17,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from d9harness import D9d, Tap, dump_summary, start_target, wait_for  # noqa: E402
+from d9harness import D9d, Tap, dump_summary, free_port, start_target, wait_for  # noqa: E402
 
 D9D, D9CTL, TARGET, STRIPPED, MAN_PAGE, MODE = sys.argv[1:7]
 COMMANDS = ["attach", "detach", "list", "status", "record", "plan", "report", "export", "symbolize", "dump", "serve", "help"]
@@ -336,14 +336,6 @@ def stop(p):
     if p.poll() is None:
         p.terminate()
     p.wait(timeout=10)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def serve_dump_mode(t):

@@ -24,7 +24,6 @@ import http.client
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,18 +31,12 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import D9d, Tap, dump_events, exec_done, start_cpu_hogs, stop_procs  # noqa
+from d9harness import D9d, Tap, dump_events, exec_done, free_port, serving, start_cpu_hogs, stop_procs  # noqa
 
 D9D, D9CTL, BINARY = sys.argv[1], sys.argv[2], os.path.abspath(sys.argv[3])
 POOL = 254
 BODY = b'{"ok":true}'
 REPLY = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(BODY) + BODY
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def backend(port, ready):
@@ -109,14 +102,7 @@ def main():
                                 stderr=subprocess.DEVNULL)
         procs.append(mesh)
         exec_done(mesh.pid)
-        up = False
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                up = True
-                break
-            except OSError:
-                time.sleep(0.1)
+        up = serving(port)
         t.ok(up, f"traffic-mesh serves on 127.0.0.1:{port}")
         clients = [threading.Thread(target=client, args=(port, stop, served)) for _ in range(4)]
         for c in clients:

@@ -19,7 +19,6 @@ import http.client
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,16 +26,10 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import D9d, Tap, start_cpu_hogs, stop_procs  # noqa
+from d9harness import D9d, Tap, free_port, serving, start_cpu_hogs, stop_procs  # noqa
 
 D9D, D9CTL, AGENT = sys.argv[1:4]
 SAMPLE = re.compile(r"CpuSampleEvent worker_id=(\d+) tid=(\d+) .*?callchain=\[(.*)\]")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def load(port, paths, stop, served):
@@ -74,14 +67,7 @@ def main():
     d, hogs, stop, served = D9d(D9D, D9CTL), [], threading.Event(), [0]
     clients = []
     try:
-        up = False
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                up = True
-                break
-            except OSError:
-                time.sleep(0.1)
+        up = serving(port)
         t.ok(up, f"sandbox-agent serves on 127.0.0.1:{port}")
         paths = [f"/v1/fs/stat?path={files}/f{i:02}.md" for i in range(0, 40, 7)] + \
                 [f"/v1/fs/entries?path={files}", "/v1/agents", "/v1/health"]
