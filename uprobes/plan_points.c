@@ -200,7 +200,7 @@ static bool is_poll_wrapper(const char *name)
         return false;
 }
 
-/* Where the call or jump at code (len bytes, at vaddr) goes: direct, or
+/* Where the call or jump in (decoded from code, at vaddr) goes: direct, or
  * through a GOT slot a relative relocation fills (a PIE's `call
  * *f@GOTPCREL(%rip)`: Tokio 1.12's UnsafeCell::with_mut calls the future's
  * poll that way); 0 if neither. */
@@ -269,7 +269,8 @@ static char *future_from_drop_glue(const char *name)
 }
 
 /* Not the runtime's, nor a compiler helper (`__rust_probestack`, the first
- * call of a poll with a big frame, named 63 polls of npm traffic-mesh). */
+ * call of a poll with a big frame, labelled 10 poll points of npm
+ * traffic-mesh, and with them 63 of its long polls). */
 static char *first_non_runtime(const char *name)
 {
         return is_runtime_crate(name) || !strncmp(name, "__", 2) ? NULL : strdup(name);

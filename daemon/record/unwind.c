@@ -766,12 +766,14 @@ static int cmp_u64(const void *a, const void *b)
  * read the wrong word as the return address (npm apimock, the full set:
  * 4 of 20 such samples stopped at their leaf). Unwound from the site, the
  * return address is at sp. A thread past the site with the push done has
- * the saved rbp at sp instead, no return address, and keeps its pc. */
+ * the saved rbp at sp instead, no return address, and keeps its pc. A trap
+ * runs in the kernel: a sample with no kernel frames (the timer hit user
+ * mode) is in none, and skips the module lookup. */
 static void trap_site_pc(struct unwinder *u, const struct unw_step_ops *o)
 {
         uint64_t pc = u->walk_regs[D9_DW_RIP], vaddr, ra;
 
-        if (!u->n_sites || pc < 1 || unwinder_link_vaddr(u, pc - 1, u->sites_build_id, &vaddr) < 0 ||
+        if (!u->n_sites || !u->rec->n_kern || pc < 1 || unwinder_link_vaddr(u, pc - 1, u->sites_build_id, &vaddr) < 0 ||
             !bsearch(&vaddr, u->sites, u->n_sites, sizeof(*u->sites), cmp_u64) ||
             !o->read_word(o->ctx, u->walk_regs[D9_DW_RSP], &ra) || !unwind_is_return_address(o, ra))
                 return;
