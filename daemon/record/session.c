@@ -745,6 +745,11 @@ static bool session_drain_while_permitted(struct session *s, bool woken)
         return true;
 }
 
+void session_drain_now(struct session *s)
+{
+        (void)session_drain_while_permitted(s, false);
+}
+
 static void session_on_ring(struct d9d *d, struct d9_watch *w, uint32_t events)
 {
         struct session *s = (struct session *)((char *)w - offsetof(struct session, ring_w));

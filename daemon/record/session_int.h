@@ -51,6 +51,8 @@ json_t *session_late_json(const struct session *s);
 bool session_bpf_busy(const struct session *s);
 /* An end asked for meanwhile, now. */
 void session_end_deferred(struct session *s);
+/* Translate what s's ring holds now, off the ring's wakeup. */
+void session_drain_now(struct session *s);
 
 /* session_window.c: full detail after a stall. */
 #define WINDOW_PROBES TOKIO_PROBES

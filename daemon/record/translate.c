@@ -936,6 +936,21 @@ static uint32_t sample_stack(struct translate *tr, struct tr_thread *t, uint64_t
 /* An off-CPU sample's: its stack, else the mark saying why it has none. */
 static uint32_t offcpu_stack(struct translate *tr, struct tr_thread *t, const struct d9_rec_offcpu *o);
 
+/* Whether park probes were attached when a thread went off CPU at off_ts,
+ * so a park then is theirs. A full-detail window's are only from its
+ * opening to its close: a sleep begun before the opening is the
+ * scheduler's to tell, and one begun inside it is not, though it ends
+ * after the close (BPF ends the probe's park at the resume; a second park
+ * and unpark were written, and a poll cut at the close read as a park). */
+static bool park_probes_saw(const struct translate *tr, uint64_t off_ts)
+{
+        if (!tr->window_parks)
+                return !tr->park_from_sched;
+        if (tr->window_open)
+                return off_ts >= tr->window_opened_ts && (!tr->window_closing_ts || off_ts < tr->window_closing_ts);
+        return tr->window_closed_ts && off_ts >= tr->window_opened_ts && off_ts < tr->window_closed_ts;
+}
+
 /* An off-CPU sample; without park probes, a worker's voluntary sleep
  * outside a poll is also its park (at switch-out) and unpark (at
  * switch-in). Preemption (prev_state 0) is not a park: the worker still
@@ -950,7 +965,7 @@ static int on_offcpu(struct translate *tr, const struct d9_rec_offcpu *o, struct
 
         if (r == 0 && tr->stack_workers && o->prev_state == 0)
                 r = long_poll_on_preempt(tr, t, o, stack);
-        if (r < 0 || !tr->park_from_sched || t->worker >= D9_WORKER_BLOCKING ||
+        if (r < 0 || park_probes_saw(tr, o->off_ts) || t->worker >= D9_WORKER_BLOCKING ||
             t->poll_worker != D9_WORKER_NONE || o->prev_state == 0)
                 return r;
         /* A sleep inside the thread's last poll, whose record came after
@@ -1398,9 +1413,17 @@ int translate_probes_event(struct translate *tr, uint64_t ts, const char *probes
         return r;
 }
 
+void translate_window_closing(struct translate *tr, uint64_t ts)
+{
+        tr->window_closing_ts = ts;
+}
+
 int translate_window(struct translate *tr, uint64_t ts, bool on)
 {
         tr->window_open = on;
+        tr->window_closing_ts = 0;
+        if (on)
+                tr->window_opened_ts = ts;
         tr->window_closed_ts = on ? 0 : ts;
         tr->park_from_sched = !(on && tr->window_parks);
         tr->wake_probes = on && tr->window_wakes;

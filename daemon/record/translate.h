@@ -204,7 +204,9 @@ struct translate {
          * least stall_ns (0: not counted), and those while a window was open. */
         uint64_t stall_ns, stalls, stalls_in_window;
         bool window_open;
+        uint64_t window_opened_ts;      /* the last window's opening */
         uint64_t window_closed_ts;      /* the last window's close, while none is open */
+        uint64_t window_closing_ts;     /* a close whose ring is being drained first */
         bool window_parks;              /* the window has park points: parks from them */
         bool window_wakes;
         int error;                      /* first encoder error */
@@ -305,6 +307,10 @@ int translate_probes_event(struct translate *tr, uint64_t ts, const char *probes
  * wakes come from its uprobes; at its close the polls still open end
  * there (their real end is not recorded). */
 int translate_window(struct translate *tr, uint64_t ts, bool on);
+/* A window's uprobes went off at ts; what the ring still holds is drained
+ * before translate_window(off): those records are the window's (polls end
+ * at the next start, as inside it), except switch-outs after ts, parks. */
+void translate_window_closing(struct translate *tr, uint64_t ts);
 
 /* The planned executable (st_dev, st_ino of its open file): an EXEC into
  * it before uprobes joined is the exec the attach landed in, not a new

@@ -184,7 +184,9 @@ def window(t):
     meta = [e["fields"]["entries"] for e in evs if e["event"] == "SegmentMetadataEvent"]
     plan = meta[-1].get("probe_plan", "") if meta else ""
     t.ok(plan.startswith("in full-detail windows: poll="), f"metadata probe_plan {plan!r}")
-    d.cleanup()
+    if t.failed:
+        t.diag(f"traces kept in {d.tmp}")
+    d.cleanup(keep=t.failed > 0)
 
 
 def main():
