@@ -401,7 +401,8 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
         if (sampler)
                 fprintf(out, "; %" JSON_INTEGER_FORMAT " process resource samples lost", sampler);
         if (poll_ends)
-                fprintf(out, "; %" JSON_INTEGER_FORMAT " polls' ends among the lost records (each ends at its start)",
+                fprintf(out, "; %" JSON_INTEGER_FORMAT " polls' ends among the lost records (each ends at its start; "
+                        "a blocking job's is left out)",
                         poll_ends);
         if (other)
                 fprintf(out, "; %" JSON_INTEGER_FORMAT " records lost from an unknown source", other);

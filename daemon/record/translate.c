@@ -710,13 +710,22 @@ int translate_settle_poll_ends(struct translate *tr, bool all)
  * (npm nulljs: 2.4 s across a 63k-record loss). Its end is not known: it
  * ends at its start, and a D9LostEventsEvent (source "poll_end") says so.
  * A POLL_END ends its own poll unless that one began after the open one
- * (the start between them was lost). */
+ * (the start between them was lost). An entry-only blocking-pool job open
+ * there is left out: it is written only at its end, as one event with its
+ * duration, which is not known (the end of a pool thread's worker launch
+ * with return probes comes at its task's end, after any number of polls,
+ * so a hole says nothing of it). */
 static int poll_end_lost(struct translate *tr, struct tr_thread *t, const struct d9_rec_hdr *h, size_t size)
 {
         const struct d9_rec_task *r = (const void *)h;
         uint64_t end;
         int e;
 
+        if (t->poll_worker == D9_WORKER_BLOCKING && tr->end_at_next_poll) {
+                tr->poll_ends_lost++;
+                t->poll_worker = D9_WORKER_NONE;
+                return translate_lost(tr, h->ts, 1, "poll_end");
+        }
         if (t->poll_worker >= D9_WORKER_BLOCKING)
                 return 0;
         if (h->type == D9_REC_POLL_END && (size < sizeof(*r) || r->start_ts <= t->poll_ts))

@@ -1129,6 +1129,23 @@ static void test_poll_end_lost_in_a_hole(void)
         ok(l.n_polls == 2 && l.polls[1].end - l.polls[1].start == 500001000 && lost == 0 && l.poll_ends_lost == 0,
            "return probes: a POLL_END after a hole ends its own poll (%llu ns, %llu ends lost)",
            (unsigned long long)(l.n_polls == 2 ? l.polls[1].end - l.polls[1].start : 0), (unsigned long long)lost);
+
+        /* A spawn_blocking job: written at its end, so one whose end is in
+         * the hole is not written (it read 500 ms long), but counted. */
+        run_start_entry_only(&r);
+        poll(&r, 201, C_BLOCKING, 1000, false);
+        r.ts += 500000000;
+        t = (struct d9_rec_task){ .task_id = 1001, .cookie = C_BLOCKING };
+        hdr(&t.hdr, &r, D9_REC_POLL_START, 201);
+        t.hdr.lost = 2;
+        translate_record(&r.tr, &t, sizeof(t));
+        poll(&r, 201, C_BLOCKING, 1002, false);
+        lost = r.tr.poll_ends_lost;
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.blocking_polls == 1 && l.blocking_ns == 1000 && lost == 1 && l.poll_ends_lost == 1,
+           "entry-only: a blocking job open at a hole is left out and counted (%d jobs of %llu ns, %llu and %llu "
+           "counted)", l.blocking_polls, (unsigned long long)l.blocking_ns, (unsigned long long)lost,
+           (unsigned long long)l.poll_ends_lost);
 }
 
 /* Sampled wakes: a D9WakeWindowEvent says when the wake points are on.
