@@ -695,6 +695,17 @@ static bool sample_preempted(const struct report *r, const struct sample *s)
         return false;
 }
 
+/* An off-CPU sample that can name the call a poll blocked in: one with
+ * frames, not the mark of a stack it lacks, and not preempted. A poll of
+ * npm bridge was listed as blocking on "[no stack: no task_work for the
+ * thread]", its other sample a timer preemption. */
+static bool sample_names_a_block(const struct report *r, const struct sample *s)
+{
+        if (s->n == 1 && stack_mark_name(s->frames[0]))
+                return false;
+        return !sample_preempted(r, s);
+}
+
 static json_t *poll_json(const struct report *r, const struct poll *p, int source, const struct sample **picked)
 {
         size_t on = 0, off = 0;
@@ -711,7 +722,7 @@ static json_t *poll_json(const struct report *r, const struct poll *p, int sourc
                 } else {
                         off++;
                         /* Only a sample of the thread blocking names a blocking call. */
-                        if (source == 1 && (!first_off || s->n > first_off->n) && !sample_preempted(r, s))
+                        if (source == 1 && (!first_off || s->n > first_off->n) && sample_names_a_block(r, s))
                                 first_off = s;
                 }
         }
