@@ -673,9 +673,10 @@ static size_t first_sample(const struct report *r, uint8_t w, uint64_t from)
 
 /* An off-CPU sample taken where the kernel preempted the thread (a timer or
  * reschedule interrupt, the way out of a syscall, a cond_resched): it still
- * wanted the CPU, so it was no blocking call. The kernel frames show it
- * (the trace's samples carry no switch state); a recording without kernel
- * frames (addresses hidden from its starter) cannot tell and counts none.
+ * wanted the CPU, so it was no blocking call. d9d marks such a stack's leaf
+ * (STACK_MARK_RUNNABLE); traces without the mark show it by their kernel
+ * frames, and then not for a cond_resched (the kernel leaves scheduler
+ * functions out of a sleeping thread's stack) nor without kernel frames.
  * One taken in d9d's own uprobe handler ("[d9d uprobe]" stands for its
  * kernel frames) is no blocking call of the target's either: dprint under
  * CPU hogs had its only "blocking" sample there. */
@@ -683,7 +684,8 @@ static bool sample_preempted(const struct report *r, const struct sample *s)
 {
         static const char *const marks[] = { "irqentry_exit", "exit_to_user_mode", "preempt_schedule",
                                              "cond_resched" };
-        if (s->n && s->frames[0] == stack_mark_addr(STACK_MARK_D9_UPROBE))
+        if (s->n && (s->frames[0] == stack_mark_addr(STACK_MARK_D9_UPROBE) ||
+                     s->frames[0] == stack_mark_addr(STACK_MARK_RUNNABLE)))
                 return true;
 
         for (uint8_t i = 0; i < s->n && s->frames[i] >= REPORT_KERNEL_MIN; i++) {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "report_long_polls.h"
+#include "daemon/symbolize/stack_marks.h"
 
 int d9ctl_report_long_polls_init(struct report_long_polls *lp, unsigned cap)
 {
@@ -109,7 +110,8 @@ json_t *d9ctl_report_frames_json(const struct trace_symbols *syms, const uint64_
 
 unsigned d9ctl_report_kernel_frames(const uint64_t *frames, unsigned n)
 {
-        unsigned k = 0;
+        /* A runnable switch-out's mark stands for the scheduler's frames. */
+        unsigned k = n && frames[0] == stack_mark_addr(STACK_MARK_RUNNABLE);
 
         while (k < n && frames[k] >= REPORT_KERNEL_MIN)
                 k++;

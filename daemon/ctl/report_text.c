@@ -6,6 +6,7 @@
 
 #include "report.h"
 #include "d9control.h"
+#include "daemon/symbolize/stack_marks.h"
 
 #define FRAMES_SHOWN 6
 
@@ -27,8 +28,15 @@ static void print_stack(FILE *out, const json_t *p)
                 fputs("(no stack)", out);
                 return;
         }
-        if (kernel)
-                fprintf(out, "[kernel %s] ", json_string_value(json_array_get(stack, 0)));
+        /* A runnable switch-out's mark leads its kernel frames. */
+        const char *leaf = json_string_value(json_array_get(stack, 0));
+        size_t runnable = leaf && !strcmp(leaf, stack_mark_name(stack_mark_addr(STACK_MARK_RUNNABLE)));
+
+        if (kernel > runnable)
+                fprintf(out, "[kernel %s%s] ", json_string_value(json_array_get(stack, runnable)),
+                        runnable ? ", runnable" : "");
+        else if (runnable)
+                fputs("[runnable] ", out);
         for (size_t i = kernel; i < n && shown < FRAMES_SHOWN; i++) {
                 const char *s = json_string_value(json_array_get(stack, i));
                 if (!s || !strncmp(s, "0x", 2))

@@ -1233,9 +1233,17 @@ static uint32_t sample_stack(struct translate *tr, struct tr_thread *t, uint64_t
 static uint32_t offcpu_stack(struct translate *tr, struct tr_thread *t, const struct d9_rec_offcpu *o)
 {
         struct tr_stack *st = take_stack(t, o->stack_id);
-        uint64_t mark;
+        uint64_t mark, marked[MAX_FRAMES + 1];
         uint32_t atom;
 
+        /* Still runnable at the switch-out: said at the leaf, where the
+         * kernel's scheduler frames would be (stack_marks.h). */
+        if (st && st->n && o->prev_state == 0 && st->n <= MAX_FRAMES) {
+                marked[0] = stack_mark_addr(STACK_MARK_RUNNABLE);
+                memcpy(marked + 1, st->frames, st->n * sizeof(*marked));
+                if (d9_enc_intern_stack(tr->enc, marked, st->n + 1, &atom) == 0)
+                        return atom;
+        }
         if (st && st->n && d9_enc_intern_stack(tr->enc, st->frames, st->n, &atom) == 0)
                 return atom;
         if (o->stack_id)

@@ -25,6 +25,12 @@ enum stack_mark {
          * probes (docs/stacks.md, "d9d's own probes in the samples"). */
         STACK_MARK_D9_UPROBE = 24,      /* the uprobe trap and handler */
         STACK_MARK_D9_BPF,              /* another d9 BPF program */
+        /* Leaf of an off-CPU stack whose thread switched out still
+         * runnable (preempted, a cond_resched, a yield): the kernel leaves
+         * its scheduler functions out of a sleeping thread's stack, so
+         * the frames alone showed a cond_resched inside read() as the
+         * thread blocking in filemap_read. */
+        STACK_MARK_RUNNABLE,
         STACK_MARK_END
 };
 

@@ -13,6 +13,7 @@
 #include "daemon/record/long_poll.h"
 #include "proto/d9proto.h"
 #include "daemon/record/translate.h"
+#include "daemon/symbolize/stack_marks.h"
 #include "uprobes/uprobes.h"
 #include "../tap.h"
 
@@ -53,6 +54,7 @@ struct log {
         int long_running, long_blocked, long_preempted, long_at_attach;
         int long_on[256];               /* long polls per worker_id */
         uint64_t min_ns[8], ticks[8], worker[8], leaf[8];
+        bool runnable[8];               /* the stack led by the runnable mark (leaf: the frame under it) */
         char label[8][32];
 };
 
@@ -92,8 +94,13 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
                         l->worker[i] = w;
                         field_s(ev, "spawn_loc", l->label[i], sizeof(l->label[i]));
                         for (uint16_t k = 0; k < ev->schema->nfields; k++)
-                                if (!strcmp(ev->schema->fields[k].name, "stack") && ev->values[k].stack.n)
-                                        l->leaf[i] = d9_value_stack_addr(&ev->values[k], 0);
+                                if (!strcmp(ev->schema->fields[k].name, "stack") && ev->values[k].stack.n) {
+                                        const struct d9_value *v = &ev->values[k];
+
+                                        l->runnable[i] = d9_value_stack_addr(v, 0) ==
+                                                         stack_mark_addr(STACK_MARK_RUNNABLE) && v->stack.n > 1;
+                                        l->leaf[i] = d9_value_stack_addr(v, l->runnable[i]);
+                                }
                 }
                 if (!strcmp(how, "running"))
                         l->long_running++;
@@ -665,10 +672,11 @@ static void test_preempted_short_polls(void)
            "two preempted long polls, nothing else (%d preempted, %d running, %d blocked)", l.long_preempted,
            l.long_running, l.long_blocked);
         ok(l.min_ns[0] == 12000000 && l.ticks[0] == 0 && !strcmp(l.label[0], "app::serve") && l.worker[0] == 0 &&
-           l.leaf[0] == TASK_FN + 0x40,
-           "first: app::serve on worker 0 held it 12 ms over two preemptions, no tick, its stack "
-           "(%llu ns, %llu ticks, '%s', w%llu)", (unsigned long long)l.min_ns[0],
-           (unsigned long long)l.ticks[0], l.label[0], (unsigned long long)l.worker[0]);
+           l.leaf[0] == TASK_FN + 0x40 && l.runnable[0],
+           "first: app::serve on worker 0 held it 12 ms over two preemptions, no tick, its stack marked runnable "
+           "(%llu ns, %llu ticks, '%s', w%llu, %s)", (unsigned long long)l.min_ns[0],
+           (unsigned long long)l.ticks[0], l.label[0], (unsigned long long)l.worker[0],
+           l.runnable[0] ? "marked" : "not marked");
         ok(l.min_ns[1] == 5000000 && l.ticks[1] == 1 && !strcmp(l.label[1], "app::tick") &&
            l.leaf[1] == TASK2_FN + 0x80,
            "second: app::tick from its one tick to switch-in, 5 ms, the tick's stack (%llu ns, %llu ticks, '%s')",
