@@ -43,6 +43,7 @@
 #define D9_WK_CANDS 8           /* candidate depths kept per target */
 #define D9_WK_PAIRS 4           /* (Arc, index) pairs kept per candidate */
 #define D9_WK_HITS 4            /* consistent finds before a confirmation */
+#define D9_WK_SHARED_HITS 16    /* finds of one object alone: shared, no rival */
 
 struct d9_wk_find {
         __u64 depth, key, rt;
@@ -118,16 +119,22 @@ static __always_inline struct d9_wk_cand *d9_wk_cand_of(struct d9_wk_depth *d, c
         return c;
 }
 
-/* Whether a depth above c is still in the running: two objects showed
- * there, one as worker 0 or 1, and none contradicted another. Until it is
- * ruled out (or confirms itself), c may be a copy of what lies there. A
- * single object above (a shared look-alike) does not count. */
+/* Whether a depth above c is still in the running: an object showed there
+ * as worker 0 or 1, and none contradicted another. Until it is ruled out
+ * (or confirms itself), c may be a copy of what lies there. One object
+ * alone counts until it has shown D9_WK_SHARED_HITS times: then it is one
+ * shared by every thread (a look-alike), while a loop's Worker shows
+ * another worker's Arc as soon as that worker's thread is scanned. (Two
+ * objects were needed: the 1.24 block_in_place target under CPU hogs had
+ * seen only worker 0 at the loop's 2,648 bytes when objects of both
+ * indexes at 3,128 confirmed, 1 of 3 tries: workers 2 and 3 invented.) */
 static __always_inline bool d9_wk_above(const struct d9_wk_depth *d, const struct d9_wk_cand *c)
 {
         for (int k = 0; k < D9_WK_CANDS; k++) {
                 const struct d9_wk_cand *o = &d->cand[k];
 
-                if (o->depth && o->depth < c->depth && !o->ruled_out && o->n >= 2 && o->first_two)
+                if (o->depth && o->depth < c->depth && !o->ruled_out && o->first_two &&
+                    (o->n >= 2 || o->hits < D9_WK_SHARED_HITS))
                         return true;
         }
         return false;

@@ -121,6 +121,38 @@ static void test_deeper_copy_waits(void)
            (unsigned long long)d.depth);
 }
 
+/* Objects of both indexes deeper (another "runtime" at 3,128) meet every
+ * rule while the loop's depth has shown only worker 0: they wait (the
+ * stripped 1.24 block_in_place target under CPU hogs, 1 of 3 tries: that
+ * depth confirmed, workers 2 and 3 invented); the loop's depth is taken
+ * once worker 1 shows there. One object alone at a shallower depth stops
+ * counting once it has shown D9_WK_SHARED_HITS times (a shared one). */
+static void test_deeper_both_indexes_wait_for_one_worker_above(void)
+{
+        struct d9_wk_depth d;
+        int i;
+
+        memset(&d, 0, sizeof(d));
+        weigh_one(&d, LOOP, A, R, 1);
+        for (i = 0; i < 3; i++) {
+                weigh_one(&d, 3128, 0x99000, R2, 1);
+                weigh_one(&d, 3128, 0x99100, R2, 2);
+        }
+        ok(!d.depth, "6 consistent finds of indexes 0 and 1 at 3,128 wait while worker 0 alone showed at the loop's "
+                     "depth (took %llu)", (unsigned long long)d.depth);
+        weigh_one(&d, LOOP, A, R, 1);
+        weigh_both_workers(&d, LOOP, 1);
+        ok(d.depth == LOOP, "the loop's depth is taken once worker 1 shows there (took %llu)",
+           (unsigned long long)d.depth);
+
+        memset(&d, 0, sizeof(d));
+        for (i = 0; i < D9_WK_SHARED_HITS; i++)
+                weigh_one(&d, 2416, 0x5000, R, 1);
+        weigh_both_workers(&d, LOOP, 2);
+        ok(d.depth == LOOP, "under one object shown %d times as worker 0 (shared), the loop's depth is taken (took "
+           "%llu)", D9_WK_SHARED_HITS, (unsigned long long)d.depth);
+}
+
 /* A shared object above (one Arc in every thread, 1.43's "index" 113) is
  * no rival, and neither is a depth ruled out by a contradiction. */
 static void test_no_rival_above(void)
@@ -129,7 +161,7 @@ static void test_no_rival_above(void)
 
         memset(&d, 0, sizeof(d));
         for (int i = 0; i < 4; i++)
-                weigh_one(&d, 2416, 0x5000, R, 1);
+                weigh_one(&d, 2416, 0x5000, R, 114);
         weigh_one(&d, 2500, 0x6000, R, 1);
         weigh_one(&d, 2500, 0x6100, R, 1);      /* index 0 twice: ruled out */
         weigh_both_workers(&d, LOOP, 2);
@@ -165,6 +197,7 @@ int main(void)
 {
         test_snapshot_any_order();
         test_deeper_copy_waits();
+        test_deeper_both_indexes_wait_for_one_worker_above();
         test_no_rival_above();
         test_shallow_kept();
         return tap_done();
