@@ -724,6 +724,7 @@ static int poll_end_lost(struct translate *tr, struct tr_thread *t, const struct
         if (t->poll_worker == D9_WORKER_BLOCKING && tr->end_at_next_poll) {
                 tr->poll_ends_lost++;
                 t->poll_worker = D9_WORKER_NONE;
+                t->blocking_nested = false;
                 return translate_lost(tr, h->ts, 1, "poll_end");
         }
         if (t->poll_worker >= D9_WORKER_BLOCKING)
