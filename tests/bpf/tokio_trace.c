@@ -40,6 +40,7 @@ struct long_poll {
         double ms, adj_ms, on_ms;
 };
 
+#define HIST 24
 struct thread_state {
         uint32_t tid;
         uint64_t open_task;     /* task of the open poll */
@@ -53,6 +54,10 @@ struct thread_state {
         int parked;             /* -1 unknown, 0 running, 1 parked */
         bool polled;            /* has started a poll */
         uint32_t worker;        /* the worker its runtime task polls named */
+        /* Its last records, for the diagnostic of a sleep that no poll
+         * holds: type, time, off-CPU start (OFFCPU), task, prev_state. */
+        struct hist { uint16_t type; uint64_t ts, off_ts, task; uint32_t state; } hist[HIST];
+        unsigned n_hist;
 };
 
 struct stats {
@@ -102,6 +107,31 @@ static struct thread_state *thread_of(struct stats *s, uint32_t tid)
  * polls; every long poll of any other task must be explained by
  * preemption (under 40 ms on CPU).
  * Which of them are right: busy_poll_matches. */
+static void hist_push(struct thread_state *t, uint16_t type, uint64_t ts, uint64_t off_ts, uint64_t task,
+                      uint32_t state)
+{
+        t->hist[t->n_hist++ % HIST] = (struct hist){ type, ts, off_ts, task, state };
+}
+
+/* The thread's last records, times from `from`. */
+static void hist_diag(const struct thread_state *t, uint64_t from)
+{
+        static const char *const names[] = { [D9_REC_POLL_START] = "POLL_START", [D9_REC_POLL_END] = "POLL_END",
+                                             [D9_REC_OFFCPU] = "OFFCPU", [D9_REC_PARK] = "PARK",
+                                             [D9_REC_UNPARK] = "UNPARK" };
+        unsigned n = t->n_hist < HIST ? t->n_hist : HIST;
+
+        for (unsigned i = t->n_hist - n; i < t->n_hist; i++) {
+                const struct hist *h = &t->hist[i % HIST];
+                const char *name = h->type < sizeof(names) / sizeof(names[0]) ? names[h->type] : NULL;
+
+                tap_diag("    tid %u %-10s %+9.3f ms off %+9.3f ms task %llu state %u", t->tid, name ? name : "?",
+                         ((double)h->ts - (double)from) / 1e6,
+                         h->off_ts ? ((double)h->off_ts - (double)from) / 1e6 : 0.0,
+                         (unsigned long long)h->task, h->state);
+        }
+}
+
 static void poll_closed(struct stats *s, struct thread_state *t, uint64_t task, uint64_t start, uint64_t end)
 {
         double ms = (double)(end - start) / 1e6;
@@ -114,6 +144,10 @@ static void poll_closed(struct stats *s, struct thread_state *t, uint64_t task, 
                 tap_diag("poll of task %llu on tid %u: %.2f ms, off CPU %.2f ms: slept %.2f ms in %u, "
                          "preempted %u times", (unsigned long long)task, t->tid, ms, (double)t->off_all_ns / 1e6, (double)t->off_vol_ns / 1e6,
                          t->off_vol_n, t->off_inv_n);
+        /* A sleeper's poll without its sleep (a CI run: 22.7 ms, nothing
+         * off CPU): the thread's records up to it. */
+        if (ms >= 19.0 && ms < 40.0 && t->off_all_ns < 1000000)
+                hist_diag(t, start);
         s->sleep_polls += t->off_vol_ns >= 19 * 1000000ull;
         t->last_vol_ns = t->off_vol_ns;
         if (ms - (double)t->off_vol_ns / 1e6 < 40.0 || s->n_long == MAX_LONG)
@@ -256,6 +290,7 @@ static void on_offcpu_rec(struct stats *s, const struct d9_rec_offcpu *r)
         uint64_t late = t->open_ts + 45 * 1000000ull;
 
         s->offcpu++;
+        hist_push(t, r->hdr.type, r->hdr.ts, r->off_ts, 0, r->prev_state);
         /* A sleep inside the thread's last poll whose record came after the
          * poll's end: BPF writes a stacked interval's record as the thread
          * returns to user space, by task work the kernel queues through an
@@ -281,6 +316,7 @@ static void on_offcpu_rec(struct stats *s, const struct d9_rec_offcpu *r)
                                  (double)(t->last_end - t->last_start) / 1e6,
                                  (unsigned long long)t->last_task);
                         polls_during(s, r->off_ts, r->hdr.ts);
+                        hist_diag(t, r->off_ts);
                 }
         }
         if (!t->open_ts || r->off_ts < t->open_ts)
@@ -323,6 +359,8 @@ static void on_task_rec(struct stats *s, const struct d9_rec_task *r)
 {
         struct thread_state *t = thread_of(s, r->hdr.tid);
 
+        if (r->hdr.type == D9_REC_POLL_START || r->hdr.type == D9_REC_POLL_END)
+                hist_push(t, r->hdr.type, r->hdr.ts, r->hdr.type == D9_REC_POLL_END ? r->start_ts : 0, r->task_id, 0);
         switch (r->hdr.type) {
         case D9_REC_POLL_START:
                 s->starts++;
@@ -380,6 +418,7 @@ static void on_park_rec(struct stats *s, const struct d9_rec_park *r)
         struct thread_state *t = thread_of(s, r->hdr.tid);
         int now = r->hdr.type == D9_REC_PARK;
 
+        hist_push(t, r->hdr.type, r->hdr.ts, 0, 0, 0);
         if (now) {
                 s->parks++;
                 s->park_in_poll += t->open_ts != 0;
