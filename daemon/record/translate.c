@@ -1443,7 +1443,6 @@ int translate_window(struct translate *tr, uint64_t ts, bool on)
         if (on)
                 tr->window_opened_ts = ts;
         tr->window_closed_ts = on ? 0 : ts;
-        tr->park_from_sched = !(on && tr->window_parks);
         tr->wake_probes = on && tr->window_wakes;
         for (size_t i = 0; !on && tr->enc && i < tr->threads_cap; i++) {
                 struct tr_thread *t = &tr->threads[i];

@@ -114,7 +114,8 @@ struct translate {
         bool spawn_from_first_poll;     /* spawns are recorded: a task id no
                                          * spawn probe saw gets one at its first poll */
         bool park_from_sched;           /* no park probe attached: parks are a worker's
-                                         * voluntary off-CPU intervals outside a poll */
+                                         * voluntary off-CPU intervals outside a poll
+                                         * (full-detail windows: park_probes_saw) */
         bool end_at_next_poll;          /* entry-only poll end: a POLL_START also ends
                                          * the thread's open poll (BPF writes no
                                          * POLL_END for it) */
