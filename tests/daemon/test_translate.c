@@ -1088,6 +1088,18 @@ static void test_window_close_drains_the_window_first(void)
            "the close is the scheduler's ('%s', '%s')", l.order[0], l.order[1], workers);
 }
 
+/* A POLL_START of task on tid after `lost` of the thread's own records
+ * were lost (hdr.lost), 500 ms after its last record. */
+static void poll_after_hole(struct run *r, uint32_t tid, uint64_t cookie, uint64_t task, uint32_t lost)
+{
+        struct d9_rec_task t = { .task_id = task, .cookie = cookie };
+
+        r->ts += 500000000;
+        hdr(&t.hdr, r, D9_REC_POLL_START, tid);
+        t.hdr.lost = lost;
+        translate_record(&r->tr, &t, sizeof(t));
+}
+
 /* A hole in a thread's own records (the ring was full; BPF says how many
  * of the thread's records were lost right before the next one written,
  * hdr.lost): the end of its open poll may be among them. Entry-only, the
@@ -1105,10 +1117,7 @@ static void test_poll_end_lost_in_a_hole(void)
         run_start_entry_only(&r);
         poll(&r, 101, C_TASK, 1, false);
         poll(&r, 101, C_TASK, 2, false);
-        r.ts += 500000000;
-        hdr(&t.hdr, &r, D9_REC_POLL_START, 101);
-        t.hdr.lost = 4;
-        translate_record(&r.tr, &t, sizeof(t));
+        poll_after_hole(&r, 101, C_TASK, 3, 4);
         poll(&r, 101, C_TASK, 4, false);
         lost = r.tr.poll_ends_lost;
         run_end(&r, &l, workers, sizeof(workers));
@@ -1140,11 +1149,7 @@ static void test_poll_end_lost_in_a_hole(void)
          * the hole is not written (it read 500 ms long), but counted. */
         run_start_entry_only(&r);
         poll(&r, 201, C_BLOCKING, 1000, false);
-        r.ts += 500000000;
-        t = (struct d9_rec_task){ .task_id = 1001, .cookie = C_BLOCKING };
-        hdr(&t.hdr, &r, D9_REC_POLL_START, 201);
-        t.hdr.lost = 2;
-        translate_record(&r.tr, &t, sizeof(t));
+        poll_after_hole(&r, 201, C_BLOCKING, 1001, 2);
         poll(&r, 201, C_BLOCKING, 1002, false);
         lost = r.tr.poll_ends_lost;
         run_end(&r, &l, workers, sizeof(workers));
