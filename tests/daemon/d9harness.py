@@ -197,6 +197,17 @@ def start_target(binary, *args, stdout=subprocess.PIPE):
     return proc
 
 
+def start_loaded_server(binary, procs):
+    """The target's `server` on a loopback port under its own `load` (8
+    connections, 25 s), both appended to procs; returns the server."""
+    srv = start_target(binary, "server", "--listen", "127.0.0.1:0", "--duration", "30")
+    procs.append(srv)
+    addr = srv.stdout.readline().split()[1]
+    procs.append(subprocess.Popen([binary, "load", "--connect", addr, "--conns", "8", "--duration", "25"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    return srv
+
+
 def target_truth(proc, timeout=60):
     out, _ = proc.communicate(timeout=timeout)
     for line in out.splitlines():

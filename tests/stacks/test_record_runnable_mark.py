@@ -24,7 +24,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import D9d, Tap, sample_chains, start_target, stop_procs  # noqa
+from d9harness import D9d, Tap, sample_chains, start_loaded_server, stop_procs  # noqa
 
 MARK = "[runnable: preempted or yielded]"
 # A timer or IPI's return, or a syscall's, with a reschedule due.
@@ -42,11 +42,7 @@ def main():
     procs = []
     try:
         d.start_or_bail(t)
-        srv = start_target(target, "server", "--listen", "127.0.0.1:0", "--duration", "30")
-        procs.append(srv)
-        addr = srv.stdout.readline().split()[1]
-        procs.append(subprocess.Popen([target, "load", "--connect", addr, "--conns", "8", "--duration", "25"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        srv = start_loaded_server(target, procs)
         r = d.ctl("record", "--probes", "all", "--pid", str(srv.pid), "--duration", "6s", "--out", out)
         paths = r.stdout.split()
         t.ok(r.returncode == 0 and paths, f"recorded the loaded server mid-run, every probe ({len(paths)} segments)",

@@ -16,12 +16,11 @@ Usage: test_record_trap_stacks.py D9D D9CTL TARGET"""
 import collections
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import D9d, Tap, sample_chains, start_target, stop_procs  # noqa
+from d9harness import D9d, Tap, sample_chains, start_loaded_server, stop_procs  # noqa
 
 THREAD_START = "clone3"
 
@@ -34,11 +33,7 @@ def main():
     procs = []
     try:
         d.start_or_bail(t)
-        srv = start_target(target, "server", "--listen", "127.0.0.1:0", "--duration", "30")
-        procs.append(srv)
-        addr = srv.stdout.readline().split()[1]
-        procs.append(subprocess.Popen([target, "load", "--connect", addr, "--conns", "8", "--duration", "25"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        srv = start_loaded_server(target, procs)
         r = d.ctl("record", "--probes", "all", "--pid", str(srv.pid), "--duration", "8s", "--out", out)
         st = d.status(srv.pid)
         paths = r.stdout.split()
