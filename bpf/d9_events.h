@@ -166,6 +166,15 @@ struct d9_rec_park {
         d9_u32 _pad;
 };
 
+/* Both ends of an off-CPU interval and what the scheduler says of it: the
+ * part of a d9_offcpu_pending entry (bpf/d9_sched.bpf.c) after its 8-byte
+ * struct bpf_task_work, which tests/bpf/offcpu_pending_entry.c seeds. */
+struct d9_offcpu_span {
+        d9_u64 off_ts, on_ts, cpu_ns, wait_ns, run_since;
+        d9_u32 state;
+        d9_u32 _pad;
+};
+
 /* Why an OFFCPU record has no stack (stack_id 0). */
 enum d9_no_stack {
         D9_NOSTACK_NONE,        /* it has one */

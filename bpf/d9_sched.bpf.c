@@ -82,12 +82,6 @@ static __always_inline void d9_count_short(const struct d9_target_cfg *cfg, __u6
         }
 }
 
-/* Both ends of an off-CPU interval and what the scheduler says of it. */
-struct d9_offcpu_span {
-        __u64 off_ts, on_ts, cpu_ns, wait_ns, run_since;
-        __u32 state;
-};
-
 static __always_inline void d9_offcpu_span_of(const struct d9_thread *th, __u64 now, struct d9_offcpu_span *s)
 {
         s->off_ts = th->off_ts;
@@ -125,11 +119,17 @@ static __always_inline void d9_offcpu_write(const struct d9_target_cfg *cfg, str
 
 /* An off-CPU interval whose record waits for the thread's user stack:
  * written by d9_offcpu_resumed, in the thread, as it returns to user
- * space. Keyed by tid; the entry lives from switch-in to that moment. */
+ * space. Keyed by tid; the entry lives from switch-in to that moment,
+ * unless the kernel never runs the callback: task_work_add refuses a
+ * thread past exit_task_work and leaves the entry behind, and tids come
+ * back (pid_max 32768 here). d9_offcpu_defer takes such an entry over. */
+#define D9_EBUSY 16     /* asm-generic/errno-base.h: vmlinux.h has no errno */
+
 struct d9_offcpu_pending {
         struct bpf_task_work tw;
         struct d9_offcpu_span span;
         __u32 tgid;
+        __u32 running;          /* d9_offcpu_resumed has begun with span */
 };
 
 struct {
@@ -149,6 +149,7 @@ static int d9_offcpu_resumed(struct bpf_map *map, void *key, void *value)
         __u32 no_stack = D9_NOSTACK_GONE;
         __u64 stack_id = 0;
 
+        p->running = 1;
         cfg = d9_target_of(p->tgid);
         if (cfg) {
                 if (task->pid == tid) {
@@ -158,7 +159,12 @@ static int d9_offcpu_resumed(struct bpf_map *map, void *key, void *value)
                 d9_offcpu_write(cfg, task->pid == tid ? task : NULL, p->tgid, tid, &p->span, stack_id,
                                 no_stack);
         }
-        bpf_map_delete_elem(&d9_offcpu_pending, &tid);
+        /* An entry that stays (its bucket lock timed out) holds nothing
+         * to write, and d9_offcpu_defer takes it over. */
+        if (bpf_map_delete_elem(&d9_offcpu_pending, &tid)) {
+                p->span.on_ts = 0;
+                p->running = 0;
+        }
         return 0;
 }
 
@@ -172,19 +178,32 @@ static __always_inline __u32 d9_offcpu_defer(const struct d9_target_cfg *cfg, st
 {
         struct d9_offcpu_pending init = {}, *p;
         __u32 tid = next->pid, why;
+        long err;
 
         why = d9_stack_offcpu_begin(cfg, next, now - th->off_ts, now);
         if (why != D9_NOSTACK_NONE)
                 return why;
-        if (!bpf_ksym_exists(bpf_task_work_schedule_resume_impl) ||
-            bpf_map_update_elem(&d9_offcpu_pending, &tid, &init, BPF_NOEXIST))
+        if (!bpf_ksym_exists(bpf_task_work_schedule_resume_impl))
                 return D9_NOSTACK_PENDING;
+        /* An entry already there was never written: this thread blocked
+         * again before it reached user space, or the entry is one the
+         * kernel never ran (see d9_offcpu_pending). Its interval is
+         * written now, stackless; the entry takes this one, whose kernel
+         * stack d9_stack_offcpu_begin just read, and the user stack at the
+         * return serves both. Not while its callback runs (preempted in
+         * it): that one writes the entry's interval itself. */
+        bpf_map_update_elem(&d9_offcpu_pending, &tid, &init, BPF_NOEXIST);
         p = bpf_map_lookup_elem(&d9_offcpu_pending, &tid);
-        if (!p)
+        if (!p || p->running)
                 return D9_NOSTACK_PENDING;
+        if (p->tgid == next->tgid && p->span.on_ts >= cfg->since_ts && p->span.on_ts)
+                d9_offcpu_write(cfg, next, p->tgid, tid, &p->span, 0, D9_NOSTACK_PENDING);
         d9_offcpu_span_of(th, now, &p->span);
         p->tgid = next->tgid;
-        if (bpf_task_work_schedule_resume_impl(next, &p->tw, &d9_offcpu_pending, d9_offcpu_resumed, NULL)) {
+        /* -EBUSY: the entry's callback is scheduled already and takes the
+         * new interval with it. */
+        err = bpf_task_work_schedule_resume_impl(next, &p->tw, &d9_offcpu_pending, d9_offcpu_resumed, NULL);
+        if (err && err != -D9_EBUSY) {
                 bpf_map_delete_elem(&d9_offcpu_pending, &tid);
                 return D9_NOSTACK_PENDING;
         }
