@@ -128,6 +128,9 @@ struct d9_rec_task {
                                          * its lowest PF_X PT_LOAD's vaddr + the load
                                          * bias), so future_poll can be named before
                                          * any read of the target's map; else 0 */
+                d9_u64 vtable;          /* SPAWN: the task's vtable (runtime address,
+                                         * read with its id; 0: unread), which the
+                                         * plan's vtable scan ties to its poll<T,S> */
         };
         d9_u32 why;             /* POLL_END: enum d9_poll_end_why */
         d9_u32 worker;          /* POLL_START of a runtime task: 1 + Tokio's

@@ -80,8 +80,8 @@ static __always_inline bool d9_vtable_offs(const struct d9_target_cfg *cfg, stru
  * once: for a runtime task the Arc of its runtime's Handle, which tells
  * the runtimes of one process apart (docs/probe-plan.md, "Worker
  * identity"); 0 if unreadable. */
-static __always_inline __u64 d9_task_id_sched(const struct d9_target_cfg *cfg, struct d9_thread *th, __u64 hdr,
-                                              __u64 *sched)
+static __always_inline __u64 d9_task_id_vt(const struct d9_target_cfg *cfg, struct d9_thread *th, __u64 hdr,
+                                           __u64 *sched, __u64 *vtable_out)
 {
         struct d9_vt_offs o;
         __u64 vtable = 0, id = 0;
@@ -89,6 +89,8 @@ static __always_inline __u64 d9_task_id_sched(const struct d9_target_cfg *cfg, s
         if (!hdr || bpf_probe_read_user(&vtable, sizeof(vtable),
                                         (void *)(hdr + cfg->header_vtable_off)))
                 return 0;
+        if (vtable_out)
+                *vtable_out = vtable;
         if (!d9_vtable_offs(cfg, th, vtable, &o))
                 return 0;
         bpf_probe_read_user(&id, sizeof(id), (void *)(hdr + o.id));
@@ -97,9 +99,15 @@ static __always_inline __u64 d9_task_id_sched(const struct d9_target_cfg *cfg, s
         return id;
 }
 
+static __always_inline __u64 d9_task_id_sched(const struct d9_target_cfg *cfg, struct d9_thread *th, __u64 hdr,
+                                              __u64 *sched)
+{
+        return d9_task_id_vt(cfg, th, hdr, sched, NULL);
+}
+
 static __always_inline __u64 d9_task_id(const struct d9_target_cfg *cfg, struct d9_thread *th, __u64 hdr)
 {
-        return d9_task_id_sched(cfg, th, hdr, NULL);
+        return d9_task_id_vt(cfg, th, hdr, NULL, NULL);
 }
 
 /* Which multi-thread worker a thread's loop runs, from the runtime's own
@@ -368,7 +376,10 @@ static __always_inline int d9_task_event(const struct d9_hit *h, __u16 type)
         if (!r)
                 return 0;
         r->header = header;
-        r->task_id = d9_task_id(h->cfg, NULL, header);
+        /* A spawn's vtable names its future type (translate.c), as its
+         * polls' cookies do: the label at spawn, not only from the
+         * first poll. */
+        r->task_id = d9_task_id_vt(h->cfg, NULL, header, NULL, type == D9_REC_SPAWN ? &r->vtable : NULL);
         r->cookie = h->cookie & D9_COOKIE_MASK;
         d9_ring_submit(h->ring, r);
         return 0;

@@ -180,6 +180,7 @@ void translate_destroy(struct translate *tr)
         if (tr->ksyms)
                 ksyms_put(tr->ksyms);
         dyn_forget(tr);
+        spawn_labels_free(&tr->spawn_labels);
         long_poll_free(tr);
         memset(tr, 0, sizeof(*tr));
 }
@@ -432,6 +433,21 @@ static uint32_t poll_label_atom(struct translate *tr, uint64_t cookie, uint64_t 
         if (e->atom == D9_NO_ATOM && d9_enc_intern_string(tr->enc, e->name, strlen(e->name), &e->atom) < 0)
                 return label_atom(tr, cookie);
         return e->atom;
+}
+
+/* A task the spawn probe saw is labelled as its polls will be, through
+ * its vtable (spawn_label.h), once the executable's place is known. A
+ * boxed dyn future's polls are named by the concrete future, read at each
+ * poll: its spawn stays unlabelled rather than say the box. */
+static uint32_t spawn_label_atom(struct translate *tr, uint64_t vtable)
+{
+        uint64_t bias, cookie;
+
+        if (!vtable || !tr->plan || !exe_map_bias(&tr->exe, &bias) ||
+            !spawn_label_cookie(&tr->spawn_labels, tr->plan, vtable - bias, &cookie) ||
+            cookie >= tr->n_labels || tr->plan->points[cookie].boxed_dyn)
+                return tr->empty_atom;
+        return label_atom(tr, cookie);
 }
 
 /* The thread's name as BPF read it at the sample (task->comm), interned
@@ -870,7 +886,8 @@ static int on_task(struct translate *tr, const struct d9_rec_task *r, struct tr_
                         if (n <= 0)
                                 return n < 0 ? n : 1;
                 }
-                return d9_enc_task_spawn(tr->enc, r->hdr.ts, r->task_id, tr->empty_atom, tr->wake_probes);
+                return d9_enc_task_spawn(tr->enc, r->hdr.ts, r->task_id, spawn_label_atom(tr, r->vtable),
+                                         tr->wake_probes);
         default:
                 if (tr->spawn_from_first_poll)
                         live_tasks_remove(&tr->live, r->task_id);

@@ -11,6 +11,7 @@
 #include "bpf/d9_events.h"
 #include "proto/d9proto.h"
 #include "daemon/record/live_tasks.h"
+#include "daemon/record/spawn_label.h"
 #include "daemon/record/workers.h"
 #include "daemon/symbolize/mapping.h"
 
@@ -122,6 +123,7 @@ struct translate {
         struct tr_dyn *dyn;             /* boxed futures' concrete poll fns */
         size_t n_dyn;
         struct exe_map exe;             /* where the executable is mapped (n 0: not known) */
+        struct spawn_labels spawn_labels;       /* the plan's poll points by task vtable */
         struct unwinder *unw;           /* user stacks, created on the first STACK record */
         const struct probe_plan *trap_sites_plan;       /* the plan whose probe sites
                                                          * unw knows (unwinder_set_trap_sites) */

@@ -147,6 +147,16 @@ bool exe_map_vaddr(const struct exe_map *m, uint64_t addr, uint64_t *vaddr)
         return true;
 }
 
+bool exe_map_bias(const struct exe_map *m, uint64_t *bias)
+{
+        for (size_t i = 0; i < m->n; i++)
+                if (m->r[i].bias_known) {
+                        *bias = m->r[i].bias;
+                        return true;
+                }
+        return false;
+}
+
 bool exe_map_unnamed(const struct exe_map *m, uint64_t addr, char *buf, size_t n)
 {
         const struct exe_range *r = exe_range_at(m, addr);

@@ -66,6 +66,10 @@ bool exe_map_same(const struct exe_map *a, const struct exe_map *b);
 /* The link-time address of runtime address addr: false when addr is not in
  * the executable's code or its mapping's bias is not known. */
 bool exe_map_vaddr(const struct exe_map *m, uint64_t addr, uint64_t *vaddr);
+/* The executable's load bias: the kernel or ld.so moves all of an ELF's
+ * PT_LOADs by one, so a code mapping's also places its data (a task
+ * vtable in .data.rel.ro). false when no mapping's bias is known. */
+bool exe_map_bias(const struct exe_map *m, uint64_t *bias);
 /* addr's placeholder name (mapping_unnamed); false when addr is not in the
  * executable's code. */
 bool exe_map_unnamed(const struct exe_map *m, uint64_t addr, char *buf, size_t n);

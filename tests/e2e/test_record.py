@@ -6,9 +6,11 @@ MODE pid: `d9ctl record --pid <target> --duration 10s` of a running target.
 MODE cmd: `d9ctl record --duration 30s -- TARGET mixed ...` from its first
 instruction, so spawn/terminate counts must match the target's exactly
 (plus the runtime's own few tasks)."""
+import collections
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,6 +25,16 @@ WANTED = ["PollStartEvent", "PollEndEvent", "WorkerParkEvent", "WorkerUnparkEven
           "SymbolTableEntry"]
 
 
+def spawn_points(binary):
+    """How many spawn points the plan attaches in binary (d9ctl plan)."""
+    r = subprocess.run([D9CTL, "plan", "--exe", binary], capture_output=True, text=True)
+    for line in r.stdout.splitlines():
+        words = line.split()
+        if words[:1] == ["spawn"] and words[2:4] == ["to", "attach,"]:
+            return int(words[1])
+    return 0
+
+
 def check_common(t, d, paths, truth, counts):
     t.ok(paths and all(p.startswith(d.out) for p in paths), f"record printed {len(paths)} sealed paths in --out")
     for name in WANTED:
@@ -35,6 +47,7 @@ def check_common(t, d, paths, truth, counts):
     # One JSON dump per segment serves the metadata, sample-source and worker checks.
     meta, src, bad_worker, boxed, erased = None, {0: 0, 1: 0}, 0, 0, 0
     deep, tokio_syms = 0, 0
+    first_poll, spawn_of = {}, {}
     # Blocking-pool polls are D9BlockingPollEvents, never on a worker lane.
     ok_workers = {str(w) for w in range(truth["workers"])}
     for p in paths:
@@ -49,6 +62,11 @@ def check_common(t, d, paths, truth, counts):
                 bad_worker += line[i:line.find(",", i)] not in ok_workers
                 boxed += '"spawn_loc":"d9_target::mixed::boxed_' in line
                 erased += "dyn core::future::future::Future" in line
+                ev = json.loads(line)
+                first_poll.setdefault(ev["fields"]["task_id"], (ev["ts"], ev["fields"]["spawn_loc"]))
+            elif line.startswith('{"event":"TaskSpawnEvent"'):
+                ev = json.loads(line)
+                spawn_of[ev["fields"]["task_id"]] = (ev["ts"], ev["fields"]["spawn_loc"])
             elif line.startswith('{"event":"SymbolTableEntry"'):
                 tokio_syms += '"symbol_name":"tokio::' in line
             elif line.startswith('{"event":"SegmentMetadataEvent"'):
@@ -69,6 +87,20 @@ def check_common(t, d, paths, truth, counts):
          f"boxed dyn futures are labelled by their concrete future ({boxed} polls), never by the erased type"
          f" ({erased})")
     t.ok(bad_worker == 0, f"polls run on worker ids of the runtime: {bad_worker} others")
+    # A spawn the probe saw (before its task's first poll; one written at
+    # the first poll has its time) carries the label its polls do, found
+    # through the task's vtable; a boxed future's only at its polls.
+    probed = [(s[1], first_poll[k][1]) for k, s in spawn_of.items() if k in first_poll and s[0] < first_poll[k][0]]
+    same = sum(1 for s, p in probed if s and s == p)
+    boxed_unlabelled = sum(1 for s, p in probed if not s and "::boxed_" in p)
+    if spawn_points(TARGET):
+        t.ok(len(probed) > 1000 and same + boxed_unlabelled == len(probed),
+             f"spawns the probe saw carry their polls' label: {same} of {len(probed)}, "
+             f"{boxed_unlabelled} boxed futures' named at their polls only",
+             collections.Counter(x for x in probed if x[0] != x[1]).most_common(5))
+    else:
+        t.ok(not probed, f"no spawn point in this build: every spawn is written at its task's first poll "
+             f"({len(probed)} before it)")
     st = d.status(truth["pid"])
     tg = st["targets"][0] if st and st["targets"] else {}
     drops = tg.get("drops", -1)
