@@ -1299,6 +1299,30 @@ int d9_bpf_target_stop(struct d9_bpf_target *t)
         return r;
 }
 
+/* A detached target's entries in d9_offcpu_pending: their callbacks, if
+ * any is still due, write nothing now, and one the kernel never ran (a
+ * thread past exit_task_work) would stay until its tid came back, which
+ * with a large pid_max is never: the map would fill up. Keys first, then
+ * deletes, since deleting under get_next_key restarts the walk. */
+static void offcpu_pending_forget(struct d9_bpf *bpf, uint32_t tgid)
+{
+        struct bpf_map *map = bpf->sched->maps.d9_offcpu_pending;
+        uint32_t cap = bpf_map__max_entries(map), n = 0, key, *prev = NULL;
+        uint32_t *mine = calloc(cap, sizeof(*mine));
+        struct d9_offcpu_pending_entry e;
+
+        if (!mine)
+                return;
+        while (n < cap && !bpf_map__get_next_key(map, prev, &key, sizeof(key))) {
+                if (!bpf_map__lookup_elem(map, &key, sizeof(key), &e, sizeof(e), 0) && e.tgid == tgid)
+                        mine[n++] = key;
+                prev = &key;
+        }
+        for (uint32_t i = 0; i < n; i++)
+                bpf_map__delete_elem(map, &mine[i], sizeof(mine[i]), 0);
+        free(mine);
+}
+
 void d9_bpf_detach_target(struct d9_bpf_target *t)
 {
         uint32_t tgid;
@@ -1342,6 +1366,8 @@ void d9_bpf_detach_target(struct d9_bpf_target *t)
                         pthread_mutex_unlock(&t->bpf->lock);
                 }
         }
+        if (t->slot != UINT32_MAX && t->in_targets)
+                offcpu_pending_forget(t->bpf, tgid);
         if (t->rb) {
                 ring_buffer__consume(t->rb);
                 ring_buffer__free(t->rb);

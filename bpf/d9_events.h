@@ -169,13 +169,21 @@ struct d9_rec_park {
         d9_u32 _pad;
 };
 
-/* Both ends of an off-CPU interval and what the scheduler says of it: the
- * part of a d9_offcpu_pending entry (bpf/d9_sched.bpf.c) after its 8-byte
- * struct bpf_task_work, which tests/bpf/offcpu_pending_entry.c seeds. */
+/* Both ends of an off-CPU interval and what the scheduler says of it. */
 struct d9_offcpu_span {
         d9_u64 off_ts, on_ts, cpu_ns, wait_ns, run_since;
         d9_u32 state;
         d9_u32 _pad;
+};
+
+/* A d9_offcpu_pending entry (bpf/d9_sched.bpf.c, which checks the layout)
+ * as user space sees it: the loader forgets a detached target's entries,
+ * tests/bpf/offcpu_pending_entry.c seeds some. */
+struct d9_offcpu_pending_entry {
+        d9_u64 task_work;       /* struct bpf_task_work: the kernel's */
+        struct d9_offcpu_span span;
+        d9_u32 tgid;
+        d9_u32 running;         /* its callback has begun with span */
 };
 
 /* Why an OFFCPU record has no stack (stack_id 0). */

@@ -131,6 +131,12 @@ struct d9_offcpu_pending {
         __u32 tgid;
         __u32 running;          /* d9_offcpu_resumed has begun with span */
 };
+_Static_assert(sizeof(struct d9_offcpu_pending) == sizeof(struct d9_offcpu_pending_entry) &&
+               __builtin_offsetof(struct d9_offcpu_pending, span) ==
+                       __builtin_offsetof(struct d9_offcpu_pending_entry, span) &&
+               __builtin_offsetof(struct d9_offcpu_pending, tgid) ==
+                       __builtin_offsetof(struct d9_offcpu_pending_entry, tgid),
+               "d9_offcpu_pending_entry is this entry as user space sees it");
 
 struct {
         __uint(type, BPF_MAP_TYPE_HASH);

@@ -11,6 +11,9 @@
  *   unwritten: this target's, with a marker interval inside the
  *     recording, after the attach. Each must be written exactly once, at
  *     the thread's next long interval (before: never).
+ * After each detach no entry of the target may be left (one seeded for a
+ * tid no thread has, as a thread past exit_task_work leaves: before, it
+ * stayed while d9d ran).
  *
  * usage: offcpu_pending_entry TARGET-BINARY [ARGS...] */
 #include <dirent.h>
@@ -29,14 +32,6 @@
 #define MARK_OFF_NS 7000000ULL  /* a marker interval: 7 ms ... */
 #define MARK_ON_NS 1000000ULL   /* ... ending 1 ms before it is seeded */
 
-/* The map's value as bpf/d9_sched.bpf.c lays it out. */
-struct pending_entry {
-        uint64_t task_work;     /* struct bpf_task_work: the kernel's */
-        struct d9_offcpu_span span;
-        uint32_t tgid;
-        uint32_t running;
-};
-
 struct run {
         pid_t target;
         size_t n_tids;
@@ -48,6 +43,7 @@ struct run {
         unsigned long long_after[MAX_TIDS];     /* long intervals after the seeding that
                                                  * reached the pending map */
         unsigned long with_stack, pending, offcpu;
+        unsigned long left;             /* its entries still there after the detach */
 };
 
 static uint64_t mono_ns(void)
@@ -112,11 +108,24 @@ static int pending_map_fd(void)
                         continue;
                 if (!bpf_map_get_info_by_fd(fd, &info, &len) &&
                     !strncmp(info.name, "d9_offcpu_pending", sizeof(info.name) - 1) &&
-                    info.value_size == sizeof(struct pending_entry))
+                    info.value_size == sizeof(struct d9_offcpu_pending_entry))
                         return fd;
                 close(fd);
         }
         return -ENOENT;
+}
+
+static unsigned long entries_of(int map_fd, pid_t tgid)
+{
+        struct d9_offcpu_pending_entry e;
+        uint32_t key, *prev = NULL;
+        unsigned long n = 0;
+
+        while (!bpf_map_get_next_key(map_fd, prev, &key)) {
+                n += !bpf_map_lookup_elem(map_fd, &key, &e) && e.tgid == (uint32_t)tgid;
+                prev = &key;
+        }
+        return n;
 }
 
 static int list_tids(struct run *r)
@@ -145,7 +154,7 @@ static size_t seed(struct run *r, int map_fd, bool marks)
 
         r->seeded_ts = marks ? mono_ns() : 0;
         for (size_t i = 0; i < r->n_tids; i++) {
-                struct pending_entry e = { .tgid = 1 };
+                struct d9_offcpu_pending_entry e = { .tgid = 1 };
 
                 if (marks) {
                         e.tgid = (uint32_t)r->target;
@@ -159,6 +168,16 @@ static size_t seed(struct run *r, int map_fd, bool marks)
                         r->seeded_at[i] = mono_ns();
                         n++;
                 }
+        }
+        /* And one for a tid no thread has (above any pid_max): nothing
+         * ever takes it over, as with a thread gone past exit_task_work;
+         * the detach must forget it. */
+        if (marks) {
+                struct d9_offcpu_pending_entry e = { .tgid = (uint32_t)r->target };
+                uint32_t nobody = 0x7ffffff0;
+
+                if (bpf_map_update_elem(map_fd, &nobody, &e, BPF_NOEXIST) == 0)
+                        n++;
         }
         return n;
 }
@@ -196,6 +215,7 @@ static int record(struct d9_bpf *bpf, char **argv, int map_fd, bool marks, struc
                 }
                 drain_until_exit(t, &target);
                 d9_bpf_detach_target(t);
+                r->left = entries_of(map_fd, target.pid);
         } else {
                 tap_diag("attach: %s", err ? err : strerror(-ret));
         }
@@ -219,13 +239,13 @@ int main(int argc, char **argv)
                 fprintf(stderr, "usage: %s TARGET [ARGS...]\n", argv[0]);
                 return 2;
         }
-        tap_plan(5);
+        tap_plan(6);
         r = d9_bpf_open(&bo, &bpf);
         if (!tap_ok(r == 0, "BPF programs load (%s)", strerror(-r)))
                 return tap_done();
         map_fd = pending_map_fd();
         if (!tap_ok(map_fd >= 0, "d9_offcpu_pending found, value of %zu bytes",
-                    sizeof(struct pending_entry))) {
+                    sizeof(struct d9_offcpu_pending_entry))) {
                 d9_bpf_close(bpf);
                 return tap_done();
         }
@@ -250,6 +270,8 @@ int main(int argc, char **argv)
                "this target's unwritten entries: %lu of %lu written at the thread's next long interval",
                written, due);
         tap_ok(twice == 0, "none written twice (%lu)", twice);
+        tap_ok(foreign.left == 0 && unwritten.left == 0,
+               "no entry of a detached target is left (%lu, %lu)", foreign.left, unwritten.left);
         close(map_fd);
         d9_bpf_close(bpf);
         return tap_done();
