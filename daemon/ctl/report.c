@@ -95,6 +95,7 @@ struct report {
         /* CPU samples, and those whose stack ends in a mark that it was
          * cut short (stack_marks.h): the copy's end, or the frame cap. */
         uint64_t samples_seen, stacks_cut, stacks_capped;
+        uint64_t stacks_cut_rate;       /* of stacks_cut: the deep copies' byte rate used up */
         struct trace_symbols syms;
         struct wake *wakes; /* the top longest, sorted descending */
         size_t nwakes;
@@ -391,7 +392,9 @@ static void on_sample(struct report *r, const struct d9_dec_event *ev)
         if (chain && chain->stack.n) {
                 uint64_t outer = d9_value_stack_addr(chain, chain->stack.n - 1);
 
-                r->stacks_cut += outer == stack_mark_addr(STACK_MARK_CUT);
+                r->stacks_cut += outer == stack_mark_addr(STACK_MARK_CUT) ||
+                                 outer == stack_mark_addr(STACK_MARK_CUT_RATE);
+                r->stacks_cut_rate += outer == stack_mark_addr(STACK_MARK_CUT_RATE);
                 r->stacks_capped += outer == stack_mark_addr(STACK_MARK_FRAME_CAP);
         }
         worker_named(r, ev, worker);
@@ -834,9 +837,10 @@ json_t *d9ctl_report_result(struct report *r)
                                                (double)span : 0.0,
                         "threads", threads, "more_threads", w->more_tids));
         }
-        json_t *missing = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+        json_t *missing = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
                                     "samples", (json_int_t)r->samples_seen,
                                     "stacks_cut", (json_int_t)r->stacks_cut,
+                                    "stacks_cut_by_byte_rate", (json_int_t)r->stacks_cut_rate,
                                     "stacks_at_frame_cap", (json_int_t)r->stacks_capped,
                                     "lost_events", (json_int_t)r->lost.ring,
                                     "stacks_over_unwind_budget", (json_int_t)r->lost.stacks,

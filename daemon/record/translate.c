@@ -1168,9 +1168,11 @@ static void on_stack_frames(struct translate *tr, const struct translate_held_st
         /* Say where a stack stops short, so a flame graph does not show
          * the innermost frames as if they were all there was. */
         if (h->cut && n < MAX_FRAMES) {
-                st->frames[n++] = stack_mark_addr(STACK_MARK_CUT);
+                bool rate = (h->flags & D9_SREC_CAPPED) != 0;
+
+                st->frames[n++] = stack_mark_addr(rate ? STACK_MARK_CUT_RATE : STACK_MARK_CUT);
                 tr->stacks_cut++;
-                tr->stacks_cut_capped += (h->flags & D9_SREC_CAPPED) != 0;
+                tr->stacks_cut_capped += rate;
         } else if (h->capped && n < MAX_FRAMES) {
                 /* Deep recursion (npm postgrestools: 128 frames of one
                  * function): the poll frame and main lie beyond the walk. */

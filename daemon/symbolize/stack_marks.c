@@ -21,6 +21,7 @@ static const char *const mark_names[STACK_MARK_END] = {
         [STACK_MARK_D9_UPROBE] = "[d9d uprobe]",
         [STACK_MARK_D9_BPF] = "[d9d bpf]",
         [STACK_MARK_RUNNABLE] = "[runnable: preempted or yielded]",
+        [STACK_MARK_CUT_RATE] = "[stack cut: callers beyond the copied stack, deep copies' byte rate used up]",
 };
 
 /* The uprobe path as x86-64 kernels 6.x take it: the breakpoint trap

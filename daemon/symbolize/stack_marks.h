@@ -31,6 +31,9 @@ enum stack_mark {
          * the frames alone showed a cond_resched inside read() as the
          * thread blocking in filemap_read. */
         STACK_MARK_RUNNABLE,
+        /* STACK_MARK_CUT, where BPF would have copied the stack whole but
+         * the deep copies' byte rate was used up (D9_SREC_CAPPED). */
+        STACK_MARK_CUT_RATE,
         STACK_MARK_END
 };
 
