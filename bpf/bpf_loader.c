@@ -15,6 +15,7 @@
 #include "bpf/bpf_loader.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/perf_event.h>
 #include <pthread.h>
 #include <signal.h>
@@ -28,6 +29,7 @@
 #include <unistd.h>
 
 #include <bpf/bpf.h>
+#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 
 #include "bpf/bpf_pidns.h"
@@ -1418,6 +1420,60 @@ int d9_bpf_target_stack_deep(struct d9_bpf_target *t, uint32_t tid)
 
         return bpf_map__update_elem(t->bpf->sched->maps.d9_stack_deep_tids, &tid, sizeof(tid), &one,
                                     sizeof(one), BPF_ANY) ? -errno : 0;
+}
+
+/* Byte offset of member `name` of the struct BTF type id names, or -ENOENT. */
+static int btf_member_byte(const struct btf *btf, __u32 id, const char *name)
+{
+        const struct btf_type *type = btf__type_by_id(btf, id);
+        const struct btf_member *m;
+
+        if (!type || !btf_is_struct(type))
+                return -ENOENT;
+        m = btf_members(type);
+        for (int i = 0; i < btf_vlen(type); i++, m++)
+                if (!strcmp(btf__name_by_offset(btf, m->name_off), name))
+                        return (int)(btf_member_bit_offset(type, (__u32)i) / 8);
+        return -ENOENT;
+}
+
+#ifndef PIDFD_THREAD
+#define PIDFD_THREAD O_EXCL     /* linux/pidfd.h, 6.9 */
+#endif
+
+int d9_bpf_target_thread_off(const struct d9_bpf_target *t, pid_t ns_tid, struct d9_thread_off *out)
+{
+        static const char *const names[5] = { "tid", "off_state", "off_ts", "off_cpu_ns", "off_bp" };
+        const struct bpf_map *map = t->bpf->sched->maps.d9_threads;
+        const struct btf *btf = bpf_object__btf(t->bpf->sched->obj);
+        __u32 id = bpf_map__btf_value_type_id(map), size = bpf_map__value_size(map);
+        int off[5], pidfd, r = 0;
+        uint8_t *v;
+
+        /* Offsets from the map's BTF: this never drifts from d9_maps.bpf.h. */
+        for (int i = 0; i < 5; i++)
+                if (!btf || (off[i] = btf_member_byte(btf, id, names[i])) < 0 ||
+                    (unsigned)off[i] + (i < 2 ? 4u : 8u) > size)
+                        return -ENOENT;
+        v = malloc(size);
+        if (!v)
+                return -ENOMEM;
+        pidfd = (int)syscall(SYS_pidfd_open, ns_tid, PIDFD_THREAD);
+        if (pidfd < 0 || bpf_map_lookup_elem(bpf_map__fd(map), &pidfd, v))
+                r = -errno;
+        if (pidfd >= 0)
+                close(pidfd);
+        if (r == 0) {
+                memcpy(&out->tid, v + off[0], 4);
+                memcpy(&out->state, v + off[1], 4);
+                memcpy(&out->off_ts, v + off[2], 8);
+                memcpy(&out->cpu_ns, v + off[3], 8);
+                memcpy(&out->bp, v + off[4], 8);
+                if (out->off_ts < t->since_ns)
+                        out->off_ts = 0;
+        }
+        free(v);
+        return r;
 }
 
 int d9_bpf_target_offcpu_short(const struct d9_bpf_target *t, struct d9_offcpu_short *sum)

@@ -163,6 +163,18 @@ int d9_bpf_target_drops(const struct d9_bpf_target *t, uint64_t *dropped);
 /* Deep stack copies (D9_STACK_DEEP) for thread tid from now on: one of its
  * stacks was cut at the end of the user_bytes copy (docs/stacks.md). */
 int d9_bpf_target_stack_deep(struct d9_bpf_target *t, uint32_t tid);
+/* A target thread's last switch-out as the scheduler probes keep it in
+ * its thread storage: off CPU since off_ts (0: on CPU, or not since this
+ * recording began) in task state `state` (0: preempted), its CPU time
+ * cpu_ns then; tid as BPF names it (the initial pid namespace's). ns_tid
+ * names the thread in d9d's namespace. 0 or a negative errno (-ENOENT:
+ * no storage for it). */
+struct d9_thread_off {
+        uint32_t tid, state;
+        uint64_t off_ts, cpu_ns;
+        uint64_t bp;            /* its user rbp at that switch-out */
+};
+int d9_bpf_target_thread_off(const struct d9_bpf_target *t, pid_t ns_tid, struct d9_thread_off *out);
 /* Off-CPU intervals shorter than the target's offcpu_min_ns: not
  * recorded, only counted here (summed over CPUs). */
 int d9_bpf_target_offcpu_short(const struct d9_bpf_target *t, struct d9_offcpu_short *sum);

@@ -201,6 +201,11 @@ enum d9_no_stack {
 };
 
 /* OFFCPU: the thread went off CPU at off_ts and is back now (hdr.ts). */
+/* d9_rec_offcpu.prev_state: the thread had not switched out since the
+ * recording began, and a sched_wakeup of it came since: it slept from
+ * before the attach, and off_ts is the recording's start. */
+#define D9_OFFCPU_BEGAN_BEFORE (1u << 31)
+
 struct d9_rec_offcpu {
         struct d9_rec_hdr hdr;
         d9_u64 off_ts;

@@ -64,6 +64,12 @@ struct d9_thread {
         __u64 run_since;        /* preemption) that started this stretch without
                                  * a voluntary switch */
         __u32 run_ticks;        /* ticks in it since */
+        __u32 tid;              /* the thread's, set at its switch-out: the
+                                 * loader reads this storage by pidfd */
+        __u64 off_bp;           /* its user rbp then: the one register of a
+                                 * sleeping thread /proc does not give, which
+                                 * an unwind through a frame-pointer frame
+                                 * needs (daemon/record/open_sleep.h) */
         __u64 off_since;        /* the stretch a preempted switch-out was in */
         __u32 tokio_lost;       /* this thread's Tokio-probe records dropped
                                  * (ring full) since its last one written */

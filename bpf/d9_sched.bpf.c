@@ -30,6 +30,7 @@ static __always_inline void d9_switch_out(struct task_struct *prev, __u32 state)
 {
         struct d9_target_cfg *cfg = d9_target_with(prev->tgid, D9_PROBE_SCHED);
         struct d9_thread *th;
+        struct pt_regs *regs;
 
         if (!cfg)
                 return;
@@ -38,6 +39,9 @@ static __always_inline void d9_switch_out(struct task_struct *prev, __u32 state)
         if (!th)
                 return;
         th->off_ts = bpf_ktime_get_ns();
+        th->tid = prev->pid;
+        regs = (struct pt_regs *)bpf_task_pt_regs(prev);
+        th->off_bp = regs ? regs->bp : 0;
         th->off_state = state;
         th->off_cpu_ns = prev->se.sum_exec_runtime;
         th->wake_ts = 0;
@@ -259,16 +263,25 @@ static __always_inline void d9_switch_in(struct task_struct *next)
         if (!cfg)
                 return;
         th = bpf_task_storage_get(&d9_threads, next, 0, 0);
-        if (!th || !th->off_ts)
+        if (!th)
                 return;
-        /* Switched out while an earlier recording of this process ran: it
-         * may have run since, unseen, so when this interval began is not
-         * known (the thread storage outlives that recording). Not an
-         * interval of this one: it began before it, seconds early. */
-        if (th->off_ts < cfg->since_ts) {
-                th->off_ts = 0;
+        /* No switch-out of it since the recording began (none seen, or one
+         * while an earlier recording ran, after which it may have run
+         * unseen): it was off CPU from the start. Woken since, it slept: an
+         * interval from the recording's start, so a worker idle at the
+         * attach is parked from there (npm cortex-mcp, idle for the first
+         * 4.2 s: 5 % parked, 95 % other). Not woken, it was preempted,
+         * waiting for a CPU: when it began is not known, and it is left. */
+        if (!th->off_ts || th->off_ts < cfg->since_ts) {
                 th->parked = 0;
-                return;
+                if (th->wake_ts < cfg->since_ts) {
+                        th->off_ts = 0;
+                        return;
+                }
+                th->off_ts = cfg->since_ts;
+                th->off_state = 1 | D9_OFFCPU_BEGAN_BEFORE;
+                th->off_cpu_ns = next->se.sum_exec_runtime;
+                th->off_since = 0;
         }
         now = bpf_ktime_get_ns();
         if (th->parked && th->off_state)
@@ -306,8 +319,10 @@ int BPF_PROG(d9_sched_wakeup, struct task_struct *p)
 
         if (!cfg)
                 return 0;
-        th = bpf_task_storage_get(&d9_threads, p, 0, 0);
-        if (th && th->off_ts && !th->wake_ts) {
+        /* Created here too: a thread asleep since before the recording has
+         * no storage yet, and its wakeup says it slept (d9_switch_in). */
+        th = bpf_task_storage_get(&d9_threads, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+        if (th && !th->wake_ts) {
                 th->wake_ts = bpf_ktime_get_ns();
                 th->wake_run_delay = p->sched_info.run_delay;
         }

@@ -18,6 +18,7 @@
 #include "daemon/core/log.h"
 #include "daemon/record/attach_poll.h"
 #include "daemon/record/long_poll.h"
+#include "daemon/record/open_sleep.h"
 #include "daemon/record/plan_child.h"
 #include "daemon/record/planner.h"
 #include "daemon/record/proc_facts.h"
@@ -983,6 +984,7 @@ static void session_release_recording(struct session *s)
 
 static void session_free(struct session *s)
 {
+        open_sleeps_free(s->open_sleeps);
         if (s->bpf)
                 d9_bpf_detach_target(s->bpf);
         if (s->pidfd_w.fd >= 0)
@@ -1589,6 +1591,18 @@ static void session_account_bpf_counters(struct session *s)
                 long_poll_flush(&s->tr, false);
 }
 
+/* The workers asleep as the recording ends get their last park
+ * (open_sleep.h); after the last drain, before the segment closes. */
+static void session_write_open_sleeps(struct session *s)
+{
+        int r = s->tr.enc ? open_sleeps_write(&s->tr, s->open_sleeps, d9_now_ns()) : 0;
+
+        if (r < 0)
+                log_warn("pid %d: the workers asleep at the end not written: %s", s->pid, strerror(-r));
+        open_sleeps_free(s->open_sleeps);
+        s->open_sleeps = NULL;
+}
+
 static void session_end_now(struct session *s, const char *reason)
 {
         if (s->bpf) {
@@ -1599,6 +1613,7 @@ static void session_end_now(struct session *s, const char *reason)
                  * for their grace periods. After a stop on the BPF thread
                  * this only drains the rest. */
                 d9_bpf_target_stop(s->bpf);
+                session_write_open_sleeps(s);
                 session_account_bpf_counters(s);
                 if (s->worker_search.begun && !s->worker_search.depth)
                         log_info("pid %d: no Worker depth confirmed in %llu ms of search (%u candidate depths, "
@@ -1705,6 +1720,9 @@ static void session_stop_run(struct plan_job *job)
         struct session_stop *st = (struct session_stop *)job;
 
         d9_bpf_target_quiesce(st->s->bpf);
+        /* Where its workers sleep, off the loop (open_sleep.h). */
+        if (st->s->proc_fd >= 0)
+                st->s->open_sleeps = open_sleeps_capture(st->s->bpf, st->s->proc_fd, st->s->pid);
         st->maps = sampler_read_maps(st->s->proc_fd, st->s->pidfd_w.fd);
 }
 

@@ -91,6 +91,7 @@ struct session {
         int64_t started_unix_ms;        /* wall clock at attach, for list */
 
         char *maps;                     /* last /proc/PID/maps seen: symbols after exit */
+        struct open_sleeps *open_sleeps; /* its threads asleep as it stops (open_sleep.h) */
         struct unwind_maps *unw_maps;   /* the attach's map with its files, for
                                          * the unwinder once translate runs */
         char *mapped_exe;               /* the executable's path as the maps spell it */

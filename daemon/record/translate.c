@@ -500,6 +500,26 @@ static uint64_t own_poll_end(struct translate *tr, struct tr_thread *t, uint64_t
         return by;
 }
 
+/* The sleep from before the attach that t's first off-CPU record showed,
+ * now that t is a worker: its park from the recording's start, and the
+ * unpark. Written out of time order with other threads' events, in order
+ * with t's own (its next poll or stack comes after it woke). */
+static int before_park_write(struct translate *tr, struct tr_thread *t)
+{
+        int e;
+
+        if (!t->before_on || t->worker >= D9_WORKER_BLOCKING)
+                return 0;
+        e = d9_enc_worker_park(tr->enc, t->before_off, t->worker, 0, t->before_cpu, t->tid);
+        if (e == 0)
+                e = d9_enc_worker_unpark(tr->enc, t->before_on, t->worker, 0, t->before_cpu, t->before_wait,
+                                         t->tid);
+        tr->events += e == 0 ? 2 : 0;
+        tr->sched_parks += e == 0;
+        t->before_on = 0;
+        return e;
+}
+
 /* Thread t drives worker w from ts on. A worker runs on one thread at a
  * time: a thread that held w before handed its core over (block_in_place:
  * the stand-in thread's loop took it) and is that worker no more; a poll
@@ -527,7 +547,7 @@ static int worker_take(struct translate *tr, struct tr_thread *t, uint32_t w, ui
         }
         t->worker = w;
         tr->holder[w] = t->tid;
-        return e;
+        return e < 0 ? e : before_park_write(tr, t);
 }
 
 /* The lane a runtime task's poll starts on: the worker BPF found the
@@ -984,15 +1004,42 @@ static bool park_probes_saw(const struct translate *tr, uint64_t off_ts)
  * wanted the CPU. Both carry the thread's CPU time (it does not grow while
  * off CPU); the unpark's scheduler wait is from its wakeup to switch-in,
  * as a parked thread's run_delay grows between park and unpark. */
+/* A sleep from before the attach, of a thread whose worker is not known
+ * yet: kept for before_park_write, unless its stack shows a task poll
+ * (a poll blocked since before the attach is no park) or no poll function
+ * is known to tell. */
+static void before_park_hold(struct translate *tr, struct tr_thread *t, const struct d9_rec_offcpu *o)
+{
+        const struct tr_stack *st = NULL;
+
+        for (int k = 0; k < 2; k++)
+                if (t->stk[k].id == o->stack_id && o->stack_id)
+                        st = &t->stk[k];
+        if (t->pool_thread || !tr->n_lp_ranges || !st || !st->n ||
+            long_poll_task_frame(tr, st->frames, st->n, 0))
+                return;
+        t->before_off = o->off_ts;
+        t->before_on = o->hdr.ts;
+        t->before_cpu = o->cpu_ns;
+        t->before_wait = o->sched_wait_ns;
+}
+
 static int on_offcpu(struct translate *tr, const struct d9_rec_offcpu *o, struct tr_thread *t)
 {
-        uint32_t stack = offcpu_stack(tr, t, o);
-        int r = d9_enc_cpu_sample(tr->enc, o->off_ts, sample_lane(t), o->hdr.tid, 1,
-                                  thread_name_atom(tr, t, o->comm), stack, o->hdr.cpu);
+        bool before = (o->prev_state & D9_OFFCPU_BEGAN_BEFORE) != 0;
+        uint32_t stack;
+        int r;
 
+        /* Its stack, before offcpu_stack takes it. */
+        if (before && t->worker == D9_WORKER_NONE && t->poll_worker == D9_WORKER_NONE)
+                before_park_hold(tr, t, o);
+        stack = offcpu_stack(tr, t, o);
+        r = d9_enc_cpu_sample(tr->enc, o->off_ts, sample_lane(t), o->hdr.tid, 1,
+                              thread_name_atom(tr, t, o->comm), stack, o->hdr.cpu);
         if (r == 0 && tr->stack_workers && o->prev_state == 0)
                 r = long_poll_on_preempt(tr, t, o, stack);
-        if (r < 0 || park_probes_saw(tr, o->off_ts) || t->worker >= D9_WORKER_BLOCKING ||
+        /* The park probes did not see a park begun before they attached. */
+        if (r < 0 || (!before && park_probes_saw(tr, o->off_ts)) || t->worker >= D9_WORKER_BLOCKING ||
             t->poll_worker != D9_WORKER_NONE || o->prev_state == 0)
                 return r;
         /* A sleep inside the thread's last poll, whose record came after
@@ -1013,7 +1060,26 @@ static int on_offcpu(struct translate *tr, const struct d9_rec_offcpu *o, struct
                 return r;
         tr->events++;
         tr->sched_parks++;
+        if (tr->offcpu_open)
+                return 0;
         return d9_enc_worker_unpark(tr->enc, o->hdr.ts, t->worker, 0, o->cpu_ns, o->sched_wait_ns, o->hdr.tid);
+}
+
+bool translate_thread_is_worker(struct translate *tr, uint32_t tid)
+{
+        const struct tr_thread *t = thread_find(tr, tid);
+
+        return t && t->worker < D9_WORKER_BLOCKING;
+}
+
+int translate_open_offcpu(struct translate *tr, const struct d9_rec_offcpu *o)
+{
+        int r;
+
+        tr->offcpu_open = true;
+        r = translate_record(tr, o, sizeof(*o));
+        tr->offcpu_open = false;
+        return r;
 }
 
 #define MAX_FRAMES TRANSLATE_STACK_FRAMES_MAX

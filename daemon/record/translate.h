@@ -44,6 +44,10 @@ struct tr_thread {
         bool blocking_nested;           /* runtime task polls ran inside it: a
                                          * worker's launch, ended at its terminate */
         uint64_t park_run_delay;        /* run_delay at the last park */
+        /* A sleep from before the attach (D9_OFFCPU_BEGAN_BEFORE) seen
+         * before the thread showed its worker: its park and unpark are
+         * written when it does (worker_take). before_on 0: none. */
+        uint64_t before_off, before_on, before_cpu, before_wait;
         uint32_t name_atom;
         char name[17];                  /* its name at its last CPU sample */
         /* The last two STACK records unwound here, used by the SAMPLE or
@@ -124,6 +128,8 @@ struct translate {
         size_t n_dyn;
         struct exe_map exe;             /* where the executable is mapped (n 0: not known) */
         struct spawn_labels spawn_labels;       /* the plan's poll points by task vtable */
+        bool offcpu_open;               /* translating a sleep still open at the
+                                         * end (open_sleep.h): no unpark */
         struct unwinder *unw;           /* user stacks, created on the first STACK record */
         const struct probe_plan *trap_sites_plan;       /* the plan whose probe sites
                                                          * unw knows (unwinder_set_trap_sites) */
@@ -241,6 +247,12 @@ int translate_set_encoder(struct translate *tr, struct d9_enc *enc);
 /* One record from the ring. Returns 0 or a negative errno. */
 int translate_record(struct translate *tr, const void *rec, size_t size);
 /* Record `lost` dropped records as a D9LostEventsEvent. */
+/* Is tid a thread that drives a worker (not the blocking pool, not one
+ * that never polled)? */
+bool translate_thread_is_worker(struct translate *tr, uint32_t tid);
+/* The OFFCPU record of a sleep not over yet as the recording ends
+ * (open_sleep.h): translated as any, its park written, its unpark not. */
+int translate_open_offcpu(struct translate *tr, const struct d9_rec_offcpu *o);
 int translate_lost(struct translate *tr, uint64_t ts, uint64_t lost, const char *source);
 /* `intervals` off-CPU intervals, together `total_ns` long, each shorter
  * than `min_ns` and so not recorded: a D9ShortOffCpuEvent. */
