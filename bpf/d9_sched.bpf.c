@@ -295,6 +295,9 @@ static __always_inline void d9_switch_in(struct task_struct *next)
                 d9_offcpu_write(cfg, next, tgid, tid, &s, 0, why);
         }
         th->off_ts = 0;
+        /* This wakeup is spent: a later one with no switch-out seen between
+         * is not a sleep from before the recording. */
+        th->wake_ts = 0;
 }
 
 SEC("tp_btf/sched_switch")
