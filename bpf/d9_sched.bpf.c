@@ -188,6 +188,7 @@ static __always_inline __u32 d9_offcpu_defer(const struct d9_target_cfg *cfg, st
 {
         struct d9_offcpu_pending init = {}, *p;
         __u32 tid = next->pid, why;
+        bool mine;
         long err;
 
         why = d9_stack_offcpu_begin(cfg, next, now - th->off_ts, now);
@@ -196,28 +197,33 @@ static __always_inline __u32 d9_offcpu_defer(const struct d9_target_cfg *cfg, st
         if (!bpf_ksym_exists(bpf_task_work_schedule_resume_impl))
                 return D9_NOSTACK_PENDING;
         /* An entry already there was never written: this thread blocked
-         * again before it reached user space, or the entry is one the
-         * kernel never ran (see d9_offcpu_pending). Its interval is
-         * written now, stackless; the entry takes this one, whose kernel
-         * stack d9_stack_offcpu_begin just read, and the user stack at the
-         * return serves both. Not while its callback runs (preempted in
-         * it): that one writes the entry's interval itself. */
+         * again before it reached user space, or it is one the kernel
+         * never ran (see d9_offcpu_pending). One of this recording keeps
+         * its interval, the first, as before such entries were looked at
+         * (the stack at the return is where that one blocked, unless the
+         * thread ran in user space between), and this one is written now
+         * without a stack; its callback is
+         * scheduled again if none is due. Another process's, or an earlier
+         * recording's, takes this interval. Not while its callback runs
+         * (preempted in it): that one writes the entry's interval itself. */
         bpf_map_update_elem(&d9_offcpu_pending, &tid, &init, BPF_NOEXIST);
         p = bpf_map_lookup_elem(&d9_offcpu_pending, &tid);
         if (!p || p->running)
                 return D9_NOSTACK_PENDING;
-        if (p->tgid == next->tgid && p->span.on_ts >= cfg->since_ts && p->span.on_ts)
-                d9_offcpu_write(cfg, next, p->tgid, tid, &p->span, 0, D9_NOSTACK_PENDING);
-        d9_offcpu_span_of(th, now, &p->span);
-        p->tgid = next->tgid;
-        /* -EBUSY: the entry's callback is scheduled already and takes the
-         * new interval with it. */
+        mine = p->tgid == next->tgid && p->span.on_ts && p->span.on_ts >= cfg->since_ts;
+        if (!mine) {
+                d9_offcpu_span_of(th, now, &p->span);
+                p->tgid = next->tgid;
+        }
+        /* -EBUSY: the entry's callback is due already. */
         err = bpf_task_work_schedule_resume_impl(next, &p->tw, &d9_offcpu_pending, d9_offcpu_resumed, NULL);
         if (err && err != -D9_EBUSY) {
+                if (mine)
+                        d9_offcpu_write(cfg, next, p->tgid, tid, &p->span, 0, D9_NOSTACK_PENDING);
                 bpf_map_delete_elem(&d9_offcpu_pending, &tid);
                 return D9_NOSTACK_PENDING;
         }
-        return D9_NOSTACK_NONE;
+        return mine ? D9_NOSTACK_PENDING : D9_NOSTACK_NONE;
 }
 
 /* A parked worker resumes after sleeping: its park ends here, not at the

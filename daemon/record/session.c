@@ -455,6 +455,8 @@ static int session_open_segment(struct session *s)
         }
         s->tr.ws.changed = false;
         s->seg_first_event = s->tr.events;
+        if (!s->tr.recording_start_ts)
+                s->tr.recording_start_ts = d9_now_ns();
         r = translate_set_encoder(&s->tr, s->seg.enc);
         /* Each segment restates whether its wakes are being recorded. */
         if (r == 0 && s->wakes_sampled && s->bpf && !s->late)

@@ -1027,8 +1027,21 @@ static void before_park_hold(struct translate *tr, struct tr_thread *t, const st
 static int on_offcpu(struct translate *tr, const struct d9_rec_offcpu *o, struct tr_thread *t)
 {
         bool before = (o->prev_state & D9_OFFCPU_BEGAN_BEFORE) != 0;
+        struct d9_rec_offcpu from_start;
         uint32_t stack;
         int r;
+
+        /* BPF's recording starts when its config goes in, the trace's when
+         * its first segment opens (tens of ms later: record -- CMD's
+         * child waited in between, and its interval began 61 ms before
+         * the listing's start of the recording). */
+        if (before && o->off_ts < tr->recording_start_ts) {
+                if (o->hdr.ts <= tr->recording_start_ts)
+                        return 1;       /* over before the trace began: no event */
+                from_start = *o;
+                from_start.off_ts = tr->recording_start_ts;
+                o = &from_start;
+        }
 
         /* Its stack, before offcpu_stack takes it. */
         if (before && t->worker == D9_WORKER_NONE && t->poll_worker == D9_WORKER_NONE)
@@ -1423,6 +1436,8 @@ int translate_record(struct translate *tr, const void *rec, size_t size)
                 if (size < sizeof(struct d9_rec_offcpu))
                         return -EBADMSG;
                 r = on_offcpu(tr, rec, t);
+                if (r == 1)
+                        return 0;
                 break;
         case D9_REC_CPU_SAMPLE: {
                 const struct d9_rec_sample *s = rec;
