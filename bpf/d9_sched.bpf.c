@@ -402,9 +402,7 @@ int d9_cpu_sample(struct bpf_perf_event_data *ctx)
                 return 0;
         /* Nothing of the run/sample choice is live across the stack code, so
          * the verifier walks it once for both (twice took 2 s to load). */
-        d9_stack_run_tick_set(ctx->sample_period == d9_run_period_ns);
         stack_id = d9_stack_sample(ctx, cfg, tgid, (__u32)id);
-        d9_stack_run_tick_set(0);
         ring = d9_ring_of(tgid);
         /* x86-64 user addresses are the lower half; a kernel IP means the
          * sample hit a syscall or interrupt of this thread. */

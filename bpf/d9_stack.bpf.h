@@ -270,33 +270,9 @@ static long d9_vma_end(struct task_struct *task, struct vm_area_struct *vma, voi
 
 /* Take `bytes` from the target's bucket: may it copy them? One
  * compare-and-swap; a lost race refuses (never more than the cap). */
-/* Per CPU: the CPU-clock sample being taken is a run tick (d9_cpu_sample
- * sets it around its stack). A run tick's deep copy, as an off-CPU one,
- * may use only the upper half of the byte bucket: the 99 Hz samples keep
- * the rest (npm steady, default set: the run ticks of a main thread that
- * switches often, 8 per stretch, took the bucket, and 852 of its 861 cut
- * stacks were cut by the byte cap). A map value, not an argument: the
- * callers' verification stays one walk for both kinds of sample. */
-struct {
-        __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-        __uint(max_entries, 1);
-        __type(key, __u32);
-        __type(value, __u32);
-} d9_stack_run_tick SEC(".maps");
-
-static __always_inline void d9_stack_run_tick_set(__u32 on)
-{
-        __u32 zero = 0, *v = bpf_map_lookup_elem(&d9_stack_run_tick, &zero);
-
-        if (v)
-                *v = on;
-}
-
 static __always_inline bool d9_stack_deep_take(const struct d9_target_cfg *cfg, __u64 bytes,
                                                bool offcpu)
 {
-        __u32 zero = 0, *run_tick = bpf_map_lookup_elem(&d9_stack_run_tick, &zero);
-
         __u32 slot = cfg->slot;
         __u64 *tatp = bpf_map_lookup_elem(&d9_stack_deep_tat, &slot);
         __u64 now = bpf_ktime_get_ns(), tat, cost, burst, base;
@@ -305,7 +281,7 @@ static __always_inline bool d9_stack_deep_take(const struct d9_target_cfg *cfg, 
                 return false;
         cost = bytes * 1000000000ull / cfg->stack.deep_per_sec;
         burst = (__u64)cfg->stack.deep_burst * 1000000000ull / cfg->stack.deep_per_sec;
-        if (offcpu || (run_tick && *run_tick))
+        if (offcpu)
                 burst /= 2;
         tat = *tatp;
         base = tat > now ? tat : now;

@@ -982,6 +982,7 @@ static uint32_t sample_lane(const struct tr_thread *t)
 static uint32_t sample_stack(struct translate *tr, struct tr_thread *t, uint64_t stack_id, uint64_t ip);
 /* An off-CPU sample's: its stack, else the mark saying why it has none. */
 static uint32_t offcpu_stack(struct translate *tr, struct tr_thread *t, const struct d9_rec_offcpu *o);
+static struct tr_stack *take_stack(struct tr_thread *t, uint64_t stack_id);
 
 /* Whether park probes were attached when a thread went off CPU at off_ts,
  * so a park then is theirs. A full-detail window's are only from its
@@ -998,12 +999,6 @@ static bool park_probes_saw(const struct translate *tr, uint64_t off_ts)
         return tr->window_closed_ts && off_ts >= tr->window_opened_ts && off_ts < tr->window_closed_ts;
 }
 
-/* An off-CPU sample; without park probes, a worker's voluntary sleep
- * outside a poll is also its park (at switch-out) and unpark (at
- * switch-in). Preemption (prev_state 0) is not a park: the worker still
- * wanted the CPU. Both carry the thread's CPU time (it does not grow while
- * off CPU); the unpark's scheduler wait is from its wakeup to switch-in,
- * as a parked thread's run_delay grows between park and unpark. */
 /* A sleep from before the attach, of a thread whose worker is not known
  * yet: kept for before_park_write, unless its stack shows a task poll
  * (a poll blocked since before the attach is no park) or no poll function
@@ -1024,6 +1019,13 @@ static void before_park_hold(struct translate *tr, struct tr_thread *t, const st
         t->before_wait = o->sched_wait_ns;
 }
 
+/* An off-CPU sample; without park probes, a worker's voluntary sleep
+ * outside a poll is also its park (at switch-out) and unpark (at
+ * switch-in). Preemption (prev_state 0) is not a park: the worker still
+ * wanted the CPU. Both carry the thread's CPU time (it does not grow while
+ * off CPU); the unpark's scheduler wait is from its wakeup to switch-in,
+ * as a parked thread's run_delay grows between park and unpark. Returns
+ * 1 when it writes nothing. */
 static int on_offcpu(struct translate *tr, const struct d9_rec_offcpu *o, struct tr_thread *t)
 {
         bool before = (o->prev_state & D9_OFFCPU_BEGAN_BEFORE) != 0;
@@ -1036,8 +1038,10 @@ static int on_offcpu(struct translate *tr, const struct d9_rec_offcpu *o, struct
          * child waited in between, and its interval began 61 ms before
          * the listing's start of the recording). */
         if (before && o->off_ts < tr->recording_start_ts) {
-                if (o->hdr.ts <= tr->recording_start_ts)
-                        return 1;       /* over before the trace began: no event */
+                if (o->hdr.ts <= tr->recording_start_ts) {
+                        take_stack(t, o->stack_id);     /* nor its stack */
+                        return 1;       /* over before the trace began */
+                }
                 from_start = *o;
                 from_start.off_ts = tr->recording_start_ts;
                 o = &from_start;
