@@ -33,6 +33,7 @@
 #include <bpf/libbpf.h>
 
 #include "bpf/bpf_pidns.h"
+#include "bpf/bpf_resume.h"
 #include "bpf/d9_wk_search.h"
 #include "d9_sched.skel.h"
 #include "d9_tokio.skel.h"
@@ -273,6 +274,11 @@ static int load_sched(struct d9_bpf *bpf, uint64_t run_period_ns)
         if (r < 0)
                 return r;
         bpf->sched->rodata->d9_run_period_ns = run_period_ns;
+        bpf->sched->rodata->d9_resume_by = d9_bpf_resume_way();
+        /* Only where it is the way: it runs at every return from __schedule,
+         * and an older kernel has no such tracepoint to load it for. */
+        bpf_program__set_autoload(bpf->sched->progs.d9_sched_resumed,
+                                  bpf->sched->rodata->d9_resume_by == D9_RESUME_SCHED_EXIT);
         return d9_sched__load(bpf->sched);
 }
 
@@ -303,6 +309,8 @@ static int arm_locked(struct d9_bpf *bpf)
                 return 0;
         for (size_t i = 0; r == 0 && i < sizeof(progs) / sizeof(progs[0]); i++)
                 r = push_sched_link(bpf, bpf_program__attach(progs[i]));
+        if (r == 0 && bpf_program__autoload(bpf->sched->progs.d9_sched_resumed))
+                r = push_sched_link(bpf, bpf_program__attach(bpf->sched->progs.d9_sched_resumed));
         if (r == 0 && !bpf->no_cpu_sampling)
                 r = open_cpu_sampling(bpf, bpf->sample_hz, bpf->run_sample_us);
         bpf->armed = r == 0;

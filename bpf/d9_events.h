@@ -186,15 +186,24 @@ struct d9_offcpu_pending_entry {
         d9_u32 running;         /* its callback has begun with span */
 };
 
+/* How BPF reads a long off-CPU interval's user stack in the thread itself,
+ * before any of its user code runs again (the loader chooses, probing the
+ * kernel: bpf/bpf_resume.h). */
+enum d9_resume_way {
+        D9_RESUME_NONE,         /* it does not: such intervals have no stack */
+        D9_RESUME_TASK_WORK,    /* a bpf_task_work as it returns to user space */
+        D9_RESUME_SCHED_EXIT,   /* at its return from __schedule (sched_exit_tp) */
+};
+
 /* Why an OFFCPU record has no stack (stack_id 0). */
 enum d9_no_stack {
         D9_NOSTACK_NONE,        /* it has one */
         D9_NOSTACK_OFF,         /* off-CPU stacks are not enabled */
         D9_NOSTACK_SHORT,       /* shorter than d9_stack_cfg.offcpu_min_us */
         D9_NOSTACK_RATE,        /* the thread's token bucket was empty */
-        D9_NOSTACK_PENDING,     /* no task_work: the kernel has none, one was
-                                 * still pending for the thread, or scheduling
-                                 * it failed */
+        D9_NOSTACK_PENDING,     /* no way to read it as the thread resumes
+                                 * (D9_RESUME_NONE), one was still pending for
+                                 * the thread, or scheduling it failed */
         D9_NOSTACK_RING,        /* the STACK record did not fit in the ring */
         D9_NOSTACK_GONE,        /* the thread never resumed in user space */
         D9_NOSTACK_MAX

@@ -178,13 +178,28 @@ static int d9_offcpu_resumed(struct bpf_map *map, void *key, void *value)
         return 0;
 }
 
+/* How d9_offcpu_resumed runs (the loader probes the kernel, bpf_resume.c):
+ * a task_work, or d9_sched_resumed where a tracepoint program may not
+ * schedule one; D9_RESUME_NONE: long intervals are written stackless. */
+const volatile __u32 d9_resume_by = D9_RESUME_TASK_WORK;
+
+static __always_inline long d9_offcpu_resume_later(struct task_struct *next, struct d9_thread *th,
+                                                   struct d9_offcpu_pending *p)
+{
+        if (d9_resume_by == D9_RESUME_SCHED_EXIT) {
+                th->resume = 1;
+                return 0;
+        }
+        return bpf_task_work_schedule_resume_impl(next, &p->tw, &d9_offcpu_pending, d9_offcpu_resumed, NULL);
+}
+
 /* A long off-CPU interval that gets a stack: keep its kernel stack now
  * and leave the record to d9_offcpu_resumed. Otherwise returns why not
  * (enum d9_no_stack), and the caller writes the record now, stackless.
  * Preempted intervals too: where a thread waited in the run queue is as
  * much a question as where it blocked. */
 static __always_inline __u32 d9_offcpu_defer(const struct d9_target_cfg *cfg, struct task_struct *next,
-                                             const struct d9_thread *th, __u64 now)
+                                             struct d9_thread *th, __u64 now)
 {
         struct d9_offcpu_pending init = {}, *p;
         __u32 tid = next->pid, why;
@@ -194,7 +209,8 @@ static __always_inline __u32 d9_offcpu_defer(const struct d9_target_cfg *cfg, st
         why = d9_stack_offcpu_begin(cfg, next, now - th->off_ts, now);
         if (why != D9_NOSTACK_NONE)
                 return why;
-        if (!bpf_ksym_exists(bpf_task_work_schedule_resume_impl))
+        if (d9_resume_by == D9_RESUME_NONE ||
+            (d9_resume_by == D9_RESUME_TASK_WORK && !bpf_ksym_exists(bpf_task_work_schedule_resume_impl)))
                 return D9_NOSTACK_PENDING;
         /* An entry already there was never written: this thread blocked
          * again before it reached user space, or it is one the kernel
@@ -216,7 +232,7 @@ static __always_inline __u32 d9_offcpu_defer(const struct d9_target_cfg *cfg, st
                 p->tgid = next->tgid;
         }
         /* -EBUSY: the entry's callback is due already. */
-        err = bpf_task_work_schedule_resume_impl(next, &p->tw, &d9_offcpu_pending, d9_offcpu_resumed, NULL);
+        err = d9_offcpu_resume_later(next, th, p);
         if (err && err != -D9_EBUSY) {
                 if (mine)
                         d9_offcpu_write(cfg, next, p->tgid, tid, &p->span, 0, D9_NOSTACK_PENDING);
@@ -312,6 +328,32 @@ int BPF_PROG(d9_sched_switch, bool preempt, struct task_struct *prev,
 {
         d9_switch_out(prev, preempt ? 0 : prev_state);
         d9_switch_in(next);
+        return 0;
+}
+
+/* D9_RESUME_SCHED_EXIT: a thread whose switch-in left its interval in
+ * d9_offcpu_pending comes back from __schedule here, in its own context and
+ * before it leaves the kernel: its user registers and stack are still
+ * those it blocked with, as at a task_work. Every return from __schedule on
+ * the machine runs this; another process's thread has no d9_threads entry.
+ * Not loaded unless the loader asks ("?"): older kernels lack the
+ * tracepoint, and where task_work works it would only cost. */
+SEC("?tp_btf/sched_exit_tp")
+int BPF_PROG(d9_sched_resumed, bool is_switch)
+{
+        struct task_struct *task = bpf_get_current_task_btf();
+        struct d9_offcpu_pending *p;
+        struct d9_thread *th;
+        __u32 tid;
+
+        th = bpf_task_storage_get(&d9_threads, task, 0, 0);
+        if (!th || !th->resume)
+                return 0;
+        th->resume = 0;
+        tid = task->pid;
+        p = bpf_map_lookup_elem(&d9_offcpu_pending, &tid);
+        if (p && !p->running)
+                d9_offcpu_resumed((struct bpf_map *)&d9_offcpu_pending, &tid, p);
         return 0;
 }
 

@@ -26,6 +26,8 @@
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
 
+#include "bpf/bpf_resume.h"
+
 /* Older uapi headers lack the two capabilities split out of CAP_SYS_ADMIN. */
 #ifndef CAP_PERFMON
 #define CAP_PERFMON 38
@@ -495,29 +497,19 @@ static void check_perf_event_paranoid(struct preflight_finding *f, const struct 
                             "%d and no CAP_PERFMON", paranoid);
 }
 
-/* The off-CPU program declares the kfunc weak and tests bpf_ksym_exists(),
- * so it loads on kernels without it; this says what is lost there. */
+/* Long off-CPU intervals take their user stack in the thread as it
+ * resumes; the loader builds d9_sched for the way this kernel allows. */
 static void check_task_work(struct preflight_finding *f, const struct preflight_ctx *ctx,
                             const struct preflight_report *done)
 {
-        static const char kfunc[] = "bpf_task_work_schedule_resume_impl";
-        struct btf *btf = btf__load_vmlinux_btf();
-
-        if (libbpf_get_error(btf)) {
-                finding_set(f, PREFLIGHT_DEGRADED, "off-CPU intervals are recorded without user stacks",
-                            "no kernel BTF to look up %s in", kfunc);
-                return;
-        }
-        bool found = btf__find_by_name_kind(btf, kfunc, BTF_KIND_FUNC) > 0;
-        btf__free(btf);
-        if (found)
-                finding_set(f, PREFLIGHT_OK, NULL, "kfunc %s present: long off-CPU intervals get user stacks",
-                            kfunc);
-        else
+        if (d9_bpf_resume_way() == D9_RESUME_NONE)
                 finding_set(f, PREFLIGHT_DEGRADED,
-                            "off-CPU intervals are recorded without user stacks (they are read by a task_work "
-                            "as the thread returns to user space; Linux >= 6.18)",
-                            "kfunc %s not in this kernel", kfunc);
+                            "off-CPU intervals are recorded without user stacks: a worker's sleep is not told "
+                            "from a poll that blocks",
+                            "user stacks of off-CPU intervals %s", d9_bpf_resume_why());
+        else
+                finding_set(f, PREFLIGHT_OK, NULL, "user stacks of long off-CPU intervals are read %s",
+                            d9_bpf_resume_why());
 }
 
 typedef void (*check_fn)(struct preflight_finding *f, const struct preflight_ctx *ctx,
