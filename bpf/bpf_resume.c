@@ -58,13 +58,13 @@ static void resume_probe(void)
         if (err == 0) {
                 resume_way = D9_RESUME_TASK_WORK;
                 snprintf(resume_why, sizeof(resume_why),
-                         "a bpf_task_work as the thread returns to user space");
+                         "read by a bpf_task_work as the thread returns to user space");
                 return;
         }
         if (kernel_has_tracepoint("btf_trace_sched_exit_tp")) {
                 resume_way = D9_RESUME_SCHED_EXIT;
                 snprintf(resume_why, sizeof(resume_why),
-                         "at the thread's return from the scheduler (tracepoint sched_exit_tp): a tracepoint "
+                         "read at the thread's return from the scheduler (tracepoint sched_exit_tp): a tracepoint "
                          "program may not schedule a bpf_task_work here (%s)",
                          strerror(-err));
                 return;

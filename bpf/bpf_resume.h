@@ -10,5 +10,5 @@
  * kernel's BTF read); later calls return the first answer. */
 enum d9_resume_way d9_bpf_resume_way(void);
 
-/* One line for logs and preflight: what the way is and why it was chosen. */
+/* What the way is and why it was chosen, to follow "off-CPU user stacks: ". */
 const char *d9_bpf_resume_why(void);

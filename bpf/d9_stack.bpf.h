@@ -16,8 +16,10 @@
  *   Copying at every switch-out instead cost a busy server ~6 % of its
  *   CPU. So switch-in (d9_stack_offcpu_begin) takes a token and the
  *   kernel stack, and the user part is read by a task_work callback in the
- *   thread itself on its way back to user space (d9_sched.bpf.c), before
- *   any of its user code runs: the same stack it blocked with.
+ *   thread itself on its way back to user space (d9_sched.bpf.c; where a
+ *   tracepoint program may not schedule one, at its return from
+ *   __schedule), before any of its user code runs: the same stack it
+ *   blocked with.
  * Records are written with bpf_ringbuf_output: a ring reservation must
  * have a constant size and the copied length is only known afterwards. */
 #pragma once

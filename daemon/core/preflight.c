@@ -506,9 +506,9 @@ static void check_task_work(struct preflight_finding *f, const struct preflight_
                 finding_set(f, PREFLIGHT_DEGRADED,
                             "off-CPU intervals are recorded without user stacks: a worker's sleep is not told "
                             "from a poll that blocks",
-                            "user stacks of off-CPU intervals %s", d9_bpf_resume_why());
+                            "off-CPU user stacks: %s", d9_bpf_resume_why());
         else
-                finding_set(f, PREFLIGHT_OK, NULL, "user stacks of long off-CPU intervals are read %s",
+                finding_set(f, PREFLIGHT_OK, NULL, "off-CPU user stacks: %s",
                             d9_bpf_resume_why());
 }
 

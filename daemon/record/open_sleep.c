@@ -18,7 +18,6 @@
 
 #define OPEN_SLEEP_THREADS_MAX 4096     /* threads looked at, at most */
 #define OPEN_SLEEPS_MAX 128             /* sleeps captured, at most */
-#define OPEN_SLEEP_STACK_BYTES 8192     /* as BPF copies (session.c) */
 #define OPEN_SLEEP_STACK_ID (0xd90eull << 48)   /* | tid: no BPF stack id looks so */
 
 struct open_sleep {
@@ -26,7 +25,7 @@ struct open_sleep {
         uint64_t sp, pc;
         char comm[16];
         uint32_t len;                   /* stack bytes read */
-        uint8_t stack[OPEN_SLEEP_STACK_BYTES];
+        uint8_t stack[D9_STACK_USER_BYTES];
 };
 
 struct open_sleeps {

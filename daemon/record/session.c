@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "bpf/bpf_loader.h"
+#include "bpf/bpf_resume.h"
 #include "daemon/core/cleanup.h"
 #include "daemon/core/log.h"
 #include "daemon/record/attach_poll.h"
@@ -31,9 +32,6 @@
 #include "daemon/symbolize/symbolize.h"
 #include "uprobes/uprobes.h"
 
-/* User stack bytes BPF copies per stack (docs/stacks.md): the unwinder is
- * told too, so it can say when a stack went on past them. */
-#define STACK_COPY_BYTES 8192
 /* The deep-copy bucket's burst: 8 deep stacks of 128 KiB at once. */
 #define STACK_DEEP_BURST (1u << 20)
 
@@ -796,7 +794,8 @@ int session_bpf_load(struct d9d *d)
         r = d9_bpf_open(&bo, &b);
         if (r < 0)
                 return r;
-        log_info("BPF programs loaded (uprobe_multi: %s)", d9_bpf_uses_uprobe_multi(b) ? "yes" : "no");
+        log_info("BPF programs loaded (uprobe_multi: %s; off-CPU user stacks: %s)",
+                 d9_bpf_uses_uprobe_multi(b) ? "yes" : "no", d9_bpf_resume_why());
         __atomic_store_n(&shared_bpf, b, __ATOMIC_RELEASE);
         return 0;
 }
@@ -815,7 +814,7 @@ void session_bpf_opts(struct session *s, struct d9_bpf_target_opts *out)
                 .stack = {
                         .flags = (s->probes & (D9_PROBE_CPU | D9_PROBE_RUNS) ? D9_STACK_CPU : 0) |
                                  (s->probes & D9_PROBE_SCHED ? D9_STACK_OFFCPU : 0),
-                        .user_bytes = STACK_COPY_BYTES, .offcpu_min_us = (uint32_t)s->offcpu_min_us,
+                        .user_bytes = D9_STACK_USER_BYTES, .offcpu_min_us = (uint32_t)s->offcpu_min_us,
                         .offcpu_per_sec = 500, .offcpu_burst = 100,
                         /* A deeper stack whole, up to 128 KiB, within the
                          * byte rate (docs/stacks.md, "Deep stacks"); at most
@@ -1249,7 +1248,7 @@ static int session_start_attach(struct session *s, const struct session_request 
                 return r;
         session_window_setup(s);
         s->tr.hide_kernel = !kernel_addresses_visible(s->starter_uid);
-        s->tr.stack_copy_bytes = STACK_COPY_BYTES;
+        s->tr.stack_copy_bytes = D9_STACK_USER_BYTES;
         if (s->d->cfg.stack_deep_rate) {
                 s->tr.deep_thread = session_deep_thread;
                 s->tr.deep_ctx = s;

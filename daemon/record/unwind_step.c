@@ -214,6 +214,33 @@ static bool called_into(const struct unw_step_ops *ops, uint64_t ra, uint64_t of
         return false;
 }
 
+/* A frame pointer the caller could be using: 8-aligned, above sp and
+ * not far (frames of a few KiB; the copy is 8 KiB, a deep one 128). */
+#define UNW_FP_REACH (256u << 10)
+
+static bool fp_plausible(uint64_t bp, uint64_t sp)
+{
+        return !(bp & 7) && bp > sp && bp - sp < UNW_FP_REACH;
+}
+
+/* After an unverified scan from a function without CFI: if that function
+ * reused rbp (musl's syscall: `push %rbp; mov %rdi,%rbp`, the syscall
+ * number in it), a caller whose CFA is rbp-based cannot be stepped (npm
+ * onshape-mcp, Rust std with frame pointers: 41,382 of 44,895 off-CPU
+ * stacks ended at Condvar::wait, which calls syscall through a register,
+ * so called_into cannot confirm the call). A function that pushes rbp
+ * pushes it first, right below its return address: take that word when it
+ * looks like a frame pointer and rbp does not. */
+static void fp_from_below_return(const struct unw_step_ops *ops, uint64_t *regs, uint64_t ra_at)
+{
+        uint64_t caller_sp = ra_at + 8, v;
+
+        if (fp_plausible(regs[D9_DW_RBP], caller_sp) || !ops->read_word(ops->ctx, ra_at - 8, &v) ||
+            !fp_plausible(v, caller_sp))
+                return;
+        regs[D9_DW_RBP] = v;
+}
+
 /* verified: only a return address called_into confirms, into any code d9d
  * reads (a musl function calling another has no FDE either). Else the
  * first return address into code with an FDE: from there libdw takes over
@@ -238,6 +265,8 @@ static bool step_scan(const struct unw_step_ops *ops, uint64_t *regs, bool verif
                                 if (ops->read_word(ops->ctx, sp + off - 8 * (k + 1u), &v))
                                         regs[pr.pushed[k]] = v;
                         }
+                        if (!verified && off >= 8)
+                                fp_from_below_return(ops, regs, sp + off);
                         regs[D9_DW_RIP] = w;
                         regs[D9_DW_RSP] = sp + off + 8;
                         return true;

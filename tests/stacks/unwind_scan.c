@@ -25,6 +25,8 @@ enum {
         GOT_CALL = 0x1a00,      /* call *FSTAT@GOT(%rip) */
         PARSE_CALL = 0x1b00,    /* call rel32 to PARSE, an earlier call */
         GROW = 0x1c00,          /* has an FDE */
+        SYSCALL = 0x1300,       /* no FDE: musl's syscall() */
+        REG_CALL = 0x1d00,      /* call *%r13 (to SYSCALL) */
         GOT = 0x4000,
         SP = 0x7000,
 };
@@ -118,6 +120,27 @@ static void build(struct fake *f, bool got_readable)
         f->stack[0xc8 / 8] = GOT_CALL;
 }
 
+/* npm onshape-mcp (musl static-pie, Rust std with frame pointers): std's
+ * Condvar::wait (CFA rbp+16) calls musl's syscall() through a register;
+ * syscall pushes rbp, puts the syscall number in it and keeps 0x58 bytes. */
+static void build_syscall(struct fake *f)
+{
+        /* push rbp; mov rdi, rbp; sub rsp, 0x50; ... syscall */
+        static const uint8_t syscall_fn[] = { 0x55, 0x48, 0x89, 0xfd, 0x48, 0x83, 0xec, 0x50 };
+        static const uint8_t reg_call[] = { 0x41, 0xff, 0xd5 };
+
+        memset(f, 0, sizeof(*f));
+        memset(f->code, 0x90, sizeof(f->code));
+        put(f, SYSCALL, syscall_fn, sizeof(syscall_fn));
+        f->code[SYSCALL + 0x59 - CODE] = 0x0f;
+        f->code[SYSCALL + 0x5a - CODE] = 0x05;
+        put(f, REG_CALL - 3, reg_call, sizeof(reg_call));
+        f->stack[1] = 8;                                        /* locals: the futex args */
+        f->stack[2] = SP + 0x60;
+        f->stack[0x50 / 8] = SP + 0xb0;                         /* the caller's rbp */
+        f->stack[0x58 / 8] = REG_CALL;
+}
+
 static uint64_t step(struct fake *f, uint64_t *regs, bool leaf)
 {
         const struct unw_step_ops ops = {
@@ -176,5 +199,34 @@ int main(void)
         ok(k == UNW_STEP_SCAN && regs[D9_DW_RIP] == GOT_CALL,
            "a stale return address from a call of a function with an FDE below pc, its frame's size up, "
            "is not taken (%#llx)", (unsigned long long)regs[D9_DW_RIP]);
+
+        /* Through a register the call cannot be confirmed: the plain scan
+         * takes the return address, and the caller needs its rbp back from
+         * right below it (syscall left 202, SYS_futex, in rbp; before, 41,382
+         * of 44,895 off-CPU stacks ended at Condvar::wait). */
+        const struct unw_step_ops ops = {
+                .read_word = read_word, .read_code = read_code, .read_ptr = read_ptr, .cfi_at = cfi_at, .ctx = &f,
+        };
+        build_syscall(&f);
+        memset(regs, 0, sizeof(regs));
+        regs[D9_DW_RIP] = SYSCALL + 0x5b;
+        regs[D9_DW_RSP] = SP;
+        regs[D9_DW_RBP] = 202;
+        k = unwind_step_no_cfi(&ops, regs, UNW_CFI_NO_FDE, true);
+        ok(k == UNW_STEP_SCAN && regs[D9_DW_RIP] == REG_CALL && regs[D9_DW_RSP] == SP + 0x60 &&
+                   regs[D9_DW_RBP] == SP + 0xb0,
+           "a call through a register into a function that reused rbp: the caller's rbp from below the return "
+           "address (pc %#llx, sp +%#llx, rbp %#llx)", (unsigned long long)regs[D9_DW_RIP],
+           (unsigned long long)(regs[D9_DW_RSP] - SP), (unsigned long long)regs[D9_DW_RBP]);
+
+        /* A function that left rbp alone: a frame pointer still there is
+         * kept, whatever lies below the return address. */
+        memset(regs, 0, sizeof(regs));
+        regs[D9_DW_RIP] = SYSCALL + 0x5b;
+        regs[D9_DW_RSP] = SP;
+        regs[D9_DW_RBP] = SP + 0x300;
+        k = unwind_step_no_cfi(&ops, regs, UNW_CFI_NO_FDE, true);
+        ok(k == UNW_STEP_SCAN && regs[D9_DW_RBP] == SP + 0x300,
+           "a plausible frame pointer in rbp is kept (rbp %#llx)", (unsigned long long)regs[D9_DW_RBP]);
         return tap_done();
 }
