@@ -86,9 +86,6 @@ struct d9_thread {
         /* d9_stack_worker (the default set, no poll probes): the loop's
          * Arc<Worker>, to tell the same loop from a new one. */
         __u64 wk_key;
-        __u32 resume;           /* D9_RESUME_SCHED_EXIT: its d9_offcpu_pending
-                                 * entry is written at its return from
-                                 * __schedule */
 };
 
 struct {

@@ -183,11 +183,25 @@ static int d9_offcpu_resumed(struct bpf_map *map, void *key, void *value)
  * schedule one; D9_RESUME_NONE: long intervals are written stackless. */
 const volatile __u32 d9_resume_by = D9_RESUME_TASK_WORK;
 
-static __always_inline long d9_offcpu_resume_later(struct task_struct *next, struct d9_thread *th,
-                                                   struct d9_offcpu_pending *p)
+/* D9_RESUME_SCHED_EXIT: the thread each CPU has just switched in with its
+ * interval left in d9_offcpu_pending (0: none); d9_sched_resumed, which
+ * runs next on that CPU, in that thread, checks this before anything. */
+struct {
+        __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+        __uint(max_entries, 1);
+        __type(key, __u32);
+        __type(value, __u32);
+} d9_resume_tid SEC(".maps");
+
+static __always_inline long d9_offcpu_resume_later(struct task_struct *next, struct d9_offcpu_pending *p)
 {
+        __u32 zero = 0, *slot;
+
         if (d9_resume_by == D9_RESUME_SCHED_EXIT) {
-                th->resume = 1;
+                slot = bpf_map_lookup_elem(&d9_resume_tid, &zero);
+                if (!slot)
+                        return -1;
+                *slot = next->pid;
                 return 0;
         }
         return bpf_task_work_schedule_resume_impl(next, &p->tw, &d9_offcpu_pending, d9_offcpu_resumed, NULL);
@@ -199,7 +213,7 @@ static __always_inline long d9_offcpu_resume_later(struct task_struct *next, str
  * Preempted intervals too: where a thread waited in the run queue is as
  * much a question as where it blocked. */
 static __always_inline __u32 d9_offcpu_defer(const struct d9_target_cfg *cfg, struct task_struct *next,
-                                             struct d9_thread *th, __u64 now)
+                                             const struct d9_thread *th, __u64 now)
 {
         struct d9_offcpu_pending init = {}, *p;
         __u32 tid = next->pid, why;
@@ -232,7 +246,7 @@ static __always_inline __u32 d9_offcpu_defer(const struct d9_target_cfg *cfg, st
                 p->tgid = next->tgid;
         }
         /* -EBUSY: the entry's callback is due already. */
-        err = d9_offcpu_resume_later(next, th, p);
+        err = d9_offcpu_resume_later(next, p);
         if (err && err != -D9_EBUSY) {
                 if (mine)
                         d9_offcpu_write(cfg, next, p->tgid, tid, &p->span, 0, D9_NOSTACK_PENDING);
@@ -335,22 +349,18 @@ int BPF_PROG(d9_sched_switch, bool preempt, struct task_struct *prev,
  * d9_offcpu_pending comes back from __schedule here, in its own context and
  * before it leaves the kernel: its user registers and stack are still
  * those it blocked with, as at a task_work. Every return from __schedule on
- * the machine runs this; another process's thread has no d9_threads entry.
+ * the machine runs this: a thread d9_resume_tid does not name returns at once.
  * Not loaded unless the loader asks ("?"): older kernels lack the
  * tracepoint, and where task_work works it would only cost. */
 SEC("?tp_btf/sched_exit_tp")
 int BPF_PROG(d9_sched_resumed, bool is_switch)
 {
-        struct task_struct *task = bpf_get_current_task_btf();
+        __u32 zero = 0, tid, *slot = bpf_map_lookup_elem(&d9_resume_tid, &zero);
         struct d9_offcpu_pending *p;
-        struct d9_thread *th;
-        __u32 tid;
 
-        th = bpf_task_storage_get(&d9_threads, task, 0, 0);
-        if (!th || !th->resume)
+        if (!slot || !(tid = *slot) || tid != (__u32)bpf_get_current_pid_tgid())
                 return 0;
-        th->resume = 0;
-        tid = task->pid;
+        *slot = 0;
         p = bpf_map_lookup_elem(&d9_offcpu_pending, &tid);
         if (p && !p->running)
                 d9_offcpu_resumed((struct bpf_map *)&d9_offcpu_pending, &tid, p);
