@@ -1044,6 +1044,12 @@ static int on_offcpu(struct translate *tr, const struct d9_rec_offcpu *o, struct
                 }
                 from_start = *o;
                 from_start.off_ts = tr->recording_start_ts;
+                /* Woken before that too, it waited for a CPU from then:
+                 * the wait the trace can show is the span it has (a first
+                 * attach under 2 CPU hogs, its plan slow: an unpark's wait
+                 * of 1.1 ms after a park of 0.39 ms). */
+                if (from_start.sched_wait_ns > o->hdr.ts - from_start.off_ts)
+                        from_start.sched_wait_ns = o->hdr.ts - from_start.off_ts;
                 o = &from_start;
         }
 

@@ -493,6 +493,32 @@ static void test_sched_parks_carry_cpu_and_wait(void)
            (unsigned long long)l.unpark_wait[0]);
 }
 
+/* A worker asleep since before the recording, woken before the trace's
+ * first segment opened and on CPU only after it: its park starts with the
+ * trace, and its unpark's wait is the part the trace spans, not BPF's
+ * whole wait (a first attach under 2 CPU hogs: an unpark's wait of 1.1 ms
+ * after a park of 0.39 ms). */
+static void test_sleep_from_before_the_trace_waits_within_it(void)
+{
+        struct d9_rec_offcpu o = { .prev_state = 1 | D9_OFFCPU_BEGAN_BEFORE, .sched_wait_ns = 1100000 };
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r, false, false);
+        poll(&r, 101, C_TASK, 1, true);         /* its worker, known */
+        r.tr.recording_start_ts = r.ts + 600000;
+        o.off_ts = r.ts - 200000;               /* BPF's start, before the trace's */
+        hdr(&o.hdr, &r, D9_REC_OFFCPU, 101);
+        o.hdr.ts = r.tr.recording_start_ts + 390000;
+        r.ts = o.hdr.ts;
+        translate_record(&r.tr, &o, sizeof(o));
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.park[0] == 1 && l.unpark[0] == 1 && l.unpark_wait[0] == 390000,
+           "a sleep from before the trace, woken before it began: its unpark waits %llu ns, the 390000 the trace "
+           "spans (%d park, %d unpark)", (unsigned long long)l.unpark_wait[0], l.park[0], l.unpark[0]);
+}
+
 /* A worker's launch poll encloses its task polls (uretprobe mode: its end
  * may never come); when the launch task terminates on that thread its
  * poll is written, spanning the worker's whole loop, so no launch task
@@ -1437,6 +1463,7 @@ int main(void)
         test_sleep_record_after_its_poll_end();
         test_no_sched_parks_with_probes();
         test_sched_parks_carry_cpu_and_wait();
+        test_sleep_from_before_the_trace_waits_within_it();
         test_current_thread();
         test_runtimes_told_apart(false);
         test_runtimes_told_apart(true);
