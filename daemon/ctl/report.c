@@ -711,10 +711,20 @@ static bool sample_names_a_block(const struct report *r, const struct sample *s)
         return !sample_preempted(r, s);
 }
 
+/* A poll with no CPU sample inside still has a stack when its thread was
+ * switched out in it: the deepest such one says where the poll was. npm
+ * endform and kanoniv, the full set under CPU hogs: their longest polls
+ * said "0 CPU samples: (no stack)" while a preempted switch-out inside
+ * each had a whole stack (its leaf the runnable mark). */
+static const struct sample *stack_of_a_poll_with_no_cpu_sample(const struct sample *deepest_off)
+{
+        return deepest_off && !(deepest_off->n == 1 && stack_mark_name(deepest_off->frames[0])) ? deepest_off : NULL;
+}
+
 static json_t *poll_json(const struct report *r, const struct poll *p, int source, const struct sample **picked)
 {
         size_t on = 0, off = 0;
-        const struct sample *first_on = NULL, *first_off = NULL;
+        const struct sample *first_on = NULL, *first_off = NULL, *deepest_off = NULL;
 
         for (size_t i = first_sample(r, p->worker, p->start);
              i < r->nsamples && r->samples[i].worker == p->worker && r->samples[i].ts < p->end; i++) {
@@ -726,12 +736,14 @@ static json_t *poll_json(const struct report *r, const struct poll *p, int sourc
                                 first_on = s;
                 } else {
                         off++;
+                        if (!deepest_off || s->n > deepest_off->n)
+                                deepest_off = s;
                         /* Only a sample of the thread blocking names a blocking call. */
                         if (source == 1 && (!first_off || s->n > first_off->n) && sample_names_a_block(r, s))
                                 first_off = s;
                 }
         }
-        *picked = source == 0 ? first_on : first_off;
+        *picked = source == 1 ? first_off : first_on ? first_on : stack_of_a_poll_with_no_cpu_sample(deepest_off);
         unsigned kernel = *picked ? d9ctl_report_kernel_frames((*picked)->frames, (*picked)->n) : 0;
         json_t *o = json_pack("{s:I, s:I, s:i, s:I, s:s?, s:I, s:I, s:b}", "start_ns", (json_int_t)p->start,
                               "duration_ns", (json_int_t)(p->end - p->start), "worker", (int)p->worker,
@@ -740,6 +752,10 @@ static json_t *poll_json(const struct report *r, const struct poll *p, int sourc
         if (*picked) {
                 json_object_set_new(o, "stack", d9ctl_report_frames_json(&r->syms, (*picked)->frames, (*picked)->n));
                 json_object_set_new(o, "kernel_frames", json_integer(kernel));
+                if (source == 0)
+                        json_object_set_new(o, "stack_from", json_string((*picked)->source == 0 ? "cpu_sample"
+                                                                         : sample_preempted(r, *picked) ? "preempted"
+                                                                         : "switched_out"));
         }
         return o;
 }

@@ -66,9 +66,12 @@ static void print_polls(FILE *out, const char *title, const json_t *list, const 
                         (int)json_integer_value(json_object_get(p, "worker")),
                         json_integer_value(json_object_get(p, "task")), future ? future : "(unknown future)",
                         json_is_true(json_object_get(p, "open")) ? " (open when the recording ended: at least)" : "");
-                fprintf(out, "               %" JSON_INTEGER_FORMAT " %s: ",
+                const char *from = json_string_value(json_object_get(p, "stack_from"));
+                fprintf(out, "               %" JSON_INTEGER_FORMAT " %s%s: ",
                         json_integer_value(json_object_get(p, samples_key)),
-                        !strcmp(samples_key, "cpu_samples") ? "CPU samples" : "off-CPU samples");
+                        !strcmp(samples_key, "cpu_samples") ? "CPU samples" : "off-CPU samples",
+                        !from || !strcmp(from, "cpu_sample") ? ""
+                        : !strcmp(from, "preempted") ? ", preempted here" : ", switched out here");
                 print_stack(out, p);
                 fputc('\n', out);
         }
@@ -328,7 +331,7 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
         char none[600], why[512];
 
         snprintf(none, sizeof(none), "not recorded: the trace has no poll events (%s)", why_no_polls(doc, why, sizeof(why)));
-        print_polls(out, "Longest polls (what ran: the deepest CPU sample inside the poll)",
+        print_polls(out, "Longest polls (what ran: the deepest CPU sample inside the poll, else where it was switched out)",
                     json_object_get(doc, "longest_polls"), "cpu_samples", polls ? "none" : none);
         if (json_integer_value(json_object_get(doc, "long_polls_from_stacks_total")) || !polls)
                 print_long_polls(out, doc);

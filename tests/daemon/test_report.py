@@ -156,7 +156,7 @@ def main():
     t.ok(dflt.get("tasks", {}).get("seen") == 0 and dflt["tasks"]["alive"]["peak"] == 0 and
          "none: the trace has no spawn, terminate or poll events" in dtxt and
          "descheduled here)\n  not recorded without poll events" in dtxt and
-         "(what ran: the deepest CPU sample inside the poll)\n  not recorded" in dtxt,
+         "(what ran: the deepest CPU sample inside the poll, else where it was switched out)\n  not recorded" in dtxt,
          "default probe set: the tasks, longest polls and blocking sections say it has no such events, not none "
          "(npm restate-server: 'Blocking inside polls: none' above its own blocked long poll)",
          r3.stderr[-500:] + dtxt[-800:])
