@@ -17,13 +17,14 @@
 #include "uprobes/uprobes.h"
 #include "../tap.h"
 
-enum { C_TASK, C_TASK2, C_LAUNCH, C_JOB, N_POINTS };
+enum { C_TASK, C_TASK2, C_LAUNCH, C_JOB, C_BOXED, N_POINTS };
 /* Link-time ranges of the fake poll functions; stacks use these addresses
  * as is (the hook below maps an address to itself). */
 #define TASK_FN 0x10000
 #define TASK2_FN 0x11000
 #define LAUNCH_FN 0x20000
 #define JOB_FN 0x30000
+#define BOXED_FN 0x40000      /* poll<Pin<Box<dyn Future>>, S> */
 #define OTHER_FN 0x90000        /* no poll: the worker loop, park, libc */
 #define PERIOD 500000ull
 
@@ -41,6 +42,9 @@ static void plan_init(void)
                                                  .blocking_task = true };
         points[C_JOB] = (struct probe_point){ .kind = PROBE_POLL, .cookie = C_JOB, .label = (char *)"0x30000",
                                               .vaddr = JOB_FN, .func_end = JOB_FN + 0x400, .blocking_task = true };
+        points[C_BOXED] = (struct probe_point){ .kind = PROBE_POLL, .cookie = C_BOXED,
+                                                .label = (char *)"core::pin::Pin<Box<dyn Future>>",
+                                                .vaddr = BOXED_FN, .func_end = BOXED_FN + 0x400, .boxed_dyn = true };
 }
 
 static int same_vaddr(void *ctx, uint64_t addr, uint64_t *vaddr)
@@ -684,6 +688,27 @@ static void test_preempted_short_polls(void)
         ok(l.park[0] == 1, "the sleep outside a poll is still a park (%d)", l.park[0]);
 }
 
+/* A long poll of a boxed future's poll instance is not named after the box
+ * (npm endform-proxy-network: 254 of 257 said Pin<Box<dyn Future>>): it
+ * stays unlabelled, and its stack names the future. */
+static void test_boxed_long_poll_unlabelled(void)
+{
+        const uint64_t in_boxed[] = { OTHER_FN + 0x50, BOXED_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        struct log l;
+        struct run r;
+        char workers[64];
+        uint64_t since;
+
+        run_start(&r);
+        since = r.ts;
+        for (int i = 0; i < 4; i++)
+                tick(&r, 101, stack(&r, 101, in_boxed, 4), since);
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.long_running == 1 && l.ticks[0] == 4 && l.label[0][0] == 0,
+           "a boxed future's long poll is unlabelled, not the box (%d polls, %llu ticks, '%s')", l.long_running,
+           (unsigned long long)l.ticks[0], l.label[0]);
+}
+
 /* --full-on-stall: a run past the threshold counts as a stall while it
  * still runs, so a poll that never ends opens a window; counted once, not
  * again at its end; a shorter run none. */
@@ -769,5 +794,6 @@ int main(void)
         test_preempted_short_polls();
         test_stall_counted_while_running();
         test_poll_running_at_attach();
+        test_boxed_long_poll_unlabelled();
         return tap_done();
 }
