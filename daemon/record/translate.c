@@ -290,8 +290,26 @@ static struct tr_thread *thread_slot(struct translate *tr, uint32_t tid)
         return &tr->threads[i];
 }
 
+static struct tr_thread *thread_find(struct translate *tr, uint32_t tid)
+{
+        size_t mask = tr->threads_cap - 1, i = (tid * 2654435761u) & mask;
+
+        while (tid && tr->threads[i].tid && tr->threads[i].tid != tid)
+                i = (i + 1) & mask;
+        return tid && tr->threads[i].tid == tid ? &tr->threads[i] : NULL;
+}
+
+/* The table moves only when a new thread is added: a caller holding a
+ * thread while a callee looks the same one up keeps a valid pointer
+ * (translate_record's t, then translate_stack_worker's lookup of its tid:
+ * npm nushell, whose short-lived threads grew the table past 2,048
+ * while a stack record was translated, crashed d9d in every recording). */
 static struct tr_thread *thread_get(struct translate *tr, uint32_t tid)
 {
+        struct tr_thread *t = thread_find(tr, tid);
+
+        if (t)
+                return t;
         if (tr->threads_used * 2 >= tr->threads_cap && threads_grow(tr) < 0)
                 return NULL;
         return thread_slot(tr, tid);
@@ -472,15 +490,6 @@ static uint32_t thread_name_atom(struct translate *tr, struct tr_thread *t, cons
 static bool cookie_is_blocking(const struct translate *tr, uint64_t cookie)
 {
         return tr->plan && cookie < tr->n_labels && tr->plan->points[cookie].blocking_task;
-}
-
-static struct tr_thread *thread_find(struct translate *tr, uint32_t tid)
-{
-        size_t mask = tr->threads_cap - 1, i = (tid * 2654435761u) & mask;
-
-        while (tid && tr->threads[i].tid && tr->threads[i].tid != tid)
-                i = (i + 1) & mask;
-        return tid && tr->threads[i].tid == tid ? &tr->threads[i] : NULL;
 }
 
 /* When t's open poll ends, given the record that ends it at ts: no later
