@@ -95,12 +95,15 @@ static int plan_copy(const struct probe_plan *src, struct probe_plan **out)
         p->segments = NULL;
         p->dyn_fns = NULL;
         p->dyn_fn_text = NULL;
+        p->harness_sites = NULL;
         if (!p->points || !p->missing)
                 r = -ENOMEM;
         if (r == 0)
                 r = dup_mem((void **)&p->segments, src->segments, src->n_segments, sizeof(*src->segments)) ?:
                     dup_mem((void **)&p->dyn_fns, src->dyn_fns, src->n_dyn_fns, sizeof(*src->dyn_fns)) ?:
-                    dup_mem((void **)&p->dyn_fn_text, src->dyn_fn_text, src->dyn_fn_text_len, 1);
+                    dup_mem((void **)&p->dyn_fn_text, src->dyn_fn_text, src->dyn_fn_text_len, 1) ?:
+                    dup_mem((void **)&p->harness_sites, src->harness_sites, src->n_harness_sites,
+                            sizeof(*src->harness_sites));
         for (size_t i = 0; r == 0 && i < src->n_points; i++) {
                 struct probe_point *d = &p->points[p->n_points++];
                 const struct probe_point *s = &src->points[i];

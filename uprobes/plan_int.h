@@ -51,3 +51,5 @@ int uprobes_plan_dyn_names(struct plan_builder *b, struct probe_plan *plan);
 bool uprobes_plan_sweep_body(struct plan_builder *b, uint64_t vaddr, uint64_t *lo, uint64_t *hi);
 /* func_bounds.c: func_start/func_end of every poll point (0: unknown). */
 void uprobes_plan_poll_bounds(struct plan_builder *b);
+/* plan_harness.c: plan->harness_sites, after the poll bounds and segments. */
+int uprobes_plan_harness_sites(struct plan_builder *b, struct probe_plan *plan);

@@ -149,6 +149,10 @@ char *probe_plan_to_json(const struct probe_plan *plan)
         if (!root)
                 return NULL;
         json_object_set_new(root, "dyn_fns", dyn_fns_json(plan));
+        json_t *sites = json_array();
+        for (size_t i = 0; sites && i < plan->n_harness_sites; i++)
+                json_array_append_new(sites, json_integer((json_int_t)plan->harness_sites[i]));
+        json_object_set_new(root, "harness_call_sites", sites ? sites : json_null());
         char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         json_decref(root);
         return s;
@@ -191,6 +195,9 @@ void probe_plan_print(const struct probe_plan *plan, FILE *out, bool all_points)
         else
                 fprintf(out, "default set:    no poll function body known: without uprobes d9d cannot tell "
                         "this runtime's workers or long polls (use --probes all)\n");
+        if (bodies)
+                fprintf(out, "harness calls:  %zu call sites in the poll functions into Tokio's own code around "
+                        "the future (yield_now and the like): a stack there is no poll\n", plan->n_harness_sites);
         fprintf(out, "boxed futures:  %zu functions a boxed future's poll can be named (%zu bytes of names)\n",
                 plan->n_dyn_fns, plan->dyn_fn_text_len);
         fprintf(out, "planned in:     %.1f ms\n\n", plan->elapsed_ms);

@@ -20,7 +20,7 @@
 _Static_assert(sizeof(struct probe_point) == 144, "probe_point changed: update plan_wire.c");
 /* A poll body no longer than this (Deno's longest: 11 KiB). */
 #define WIRE_MAX_BODY (16u << 20)
-_Static_assert(sizeof(struct probe_plan) == 296, "probe_plan changed: update plan_wire.c");
+_Static_assert(sizeof(struct probe_plan) == 312, "probe_plan changed: update plan_wire.c");
 _Static_assert(sizeof(struct probe_segment) == 32 && sizeof(struct probe_fn_name) == 16,
                "probe_segment or probe_fn_name changed: update plan_wire.c");
 /* Not on the wire: planned_ctime, which the parent takes from its own fd
@@ -134,6 +134,9 @@ static void put_plan(struct wire_out *w, const struct probe_plan *p)
                 put_u64(w, p->dyn_fns[i].vaddr);
                 put_u64(w, p->dyn_fns[i].name);
         }
+        put_u64(w, p->n_harness_sites);
+        for (size_t i = 0; i < p->n_harness_sites; i++)
+                put_u64(w, p->harness_sites[i]);
 }
 
 int probe_plan_serialize(const struct probe_plan *plan, void **bytes, size_t *len)
@@ -290,6 +293,22 @@ static void get_dyn_fns(struct wire_in *in, struct probe_plan *p)
         }
 }
 
+/* Sorted, unique (probe_plan_harness_site searches them). */
+static void get_harness_sites(struct wire_in *in, struct probe_plan *p)
+{
+        uint64_t n = get_max(in, 1u << 16);
+
+        if (!in->error && (uint64_t)(in->end - in->p) / 8 < n)
+                in->error = -EPROTO;
+        if (!in->error && n && !(p->harness_sites = calloc(n, sizeof(*p->harness_sites))))
+                in->error = -ENOMEM;
+        for (uint64_t i = 0; !in->error && i < n; i++, p->n_harness_sites++) {
+                p->harness_sites[i] = get_u64(in);
+                if (i && p->harness_sites[i] <= p->harness_sites[i - 1])
+                        in->error = -EPROTO;
+        }
+}
+
 static void get_plan(struct wire_in *in, struct probe_plan *p)
 {
         uint64_t ms, n;
@@ -339,6 +358,7 @@ static void get_plan(struct wire_in *in, struct probe_plan *p)
         get_segments(in, p);
         p->tls_size = get_max(in, 1u << 20);
         get_dyn_fns(in, p);
+        get_harness_sites(in, p);
         if (!in->error && in->p != in->end)
                 in->error = -EPROTO;
 }

@@ -195,7 +195,16 @@ struct probe_plan {
         size_t n_dyn_fns;
         char *dyn_fn_text;              /* their names, each once, NUL-terminated */
         size_t dyn_fn_text_len;
+        /* Return addresses (link-time) of the calls task poll functions
+         * make into Tokio's own code around the future: yield_now and the
+         * like (plan_harness.c), sorted, unique. A stack whose task poll
+         * frame returns to one is in the harness, not in the future. */
+        uint64_t *harness_sites;
+        size_t n_harness_sites;
 };
+
+/* Whether the link-time return address vaddr is one of harness_sites. */
+bool probe_plan_harness_site(const struct probe_plan *plan, uint64_t vaddr);
 
 /* The name dyn_fns gives the function at link-time address vaddr, or NULL. */
 const char *probe_plan_dyn_fn_name(const struct probe_plan *plan, uint64_t vaddr);

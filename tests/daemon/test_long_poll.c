@@ -29,7 +29,11 @@ enum { C_TASK, C_TASK2, C_LAUNCH, C_JOB, C_BOXED, N_POINTS };
 #define PERIOD 500000ull
 
 static struct probe_point points[N_POINTS];
-static struct probe_plan plan = { .points = points, .n_points = N_POINTS };
+/* A call in TASK_FN into Tokio's own code (yield_now): its return address. */
+#define HARNESS_RET (TASK_FN + 0x301)
+static uint64_t harness_sites[] = { HARNESS_RET };
+static struct probe_plan plan = { .points = points, .n_points = N_POINTS, .harness_sites = harness_sites,
+                                  .n_harness_sites = 1 };
 
 static void plan_init(void)
 {
@@ -60,6 +64,7 @@ struct log {
         uint64_t min_ns[8], ticks[8], worker[8], leaf[8];
         bool runnable[8];               /* the stack led by the runnable mark (leaf: the frame under it) */
         char label[8][32];
+        uint64_t sample_leaf;           /* the last CPU sample's first frame */
 };
 
 static uint64_t field_u(const struct d9_dec_event *ev, const char *name)
@@ -124,8 +129,12 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
                 l->park[w]++;
         else if (!strcmp(n, "WorkerUnparkEvent"))
                 l->unpark[w]++;
-        else if (!strcmp(n, "CpuSampleEvent"))
+        else if (!strcmp(n, "CpuSampleEvent")) {
                 l->samples[w]++;
+                for (uint16_t i = 0; i < ev->schema->nfields; i++)
+                        if (!strcmp(ev->schema->fields[i].name, "callchain") && ev->values[i].stack.n)
+                                l->sample_leaf = d9_value_stack_addr(&ev->values[i], 0);
+        }
         return 0;
 }
 
@@ -709,6 +718,80 @@ static void test_boxed_long_poll_unlabelled(void)
            (unsigned long long)l.ticks[0], l.label[0]);
 }
 
+/* A stack whose task poll frame called into Tokio's own code around the
+ * future (a harness site: yield_now after the future returned) is in no
+ * poll: its preemption is no long poll (npm endform-proxy-network: 236 of
+ * 257), and a tick there ends the running poll. The leaf frame at that
+ * address is the poll function running its own code, maybe the future
+ * inlined: still a poll. */
+static void test_harness_calls_are_no_poll(void)
+{
+        const uint64_t in_yield[] = { OTHER_FN + 0x70, HARNESS_RET - 1, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        const uint64_t in_future[] = { OTHER_FN + 0x70, TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        const uint64_t leaf_there[] = { HARNESS_RET - 1, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        const uint64_t outside[] = { OTHER_FN + 3, LAUNCH_FN + 0x20 };
+        struct log l;
+        struct run r;
+        char workers[64];
+        uint64_t since;
+
+        run_start(&r);
+        since = r.ts;
+        tick(&r, 101, stack(&r, 101, outside, 2), since);      /* makes 101 a worker */
+        preempt(&r, 101, stack(&r, 101, in_yield, 4), 8000000);
+        offcpu(&r, 101, stack(&r, 101, outside, 2), 2000000);
+        since = r.ts;
+        for (int i = 0; i < 3; i++)
+                tick(&r, 101, stack(&r, 101, in_future, 4), since);
+        tick(&r, 101, stack(&r, 101, in_yield, 4), since);     /* ends that run */
+        tick(&r, 101, stack(&r, 101, in_future, 4), since);    /* one tick alone: none */
+        offcpu(&r, 101, stack(&r, 101, outside, 2), 2000000);
+        preempt(&r, 101, stack(&r, 101, in_future, 4), 6000000);
+        offcpu(&r, 101, stack(&r, 101, outside, 2), 2000000);
+        preempt(&r, 101, stack(&r, 101, leaf_there, 3), 7000000);
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.long_running == 1 && l.ticks[0] == 3 && l.min_ns[0] == 2 * PERIOD,
+           "the run of 3 ticks in the future ends at the tick in yield_now (%d running, %llu ticks, %llu ns)",
+           l.long_running, (unsigned long long)l.ticks[0], (unsigned long long)l.min_ns[0]);
+        ok(l.long_preempted == 2 && l.min_ns[1] == 6000000 && l.min_ns[2] == 7000000,
+           "preempted in the future (6 ms) and at the leaf (7 ms) are long polls, in yield_now (8 ms) none "
+           "(%d preempted: %llu, %llu ns)", l.long_preempted, (unsigned long long)l.min_ns[1],
+           (unsigned long long)l.min_ns[2]);
+        ok(l.park[0] == 3, "the worker's sleeps outside a poll are parks (%d)", l.park[0]);
+}
+
+/* A stack record of a thread new to translate, the one that fills its
+ * thread table to the point of growing: the worker lookup inside it must
+ * not move the table under the thread translate_record holds (npm
+ * nushell: d9d crashed in every default-set recording once its
+ * short-lived threads passed 2,048). The stack lands in the thread, and
+ * the sample that names it gets its frames. */
+static void test_stack_of_the_thread_that_fills_the_table(void)
+{
+        const uint64_t in_task[] = { TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        union {
+                struct translate_held_stack h;
+                uint8_t bytes[sizeof(struct translate_held_stack) + 3 * sizeof(uint64_t)];
+        } held = { 0 };
+        struct log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r);
+        for (uint32_t tid = 1000; tid < 1127; tid++)      /* 127 of the first table's 256 */
+                tick(&r, tid, 0, r.ts);
+        held.h.hdr = (struct d9_rec_hdr){ .type = TRANSLATE_REC_HELD_STACK, .tid = 2000, .tgid = 1, .ts = r.ts };
+        held.h.stack_id = 77;
+        held.h.n = 3;
+        memcpy(held.h.frames, in_task, sizeof(in_task));
+        translate_record(&r.tr, &held, translate_held_stack_size(&held.h));
+        cpu_sample_at(&r, 2000, 77, r.ts + 1000);
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.sample_leaf == TASK_FN + 0x40,
+           "the 128th thread's stack is its sample's, the table grown around it (leaf 0x%llx)",
+           (unsigned long long)l.sample_leaf);
+}
+
 /* --full-on-stall: a run past the threshold counts as a stall while it
  * still runs, so a poll that never ends opens a window; counted once, not
  * again at its end; a shorter run none. */
@@ -795,5 +878,7 @@ int main(void)
         test_stall_counted_while_running();
         test_poll_running_at_attach();
         test_boxed_long_poll_unlabelled();
+        test_harness_calls_are_no_poll();
+        test_stack_of_the_thread_that_fills_the_table();
         return tap_done();
 }

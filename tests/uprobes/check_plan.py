@@ -208,6 +208,50 @@ def check_size(plan_dump, series, size):
            f"are the symbols' wake_by_val and wake_by_ref", (sym_wake, s_wake))
 
 
+def harness_callees(binary, sites):
+    """The names of the functions the calls ending at sites call: objdump's
+    target, or for `call *slot(%rip)` the function the slot's relocation
+    names."""
+    names = {}
+    for line in subprocess.run(["nm", "-C", binary], capture_output=True, text=True, timeout=60).stdout.splitlines():
+        f = line.split(" ", 2)
+        if len(f) == 3 and f[0]:
+            names.setdefault(int(f[0], 16), f[2])
+    slots = {}
+    for line in subprocess.run(["readelf", "-rW", binary], capture_output=True, text=True, timeout=60).stdout.splitlines():
+        f = line.split()
+        if len(f) >= 4 and f[2] == "R_X86_64_RELATIVE":
+            slots[int(f[0], 16)] = names.get(int(f[3], 16), f[3])
+    want, out = set(sites), {}
+    for line in subprocess.run(["objdump", "-d", "-w", "-C", binary], capture_output=True, text=True,
+                               timeout=300).stdout.splitlines():
+        m = OBJ_LINE.match(line)
+        if not m or int(m.group(1), 16) + len(m.group(2).split()) not in want:
+            continue
+        end = int(m.group(1), 16) + len(m.group(2).split())
+        slot = re.search(r"call\s+\*0x[0-9a-f]+\(%rip\)\s+# ([0-9a-f]+)", line)
+        direct = re.search(r"call\s+[0-9a-f]+ <(.*)>", line)
+        out[end] = slots.get(int(slot.group(1), 16), "?") if slot else direct.group(1) if direct else line
+    return out
+
+
+def check_harness_sites(binary, d, d_s, what):
+    """The plan's harness call sites: calls in the task poll functions into
+    Tokio's task state and scheduler code (the yield after a task woke
+    itself), found from the code alone: the stripped build finds the same."""
+    sites = d.get("harness_call_sites") or []
+    callees = harness_callees(binary, sites)
+    runtime = [n for n in callees.values() if n.startswith("tokio::runtime::") and
+               ("::task::state::State::" in n or "yield_now" in n or "::task::" in n or "::scheduler::" in n)]
+    ok(sites and len(callees) == len(sites) and len(runtime) == len(sites),
+       f"{what}: {len(sites)} harness call sites, each a call into Tokio's task or scheduler code "
+       f"({sorted(set(callees.values()))[:6]})", sorted(set(callees.values()) - set(runtime))[:10])
+    ok(any("Schedule for" in n and n.endswith("yield_now") for n in runtime),
+       f"{what}: among them the scheduler's yield_now, where a task that woke itself is rescheduled")
+    ok(d_s.get("harness_call_sites") == sites, f"{what}: the stripped build finds the same sites "
+       f"({len(d_s.get('harness_call_sites') or [])})")
+
+
 def check_target(plan_dump, series, release, v0, stripped, debug):
     d_rel = plan(plan_dump, "--exe", release)
     check_symbolized(release, d_rel, series, f"{series}-release", False)
@@ -242,6 +286,7 @@ def check_target(plan_dump, series, release, v0, stripped, debug):
            f"same vtable offsets", (boxed_rel, boxed_s))
         ok(all(p["label"] == p["vaddr"] for p in polls(d_s)),
            f"{series}-stripped: poll labels are the poll address")
+        check_harness_sites(release, d_rel, d_s, f"{series}-release")
         # Blocking-pool tasks from the vtable's shape alone: the same polls the
         # symbolized build names BlockingTask<...>.
         blk_rel = sorted(p["vaddr_int"] for p in polls(d_rel) if "BlockingTask<" in p["label"])

@@ -88,8 +88,9 @@ static uint64_t u64_at(const unsigned char *bytes, size_t off)
         return v;
 }
 
-/* The plan's tail: its PT_LOAD segments, its TLS size and the boxed
- * futures' names (dyn_fns), the part the drain loop names tasks by. Every
+/* The plan's tail: its PT_LOAD segments, its TLS size, the boxed
+ * futures' names (dyn_fns), the part the drain loop names tasks by, and
+ * the harness call sites, which tell long polls from Tokio's own code. Every
  * cut inside it and every count, length, flag, order and offset made
  * wrong is refused. */
 static void check_table_hostile(const char *exe)
@@ -102,9 +103,11 @@ static void check_table_hostile(const char *exe)
         if (probe_plan_for_file(exe, &plan, &err) < 0 || probe_plan_serialize(plan, (void **)&bytes, &len) < 0)
                 bail("no plan for %s: %s", exe, err ? err : "?");
         size_t n = plan->n_dyn_fns, text = plan->dyn_fn_text_len, nseg = plan->n_segments;
-        size_t fns = len - 16 * n, text_at = fns - text, count_at = text_at - 16, tls_at = count_at - 8;
+        size_t nh = plan->n_harness_sites, nh_at = len - 8 * nh - 8;
+        size_t fns = nh_at - 16 * n, text_at = fns - text, count_at = text_at - 16, tls_at = count_at - 8;
         size_t seg_at = tls_at - 32 * nseg, nseg_at = seg_at - 8;
-        if (n < 8 || u64_at(bytes, count_at) != n || u64_at(bytes, count_at + 8) != text ||
+        if (n < 8 || nh < 3 || u64_at(bytes, nh_at) != nh || u64_at(bytes, nh_at + 8) != plan->harness_sites[0] ||
+            u64_at(bytes, count_at) != n || u64_at(bytes, count_at + 8) != text ||
             u64_at(bytes, nseg_at) != nseg || u64_at(bytes, tls_at) != plan->tls_size || !plan->tls_size)
                 bail("%s: %zu functions, %zu segments: not where the wire puts them", exe, n, nseg);
 
@@ -113,7 +116,12 @@ static void check_table_hostile(const char *exe)
                 refused += probe_plan_parse(bytes, cut, &p) == -EPROTO && !p;
                 probe_plan_free(p);
         }
-        ok(refused == tried, "%s: all %zu cuts inside the segments and names refused", exe, tried);
+        ok(refused == tried, "%s: all %zu cuts inside the segments, names and harness sites refused", exe, tried);
+        ok(refused_with(bytes, len, nh_at, nh + 1) && refused_with(bytes, len, nh_at, nh - 1) &&
+           refused_with(bytes, len, nh_at, (1u << 16) + 1) && refused_with(bytes, len, nh_at, UINT64_MAX) &&
+           refused_with(bytes, len, nh_at + 16, plan->harness_sites[0]) &&
+           refused_with(bytes, len, nh_at + 16, plan->harness_sites[0] - 1),
+           "%s: harness sites: one more, one less, over the bound, 2^64-1, equal or out of order: refused", exe);
 
         uint64_t first = u64_at(bytes, fns), second = u64_at(bytes, fns + 16);
         uint64_t name1 = u64_at(bytes, fns + 8);
