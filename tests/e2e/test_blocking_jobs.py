@@ -37,12 +37,16 @@ D9D, D9CTL, TARGET = sys.argv[1:4]
 
 
 def run_queue_ns(pid):
-    """Each thread's time waiting on a run queue so far (schedstat)."""
+    """Each thread's time waiting on a run queue so far (schedstat), with
+    its start time, which tells a tid the kernel gave to a new thread."""
     got = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                got[int(tid)] = int(f.read().split()[1])
+                queued = int(f.read().split()[1])
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                started = int(f.read().rsplit(")", 1)[1].split()[19])
+            got[int(tid)] = (started, queued)
         except (OSError, IndexError, ValueError):
             pass
     return got
@@ -103,11 +107,15 @@ def main():
     t.ok(len(waits) > 50 and len(waited) > len(waits) // 4,
          f"{len(waited)} of {len(waits)} unparks waited for a CPU after their wakeup, "
          f"{sum(waited) / 1e6:.1f} ms in all")
-    # No more than the kernel's run-queue time of each thread meanwhile.
-    over = {tid: (round(ns / 1e6, 1), round((after.get(tid, 0) - before.get(tid, 0)) / 1e6, 1))
-            for tid, ns in wait_by_tid.items() if ns > after.get(tid, 0) - before.get(tid, 0) + 2_000_000}
-    t.ok(wait_by_tid and not over, f"each worker's unpark waits are within its schedstat run-queue time "
-         f"(over: {over})")
+    # No more than the kernel's run-queue time of each thread meanwhile, for
+    # the threads there at both readings: a block_in_place thread that held
+    # a core can exit before the second (a CI run under another session's
+    # hogs: 1,007.9 ms of waits against "0"), and its tid go to a new one.
+    same = [tid for tid in wait_by_tid if tid in before and tid in after and before[tid][0] == after[tid][0]]
+    over = {tid: (round(wait_by_tid[tid] / 1e6, 1), round((after[tid][1] - before[tid][1]) / 1e6, 1))
+            for tid in same if wait_by_tid[tid] > after[tid][1] - before[tid][1] + 2_000_000}
+    t.ok(len(same) >= 2 and not over, f"each worker's unpark waits are within its schedstat run-queue time, "
+         f"{len(same)} of {len(wait_by_tid)} threads there at both readings (over: {over})")
     rep = subprocess.run([D9CTL, "report", "--json", *r.stdout.split()], capture_output=True, text=True, timeout=120)
     tasks = (json.loads(rep.stdout) if rep.returncode == 0 else {}).get("tasks", {})
     at_end = tasks.get("alive", {}).get("at_end", -1)
