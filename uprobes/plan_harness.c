@@ -25,9 +25,8 @@
 #define HARNESS_MIN_BODIES 3
 /* ... and calls from outside them are at most a quarter of theirs. */
 #define HARNESS_OUTSIDE_SHARE 4
-/* Bounds: a body is decoded up to this many bytes; sites kept. */
+/* A body is decoded up to this many bytes. */
 #define HARNESS_BODY_MAX (256u << 10)
-#define HARNESS_SITES_MAX (1u << 16)
 
 /* A call's target: the function a rel32 call names, or for a call through
  * a GOT slot (`call *slot(%rip)`, a PIE built without PLT calls: the test
@@ -181,7 +180,7 @@ static int keep_sites(struct probe_plan *plan, const struct harness_calls *c, co
 {
         uint64_t *more;
 
-        if (plan->n_harness_sites + (h->to - h->from) > HARNESS_SITES_MAX)
+        if (plan->n_harness_sites + (h->to - h->from) > PROBE_HARNESS_SITES_MAX)
                 return 0;
         more = realloc(plan->harness_sites, (plan->n_harness_sites + (h->to - h->from)) * sizeof(*more));
         if (!more)

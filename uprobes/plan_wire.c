@@ -296,7 +296,7 @@ static void get_dyn_fns(struct wire_in *in, struct probe_plan *p)
 /* Sorted, unique (probe_plan_harness_site searches them). */
 static void get_harness_sites(struct wire_in *in, struct probe_plan *p)
 {
-        uint64_t n = get_max(in, 1u << 16);
+        uint64_t n = get_max(in, PROBE_HARNESS_SITES_MAX);
 
         if (!in->error && (uint64_t)(in->end - in->p) / 8 < n)
                 in->error = -EPROTO;

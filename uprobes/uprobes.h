@@ -120,6 +120,8 @@ struct probe_fn_name {
  * labels"); a build past either bound gets no table (a `missing` entry). */
 #define PROBE_DYN_FNS_MAX (1u << 18)
 #define PROBE_DYN_FN_TEXT_MAX (32u << 20)
+/* Harness call sites a plan keeps at most (one to three per poll body). */
+#define PROBE_HARNESS_SITES_MAX (1u << 16)
 
 /* Something the plan wanted and did not find, with why. */
 struct probe_missing {

@@ -118,7 +118,7 @@ static void check_table_hostile(const char *exe)
         }
         ok(refused == tried, "%s: all %zu cuts inside the segments, names and harness sites refused", exe, tried);
         ok(refused_with(bytes, len, nh_at, nh + 1) && refused_with(bytes, len, nh_at, nh - 1) &&
-           refused_with(bytes, len, nh_at, (1u << 16) + 1) && refused_with(bytes, len, nh_at, UINT64_MAX) &&
+           refused_with(bytes, len, nh_at, PROBE_HARNESS_SITES_MAX + 1) && refused_with(bytes, len, nh_at, UINT64_MAX) &&
            refused_with(bytes, len, nh_at + 16, plan->harness_sites[0]) &&
            refused_with(bytes, len, nh_at + 16, plan->harness_sites[0] - 1),
            "%s: harness sites: one more, one less, over the bound, 2^64-1, equal or out of order: refused", exe);
