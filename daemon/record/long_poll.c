@@ -247,13 +247,10 @@ int long_poll_write(struct translate *tr, const struct tr_thread *t, const struc
 
         v[0] = (struct d9_enc_value){ .present = true, .u = t->worker < D9_WORKER_BLOCKING ? t->worker : 255 };
         v[1] = (struct d9_enc_value){ .present = true, .u = t->tid };
-        /* A boxed future's poll instance is the box's (Pin<Box<dyn Future>>),
-         * which says nothing; its stack names the future. Unlabelled, as a
-         * spawn of one is (npm endform-proxy-network: 254 of 257 long polls
-         * said the box, their stacks Instrumented<T>::poll). */
-        bool boxed = tr->plan && lp->cookie < tr->plan->n_points && tr->plan->points[lp->cookie].boxed_dyn;
-        v[2] = (struct d9_enc_value){ .present = true,
-                                      .atom = boxed ? tr->empty_atom : translate_label_atom(tr, lp->cookie) };
+        /* A boxed future's stays unlabelled, as a spawn of one: its stack
+         * names the future (npm endform-proxy-network: 254 of 257 long
+         * polls said Pin<Box<dyn Future>>, their stacks Instrumented<T>). */
+        v[2] = (struct d9_enc_value){ .present = true, .atom = translate_label_atom(tr, lp->cookie) };
         v[3] = (struct d9_enc_value){ .present = true, .u = lp->min_ns };
         v[4] = (struct d9_enc_value){ .present = true, .u = lp->ticks };
         v[5] = (struct d9_enc_value){ .present = true };

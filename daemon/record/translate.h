@@ -305,7 +305,9 @@ int translate_stack_worker(struct translate *tr, uint32_t tid, uint64_t rt, uint
                            bool searching);
 /* t's worker id, a new one if it has none yet (long_poll.c). */
 uint32_t translate_thread_worker(struct translate *tr, struct tr_thread *t);
-/* The future-type label of a plan cookie, interned in the current segment. */
+/* The future-type label of a plan cookie, interned in the current segment;
+ * none (the empty string) for a boxed future's poll instance, which says
+ * only the box. */
 uint32_t translate_label_atom(struct translate *tr, uint64_t cookie);
 
 /* Sampled wakes: the wake points are attached from ts on (or not), for
