@@ -131,36 +131,34 @@ static const struct lp_range *range_of(const struct translate *tr, uint64_t vadd
         return &tr->lp_ranges[lo - 1];
 }
 
-/* The poll function a frame lies in, or NULL. */
-static const struct lp_range *frame_range(const struct translate *tr, uint64_t addr)
+/* The poll function a frame lies in, or NULL; *v: the frame's link-time
+ * address. */
+static const struct lp_range *frame_range(const struct translate *tr, uint64_t addr, uint64_t *v)
 {
-        uint64_t v;
-
-        return tr->lp_vaddr_of(tr->lp_ctx, addr, &v) < 0 ? NULL : range_of(tr, v);
+        return tr->lp_vaddr_of(tr->lp_ctx, addr, v) < 0 ? NULL : range_of(tr, *v);
 }
 
 /* Whether the task poll frame frames[i] called into Tokio's own code
  * around the future (the plan's harness_sites), so the thread is not in
  * the future: after it returned, rescheduling a task that woke itself
  * (npm endform-proxy-network, 236 of 257 "preempted" long polls at
- * Schedule::yield_now <- Harness::poll), or before it. A caller's frame
- * is its return address - 1; the leaf (i == n_kern) is where the poll
- * function itself ran, which may be the future inlined. */
-static bool in_harness(const struct translate *tr, const uint64_t *frames, uint32_t i, uint32_t n_kern)
+ * Schedule::yield_now <- Harness::poll), or before it. v is the frame's
+ * link-time address; a caller's frame is its return address - 1; the leaf
+ * (i == n_kern) is where the poll function itself ran, which may be the
+ * future inlined. */
+static bool in_harness(const struct translate *tr, uint64_t v, uint32_t i, uint32_t n_kern)
 {
-        uint64_t v;
-
-        return i > n_kern && tr->plan->n_harness_sites && tr->lp_vaddr_of(tr->lp_ctx, frames[i], &v) == 0 &&
-               probe_plan_harness_site(tr->plan, v + 1);
+        return i > n_kern && probe_plan_harness_site(tr->plan, v + 1);
 }
 
 uint32_t long_poll_task_frame(const struct translate *tr, const uint64_t *frames, uint32_t n, uint32_t n_kern)
 {
         for (uint32_t i = n_kern; tr->n_lp_ranges && i < n; i++) {
-                const struct lp_range *r = frame_range(tr, frames[i]);
+                uint64_t v;
+                const struct lp_range *r = frame_range(tr, frames[i], &v);
 
                 if (r && !r->blocking)
-                        return in_harness(tr, frames, i, n_kern) ? 0 : r->cookie + 1;
+                        return in_harness(tr, v, i, n_kern) ? 0 : r->cookie + 1;
         }
         return 0;
 }
@@ -175,7 +173,8 @@ void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stac
          * block_on inside a poll is still that worker's poll), the last
          * blocking one the outermost. */
         for (uint32_t i = n_kern; i < n; i++) {
-                const struct lp_range *r = frame_range(tr, frames[i]);
+                uint64_t v;
+                const struct lp_range *r = frame_range(tr, frames[i], &v);
 
                 if (!r)
                         continue;
@@ -184,7 +183,7 @@ void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stac
                 if (!r->blocking && !task) {
                         task = r->cookie + 1;
                         depth = i - n_kern;
-                        harness = in_harness(tr, frames, i, n_kern);
+                        harness = in_harness(tr, v, i, n_kern);
                 }
                 else if (r->blocking && task)
                         launch = r->cookie + 1;
