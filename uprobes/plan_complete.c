@@ -43,13 +43,6 @@
  * in ~0.7 s of a plan; this is ~5 times that). */
 #define SWEEP_BUDGET (256ull << 20)
 
-static int cmp_u64(const void *a, const void *b)
-{
-        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-        return x < y ? -1 : x > y;
-}
-
 static size_t add_unique(uint64_t *out, size_t n, size_t max, uint64_t v)
 {
         for (size_t i = 0; i < n; i++)
@@ -157,7 +150,7 @@ static uint64_t next_entry(const struct entry_set *known, uint64_t start)
 
 static bool is_known(const struct entry_set *known, uint64_t at)
 {
-        return known && known->n && bsearch(&at, known->v, known->n, sizeof(*known->v), cmp_u64);
+        return known && known->n && bsearch(&at, known->v, known->n, sizeof(*known->v), uprobes_cmp_u64);
 }
 
 /* push %rbp; mov %rsp,%rbp (either encoding of the mov). */
@@ -257,13 +250,13 @@ static size_t code_callees(const struct elf_image *img, uint64_t vaddr, const st
         if (body)
                 body->hi = ended ? start + off : first_end;
         *left -= off;
-        qsort(out, n, sizeof(*out), cmp_u64);
+        qsort(out, n, sizeof(*out), uprobes_cmp_u64);
         return n;
 }
 
 static bool contains(const uint64_t *v, size_t n, uint64_t x)
 {
-        return bsearch(&x, v, n, sizeof(*v), cmp_u64) != NULL;
+        return bsearch(&x, v, n, sizeof(*v), uprobes_cmp_u64) != NULL;
 }
 
 /* Does complete's own path show in sub (the callees of common callee c)?
@@ -438,12 +431,7 @@ static int known_entries(struct plan_builder *b, uint64_t *left, struct entry_se
                                 if (entry_push(e, &cap, calls[j]) < 0)
                                         return -ENOMEM;
                 }
-        qsort(e->v, e->n, sizeof(*e->v), cmp_u64);
-        size_t w = 0;
-        for (size_t i = 0; i < e->n; i++)
-                if (!w || e->v[w - 1] != e->v[i])
-                        e->v[w++] = e->v[i];
-        e->n = w;
+        e->n = uprobes_sort_unique_u64(e->v, e->n);
         return 0;
 }
 

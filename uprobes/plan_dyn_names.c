@@ -99,13 +99,6 @@ static int scan_section_words(const struct elf_image *img, const char *name, str
         return 0;
 }
 
-static int by_u64(const void *a, const void *b)
-{
-        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-        return x < y ? -1 : x > y;
-}
-
 struct named {
         const char *name;
         size_t fn;              /* index into plan->dyn_fns */
@@ -178,7 +171,6 @@ static void table_drop(struct probe_plan *plan)
 int uprobes_plan_dyn_names(struct plan_builder *b, struct probe_plan *plan)
 {
         struct fn_list fns = { 0 };
-        size_t u = 0;
         int r;
 
         if (b->vs.relocs.n)
@@ -186,11 +178,7 @@ int uprobes_plan_dyn_names(struct plan_builder *b, struct probe_plan *plan)
         else if ((r = scan_section_words(b->img, ".data.rel.ro", &fns)) == 0)
                 r = scan_section_words(b->img, ".rodata", &fns);
         if (r == 0) {
-                qsort(fns.v, fns.n, sizeof(*fns.v), by_u64);
-                for (size_t i = 0; i < fns.n; i++)
-                        if (!u || fns.v[u - 1] != fns.v[i])
-                                fns.v[u++] = fns.v[i];
-                fns.n = u;
+                fns.n = uprobes_sort_unique_u64(fns.v, fns.n);
                 r = name_fns(b, &fns, plan);
         }
         free(fns.v);

@@ -101,13 +101,6 @@ static int by_target_body(const void *a, const void *b)
         return x->body < y->body ? -1 : x->body > y->body;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-        return x < y ? -1 : x > y;
-}
-
 /* A target half the task poll functions call: its calls c->v[from, to). */
 struct harness_candidate {
         uint64_t target;
@@ -241,20 +234,13 @@ int uprobes_plan_harness_sites(struct plan_builder *b, struct probe_plan *plan)
         }
         free(cand);
         free(c.v);
-        if (r == 0 && plan->n_harness_sites) {
-                size_t n = 1;
-
-                qsort(plan->harness_sites, plan->n_harness_sites, sizeof(*plan->harness_sites), cmp_u64);
-                for (size_t i = 1; i < plan->n_harness_sites; i++)
-                        if (plan->harness_sites[i] != plan->harness_sites[n - 1])
-                                plan->harness_sites[n++] = plan->harness_sites[i];
-                plan->n_harness_sites = n;
-        }
+        if (r == 0)
+                plan->n_harness_sites = uprobes_sort_unique_u64(plan->harness_sites, plan->n_harness_sites);
         return r;
 }
 
 bool probe_plan_harness_site(const struct probe_plan *plan, uint64_t vaddr)
 {
         return plan->n_harness_sites &&
-               bsearch(&vaddr, plan->harness_sites, plan->n_harness_sites, sizeof(vaddr), cmp_u64);
+               bsearch(&vaddr, plan->harness_sites, plan->n_harness_sites, sizeof(vaddr), uprobes_cmp_u64);
 }

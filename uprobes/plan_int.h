@@ -51,5 +51,9 @@ int uprobes_plan_dyn_names(struct plan_builder *b, struct probe_plan *plan);
 bool uprobes_plan_sweep_body(struct plan_builder *b, uint64_t vaddr, uint64_t *lo, uint64_t *hi);
 /* func_bounds.c: func_start/func_end of every poll point (0: unknown). */
 void uprobes_plan_poll_bounds(struct plan_builder *b);
+/* u64_sort.c: qsort/bsearch order of uint64_t, and a sort that drops
+ * repeats (returns the new count). */
+int uprobes_cmp_u64(const void *a, const void *b);
+size_t uprobes_sort_unique_u64(uint64_t *v, size_t n);
 /* plan_harness.c: plan->harness_sites, after the poll bounds and segments. */
 int uprobes_plan_harness_sites(struct plan_builder *b, struct probe_plan *plan);
