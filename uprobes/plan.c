@@ -295,8 +295,9 @@ static int plan_fill(struct plan_builder *b, struct probe_plan *plan, char **err
         if ((r = uprobes_plan_dyn_names(b, plan)) < 0 || (r = plan_segments(b->img, plan)) < 0)
                 return r;
         uprobes_plan_poll_bounds(b);
-        if ((r = uprobes_plan_harness_sites(b, plan)) < 0 || (r = uprobes_plan_label_polls(b)) < 0 || (r = uprobes_plan_return_sites(b, plan)) < 0 ||
-            (r = uprobes_plan_classify(b)) < 0 || (r = skip_unattached_kinds(b)) < 0)
+        if ((r = uprobes_plan_harness_sites(b, plan)) < 0 || (r = uprobes_plan_label_polls(b)) < 0 ||
+            (r = uprobes_plan_return_sites(b, plan)) < 0 || (r = uprobes_plan_classify(b)) < 0 ||
+            (r = skip_unattached_kinds(b)) < 0)
                 return r;
         qsort(b->pts, b->n, sizeof(*b->pts), by_kind_addr);
         for (size_t i = 0; i < b->n; i++)
