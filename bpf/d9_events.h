@@ -123,23 +123,27 @@ struct d9_rec_task {
         d9_u64 header;          /* task Header* (pointer, for correlation) */
         union {
                 d9_u64 start_ts;        /* POLL_END: the matching POLL_START's ts */
-                d9_u64 exe_code;        /* POLL_START of a boxed dyn future: where the
-                                         * executable's code begins (mm->start_code:
-                                         * its lowest PF_X PT_LOAD's vaddr + the load
-                                         * bias), so future_poll can be named before
-                                         * any read of the target's map; else 0 */
-                d9_u64 vtable;          /* SPAWN: the task's vtable (runtime address,
-                                         * read with its id; 0: unread), which the
-                                         * plan's vtable scan ties to its poll<T,S> */
+                d9_u64 exe_code;        /* POLL_START of a boxed dyn future, and
+                                         * SPAWN: where the executable's code
+                                         * begins (mm->start_code: its lowest PF_X
+                                         * PT_LOAD's vaddr + the load bias), so
+                                         * future_poll and vtable can be named
+                                         * before any read of the target's map;
+                                         * else 0 */
         };
         d9_u32 why;             /* POLL_END: enum d9_poll_end_why */
         d9_u32 worker;          /* POLL_START of a runtime task: 1 + Tokio's
                                  * index of the multi-thread worker whose
                                  * loop polls it (d9_worker_find in
                                  * d9_tokio.bpf.c); 0 if not known */
-        d9_u64 future_poll;     /* POLL_START of a boxed dyn future: the
-                                 * concrete future's poll fn (runtime address,
-                                 * to symbolize); else 0 */
+        union {
+                d9_u64 future_poll;     /* POLL_START of a boxed dyn future: the
+                                         * concrete future's poll fn (runtime
+                                         * address, to symbolize); else 0 */
+                d9_u64 vtable;          /* SPAWN: the task's vtable (runtime address,
+                                         * read with its id; 0: unread), which the
+                                         * plan's vtable scan ties to its poll<T,S> */
+        };
         d9_u64 sched;           /* POLL_START: the task's scheduler S (for a
                                  * runtime task the Arc of its runtime's
                                  * Handle: one value per runtime); else 0 */

@@ -380,6 +380,10 @@ static __always_inline int d9_task_event(const struct d9_hit *h, __u16 type)
          * polls' cookies do: the label at spawn, not only from the
          * first poll. */
         r->task_id = d9_task_id_vt(h->cfg, NULL, header, NULL, type == D9_REC_SPAWN ? &r->vtable : NULL);
+        /* record -- CMD: the first spawns come before any read of the
+         * target's map, and the vtable is named only where the code is. */
+        if (type == D9_REC_SPAWN)
+                r->exe_code = BPF_CORE_READ(bpf_get_current_task_btf(), mm, start_code);
         r->cookie = h->cookie & D9_COOKIE_MASK;
         d9_ring_submit(h->ring, r);
         return 0;
