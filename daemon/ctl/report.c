@@ -120,6 +120,10 @@ struct report {
          * D9ProbesEvents), what the poll-based numbers cover. */
         unsigned windows;
         uint64_t window_ns, window_open;
+        /* Sampled wakes: the windows the wake probes were attached in
+         * (D9WakeWindowEvents), the only time a wake-to-poll delay shows. */
+        unsigned wake_windows;
+        uint64_t wake_window_ns, wake_window_open;
         char *no_plan;                  /* why d9d had no probe plan, if it had none */
         struct thread_cpu threads[MAX_THREADS];
         size_t nthreads;
@@ -427,6 +431,23 @@ static void window_close(struct report *r, uint64_t ts)
         r->window_open = 0;
 }
 
+static void wake_window_close(struct report *r, uint64_t ts)
+{
+        if (r->wake_window_open && ts > r->wake_window_open)
+                r->wake_window_ns += ts - r->wake_window_open;
+        r->wake_window_open = 0;
+}
+
+static void on_wake_window(struct report *r, const struct d9_dec_event *ev)
+{
+        if (!d9ctl_trace_field_u(ev, "attached")) {
+                wake_window_close(r, ev->ts);
+        } else if (!r->wake_window_open) {
+                r->wake_window_open = ev->ts;
+                r->wake_windows++;
+        }
+}
+
 static void on_probes(struct report *r, const struct d9_dec_event *ev)
 {
         const struct d9_value *probes = d9ctl_trace_field(ev, "probes"), *why = d9ctl_trace_field(ev, "reason");
@@ -501,6 +522,7 @@ static void recording_close(struct report *r)
         }
         d9ctl_report_tasks_segment(r->tasks);
         window_close(r, r->rec_last);
+        wake_window_close(r, r->rec_last);
         r->recorded_ns += r->rec_last - r->rec_first;
         r->recordings += r->rec_last != 0;
         r->rec_first = r->rec_last = 0;
@@ -575,6 +597,8 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
                 on_lost(&r->lost, ev);
         else if (!strcmp(name, "D9ProbesEvent"))
                 on_probes(r, ev);
+        else if (!strcmp(name, "D9WakeWindowEvent"))
+                on_wake_window(r, ev);
         else if (!strcmp(name, "D9ShortOffCpuEvent")) {
                 r->short_offcpu += d9ctl_trace_field_u(ev, "intervals");
                 r->short_offcpu_ns += d9ctl_trace_field_u(ev, "total_ns");
@@ -869,8 +893,10 @@ json_t *d9ctl_report_result(struct report *r)
                                     "samples_not_kept", (json_int_t)r->samples_dropped);
         json_t *windows = r->windows ? json_pack("{s:i, s:I}", "windows", (int)r->windows, "covered_ns",
                                                  (json_int_t)r->window_ns) : NULL;
-        json_t *doc = json_pack("{s:i, s:i, s:I, s:I, s:O, s:I, s:I, s:I, s:O, s:o, s:o, s:I, s:o, s:o, s:o, s:o, s:o, "
-                                "s:o, s:o?, s:o, s:s?, s:o?}",
+        json_t *wake_windows = r->wake_windows ? json_pack("{s:i, s:I}", "windows", (int)r->wake_windows,
+                                                           "attached_ns", (json_int_t)r->wake_window_ns) : NULL;
+        json_t *doc = json_pack("{s:i, s:i, s:I, s:I, s:O, s:I, s:I, s:I, s:O, s:o, s:o, s:I, s:o, s:o, s:o?, s:o, s:o, "
+                                "s:o, s:o, s:o?, s:o, s:s?, s:o?}",
                          "segments", (int)r->segments, "recordings", (int)r->recordings,
                          "span_ns", (json_int_t)span, "first_to_last_ns",
                          (json_int_t)(r->last_ts > r->first_ts ? r->last_ts - r->first_ts : 0), "probe_sets",
@@ -880,7 +906,7 @@ json_t *d9ctl_report_result(struct report *r)
                          "longest_polls", longest, "long_polls_from_stacks",
                          d9ctl_report_long_polls_json(&r->long_polls, &r->syms), "long_polls_from_stacks_total",
                          (json_int_t)r->long_polls.total, "blocking_in_polls", blocking, "longest_wake_to_poll",
-                         wakes, "longest_blocking_pool_jobs", jobs, "workers", workers, "missing", missing,
+                         wakes, "wake_windows", wake_windows, "longest_blocking_pool_jobs", jobs, "workers", workers, "missing", missing,
                          "process", d9ctl_report_process_json(&r->process), "tasks",
                          d9ctl_report_tasks_json(r->tasks, spawns_from_polls(r)), "threads_off_workers", threads_off_workers_json(r),
                          "no_plan", r->no_plan, "full_detail_windows", windows);

@@ -342,7 +342,15 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
                     polls ? "none" : "not recorded without poll events: see the long polls from stacks above "
                     "(\"blocked\")");
 
-        fputs("\nLongest wake-to-poll delays\n", out);
+        fputs("\nLongest wake-to-poll delays", out);
+        /* Sampled wakes: a delay is only seen from a wake inside a window. */
+        if (json_is_object(v = json_object_get(doc, "wake_windows")))
+                fprintf(out, " (wakes sampled: attached in %" JSON_INTEGER_FORMAT " windows, %.3f s of the %.3f s "
+                        "recorded; a delay whose wake fell outside them is not seen)",
+                        json_integer_value(json_object_get(v, "windows")),
+                        (double)json_integer_value(json_object_get(v, "attached_ns")) / 1e9,
+                        (double)json_integer_value(json_object_get(doc, "span_ns")) / 1e9);
+        fputs("\n", out);
         print_rows(out, json_object_get(doc, "longest_wake_to_poll"), "delay_ns", true,
                    "none (no wake events in the trace)");
         fprintf(out, "\nLongest blocking-pool jobs (spawn_blocking and the like: not on a worker; %" JSON_INTEGER_FORMAT

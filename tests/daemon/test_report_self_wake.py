@@ -18,7 +18,10 @@ Checks:
    (whether the task moves between workers here is up to Tokio's stealing:
    the count of such moves and of the polls so ended is printed);
  - the report's longest wake-to-poll delays are all < 10 ms (before: the
-   self-wakes' each >= 25 ms).
+   self-wakes' each >= 25 ms), and it says no wake windows;
+ - with sampled wakes (the full set's default) the report says how long
+   the wake probes were attached, beside its delays (it listed them as if
+   every wake had been seen).
 
 Usage: test_report_self_wake.py D9D D9CTL TARGET"""
 import json
@@ -79,6 +82,22 @@ def main():
     t.ok(longest < 10e6,
          f"the longest wake-to-poll delay is {longest / 1e6:.3f} ms (each self-wake came 30 ms before its poll, "
          f"and the task was queued only at that poll's end)", json.dumps(wakes[:3]))
+    t.ok(rep.returncode == 0 and doc.get("wake_windows") is None, "exact wakes: the report has no wake windows",
+         json.dumps(doc.get("wake_windows")))
+    sampled = os.path.join(d.out, "sampled")
+    tgt = start_target(TARGET, "selfwake", "--duration", "5")
+    r = d.ctl("record", "--probes", "all", "--pid", str(tgt.pid), "--duration", "3s", "--out", sampled)
+    target_truth(tgt)
+    segs = sealed_files(sampled)
+    rep = subprocess.run([D9CTL, "report", "--json"] + segs, capture_output=True, text=True, timeout=120)
+    doc = json.loads(rep.stdout) if rep.returncode == 0 else {}
+    win, span = doc.get("wake_windows") or {}, doc.get("span_ns", 0)
+    text = subprocess.run([D9CTL, "report"] + segs, capture_output=True, text=True, timeout=120).stdout
+    heading = next((x for x in text.splitlines() if x.startswith("Longest wake-to-poll")), "")
+    t.ok(r.returncode == 0 and win.get("windows", 0) >= 1 and 0 < win.get("attached_ns", 0) < span and
+         "wakes sampled: attached in" in heading,
+         f"sampled wakes: the report says the wake probes were attached {win.get('attached_ns', 0) / 1e9:.3f} s "
+         f"of {span / 1e9:.3f} s in {win.get('windows', 0)} windows: '{heading}'", r.stderr)
     t.ok(d.stop() == 0, "d9d stops cleanly")
     d.cleanup(keep=t.failed > 0)
     t.done()
