@@ -290,9 +290,17 @@ static void progress(struct recording *rec, const json_t *t)
         } else {
                 snprintf(rem, sizeof(rem), ", until %s", rec->child.pid ? "the command exits" : "Ctrl-C");
         }
-        fprintf(stderr, "%sd9ctl record: pid %d %s %s%s: %lld events (%.0f/s), %lld drops, %lld segments sealed%s",
+        /* While the plan is built, the Tokio records wait for it and are
+         * not events yet: "1 events (0/s)" read as nothing seen (nushell,
+         * a plan of 0.8-1.9 s under load). */
+        const json_t *plan = json_object_get(t, "plan");
+        char held[64] = "";
+        if (json_is_integer(json_object_get(plan, "held")))
+                snprintf(held, sizeof(held), " (planning: %" JSON_INTEGER_FORMAT " records held for the plan)",
+                         json_integer_value(json_object_get(plan, "held")));
+        fprintf(stderr, "%sd9ctl record: pid %d %s %s%s: %lld events (%.0f/s)%s, %lld drops, %lld segments sealed%s",
                 rec->tty ? "\r\033[K" : "", rec->pid, json_string_value(json_object_get(t, "state")), el, rem, events,
-                rec->rate, (long long)json_integer_value(json_object_get(t, "drops")),
+                rec->rate, held, (long long)json_integer_value(json_object_get(t, "drops")),
                 (long long)json_integer_value(json_object_get(t, "segments")), rec->tty ? "" : "\n");
         rec->progress_shown = true;
 }
