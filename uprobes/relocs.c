@@ -162,6 +162,26 @@ int uprobes_relocs_collect(const struct elf_image *img, struct reloc_list *l)
         return 0;
 }
 
+int uprobes_relocs_from_words(const struct elf_image *img, const char *section, struct reloc_list *l)
+{
+        size_t size;
+        uint64_t addr;
+        const uint8_t *d = d9_elf_section_data(img, section, &size, &addr);
+
+        memset(l, 0, sizeof(*l));
+        for (size_t off = d ? (8 - addr % 8) % 8 : 0; d && off + 8 <= size; off += 8) {
+                uint64_t w;
+
+                memcpy(&w, d + off, 8);
+                if (d9_elf_vaddr_is_exec(img, w) && reloc_push(l, addr + off, w) < 0) {
+                        uprobes_relocs_free(l);
+                        return -ENOMEM;
+                }
+        }
+        l->method = l->n ? section : NULL;
+        return 0;
+}
+
 const struct reloc *uprobes_reloc_at(const struct reloc_list *l, uint64_t where)
 {
         struct reloc key = { where, 0 };

@@ -17,13 +17,16 @@ static int load_image(const struct elf_image *img, struct symtab *st)
         return r < 0 ? r : 0;
 }
 
-/* Demangles the tokio names, which the probe table is matched against. */
+/* Demangles the tokio names, which the probe table is matched against:
+ * function entries only. A BOLT-optimized build (npm mise 2026.9.15) names
+ * each moved function's old copy `.org.0` and its cold part `.cold.0`, so
+ * a probe there would see a poll start in the middle of a poll, or twice. */
 static int name_tokio_syms(struct symtab *st)
 {
         for (size_t i = 0; i < st->table.n; i++) {
                 struct d9_sym *s = &st->table.syms[i];
 
-                if (!strstr(s->raw, "tokio"))
+                if (!strstr(s->raw, "tokio") || d9_sym_not_an_entry(s->raw))
                         continue;
                 if (!s->name && !(s->name = d9_sym_demangle(s->raw, NULL)))
                         return -ENOMEM;

@@ -84,14 +84,25 @@ char *uprobes_tokio_version_in(const uint8_t *d, size_t size)
 
 char *uprobes_tokio_version_detect(const struct elf_image *img)
 {
+        /* A BOLT-optimized build keeps the original constants in
+         * .bolt.org.rodata; its .rodata holds only what BOLT wrote. */
+        static const char *const sections[] = { ".rodata", ".bolt.org.rodata" };
+        const uint8_t *d;
+        bool any = false;
         size_t size;
-        const uint8_t *d = d9_elf_section_data(img, ".rodata", &size, NULL);
 
-        if (!d) {
-                /* No section headers: fall back to the whole file. */
-                d = (const uint8_t *)elf_rawfile(img->elf, &size);
-                if (!d)
-                        return NULL;
+        for (size_t i = 0; i < sizeof(sections) / sizeof(*sections); i++) {
+                char *v;
+
+                if (!(d = d9_elf_section_data(img, sections[i], &size, NULL)))
+                        continue;
+                any = true;
+                if ((v = uprobes_tokio_version_in(d, size)))
+                        return v;
         }
-        return uprobes_tokio_version_in(d, size);
+        if (any)
+                return NULL;
+        /* No section headers: the whole file. */
+        d = (const uint8_t *)elf_rawfile(img->elf, &size);
+        return d ? uprobes_tokio_version_in(d, size) : NULL;
 }

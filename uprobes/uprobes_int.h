@@ -96,6 +96,10 @@ struct reloc_list {
 
 /* The relative relocations of img (none for a non-PIE binary). */
 int uprobes_relocs_collect(const struct elf_image *img, struct reloc_list *l);
+/* A non-PIE binary's pointers are plain words: those of section that
+ * point into executable code, as the relocations a PIE would have there
+ * (method = section). */
+int uprobes_relocs_from_words(const struct elf_image *img, const char *section, struct reloc_list *l);
 /* The relocation of the pointer at where, or NULL (not relocated). */
 const struct reloc *uprobes_reloc_at(const struct reloc_list *l, uint64_t where);
 void uprobes_relocs_free(struct reloc_list *l);

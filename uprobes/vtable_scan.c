@@ -321,10 +321,18 @@ int uprobes_vtable_scan_run(const struct elf_image *img, struct vtable_scan *vs)
         } else if (r == 0) {
                 size_t cap = 0;
 
+                struct reloc_list words;
+
                 vs->method = "data.rel.ro";
                 r = scan_section_words(img, ".data.rel.ro", vs, &cap);
                 if (r == 0)
                         r = scan_section_words(img, ".rodata", vs, &cap);
+                /* The waker's vtable among the code pointers there (npm
+                 * mise 2026.9.15, non-PIE: no wake points without symbols). */
+                if (r == 0 && (r = uprobes_relocs_from_words(img, ".data.rel.ro", &words)) == 0) {
+                        find_task_waker(img, &words, vs);
+                        uprobes_relocs_free(&words);
+                }
         }
         if (r < 0)
                 return r;

@@ -13,6 +13,8 @@ the target's own process for --pid.
   check_plan.py d9ctl    PLAN_DUMP D9CTL BINARY
   check_plan.py memory   PLAN_DUMP BINARY   (task layout checked in a live process)
   check_plan.py bodies   PLAN_DUMP FP_BINARY (poll bodies by code sweep vs symbol sizes)
+  check_plan.py stubs    PLAN_DUMP BINARY   (jump-stub polls: bodies where the jumps lead)
+  check_plan.py bolt     PLAN_DUMP BINARY   (a BOLT-optimized non-PIE release)
 """
 import json
 import os
@@ -238,11 +240,14 @@ def harness_callees(binary, sites):
 def check_harness_sites(binary, d, d_s, what):
     """The plan's harness call sites: calls in the task poll functions into
     Tokio's task state and scheduler code (the yield after a task woke
-    itself), found from the code alone: the stripped build finds the same."""
+    itself) or into the panic handling of the harness's catch_unwind (the
+    future's frames are gone there), found from the code alone: the
+    stripped build finds the same."""
     sites = d.get("harness_call_sites") or []
     callees = harness_callees(binary, sites)
-    runtime = [n for n in callees.values() if n.startswith("tokio::runtime::") and
-               ("::task::state::State::" in n or "yield_now" in n or "::task::" in n or "::scheduler::" in n)]
+    runtime = [n for n in callees.values() if (n.startswith(("tokio::runtime::", "<tokio::runtime::")) and
+               ("::task::state::State::" in n or "yield_now" in n or "::task::" in n or "::scheduler::" in n)) or
+               n.startswith(("std::panicking::", "core::panicking::"))]
     ok(sites and len(callees) == len(sites) and len(runtime) == len(sites),
        f"{what}: {len(sites)} harness call sites, each a call into Tokio's task or scheduler code "
        f"({sorted(set(callees.values()))[:6]})", sorted(set(callees.values()) - set(runtime))[:10])
@@ -723,6 +728,78 @@ def check_stubs(plan_dump, binary):
     finish()
 
 
+def nm_functions(binary):
+    """(vaddr, raw name) of the binary's function symbols, from nm."""
+    out = subprocess.run(["nm", binary], capture_output=True, text=True, timeout=120).stdout
+    return [(int(f[0], 16), f[2]) for f in (x.split() for x in out.splitlines()) if len(f) == 3 and f[1] in "tTwW"]
+
+
+def check_bolt(plan_dump, binary):
+    """A BOLT-optimized non-PIE release (npm mise 2026.9.15): BOLT moved hot
+    functions to a new .text, left each one's old copy (`NAME.org.0`, its
+    first instruction a jmp to the moved body) and split off cold parts
+    (`NAME.cold.0`), all named like the function. A probe there would start
+    a poll in the middle of one (.cold) or twice (.org). Its constants sit in
+    .bolt.org.rodata, and a non-PIE build has no relocations to find the
+    task waker's vtable by. Checked against nm and the file's bytes."""
+    d = plan(plan_dump, "--exe", binary)
+    syms = nm_functions(binary)
+    part = re.compile(r"\.(cold(\.[0-9]+)?|org\.[0-9]+)$")
+    parts = {v: n for v, n in syms if part.search(n)}
+    tokio_parts = [n for n in parts.values() if "5tokio7runtime4task" in n]
+    at_part = [(p["kind"], hex(p["vaddr_int"]), parts[p["vaddr_int"]]) for p in d["points"]
+               if p["vaddr_int"] in parts]
+    ok(len(tokio_parts) >= 6 and not at_part,
+       f"no probe point at one of the {len(parts)} .org/.cold symbols ({len(tokio_parts)} of Tokio's task code)",
+       at_part[:6])
+    disc = d["discovery"]
+    ok(disc["routes_agree"] and disc["polls_by_symbols"] == disc["polls_by_scan"] > 100,
+       f"symbols and vtable scan find the same polls ({disc['polls_by_symbols']} and {disc['polls_by_scan']})")
+    with open(binary, "rb") as f:
+        versions = re.findall(rb"tokio-(1\.[0-9]+\.[0-9]+)/src", f.read())
+    common = max(set(versions), key=versions.count).decode() if versions else None
+    ok(common and d.get("tokio_version") == common,
+       f"Tokio version {d.get('tokio_version')} (the file's source paths say {common})")
+    nm = subprocess.run(["nm", binary], capture_output=True, text=True, timeout=120).stdout.splitlines()
+    vt = [int(x.split()[0], 16) for x in nm if "5tokio7runtime4task5waker12WAKER_VTABLE" in x]
+    ok(len(vt) == 1 and disc.get("waker_vtable") == vt[0] and disc.get("waker_scan_agrees"),
+       f"non-PIE: the task waker vtable from the words of .data.rel.ro ({disc.get('waker_vtable', 0):#x}), "
+       f"nm: {[hex(v) for v in vt]}, its wake slots the symbols' wake_by_val and wake_by_ref")
+    # Harness sites: the rel32 calls ending there, named by nm. Tokio
+    # 1.53's with_scheduler (the yield after a self-wake) is called from a
+    # third of the task poll functions, one runtime flavour's, and from
+    # each task type's schedule function.
+    names = {int(f[0], 16): f[2] for f in (x.split(" ", 2) for x in subprocess.run(
+        ["nm", "-C", binary], capture_output=True, text=True, timeout=120).stdout.splitlines())
+        if len(f) == 3 and f[0]}
+    loads = [(int(f[2], 16), int(f[1], 16), int(f[4], 16)) for f in (x.split() for x in subprocess.run(
+        ["readelf", "-lW", binary], capture_output=True, text=True, timeout=30).stdout.splitlines())
+        if f[:1] == ["LOAD"]]
+    callees = {}
+    for site in d.get("harness_call_sites") or []:
+        off = next((o + site - 5 - v for v, o, n in loads if v <= site - 5 < v + n), None)
+        b = file_bytes(binary, off, 5) if off is not None else b"\0"
+        callees[site] = names.get(site + int.from_bytes(b[1:], "little", signed=True), "?") if b[0] == 0xe8 else "?"
+    runtime = [n for n in callees.values() if n.startswith(("tokio::runtime::", "std::panicking::",
+                                                            "core::panicking::"))]
+    ok(callees and len(runtime) == len(callees) and
+       any(n.startswith("tokio::runtime::context::with_scheduler") for n in runtime),
+       f"{len(callees)} harness call sites, each a call into Tokio's runtime, with_scheduler among them "
+       f"({sorted(set(callees.values()))[:5]})", sorted(set(callees.values()) - set(runtime))[:10])
+    with tempfile.TemporaryDirectory() as tmp:
+        sbin = os.path.join(tmp, "stripped")
+        subprocess.run(["objcopy", "--strip-all", binary, sbin], check=True, capture_output=True)
+        d_s = plan(plan_dump, "--exe", sbin)
+    same = sorted(p["vaddr_int"] for p in polls(d_s)) == sorted(p["vaddr_int"] for p in polls(d))
+    wakes = sorted(p["vaddr_int"] for p in d["points"] if p["kind"] == "wake")
+    ok(not d_s["has_symbols"] and same and
+       sorted(p["vaddr_int"] for p in d_s["points"] if p["kind"] == "wake") == wakes and
+       d_s.get("tokio_version") == common and d_s.get("harness_call_sites") == d.get("harness_call_sites"),
+       f"stripped: the same {len(polls(d_s))} polls, the same wake points {[hex(w) for w in wakes]}, the same "
+       f"Tokio version and harness sites ({len(d_s.get('harness_call_sites') or [])})")
+    finish()
+
+
 if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
     try:
@@ -748,6 +825,8 @@ if __name__ == "__main__":
             check_bodies(*sys.argv[2:])
         elif mode == "stubs" and len(sys.argv) == 4:
             check_stubs(*sys.argv[2:])
+        elif mode == "bolt" and len(sys.argv) == 4:
+            check_bolt(*sys.argv[2:])
         else:
             print(__doc__, file=sys.stderr)
             sys.exit(2)

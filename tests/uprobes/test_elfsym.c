@@ -77,6 +77,35 @@ static void test_demangle(void)
         check_demangle("_Zgarbage", "_Zgarbage", false);
 }
 
+/* BOLT's and the compilers' names for code that is not a function's entry
+ * (npm mise: NAME.org.0 jumps to the moved body, NAME.cold.0 is its cold
+ * part); LLVM's and GCC's clones are entries. */
+static void test_not_an_entry(void)
+{
+        static const struct { const char *raw; bool not_entry; } cases[] = {
+                { "_ZN5tokio7runtime4task3raw4poll17h4dd3692a1e7affe3E.org.0", true },
+                { "_ZN5tokio7runtime4task3raw4poll17h4dd3692a1e7affe3E.cold.0", true },
+                { "_ZN5tokio4task4poll17h0123456789abcdefE.cold", true },
+                { "foo.cold", true },
+                { "_ZN5tokio7runtime4task3raw4poll17h0094d2c6925f5603E.llvm.9216869784229665726", false },
+                { "_ZN5tokio7runtime4task3raw4poll17h4dd3692a1e7affe3E", false },
+                { "foo.part.0", false },
+                { "foo.constprop.0", false },
+                { "foo.org", false },
+                { "foo.cold.0x", false },
+                { "cold", false },
+                { "_ZN3org4cold4poll17h0123456789abcdefE", false },
+        };
+        size_t n = sizeof(cases) / sizeof(*cases), right = 0;
+
+        for (size_t i = 0; i < n; i++) {
+                right += d9_sym_not_an_entry(cases[i].raw) == cases[i].not_entry;
+                if (d9_sym_not_an_entry(cases[i].raw) != cases[i].not_entry)
+                        diag("%s: want %s", cases[i].raw, cases[i].not_entry ? "not an entry" : "an entry");
+        }
+        ok(right == n, "BOLT's .org.N copies and .cold parts are no entries, clones are: %zu of %zu", right, n);
+}
+
 static int load_self(struct d9_sym_table *t, bool *has_symtab)
 {
         int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
@@ -167,6 +196,7 @@ int main(void)
         elf_version(EV_CURRENT);
         dl_iterate_phdr(first_object, NULL);
         test_demangle();
+        test_not_an_entry();
         test_table();
         test_sealer_agrees();
         return tap_done();

@@ -79,3 +79,30 @@ char *d9_sym_demangle(const char *raw, bool *is_v0)
                 out = cplus_demangle(raw, DMGL_PARAMS | DMGL_AUTO);
         return out ? out : strdup(raw);
 }
+
+/* ".NAME.<digits>" at the end of raw, or ".NAME" when bare is allowed. */
+static bool ends_with_part(const char *raw, const char *name, bool bare)
+{
+        size_t n = strlen(name);
+
+        for (const char *p = strstr(raw, name); p; p = strstr(p + 1, name)) {
+                const char *q = p + n;
+
+                if (p == raw || p[-1] != '.')
+                        continue;
+                if (!*q && bare)
+                        return true;
+                if (*q++ != '.' || !*q)
+                        continue;
+                while (*q >= '0' && *q <= '9')
+                        q++;
+                if (!*q)
+                        return true;
+        }
+        return false;
+}
+
+bool d9_sym_not_an_entry(const char *raw)
+{
+        return ends_with_part(raw, "cold", true) || ends_with_part(raw, "org", false);
+}

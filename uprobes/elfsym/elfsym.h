@@ -91,3 +91,9 @@ const char *d9_sym_name(struct d9_sym *s);
  * their parameters; anything else comes back as it is. *is_v0 (may be
  * NULL): the name uses Rust's v0 mangling. */
 char *d9_sym_demangle(const char *raw, bool *is_v0);
+/* Whether a symbol names code that is not its function's entry although
+ * it demangles to the function's name: a part split off to run cold
+ * (`.cold`, `.cold.N`: LLVM's, GCC's and BOLT's splitting), or the
+ * original copy of a function BOLT moved (`.org.N`), whose first
+ * instruction now jumps to the moved body. */
+bool d9_sym_not_an_entry(const char *raw);
