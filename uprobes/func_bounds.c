@@ -121,7 +121,7 @@ void uprobes_plan_poll_bounds(struct plan_builder *b)
                  * 0.57: `jmp` and padding, 16 bytes). A jump leaves no
                  * return address, so no stack frame ever lies in the stub:
                  * the body is where its leading jumps lead. */
-                body = uprobes_plan_follow_jumps(b->img, p->vaddr);
+                body = uprobes_plan_follow_jumps(b, p->vaddr);
                 s = d9_sym_table_find(&b->st.table, body);
                 if (s && s->vaddr == body && s->size)
                         p->func_end = body + s->size;

@@ -144,11 +144,11 @@ static int64_t scan_body(struct plan_builder *b, uint64_t body, int64_t arg, uin
  * of that; every boxed task there read "a boxed future"). */
 static int64_t find_dyn_vtable_load(struct plan_builder *b, uint64_t poll_vaddr)
 {
-        uint64_t body = uprobes_plan_follow_jumps(b->img, poll_vaddr), callee, unused;
+        uint64_t body = uprobes_plan_follow_jumps(b, poll_vaddr), callee, unused;
         int64_t arg, found = scan_body(b, body, 0, &callee, &arg);
 
         if (found < 0 && callee)
-                found = scan_body(b, uprobes_plan_follow_jumps(b->img, callee), arg, &unused, &arg);
+                found = scan_body(b, uprobes_plan_follow_jumps(b, callee), arg, &unused, &arg);
         return found;
 }
 

@@ -30,6 +30,7 @@ struct plan_builder {
         /* Set by uprobes_plan_complete_route for the sweeps after it. */
         struct entry_set known;
         uint64_t sweep_left;    /* code bytes the sweeps may still decode */
+        bool calls_via_got;     /* the task functions call through GOT slots */
 };
 
 int uprobes_plan_symbol_route(struct plan_builder *b);
@@ -39,7 +40,12 @@ int uprobes_plan_waker_route(struct plan_builder *b, struct probe_plan *plan);
 int uprobes_plan_label_polls(struct plan_builder *b);
 int uprobes_plan_classify(struct plan_builder *b);
 int uprobes_plan_return_sites(struct plan_builder *b, struct probe_plan *plan);
-uint64_t uprobes_plan_follow_jumps(const struct elf_image *img, uint64_t vaddr);
+uint64_t uprobes_plan_follow_jumps(const struct plan_builder *b, uint64_t vaddr);
+/* The code a rip-relative slot (a GOT entry) holds, or 0. */
+uint64_t uprobes_plan_slot_target(const struct plan_builder *b, uint64_t slot);
+/* The callee of `call *slot(%rip)` or `jmp *slot(%rip)` at vaddr, or 0. */
+uint64_t uprobes_plan_slot_callee(const struct plan_builder *b, const uint8_t *code, const struct x86_insn *in,
+                                  uint64_t vaddr);
 struct probe_point *uprobes_plan_point_add(struct plan_builder *b, enum probe_kind kind, uint64_t vaddr);
 int uprobes_plan_add_missing(struct probe_plan *plan, enum probe_kind kind, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));

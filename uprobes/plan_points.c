@@ -164,20 +164,51 @@ static bool is_runtime_crate(const char *name)
         return false;
 }
 
-/* Follows leading `jmp rel` tail calls (raw::poll is often just `jmp
- * Harness::poll`) to the function that does the work. */
-uint64_t uprobes_plan_follow_jumps(const struct elf_image *img, uint64_t vaddr)
+/* The function a rip-relative slot (a GOT entry) holds: its relocation's
+ * target, else (RELR, non-PIE) the word in the file; 0 if that is no
+ * address of code. */
+uint64_t uprobes_plan_slot_target(const struct plan_builder *b, uint64_t slot)
+{
+        const struct reloc *r = uprobes_reloc_at(&b->vs.relocs, slot);
+        const uint8_t *word = r ? NULL : d9_elf_vaddr_bytes(b->img, slot, 8);
+        uint64_t to = r ? r->value : 0;
+
+        if (word)
+                memcpy(&to, word, 8);
+        return d9_elf_vaddr_is_exec(b->img, to) ? to : 0;
+}
+
+uint64_t uprobes_plan_slot_callee(const struct plan_builder *b, const uint8_t *code, const struct x86_insn *in,
+                                  uint64_t vaddr)
+{
+        int32_t disp;
+
+        if (in->len != 6 || code[0] != 0xff || (code[1] != 0x15 && code[1] != 0x25))
+                return 0;
+        memcpy(&disp, code + 2, 4);
+        return uprobes_plan_slot_target(b, vaddr + 6 + (uint64_t)(int64_t)disp);
+}
+
+/* Follows leading tail jumps (raw::poll is often just `jmp Harness::poll`;
+ * a static-pie's can be `jmp *slot(%rip)` through the GOT: npm nushell
+ * 0.115) to the function that does the work. */
+uint64_t uprobes_plan_follow_jumps(const struct plan_builder *b, uint64_t vaddr)
 {
         for (int hop = 0; hop < 4; hop++) {
-                const uint8_t *code = d9_elf_vaddr_bytes(img, vaddr, 5);
+                const uint8_t *code = d9_elf_vaddr_bytes(b->img, vaddr, 6);
                 struct x86_insn in;
+                uint64_t to;
 
                 if (!code)
                         break;
-                uprobes_x86_decode(code, 5, &in);
-                if (!in.is_jmp_rel)
+                uprobes_x86_decode(code, 6, &in);
+                if (in.is_jmp_rel) {
+                        vaddr = vaddr + (uint64_t)in.len + (uint64_t)in.rel;
+                        continue;
+                }
+                if (code[1] != 0x25 || !(to = uprobes_plan_slot_callee(b, code, &in, vaddr)))
                         break;
-                vaddr = vaddr + (uint64_t)in.len + (uint64_t)in.rel;
+                vaddr = to;
         }
         return vaddr;
 }
@@ -189,7 +220,8 @@ uint64_t uprobes_plan_follow_jumps(const struct elf_image *img, uint64_t vaddr)
 static bool is_poll_wrapper(const char *name)
 {
         static const char *const parts[] = { "AssertUnwindSafe<F> as core::ops::function::FnOnce",
-                                             "::harness::Harness<T,S>::poll", "::panicking::try",
+                                             "::harness::Harness<T,S>::poll", "::harness::poll_future",
+                                             "::panicking::try",
                                              "from_generator::GenFuture<T> as core::future::future::Future>::poll",
                                              "::core::CoreStage<T>::poll", "::core::Core<T,S>::poll",
                                              "::unsafe_cell::UnsafeCell<T>::with_mut" };
@@ -206,16 +238,9 @@ static bool is_poll_wrapper(const char *name)
  * poll that way); 0 if neither. */
 static uint64_t callee_of(const struct plan_builder *b, const uint8_t *code, const struct x86_insn *in, uint64_t vaddr)
 {
-        const struct reloc *r;
-        int32_t rel;
-
         if (in->is_call_rel || in->is_jmp_rel)
                 return vaddr + in->len + (uint64_t)in->rel;
-        if (in->len != 6 || code[0] != 0xff || (code[1] != 0x15 && code[1] != 0x25))
-                return 0;
-        memcpy(&rel, code + 2, 4);
-        r = uprobes_reloc_at(&b->vs.relocs, vaddr + 6 + (uint64_t)(int64_t)rel);
-        return r ? r->value : 0;
+        return uprobes_plan_slot_callee(b, code, in, vaddr);
 }
 
 /* Calls f(callee name) for each call in the function at vaddr (after its
@@ -223,7 +248,7 @@ static uint64_t callee_of(const struct plan_builder *b, const uint8_t *code, con
  * calls; stops when f returns a label. */
 static char *scan_callees(struct plan_builder *b, uint64_t vaddr, char *(*f)(const char *name), int depth)
 {
-        uint64_t body = uprobes_plan_follow_jumps(b->img, vaddr);
+        uint64_t body = uprobes_plan_follow_jumps(b, vaddr);
         struct d9_sym *fs = d9_sym_table_find(&b->st.table, body);
 
         if (!fs || fs->vaddr != body || !fs->size)

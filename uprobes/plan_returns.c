@@ -92,7 +92,7 @@ int uprobes_plan_return_sites(struct plan_builder *b, struct probe_plan *plan)
                 if (b->pts[i].kind != PROBE_POLL)
                         continue;
                 n_polls++;
-                uint64_t body = uprobes_plan_follow_jumps(b->img, b->pts[i].vaddr);
+                uint64_t body = uprobes_plan_follow_jumps(b, b->pts[i].vaddr);
                 struct d9_sym *fs = d9_sym_table_find(&b->st.table, body);
 
                 if (!fs || fs->vaddr != body || !fs->size)

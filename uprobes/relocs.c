@@ -3,7 +3,8 @@
  * point to: R_X86_64_RELATIVE entries of .rela.dyn (addend = target) or the
  * bitmaps of .relr.dyn (target = the word already in the file). Binaries
  * whose section headers were removed find the tables through PT_DYNAMIC.
- * Non-PIE binaries have none: their pointers are plain words in the file.
+ * Non-PIE binaries have none: their pointers are plain words in the file,
+ * which uprobes_relocs_from_words lists the same way for one section.
  * The task vtable scan (vtable_scan.c), the waker scan and the boxed-future
  * poll names (plan_dyn_names.c) all read this one list. */
 #include <errno.h>

@@ -91,7 +91,8 @@ struct reloc {
 struct reloc_list {
         struct reloc *r;        /* sorted by where */
         size_t n, cap;
-        const char *method;     /* "rela.dyn", "relr.dyn", NULL when there are none */
+        const char *method;     /* "rela.dyn", "relr.dyn", the section read
+                                 * word by word, NULL when there are none */
 };
 
 /* The relative relocations of img (none for a non-PIE binary). */

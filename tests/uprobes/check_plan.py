@@ -688,41 +688,66 @@ def check_bodies(plan_dump, binary):
     finish()
 
 
-def jmp_target(binary, vaddr, delta):
-    """Where a direct jmp at vaddr goes (e9 rel32, eb rel8), or None; delta
-    is vaddr minus file offset in the text segment."""
-    b = file_bytes(binary, vaddr - delta, 5)
+def relative_relocs(binary):
+    """{slot: target} of the binary's R_X86_64_RELATIVE relocations."""
+    out = {}
+    for line in subprocess.run(["readelf", "-rW", binary], capture_output=True, text=True,
+                               timeout=60).stdout.splitlines():
+        f = line.split()
+        if len(f) >= 4 and f[2] == "R_X86_64_RELATIVE":
+            out[int(f[0], 16)] = int(f[3], 16)
+    return out
+
+
+def jmp_target(binary, vaddr, delta, relocs=None):
+    """Where a jmp at vaddr goes (e9 rel32, eb rel8, or ff 25 through a GOT
+    slot its relocation fills), or None; delta is vaddr minus file offset
+    in the text segment."""
+    b = file_bytes(binary, vaddr - delta, 6)
     if b[0] == 0xe9:
         return vaddr + 5 + int.from_bytes(b[1:5], "little", signed=True)
     if b[0] == 0xeb:
         return vaddr + 2 + int.from_bytes(b[1:2], "little", signed=True)
+    if b[:2] == b"\xff\x25" and relocs:
+        return relocs.get(vaddr + 6 + int.from_bytes(b[2:6], "little", signed=True))
     return None
 
 
 def check_stubs(plan_dump, binary):
-    """raw::poll<T,S> that is only a jump stub (codex: most of its polls):
-    its body, where the default set looks for frames of the poll, is the
-    function the jumps lead to, not the stub (no frame can lie in a
-    function that only jumps). The file's bytes say where each of 120
-    polls spread over the plan jumps; before, every stub's body was its own
-    16 bytes (dprint 0.57: no worker, park or long poll in the default set)."""
+    """raw::poll<T,S> that is only a jump stub (codex: most of its polls;
+    the size-built target and npm nushell: `jmp *slot(%rip)` through the
+    GOT): its body, where the default set looks for frames of the poll, is
+    the function the jumps lead to, not the stub (no frame can lie in a
+    function that only jumps), and its label names the future. The file's
+    bytes and relocations say where each of up to 120 polls spread over the
+    plan jumps; before, every stub's body was its own 16 bytes (dprint 0.57:
+    no worker, park or long poll in the default set), and a GOT stub's body
+    its 6 bytes, its label the bare address."""
     d = plan(plan_dump, "--exe", binary)
     ps = polls(d)
     pick = ps[::max(1, len(ps) // 120)]
+    relocs = relative_relocs(binary)
     bad, stubs = [], 0
     for p in pick:
         v, to = p["vaddr_int"], p["vaddr_int"]
         delta = v - p["file_offset"]
         for _ in range(4):
-            nxt = jmp_target(binary, to, delta)
+            nxt = jmp_target(binary, to, delta, relocs)
             if nxt is None:
                 break
             to = nxt
         stubs += to != v
         if p.get("body_start") != to or not p.get("body_end", 0) > to:
             bad.append((hex(v), hex(to), hex(p.get("body_start", 0)), hex(p.get("body_end", 0))))
-    ok(len(pick) >= 100 and stubs >= 10, f"{stubs} of {len(pick)} polls checked are jump stubs "
+    ok(len(pick) >= min(100, len(ps)) and stubs >= 10, f"{stubs} of {len(pick)} polls checked are jump stubs "
        f"({len(ps)} polls in the plan)")
+    bare = [p["label"] for p in ps if p["label"].startswith("0x")]
+    ok(d["has_symbols"] is False or not bare, f"every poll names its future ({len(bare)} do not"
+       f"{'' if d['has_symbols'] else '; stripped: not asked'})", bare[:5])
+    disc = d["discovery"]
+    ok(disc["completes_by_scan"] >= 0.9 * disc["vtables"] and not disc["completes_scan_wrong"],
+       f"complete found from the code for {disc['completes_by_scan']} of {disc['vtables']} vtables, through the "
+       f"stubs and the calls they lead to ({disc['completes_scan_wrong']} wrong)")
     ok(not bad, f"each poll's body starts where its leading jumps lead ({len(pick) - len(bad)} of {len(pick)})",
        bad[:10])
     finish()
