@@ -108,6 +108,25 @@ void d9_target_files_read_in_place(void)
         read_in_place = true;
 }
 
+/* Seals the copy. The write seal fails with EBUSY while the kernel still
+ * holds references to pages sendfile just wrote (a CI run under load: "cannot
+ * read d9-target-1.43-release: Device or resource busy"): tried again a few
+ * times, then left out. Nobody else holds this memfd, so the size seals are
+ * what keeps libelf's mapping whole; the write seal was only a second lock. */
+static int seal_copy(int mfd)
+{
+        const int size_seals = F_SEAL_SHRINK | F_SEAL_GROW;
+
+        for (int tries = 0; tries < 5; tries++) {
+                if (fcntl(mfd, F_ADD_SEALS, size_seals | F_SEAL_WRITE | F_SEAL_SEAL) == 0)
+                        return 0;
+                if (errno != EBUSY)
+                        return -errno;
+                usleep(1000);
+        }
+        return fcntl(mfd, F_ADD_SEALS, size_seals | F_SEAL_SEAL) < 0 ? -errno : 0;
+}
+
 int d9_target_file_copy(int fd)
 {
         struct stat st;
@@ -137,8 +156,8 @@ int d9_target_file_copy(int fd)
                 }
                 off = in;
         }
-        if (fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0) {
-                r = -errno;
+        r = seal_copy(mfd);
+        if (r < 0) {
                 close(mfd);
                 return r;
         }
