@@ -79,8 +79,13 @@ def main():
     # request, not the drain); it ends when the segment is opened.
     start = next((i for i, l in enumerate(loop_lines) if "trace.0.bin.active" in l), None)
     drain = loop_lines[start + 1:] if start is not None else []
+    # glibc's malloc reads /proc/sys/vm/overcommit_memory once per process,
+    # the first time it shrinks a heap of a thread arena (the loop thread
+    # lands in one when the main arena is busy: a CI run under load). A
+    # sysctl, nothing a target or a user controls.
     bad = [l for l in drain
-           if re.search(r'"/proc/|</proc/\d', l) or any(f in l for f in files) or l.startswith("pread")]
+           if (re.search(r'"/proc/|</proc/\d', l) and '"/proc/sys/vm/overcommit_memory"' not in l) or
+           any(f in l for f in files) or l.startswith("pread")]
     timers = sum(1 for l in drain if "anon_inode:[timerfd]" in l or "anon_inode:[eventfd]" in l)
     t.ok(start is not None and timers >= 10,
          f"strace followed the loop thread while it recorded ({len(drain)} calls, {timers} timer/eventfd reads)")
