@@ -77,11 +77,11 @@ def main():
                                stderr=subprocess.DEVNULL, text=True, preexec_fn=join_cgroup)
         exec_done(srv.pid)
         addr = srv.stdout.readline().split()[1]
-        load = subprocess.Popen([TARGET, "load", "--connect", addr, "--conns", "32", "--duration", "14"],
+        load = subprocess.Popen([TARGET, "load", "--connect", addr, "--conns", "32", "--duration", "18"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1)
         before = throttled_periods(cg)
-        r = d.ctl("record", "--pid", str(srv.pid), "--duration", "6s", "--out", d.out)
+        r = d.ctl("record", "--pid", str(srv.pid), "--duration", "10s", "--out", d.out)
         throttled = throttled_periods(cg) - before
         t.ok(r.returncode == 0 and r.stdout.split(), "record --pid (the default set) sealed its trace", r.stderr)
         t.ok(throttled >= 20, f"the server's cgroup was throttled while recording: {throttled} periods of 100 ms")
@@ -93,7 +93,9 @@ def main():
         t.ok(meta.get("probes") == "sched,cpu,longpoll", f"the default set: probes {meta.get('probes')!r}")
         # 6-13 of them in 6 s here (2026-12-04, kernel 6.18, 32 connections);
         # the other stopped polls had two run ticks and read as "running".
-        # Before this kind, there was none.
+        # Before this kind, there was none. 2026-12-06: 0, 1, 3, 3, 7, 7, 7,
+        # 7, 10 in 6 s runs (the same code gave 0 and 10): 10 s now, while
+        # why a run gets so few is not understood.
         t.ok(len(pre) >= 3, f"stopped polls are preempted long polls of >= 20 ms: {len(pre)} ({summary})")
         # A poll stopped before BPF's Worker search named its thread's worker
         # (the recording's first milliseconds) says worker 255, unknown: it
