@@ -354,16 +354,11 @@ static uint32_t label_atom(struct translate *tr, uint64_t cookie)
 /* The label a cookie alone gives: none for a boxed future's poll
  * instance, whose label says the box (Pin<Box<dyn Future>>); its concrete
  * future is only known from a read at the poll (poll_label_atom). */
-static uint32_t cookie_future_atom(struct translate *tr, uint64_t cookie)
+uint32_t translate_label_atom(struct translate *tr, uint64_t cookie)
 {
         if (tr->plan && cookie < tr->n_labels && tr->plan->points[cookie].boxed_dyn)
                 return tr->empty_atom;
         return label_atom(tr, cookie);
-}
-
-uint32_t translate_label_atom(struct translate *tr, uint64_t cookie)
-{
-        return cookie_future_atom(tr, cookie);
 }
 
 /* Boxed futures' poll fns named per target: the first this many. */
@@ -475,7 +470,7 @@ static uint32_t spawn_label_atom(struct translate *tr, uint64_t vtable)
         if (!vtable || !tr->plan || !exe_map_bias(&tr->exe, &bias) ||
             !spawn_label_cookie(&tr->spawn_labels, tr->plan, vtable - bias, &cookie))
                 return tr->empty_atom;
-        return cookie_future_atom(tr, cookie);
+        return translate_label_atom(tr, cookie);
 }
 
 /* The thread's name as BPF read it at the sample (task->comm), interned
