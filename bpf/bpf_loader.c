@@ -50,13 +50,10 @@ struct d9_bpf {
         size_t n_sched_links;
         int *perf_fds;
         size_t n_perf_fds;
-        int *run_fds;                   /* the run ticks' events, one per CPU, */
-        size_t n_run_fds;               /* enabled while run_users > 0 */
-        unsigned run_users;             /* attached targets with D9_PROBE_RUNS */
         bool multi;
         size_t ring_bytes;
         int ring_tmpl_fd;
-        unsigned sample_hz, run_sample_us;
+        unsigned sample_hz;
         bool no_cpu_sampling;
         pthread_mutex_t lock;           /* slot_used, teardowns, armed */
         bool armed;                     /* the system-wide links are attached */
@@ -101,7 +98,6 @@ struct d9_bpf_target {
         bool in_rings, in_targets;      /* this target's entries were inserted (not another's) */
         d9_bpf_record_fn on_record;
         void *ctx;
-        bool runs;                      /* counted in bpf->run_users */
         bool unpark_at_resume;          /* no uretprobe on the park functions */
         /* wakes_switchable: the wake points, where, and their own links
          * (none while off) */
@@ -177,76 +173,39 @@ static int push_sched_link(struct d9_bpf *bpf, struct bpf_link *link)
         return 0;
 }
 
-/* System-wide CPU-clock events, one per CPU, running prog: at `hz` (freq
- * mode), or every `period_ns` of CPU time and opened disabled (hz 0). The
- * BPF program keeps only ticks of target threads. */
-static int open_cpu_clock(struct d9_bpf *bpf, struct bpf_program *prog, unsigned hz, uint64_t period_ns,
-                          int **fds, size_t *n_fds)
+/* System-wide CPU-clock events at `hz`, one per CPU, running prog. The
+ * BPF program keeps only samples of target threads. */
+static int open_cpu_sampling(struct d9_bpf *bpf, struct bpf_program *prog, unsigned hz)
 {
         int ncpu = libbpf_num_possible_cpus();
         int r;
 
         if (ncpu < 0)
                 return ncpu;
-        *fds = calloc((size_t)ncpu, sizeof(int));
-        if (!*fds)
+        bpf->perf_fds = calloc((size_t)ncpu, sizeof(int));
+        if (!bpf->perf_fds)
                 return -ENOMEM;
         for (int cpu = 0; cpu < ncpu; cpu++) {
                 struct perf_event_attr attr = {
                         .type = PERF_TYPE_SOFTWARE,
                         .size = sizeof(attr),
                         .config = PERF_COUNT_SW_CPU_CLOCK,
-                        .freq = hz != 0,
-                        .disabled = hz == 0,
+                        .freq = 1,
+                        .sample_freq = hz,
                 };
-                int fd;
+                int fd = (int)syscall(SYS_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC);
 
-                if (hz)
-                        attr.sample_freq = hz;
-                else
-                        attr.sample_period = period_ns;
-                fd = (int)syscall(SYS_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC);
                 if (fd < 0) {
                         if (errno == ENODEV)    /* possible but offline */
                                 continue;
                         return -errno;
                 }
-                (*fds)[(*n_fds)++] = fd;
+                bpf->perf_fds[bpf->n_perf_fds++] = fd;
                 r = push_sched_link(bpf, bpf_program__attach_perf_event(prog, fd));
                 if (r < 0)
                         return r;
-                /* libbpf's attach enables the event: the run ticks would
-                 * interrupt every CPU every period from the first attach
-                 * of any set on (seen: 5.9 k runs/s with a sched,cpu
-                 * target), until a run-tick user came and went. */
-                if (!hz && ioctl(fd, PERF_EVENT_IOC_DISABLE, 0) < 0)
-                        return -errno;
         }
         return 0;
-}
-
-static int open_cpu_sampling(struct d9_bpf *bpf, unsigned hz, unsigned run_us)
-{
-        int r = open_cpu_clock(bpf, bpf->sched->progs.d9_cpu_sample, hz, 0, &bpf->perf_fds, &bpf->n_perf_fds);
-
-        if (r == 0)
-                r = open_cpu_clock(bpf, bpf->sched->progs.d9_cpu_sample, 0, (uint64_t)run_us * 1000,
-                                   &bpf->run_fds, &bpf->n_run_fds);
-        return r;
-}
-
-/* The fast ticks cost every CPU an interrupt per period even when nothing
- * is traced: they run only while some target asked for them. */
-static void run_sampling_use(struct d9_bpf *bpf, bool on)
-{
-        static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-        unsigned long req = on ? PERF_EVENT_IOC_ENABLE : PERF_EVENT_IOC_DISABLE;
-
-        pthread_mutex_lock(&lock);
-        if (on ? bpf->run_users++ == 0 : --bpf->run_users == 0)
-                for (size_t i = 0; i < bpf->n_run_fds; i++)
-                        ioctl(bpf->run_fds[i], req, 0);
-        pthread_mutex_unlock(&lock);
 }
 
 /* The inner map of d9_rings fixes every target ring's size: give libbpf a
@@ -265,7 +224,7 @@ static int set_ring_template(struct d9_bpf *bpf, struct bpf_map *outer)
 
 static int load_sched(struct d9_bpf *bpf, uint64_t run_period_ns)
 {
-        int r;
+        int ncpu, r;
 
         bpf->sched = d9_sched__open();
         if (!bpf->sched)
@@ -274,6 +233,13 @@ static int load_sched(struct d9_bpf *bpf, uint64_t run_period_ns)
         if (r < 0)
                 return r;
         bpf->sched->rodata->d9_run_period_ns = run_period_ns;
+        /* The run ticks' timers: one per possible CPU, keyed by its number. */
+        ncpu = libbpf_num_possible_cpus();
+        if (ncpu < 0)
+                return ncpu;
+        r = bpf_map__set_max_entries(bpf->sched->maps.d9_run_timers, (uint32_t)ncpu);
+        if (r < 0)
+                return r;
         bpf->sched->rodata->d9_resume_by = d9_bpf_resume_way();
         /* Only where it is the way: it runs at every return from __schedule,
          * and an older kernel has no such tracepoint to load it for. */
@@ -312,7 +278,7 @@ static int arm_locked(struct d9_bpf *bpf)
         if (r == 0 && bpf_program__autoload(bpf->sched->progs.d9_sched_resumed))
                 r = push_sched_link(bpf, bpf_program__attach(bpf->sched->progs.d9_sched_resumed));
         if (r == 0 && !bpf->no_cpu_sampling)
-                r = open_cpu_sampling(bpf, bpf->sample_hz, bpf->run_sample_us);
+                r = open_cpu_sampling(bpf, bpf->sched->progs.d9_cpu_sample, bpf->sample_hz);
         bpf->armed = r == 0;
         if (r < 0)
                 disarm_locked(bpf);
@@ -387,7 +353,6 @@ int d9_bpf_open(const struct d9_bpf_opts *opts, struct d9_bpf **out)
         bpf->ring_tmpl_fd = -1;
         bpf->sample_hz = opts->sample_hz ? opts->sample_hz : D9_DEFAULT_SAMPLE_HZ;
         bpf->no_cpu_sampling = opts->no_cpu_sampling;
-        bpf->run_sample_us = opts->run_sample_us ? opts->run_sample_us : D9_RUN_SAMPLE_US_DEFAULT;
         pthread_mutex_init(&bpf->lock, NULL);
         libbpf_set_print(opts->libbpf_log ? libbpf_warnings : libbpf_quiet);
         bpf->multi = !opts->force_per_probe && probe_uprobe_multi();
@@ -414,11 +379,8 @@ void d9_bpf_close(struct d9_bpf *bpf)
                 bpf_link__destroy(bpf->sched_links[i]);
         for (size_t i = 0; i < bpf->n_perf_fds; i++)
                 close(bpf->perf_fds[i]);
-        for (size_t i = 0; i < bpf->n_run_fds; i++)
-                close(bpf->run_fds[i]);
         free(bpf->sched_links);
         free(bpf->perf_fds);
-        free(bpf->run_fds);
         d9_tokio__destroy(bpf->tokio);
         d9_sched__destroy(bpf->sched);
         pthread_mutex_destroy(&bpf->lock);
@@ -909,10 +871,6 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
                         strerror(-r), r == -EEXIST ? " (already traced)" : "");
                 goto fail;
         }
-        if (o->probes & D9_PROBE_RUNS) {
-                t->runs = true;
-                run_sampling_use(bpf, true);
-        }
         if (!o->uprobes_later && (r = wake_set_alloc(t, plan, o)) < 0) {
                 set_err(err, "cannot trace PID %d: out of memory", (int)pid);
                 goto fail;
@@ -1340,8 +1298,6 @@ void d9_bpf_detach_target(struct d9_bpf_target *t)
         if (!t)
                 return;
         tgid = t->kernel_tgid;
-        if (t->runs)
-                run_sampling_use(t->bpf, false);
         if (!t->td) {
                 destroy_links(t->wake_links, t->n_wake_links);
                 destroy_links(t->win_links, t->n_win_links);
@@ -1486,7 +1442,7 @@ int d9_bpf_target_thread_off(const struct d9_bpf_target *t, pid_t ns_tid, struct
 
 int d9_bpf_target_offcpu_short(const struct d9_bpf_target *t, struct d9_offcpu_short *sum)
 {
-        uint64_t v[2];
+        uint64_t v[2] = { 0 };
         int r = percpu_row_sum(t->bpf->sched->maps.d9_offcpu_short, t->slot, v, 2);
 
         sum->count = v[0];

@@ -58,9 +58,10 @@ enum d9_probe_bits {
         /* sched_wakeup records: not part of ALL, since no dial9 event
          * comes from them and they double the ring traffic of SCHED. */
         D9_PROBE_WAKEUPS = 1u << 7,
-        /* Long runs: d9_run_sample's fast CPU-clock ticks on a thread that
-         * has not switched out voluntarily since its previous tick write a
-         * RUN_SAMPLE with a stack (long polls without poll probes). */
+        /* Long runs: the run ticks (d9_run_timer_fired, every 500 us while
+         * such a thread runs) on a thread that has not switched out
+         * voluntarily since its previous tick write a RUN_SAMPLE with a
+         * stack (long polls without poll probes). */
         D9_PROBE_RUNS = 1u << 8,
         /* What attach/record do without --probes: no uprobe at all
          * ("longpoll" on the command line is RUNS). */

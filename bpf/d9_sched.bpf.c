@@ -9,6 +9,8 @@
  *   scheduler wait ends at switch-in); who woke it only with
  *   D9_PROBE_WAKEUPS (nothing in the dial9 trace comes from that).
  * - perf_event CPU-clock: on-CPU samples of target threads (source 0).
+ * - a BPF timer per CPU, the run ticks (D9_PROBE_RUNS): every 500 us while
+ *   a thread of such a target runs there (d9_run_timer_fired).
  * - sched_process_exit / sched_process_exec: the target went away or
  *   replaced its image (its uprobes no longer mean anything).
  *
@@ -128,6 +130,7 @@ static __always_inline void d9_offcpu_write(const struct d9_target_cfg *cfg, str
  * thread past exit_task_work and leaves the entry behind, and tids come
  * back (pid_max 32768 here). d9_offcpu_defer takes such an entry over. */
 #define D9_EBUSY 16     /* asm-generic/errno-base.h: vmlinux.h has no errno */
+#define D9_CLOCK_MONOTONIC 1   /* uapi/linux/time.h */
 
 struct d9_offcpu_pending {
         struct bpf_task_work tw;
@@ -336,12 +339,147 @@ static __always_inline void d9_switch_in(struct task_struct *next)
         th->wake_ts = 0;
 }
 
+/* The run ticks' period (d9_bpf_open sets it). */
+const volatile __u64 d9_run_period_ns = 500000;
+
+/* A run tick (D9_PROBE_RUNS): a tick on a thread that switched out
+ * voluntarily since its previous tick (task->nvcsw moved) only starts a
+ * new stretch; a tick on one that did not gets a RUN_SAMPLE with its
+ * stack: every tick for the stretch's first 8 ticks (4 ms of CPU time),
+ * then every 4th up to the 64th (32 ms), then every 16th. A worker that
+ * parks between short polls pays one task-storage lookup per tick; one
+ * that never sleeps (a busy server, a long poll) a stack per 8 ms, not per
+ * 0.5 ms (at 2 000 stacks/s a busy worker filled the 2 MiB ring and kept
+ * d9d unwinding). d9d finds the poll frame in the stacks
+ * (daemon/long_poll.c); a long poll's end is seen up to 2 ms late before
+ * 32 ms, 8 ms after. Returns the stretch's start, 0: no record. */
+static __always_inline __u64 d9_run_tick(struct task_struct *task, __u64 now)
+{
+        struct d9_thread *th = bpf_task_storage_get(&d9_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+        __u64 nv;
+        __u32 n;
+
+        if (!th)
+                return 0;
+        nv = task->nvcsw;
+        if (!th->run_since || th->run_nvcsw != nv) {
+                th->run_nvcsw = nv;
+                th->run_since = now;
+                th->run_ticks = 0;
+                return 0;
+        }
+        n = ++th->run_ticks;
+        if (n > 8 && (n & (n < 64 ? 3 : 15)))
+                return 0;
+        return th->run_since;
+}
+
+/* The run ticks' clock: one BPF timer per CPU, armed when a thread of a
+ * D9_PROBE_RUNS target comes on that CPU and re-armed by its callback only
+ * while such a thread is still the one running there. The CPU-clock perf
+ * events they were before fired on every CPU of the machine every 500 us
+ * while such a target was attached, idle CPUs and other processes' alike
+ * (1,600-1,800 interrupts a second on each idle CPU here). */
+struct d9_run_timer {
+        struct bpf_timer timer;
+        __u32 armed;            /* a callback is due */
+        __u32 ready;            /* bpf_timer_init and the callback done */
+};
+
+struct {
+        __uint(type, BPF_MAP_TYPE_ARRAY);
+        __uint(max_entries, 1);         /* d9_bpf_open: one per possible CPU */
+        __type(key, __u32);
+        __type(value, struct d9_run_timer);
+} d9_run_timers SEC(".maps");
+
+/* From now to the next multiple of the period: the ticks of a CPU keep one
+ * grid, as a CPU-clock event's did. A thread that shares its CPU in slices
+ * shorter than the period gets the ticks that land in its slices; a timer
+ * started afresh at each of its switch-ins could always fire in the other
+ * thread's slice, and stop there. */
+static __always_inline long d9_run_timer_start(struct d9_run_timer *rt)
+{
+        __u64 next = (bpf_ktime_get_ns() / d9_run_period_ns + 1) * d9_run_period_ns;
+
+        return bpf_timer_start(&rt->timer, next, BPF_F_TIMER_ABS | BPF_F_TIMER_CPU_PIN);
+}
+
+/* The tick, in the softirq that runs the timer's callback on the CPU it
+ * was armed on: the task it interrupted is current, its user registers
+ * at the top of its kernel stack; the kernel part of its stack is the
+ * softirq's own, not kept. */
+static int d9_run_timer_fired(void *map, __u32 *key, struct d9_run_timer *rt)
+{
+        struct task_struct *task = bpf_get_current_task_btf();
+        __u32 tgid = task->tgid, tid = task->pid, level = D9_CTX_SOFTIRQ;
+        struct d9_target_cfg *cfg = d9_target_with(tgid, D9_PROBE_RUNS);
+        __u64 now = bpf_ktime_get_ns(), since, stack_id = 0;
+        struct d9_rec_stack *s;
+        struct pt_regs *regs;
+        struct d9_rec_run *r;
+        void *ring;
+
+        rt->armed = 0;
+        /* Idle, another process, or ksoftirqd: no tick, and none till a
+         * target thread comes on this CPU again. */
+        if (!cfg)
+                return 0;
+        if (!d9_run_timer_start(rt))
+                rt->armed = 1;
+        since = d9_run_tick(task, now);
+        if (!since)
+                return 0;
+        if (cfg->stack.flags & D9_STACK_CPU) {
+                s = bpf_map_lookup_elem(&d9_stack_scratch, &level);
+                if (s) {
+                        s->n_kern = 0;
+                        stack_id = d9_stack_capture_in(s, cfg, task, (__u64)tgid << 32 | tid,
+                                                       D9_CTX_SOFTIRQ << D9_CAPTURE_LEVEL_SHIFT);
+                }
+        }
+        ring = d9_ring_of(tgid);
+        r = D9_RING_RESERVE_CUR(ring, cfg, tgid, tid, D9_REC_RUN_SAMPLE, struct d9_rec_run, now);
+        if (!r)
+                return 0;
+        regs = (struct pt_regs *)bpf_task_pt_regs(task);
+        r->ip = regs ? regs->ip : 0;
+        r->stack_id = stack_id;
+        r->since_ts = since;
+        d9_ring_submit(ring, r);
+        return 0;
+}
+
+/* From sched_switch, next a thread of a D9_PROBE_RUNS target: this CPU's
+ * timer runs from now if it is not running already. */
+static __always_inline void d9_run_timer_arm(void)
+{
+        __u32 cpu = bpf_get_smp_processor_id();
+        struct d9_run_timer *rt = bpf_map_lookup_elem(&d9_run_timers, &cpu);
+
+        if (!rt || rt->armed)
+                return;
+        if (!rt->ready) {
+                long err = bpf_timer_init(&rt->timer, &d9_run_timers, D9_CLOCK_MONOTONIC);
+
+                if (err && err != -D9_EBUSY)
+                        return;
+                if (bpf_timer_set_callback(&rt->timer, d9_run_timer_fired))
+                        return;
+                rt->ready = 1;
+        }
+        if (!d9_run_timer_start(rt))
+                rt->armed = 1;
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(d9_sched_switch, bool preempt, struct task_struct *prev,
              struct task_struct *next, unsigned int prev_state)
 {
         d9_switch_out(prev, preempt ? 0 : prev_state);
         d9_switch_in(next);
+        if (d9_target_with(next->tgid, D9_PROBE_RUNS))
+                d9_run_timer_arm();
         return 0;
 }
 
@@ -399,81 +537,26 @@ int BPF_PROG(d9_sched_wakeup, struct task_struct *p)
         return 0;
 }
 
-/* The run ticks' period (d9_bpf_open sets it): their perf events are the
- * ones with exactly this sample_period (the 99 Hz ones run in frequency
- * mode, ~10 ms). */
-const volatile __u64 d9_run_period_ns = 500000;
-
-/* A run tick (D9_PROBE_RUNS, while such a target is attached): a tick on a
- * thread that switched out voluntarily since its previous tick
- * (task->nvcsw moved) only starts a new stretch; a tick on one that did
- * not gets a RUN_SAMPLE with its stack: every tick for the stretch's first
- * 8 ticks (4 ms of CPU time), then every 4th up to the 64th (32 ms), then
- * every 16th. A worker that parks between short polls pays one
- * task-storage lookup per tick; one that never sleeps (a busy server, a
- * long poll) a stack per 8 ms, not per 0.5 ms (at 2 000 stacks/s a busy
- * worker filled the 2 MiB ring and kept d9d unwinding). d9d finds the poll
- * frame in the stacks (daemon/long_poll.c); a long poll's end is seen up
- * to 2 ms late before 32 ms, 8 ms after. Returns the stretch's start, 0:
- * no record. */
-static __always_inline __u64 d9_run_tick(__u64 now)
-{
-        struct task_struct *task = bpf_get_current_task_btf();
-        struct d9_thread *th = bpf_task_storage_get(&d9_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-        __u64 nv;
-        __u32 n;
-
-        if (!th)
-                return 0;
-        nv = task->nvcsw;
-        if (!th->run_since || th->run_nvcsw != nv) {
-                th->run_nvcsw = nv;
-                th->run_since = now;
-                th->run_ticks = 0;
-                return 0;
-        }
-        n = ++th->run_ticks;
-        if (n > 8 && (n & (n < 64 ? 3 : 15)))
-                return 0;
-        return th->run_since;
-}
-
-/* Both CPU-clock event sets run this one program, so the stack capture is
- * verified once (it dominates d9_sched's load time). */
+/* The 99 Hz CPU samples of target threads. */
 SEC("perf_event")
 int d9_cpu_sample(struct bpf_perf_event_data *ctx)
 {
         __u64 id = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns();
-        bool run = ctx->sample_period == d9_run_period_ns;
         __u32 tgid = id >> 32;
-        struct d9_target_cfg *cfg = d9_target_with(tgid, run ? D9_PROBE_RUNS : D9_PROBE_CPU);
+        struct d9_target_cfg *cfg = d9_target_with(tgid, D9_PROBE_CPU);
+        struct d9_rec_sample *r;
         __u64 ip, stack_id;
         void *ring;
 
-        if (!cfg || (run && !d9_run_tick(now)))
+        if (!cfg)
                 return 0;
-        /* Nothing of the run/sample choice is live across the stack code, so
-         * the verifier walks it once for both (twice took 2 s to load). */
         stack_id = d9_stack_sample(ctx, cfg, tgid, (__u32)id);
         ring = d9_ring_of(tgid);
         /* x86-64 user addresses are the lower half; a kernel IP means the
          * sample hit a syscall or interrupt of this thread. */
         ip = ctx->regs.ip;
         ip = ip < (1ull << 47) ? ip : 0;
-        if (ctx->sample_period == d9_run_period_ns) {
-                struct d9_thread *th = bpf_task_storage_get(&d9_threads, bpf_get_current_task_btf(), 0, 0);
-                struct d9_rec_run *r = D9_RING_RESERVE_CUR(ring, cfg, tgid, (__u32)id, D9_REC_RUN_SAMPLE,
-                                                           struct d9_rec_run, now);
-                if (!r)
-                        return 0;
-                r->ip = ip;
-                r->stack_id = stack_id;
-                r->since_ts = th ? th->run_since : 0;
-                d9_ring_submit(ring, r);
-                return 0;
-        }
-        struct d9_rec_sample *r = D9_RING_RESERVE_CUR(ring, cfg, tgid, (__u32)id, D9_REC_CPU_SAMPLE,
-                                                      struct d9_rec_sample, now);
+        r = D9_RING_RESERVE_CUR(ring, cfg, tgid, (__u32)id, D9_REC_CPU_SAMPLE, struct d9_rec_sample, now);
         if (!r)
                 return 0;
         r->ip = ip;

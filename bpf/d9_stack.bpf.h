@@ -28,10 +28,21 @@
 
 #define D9_STACK_CHUNK 512
 
-/* A CPU sample's stack is built here: too big for the BPF stack. */
+/* Where a stack is taken, for the per-CPU scratch below: a run tick's
+ * softirq may interrupt an off-CPU stack being taken at a return from
+ * __schedule, and a CPU sample's hardirq either; each needs its own. */
+enum d9_stack_ctx {
+        D9_CTX_TASK,            /* d9_offcpu_resumed */
+        D9_CTX_SOFTIRQ,         /* a run tick (d9_run_timer_fired) */
+        D9_CTX_HARDIRQ,         /* a 99 Hz CPU sample */
+        D9_CTX_LEVELS,
+};
+
+/* A CPU sample's or a run tick's stack is built here, one per d9_stack_ctx
+ * (the task-context one unused): too big for the BPF stack. */
 struct {
         __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-        __uint(max_entries, 1);
+        __uint(max_entries, D9_CTX_LEVELS);
         __type(key, __u32);
         __type(value, struct d9_rec_stack);
 } d9_stack_scratch SEC(".maps");
@@ -66,8 +77,9 @@ static __always_inline __u64 d9_stack_next_id(void)
 
         if (!seq)
                 return 0;
-        *seq += 1;
-        return (*seq << 10) | (bpf_get_smp_processor_id() & 1023);
+        /* One add: a sample's hardirq may come between a load and a store
+         * of a tick's softirq on this CPU, in the same thread. */
+        return ((__sync_fetch_and_add(seq, 1) + 1) << 10) | (bpf_get_smp_processor_id() & 1023);
 }
 
 /* The rec was built but the ring had no room: count it like any drop. */
@@ -462,7 +474,7 @@ struct d9_wk_top {
 
 struct {
         __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-        __uint(max_entries, 1);
+        __uint(max_entries, D9_CTX_LEVELS);     /* one per d9_stack_ctx */
         __type(key, __u32);
         __type(value, struct d9_wk_top);
 } d9_wk_top_scratch SEC(".maps");
@@ -572,9 +584,9 @@ __noinline __u32 d9_wk_weigh_scan(struct d9_wk_depth *d, const struct d9_wk_top 
  * s's worker fields: the worker whose loop the thread runs, looked for at
  * the target's confirmed depth, or (until there is one) searched for. */
 __noinline __u32 d9_stack_worker(struct d9_rec_stack *s, const struct d9_target_cfg *cfg,
-                                 struct task_struct *task __arg_trusted)
+                                 struct task_struct *task __arg_trusted, __u32 ctx_level)
 {
-        __u32 zero = 0, slot;
+        __u32 slot;
         __u64 end, len, now, tls = 0, *tls_of;
         bool tls_known = true;
         struct d9_wk_depth *d;
@@ -592,7 +604,7 @@ __noinline __u32 d9_stack_worker(struct d9_rec_stack *s, const struct d9_target_
         slot = cfg->slot;
         th = bpf_task_storage_get(&d9_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
         d = bpf_map_lookup_elem(&d9_wk_depths, &slot);
-        t = bpf_map_lookup_elem(&d9_wk_top_scratch, &zero);
+        t = bpf_map_lookup_elem(&d9_wk_top_scratch, &ctx_level);
         tls_of = bpf_map_lookup_elem(&d9_wk_tls, &slot);
         if (tls_of)
                 tls = *tls_of;
@@ -701,7 +713,7 @@ static __always_inline __u64 d9_stack_output(const struct d9_target_cfg *cfg, __
 static __always_inline __u64 d9_stack_capture(struct d9_rec_stack *s,
                                               const struct d9_target_cfg *cfg,
                                               struct task_struct *task, bool have_regs,
-                                              __u32 tgid, __u32 tid, __u32 offcpu)
+                                              __u32 tgid, __u32 tid, __u32 offcpu, __u32 ctx_level)
 {
         __u32 want = cfg->stack.user_bytes;
         struct pt_regs *regs;
@@ -725,7 +737,7 @@ static __always_inline __u64 d9_stack_capture(struct d9_rec_stack *s,
                 }
                 D9_STACK_REGS(s, *regs);
         }
-        d9_stack_worker(s, cfg, task);
+        d9_stack_worker(s, cfg, task, ctx_level);
         if (cfg->stack.flags & D9_STACK_FP) {
                 /* Frame pointers: the kernel's walk is exact and cheap. */
                 n = bpf_get_task_stack(task, s->data, D9_STACK_USER_MAX, BPF_F_USER_STACK);
@@ -743,19 +755,36 @@ static __always_inline __u64 d9_stack_capture(struct d9_rec_stack *s,
         return d9_stack_output(cfg, tgid, tid, s);
 }
 
+#define D9_CAPTURE_HAVE_REGS 1u      /* d9_stack_capture_in's how: have_regs */
+#define D9_CAPTURE_OFFCPU 2u
+#define D9_CAPTURE_LEVEL_SHIFT 8        /* enum d9_stack_ctx */
+
+/* d9_stack_capture as a global function: verified once for the three
+ * programs that take stacks (a CPU sample, a run tick, an off-CPU
+ * interval), not once in each (the run tick's copy added 250 ms to
+ * d9d's start). */
+__noinline __u64 d9_stack_capture_in(struct d9_rec_stack *s, const struct d9_target_cfg *cfg,
+                                     struct task_struct *task __arg_trusted, __u64 tgid_tid, __u32 how)
+{
+        if (!s || !cfg || !task)
+                return 0;
+        return d9_stack_capture(s, cfg, task, how & D9_CAPTURE_HAVE_REGS, tgid_tid >> 32, (__u32)tgid_tid,
+                                !!(how & D9_CAPTURE_OFFCPU), how >> D9_CAPTURE_LEVEL_SHIFT);
+}
+
 /* perf CPU-clock sample of the current thread: write its STACK record and
  * return the id for the SAMPLE record (0: no stack). */
 static __always_inline __u64 d9_stack_sample(struct bpf_perf_event_data *ctx,
                                              const struct d9_target_cfg *cfg,
                                              __u32 tgid, __u32 tid)
 {
-        __u32 zero = 0;
+        __u32 level = D9_CTX_HARDIRQ;
         struct d9_rec_stack *s;
         long n;
 
         if (!(cfg->stack.flags & D9_STACK_CPU))
                 return 0;
-        s = bpf_map_lookup_elem(&d9_stack_scratch, &zero);
+        s = bpf_map_lookup_elem(&d9_stack_scratch, &level);
         if (!s)
                 return 0;
         /* Empty when the timer hit user mode. */
@@ -766,9 +795,11 @@ static __always_inline __u64 d9_stack_sample(struct bpf_perf_event_data *ctx,
          * kernel: the user registers saved at kernel entry. */
         if (ctx->regs.ip < (1ull << 47)) {
                 D9_STACK_REGS(s, ctx->regs);
-                return d9_stack_capture(s, cfg, bpf_get_current_task_btf(), true, tgid, tid, 0);
+                return d9_stack_capture_in(s, cfg, bpf_get_current_task_btf(), (__u64)tgid << 32 | tid,
+                                           D9_CAPTURE_HAVE_REGS | D9_CTX_HARDIRQ << D9_CAPTURE_LEVEL_SHIFT);
         }
-        return d9_stack_capture(s, cfg, bpf_get_current_task_btf(), false, tgid, tid, 0);
+        return d9_stack_capture_in(s, cfg, bpf_get_current_task_btf(), (__u64)tgid << 32 | tid,
+                                   D9_CTX_HARDIRQ << D9_CAPTURE_LEVEL_SHIFT);
 }
 
 /* GCRA bucket of `per_sec` with the configured burst: is a token there at
@@ -829,5 +860,6 @@ static __always_inline __u64 d9_stack_offcpu_user(const struct d9_target_cfg *cf
 
         if (!st)
                 return 0;
-        return d9_stack_capture(&st->rec, cfg, task, false, tgid, tid, 1);
+        return d9_stack_capture_in(&st->rec, cfg, task, (__u64)tgid << 32 | tid,
+                                   D9_CAPTURE_OFFCPU | D9_CTX_TASK << D9_CAPTURE_LEVEL_SHIFT);
 }

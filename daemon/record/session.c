@@ -149,7 +149,7 @@ static bool plan_gaps_told(const struct session *s)
 /* The default set's derivations (daemon/translate.c), in plan, status and
  * the trace's metadata alike. */
 #define D9_LONG_POLL_ROUTE                                                                          \
-        "D9LongPollEvent from CPU-clock ticks every 500us of a worker that did not sleep: a poll "   \
+        "D9LongPollEvent from ticks every 500us of a running worker that did not sleep: a poll "     \
         "seen in one task poll frame for >= 1 ms (sampled: back-to-back polls of one future type "  \
         "without a sleep between read as one), or a worker off CPU >= 1 ms inside a poll frame "  \
         "(blocked; or preempted, with under two ticks in the poll)"
