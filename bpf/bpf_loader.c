@@ -1267,14 +1267,34 @@ int d9_bpf_target_stop(struct d9_bpf_target *t)
         return r;
 }
 
+/* An interval of this recording that a d9_offcpu_pending entry still
+ * holds at the detach (its record was left to the thread's return to user
+ * space, which did not write it): written now, stackless, after the ring's
+ * last records, so the trace still has it. */
+static void offcpu_pending_write(struct d9_bpf_target *t, uint32_t tid, const struct d9_offcpu_pending_entry *e)
+{
+        struct d9_rec_offcpu r = {
+                .hdr = { .type = D9_REC_OFFCPU, .tid = tid, .tgid = t->kernel_tgid, .ts = e->span.on_ts },
+                .off_ts = e->span.off_ts,
+                .prev_state = e->span.state,
+                .no_stack = D9_NOSTACK_GONE,
+                .cpu_ns = e->span.cpu_ns,
+                .sched_wait_ns = e->span.wait_ns,
+                .run_since = e->span.run_since,
+        };
+
+        if (!e->running && e->span.on_ts && e->span.on_ts >= t->since_ns)
+                t->on_record(t->ctx, &r, sizeof(r));
+}
+
 /* A detached target's entries in d9_offcpu_pending: their callbacks, if
  * any is still due, write nothing now, and one the kernel never ran (a
  * thread past exit_task_work) would stay until its tid came back, which
  * with a large pid_max is never: the map would fill up. Keys first, then
  * deletes, since deleting under get_next_key restarts the walk. */
-static void offcpu_pending_forget(struct d9_bpf *bpf, uint32_t tgid)
+static void offcpu_pending_forget(struct d9_bpf_target *t)
 {
-        struct bpf_map *map = bpf->sched->maps.d9_offcpu_pending;
+        struct bpf_map *map = t->bpf->sched->maps.d9_offcpu_pending;
         uint32_t cap = bpf_map__max_entries(map), n = 0, key, *prev = NULL;
         uint32_t *mine = calloc(cap, sizeof(*mine));
         struct d9_offcpu_pending_entry e;
@@ -1282,8 +1302,11 @@ static void offcpu_pending_forget(struct d9_bpf *bpf, uint32_t tgid)
         if (!mine)
                 return;
         while (n < cap && !bpf_map__get_next_key(map, prev, &key, sizeof(key))) {
-                if (!bpf_map__lookup_elem(map, &key, sizeof(key), &e, sizeof(e), 0) && e.tgid == tgid)
+                if (!bpf_map__lookup_elem(map, &key, sizeof(key), &e, sizeof(e), 0) &&
+                    e.tgid == t->kernel_tgid) {
+                        offcpu_pending_write(t, key, &e);
                         mine[n++] = key;
+                }
                 prev = &key;
         }
         for (uint32_t i = 0; i < n; i++)
@@ -1332,12 +1355,11 @@ void d9_bpf_detach_target(struct d9_bpf_target *t)
                         pthread_mutex_unlock(&t->bpf->lock);
                 }
         }
-        if (t->slot != UINT32_MAX && t->in_targets)
-                offcpu_pending_forget(t->bpf, tgid);
-        if (t->rb) {
+        if (t->rb)
                 ring_buffer__consume(t->rb);
-                ring_buffer__free(t->rb);
-        }
+        if (t->slot != UINT32_MAX && t->in_targets)
+                offcpu_pending_forget(t);
+        ring_buffer__free(t->rb);
         if (t->ring_fd >= 0)
                 close(t->ring_fd);
         free(t->links);

@@ -10,7 +10,8 @@
  *     intervals must still get stacks (before: all stackless, "pending").
  *   unwritten: this target's, with a marker interval inside the
  *     recording, after the attach. Each must be written exactly once, at
- *     the thread's next long interval (before: never).
+ *     the thread's next long interval (before: never), or, for a thread
+ *     that has none before the detach, at the detach (before: never).
  * After each detach no entry of the target may be left (one seeded for a
  * tid no thread has, as a thread past exit_task_work leaves: before, it
  * stayed while d9d ran).
@@ -31,6 +32,7 @@
 #define MAX_TIDS 64
 #define MARK_OFF_NS 7000000ULL  /* a marker interval: 7 ms ... */
 #define MARK_ON_NS 1000000ULL   /* ... ending 1 ms before it is seeded */
+#define NOBODY_TID 0x7ffffff0u  /* above any pid_max */
 
 struct run {
         pid_t target;
@@ -44,6 +46,8 @@ struct run {
                                                  * reached the pending map */
         unsigned long with_stack, pending, offcpu;
         unsigned long left;             /* its entries still there after the detach */
+        uint64_t nobody_mark;           /* the marker of the entry of a tid no thread has */
+        unsigned long nobody_written;
 };
 
 static uint64_t mono_ns(void)
@@ -70,6 +74,11 @@ static int on_record(void *ctx, const void *data, size_t size)
 
         if (size != sizeof(*o) || o->hdr.type != D9_REC_OFFCPU || (pid_t)o->hdr.tgid != r->target)
                 return 0;
+        if (o->hdr.tid == NOBODY_TID) {
+                r->nobody_written += r->nobody_mark && o->off_ts == r->nobody_mark &&
+                                     o->no_stack == D9_NOSTACK_GONE;
+                return 0;
+        }
         i = tid_index(r, o->hdr.tid);
         if (i < 0)
                 return 0;
@@ -169,15 +178,22 @@ static size_t seed(struct run *r, int map_fd, bool marks)
                         n++;
                 }
         }
-        /* And one for a tid no thread has (above any pid_max): nothing
-         * ever takes it over, as with a thread gone past exit_task_work;
-         * the detach must forget it. */
+        /* And one for a tid no thread has, with a marker interval: nothing
+         * ever takes it over, as with a thread gone past exit_task_work
+         * whose callback never ran; the detach must write its interval
+         * and forget it. */
         if (marks) {
-                struct d9_offcpu_pending_entry e = { .tgid = (uint32_t)r->target };
-                uint32_t nobody = 0x7ffffff0;
+                struct d9_offcpu_pending_entry e = {
+                        .tgid = (uint32_t)r->target,
+                        .span = { .off_ts = r->seeded_ts - MARK_OFF_NS, .on_ts = r->seeded_ts - MARK_ON_NS,
+                                  .state = 1 },
+                };
+                uint32_t nobody = NOBODY_TID;
 
-                if (bpf_map_update_elem(map_fd, &nobody, &e, BPF_NOEXIST) == 0)
+                if (bpf_map_update_elem(map_fd, &nobody, &e, BPF_NOEXIST) == 0) {
+                        r->nobody_mark = e.span.off_ts;
                         n++;
+                }
         }
         return n;
 }
@@ -231,7 +247,7 @@ int main(int argc, char **argv)
 {
         struct d9_bpf_opts bo = { .no_cpu_sampling = true };
         static struct run foreign, unwritten;
-        unsigned long due = 0, written = 0, twice = 0;
+        unsigned long due = 0, written = 0, twice = 0, rest = 0, at_detach = 0;
         struct d9_bpf *bpf = NULL;
         int map_fd, r;
 
@@ -239,7 +255,7 @@ int main(int argc, char **argv)
                 fprintf(stderr, "usage: %s TARGET [ARGS...]\n", argv[0]);
                 return 2;
         }
-        tap_plan(6);
+        tap_plan(7);
         r = d9_bpf_open(&bo, &bpf);
         if (!tap_ok(r == 0, "BPF programs load (%s)", strerror(-r)))
                 return tap_done();
@@ -261,6 +277,8 @@ int main(int argc, char **argv)
                         continue;
                 due += unwritten.long_after[i] > 0;
                 written += unwritten.mark_written[i] == 1 && unwritten.long_after[i] > 0;
+                rest += unwritten.long_after[i] == 0;
+                at_detach += unwritten.mark_written[i] == 1 && unwritten.long_after[i] == 0;
                 twice += unwritten.mark_written[i] > 1;
                 if (unwritten.long_after[i] > 0 && unwritten.mark_written[i] != 1)
                         tap_diag("tid %u: its entry written %lu times, %lu long intervals after",
@@ -269,6 +287,10 @@ int main(int argc, char **argv)
         tap_ok(r > 0 && due > 0 && written == due,
                "this target's unwritten entries: %lu of %lu written at the thread's next long interval",
                written, due);
+        tap_ok(unwritten.nobody_written == 1 && at_detach == rest,
+               "written at the detach, stackless: the entry of a tid no thread has (%lu), and those "
+               "of threads with no long interval after them (%lu of %lu)",
+               unwritten.nobody_written, at_detach, rest);
         tap_ok(twice == 0, "none written twice (%lu)", twice);
         tap_ok(foreign.left == 0 && unwritten.left == 0,
                "no entry of a detached target is left (%lu, %lu)", foreign.left, unwritten.left);
