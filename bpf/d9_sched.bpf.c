@@ -130,6 +130,7 @@ static __always_inline void d9_offcpu_write(const struct d9_target_cfg *cfg, str
  * thread past exit_task_work and leaves the entry behind, and tids come
  * back (pid_max 32768 here). d9_offcpu_defer takes such an entry over. */
 #define D9_EBUSY 16     /* asm-generic/errno-base.h: vmlinux.h has no errno */
+#define D9_EINVAL 22
 #define D9_CLOCK_MONOTONIC 1   /* uapi/linux/time.h */
 
 struct d9_offcpu_pending {
@@ -291,15 +292,14 @@ static __always_inline void d9_unpark_write(const struct d9_target_cfg *cfg, str
 
 /* ... and account for the whole interval when it comes back: a short one
  * is only counted, a long one becomes one record carrying both ends. */
-static __always_inline void d9_switch_in(struct task_struct *next)
+static __always_inline void d9_switch_in(struct task_struct *next, struct d9_target_cfg *cfg)
 {
         __u32 tgid = next->tgid, tid = next->pid;
-        struct d9_target_cfg *cfg = d9_target_with(tgid, D9_PROBE_SCHED);
         struct d9_thread *th;
         __u32 why;
         __u64 now;
 
-        if (!cfg)
+        if (!cfg || !(cfg->probes & D9_PROBE_SCHED))
                 return;
         th = bpf_task_storage_get(&d9_threads, next, 0, 0);
         if (!th)
@@ -400,9 +400,14 @@ struct {
  * thread's slice, and stop there. */
 static __always_inline long d9_run_timer_start(struct d9_run_timer *rt)
 {
-        __u64 next = (bpf_ktime_get_ns() / d9_run_period_ns + 1) * d9_run_period_ns;
+        __u64 now = bpf_ktime_get_ns(), next = (now / d9_run_period_ns + 1) * d9_run_period_ns;
+        long err = bpf_timer_start(&rt->timer, next, BPF_F_TIMER_ABS | BPF_F_TIMER_CPU_PIN);
 
-        return bpf_timer_start(&rt->timer, next, BPF_F_TIMER_ABS | BPF_F_TIMER_CPU_PIN);
+        /* Before Linux 6.7 (Debian 12's 6.1) neither flag exists: a relative
+         * timer, started on this CPU, which is busy, so it stays here. */
+        if (err == -D9_EINVAL)
+                err = bpf_timer_start(&rt->timer, next - now, 0);
+        return err;
 }
 
 /* The tick, in the softirq that runs the timer's callback on the CPU it
@@ -476,9 +481,12 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(d9_sched_switch, bool preempt, struct task_struct *prev,
              struct task_struct *next, unsigned int prev_state)
 {
+        /* One lookup for both: this runs at every switch of the machine. */
+        struct d9_target_cfg *cfg = d9_target_of(next->tgid);
+
         d9_switch_out(prev, preempt ? 0 : prev_state);
-        d9_switch_in(next);
-        if (d9_target_with(next->tgid, D9_PROBE_RUNS))
+        d9_switch_in(next, cfg);
+        if (cfg && (cfg->probes & D9_PROBE_RUNS))
                 d9_run_timer_arm();
         return 0;
 }

@@ -9,8 +9,9 @@ thread comes on that CPU (docs/bpf.md "Run ticks").
 
 Checks:
  - an idle target attached with the default set adds fewer than 400 timer
-   interrupts a second per CPU (/proc/interrupts LOC) to what the machine
-   takes with nothing attached, measured before and after;
+   interrupts a second per CPU (/proc/interrupts LOC; the least of three
+   1 s spans) to what the machine takes with nothing attached (the most of
+   three spans before and three after);
  - the ticks still fire where the target runs: a default-set recording of
    the mixed target has its 50 ms busy polls as running long polls.
 Not parallel: another test's busy target would tick its CPUs.
@@ -26,12 +27,15 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from d9harness import D9d, Tap, dump_events, start_target  # noqa
 
-SPAN_S = 2.0
+SPAN_S = 1.0
+SPANS = 3
 MAX_ADDED = 400
 
 
 def timer_irqs_per_cpu_per_s():
-    """Local timer interrupts a second, averaged over the CPUs, over SPAN_S."""
+    """Local timer interrupts a second, averaged over the CPUs, in each of
+    SPANS spans of SPAN_S: other load only adds to a span's count, so the
+    least of them is what d9d's ticks cost at most."""
     def loc():
         with open("/proc/interrupts") as f:
             for line in f:
@@ -40,11 +44,14 @@ def timer_irqs_per_cpu_per_s():
                     counts = [int(p) for p in parts[1:] if p.isdigit()]
                     return sum(counts), len(counts)
         return 0, 1
-    a, n = loc()
-    t0 = time.monotonic()
-    time.sleep(SPAN_S)
-    b, _ = loc()
-    return (b - a) / n / (time.monotonic() - t0)
+    rates = []
+    for _ in range(SPANS):
+        a, n = loc()
+        t0 = time.monotonic()
+        time.sleep(SPAN_S)
+        b, _ = loc()
+        rates.append((b - a) / n / (time.monotonic() - t0))
+    return rates
 
 
 def main():
@@ -66,10 +73,11 @@ def main():
         idle.kill()
         idle.wait()
     t.ok(r.returncode == 0 and "longpoll" in r.stdout, "the idle server attached with the default set", r.stdout + r.stderr)
-    base = max(before, after)
-    t.ok(attached < base + MAX_ADDED,
+    base = max(before + after)
+    t.ok(min(attached) < base + MAX_ADDED,
          f"an idle default-set target adds under {MAX_ADDED} timer interrupts/s per CPU: "
-         f"{attached:.0f}/s attached, {before:.0f} before, {after:.0f} after")
+         f"{[round(x) for x in attached]}/s attached, {[round(x) for x in before]} before, "
+         f"{[round(x) for x in after]} after")
 
     out = tempfile.mkdtemp(prefix="d9-run-ticks-", dir=d.tmp)
     r = d.ctl("record", "--duration", "30s", "--out", out, "--", target, "mixed", "--duration", "3")
