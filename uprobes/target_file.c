@@ -108,12 +108,13 @@ void d9_target_files_read_in_place(void)
         read_in_place = true;
 }
 
-/* Seals the copy. The write seal fails with EBUSY while the kernel still
- * holds references to pages sendfile just wrote (a CI run under load: "cannot
- * read d9-target-1.43-release: Device or resource busy"): tried again a few
- * times, then left out. Nobody else holds this memfd, so the size seals are
- * what keeps libelf's mapping whole; the write seal was only a second lock. */
-static int seal_copy(int mfd)
+/* The write seal fails with EBUSY while the kernel still holds references
+ * to pages just written (a CI run under load: "cannot read
+ * d9-target-1.43-release: Device or resource busy"): tried again a few
+ * times, then left out. Nobody else holds such a memfd, so the size seals
+ * are what keeps a mapping of it whole; the write seal was only a second
+ * lock. */
+int d9_memfd_seal_copy(int mfd)
 {
         const int size_seals = F_SEAL_SHRINK | F_SEAL_GROW;
 
@@ -156,7 +157,7 @@ int d9_target_file_copy(int fd)
                 }
                 off = in;
         }
-        r = seal_copy(mfd);
+        r = d9_memfd_seal_copy(mfd);
         if (r < 0) {
                 close(mfd);
                 return r;

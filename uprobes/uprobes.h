@@ -295,6 +295,10 @@ int d9_target_file_reopen(int opath_fd);
 /* A sealed in-memory copy of the regular file open on fd (fd unchanged):
  * safe to mmap (the copy cannot shrink); -ENODATA if fd shrank meanwhile. */
 int d9_target_file_copy(int fd);
+/* Seals a memfd copy just written (d9_target_file_copy's, the unwinder's
+ * vDSO image) against any change of size, and of content where the
+ * kernel allows it (uprobes/target_file.c says when it does not). */
+int d9_memfd_seal_copy(int mfd);
 /* From now on d9_target_file_copy hands out the file itself (another fd of
  * it): for a process that may die of a fault, the plan child. */
 void d9_target_files_read_in_place(void);

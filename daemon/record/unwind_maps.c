@@ -321,8 +321,7 @@ static void vdso_copy(void)
         fd = memfd_create("d9-vdso", MFD_CLOEXEC | MFD_ALLOW_SEALING);
         if (fd < 0)
                 return;
-        if (write(fd, eh, size) != (ssize_t)size ||
-            fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0) {
+        if (write(fd, eh, size) != (ssize_t)size || d9_memfd_seal_copy(fd) < 0) {
                 close(fd);
                 return;
         }
