@@ -417,10 +417,9 @@ static __always_inline long d9_run_timer_start(struct d9_run_timer *rt)
 static int d9_run_timer_fired(void *map, __u32 *key, struct d9_run_timer *rt)
 {
         struct task_struct *task = bpf_get_current_task_btf();
-        __u32 tgid = task->tgid, tid = task->pid, level = D9_CTX_SOFTIRQ;
+        __u32 tgid = task->tgid, tid = task->pid;
         struct d9_target_cfg *cfg = d9_target_with(tgid, D9_PROBE_RUNS);
-        __u64 now = bpf_ktime_get_ns(), since, stack_id = 0;
-        struct d9_rec_stack *s;
+        __u64 now = bpf_ktime_get_ns(), since, stack_id;
         struct pt_regs *regs;
         struct d9_rec_run *r;
         void *ring;
@@ -435,14 +434,7 @@ static int d9_run_timer_fired(void *map, __u32 *key, struct d9_run_timer *rt)
         since = d9_run_tick(task, now);
         if (!since)
                 return 0;
-        if (cfg->stack.flags & D9_STACK_CPU) {
-                s = bpf_map_lookup_elem(&d9_stack_scratch, &level);
-                if (s) {
-                        s->n_kern = 0;
-                        stack_id = d9_stack_capture_in(s, cfg, task, (__u64)tgid << 32 | tid,
-                                                       D9_CTX_SOFTIRQ << D9_CAPTURE_LEVEL_SHIFT);
-                }
-        }
+        stack_id = d9_stack_tick(cfg, task, tgid, tid);
         ring = d9_ring_of(tgid);
         r = D9_RING_RESERVE_CUR(ring, cfg, tgid, tid, D9_REC_RUN_SAMPLE, struct d9_rec_run, now);
         if (!r)

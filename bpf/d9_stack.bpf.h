@@ -706,20 +706,27 @@ static __always_inline __u64 d9_stack_output(const struct d9_target_cfg *cfg, __
         return s->stack_id;
 }
 
+#define D9_CAPTURE_HAVE_REGS 1u      /* d9_stack_capture's how: the caller put them in s */
+#define D9_CAPTURE_OFFCPU 2u
+#define D9_CAPTURE_LEVEL_SHIFT 8        /* then the enum d9_stack_ctx */
+
 /* The STACK record of `task` (the current thread), kernel frames already
- * in s: its user registers (have_regs: the caller put them in s, else
- * from task_pt_regs) and stack, deep or user_bytes. Returns its id (0:
- * none). */
-static __always_inline __u64 d9_stack_capture(struct d9_rec_stack *s,
-                                              const struct d9_target_cfg *cfg,
-                                              struct task_struct *task, bool have_regs,
-                                              __u32 tgid, __u32 tid, __u32 offcpu, __u32 ctx_level)
+ * in s: its user registers (D9_CAPTURE_HAVE_REGS in how, else from
+ * task_pt_regs) and stack, deep or user_bytes. Returns its id (0: none).
+ * A global function: verified once for the three programs that take
+ * stacks (a CPU sample, a run tick, an off-CPU interval), not once in each
+ * (inline in the run tick too, d9d took 250 ms longer to start). */
+__noinline __u64 d9_stack_capture(struct d9_rec_stack *s, const struct d9_target_cfg *cfg,
+                                  struct task_struct *task __arg_trusted, __u64 tgid_tid, __u32 how)
 {
-        __u32 want = cfg->stack.user_bytes;
+        __u32 tgid = tgid_tid >> 32, tid = (__u32)tgid_tid, want;
         struct pt_regs *regs;
         __u64 id;
         long n;
 
+        if (!s || !cfg || !task)
+                return 0;
+        want = cfg->stack.user_bytes;
         s->flags = 0;
         s->user_len = 0;
         s->n_fp = 0;
@@ -729,7 +736,7 @@ static __always_inline __u64 d9_stack_capture(struct d9_rec_stack *s,
         s->worker = 0;
         s->worker_rt = 0;
         s->worker_found_ts = 0;
-        if (!have_regs) {
+        if (!(how & D9_CAPTURE_HAVE_REGS)) {
                 regs = (struct pt_regs *)bpf_task_pt_regs(task);
                 if (!regs) {
                         s->flags = D9_SREC_NO_REGS;
@@ -737,7 +744,7 @@ static __always_inline __u64 d9_stack_capture(struct d9_rec_stack *s,
                 }
                 D9_STACK_REGS(s, *regs);
         }
-        d9_stack_worker(s, cfg, task, ctx_level);
+        d9_stack_worker(s, cfg, task, how >> D9_CAPTURE_LEVEL_SHIFT);
         if (cfg->stack.flags & D9_STACK_FP) {
                 /* Frame pointers: the kernel's walk is exact and cheap. */
                 n = bpf_get_task_stack(task, s->data, D9_STACK_USER_MAX, BPF_F_USER_STACK);
@@ -745,7 +752,7 @@ static __always_inline __u64 d9_stack_capture(struct d9_rec_stack *s,
                 s->user_len = n > 0 ? (__u32)n : 0;
                 return d9_stack_output(cfg, tgid, tid, s);
         }
-        id = d9_stack_deep(s, cfg, task, (__u64)tgid << 32 | tid, offcpu);
+        id = d9_stack_deep(s, cfg, task, tgid_tid, !!(how & D9_CAPTURE_OFFCPU));
         if (id)
                 return id == ~0ull ? 0 : id;
         if (want > D9_STACK_USER_MAX)
@@ -753,23 +760,6 @@ static __always_inline __u64 d9_stack_capture(struct d9_rec_stack *s,
         s->user_len = d9_stack_copy_user(s->data, s->regs[D9_DW_RSP], want);
         s->n_fp = d9_stack_fp_tail(s, cfg->stack.flags, (__u64)BPF_CORE_READ(task, utask));
         return d9_stack_output(cfg, tgid, tid, s);
-}
-
-#define D9_CAPTURE_HAVE_REGS 1u      /* d9_stack_capture_in's how: have_regs */
-#define D9_CAPTURE_OFFCPU 2u
-#define D9_CAPTURE_LEVEL_SHIFT 8        /* enum d9_stack_ctx */
-
-/* d9_stack_capture as a global function: verified once for the three
- * programs that take stacks (a CPU sample, a run tick, an off-CPU
- * interval), not once in each (the run tick's copy added 250 ms to
- * d9d's start). */
-__noinline __u64 d9_stack_capture_in(struct d9_rec_stack *s, const struct d9_target_cfg *cfg,
-                                     struct task_struct *task __arg_trusted, __u64 tgid_tid, __u32 how)
-{
-        if (!s || !cfg || !task)
-                return 0;
-        return d9_stack_capture(s, cfg, task, how & D9_CAPTURE_HAVE_REGS, tgid_tid >> 32, (__u32)tgid_tid,
-                                !!(how & D9_CAPTURE_OFFCPU), how >> D9_CAPTURE_LEVEL_SHIFT);
 }
 
 /* perf CPU-clock sample of the current thread: write its STACK record and
@@ -795,11 +785,29 @@ static __always_inline __u64 d9_stack_sample(struct bpf_perf_event_data *ctx,
          * kernel: the user registers saved at kernel entry. */
         if (ctx->regs.ip < (1ull << 47)) {
                 D9_STACK_REGS(s, ctx->regs);
-                return d9_stack_capture_in(s, cfg, bpf_get_current_task_btf(), (__u64)tgid << 32 | tid,
+                return d9_stack_capture(s, cfg, bpf_get_current_task_btf(), (__u64)tgid << 32 | tid,
                                            D9_CAPTURE_HAVE_REGS | D9_CTX_HARDIRQ << D9_CAPTURE_LEVEL_SHIFT);
         }
-        return d9_stack_capture_in(s, cfg, bpf_get_current_task_btf(), (__u64)tgid << 32 | tid,
+        return d9_stack_capture(s, cfg, bpf_get_current_task_btf(), (__u64)tgid << 32 | tid,
                                    D9_CTX_HARDIRQ << D9_CAPTURE_LEVEL_SHIFT);
+}
+
+/* A run tick of the current thread, in the softirq of its timer: its
+ * user registers from task_pt_regs, no kernel frames (the softirq's own,
+ * not the thread's). Returns the stack id for the RUN_SAMPLE (0: none). */
+static __always_inline __u64 d9_stack_tick(const struct d9_target_cfg *cfg, struct task_struct *task,
+                                           __u32 tgid, __u32 tid)
+{
+        __u32 level = D9_CTX_SOFTIRQ;
+        struct d9_rec_stack *s;
+
+        if (!(cfg->stack.flags & D9_STACK_CPU))
+                return 0;
+        s = bpf_map_lookup_elem(&d9_stack_scratch, &level);
+        if (!s)
+                return 0;
+        s->n_kern = 0;
+        return d9_stack_capture(s, cfg, task, (__u64)tgid << 32 | tid, D9_CTX_SOFTIRQ << D9_CAPTURE_LEVEL_SHIFT);
 }
 
 /* GCRA bucket of `per_sec` with the configured burst: is a token there at
@@ -860,6 +868,6 @@ static __always_inline __u64 d9_stack_offcpu_user(const struct d9_target_cfg *cf
 
         if (!st)
                 return 0;
-        return d9_stack_capture_in(&st->rec, cfg, task, (__u64)tgid << 32 | tid,
+        return d9_stack_capture(&st->rec, cfg, task, (__u64)tgid << 32 | tid,
                                    D9_CAPTURE_OFFCPU | D9_CTX_TASK << D9_CAPTURE_LEVEL_SHIFT);
 }
