@@ -8,8 +8,9 @@
  *
  * Loading (the verifier: 10-650 ms) happens once, possibly long before the
  * first target; the system-wide scheduler and sampling programs are
- * attached ("armed") only with the first target, so an idle d9d costs
- * nothing per context switch. Attaching and stopping a target may run on
+ * attached ("armed") only while there is a target (from the first attach
+ * to the release of the last slot), so an idle d9d costs nothing per
+ * context switch or CPU, before its first target and after its last. Attaching and stopping a target may run on
  * a worker thread while the drain loop reads other targets: the slots and
  * the teardown list are under bpf->lock. */
 #include "bpf/bpf_loader.h"
@@ -285,7 +286,8 @@ static int arm_locked(struct d9_bpf *bpf)
         return r;
 }
 
-/* A first target that failed leaves d9d as idle as before it. */
+/* With no slot in use (no target, no teardown holding one), back to
+ * idle: a failed first attach, a detach, or a reaped teardown. */
 static void disarm_if_unused(struct d9_bpf *bpf)
 {
         bool used = false;
@@ -813,7 +815,6 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
                          struct d9_bpf_target **out, char **err)
 {
         struct d9_bpf_target *t;
-        bool armed_here = false;
         uint64_t t0;
         int r;
 
@@ -846,7 +847,6 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
         }
         if (r == 0) {
                 pthread_mutex_lock(&bpf->lock);
-                armed_here = !bpf->armed;
                 r = arm_locked(bpf);
                 pthread_mutex_unlock(&bpf->lock);
                 if (r < 0) {
@@ -885,8 +885,6 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
         return 0;
 fail:
         d9_bpf_detach_target(t);
-        if (armed_here)
-                disarm_if_unused(bpf);
         return r;
 }
 
@@ -1091,6 +1089,7 @@ static void teardown_finish(struct d9_bpf *bpf, struct teardown *td)
         pthread_mutex_unlock(&bpf->lock);
         free(td->links);
         free(td);
+        disarm_if_unused(bpf);
 }
 
 /* Finish the teardowns that are done; also wait for those of `pid` (> 0),
@@ -1131,6 +1130,24 @@ size_t d9_bpf_teardowns_pending(struct d9_bpf *bpf)
                 n++;
         pthread_mutex_unlock(&bpf->lock);
         return n;
+}
+
+void d9_bpf_reap(struct d9_bpf *bpf)
+{
+        if (bpf)
+                teardowns_reap(bpf, false, 0);
+}
+
+bool d9_bpf_armed(struct d9_bpf *bpf)
+{
+        bool armed;
+
+        if (!bpf)
+                return false;
+        pthread_mutex_lock(&bpf->lock);
+        armed = bpf->armed;
+        pthread_mutex_unlock(&bpf->lock);
+        return armed;
 }
 
 bool d9_bpf_teardown_pending_for(struct d9_bpf *bpf, pid_t pid)
@@ -1354,6 +1371,7 @@ void d9_bpf_detach_target(struct d9_bpf_target *t)
                         t->bpf->slot_used[t->slot] = false;
                         pthread_mutex_unlock(&t->bpf->lock);
                 }
+                disarm_if_unused(t->bpf);
         }
         if (t->rb)
                 ring_buffer__consume(t->rb);

@@ -2,7 +2,9 @@
  *
  * d9_bpf_open() loads everything shared by all targets (sched_switch,
  * sched_wakeup, process exit/exec, perf CPU sampling, the Tokio uprobe
- * program); the first d9_bpf_attach_target() attaches the system-wide ones.
+ * program); the first d9_bpf_attach_target() attaches the system-wide ones,
+ * and they go again with the last target (its detach, or the reap of its
+ * background teardown).
  * d9_bpf_attach_target() adds one process: its config in d9_targets, its
  * own ring buffer in the d9_rings map-in-map, and the Tokio uprobes of its
  * probe plan with a pid filter. Records arrive through the callback given
@@ -147,6 +149,12 @@ int d9_bpf_target_quiesce(struct d9_bpf_target *t);
 void d9_bpf_detach_target(struct d9_bpf_target *t);
 /* Background teardowns not finished yet (finished ones are reaped). */
 size_t d9_bpf_teardowns_pending(struct d9_bpf *bpf);
+/* Finish the background teardowns that are done; the last one releases
+ * the system-wide programs. For a periodic tick. */
+void d9_bpf_reap(struct d9_bpf *bpf);
+/* The system-wide programs (sched_switch, wakeup, exit/exec, CPU sampling)
+ * are attached: from the first target to the end of the last. */
+bool d9_bpf_armed(struct d9_bpf *bpf);
 /* Whether one of them is pid's (an attach to pid now would wait for it). */
 bool d9_bpf_teardown_pending_for(struct d9_bpf *bpf, pid_t pid);
 /* (d9_bpf_close waits for the pending ones.) */

@@ -64,6 +64,7 @@ static void on_tick(struct d9d *d, struct d9_watch *w, uint32_t events)
                 live += s->state == SESSION_RECORDING;
         }
         sessions_prune(d);
+        session_bpf_reap();
         autoattach_tick(d->autoattach);
         /* Sealing (symbols, compression) runs in the sealer thread's own
          * malloc arena, which keeps ~10 MiB it no longer uses after each

@@ -114,6 +114,9 @@ static json_t *d9ctl_cmd_status(struct d9d *d, const struct peer *p, json_t *req
                             /* detached targets whose uprobe links are still going away */
                             "bpf_teardowns_pending", (json_int_t)session_bpf_teardowns_pending()));
         json_t *dj = json_object_get(r, "daemon");
+        /* sched_switch, wakeup, exit/exec and the CPU sampler: on every
+         * CPU of the machine from the first target to the end of the last */
+        json_object_set_new(dj, "bpf_system_wide_attached", json_boolean(session_bpf_armed()));
         json_object_set_new(dj, "plans_queued", json_integer(ps.queued));
         json_object_set_new(dj, "plans_running", json_integer(ps.running));
         json_object_set_new(dj, "plans_built", json_integer((json_int_t)ps.built));

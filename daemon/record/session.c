@@ -2010,6 +2010,16 @@ size_t session_bpf_teardowns_pending(void)
         return d9_bpf_teardowns_pending(shared_bpf);
 }
 
+void session_bpf_reap(void)
+{
+        d9_bpf_reap(shared_bpf);
+}
+
+bool session_bpf_armed(void)
+{
+        return d9_bpf_armed(shared_bpf);
+}
+
 void session_bpf_close(void)
 {
         size_t n = d9_bpf_teardowns_pending(shared_bpf);

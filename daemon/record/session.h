@@ -212,6 +212,12 @@ void sessions_prune(struct d9d *d);
 void sessions_free_all(struct d9d *d);
 /* Detached targets whose BPF links are still being destroyed. */
 size_t session_bpf_teardowns_pending(void);
+/* Reap the finished teardowns (the last one takes the system-wide BPF
+ * programs off: d9d with no target costs nothing per switch); main tick. */
+void session_bpf_reap(void);
+/* The system-wide BPF programs are attached (some target is, or was until
+ * its teardown ends). */
+bool session_bpf_armed(void);
 /* Load the BPF programs now (at start, before any attach: the first
  * attach then does not wait for the verifier). On failure the next attach
  * tries again, on the BPF thread. */

@@ -275,6 +275,31 @@ def metadata_of(d9ctl, path):
     return meta
 
 
+def bpf_links_of(pid):
+    """[(link type, program id)] of the BPF links pid holds open, from its
+    fdinfo (bpftool's own "pids" needs a build with its pid iterator)."""
+    links = []
+    fdinfo = f"/proc/{pid}/fdinfo"
+    for fd in os.listdir(fdinfo):
+        try:
+            with open(os.path.join(fdinfo, fd)) as f:
+                fields = dict(ln.split(":", 1) for ln in f.read().splitlines() if ":" in ln)
+        except OSError:
+            continue
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        if "link_type" in fields and "prog_id" in fields:
+            links.append((fields["link_type"], int(fields["prog_id"])))
+    return links
+
+
+def bpf_prog_names():
+    """{program id: name} of every BPF program loaded on the machine."""
+    r = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, timeout=30)
+    if r.returncode:
+        raise RuntimeError("bpftool prog show failed: " + r.stderr)
+    return {p["id"]: p.get("name", "") for p in json.loads(r.stdout or "[]")}
+
+
 def wait_for(cond, timeout, step=0.2):
     deadline = time.time() + timeout
     while time.time() < deadline:
