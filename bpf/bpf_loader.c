@@ -35,6 +35,7 @@
 
 #include "bpf/bpf_pidns.h"
 #include "bpf/bpf_resume.h"
+#include "bpf/bpf_sleepers.h"
 #include "bpf/d9_wk_search.h"
 #include "d9_sched.skel.h"
 #include "d9_tokio.skel.h"
@@ -59,6 +60,7 @@ struct d9_bpf {
         pthread_mutex_t lock;           /* slot_used, teardowns, armed */
         bool armed;                     /* the system-wide links are attached */
         bool slot_used[D9_MAX_TARGETS];
+        uint32_t slot_tgid[D9_MAX_TARGETS];     /* its bit in d9_tgid_bits, 0: none */
         struct teardown *teardowns;     /* released targets whose links are still going */
 };
 
@@ -267,7 +269,7 @@ static void disarm_locked(struct d9_bpf *bpf)
 static int arm_locked(struct d9_bpf *bpf)
 {
         struct bpf_program *progs[] = {
-                bpf->sched->progs.d9_sched_switch, bpf->sched->progs.d9_sched_wakeup,
+                bpf->sched->progs.d9_sched_switch,
                 bpf->sched->progs.d9_proc_exit, bpf->sched->progs.d9_proc_exec,
         };
         int r = 0;
@@ -611,6 +613,39 @@ out:
         return r;
 }
 
+/* d9_tgid_bits (d9_sched.bpf.c): set before the target's config goes in,
+ * cleared when its slot is released and no other live slot's tgid shares
+ * the bit. BPF reads the words without a lock; a bit set late or cleared
+ * early only moves a target's first or last event by the attach or the
+ * detach itself. Caller holds bpf->lock. */
+static void tgid_bit_set_locked(struct d9_bpf *bpf, uint32_t slot, uint32_t tgid)
+{
+        __u64 *words = bpf->sched->bss->d9_tgid_bits;
+
+        bpf->slot_tgid[slot] = tgid;
+        __atomic_fetch_or(&words[(tgid / 64) % D9_TGID_BITS_WORDS], 1ull << (tgid % 64), __ATOMIC_RELEASE);
+}
+
+static void slot_release_locked(struct d9_bpf *bpf, uint32_t slot)
+{
+        __u64 *words = bpf->sched->bss->d9_tgid_bits;
+        uint32_t tgid = bpf->slot_tgid[slot], word = (tgid / 64) % D9_TGID_BITS_WORDS;
+        __u64 bit = 1ull << (tgid % 64);
+        bool shared = false;
+
+        bpf->slot_used[slot] = false;
+        bpf->slot_tgid[slot] = 0;
+        if (!tgid)
+                return;
+        for (uint32_t i = 0; i < D9_MAX_TARGETS && !shared; i++) {
+                uint32_t other = bpf->slot_tgid[i];
+
+                shared = other && (other / 64) % D9_TGID_BITS_WORDS == word && (1ull << (other % 64)) == bit;
+        }
+        if (!shared)
+                __atomic_fetch_and(&words[word], ~bit, __ATOMIC_RELEASE);
+}
+
 static int alloc_slot(struct d9_bpf *bpf, uint32_t *slot)
 {
         for (uint32_t i = 0; i < D9_MAX_TARGETS; i++) {
@@ -744,9 +779,13 @@ static int install_target(struct d9_bpf_target *t, const struct probe_plan *plan
                                          &t->ring_fd, sizeof(t->ring_fd), BPF_NOEXIST);
         t->ring_insert_ns = d9_now_ns() - t0;
         t->in_rings = r == 0;
-        if (r == 0)
+        if (r == 0) {
+                pthread_mutex_lock(&bpf->lock);
+                tgid_bit_set_locked(bpf, t->slot, tgid);
+                pthread_mutex_unlock(&bpf->lock);
                 r = bpf_map__update_elem(bpf->sched->maps.d9_targets, &tgid, sizeof(tgid),
                                          &cfg, sizeof(cfg), BPF_NOEXIST);
+        }
         t->in_targets = r == 0;
         return r;
 }
@@ -871,6 +910,10 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
                         strerror(-r), r == -EEXIST ? " (already traced)" : "");
                 goto fail;
         }
+        /* Not fatal: a thread it misses starts at its first switch-out,
+         * as every thread did before d9d looked for sleepers. */
+        if (o->probes & D9_PROBE_SCHED)
+                (void)d9_bpf_seed_sleepers(bpf->sched, pid);
         if (!o->uprobes_later && (r = wake_set_alloc(t, plan, o)) < 0) {
                 set_err(err, "cannot trace PID %d: out of memory", (int)pid);
                 goto fail;
@@ -1085,7 +1128,7 @@ static void teardown_finish(struct d9_bpf *bpf, struct teardown *td)
                 pthread_join(td->th, NULL);
         pthread_mutex_lock(&bpf->lock);
         if (td->slot != UINT32_MAX)
-                bpf->slot_used[td->slot] = false;
+                slot_release_locked(bpf, td->slot);
         pthread_mutex_unlock(&bpf->lock);
         free(td->links);
         free(td);
@@ -1368,7 +1411,7 @@ void d9_bpf_detach_target(struct d9_bpf_target *t)
                         if (t->in_rings)
                                 bpf_map__delete_elem(t->bpf->sched->maps.d9_rings, &tgid, sizeof(tgid), 0);
                         pthread_mutex_lock(&t->bpf->lock);
-                        t->bpf->slot_used[t->slot] = false;
+                        slot_release_locked(t->bpf, t->slot);
                         pthread_mutex_unlock(&t->bpf->lock);
                 }
                 disarm_if_unused(t->bpf);

@@ -36,7 +36,6 @@ enum d9_rec_type {
         D9_REC_UNPARK,          /* ... and returned from it */
         D9_REC_OFFCPU,          /* a target thread was off CPU (sched_switch) */
         D9_REC_CPU_SAMPLE,      /* perf CPU-clock sample of a target thread */
-        D9_REC_WAKEUP,          /* sched_wakeup of a target thread */
         D9_REC_EXIT,            /* the target's leader thread exited */
         D9_REC_EXEC,            /* the target exec'd: its probes are gone */
         D9_REC_STACK,           /* raw stack of the next SAMPLE/OFFCPU (d9_stack.bpf.h) */
@@ -55,9 +54,8 @@ enum d9_probe_bits {
         D9_PROBE_WAKE = 1u << 5,
         D9_PROBE_TERMINATE = 1u << 6,
         D9_PROBE_ALL = (1u << 7) - 1,
-        /* sched_wakeup records: not part of ALL, since no dial9 event
-         * comes from them and they double the ring traffic of SCHED. */
-        D9_PROBE_WAKEUPS = 1u << 7,
+        /* 1u << 7 was sched_wakeup records (no dial9 event came from
+         * them; the program is gone, see d9_sched.bpf.c). */
         /* Long runs: the run ticks (d9_run_timer_fired, every 500 us while
          * such a thread runs) on a thread that has not switched out
          * voluntarily since its previous tick write a RUN_SAMPLE with a
@@ -67,6 +65,9 @@ enum d9_probe_bits {
          * ("longpoll" on the command line is RUNS). */
         D9_PROBE_DEFAULT = D9_PROBE_SCHED | D9_PROBE_CPU | D9_PROBE_RUNS,
 };
+
+/* d9_sched's d9_tgid_bits: one bit per tgid mod 64 * this many words. */
+#define D9_TGID_BITS_WORDS 1024
 
 /* A uprobe's BPF cookie: the plan point's cookie in the low 32 bits; for a
  * poll of a `Pin<Box<dyn Future>>` task, the offset from the Header* of the
@@ -251,13 +252,6 @@ struct d9_rec_run {
         d9_u64 ip;              /* user IP if the tick hit user mode, else 0 */
         d9_u64 stack_id;        /* its D9_REC_STACK (0 = none) */
         d9_u64 since_ts;
-};
-
-/* WAKEUP: a target thread was made runnable (sched_wakeup). */
-struct d9_rec_wakeup {
-        struct d9_rec_hdr hdr;  /* tid/tgid: the woken thread */
-        d9_u32 waker_tid;       /* thread that woke it (any process) */
-        d9_u32 waker_tgid;
 };
 
 /* EXIT, EXEC: just the header (plus the exit code for EXIT). */

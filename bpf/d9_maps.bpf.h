@@ -58,8 +58,8 @@ struct d9_thread {
         __u32 off_state;        /* task state at that switch-out */
         __u32 parked;           /* unpark_at_resume: in a park, no UNPARK yet */
         __u64 off_cpu_ns;       /* se.sum_exec_runtime at that switch-out */
-        __u64 wake_ts;          /* sched_wakeup since then, 0 if none */
-        __u64 wake_run_delay;   /* its sched_info.run_delay at that wakeup */
+        __u64 off_run_delay;    /* sched_info.run_delay at that switch-out */
+        __u64 on_run_delay;     /* at the switch-in: with the wait just ended */
         __u64 run_nvcsw;        /* d9_run_sample: task->nvcsw at the tick (or */
         __u64 run_since;        /* preemption) that started this stretch without
                                  * a voluntary switch */

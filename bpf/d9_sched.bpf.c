@@ -5,24 +5,41 @@
  *   CpuSample source 1), those shorter than the target's offcpu_min_ns
  *   only counted; without Tokio symbols a worker's park/unpark can be
  *   derived from these.
- * - tp_btf/sched_wakeup: when a sleeping target thread was woken (its
- *   scheduler wait ends at switch-in); who woke it only with
- *   D9_PROBE_WAKEUPS (nothing in the dial9 trace comes from that).
+ * - no sched_wakeup program: a thread's wait for a CPU is read from the
+ *   kernel's sched_info at its switch-in (d9_run_delay_at_switch_in), and
+ *   threads asleep since before the attach are found by a task iterator
+ *   (d9_seed_sleepers); a tracepoint program costs every process of the
+ *   machine on every hit, even one that returns at once (bench/switch_tax).
  * - perf_event CPU-clock: on-CPU samples of target threads (source 0).
  * - a BPF timer per CPU, the run ticks (D9_PROBE_RUNS): every 500 us while
  *   a thread of such a target runs there (d9_run_timer_fired).
  * - sched_process_exit / sched_process_exec: the target went away or
  *   replaced its image (its uprobes no longer mean anything).
  *
- * Filtering is by tgid in d9_targets, so other processes never produce a
- * record; their cost is one hash lookup per event. */
+ * Filtering is by tgid (d9_tgid_bits, then d9_targets), so other
+ * processes never produce a record; their cost is a word read per event. */
 #include "d9_maps.bpf.h"
 #include "d9_stack.bpf.h"
 #include "d9_task_work.bpf.h"
 
+/* Which tgids may be targets: bit (tgid mod 65536) of a bitmap that d9d
+ * sets (mmapped) before it inserts a target's config and clears once no
+ * target on that bit is left. Every switch, wakeup and sample of the
+ * machine asks; nearly all are other processes', and one word read costs
+ * them less than a hash walk of d9_targets. A set bit only sends the
+ * question on to d9_targets, so a stale one costs a lookup, nothing more. */
+__u64 d9_tgid_bits[D9_TGID_BITS_WORDS];
+
+static __always_inline struct d9_target_cfg *d9_sched_target_of(__u32 tgid)
+{
+        if (!(d9_tgid_bits[(tgid / 64) % D9_TGID_BITS_WORDS] & (1ull << (tgid % 64))))
+                return NULL;
+        return d9_target_of(tgid);
+}
+
 static __always_inline struct d9_target_cfg *d9_target_with(__u32 tgid, __u32 bit)
 {
-        struct d9_target_cfg *cfg = d9_target_of(tgid);
+        struct d9_target_cfg *cfg = d9_sched_target_of(tgid);
 
         return cfg && (cfg->probes & bit) ? cfg : NULL;
 }
@@ -46,7 +63,7 @@ static __always_inline void d9_switch_out(struct task_struct *prev, __u32 state)
         th->off_bp = regs ? regs->bp : 0;
         th->off_state = state;
         th->off_cpu_ns = prev->se.sum_exec_runtime;
-        th->wake_ts = 0;
+        th->off_run_delay = prev->sched_info.run_delay;
         th->off_since = 0;
         /* A preemption belongs to the stretch the run ticks see (d9_run_tick,
          * task->nvcsw unchanged): d9d extends a long poll over it only
@@ -93,8 +110,11 @@ static __always_inline void d9_offcpu_span_of(const struct d9_thread *th, __u64 
         s->off_ts = th->off_ts;
         s->on_ts = now;
         s->cpu_ns = th->off_cpu_ns;
-        /* A sleeper runs again once woken: the wait on the run queue. */
-        s->wait_ns = th->wake_ts && th->wake_ts <= now ? now - th->wake_ts : 0;
+        /* A sleeper runs again once woken: its wait on the run queue since
+         * (a preempted thread's whole interval is such a wait: 0, as the
+         * trace has always said). */
+        s->wait_ns = th->off_state && th->on_run_delay > th->off_run_delay ?
+                     th->on_run_delay - th->off_run_delay : 0;
         s->state = th->off_state;
         s->run_since = th->off_since;
 }
@@ -275,19 +295,35 @@ static __always_inline void d9_unpark_write(const struct d9_target_cfg *cfg, str
                 return;
         r->park_key = th->park_key;
         r->cpu_ns = next->se.sum_exec_runtime;
-        /* The kernel adds this wait to run_delay as the switch completes,
-         * after this tracepoint: the run_delay of the wakeup plus the time
-         * since, or the unpark's wait read 0 (npm moon: 0.02 ms where perf
-         * saw 917 ms over 285 wakeups). Not today's run_delay plus that: a
-         * woken thread moved to another CPU before it ran has the wait till
-         * then in run_delay already (the dequeue adds it), and it was
-         * counted twice (a CI run under load: 178 ms of unpark waits on a
-         * thread whose run_delay grew 146 ms). */
-        if (th->wake_ts && th->wake_ts <= now)
-                r->run_delay_ns = th->wake_run_delay + (now - th->wake_ts);
-        else
-                r->run_delay_ns = next->sched_info.run_delay;
+        /* With the wait that ends here (d9_run_delay_at_switch_in): the
+         * kernel adds it only after this tracepoint, and without it the
+         * unpark's wait read 0 (npm moon: 0.02 ms where perf saw 917 ms
+         * over 285 wakeups). */
+        r->run_delay_ns = th->on_run_delay;
         d9_ring_submit(ring, r);
+}
+
+/* next's run_delay as the kernel will have it once this switch completes
+ * (sched_info_arrive runs after the tracepoint): the waits already closed
+ * (a woken thread moved to another CPU had its wait there closed by the
+ * dequeue) plus the one open since last_queued on this run queue's clock.
+ * Read here instead of from a sched_wakeup program, which every wakeup of
+ * the machine paid for (bench/switch_tax). */
+static __always_inline __u64 d9_run_delay_at_switch_in(struct task_struct *next)
+{
+        __u64 delay = next->sched_info.run_delay, queued = next->sched_info.last_queued, clock;
+        struct cfs_rq *cfs;
+
+        /* The run queue's clock, which last_queued was read from, through
+         * the group run queue next is on (this CPU's, kept for every class
+         * by set_task_rq): `runqueues` itself is a per-CPU symbol that
+         * kallsyms lists only with CONFIG_KALLSYMS_ALL. A kernel without
+         * group scheduling reads the open wait as 0. */
+        if (!queued || !bpf_core_field_exists(next->se.cfs_rq))
+                return delay;
+        cfs = BPF_CORE_READ(next, se.cfs_rq);
+        clock = cfs ? BPF_CORE_READ(cfs, rq, clock) : 0;
+        return clock > queued ? delay + (clock - queued) : delay;
 }
 
 /* ... and account for the whole interval when it comes back: a short one
@@ -306,22 +342,17 @@ static __always_inline void d9_switch_in(struct task_struct *next, struct d9_tar
                 return;
         /* No switch-out of it since the recording began (none seen, or one
          * while an earlier recording ran, after which it may have run
-         * unseen): it was off CPU from the start. Woken since, it slept: an
-         * interval from the recording's start, so a worker idle at the
-         * attach is parked from there (npm cortex-mcp, idle for the first
-         * 4.2 s: 5 % parked, 95 % other). Not woken, it was preempted,
-         * waiting for a CPU: when it began is not known, and it is left. */
+         * unseen), and not asleep at the attach (d9_seed_sleepers gives
+         * such a thread an interval from the recording's start, so a worker
+         * idle at the attach is parked from there: npm cortex-mcp, idle for
+         * the first 4.2 s, 5 % parked, 95 % other): it was preempted,
+         * waiting for a CPU; when that began is not known, and it is left. */
         if (!th->off_ts || th->off_ts < cfg->since_ts) {
                 th->parked = 0;
-                if (th->wake_ts < cfg->since_ts) {
-                        th->off_ts = 0;
-                        return;
-                }
-                th->off_ts = cfg->since_ts;
-                th->off_state = 1 | D9_OFFCPU_BEGAN_BEFORE;
-                th->off_cpu_ns = next->se.sum_exec_runtime;
-                th->off_since = 0;
+                th->off_ts = 0;
+                return;
         }
+        th->on_run_delay = d9_run_delay_at_switch_in(next);
         now = bpf_ktime_get_ns();
         if (th->parked && th->off_state)
                 d9_unpark_write(cfg, next, th, now);
@@ -334,9 +365,6 @@ static __always_inline void d9_switch_in(struct task_struct *next, struct d9_tar
                 d9_offcpu_write(cfg, next, tgid, tid, &s, 0, why);
         }
         th->off_ts = 0;
-        /* This wakeup is spent: a later one with no switch-out seen between
-         * is not a sleep from before the recording. */
-        th->wake_ts = 0;
 }
 
 /* The run ticks' period (d9_bpf_open sets it). */
@@ -474,7 +502,7 @@ int BPF_PROG(d9_sched_switch, bool preempt, struct task_struct *prev,
              struct task_struct *next, unsigned int prev_state)
 {
         /* One lookup for both: this runs at every switch of the machine. */
-        struct d9_target_cfg *cfg = d9_target_of(next->tgid);
+        struct d9_target_cfg *cfg = d9_sched_target_of(next->tgid);
 
         d9_switch_out(prev, preempt ? 0 : prev_state);
         d9_switch_in(next, cfg);
@@ -502,38 +530,6 @@ int BPF_PROG(d9_sched_resumed, bool is_switch)
         p = bpf_map_lookup_elem(&d9_offcpu_pending, &tid);
         if (p && !p->running)
                 d9_offcpu_resumed((struct bpf_map *)&d9_offcpu_pending, &tid, p);
-        return 0;
-}
-
-/* When a sleeping target thread was woken (the start of its wait for a
- * CPU, see d9_offcpu_span_of), and, with D9_PROBE_WAKEUPS, who woke it. */
-SEC("tp_btf/sched_wakeup")
-int BPF_PROG(d9_sched_wakeup, struct task_struct *p)
-{
-        __u32 tgid = p->tgid;
-        struct d9_target_cfg *cfg = d9_target_with(tgid, D9_PROBE_SCHED);
-        __u64 waker = bpf_get_current_pid_tgid();
-        struct d9_rec_wakeup *r;
-        struct d9_thread *th;
-
-        if (!cfg)
-                return 0;
-        /* Created here too: a thread asleep since before the recording has
-         * no storage yet, and its wakeup says it slept (d9_switch_in). */
-        th = bpf_task_storage_get(&d9_threads, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-        if (th && !th->wake_ts) {
-                th->wake_ts = bpf_ktime_get_ns();
-                th->wake_run_delay = p->sched_info.run_delay;
-        }
-        if (!(cfg->probes & D9_PROBE_WAKEUPS))
-                return 0;
-        r = d9_reserve(cfg, tgid, sizeof(*r));
-        if (!r)
-                return 0;
-        d9_fill_hdr(&r->hdr, D9_REC_WAKEUP, p->pid, tgid);
-        r->waker_tid = (__u32)waker;
-        r->waker_tgid = waker >> 32;
-        d9_submit(tgid, r);
         return 0;
 }
 
@@ -569,7 +565,7 @@ int d9_cpu_sample(struct bpf_perf_event_data *ctx)
 static __always_inline void d9_proc_event(struct task_struct *p, __u16 type, struct file *image)
 {
         __u32 tgid = p->tgid;
-        struct d9_target_cfg *cfg = d9_target_of(tgid);
+        struct d9_target_cfg *cfg = d9_sched_target_of(tgid);
         struct d9_rec_proc *r;
 
         if (!cfg)
@@ -600,6 +596,44 @@ SEC("tp_btf/sched_process_exec")
 int BPF_PROG(d9_proc_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
 {
         d9_proc_event(p, D9_REC_EXEC, bprm->file);
+        return 0;
+}
+
+/* At the attach, after the target's config went in (d9_bpf_seed_sleepers,
+ * on a task iterator of the target): a thread asleep then has not switched
+ * out since the recording began, and its switch-in would not know it had
+ * slept. It gets an interval from the recording's start, as if it had
+ * switched out then. One that is runnable (preempted, waiting for a CPU)
+ * or running gets none. A thread that switched out since is left as it
+ * is. off_ts is written last: a switch-in on another CPU reads it first. */
+#define D9_PF_EXITING 0x00000004u      /* include/linux/sched.h */
+
+SEC("iter/task")
+int d9_seed_sleepers(struct bpf_iter__task *ctx)
+{
+        struct task_struct *task = ctx->task;
+        struct d9_target_cfg *cfg;
+        struct d9_thread *th;
+        __u32 state;
+
+        if (!task)
+                return 0;
+        cfg = d9_target_with(task->tgid, D9_PROBE_SCHED);
+        state = task->__state;
+        if (!cfg || !state || (task->flags & D9_PF_EXITING))
+                return 0;
+        th = bpf_task_storage_get(&d9_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+        if (!th || (th->off_ts && th->off_ts >= cfg->since_ts))
+                return 0;
+        th->tid = task->pid;
+        th->parked = 0;
+        th->off_state = state | D9_OFFCPU_BEGAN_BEFORE;
+        th->off_cpu_ns = task->se.sum_exec_runtime;
+        th->off_run_delay = task->sched_info.run_delay;
+        th->off_since = 0;
+        th->off_bp = 0;
+        asm volatile("" ::: "memory");
+        *(volatile __u64 *)&th->off_ts = cfg->since_ts;
         return 0;
 }
 

@@ -99,7 +99,7 @@ static int note_missing_kinds(struct probe_plan *plan)
                 [PROBE_PARK] = "park = a worker thread's voluntary switch-out (sched_switch) with no poll "
                                "open; needs the sched probes, intervals under the off-CPU minimum are only counted",
                 [PROBE_UNPARK_RETURN] = "unpark = that thread's switch-in (sched_switch), with its CPU time "
-                                        "and the wait from its sched_wakeup to the switch-in",
+                                        "and its wait for a CPU since its wakeup (the kernel's run_delay)",
                 [PROBE_UNPARK] = "none needed: d9d writes no event from it",
                 [PROBE_WORKER_RUN] = "none needed: a worker thread is one that polls runtime tasks",
                 [PROBE_BLOCK_IN_PLACE] = "none: block_in_place is not observable",

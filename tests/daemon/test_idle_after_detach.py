@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """d9d with no target left costs the machine nothing again. Its
-system-wide BPF programs (sched_switch, sched_wakeup, process exit/exec,
+system-wide BPF programs (sched_switch, process exit/exec, sched_exit_tp,
 the per-CPU 99 Hz sampler) run on every context switch and every CPU of
 the machine; they were attached with the first target and stayed attached
 for d9d's whole life, through every detach. Now they go with the last
@@ -11,7 +11,7 @@ Checks, on a real d9d and a real Tokio target (links from d9d's fdinfo,
 program names from bpftool):
  - before any attach d9d holds none of those links, and status says so
    (daemon.bpf_system_wide_attached);
- - an attached default-set target has them: the switch, wakeup, exit and
+ - an attached default-set target has them: the switch, exit and
    exec tracepoints and one CPU-clock sampler per online CPU;
  - after its detach they are gone within a few seconds;
  - after a `record --duration` ends they go too, with nothing asking
@@ -29,7 +29,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from d9harness import D9d, Tap, bpf_links_of, bpf_prog_names, dump_summary, start_target, wait_for  # noqa: E402
 
-SYSTEM_WIDE = {"d9_sched_switch", "d9_sched_wakeup", "d9_proc_exit", "d9_proc_exec", "d9_cpu_sample"}
+SYSTEM_WIDE = {"d9_sched_switch", "d9_proc_exit", "d9_proc_exec", "d9_cpu_sample"}
 GONE_WITHIN_S = 5   # a detach is immediate; a stopped session is reaped by a 250 ms tick
 
 

@@ -103,10 +103,17 @@ def main():
     # under the hogs a woken worker waits for a CPU, and that wait was
     # read before the kernel had added it (npm moon: 0.02 ms in 8 s where
     # perf saw 917 ms).
+    # The wait is the kernel's own (run_delay at the switch-in, since
+    # 2026-12-06): a wakeup that preempts a hog at once waits 0 there (the
+    # run queue's clock is not moved again before the switch), where the
+    # time from a sched_wakeup program's ktime gave it some microseconds.
+    # Here that made 11-13 % of unparks wait instead of 56 %, with the same
+    # total (113-157 ms against 134-145 ms in 6 s); the bug this guards
+    # against gave 0.02 ms in all.
     waited = [w for w in waits if w > 0]
-    t.ok(len(waits) > 50 and len(waited) > len(waits) // 4,
+    t.ok(len(waits) > 50 and len(waited) > len(waits) // 20 and sum(waited) > 20_000_000,
          f"{len(waited)} of {len(waits)} unparks waited for a CPU after their wakeup, "
-         f"{sum(waited) / 1e6:.1f} ms in all")
+         f"{sum(waited) / 1e6:.1f} ms in all (over 5 % of them, over 20 ms)")
     # No more than the kernel's run-queue time of each thread meanwhile, for
     # the threads there at both readings: a block_in_place thread that held
     # a core can exit before the second (a CI run under another session's
@@ -114,8 +121,10 @@ def main():
     same = [tid for tid in wait_by_tid if tid in before and tid in after and before[tid][0] == after[tid][0]]
     over = {tid: (round(wait_by_tid[tid] / 1e6, 1), round((after[tid][1] - before[tid][1]) / 1e6, 1))
             for tid in same if wait_by_tid[tid] > after[tid][1] - before[tid][1] + 2_000_000}
+    runq = sum(after[tid][1] - before[tid][1] for tid in same)
     t.ok(len(same) >= 2 and not over, f"each worker's unpark waits are within its schedstat run-queue time, "
-         f"{len(same)} of {len(wait_by_tid)} threads there at both readings (over: {over})")
+         f"{len(same)} of {len(wait_by_tid)} threads there at both readings (over: {over}; "
+         f"{sum(wait_by_tid[tid] for tid in same) / 1e6:.1f} ms of unpark waits, {runq / 1e6:.1f} ms run-queue time)")
     rep = subprocess.run([D9CTL, "report", "--json", *r.stdout.split()], capture_output=True, text=True, timeout=120)
     tasks = (json.loads(rep.stdout) if rep.returncode == 0 else {}).get("tasks", {})
     at_end = tasks.get("alive", {}).get("at_end", -1)

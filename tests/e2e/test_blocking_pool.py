@@ -56,7 +56,7 @@ def one_try(t, d, binary, n):
     blocking, long_blocking, lanes_bad = 0, 0, 0
     order, lane_tids, bip_on_worker, overlaps = {}, {}, [], []
     # Parks from sched_switch: CPU time from the kernel's sum_exec_runtime,
-    # the unpark's wait from sched_wakeup to switch-in.
+    # the unpark's wait from the wakeup to switch-in (the kernel's run_delay).
     last_park, cpu_bad, cpu_seen, waits, wait_bad = {}, [], 0, 0, []
     # Resource counters: blocking threads retire after 300 ms, and the sums
     # of per-thread context switches must not go back when they do.
