@@ -4,7 +4,7 @@ use std::time::Duration;
 
 pub const USAGE: &str = "usage: d9-target server|load|mixed|pool|inplace|runtimes|deep|deeper|recurse|selfwake|backlog [--flavor multi-thread|current-thread] \
 [--workers N] [--thread-name NAME] [--listen ADDR] [--backlog N] [--connect ADDR] [--conns N] [--duration SECS] \
-[--start-delay SECS] [--wait-stdin] [--work-us N]";
+[--start-delay SECS] [--wait-stdin] [--work-us N] [--rate N]";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -55,6 +55,10 @@ pub struct Args {
     /// server: real work per request (parse, hash, a timer, sometimes a
     /// spawn_blocking), about this many µs; 0: a bare echo.
     pub work_us: u64,
+    /// load: requests a second over all connections at a fixed schedule
+    /// (open loop, latency from each request's planned send time); 0:
+    /// each connection sends its next request as soon as it has a reply.
+    pub rate: u64,
 }
 
 fn parse_secs(flag: &str, v: &str) -> Result<Duration, String> {
@@ -100,6 +104,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         wait_stdin: false,
         backlog: 16,
         work_us: 0,
+        rate: 0,
     };
     while let Some(flag) = it.next() {
         if flag == "--wait-stdin" {
@@ -124,6 +129,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--duration" => a.duration = Some(parse_secs(&flag, &v)?),
             "--start-delay" => a.start_delay_ms = parse_secs(&flag, &v)?.as_millis() as u64,
             "--work-us" => a.work_us = parse_count(&flag, &v)? as u64,
+            "--rate" => a.rate = parse_count(&flag, &v)? as u64,
             _ => return Err(format!("unknown option '{flag}'")),
         }
     }

@@ -1,12 +1,23 @@
 //! Load client for `server`: N keep-alive connections, each sending one
 //! 64-byte request at a time until the duration ends. Prints throughput and
 //! latency percentiles as one JSON line.
+//!
+//! Closed loop by default: a connection sends its next request when it has
+//! the reply, so the server runs saturated and its tail latency is mostly
+//! queueing. With --rate, each connection sends on a fixed schedule of its
+//! share of the rate, and a request's latency counts from the moment it
+//! was due (a late send is the server's delay too, not hidden by waiting).
 
 use crate::args::Args;
 use crate::server::MSG_LEN;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+extern "C" {
+    #[link_name = "prctl"]
+    fn libc_prctl(option: i32, arg: u64) -> i32;
+}
 
 #[derive(Default)]
 struct ConnResult {
@@ -42,6 +53,46 @@ async fn drive_connection(addr: String, deadline: Instant) -> ConnResult {
     res
 }
 
+/// --rate: one thread per connection with a blocking socket, sleeping
+/// (nanosleep, not Tokio's 1 ms timer) until each request is due, so the
+/// schedule keeps sub-millisecond periods without spinning on the client's
+/// CPU. A request sent late (the previous reply came after it was due)
+/// still counts from when it was due.
+fn drive_paced(addr: &str, deadline: Instant, period: Duration, offset: Duration) -> ConnResult {
+    use std::io::{Read, Write};
+
+    let mut res = ConnResult::default();
+    let mut sock = match std::net::TcpStream::connect(addr) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("d9-target: connect {addr}: {e}");
+            res.errors += 1;
+            return res;
+        }
+    };
+    let _ = sock.set_nodelay(true);
+    let mut req = [0u8; MSG_LEN];
+    let mut reply = [0u8; MSG_LEN];
+    let mut due = Instant::now() + offset;
+    let mut seq: u64 = 0;
+    while due < deadline {
+        let now = Instant::now();
+        if due > now {
+            std::thread::sleep(due - now);
+        }
+        seq += 1;
+        req[..8].copy_from_slice(&seq.to_le_bytes());
+        let ok = sock.write_all(&req).is_ok() && sock.read_exact(&mut reply).is_ok();
+        if !ok || reply[..8] != req[..8] {
+            res.errors += 1;
+            break;
+        }
+        res.latencies_us.push(due.elapsed().as_micros().min(u32::MAX as u128) as u32);
+        due += period;
+    }
+    res
+}
+
 fn percentile(sorted: &[u32], p: f64) -> u32 {
     if sorted.is_empty() {
         return 0;
@@ -54,25 +105,47 @@ pub async fn run(args: &Args) -> Result<(), String> {
     let duration = args.duration.unwrap_or(Duration::from_secs(3));
     let start = Instant::now();
     let deadline = start + duration;
-    let mut handles = Vec::with_capacity(args.conns);
-    for _ in 0..args.conns {
-        handles.push(tokio::spawn(drive_connection(args.connect.clone(), deadline)));
-    }
     let mut all = Vec::new();
     let mut errors = 0u64;
-    for h in handles {
-        let r = h.await.map_err(|e| format!("load: connection task failed: {e}"))?;
-        all.extend_from_slice(&r.latencies_us);
-        errors += r.errors;
+    if args.rate > 0 {
+        // Timer slack: nanosleep may otherwise wake up to 50 us late.
+        unsafe { libc_prctl(29 /* PR_SET_TIMERSLACK */, 1) };
+        let period = Duration::from_secs_f64(args.conns as f64 / args.rate as f64);
+        let results: Vec<ConnResult> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..args.conns)
+                .map(|i| {
+                    // Connections spread over the period, not all due at once.
+                    let offset = period.mul_f64(i as f64 / args.conns as f64);
+                    let addr = args.connect.as_str();
+                    s.spawn(move || drive_paced(addr, deadline, period, offset))
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap_or_default()).collect()
+        });
+        for r in results {
+            all.extend_from_slice(&r.latencies_us);
+            errors += r.errors;
+        }
+    } else {
+        let mut handles = Vec::with_capacity(args.conns);
+        for _ in 0..args.conns {
+            handles.push(tokio::spawn(drive_connection(args.connect.clone(), deadline)));
+        }
+        for h in handles {
+            let r = h.await.map_err(|e| format!("load: connection task failed: {e}"))?;
+            all.extend_from_slice(&r.latencies_us);
+            errors += r.errors;
+        }
     }
     let elapsed = start.elapsed().as_secs_f64();
     all.sort_unstable();
     println!(
-        "{{\"mode\":\"load\",\"pid\":{},\"flavor\":\"{}\",\"tokio\":\"{}\",\"conns\":{},\"requests\":{},\"errors\":{},\"elapsed_s\":{:.3},\"req_per_sec\":{:.1},\"p50_us\":{},\"p99_us\":{}}}",
+        "{{\"mode\":\"load\",\"pid\":{},\"flavor\":\"{}\",\"tokio\":\"{}\",\"conns\":{},\"rate\":{},\"requests\":{},\"errors\":{},\"elapsed_s\":{:.3},\"req_per_sec\":{:.1},\"p50_us\":{},\"p99_us\":{}}}",
         std::process::id(),
         args.flavor.name(),
         crate::TOKIO_VERSION,
         args.conns,
+        args.rate,
         all.len(),
         errors,
         elapsed,
