@@ -25,15 +25,29 @@ struct ConnResult {
     errors: u64,
 }
 
+impl ConnResult {
+    fn cannot_connect(addr: &str, e: std::io::Error) -> Self {
+        eprintln!("d9-target: connect {addr}: {e}");
+        ConnResult { latencies_us: Vec::new(), errors: 1 }
+    }
+
+    /// The reply to req (ok: sent and read), timed from `since`; false
+    /// ends the connection's run.
+    fn answered(&mut self, ok: bool, reply: &[u8], req: &[u8], since: Instant) -> bool {
+        if !ok || reply[..8] != req[..8] {
+            self.errors += 1;
+            return false;
+        }
+        self.latencies_us.push(since.elapsed().as_micros().min(u32::MAX as u128) as u32);
+        true
+    }
+}
+
 async fn drive_connection(addr: String, deadline: Instant) -> ConnResult {
     let mut res = ConnResult::default();
     let mut sock = match TcpStream::connect(&addr).await {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("d9-target: connect {addr}: {e}");
-            res.errors += 1;
-            return res;
-        }
+        Err(e) => return ConnResult::cannot_connect(&addr, e),
     };
     let _ = sock.set_nodelay(true);
     let mut req = [0u8; MSG_LEN];
@@ -44,11 +58,9 @@ async fn drive_connection(addr: String, deadline: Instant) -> ConnResult {
         req[..8].copy_from_slice(&seq.to_le_bytes());
         let t0 = Instant::now();
         let ok = sock.write_all(&req).await.is_ok() && sock.read_exact(&mut reply).await.is_ok();
-        if !ok || reply[..8] != req[..8] {
-            res.errors += 1;
+        if !res.answered(ok, &reply, &req, t0) {
             break;
         }
-        res.latencies_us.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
     }
     res
 }
@@ -64,11 +76,7 @@ fn drive_paced(addr: &str, deadline: Instant, period: Duration, offset: Duration
     let mut res = ConnResult::default();
     let mut sock = match std::net::TcpStream::connect(addr) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("d9-target: connect {addr}: {e}");
-            res.errors += 1;
-            return res;
-        }
+        Err(e) => return ConnResult::cannot_connect(addr, e),
     };
     let _ = sock.set_nodelay(true);
     let mut req = [0u8; MSG_LEN];
@@ -83,11 +91,9 @@ fn drive_paced(addr: &str, deadline: Instant, period: Duration, offset: Duration
         seq += 1;
         req[..8].copy_from_slice(&seq.to_le_bytes());
         let ok = sock.write_all(&req).is_ok() && sock.read_exact(&mut reply).is_ok();
-        if !ok || reply[..8] != req[..8] {
-            res.errors += 1;
+        if !res.answered(ok, &reply, &req, due) {
             break;
         }
-        res.latencies_us.push(due.elapsed().as_micros().min(u32::MAX as u128) as u32);
         due += period;
     }
     res
