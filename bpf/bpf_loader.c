@@ -10,9 +10,10 @@
  * first target; the system-wide scheduler and sampling programs are
  * attached ("armed") only while there is a target (from the first attach
  * to the release of the last slot), so an idle d9d costs nothing per
- * context switch or CPU, before its first target and after its last. Attaching and stopping a target may run on
- * a worker thread while the drain loop reads other targets: the slots and
- * the teardown list are under bpf->lock. */
+ * context switch or CPU, before its first target and after its last.
+ * Attaching and stopping a target may run on a worker thread while the
+ * drain loop reads other targets: the slots and the teardown list are
+ * under bpf->lock. */
 #include "bpf/bpf_loader.h"
 
 #include <errno.h>
@@ -910,8 +911,9 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
                         strerror(-r), r == -EEXIST ? " (already traced)" : "");
                 goto fail;
         }
-        /* Not fatal: a thread it misses starts at its first switch-out,
-         * as every thread did before d9d looked for sleepers. */
+        /* Not fatal: a thread asleep now that it misses has no interval
+         * before its first switch-out (an idle worker reads as other time
+         * until then, not parked). */
         if (o->probes & D9_PROBE_SCHED)
                 (void)d9_bpf_seed_sleepers(bpf->sched, pid);
         if (!o->uprobes_later && (r = wake_set_alloc(t, plan, o)) < 0) {

@@ -24,7 +24,7 @@
 
 /* Which tgids may be targets: bit (tgid mod 65536) of a bitmap that d9d
  * sets (mmapped) before it inserts a target's config and clears once no
- * target on that bit is left. Every switch, wakeup and sample of the
+ * target on that bit is left. Every switch, sample and exit of the
  * machine asks; nearly all are other processes', and one word read costs
  * them less than a hash walk of d9_targets. A set bit only sends the
  * question on to d9_targets, so a stale one costs a lookup, nothing more. */
