@@ -614,6 +614,7 @@ int d9_seed_sleepers(struct bpf_iter__task *ctx)
         struct task_struct *task = ctx->task;
         struct d9_target_cfg *cfg;
         struct d9_thread *th;
+        struct pt_regs *regs;
         __u32 state;
 
         if (!task)
@@ -631,7 +632,12 @@ int d9_seed_sleepers(struct bpf_iter__task *ctx)
         th->off_cpu_ns = task->se.sum_exec_runtime;
         th->off_run_delay = task->sched_info.run_delay;
         th->off_since = 0;
-        th->off_bp = 0;
+        /* The user rbp it entered the kernel with, as a switch-out keeps it:
+         * the open-sleep unwind at the stop needs it (daemon/record/
+         * open_sleep.h), and a worker idle for the whole recording now has
+         * such a sleep. */
+        regs = (struct pt_regs *)bpf_task_pt_regs(task);
+        th->off_bp = regs ? regs->bp : 0;
         asm volatile("" ::: "memory");
         *(volatile __u64 *)&th->off_ts = cfg->since_ts;
         return 0;
