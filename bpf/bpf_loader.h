@@ -1,8 +1,8 @@
 /* bpf_loader.h: load d9's BPF programs once, attach them to targets.
  *
  * d9_bpf_open() loads everything shared by all targets (sched_switch,
- * sched_wakeup, process exit/exec, perf CPU sampling, the Tokio uprobe
- * program); the first d9_bpf_attach_target() attaches the system-wide ones,
+ * sched_exit_tp where the kernel needs it, process exit/exec, perf CPU
+ * sampling, the Tokio uprobe program); the first d9_bpf_attach_target() attaches the system-wide ones,
  * and they go again with the last target (its detach, or the reap of its
  * background teardown).
  * d9_bpf_attach_target() adds one process: its config in d9_targets, its
@@ -152,7 +152,7 @@ size_t d9_bpf_teardowns_pending(struct d9_bpf *bpf);
 /* Finish the background teardowns that are done; the last one releases
  * the system-wide programs. For a periodic tick. */
 void d9_bpf_reap(struct d9_bpf *bpf);
-/* The system-wide programs (sched_switch, wakeup, exit/exec, CPU sampling)
+/* The system-wide programs (sched_switch, exit/exec, CPU sampling)
  * are attached: from the first target to the end of the last. */
 bool d9_bpf_armed(struct d9_bpf *bpf);
 /* Whether one of them is pid's (an attach to pid now would wait for it). */
