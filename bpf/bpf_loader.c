@@ -872,13 +872,16 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
         t->on_record = o->on_record;
         t->ctx = o->ctx;
         t->unpark_at_resume = o->unpark_at_resume;
-        /* Links of an earlier session on this pid may still be going away:
-         * they would feed the new config (with their own probe set). */
-        teardowns_reap(bpf, false, pid);
         pthread_mutex_lock(&bpf->lock);
         r = alloc_slot(bpf, &t->slot);
         bool waiting = bpf->teardowns != NULL;
         pthread_mutex_unlock(&bpf->lock);
+        /* Links of an earlier session on this pid may still be going away:
+         * they would feed the new config (with their own probe set). Reaped
+         * once this attach holds a slot: were it the last slot in use, its
+         * reap would take the system-wide programs off for arm_locked to
+         * put them back at once. */
+        teardowns_reap(bpf, false, pid);
         if (r == -ENOSPC && waiting) {
                 teardowns_reap(bpf, true, 0);
                 pthread_mutex_lock(&bpf->lock);

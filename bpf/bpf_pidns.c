@@ -7,11 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
-#include <bpf/bpf.h>
-#include <bpf/libbpf.h>
 
+#include "bpf/bpf_task_iter.h"
+#include "daemon/core/cleanup.h"
 #include "d9_sched.skel.h"
 
 /* PROC_PID_INIT_INO: the initial pid namespace's fixed inode number. */
@@ -49,20 +48,8 @@ int d9_bpf_kernel_tgid(struct d9_sched *skel, pid_t pid, uint32_t *tgid)
                 *tgid = (uint32_t)pid;
                 return 0;
         }
-        int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-        if (pidfd < 0)
-                return -errno;
-        union bpf_iter_link_info linfo = { .task.pid_fd = (uint32_t)pidfd };
-        LIBBPF_OPTS(bpf_iter_attach_opts, opts, .link_info = &linfo, .link_info_len = sizeof(linfo));
-        struct bpf_link *link = bpf_program__attach_iter(skel->progs.d9_kernel_tgid, &opts);
-        int r = link ? 0 : -errno;
-        close(pidfd);
-        if (r < 0)
-                return r;
-        int iter_fd = bpf_iter_create(bpf_link__fd(link));
-        r = iter_fd < 0 ? -errno : read_iter_tgid(iter_fd, tgid);
-        if (iter_fd >= 0)
-                close(iter_fd);
-        bpf_link__destroy(link);
-        return r;
+        _cleanup_close_ int iter_fd = d9_bpf_task_iter_open(skel->progs.d9_kernel_tgid, pid, false);
+        if (iter_fd < 0)
+                return iter_fd;
+        return read_iter_tgid(iter_fd, tgid);
 }

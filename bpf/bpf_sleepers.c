@@ -5,52 +5,23 @@
 #include "bpf/bpf_sleepers.h"
 
 #include <errno.h>
-#include <sys/syscall.h>
 #include <unistd.h>
-#include <bpf/bpf.h>
-#include <bpf/libbpf.h>
 
+#include "bpf/bpf_task_iter.h"
+#include "daemon/core/cleanup.h"
 #include "d9_sched.skel.h"
-
-static struct bpf_link *attach_iter(struct d9_sched *skel, int pidfd)
-{
-        union bpf_iter_link_info linfo = { .task.pid_fd = (__u32)pidfd };
-        LIBBPF_OPTS(bpf_iter_attach_opts, opts, .link_info = &linfo, .link_info_len = sizeof(linfo));
-        struct bpf_link *link = bpf_program__attach_iter(skel->progs.d9_seed_sleepers, &opts);
-
-        /* Before Linux 6.1 a task iterator takes no pid: all tasks. */
-        if (!link && errno == EINVAL)
-                link = bpf_program__attach_iter(skel->progs.d9_seed_sleepers, NULL);
-        return link;
-}
 
 int d9_bpf_seed_sleepers(struct d9_sched *skel, pid_t pid)
 {
+        _cleanup_close_ int iter_fd = d9_bpf_task_iter_open(skel->progs.d9_seed_sleepers, pid, true);
         char buf[64];
-        int pidfd = (int)syscall(SYS_pidfd_open, pid, 0), iter_fd, r = 0;
-        struct bpf_link *link;
         ssize_t n;
 
-        if (pidfd < 0)
-                return -errno;
-        link = attach_iter(skel, pidfd);
-        if (!link)
-                r = -errno;
-        close(pidfd);
-        if (r < 0)
-                return r;
-        iter_fd = bpf_iter_create(bpf_link__fd(link));
         if (iter_fd < 0)
-                r = -errno;
+                return iter_fd;
         /* The program prints nothing: reading to the end runs it. */
-        while (iter_fd >= 0 && (n = read(iter_fd, buf, sizeof(buf))) != 0) {
-                if (n < 0 && errno != EINTR) {
-                        r = -errno;
-                        break;
-                }
-        }
-        if (iter_fd >= 0)
-                close(iter_fd);
-        bpf_link__destroy(link);
-        return r;
+        while ((n = read(iter_fd, buf, sizeof(buf))) != 0)
+                if (n < 0 && errno != EINTR)
+                        return -errno;
+        return 0;
 }
