@@ -730,10 +730,21 @@ static int deliver_record(void *ctx, void *data, size_t size)
         return t->on_record(t->ctx, data, size);
 }
 
-int d9_bpf_target_set_tls(struct d9_bpf_target *t, uint64_t tls_size)
+static int tls_size_set(struct d9_bpf_target *t, uint64_t tls_size)
 {
         return bpf_map__update_elem(t->bpf->sched->maps.d9_wk_tls, &t->slot, sizeof(t->slot), &tls_size,
                                     sizeof(tls_size), 0);
+}
+
+int d9_bpf_target_set_tls(struct d9_bpf_target *t, uint64_t tls_size)
+{
+        int r = tls_size_set(t, tls_size);
+
+        /* The search starts again below the new top: sweep it too. Not
+         * fatal: the threads' own stacks go on scanning. */
+        if (r == 0 && tls_size != D9_WK_TLS_UNKNOWN)
+                (void)d9_bpf_sweep_workers(t->bpf->sched, t->pid);
+        return r;
 }
 
 /* Ring + config: the order matters, BPF checks the config first, so a
@@ -759,7 +770,7 @@ static int install_target(struct d9_bpf_target *t, const struct probe_plan *plan
         t->since_ns = cfg.since_ts;
         layout_of(plan, o, &cfg);
         /* Always: the slot's last target may have set one. */
-        r = d9_bpf_target_set_tls(t, plan ? plan->tls_size : D9_WK_TLS_UNKNOWN);
+        r = tls_size_set(t, plan ? plan->tls_size : D9_WK_TLS_UNKNOWN);
         if (r < 0)
                 return r;
         t->ring_fd = bpf_map_create(BPF_MAP_TYPE_RINGBUF, "d9_ring", 0, 0,
@@ -919,6 +930,9 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
          * until then, not parked). */
         if (o->probes & D9_PROBE_SCHED)
                 (void)d9_bpf_seed_sleepers(bpf->sched, pid);
+        /* Not fatal either: without, idle workers are found when they wake. */
+        if (plan && (o->probes & D9_PROBE_RUNS) && !(o->probes & D9_PROBE_POLL))
+                (void)d9_bpf_sweep_workers(bpf->sched, pid);
         if (!o->uprobes_later && (r = wake_set_alloc(t, plan, o)) < 0) {
                 set_err(err, "cannot trace PID %d: out of memory", (int)pid);
                 goto fail;

@@ -211,7 +211,8 @@ size_t d9_bpf_poll_end_uretprobes(const struct probe_plan *plan, unsigned probes
 size_t d9_bpf_target_n_attached(const struct d9_bpf_target *t);
 /* The executable's static TLS size (probe_plan.tls_size), for the default
  * set's Worker search (bpf/d9_stack.bpf.h d9_wk_tls); set at the install
- * from the plan, and again when a late plan lands. */
+ * from the plan, and again when a late plan lands, which also sweeps the
+ * target's threads for their Workers (bpf_sleepers.h). */
 int d9_bpf_target_set_tls(struct d9_bpf_target *t, uint64_t tls_size);
 /* Wall time the uprobe attach took (ns), for benchmarks. */
 uint64_t d9_bpf_target_attach_ns(const struct d9_bpf_target *t);

@@ -1,5 +1,6 @@
 /* One process's threads through a BPF task iterator: the tgid lookup
- * (bpf_pidns.c) and the sleepers' seeding (bpf_sleepers.c) both use it. */
+ * (bpf_pidns.c), the sleepers' seeding (bpf_sleepers.c) and the Worker
+ * sweep (bpf_loader.c) use it. */
 #include "bpf/bpf_task_iter.h"
 
 #include <errno.h>
@@ -37,4 +38,18 @@ int d9_bpf_task_iter_open(struct bpf_program *prog, pid_t pid, bool or_all_tasks
                 iter_fd = -errno;
         bpf_link__destroy(link);
         return iter_fd;
+}
+
+int d9_bpf_task_iter_run(struct bpf_program *prog, pid_t pid, bool or_all_tasks)
+{
+        _cleanup_close_ int iter_fd = d9_bpf_task_iter_open(prog, pid, or_all_tasks);
+        char buf[64];
+        ssize_t n;
+
+        if (iter_fd < 0)
+                return iter_fd;
+        while ((n = read(iter_fd, buf, sizeof(buf))) != 0)
+                if (n < 0 && errno != EINTR)
+                        return -errno;
+        return 0;
 }

@@ -13,3 +13,8 @@ struct bpf_program;
  * is not kept: the open iterator holds it. Returns the fd (the caller
  * closes it) or a negative errno. */
 int d9_bpf_task_iter_open(struct bpf_program *prog, pid_t pid, bool or_all_tasks);
+
+/* d9_bpf_task_iter_open, then reads the iterator to its end, which runs
+ * prog over every thread (a program that prints nothing). 0 or a
+ * negative errno. */
+int d9_bpf_task_iter_run(struct bpf_program *prog, pid_t pid, bool or_all_tasks);

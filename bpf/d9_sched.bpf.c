@@ -643,6 +643,33 @@ int d9_seed_sleepers(struct bpf_iter__task *ctx)
         return 0;
 }
 
+/* At the attach of a default-set target, and again when a late plan gives
+ * its TLS size (d9_bpf_sweep_workers): each of its threads scanned once for
+ * its loop's Worker, idle ones included. Without, a worker was scanned only
+ * when it ran or woke, and a runtime idle at the attach confirmed its
+ * Worker's depth late (npm moon 2.5.5, workers asleep in 1 s tasks: 1.7 s,
+ * its workers' stacks and parks on no worker for 1.1 s of that). At most
+ * d9_wk_sweep_budget threads (d9d sets it before each sweep): a scan
+ * costs up to 16 KiB of copy and 256 reads. Sleepable: it reads another
+ * task's memory (bpf_copy_from_user_task). */
+__u32 d9_wk_sweep_budget;
+
+SEC("iter.s/task")
+int d9_wk_sweep(struct bpf_iter__task *ctx)
+{
+        struct task_struct *task = ctx->task;
+        struct d9_target_cfg *cfg;
+
+        if (!task || !d9_wk_sweep_budget || (task->flags & D9_PF_EXITING))
+                return 0;
+        cfg = d9_target_with(task->tgid, D9_PROBE_RUNS);
+        if (!cfg)
+                return 0;
+        d9_wk_sweep_budget--;
+        d9_wk_scan_task(cfg, task);
+        return 0;
+}
+
 /* The maps above are keyed by the kernel's tgid (task->tgid, the initial
  * pid namespace's number). A d9d in a child pid namespace (a container,
  * systemd-nspawn) only knows its own number for a target; iterating the

@@ -484,14 +484,28 @@ static __always_inline bool d9_user_ptr(__u64 v)
         return v >= 0x10000 && v < (1ull << 47) && !(v & 7);
 }
 
-/* bpf_loop's context must be on the BPF stack: it points to the scratch. */
+/* bpf_loop's context must be on the BPF stack: it points to the scratch,
+ * and to the task scanned from outside it (the sweep; NULL: current). */
 struct d9_wk_top_ctx {
         struct d9_wk_top *t;
+        struct task_struct *task;
 };
+
+/* A read of the scanned thread's memory: current's, or (a sleepable
+ * iterator's sweep) another task's. Callers pass task as a constant NULL
+ * or a task: the compiler keeps one branch, and a program that may not
+ * sleep never holds the sleepable call. */
+static __always_inline long d9_wk_read(void *dst, __u32 size, __u64 addr, struct task_struct *task)
+{
+        if (task)
+                return bpf_copy_from_user_task(dst, size, (const void *)addr, task, 0);
+        return bpf_probe_read_user(dst, size, (const void *)addr);
+}
 
 /* Whether stack word w (at pos, in a stack ending at end) is a worker's
  * Arc: if so, t gets it. */
-static __always_inline bool d9_wk_is_worker(struct d9_wk_top *t, __u64 w, __u64 pos, __u64 sp, __u64 end)
+static __always_inline bool d9_wk_is_worker(struct d9_wk_top *t, __u64 w, __u64 pos, __u64 sp, __u64 end,
+                                            struct task_struct *task)
 {
         __u64 v[5], handle_count = 0;
 
@@ -501,10 +515,10 @@ static __always_inline bool d9_wk_is_worker(struct d9_wk_top *t, __u64 w, __u64 
         if (!d9_user_ptr(w) || (w >= sp && w < end))
                 return false;
         t->reads++;
-        if (bpf_probe_read_user(v, sizeof(v), (void *)w) || v[0] - 1 >= (1 << 20) || v[1] - 1 >= (1 << 20) ||
+        if (d9_wk_read(v, sizeof(v), w, task) || v[0] - 1 >= (1 << 20) || v[1] - 1 >= (1 << 20) ||
             !d9_user_ptr(v[2]) || v[3] >= 4096 || (v[4] && !d9_user_ptr(v[4])))
                 return false;
-        if (bpf_probe_read_user(&handle_count, sizeof(handle_count), (void *)v[2]) || handle_count < 2 ||
+        if (d9_wk_read(&handle_count, sizeof(handle_count), v[2], task) || handle_count < 2 ||
             handle_count >= (1 << 24))
                 return false;
         t->key = w;
@@ -514,9 +528,8 @@ static __always_inline bool d9_wk_is_worker(struct d9_wk_top *t, __u64 w, __u64 
         return true;
 }
 
-static long d9_wk_top_word(__u64 i, void *ctx)
+static __always_inline long d9_wk_top_word_of(__u64 i, struct d9_wk_top *t, struct task_struct *task)
 {
-        struct d9_wk_top *t = ((struct d9_wk_top_ctx *)ctx)->t;
         struct d9_wk_find *f;
         __u64 j, end;
 
@@ -526,7 +539,7 @@ static long d9_wk_top_word(__u64 i, void *ctx)
         if (j >= D9_WK_TOP_WORDS)
                 return 1;
         end = t->base + (__u64)t->n * 8;
-        if (!d9_wk_is_worker(t, t->w[j], t->base + j * 8, t->sp, end))
+        if (!d9_wk_is_worker(t, t->w[j], t->base + j * 8, t->sp, end, task))
                 return 0;
         /* The loop's Arc is copied into frames below it (3 more copies in
          * the frame-pointer build): one find per object, the outermost. */
@@ -540,6 +553,36 @@ static long d9_wk_top_word(__u64 i, void *ctx)
         f->index = t->index;
         t->n_finds++;
         return 0;
+}
+
+static long d9_wk_top_word(__u64 i, void *ctx)
+{
+        return d9_wk_top_word_of(i, ((struct d9_wk_top_ctx *)ctx)->t, NULL);
+}
+
+static long d9_wk_top_word_task(__u64 i, void *ctx)
+{
+        struct d9_wk_top_ctx *lc = ctx;
+
+        return lc->task ? d9_wk_top_word_of(i, lc->t, lc->task) : 1;
+}
+
+/* A scan's window: the words from sp up to the stack's top (end), at
+ * most the scratch's, the outermost kept. Returns its length in bytes. */
+static __always_inline __u64 d9_wk_top_window(struct d9_wk_top *t, __u64 sp, __u64 end)
+{
+        __u64 len = end - sp;
+
+        t->reads = 0;
+        t->index = 0;
+        t->n_finds = 0;
+        t->sp = sp;
+        if (len > sizeof(t->w))
+                len = sizeof(t->w);
+        len &= ~7ull;
+        t->base = end - len;
+        t->n = (__u32)(len / 8);
+        return len;
 }
 
 /* The target's search state, reset for a new target in the slot. */
@@ -578,6 +621,18 @@ __noinline __u32 d9_wk_weigh_scan(struct d9_wk_depth *d, const struct d9_wk_top 
         if (d && t)
                 d9_wk_pending(d, t->finds, t->n_finds);
         return 0;
+}
+
+/* A scan's finds weighed against the target's candidates; false when it
+ * found none. */
+static __always_inline bool d9_wk_weigh_finds(struct d9_wk_depth *d, struct d9_wk_top *t, __u64 now)
+{
+        if (!t->n_finds)
+                return false;
+        d9_wk_weigh_scan(d, t);
+        if (d->depth && !d->confirmed_ts)
+                d->confirmed_ts = now;
+        return true;
 }
 
 /* A global function: verified once, not in every caller's state. Fills
@@ -640,7 +695,7 @@ __noinline __u32 d9_stack_worker(struct d9_rec_stack *s, const struct d9_target_
 
                 /* The loop's frame must be live: at or above sp. */
                 if (at < t->sp || bpf_probe_read_user(&w, sizeof(w), (void *)at) ||
-                    !d9_wk_is_worker(t, w, at, t->sp, end)) {
+                    !d9_wk_is_worker(t, w, at, t->sp, end, NULL)) {
                         th->wk_index = 0;       /* not in a loop (any more) */
                         return 0;
                 }
@@ -665,22 +720,58 @@ __noinline __u32 d9_stack_worker(struct d9_rec_stack *s, const struct d9_target_
         if (th->wk_tries >= D9_WK_TOP_TRIES)
                 return 0;
         th->wk_tries++;
-        len = end - t->sp;
-        if (len > sizeof(t->w))
-                len = sizeof(t->w);
-        len &= ~7ull;
-        t->base = end - len;
-        t->n = (__u32)(len / 8);
+        len = d9_wk_top_window(t, t->sp, end);
         lc.t = t;
+        lc.task = NULL;
         if (len && !bpf_probe_read_user(t->w, len, (void *)t->base))
                 bpf_loop(D9_WK_TOP_WORDS, d9_wk_top_word, &lc, 0);
-        if (t->n_finds) {
-                d9_wk_weigh_scan(d, t);
-                if (d->depth && !d->confirmed_ts)
-                        d->confirmed_ts = now;
-        } else if (!d9_wk_any_cand(d))
+        if (!d9_wk_weigh_finds(d, t, now) && !d9_wk_any_cand(d))
                 d->misses++;
         return 0;
+}
+
+/* The sweep's scratch: its own, as a sleepable iterator may sleep in a
+ * read and let a sample on its CPU take the stack ones. */
+struct {
+        __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+        __uint(max_entries, 1);
+        __type(key, __u32);
+        __type(value, struct d9_wk_top);
+} d9_wk_sweep_scratch SEC(".maps");
+
+/* One scan of a thread of a default-set target from outside it, by a
+ * sleepable task iterator (d9_wk_sweep): where its stacks would only be
+ * scanned when it next runs or wakes, an idle worker is seen at the
+ * attach. Weighed as any scan; a scan that finds nothing is no miss (most
+ * threads of a process run no loop). */
+static __always_inline void d9_wk_scan_task(const struct d9_target_cfg *cfg, struct task_struct *task)
+{
+        __u32 slot = cfg->slot, zero = 0;
+        struct d9_wk_depth *d = bpf_map_lookup_elem(&d9_wk_depths, &slot);
+        struct d9_wk_top *t = bpf_map_lookup_elem(&d9_wk_sweep_scratch, &zero);
+        __u64 *tls_of = bpf_map_lookup_elem(&d9_wk_tls, &slot);
+        __u64 now = bpf_ktime_get_ns(), tls, end, len;
+        struct d9_wk_top_ctx lc;
+        struct pt_regs *regs;
+
+        if (!(cfg->probes & D9_PROBE_RUNS) || (cfg->probes & D9_PROBE_POLL) || !d || !t || !tls_of)
+                return;
+        tls = *tls_of;
+        if (tls == D9_WK_TLS_UNKNOWN)
+                return;
+        d9_wk_depth_fresh(d, cfg, tls, now);
+        regs = (struct pt_regs *)bpf_task_pt_regs(task);
+        if (d->depth || !regs)
+                return;
+        end = task->thread.fsbase - tls;
+        if (end <= regs->sp || end - regs->sp > (64 << 20))
+                return;
+        len = d9_wk_top_window(t, regs->sp, end);
+        lc.t = t;
+        lc.task = task;
+        if (len && !bpf_copy_from_user_task(t->w, len, (const void *)t->base, task, 0))
+                bpf_loop(D9_WK_TOP_WORDS, d9_wk_top_word_task, &lc, 0);
+        d9_wk_weigh_finds(d, t, now);
 }
 
 static __always_inline __u64 d9_stack_output(const struct d9_target_cfg *cfg, __u32 tgid,

@@ -18,7 +18,12 @@ each worker's first park or unpark is a park before the load began, its
 last one a park no later than the load's end with the off-CPU sample of
 that sleep carrying its stack, and the report gives each worker at least
 the idle stretches' share as parked (less 5 points: a worker's last
-requests end after the load's last write).
+requests end after the load's last write). With the default set, the
+workers' Worker (which worker a thread's stacks run) is found while they
+are still idle, by the attach's sweep of the target's threads, and every
+CPU sample of a worker's thread from the load on is on its worker (before
+the sweep, npm moon's idle workers were found 1.7 s into a recording, and
+their stacks and a park read as "other" for 1.1 s of it).
 Usage: test_idle_ends.py D9D D9CTL STRIPPED_TARGET"""
 import json
 import os
@@ -38,6 +43,20 @@ def now_ns():
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 
+def find_key(doc, key):
+    """The first value of key anywhere in a JSON document."""
+    if isinstance(doc, dict):
+        if key in doc:
+            return doc[key]
+        doc = list(doc.values())
+    if isinstance(doc, list):
+        for v in doc:
+            found = find_key(v, key)
+            if found is not None:
+                return found
+    return None
+
+
 def record_idle_ends(t, d, probes):
     procs = start_cpu_hogs(2)
     srv = start_target(TARGET, "server", "--listen", "127.0.0.1:0", "--duration", "30")
@@ -47,7 +66,9 @@ def record_idle_ends(t, d, probes):
     rec = subprocess.Popen([D9CTL, "--socket", d.sock, "record", "--pid", str(srv.pid), "--duration", "6s"] +
                            (["--probes", probes] if probes else []),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.5)
+    time.sleep(1.0)
+    search = find_key(d.status(srv.pid), "search") if not probes else None
+    time.sleep(0.5)
     load_start = now_ns()
     load = subprocess.run([TARGET, "load", "--connect", addr, "--conns", "8", "--duration", "2"],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -83,6 +104,20 @@ def record_idle_ends(t, d, probes):
     t.ok(len(ends) == 2 and all(ev == "Park" and ms <= 500 and frames >= 5 for ev, ms, frames in ends.values()),
          f"{name}: each worker's last event is a park by the load's end, its sleep's sample with a stack: "
          f"{ {w: (ev, f'{ms} ms', f'{n} frames') for w, (ev, ms, n) in ends.items()} }")
+    if not probes:
+        # Idle workers run no stack of their own before the load: only the
+        # attach's sweep of their threads can find their Worker that early,
+        # and without it their first stacks of the load read as "other".
+        t.ok((search or {}).get("state") == "found",
+             f"{name}: the workers' Worker was found while they were idle, before the load: {search}")
+        tids = {e["fields"]["tid"] for e in list(first_of.values()) + list(last_of.values())}
+        lanes = {}
+        for e in events:
+            f = e["fields"]
+            if e["event"] == "CpuSampleEvent" and f["tid"] in tids and e["ts"] >= load_start:
+                lanes.setdefault(f["tid"], set()).add(f["worker_id"])
+        t.ok(len(tids) == 2 and all(len(ws) == 1 and max(ws) < 254 for ws in lanes.values()),
+             f"{name}: from the load's start every CPU sample of a worker's thread is on its worker: {lanes}")
     rep = subprocess.run([D9CTL, "report", "--json"] + segs, capture_output=True, text=True, timeout=120)
     doc = json.loads(rep.stdout) if rep.returncode == 0 else {}
     first = min((e["ts"] for e in first_of.values()), default=load_start)
