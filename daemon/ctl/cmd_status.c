@@ -1,5 +1,6 @@
 /* d9ctl status: d9d's counters and, per target, state, events/s while
- * recording, drops, bytes and segments; --verbose adds the probe plans;
+ * recording, drops, bytes and segments; --verbose adds what became of
+ * the stacks and the probe plans;
  * --json prints d9d's answer as is (same data, same code path). */
 #include <getopt.h>
 #include <stdbool.h>
@@ -47,6 +48,24 @@ static void print_worker_search(const json_t *ws)
                        (long long)json_integer_value(json_object_get(ws, "ruled_out")));
 }
 
+static long long stack_count(const json_t *st, const char *key)
+{
+        return (long long)json_integer_value(json_object_get(st, key));
+}
+
+/* What became of the target's stacks: how many were unwound, and of
+ * those how many end before the thread's start and why (docs/stacks.md). */
+static void print_stacks(const json_t *st)
+{
+        if (!st || !stack_count(st, "unwound"))
+                return;
+        printf("  stacks: %lld unwound, %lld failed; cut: %lld at the copy's end (%lld of them by the deep "
+               "copies' byte rate), %lld at the frame limit; %lld deep copies (%.1f MiB)\n",
+               stack_count(st, "unwound"), stack_count(st, "failed"), stack_count(st, "cut_at_copy_end"),
+               stack_count(st, "cut_by_byte_cap"), stack_count(st, "cut_at_frame_limit"),
+               stack_count(st, "deep_copies"), (double)stack_count(st, "deep_bytes") / (1 << 20));
+}
+
 static void print_target(const json_t *t, bool verbose)
 {
         const char *reason = json_string_value(json_object_get(t, "end_reason"));
@@ -73,8 +92,10 @@ static void print_target(const json_t *t, bool verbose)
                        (double)json_integer_value(json_object_get(sh, "total_ns")) / 1e6);
         print_worker_search(json_object_get(json_object_get(t, "workers"), "search"));
         printf("  dir %s\n", json_string_value(json_object_get(t, "dir")));
-        if (verbose)
+        if (verbose) {
+                print_stacks(json_object_get(t, "stacks"));
                 d9ctl_print_plan(stdout, json_object_get(t, "probe_plan"));
+        }
         else
                 print_missing(json_object_get(t, "probe_plan"));
 }

@@ -55,7 +55,7 @@ static const struct d9ctl_help helps[] = {
           "\n"
           "  --all, -a           also show finished sessions (d9d forgets them after an hour)\n"
           "  --json              print d9d's answer as JSON\n" },
-        { "status", "short state of d9d and its targets (--verbose: probe plans)",
+        { "status", "short state of d9d and its targets (--verbose: stacks, probe plans)",
           "usage: d9ctl status [--pid N | --all] [--verbose] [--json]\n"
           "\n"
           "One line for d9d, a few per live target: state, events/s (while recording),\n"
@@ -64,7 +64,8 @@ static const struct d9ctl_help helps[] = {
           "\n"
           "  --pid N             only this process (also when finished)\n"
           "  --all, -a           also finished sessions\n"
-          "  --verbose, -v       also print each target's probe plan\n"
+          "  --verbose, -v       also print what became of each target's stacks (unwound,\n"
+          "                      failed, cut and why, deep copies) and its probe plan\n"
           "  --json              print d9d's answer (plans included) as JSON\n" },
         { "record", "trace a process or a command for a while, print sealed segments",
           "usage: d9ctl record --pid N [--duration D] [OPTIONS]\n"

@@ -108,6 +108,13 @@ def list_status_mode(t):
              "status --verbose prints the probe plan", v.stdout)
         j = d.status(tgt.pid)
         t.ok(j and j["targets"][0].get("probe_plan", {}).get("attached"), "status --json carries the plan")
+        st = j["targets"][0].get("stacks", {}) if j else {}
+        line = [ln for ln in v.stdout.splitlines() if ln.strip().startswith("stacks:")]
+        words = line[0].replace(",", " ").replace(";", " ").replace("(", " ").split() if line else []
+        t.ok(line and st.get("unwound", 0) > 0 and words[1].isdigit() and int(words[1]) <= st["unwound"]
+             and "cut:" in words and "deep" in words,
+             f"status --verbose says what became of the stacks (unwound, failed, cut and why, deep copies): "
+             f"{line} against --json's {st}", v.stdout)
         r = d.ctl("detach", "--pid", str(tgt.pid))
         finished_at = time.time()  # the session ends (and its keep time starts) during detach
         t.ok(r.returncode == 0, "detach", r.stderr)
