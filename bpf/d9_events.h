@@ -271,7 +271,7 @@ struct d9_rec_proc {
 #define D9_STACK_USER_MAX 16384 /* bytes of user stack a record may carry */
 #define D9_STACK_USER_BYTES 8192 /* ... what d9d asks for (user_bytes): its sleeps
                                   * read at a recording's end copy as many */
-#define D9_STACK_DEEP_MAX (128 * 1024) /* ... a deep copy (D9_SREC_DEEP) may carry */
+#define D9_STACK_DEEP_MAX (256 * 1024) /* ... a deep copy (D9_SREC_DEEP) may carry */
 #define D9_STACK_KERN_MAX 32    /* kernel frames */
 #define D9_STACK_NREGS 17       /* x86-64 DWARF regs 0..16 (16 = rip) */
 #define D9_DW_RBP 6

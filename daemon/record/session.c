@@ -32,7 +32,7 @@
 #include "daemon/symbolize/symbolize.h"
 #include "uprobes/uprobes.h"
 
-/* The deep-copy bucket's burst: 8 deep stacks of 128 KiB at once. */
+/* The deep-copy bucket's burst: 4 deep stacks of 256 KiB at once. */
 #define STACK_DEEP_BURST (1u << 20)
 
 #define FINISHED_KEPT 64
@@ -816,7 +816,7 @@ void session_bpf_opts(struct session *s, struct d9_bpf_target_opts *out)
                                  (s->probes & D9_PROBE_SCHED ? D9_STACK_OFFCPU : 0),
                         .user_bytes = D9_STACK_USER_BYTES, .offcpu_min_us = (uint32_t)s->offcpu_min_us,
                         .offcpu_per_sec = 500, .offcpu_burst = 100,
-                        /* A deeper stack whole, up to 128 KiB, within the
+                        /* A deeper stack whole, up to 256 KiB, within the
                          * byte rate (docs/stacks.md, "Deep stacks"); at most
                          * a quarter of a small ring. */
                         .deep_bytes = (uint32_t)(s->d->cfg.ring_bytes / 4 < D9_STACK_DEEP_MAX

@@ -29,7 +29,7 @@
  * copy, and the unwinder must say so (unwinder_last_cut, stats.cut) for
  * nearly all of them, while no stack that does reach `main` is called cut.
  * With --deep RATE, BPF copies a stack deeper than the 8 KiB whole (up to
- * 128 KiB, D9_STACK_DEEP) at up to RATE bytes/s beyond the 8 KiB, as d9d
+ * 256 KiB, D9_STACK_DEEP) at up to RATE bytes/s beyond the 8 KiB, as d9d
  * does: with --cpu-through deep_poller,main on the release build (CFI),
  * modes `deep` (12 KiB frame) and `deeper` (84 KiB), the busy samples
  * must reach the poll frame and main. With --cpu-capped too (a RATE far
