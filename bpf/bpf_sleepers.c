@@ -8,6 +8,8 @@
  *   idle workers included (d9_wk_sweep). */
 #include "bpf/bpf_sleepers.h"
 
+#include <pthread.h>
+
 #include "bpf/bpf_task_iter.h"
 #include "d9_sched.skel.h"
 
@@ -26,13 +28,20 @@ int d9_bpf_seed_sleepers(struct d9_sched *skel, pid_t pid)
  * idle, no more until they wake. The second pass is that second look. */
 #define D9_WK_SWEEP_PASSES 2
 
+/* One sweep at a time: the budget is one word, and the scan's scratch is
+ * one per CPU (an attach on d9d's BPF thread and a late plan's on its
+ * loop could otherwise share both). */
+static pthread_mutex_t sweep_lock = PTHREAD_MUTEX_INITIALIZER;
+
 int d9_bpf_sweep_workers(struct d9_sched *skel, pid_t pid)
 {
         int r = 0;
 
+        pthread_mutex_lock(&sweep_lock);
         for (int i = 0; i < D9_WK_SWEEP_PASSES && r == 0; i++) {
                 skel->bss->d9_wk_sweep_budget = D9_WK_SWEEP_THREADS;
                 r = d9_bpf_task_iter_run(skel->progs.d9_wk_sweep, pid, true);
         }
+        pthread_mutex_unlock(&sweep_lock);
         return r;
 }

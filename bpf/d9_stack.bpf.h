@@ -731,7 +731,8 @@ __noinline __u32 d9_stack_worker(struct d9_rec_stack *s, const struct d9_target_
 }
 
 /* The sweep's scratch: its own, as a sleepable iterator may sleep in a
- * read and let a sample on its CPU take the stack ones. */
+ * read while a sample or a resumed thread's program runs on its CPU and
+ * takes the stacks' ones. d9d runs one sweep at a time. */
 struct {
         __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
         __uint(max_entries, 1);
