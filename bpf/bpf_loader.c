@@ -930,8 +930,10 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
          * until then, not parked). */
         if (o->probes & D9_PROBE_SCHED)
                 (void)d9_bpf_seed_sleepers(bpf->sched, pid);
-        /* Not fatal either: without, idle workers are found when they wake. */
-        if (plan && (o->probes & D9_PROBE_RUNS) && !(o->probes & D9_PROBE_POLL))
+        /* Once the TLS size is known, as d9_bpf_target_set_tls does; the
+         * program keeps to the default set's targets. Not fatal either:
+         * without, idle workers are found when they wake. */
+        if (plan)
                 (void)d9_bpf_sweep_workers(bpf->sched, pid);
         if (!o->uprobes_later && (r = wake_set_alloc(t, plan, o)) < 0) {
                 set_err(err, "cannot trace PID %d: out of memory", (int)pid);

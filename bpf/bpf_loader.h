@@ -2,9 +2,9 @@
  *
  * d9_bpf_open() loads everything shared by all targets (sched_switch,
  * sched_exit_tp where the kernel needs it, process exit/exec, perf CPU
- * sampling, the Tokio uprobe program); the first d9_bpf_attach_target() attaches the system-wide ones,
- * and they go again with the last target (its detach, or the reap of its
- * background teardown).
+ * sampling, the Tokio uprobe program); the first d9_bpf_attach_target()
+ * attaches the system-wide ones, and they go again with the last target
+ * (its detach, or the reap of its background teardown).
  * d9_bpf_attach_target() adds one process: its config in d9_targets, its
  * own ring buffer in the d9_rings map-in-map, and the Tokio uprobes of its
  * probe plan with a pid filter. Records arrive through the callback given

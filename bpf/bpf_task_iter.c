@@ -1,6 +1,6 @@
 /* One process's threads through a BPF task iterator: the tgid lookup
- * (bpf_pidns.c), the sleepers' seeding (bpf_sleepers.c) and the Worker
- * sweep (bpf_loader.c) use it. */
+ * (bpf_pidns.c), the sleepers' seeding and the Worker sweep
+ * (bpf_sleepers.c) use it. */
 #include "bpf/bpf_task_iter.h"
 
 #include <errno.h>

@@ -685,10 +685,7 @@ __noinline __u32 d9_stack_worker(struct d9_rec_stack *s, const struct d9_target_
         end = task->thread.fsbase - (tls_known ? tls : 0);
         if (end <= s->regs[D9_DW_RSP] || end - s->regs[D9_DW_RSP] > (64 << 20))
                 return 0;
-        t->reads = 0;
-        t->index = 0;
-        t->n_finds = 0;
-        t->sp = s->regs[D9_DW_RSP];
+        len = d9_wk_top_window(t, s->regs[D9_DW_RSP], end);
         d9_wk_depth_fresh(d, cfg, tls, now);
         if (d->depth) {
                 __u64 at = end - d->depth, w = 0;
@@ -720,7 +717,6 @@ __noinline __u32 d9_stack_worker(struct d9_rec_stack *s, const struct d9_target_
         if (th->wk_tries >= D9_WK_TOP_TRIES)
                 return 0;
         th->wk_tries++;
-        len = d9_wk_top_window(t, t->sp, end);
         lc.t = t;
         lc.task = NULL;
         if (len && !bpf_probe_read_user(t->w, len, (void *)t->base))

@@ -95,9 +95,9 @@ static void print_target(const json_t *t, bool verbose)
         if (verbose) {
                 print_stacks(json_object_get(t, "stacks"));
                 d9ctl_print_plan(stdout, json_object_get(t, "probe_plan"));
-        }
-        else
+        } else {
                 print_missing(json_object_get(t, "probe_plan"));
+        }
 }
 
 /* The S3 shipper's counters; absent when no bucket is configured. */

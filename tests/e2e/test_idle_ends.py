@@ -43,20 +43,6 @@ def now_ns():
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 
-def find_key(doc, key):
-    """The first value of key anywhere in a JSON document."""
-    if isinstance(doc, dict):
-        if key in doc:
-            return doc[key]
-        doc = list(doc.values())
-    if isinstance(doc, list):
-        for v in doc:
-            found = find_key(v, key)
-            if found is not None:
-                return found
-    return None
-
-
 def record_idle_ends(t, d, probes):
     procs = start_cpu_hogs(2)
     srv = start_target(TARGET, "server", "--listen", "127.0.0.1:0", "--duration", "30")
@@ -67,7 +53,8 @@ def record_idle_ends(t, d, probes):
                            (["--probes", probes] if probes else []),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(1.0)
-    search = find_key(d.status(srv.pid), "search") if not probes else None
+    status = d.status(srv.pid) if not probes else None
+    search = status["targets"][0].get("workers", {}).get("search") if status else None
     time.sleep(0.5)
     load_start = now_ns()
     load = subprocess.run([TARGET, "load", "--connect", addr, "--conns", "8", "--duration", "2"],
