@@ -374,18 +374,23 @@ const volatile __u64 d9_run_period_ns = 500000;
  * voluntarily since its previous tick (task->nvcsw moved) only starts a
  * new stretch; a tick on one that did not gets a RUN_SAMPLE with its
  * stack: every tick for the stretch's first 8 ticks (4 ms of CPU time),
- * then every 4th up to the 64th (32 ms), then every 16th. A worker that
- * parks between short polls pays one task-storage lookup per tick; one
- * that never sleeps (a busy server, a long poll) a stack per 8 ms, not per
+ * then one at least 2 ms of wall time after the last kept, and past the
+ * stretch's first 32 ms one at least 8 ms after. A worker that parks
+ * between short polls pays one task-storage lookup per tick; one that
+ * never sleeps (a busy server, a long poll) a stack per 8 ms, not per
  * 0.5 ms (at 2 000 stacks/s a busy worker filled the 2 MiB ring and kept
- * d9d unwinding). d9d finds the poll frame in the stacks
- * (daemon/long_poll.c); a long poll's end is seen up to 2 ms late before
- * 32 ms, 8 ms after. Returns the stretch's start, 0: no record. */
+ * d9d unwinding). The spacing is wall time, not ticks: ticks count CPU
+ * time, and on a loaded machine every 16th tick of a preempted thread
+ * could come 20 ms apart, so a long poll's last kept tick came that long
+ * before its end unless a preemption's off-CPU record (which a short one
+ * or a stackless one is not) extended it (a 50 ms spin read 23.5 ms).
+ * d9d finds the poll frame in the stacks (daemon/long_poll.c); a long
+ * poll's end is seen up to 2 ms late before 32 ms, 8 ms after, plus the
+ * CPU time of one tick. Returns the stretch's start, 0: no record. */
 static __always_inline __u64 d9_run_tick(struct task_struct *task, __u64 now)
 {
         struct d9_thread *th = bpf_task_storage_get(&d9_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-        __u64 nv;
-        __u32 n;
+        __u64 nv, gap;
 
         if (!th)
                 return 0;
@@ -396,9 +401,12 @@ static __always_inline __u64 d9_run_tick(struct task_struct *task, __u64 now)
                 th->run_ticks = 0;
                 return 0;
         }
-        n = ++th->run_ticks;
-        if (n > 8 && (n & (n < 64 ? 3 : 15)))
+        /* Half a period of slack: a callback runs a little after its grid
+         * point, and the next one is due a period later. */
+        gap = now - th->run_kept_ts + d9_run_period_ns / 2;
+        if (++th->run_ticks > 8 && gap < (now - th->run_since < 32000000 ? 2000000 : 8000000))
                 return 0;
+        th->run_kept_ts = now;
         return th->run_since;
 }
 

@@ -15,7 +15,7 @@
  *   stack shows the same frame: ticks count CPU time, and a busy poll on
  *   a loaded machine spends most of its wall time preempted). Ticks carry
  *   stacks sparsely after the first 4 ms (bpf d9_run_tick): the last one
- *   can be 2-8 ms of CPU time before the poll's end.
+ *   can be 2-8 ms of wall time before the poll's end.
  *   Back-to-back polls of one future type without a sleep between read as
  *   one: the ticks cannot see a poll boundary.
  * - A blocked long poll: an off-CPU interval (>= offcpu_min, with its stack)

@@ -102,9 +102,11 @@ def main():
     blocked = [f for f in longs if f["how"] == "blocked" and f["min_ns"] >= 5000000]
     # The spin is 50 ms of wall time. Under load it gets less CPU than that
     # (36 ms of 52 in a clean-root CI run), and after 32 ms of a stretch a
-    # tick keeps its stack only every 8 ms of CPU, so the run's last tick can
-    # come 8 ms of CPU before the poll's end: that run read 35.5 ms, a true
-    # lower bound. 25 ms still tells one poll from pieces (then 5 or more).
+    # tick keeps its stack only every 8 ms, so the run's last tick can come
+    # 8 ms before the poll's end: that run read 35.5 ms, a true lower
+    # bound. (Counted in ticks, that was 8 ms of CPU: a spin preempted for
+    # most of its last 26 ms read 23.5 ms once; bpf d9_run_tick.) 25 ms
+    # still tells one poll from pieces (then 5 or more).
     # Another task's poll preempted by the rest of the machine can be a
     # few ms long too (a churn poll read 7.5 ms, 2 ticks): it is no piece
     # of a busy poll, which would be of the busy poll's future.
