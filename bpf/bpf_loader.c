@@ -1362,6 +1362,7 @@ static void offcpu_pending_write(struct d9_bpf_target *t, uint32_t tid, const st
                 .cpu_ns = e->span.cpu_ns,
                 .sched_wait_ns = e->span.wait_ns,
                 .run_since = e->span.run_since,
+                .syscall = e->span.syscall,
         };
 
         if (!e->running && e->span.on_ts && e->span.on_ts >= t->since_ns)
@@ -1511,17 +1512,17 @@ static int btf_member_byte(const struct btf *btf, __u32 id, const char *name)
 
 int d9_bpf_target_thread_off(const struct d9_bpf_target *t, pid_t ns_tid, struct d9_thread_off *out)
 {
-        static const char *const names[5] = { "tid", "off_state", "off_ts", "off_cpu_ns", "off_bp" };
+        static const char *const names[6] = { "tid", "off_state", "off_ts", "off_cpu_ns", "off_bp", "off_syscall" };
+        static const unsigned sizes[6] = { 4, 4, 8, 8, 8, 4 };
         const struct bpf_map *map = t->bpf->sched->maps.d9_threads;
         const struct btf *btf = bpf_object__btf(t->bpf->sched->obj);
         __u32 id = bpf_map__btf_value_type_id(map), size = bpf_map__value_size(map);
-        int off[5], pidfd, r = 0;
+        int off[6], pidfd, r = 0;
         uint8_t *v;
 
         /* Offsets from the map's BTF: this never drifts from d9_maps.bpf.h. */
-        for (int i = 0; i < 5; i++)
-                if (!btf || (off[i] = btf_member_byte(btf, id, names[i])) < 0 ||
-                    (unsigned)off[i] + (i < 2 ? 4u : 8u) > size)
+        for (int i = 0; i < 6; i++)
+                if (!btf || (off[i] = btf_member_byte(btf, id, names[i])) < 0 || (unsigned)off[i] + sizes[i] > size)
                         return -ENOENT;
         v = malloc(size);
         if (!v)
@@ -1537,6 +1538,7 @@ int d9_bpf_target_thread_off(const struct d9_bpf_target *t, pid_t ns_tid, struct
                 memcpy(&out->off_ts, v + off[2], 8);
                 memcpy(&out->cpu_ns, v + off[3], 8);
                 memcpy(&out->bp, v + off[4], 8);
+                memcpy(&out->syscall, v + off[5], 4);
                 if (out->off_ts < t->since_ns)
                         out->off_ts = 0;
         }

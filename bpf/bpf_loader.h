@@ -181,6 +181,7 @@ struct d9_thread_off {
         uint32_t tid, state;
         uint64_t off_ts, cpu_ns;
         uint64_t bp;            /* its user rbp at that switch-out */
+        uint32_t syscall;       /* as d9_rec_offcpu's */
 };
 int d9_bpf_target_thread_off(const struct d9_bpf_target *t, pid_t ns_tid, struct d9_thread_off *out);
 /* Off-CPU intervals shorter than the target's offcpu_min_ns: not

@@ -179,7 +179,7 @@ struct d9_rec_park {
 struct d9_offcpu_span {
         d9_u64 off_ts, on_ts, cpu_ns, wait_ns, run_since;
         d9_u32 state;
-        d9_u32 _pad;
+        d9_u32 syscall;         /* as d9_rec_offcpu's */
 };
 
 /* A d9_offcpu_pending entry (bpf/d9_sched.bpf.c, which checks the layout)
@@ -220,6 +220,7 @@ enum d9_no_stack {
  * recording began, and a sched_wakeup of it came since: it slept from
  * before the attach, and off_ts is the recording's start. */
 #define D9_OFFCPU_BEGAN_BEFORE (1u << 31)
+#define D9_OFFCPU_NO_SYSCALL 0xffffffffu
 
 struct d9_rec_offcpu {
         struct d9_rec_hdr hdr;
@@ -232,6 +233,10 @@ struct d9_rec_offcpu {
         d9_u64 run_since;       /* preempted, with run ticks on: the stretch without a
                                  * voluntary switch-out it was in, as RUN_SAMPLE's
                                  * since_ts (0: none) */
+        d9_u32 syscall;         /* the system call it switched out in, + 1 (x86-64
+                                 * numbers); D9_OFFCPU_NO_SYSCALL: in none (a page
+                                 * fault); 0: not known */
+        d9_u32 _pad;
         char comm[16];          /* the thread's name at switch-in (task->comm; empty:
                                  * not read) */
 };

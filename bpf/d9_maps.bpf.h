@@ -72,6 +72,7 @@ struct d9_thread {
                                  * needs (daemon/record/open_sleep.h) */
         __u64 off_since;        /* the stretch a preempted switch-out was in */
         __u64 run_kept_ts;      /* the stretch's last tick that kept a stack */
+        __u32 off_syscall;      /* d9_rec_offcpu.syscall of that switch-out */
         __u32 tokio_lost;       /* this thread's Tokio-probe records dropped
                                  * (ring full) since its last one written */
         __u64 vt;               /* d9_tokio: the last task vtable read on this */

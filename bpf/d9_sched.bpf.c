@@ -44,6 +44,20 @@ static __always_inline struct d9_target_cfg *d9_target_with(__u32 tgid, __u32 bi
         return cfg && (cfg->probes & bit) ? cfg : NULL;
 }
 
+/* d9_rec_offcpu.syscall from a thread's user registers: orig_ax is the
+ * system call it entered the kernel with, -1 in an exception (a page
+ * fault) or an interrupt. What the default set tells a worker's park (an
+ * epoll or futex wait) from its other sleeps outside a task poll by. */
+static __always_inline __u32 d9_syscall_of(const struct pt_regs *regs)
+{
+        long nr;
+
+        if (!regs)
+                return 0;
+        nr = (long)regs->orig_ax;
+        return nr < 0 || nr >= 0xfffffffe ? D9_OFFCPU_NO_SYSCALL : (__u32)nr + 1;
+}
+
 /* Remember when a target thread left the CPU ... */
 static __always_inline void d9_switch_out(struct task_struct *prev, __u32 state)
 {
@@ -61,6 +75,7 @@ static __always_inline void d9_switch_out(struct task_struct *prev, __u32 state)
         th->tid = prev->pid;
         regs = (struct pt_regs *)bpf_task_pt_regs(prev);
         th->off_bp = regs ? regs->bp : 0;
+        th->off_syscall = d9_syscall_of(regs);
         th->off_state = state;
         th->off_cpu_ns = prev->se.sum_exec_runtime;
         th->off_run_delay = prev->sched_info.run_delay;
@@ -116,6 +131,7 @@ static __always_inline void d9_offcpu_span_of(const struct d9_thread *th, __u64 
         s->wait_ns = th->off_state && th->on_run_delay > th->off_run_delay ?
                      th->on_run_delay - th->off_run_delay : 0;
         s->state = th->off_state;
+        s->syscall = th->off_syscall;
         s->run_since = th->off_since;
 }
 
@@ -135,6 +151,7 @@ static __always_inline void d9_offcpu_write(const struct d9_target_cfg *cfg, str
         r->cpu_ns = s->cpu_ns;
         r->sched_wait_ns = s->wait_ns;
         r->run_since = s->run_since;
+        r->syscall = s->syscall;
         r->no_stack = stack_id ? D9_NOSTACK_NONE : no_stack;
         /* A thread that only sleeps gets no CPU sample, the other record
          * that names it: an idle worker would have no name in the trace. */
@@ -646,6 +663,7 @@ int d9_seed_sleepers(struct bpf_iter__task *ctx)
          * such a sleep. */
         regs = (struct pt_regs *)bpf_task_pt_regs(task);
         th->off_bp = regs ? regs->bp : 0;
+        th->off_syscall = d9_syscall_of(regs);
         asm volatile("" ::: "memory");
         *(volatile __u64 *)&th->off_ts = cfg->since_ts;
         return 0;

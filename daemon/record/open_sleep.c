@@ -167,6 +167,7 @@ static int write_one(struct translate *tr, const struct open_sleep *s, uint64_t 
         o.stack_id = rec->stack_id;
         o.prev_state = s->off.state;
         o.cpu_ns = s->off.cpu_ns;
+        o.syscall = s->off.syscall;
         memcpy(o.comm, s->comm, sizeof(o.comm));
         return translate_open_offcpu(tr, &o);
 }

@@ -155,7 +155,8 @@ static bool plan_gaps_told(const struct session *s)
         "(blocked; or preempted, with under two ticks in the poll)"
 #define D9_STACK_PARK_ROUTE                                                                         \
         "sched_switch: a worker's (a thread whose stacks show task polls) voluntary switch-out of "  \
-        ">= offcpu_min outside a task poll frame; shorter ones are only counted per target"
+        ">= offcpu_min outside a task poll frame, in an epoll or futex wait (other sleeps there "     \
+        "are off-CPU samples only); shorter ones are only counted per target"
 #define D9_ATTACH_POLL_ROUTE                                                                        \
         "every poll that starts after the uprobes attached is recorded; one running then: "          \
         "D9LongPollEvent how \"at attach\", from the 99 Hz CPU samples of a thread inside a task "   \
@@ -214,7 +215,8 @@ static json_t *routes_json(const struct session *s)
                 "terminate", !has[PROBE_COMPLETE] ? "none" : complete_by_symbols ? "uprobe Harness::complete" : term,
                 "wake", !has[PROBE_WAKE] ? "none" : s->wakes_sampled ? wake_sampled : wake,
                 "park", has[PROBE_PARK] ? "uprobe worker park function" :
-                        sched && has[PROBE_POLL] ? "sched_switch: worker switch-out with no poll open" :
+                        sched && has[PROBE_POLL] ? "sched_switch: worker switch-out with no poll open, in an "
+                                                   "epoll or futex wait" :
                         stack_workers ? D9_STACK_PARK_ROUTE : "none",
                 "unpark", has[PROBE_PARK] && sched ? "sched_switch: the parked worker's switch-in after it slept "
                                                      "(no uretprobe), else its next poll or park" :

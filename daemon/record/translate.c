@@ -1014,6 +1014,30 @@ static bool park_probes_saw(const struct translate *tr, uint64_t off_ts)
         return tr->window_closed_ts && off_ts >= tr->window_opened_ts && off_ts < tr->window_closed_ts;
 }
 
+/* Whether a worker's voluntary sleep outside a task poll, in system call
+ * syscall (d9_rec_offcpu's), can be its park: Tokio parks a worker in
+ * epoll_wait (musl: epoll_pwait) when it holds the driver, else on a
+ * futex (std's Condvar). A worker also sleeps in its loop outside any
+ * poll for other reasons: npm tombi's "park" was a brk in free(), and
+ * a runtime's thread hooks, a task's drop, a page fault run there too.
+ * Not known (0: a record from a d9d before this, or an open sleep read at
+ * the stop): a park, as before. x86-64 numbers. */
+static bool offcpu_in_park_call(uint32_t syscall)
+{
+        switch (syscall) {
+        case 0:
+        case 202 + 1:   /* futex */
+        case 232 + 1:   /* epoll_wait */
+        case 281 + 1:   /* epoll_pwait */
+        case 441 + 1:   /* epoll_pwait2 */
+        case 449 + 1:   /* futex_waitv */
+        case 455 + 1:   /* futex_wait */
+                return true;
+        default:
+                return false;
+        }
+}
+
 /* A sleep from before the attach, of a thread whose worker is not known
  * yet: kept for before_park_write, unless its stack shows a task poll
  * (a poll blocked since before the attach is no park) or no poll function
@@ -1026,7 +1050,7 @@ static void before_park_hold(struct translate *tr, struct tr_thread *t, const st
                 if (t->stk[k].id == o->stack_id && o->stack_id)
                         st = &t->stk[k];
         if (t->pool_thread || !tr->n_lp_ranges || !st || !st->n ||
-            long_poll_task_frame(tr, st->frames, st->n, 0))
+            long_poll_task_frame(tr, st->frames, st->n, 0) || !offcpu_in_park_call(o->syscall))
                 return;
         t->before_off = o->off_ts;
         t->before_on = o->hdr.ts;
@@ -1093,6 +1117,11 @@ static int on_offcpu(struct translate *tr, const struct d9_rec_offcpu *o, struct
         /* Default set: an interval inside a task poll is that poll blocking. */
         if (tr->stack_workers && (r = long_poll_on_offcpu(tr, t, o, stack)) != 0)
                 return r < 0 ? r : 0;
+        /* Asleep in its loop but not parked: the off-CPU sample shows it. */
+        if (!offcpu_in_park_call(o->syscall)) {
+                tr->sleeps_not_parks++;
+                return 0;
+        }
         r = d9_enc_worker_park(tr->enc, o->off_ts, t->worker, 0, o->cpu_ns, o->hdr.tid);
         if (r < 0)
                 return r;

@@ -186,6 +186,8 @@ struct translate {
         uint64_t exe_dev, exe_ino;      /* the planned file (translate_set_exe_file) */
         uint64_t uprobes_from_ts;       /* when uprobes joined; UINT64_MAX: not yet */
         uint64_t sched_parks;           /* parks derived from off-CPU records */
+        uint64_t sleeps_not_parks;      /* a worker's sleeps outside a task poll
+                                         * in no park's system call */
         uint64_t polls_ended_by_task;   /* polls ended by their task's next
                                          * poll start on another thread */
         uint64_t poll_ends_lost;        /* open polls ended at their start: the

@@ -450,6 +450,35 @@ static void test_parks_from_sched_switch(void)
         ok(!strcmp(workers, "0"), "one worker ('%s')", workers);
 }
 
+/* Without park probes a worker parks only where Tokio parks one: its
+ * sleeps outside a poll in a futex or epoll wait are parks; one in another
+ * system call (a brk in free(), a sleep in a thread hook) or in none (a
+ * page fault) is not; one whose call is not known (0) is, as before. */
+static void test_sched_parks_only_in_park_calls(void)
+{
+        static const uint32_t calls[] = { 202 + 1, 232 + 1, 12 + 1, 230 + 1, D9_OFFCPU_NO_SYSCALL, 0, 281 + 1 };
+        uint64_t not_parks;
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r, false, false);
+        poll(&r, 101, C_TASK, 1, true);
+        for (size_t i = 0; i < sizeof(calls) / sizeof(calls[0]); i++) {
+                struct d9_rec_offcpu o = { .prev_state = 1, .syscall = calls[i] };
+
+                o.off_ts = r.ts + 1;
+                hdr(&o.hdr, &r, D9_REC_OFFCPU, 101);
+                translate_record(&r.tr, &o, sizeof(o));
+        }
+        not_parks = r.tr.sleeps_not_parks;
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.park[0] == 4 && l.unpark[0] == 4 && not_parks == 3,
+           "futex, epoll_wait, epoll_pwait and an unknown call park; brk, clock_nanosleep and no call do not: "
+           "%d parks, %d unparks, %llu sleeps not parks",
+           l.park[0], l.unpark[0], (unsigned long long)not_parks);
+}
+
 /* A sleep inside a poll whose OFFCPU record comes after that poll's end
  * (BPF writes it at the thread's return to user space, by task work that
  * can run after the poll-end uprobe): the poll blocked, no park. */
@@ -1506,6 +1535,7 @@ int main(void)
         test_sleep_record_after_its_poll_end();
         test_no_sched_parks_with_probes();
         test_sched_parks_carry_cpu_and_wait();
+        test_sched_parks_only_in_park_calls();
         test_sleep_from_before_the_trace_waits_within_it();
         test_current_thread();
         test_runtimes_told_apart(false);

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 pub const USAGE: &str = "usage: d9-target server|load|mixed|pool|inplace|runtimes|deep|deeper|recurse|selfwake|backlog [--flavor multi-thread|current-thread] \
 [--workers N] [--thread-name NAME] [--listen ADDR] [--backlog N] [--connect ADDR] [--conns N] [--duration SECS] \
-[--start-delay SECS] [--wait-stdin] [--work-us N] [--rate N]";
+[--start-delay SECS] [--wait-stdin] [--work-us N] [--rate N] [--unpark-sleep-every N]";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -59,6 +59,10 @@ pub struct Args {
     /// (open loop, latency from each request's planned send time); 0:
     /// each connection sends its next request as soon as it has a reply.
     pub rate: u64,
+    /// Every Nth unpark of a worker, its `on_thread_unpark` hook sleeps
+    /// 3 ms (a worker asleep in its loop, outside any poll, not parked);
+    /// 0: never.
+    pub unpark_sleep_every: u64,
 }
 
 fn parse_secs(flag: &str, v: &str) -> Result<Duration, String> {
@@ -105,6 +109,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         backlog: 16,
         work_us: 0,
         rate: 0,
+        unpark_sleep_every: 0,
     };
     while let Some(flag) = it.next() {
         if flag == "--wait-stdin" {
@@ -130,6 +135,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--start-delay" => a.start_delay_ms = parse_secs(&flag, &v)?.as_millis() as u64,
             "--work-us" => a.work_us = parse_count(&flag, &v)? as u64,
             "--rate" => a.rate = parse_count(&flag, &v)? as u64,
+            "--unpark-sleep-every" => a.unpark_sleep_every = parse_count(&flag, &v)? as u64,
             _ => return Err(format!("unknown option '{flag}'")),
         }
     }

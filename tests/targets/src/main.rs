@@ -53,12 +53,32 @@ fn build_runtime(args: &Args) -> std::io::Result<tokio::runtime::Runtime> {
             std::hint::black_box(c.as_ptr());
         })
     });
+    if args.unpark_sleep_every > 0 {
+        let every = args.unpark_sleep_every;
+        let unparks = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        b.on_thread_unpark(move || {
+            if unparks.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % every == every - 1 {
+                unpark_hook_sleep_3ms();
+            }
+        });
+    }
     // Pool and inplace modes: blocking threads retire soon after their job, so they come
     // and go all the time (Tokio's default keeps them 10 s).
     if args.mode == args::Mode::Pool || args.mode == args::Mode::Inplace {
         b.thread_keep_alive(std::time::Duration::from_millis(300));
     }
     b.enable_all().build()
+}
+
+/// A worker asleep in its own loop, outside any task poll, and not parked
+/// (`--unpark-sleep-every`): what a blocking thread hook, a task's drop or
+/// a `brk` under the mmap lock in `free()` looks like from outside.
+#[inline(never)]
+fn unpark_hook_sleep_3ms() {
+    let start = std::time::Instant::now();
+    std::thread::sleep(std::time::Duration::from_millis(3));
+    // Work after the call: a tail call would leave no frame of this name.
+    std::hint::black_box(start.elapsed());
 }
 
 /// Gives a tracer time to attach before any workload runs.
