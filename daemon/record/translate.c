@@ -1020,8 +1020,8 @@ static bool park_probes_saw(const struct translate *tr, uint64_t off_ts)
  * futex (std's Condvar). A worker also sleeps in its loop outside any
  * poll for other reasons: npm tombi's "park" was a brk in free(), and
  * a runtime's thread hooks, a task's drop, a page fault run there too.
- * Not known (0: a record from a d9d before this, or an open sleep read at
- * the stop): a park, as before. x86-64 numbers. */
+ * Not known (0: BPF did not read it, as in the unit tests' records): a
+ * park, as before. x86-64 numbers. */
 static bool offcpu_in_park_call(uint32_t syscall)
 {
         switch (syscall) {
