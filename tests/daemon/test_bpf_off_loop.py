@@ -44,8 +44,9 @@ def main():
     # Idle copies of the same file: the kernel registers each uprobe in
     # every address space that maps it, so the installs take several times
     # as long (a quiet machine installed 7,000 uprobes in one copy in 36 ms,
-    # too close to the loop's own turns to tell the two apart).
-    copies = [codex() for _ in range(3)]
+    # too close to the loop's own turns to tell the two apart; with 3
+    # copies a CI run's longest install was still 16 ms, and the host's 72).
+    copies = [codex() for _ in range(8)]
     try:
         time.sleep(0.5)
         r = d.ctl("attach", "--pid", str(busy.pid), "--probes", "all", "--duration", "100s")
@@ -98,7 +99,9 @@ def main():
         daemon = (d.status() or {}).get("daemon", {})
         stalls = stalls_logged(d, log_at) + [window["max"]]
         longest_bpf = daemon.get("bpf_job_longest_ms", 0)
-        print(f"# attach s {[round(m[2], 2) for m in answers]}, detach s {[round(m[3], 2) for m in answers]}; "
+        alive = sum(c.poll() is None for c in copies)
+        print(f"# {alive} of {len(copies)} idle copies alive; "
+              f"attach s {[round(m[2], 2) for m in answers]}, detach s {[round(m[3], 2) for m in answers]}; "
               f"longest BPF job {longest_bpf} ms, plan {daemon.get('plan_longest_ms')} ms; loop's longest turns "
               f"(logged, then sampled): {stalls} (before: {base_stall}); root's session {st.get('events')} events, "
               f"{st.get('drops')} drops")

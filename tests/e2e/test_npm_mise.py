@@ -170,9 +170,15 @@ def main():
          f"the server answered during each recording ({during}; {done['not']} requests not answered)", done["why"])
     a = got["all"]
     t.ok(a["meta"].get("tokio_version") == "1.53.1", f"Tokio {a['meta'].get('tokio_version')} (1.53.1)")
-    # A poll may be open on each worker when the recording stops.
-    t.ok(a["polls"] >= 300 and not a["off"] and not a["overlaps"] and a["unended"] <= len(a["workers"]),
-         f"all: {a['polls']} task polls on runtime.main's workers {a['meta'].get('runtime.main')!r} "
+    # A poll may be open on each worker when the recording stops. How many
+    # polls there are follows how many requests the hogs let through (and
+    # which: a task run polls more than a read): 3.2-4.9 per request
+    # answered in the recording (243 for 75 in a CI run, 445 for 90 on the
+    # host), so the floor is 2 per request, not a fixed count.
+    t.ok(a["polls"] >= max(100, 2 * during["all"]) and not a["off"] and not a["overlaps"]
+         and a["unended"] <= len(a["workers"]),
+         f"all: {a['polls']} task polls for {during['all']} requests on runtime.main's workers "
+         f"{a['meta'].get('runtime.main')!r} "
          f"(not: {a['off']}), none overlapping on a lane ({a['overlaps']}), "
          f"{a['unended']} open at the end")
     t.ok(not a["unlabelled"], f"all: every poll names its future ({len(a['unlabelled'])} do not)",
