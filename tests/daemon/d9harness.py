@@ -248,6 +248,17 @@ def dump_events(d9ctl, paths):
                 yield json.loads(line)
 
 
+def symbol_names(evs):
+    """{address: name} from the SymbolTableEntry events among evs (the
+    address as dump --json gives it, hex text or a number)."""
+    names = {}
+    for ev in evs:
+        if ev["event"] == "SymbolTableEntry":
+            f = ev["fields"]
+            names[int(f["addr"], 16) if isinstance(f["addr"], str) else f["addr"]] = f["symbol_name"]
+    return names
+
+
 def sample_chains(d9ctl, path, source):
     """(rc, [callchain as ints], {addr: name}) of the segment's CpuSampleEvents
     of one source (0 = on CPU, 1 = off CPU)."""

@@ -31,7 +31,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import D9d, Tap, start_cpu_hogs, stop_procs  # noqa
+from d9harness import D9d, Tap, start_cpu_hogs, stop_procs, symbol_names  # noqa
 
 D9D, D9CTL, DENO = sys.argv[1:4]
 MODE = sys.argv[4] if len(sys.argv) > 4 else "all"
@@ -117,15 +117,6 @@ def check_full_set(t, report, evs, threads, srv, at):
     w = report["workers"][0] if report["workers"] else {}
     t.ok(w.get("parked_ns", 0) > 0 and w.get("busy_ns", 0) > 0,
          f"worker 0 is busy {w.get('busy_share', 0):.0%} and parked {w.get('parked_share', 0):.0%} of the time")
-
-
-def symbol_names(evs):
-    names = {}
-    for ev in evs:
-        if ev["event"] == "SymbolTableEntry":
-            f = ev["fields"]
-            names[int(f["addr"], 16) if isinstance(f["addr"], str) else f["addr"]] = f["symbol_name"]
-    return names
 
 
 def samples_inside(evs, tid, spans):

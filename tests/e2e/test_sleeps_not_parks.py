@@ -13,7 +13,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import D9d, Tap, dump_events  # noqa
+from d9harness import D9d, Tap, dump_events, symbol_names  # noqa
 
 D9D, D9CTL, TARGET = sys.argv[1:4]
 
@@ -26,12 +26,9 @@ def main():
     r = d.ctl("record", "--duration", "30s", "--out", out, "--", TARGET, "mixed", "--duration", "4",
               "--unpark-sleep-every", "40")
     t.ok(r.returncode == 0 and r.stdout.split(), "record -- CMD without --probes sealed its trace", r.stderr)
-    syms, hook_sleeps, parks, unparks = {}, {}, {}, {}
+    hook_sleeps, parks, unparks = {}, {}, {}
     events = list(dump_events(D9CTL, r.stdout.split()))
-    for ev in events:
-        if ev["event"] == "SymbolTableEntry":
-            f = ev["fields"]
-            syms[int(f["addr"], 16) if isinstance(f["addr"], str) else f["addr"]] = f["symbol_name"]
+    syms = symbol_names(events)
     for ev in events:
         f = ev["fields"]
         if ev["event"] == "CpuSampleEvent" and f["source"] == 1:

@@ -28,7 +28,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import Tap, dump_json_lines, sealed_files, start_slow_plan_d9d, start_target, wait_for  # noqa
+from d9harness import (Tap, dump_json_lines, sealed_files, start_slow_plan_d9d, start_target,  # noqa
+                       symbol_names, wait_for)
 
 D9D, D9CTL, TARGET = sys.argv[1:4]
 DELAY = 4
@@ -80,11 +81,7 @@ def main():
             lost[e["fields"]["source"]] = lost.get(e["fields"]["source"], 0) + e["fields"]["lost"]
     t.ok("plan_hold" not in lost and "stack_unwind" not in lost, f"nothing lost while held: {lost}")
     landed = [e["ts"] for e in evs if e["event"] == "D9ProbesEvent" and e["fields"]["probes"] == "probe plan"]
-    syms = {}
-    for e in evs:
-        if e["event"] == "SymbolTableEntry":
-            a = e["fields"]["addr"]
-            syms[int(a, 16) if isinstance(a, str) else a] = e["fields"]["symbol_name"]
+    syms = symbol_names(evs)
     early = [e["fields"] for e in evs if e["event"] == "D9LongPollEvent" and landed and e["ts"] < landed[0]
              and e["fields"]["how"] == "running" and e["fields"]["min_ns"] >= 40e6]
 
