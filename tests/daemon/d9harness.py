@@ -184,6 +184,50 @@ def start_cpu_hogs(n=2):
     return [subprocess.Popen(["sh", "-c", "while :; do :; done"], preexec_fn=_die_with_parent) for _ in range(n)]
 
 
+_STALL_WATCH = r"""
+import json, os, sys, time
+os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+stalls, last = [], time.monotonic_ns()
+print("watching", flush=True)
+try:
+    while True:
+        time.sleep(0.002)
+        now = time.monotonic_ns()
+        if now - last > 20_000_000:
+            stalls.append((last, now))
+        last = now
+except KeyboardInterrupt:
+    print(json.dumps(stalls), flush=True)
+"""
+
+
+class StallWatch:
+    """Times when the whole machine stopped: a real-time (SCHED_FIFO)
+    process that wakes every 2 ms, so no process of the test's or d9d's
+    (all SCHED_OTHER) can hold it off a core; a wake over 20 ms late means
+    no core ran anything for that long (this VM's vCPUs paused: CI run 46
+    saw every process, the target's 11 ms timer too, stop for 130 ms).
+    Tests that hold d9d to a wall-clock schedule excuse exactly that time."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen([sys.executable, "-c", _STALL_WATCH], stdout=subprocess.PIPE,
+                                     text=True, preexec_fn=_die_with_parent)
+        self.proc.stdout.readline()
+        self.stalls = None
+
+    def stop(self):
+        """The stalls seen, as (start_ns, end_ns) on CLOCK_MONOTONIC."""
+        if self.stalls is None:
+            self.proc.send_signal(signal.SIGINT)
+            out, _ = self.proc.communicate(timeout=10)
+            self.stalls = [tuple(s) for s in json.loads(out or "[]")]
+        return self.stalls
+
+    def stalled_ns(self, lo, hi):
+        """How long the machine stood still between lo and hi."""
+        return sum(max(0, min(b, hi) - max(a, lo)) for a, b in self.stop())
+
+
 def stop_procs(procs):
     """Kill and reap each process (a hog, a target)."""
     for p in procs:
