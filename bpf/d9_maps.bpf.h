@@ -60,9 +60,9 @@ struct d9_thread {
         __u64 off_cpu_ns;       /* se.sum_exec_runtime at that switch-out */
         __u64 off_run_delay;    /* sched_info.run_delay at that switch-out */
         __u64 on_run_delay;     /* at the switch-in: with the wait just ended */
-        __u64 run_nvcsw;        /* d9_run_sample: task->nvcsw at the tick (or */
-        __u64 run_since;        /* preemption) that started this stretch without
-                                 * a voluntary switch */
+        __u64 run_nvcsw;        /* run ticks: task->nvcsw at the switch-in, */
+        __u64 run_since;        /* tick or preemption that started this
+                                 * stretch without a voluntary switch */
         __u32 run_ticks;        /* ticks in it since */
         __u32 tid;              /* the thread's, set at its switch-out: the
                                  * loader reads this storage by pidfd */
