@@ -747,6 +747,19 @@ int d9_bpf_target_set_tls(struct d9_bpf_target *t, uint64_t tls_size)
         return r;
 }
 
+int d9_bpf_target_set_run_ticks(struct d9_bpf_target *t, bool on)
+{
+        struct bpf_map *targets = t->bpf->sched->maps.d9_targets;
+        uint32_t tgid = t->kernel_tgid;
+        struct d9_target_cfg cfg;
+        int r = bpf_map__lookup_elem(targets, &tgid, sizeof(tgid), &cfg, sizeof(cfg), 0);
+
+        if (r < 0 || cfg.run_ticks_off == !on)
+                return r;
+        cfg.run_ticks_off = !on;
+        return bpf_map__update_elem(targets, &tgid, sizeof(tgid), &cfg, sizeof(cfg), BPF_EXIST);
+}
+
 /* Ring + config: the order matters, BPF checks the config first, so a
  * config is only visible once its ring exists. */
 static int install_target(struct d9_bpf_target *t, const struct probe_plan *plan,
@@ -762,6 +775,7 @@ static int install_target(struct d9_bpf_target *t, const struct probe_plan *plan
                 .stack = o->stack,
                 .offcpu_min_ns = o->offcpu_min_ns,
                 .uprobes_off = o->uprobes_later,
+                .run_ticks_off = o->run_ticks_off,
                 .since_ts = d9_now_ns(),
         };
         uint32_t tgid = t->kernel_tgid;

@@ -88,6 +88,8 @@ struct d9_bpf_target_opts {
          * uprobes later (d9_bpf_target_add_uprobes): recording starts
          * before a long plan is built. plan is then NULL. */
         bool uprobes_later;
+        /* D9_PROBE_RUNS without the run ticks (d9_target_cfg.run_ticks_off). */
+        bool run_ticks_off;
         d9_bpf_record_fn on_record;
         void *ctx;
 };
@@ -215,6 +217,9 @@ size_t d9_bpf_target_n_attached(const struct d9_bpf_target *t);
  * from the plan, and again when a late plan lands, which also sweeps the
  * target's threads for their Workers (bpf_sleepers.h). */
 int d9_bpf_target_set_tls(struct d9_bpf_target *t, uint64_t tls_size);
+/* A late plan's verdict on the run ticks (d9_target_cfg.run_ticks_off):
+ * off at one instant, the Worker search going on. */
+int d9_bpf_target_set_run_ticks(struct d9_bpf_target *t, bool on);
 /* Wall time the uprobe attach took (ns), for benchmarks. */
 uint64_t d9_bpf_target_attach_ns(const struct d9_bpf_target *t);
 /* Of the attach, the insertion of its ring into the map of rings. */

@@ -400,6 +400,12 @@ struct d9_target_cfg {
          * record, or going away): set and cleared by the loader, so a
          * probe class joins or leaves a live target at one instant. */
         d9_u32 uprobes_off;
+        /* Non-zero: D9_PROBE_RUNS without its run ticks (the Worker search
+         * stays): the plan knows no runtime task's poll body, so a tick's
+         * stack could show no long poll (npm ast-grep 0.51: all its work in
+         * block_on, whose busy thread took 1,800 ticked stacks per 8 s). */
+        d9_u32 run_ticks_off;
+        d9_u32 _pad;
         /* bpf_ktime_get_ns() when the target was installed: per-thread
          * state written before it (an earlier recording of the same
          * process) is not trusted (d9_thread.wk_ts). */

@@ -44,6 +44,12 @@ static __always_inline struct d9_target_cfg *d9_target_with(__u32 tgid, __u32 bi
         return cfg && (cfg->probes & bit) ? cfg : NULL;
 }
 
+/* Whether cfg's threads take run ticks (D9_PROBE_RUNS, not turned off). */
+static __always_inline bool d9_run_ticks_on(const struct d9_target_cfg *cfg)
+{
+        return cfg && (cfg->probes & D9_PROBE_RUNS) && !cfg->run_ticks_off;
+}
+
 /* d9_rec_offcpu.syscall from a thread's user registers: orig_ax is the
  * system call it entered the kernel with, -1 in an exception (a page
  * fault) or an interrupt. What the default set tells a worker's park (an
@@ -497,7 +503,7 @@ static int d9_run_timer_fired(void *map, __u32 *key, struct d9_run_timer *rt)
 {
         struct task_struct *task = bpf_get_current_task_btf();
         __u32 tgid = task->tgid, tid = task->pid;
-        struct d9_target_cfg *cfg = d9_target_with(tgid, D9_PROBE_RUNS);
+        struct d9_target_cfg *cfg = d9_sched_target_of(tgid);
         __u64 now = bpf_ktime_get_ns(), since, stack_id;
         struct pt_regs *regs;
         struct d9_rec_run *r;
@@ -506,7 +512,7 @@ static int d9_run_timer_fired(void *map, __u32 *key, struct d9_run_timer *rt)
         rt->armed = 0;
         /* Idle, another process, or ksoftirqd: no tick, and none till a
          * target thread comes on this CPU again. */
-        if (!cfg)
+        if (!d9_run_ticks_on(cfg))
                 return 0;
         if (!d9_run_timer_start(rt, 1))
                 rt->armed = 1;
@@ -567,7 +573,7 @@ int BPF_PROG(d9_sched_switch, bool preempt, struct task_struct *prev,
 
         d9_switch_out(prev, preempt ? 0 : prev_state);
         fresh = d9_switch_in(next, cfg);
-        if (cfg && (cfg->probes & D9_PROBE_RUNS))
+        if (d9_run_ticks_on(cfg))
                 d9_run_timer_arm(fresh);
         return 0;
 }

@@ -69,13 +69,24 @@ size_t probe_plan_task_polls(const struct probe_plan *plan)
         return n;
 }
 
-size_t probe_plan_poll_bodies(const struct probe_plan *plan)
+static size_t poll_bodies(const struct probe_plan *plan, bool blocking_too)
 {
         size_t n = 0;
 
         for (size_t i = 0; i < plan->n_points; i++)
-                n += plan->points[i].kind == PROBE_POLL && plan->points[i].func_end && !plan->points[i].blocking_task;
+                n += plan->points[i].kind == PROBE_POLL && plan->points[i].func_end &&
+                     (blocking_too || !plan->points[i].blocking_task);
         return n;
+}
+
+size_t probe_plan_poll_bodies(const struct probe_plan *plan)
+{
+        return poll_bodies(plan, false);
+}
+
+size_t probe_plan_any_poll_bodies(const struct probe_plan *plan)
+{
+        return poll_bodies(plan, true);
 }
 
 static int by_kind_addr(const void *a, const void *b)

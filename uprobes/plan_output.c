@@ -188,10 +188,13 @@ void probe_plan_print(const struct probe_plan *plan, FILE *out, bool all_points)
         if (bodies)
                 fprintf(out, "default set:    %zu of %zu runtime task poll function bodies known: workers, parks "
                         "and long polls from stacks\n", bodies, tasks);
-        else if (!tasks && probe_plan_count(plan, PROBE_POLL, true))
+        else if (!tasks && probe_plan_any_poll_bodies(plan))
                 fprintf(out, "default set:    only blocking-pool task polls in this build (block_on and "
-                        "spawn_blocking, no runtime task): without uprobes d9d sees no worker or long poll "
-                        "(use --probes all)\n");
+                        "spawn_blocking, no runtime task): workers and parks from stacks, no task poll to "
+                        "be long (--probes all records the jobs)\n");
+        else if (!tasks && probe_plan_count(plan, PROBE_POLL, true))
+                fprintf(out, "default set:    only blocking-pool task polls in this build, no poll function "
+                        "body known: without uprobes d9d sees no worker (use --probes all)\n");
         else
                 fprintf(out, "default set:    no poll function body known: without uprobes d9d cannot tell "
                         "this runtime's workers or long polls (use --probes all)\n");
@@ -202,10 +205,11 @@ void probe_plan_print(const struct probe_plan *plan, FILE *out, bool all_points)
                 plan->n_dyn_fns, plan->dyn_fn_text_len);
         fprintf(out, "planned in:     %.1f ms\n\n", plan->elapsed_ms);
         /* A plan attaches nothing: the probe set picks from its points. */
-        fprintf(out, "points (a recording attaches the ones its probe set needs, none in the default set;\n"
+        fprintf(out, "points (usable: found and not skipped; a recording attaches those its probe set needs:\n"
+                     "none in the default set, no unpark_return where sched_switch gives the unparks;\n"
                      "d9ctl status lists what is attached):\n");
         for (int k = 1; k < PROBE_KIND_MAX; k++)
-                fprintf(out, "  %-15s %4zu to attach, %4zu found\n", probe_kind_name(k),
+                fprintf(out, "  %-15s %4zu usable, %4zu found\n", probe_kind_name(k),
                         probe_plan_count(plan, k, false), probe_plan_count(plan, k, true));
         fputc('\n', out);
         for (size_t i = 0; i < plan->n_points; i++) {

@@ -220,6 +220,12 @@ size_t probe_plan_task_polls(const struct probe_plan *plan);
  * only tells a worker's launch below a task poll frame). 0: it sees no
  * worker or long poll. */
 size_t probe_plan_poll_bodies(const struct probe_plan *plan);
+/* Poll points of either kind whose body is known: with any, the default
+ * set tells workers (by the Worker in their loop's stack, under the
+ * launch's blocking-pool poll) and blocking-pool threads from stacks, even
+ * in a build that polls no runtime task (ast-grep 0.51's LSP: all its work
+ * in block_on, its two workers idle). */
+size_t probe_plan_any_poll_bodies(const struct probe_plan *plan);
 
 /* Plan as a JSON document (malloc'd), and as human-readable text. */
 char *probe_plan_to_json(const struct probe_plan *plan);

@@ -154,8 +154,8 @@ static bool plan_gaps_told(const struct session *s)
         "without a sleep between read as one), or a worker off CPU >= 1 ms inside a poll frame "  \
         "(blocked; or preempted, with under two ticks in the poll)"
 #define D9_STACK_PARK_ROUTE                                                                         \
-        "sched_switch: a worker's (a thread whose stacks show task polls) voluntary switch-out of "  \
-        ">= offcpu_min outside a task poll frame, in an epoll or futex wait (other sleeps there "     \
+        "sched_switch: a worker's (a thread whose stacks show its worker loop) voluntary switch-out " \
+        "of >= offcpu_min outside a task poll frame, in an epoll or futex wait (other sleeps there "  \
         "are off-CPU samples only); shorter ones are only counted per target"
 #define D9_ATTACH_POLL_ROUTE                                                                        \
         "every poll that starts after the uprobes attached is recorded; one running then: "          \
@@ -171,8 +171,9 @@ static json_t *routes_json(const struct session *s)
         const struct probe_plan *p = s->plan;
         bool sched = s->probes & D9_PROBE_SCHED;
         /* Workers told by their stacks (translate.c): parks from switches
-         * without a single uprobe. */
-        bool stack_workers = sched && (s->probes & D9_PROBE_RUNS) && p && probe_plan_poll_bodies(p);
+         * without a single uprobe; long polls need a runtime task's poll. */
+        bool stack_workers = sched && (s->probes & D9_PROBE_RUNS) && p && probe_plan_any_poll_bodies(p);
+        bool stack_long_polls = stack_workers && probe_plan_poll_bodies(p);
         bool has[PROBE_KIND_MAX] = { false };
         bool complete_by_symbols = false, wake_by_symbols = false, by_ref = false;
         char wake[160], term[200], wake_sampled[400], entry_only[240];
@@ -208,7 +209,9 @@ static json_t *routes_json(const struct session *s)
                 "long_poll", has[PROBE_POLL] && s->tr.attach_polls ? D9_ATTACH_POLL_ROUTE :
                              has[PROBE_POLL] ? "none: every poll that starts after the uprobes attached is "
                                                "recorded; one running then is not seen" :
-                             stack_workers ? D9_LONG_POLL_ROUTE : "none",
+                             stack_long_polls ? D9_LONG_POLL_ROUTE :
+                             stack_workers ? "none: this build polls no runtime task (block_on and "
+                                             "spawn_blocking only)" : "none",
                 "spawn", has[PROBE_SPAWN] ? "uprobe OwnedTasks::bind / bind_inner; a task id no spawn probe saw "
                                             "(spawned before the attach, or where both are inlined) at its first poll" :
                          has[PROBE_POLL] && (s->probes & D9_PROBE_SPAWN) ? "first poll of a new task id" : "none",
@@ -240,7 +243,7 @@ static json_t *plan_to_json(const struct session *s)
                 json_object_set_new(attached, "sched_switch", json_integer(1));
         if (s->probes & (D9_PROBE_CPU))
                 json_object_set_new(attached, "cpu_sampling", json_integer(1));
-        if (s->probes & D9_PROBE_RUNS)
+        if (session_run_ticks_on(s))
                 json_object_set_new(attached, "run_sampling", json_integer(1));
         if (!(s->probes & TOKIO_PROBES))
                 json_object_set_new(j, "not_recorded", json_string(D9_DEFAULT_NOT_RECORDED));
@@ -299,10 +302,10 @@ static json_t *plan_to_json(const struct session *s)
         /* The default set blind to this build: say so, and what sees it. */
         if ((s->probes & D9_PROBE_RUNS) && !probe_plan_poll_bodies(p))
                 json_array_append_new(missing, json_pack("{s:s,s:s}", "kind", "longpoll", "reason",
-                        probe_plan_count(p, PROBE_POLL, true) && !probe_plan_task_polls(p) ?
+                        probe_plan_any_poll_bodies(p) && !probe_plan_task_polls(p) ?
                         "this build polls blocking-pool tasks only (block_on and spawn_blocking, no runtime "
-                        "task): without uprobes no worker, park or long poll is seen; --probes all records "
-                        "the jobs" :
+                        "task): there is no task poll to be long; workers and parks come from stacks, "
+                        "--probes all records the jobs" :
                         "no poll function body is known in this build (no symbol sizes, no .eh_frame_hdr, "
                         "the code sweep found no end): without uprobes no worker, park or long poll is seen; "
                         "--probes all records them"));
@@ -355,7 +358,7 @@ static void session_meta_build(const struct session *s, struct session_meta *m)
         }
         if (!(s->probes & TOKIO_PROBES))
                 m->kv[m->n++] = (struct d9_kv){ "not_recorded", D9_DEFAULT_NOT_RECORDED };
-        if (s->probes & D9_PROBE_RUNS)
+        if ((s->probes & D9_PROBE_RUNS) && s->plan && probe_plan_poll_bodies(s->plan))
                 m->kv[m->n++] = (struct d9_kv){ "long_polls", D9_LONG_POLL_ROUTE };
         else if (s->tr.attach_polls)
                 m->kv[m->n++] = (struct d9_kv){ "long_polls", D9_ATTACH_POLL_ROUTE };
@@ -833,6 +836,7 @@ void session_bpf_opts(struct session *s, struct d9_bpf_target_opts *out)
                 .unpark_at_resume = (s->probes & D9_PROBE_SCHED) != 0,
                 /* The plan is still being built: the uprobes join later. */
                 .uprobes_later = s->plan_pending,
+                .run_ticks_off = (s->probes & D9_PROBE_RUNS) && !session_run_ticks_on(s),
                 .on_record = session_record,
                 .ctx = s,
         };
@@ -1166,14 +1170,25 @@ void session_exe_file_to_translate(struct session *s)
                 translate_set_exe_file(&s->tr, st.st_dev, st.st_ino);
 }
 
+bool session_run_ticks_on(const struct session *s)
+{
+        /* A tick's stack shows a long poll only in a runtime task's poll
+         * frame: with none known (no plan, or a build that polls only
+         * blocking-pool tasks) each tick would cost the target for nothing. */
+        if (!(s->probes & D9_PROBE_RUNS))
+                return false;
+        return s->plan ? probe_plan_poll_bodies(s->plan) > 0 : s->plan_pending && s->plan_ms < 0;
+}
+
 int session_enable_long_polls(struct session *s)
 {
         s->tr.spawn_from_first_poll &= (s->probes & D9_PROBE_SPAWN) != 0;
         /* Set before the uprobes can record (they may attach later). */
         s->tr.end_at_next_poll = d9_bpf_poll_end_for(s->plan, s->probes, D9_POLL_END_AUTO) == D9_POLL_END_ENTRY_ONLY;
         s->tr.workers_from_polls = (s->probes & D9_PROBE_POLL) != 0;
-        /* Default set: workers, parks and long polls from stacks. */
-        if ((s->probes & D9_PROBE_RUNS) && s->plan && probe_plan_poll_bodies(s->plan))
+        /* Default set: workers, parks and long polls from stacks (workers
+         * and parks in a build whose only polls are blocking-pool ones). */
+        if ((s->probes & D9_PROBE_RUNS) && s->plan && probe_plan_any_poll_bodies(s->plan))
                 return long_poll_enable(&s->tr, D9_RUN_SAMPLE_US_DEFAULT * 1000ull, NULL, NULL);
         /* Poll uprobes: a poll running at the attach, from the CPU samples. */
         if ((s->probes & D9_PROBE_POLL) && (s->probes & D9_PROBE_CPU) && s->plan && probe_plan_poll_bodies(s->plan))
@@ -1907,6 +1922,10 @@ json_t *session_status_json(const struct session *s)
         uint64_t forgotten = s->tr.tasks_forgotten + s->tr.live.forgotten;
         if (j && forgotten)
                 json_object_set_new(j, "tasks_forgotten", json_integer((json_int_t)forgotten));
+        /* The default set's run ticks that kept a stack (none once a plan
+         * with no runtime task poll body turned them off). */
+        if (j && (s->probes & D9_PROBE_RUNS))
+                json_object_set_new(j, "run_ticks", json_integer((json_int_t)s->tr.run_ticks));
         json_object_set_new(j, "nspid", json_string(s->pid_chain));
         json_object_set_new(j, "cgroup", json_string(s->cgroup));
         if (s->rule[0]) {

@@ -25,6 +25,9 @@ void session_plan_cache_put(const struct probe_plan *plan);
 void session_exe_file_to_translate(struct session *s);
 /* Whether s's default-set derivations (workers, long polls by stack) can run. */
 int session_enable_long_polls(struct session *s);
+/* Whether the run ticks run: asked for, and (once the plan is known) a
+ * runtime task's poll body to find in their stacks. */
+bool session_run_ticks_on(const struct session *s);
 void session_end_privileged(struct session *s);
 /* Sampled wakes: a D9WakeWindowEvent saying whether they are attached now. */
 void session_wake_window_now(struct session *s);

@@ -219,6 +219,11 @@ static void late_apply(struct session *s, struct session_late *l)
          * from the thread pointer, as before there was one. */
         if (s->bpf && d9_bpf_target_set_tls(s->bpf, l->r == 0 && s->plan ? s->plan->tls_size : 0) < 0)
                 log_warn("pid %d: the Worker search has no TLS size: it goes on waiting for one", s->pid);
+        /* The run ticks ran while the plan was unknown; with no runtime
+         * task poll body in it they could find nothing. */
+        if (s->bpf && (s->probes & D9_PROBE_RUNS) && !session_run_ticks_on(s) &&
+            d9_bpf_target_set_run_ticks(s->bpf, false) < 0)
+                log_warn("pid %d: the run ticks could not be turned off", s->pid);
         if (r < 0)
                 snprintf(s->plan_error, sizeof(s->plan_error), "%s", l->why ? l->why : strerror(-r));
         if (r == 0)

@@ -1522,6 +1522,7 @@ int translate_record(struct translate *tr, const void *rec, size_t size)
 
                 if (size < sizeof(*run))
                         return -EBADMSG;
+                tr->run_ticks++;
                 st = take_stack(t, run->stack_id);
                 r = tr->stack_workers && st && st->n ? long_poll_on_run(tr, t, run, st->frames, st->n) : 0;
                 if (r < 0 && !tr->error)

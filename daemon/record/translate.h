@@ -181,6 +181,7 @@ struct translate {
         uint64_t events;                /* dial9 events written */
         uint64_t records;               /* BPF records seen */
         uint64_t exited, exec_seen;     /* EXIT / EXEC records */
+        uint64_t run_ticks;             /* RUN_SAMPLE records: run ticks that kept a stack */
         uint64_t exec_planned;          /* EXECs into the planned file before any
                                          * uprobe joined: the attach's own */
         uint64_t exe_dev, exe_ino;      /* the planned file (translate_set_exe_file) */

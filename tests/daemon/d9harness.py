@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -258,6 +259,73 @@ def target_truth(proc, timeout=60):
         if line.startswith("{"):
             return json.loads(line)
     return None
+
+
+class LspServer:
+    """A language server on stdio (argv, in root) and a client of it:
+    requests, and the answers' times, errors and results."""
+
+    def __init__(self, argv, root, env=None):
+        self.err = open(os.path.join(root, "server.err"), "wb")
+        self.proc = subprocess.Popen(argv, cwd=root, env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.err)
+        exec_done(self.proc.pid)
+        self.lock, self.next_id, self.pending = threading.Lock(), 0, {}
+        self.answers = {}  # id -> (time, error or None, result)
+        self.cond = threading.Condition()
+        threading.Thread(target=self.reader, daemon=True).start()
+
+    def send(self, obj):
+        b = json.dumps(obj).encode()
+        with self.lock:
+            self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(b) + b)
+            self.proc.stdin.flush()
+
+    def reader(self):
+        f = self.proc.stdout
+        while True:
+            n = None
+            while True:
+                line = f.readline()
+                if not line:
+                    return
+                if not line.strip():
+                    break
+                k, v = line.decode().split(":", 1)
+                if k.strip().lower() == "content-length":
+                    n = int(v)
+            msg = json.loads(f.read(n))
+            if "method" in msg and "id" in msg:  # a request of the server's own
+                self.send({"jsonrpc": "2.0", "id": msg["id"], "result": None})
+            elif "id" in msg:
+                with self.cond:
+                    self.answers[msg["id"]] = (time.monotonic(), msg.get("error"), msg.get("result"))
+                    self.cond.notify_all()
+
+    def request(self, method, params, timeout=30):
+        """The answer (time, error, result), or None after timeout."""
+        with self.cond:
+            self.next_id += 1
+            i = self.next_id
+        self.send({"jsonrpc": "2.0", "id": i, "method": method, "params": params})
+        with self.cond:
+            self.cond.wait_for(lambda: i in self.answers or self.proc.poll() is not None, timeout)
+            return self.answers.get(i)
+
+    def notify(self, method, params):
+        self.send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    def stop(self):
+        try:
+            self.request("shutdown", None, timeout=3)
+            self.notify("exit", None)
+            self.proc.wait(timeout=3)
+        except Exception:  # noqa: BLE001 (a server gone already, a full pipe)
+            pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.err.close()
 
 
 def dump_summary(d9ctl, path, strict=True):

@@ -34,79 +34,12 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import D9d, Tap, dump_events, exec_done, start_cpu_hogs, stop_procs  # noqa
+from d9harness import D9d, LspServer, Tap, dump_events, start_cpu_hogs, stop_procs  # noqa
 
 D9D, D9CTL, BINARY = sys.argv[1], sys.argv[2], os.path.abspath(sys.argv[3])
 PLUGIN = os.path.abspath(sys.argv[4]) if len(sys.argv) > 4 else \
     os.path.join(os.path.dirname(BINARY), "dprint-plugins", "typescript-0.96.1.wasm")
 NO_WORKER = 255
-
-
-class Lsp:
-    """`dprint lsp` and a client of it: requests (id -> sent time), and the
-    answers' times, errors and results."""
-
-    def __init__(self, root, env):
-        self.err = open(os.path.join(root, "server.err"), "wb")
-        self.proc = subprocess.Popen([BINARY, "lsp"], cwd=root, env=env, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.err)
-        exec_done(self.proc.pid)
-        self.lock, self.next_id, self.pending = threading.Lock(), 0, {}
-        self.answers = {}  # id -> (time, error or None, result)
-        self.cond = threading.Condition()
-        threading.Thread(target=self.reader, daemon=True).start()
-
-    def send(self, obj):
-        b = json.dumps(obj).encode()
-        with self.lock:
-            self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(b) + b)
-            self.proc.stdin.flush()
-
-    def reader(self):
-        f = self.proc.stdout
-        while True:
-            n = None
-            while True:
-                line = f.readline()
-                if not line:
-                    return
-                if not line.strip():
-                    break
-                k, v = line.decode().split(":", 1)
-                if k.strip().lower() == "content-length":
-                    n = int(v)
-            msg = json.loads(f.read(n))
-            if "method" in msg and "id" in msg:  # a request of the server's own
-                self.send({"jsonrpc": "2.0", "id": msg["id"], "result": None})
-            elif "id" in msg:
-                with self.cond:
-                    self.answers[msg["id"]] = (time.monotonic(), msg.get("error"), msg.get("result"))
-                    self.cond.notify_all()
-
-    def request(self, method, params, timeout=30):
-        """The answer (time, error, result), or None after timeout."""
-        with self.cond:
-            self.next_id += 1
-            i = self.next_id
-        self.send({"jsonrpc": "2.0", "id": i, "method": method, "params": params})
-        with self.cond:
-            self.cond.wait_for(lambda: i in self.answers or self.proc.poll() is not None, timeout)
-            return self.answers.get(i)
-
-    def notify(self, method, params):
-        self.send({"jsonrpc": "2.0", "method": method, "params": params})
-
-    def stop(self):
-        try:
-            self.request("shutdown", None, timeout=3)
-            self.notify("exit", None)
-            self.proc.wait(timeout=3)
-        except Exception:  # noqa: BLE001 (a server gone already, a full pipe)
-            pass
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        self.err.close()
 
 
 def source(version):
@@ -162,7 +95,7 @@ def main():
     stop, done = threading.Event(), {"ok": [], "errors": 0, "timeouts": 0, "why": ""}
     r = window = status = None
     try:
-        lsp = Lsp(root, env)
+        lsp = LspServer([BINARY, "lsp"], root, env)
         pid = lsp.proc.pid
         init = lsp.request("initialize", {"processId": os.getpid(), "rootUri": "file://" + root, "capabilities": {},
                                           "workspaceFolders": [{"uri": "file://" + root, "name": "proj"}]},
