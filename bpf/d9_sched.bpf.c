@@ -349,8 +349,6 @@ static __always_inline __u64 d9_run_delay_at_switch_in(struct task_struct *next)
         return clock > queued ? delay + (clock - queued) : delay;
 }
 
-/* ... and account for the whole interval when it comes back: a short one
- * is only counted, a long one becomes one record carrying both ends. */
 /* A thread of a D9_PROBE_RUNS target back from a voluntary sleep
  * (task->nvcsw moved) starts a stretch of run ticks here, not at its first
  * tick: that tick can then keep a stack, so the timer need not fire within
@@ -368,7 +366,9 @@ static __always_inline bool d9_run_stretch_at_switch_in(const struct d9_target_c
         return true;
 }
 
-/* Returns whether a stretch of run ticks started (above). */
+/* ... and account for the whole interval when it comes back: a short one
+ * is only counted, a long one becomes one record carrying both ends.
+ * Returns whether a stretch of run ticks started (above). */
 static __always_inline bool d9_switch_in(struct task_struct *next, struct d9_target_cfg *cfg)
 {
         __u32 tgid = next->tgid, tid = next->pid;

@@ -358,7 +358,7 @@ static void session_meta_build(const struct session *s, struct session_meta *m)
         }
         if (!(s->probes & TOKIO_PROBES))
                 m->kv[m->n++] = (struct d9_kv){ "not_recorded", D9_DEFAULT_NOT_RECORDED };
-        if ((s->probes & D9_PROBE_RUNS) && s->plan && probe_plan_poll_bodies(s->plan))
+        if (session_run_ticks_on(s))
                 m->kv[m->n++] = (struct d9_kv){ "long_polls", D9_LONG_POLL_ROUTE };
         else if (s->tr.attach_polls)
                 m->kv[m->n++] = (struct d9_kv){ "long_polls", D9_ATTACH_POLL_ROUTE };
