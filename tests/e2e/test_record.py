@@ -26,11 +26,11 @@ WANTED = ["PollStartEvent", "PollEndEvent", "WorkerParkEvent", "WorkerUnparkEven
 
 
 def spawn_points(binary):
-    """How many spawn points the plan attaches in binary (d9ctl plan)."""
+    """How many spawn points the plan can attach in binary (d9ctl plan)."""
     r = subprocess.run([D9CTL, "plan", "--exe", binary], capture_output=True, text=True)
     for line in r.stdout.splitlines():
         words = line.split()
-        if words[:1] == ["spawn"] and words[2:4] == ["to", "attach,"]:
+        if words[:1] == ["spawn"] and words[2:3] == ["usable,"]:
             return int(words[1])
     return 0
 
