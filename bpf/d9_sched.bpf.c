@@ -64,6 +64,20 @@ static __always_inline __u32 d9_syscall_of(const struct pt_regs *regs)
         return nr < 0 || nr >= 0xfffffffe ? D9_OFFCPU_NO_SYSCALL : (__u32)nr + 1;
 }
 
+/* A new stretch of run ticks at now if the thread switched out voluntarily
+ * (task->nvcsw moved) since its stretch began, or has none: the one rule
+ * the switch-out, the switch-in and the tick apply. Returns whether one
+ * began. */
+static __always_inline bool d9_run_stretch_new(struct d9_thread *th, __u64 nv, __u64 now)
+{
+        if (th->run_since && th->run_nvcsw == nv)
+                return false;
+        th->run_nvcsw = nv;
+        th->run_since = now;
+        th->run_ticks = 0;
+        return true;
+}
+
 /* Remember when a target thread left the CPU ... */
 static __always_inline void d9_switch_out(struct task_struct *prev, __u32 state)
 {
@@ -92,13 +106,7 @@ static __always_inline void d9_switch_out(struct task_struct *prev, __u32 state)
          * between polls of one future type (16 connections of one server
          * type, npm grafbase) joined preemptions 45 ms apart into one poll. */
         if (!state && (cfg->probes & D9_PROBE_RUNS)) {
-                __u64 nv = prev->nvcsw;
-
-                if (!th->run_since || th->run_nvcsw != nv) {
-                        th->run_nvcsw = nv;
-                        th->run_since = th->off_ts;
-                        th->run_ticks = 0;
-                }
+                d9_run_stretch_new(th, prev->nvcsw, th->off_ts);
                 th->off_since = th->run_since;
         }
 }
@@ -354,16 +362,9 @@ static __always_inline __u64 d9_run_delay_at_switch_in(struct task_struct *next)
  * tick: that tick can then keep a stack, so the timer need not fire within
  * the first period (d9_run_timer_arm). Returns whether one started. */
 static __always_inline bool d9_run_stretch_at_switch_in(const struct d9_target_cfg *cfg, struct task_struct *next,
-                                                        struct d9_thread *th)
+                                                        struct d9_thread *th, __u64 now)
 {
-        __u64 nv = next->nvcsw;
-
-        if (!(cfg->probes & D9_PROBE_RUNS) || (th->run_since && th->run_nvcsw == nv))
-                return false;
-        th->run_nvcsw = nv;
-        th->run_since = bpf_ktime_get_ns();
-        th->run_ticks = 0;
-        return true;
+        return (cfg->probes & D9_PROBE_RUNS) && d9_run_stretch_new(th, next->nvcsw, now);
 }
 
 /* ... and account for the whole interval when it comes back: a short one
@@ -382,7 +383,8 @@ static __always_inline bool d9_switch_in(struct task_struct *next, struct d9_tar
         th = bpf_task_storage_get(&d9_threads, next, 0, 0);
         if (!th)
                 return false;
-        fresh = d9_run_stretch_at_switch_in(cfg, next, th);
+        now = bpf_ktime_get_ns();
+        fresh = d9_run_stretch_at_switch_in(cfg, next, th, now);
         /* No switch-out of it since the recording began (none seen, or one
          * while an earlier recording ran, after which it may have run
          * unseen), and not asleep at the attach (d9_seed_sleepers gives
@@ -396,7 +398,6 @@ static __always_inline bool d9_switch_in(struct task_struct *next, struct d9_tar
                 return fresh;
         }
         th->on_run_delay = d9_run_delay_at_switch_in(next);
-        now = bpf_ktime_get_ns();
         if (th->parked && th->off_state)
                 d9_unpark_write(cfg, next, th, now);
         if (now - th->off_ts < cfg->offcpu_min_ns)
@@ -434,17 +435,12 @@ const volatile __u64 d9_run_period_ns = 500000;
 static __always_inline __u64 d9_run_tick(struct task_struct *task, __u64 now)
 {
         struct d9_thread *th = bpf_task_storage_get(&d9_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-        __u64 nv, gap;
+        __u64 gap;
 
         if (!th)
                 return 0;
-        nv = task->nvcsw;
-        if (!th->run_since || th->run_nvcsw != nv) {
-                th->run_nvcsw = nv;
-                th->run_since = now;
-                th->run_ticks = 0;
+        if (d9_run_stretch_new(th, task->nvcsw, now))
                 return 0;
-        }
         /* A stretch begun at a switch-in less than half a period ago (the
          * timer was already due from an earlier thread's run): too early
          * to say anything, as a stretch's first tick was before. */

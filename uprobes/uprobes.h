@@ -215,10 +215,9 @@ const char *probe_plan_dyn_fn_name(const struct probe_plan *plan, uint64_t vaddr
 size_t probe_plan_count(const struct probe_plan *plan, enum probe_kind kind, bool include_skipped);
 /* Runtime-task poll points (not blocking-pool ones), skipped included. */
 size_t probe_plan_task_polls(const struct probe_plan *plan);
-/* Runtime-task poll points whose function body is known (func_end): what
- * the default probe set can find in stacks (a blocking-pool poll frame
- * only tells a worker's launch below a task poll frame). 0: it sees no
- * worker or long poll. */
+/* Runtime-task poll points whose function body is known (func_end): the
+ * frames the default probe set's long polls are found in. 0: it sees no
+ * long poll, and its run ticks are off (workers: below). */
 size_t probe_plan_poll_bodies(const struct probe_plan *plan);
 /* Poll points of either kind whose body is known: with any, the default
  * set tells workers (by the Worker in their loop's stack, under the

@@ -270,7 +270,7 @@ class LspServer:
         self.proc = subprocess.Popen(argv, cwd=root, env=env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.err)
         exec_done(self.proc.pid)
-        self.lock, self.next_id, self.pending = threading.Lock(), 0, {}
+        self.lock, self.next_id = threading.Lock(), 0
         self.answers = {}  # id -> (time, error or None, result)
         self.cond = threading.Condition()
         threading.Thread(target=self.reader, daemon=True).start()

@@ -121,15 +121,16 @@ def main():
         t0 = time.monotonic()
         rec = subprocess.Popen([D9CTL, "--socket", d.sock, "record", "--pid", str(pid), "--duration", "6s",
                                 "--out", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        landed = wait_for(lambda: ((d.status(pid) or {}).get("targets") or [{}])[0]
-                          .get("plan", {}).get("state") == "ready", 5, 0.05)
-        st1 = (d.status(pid) or {}).get("targets", [{}])[0]
+        def target():
+            return ((d.status(pid) or {}).get("targets") or [{}])[0]
+        landed = wait_for(lambda: target().get("plan", {}).get("state") == "ready", 5, 0.05)
+        st1 = target()
         time.sleep(1.0)
         lsp.proc.send_signal(signal.SIGSTOP)  # wakes every thread, the parked workers too
         time.sleep(0.3)
         lsp.proc.send_signal(signal.SIGCONT)
         time.sleep(2.0)
-        st2 = (d.status(pid) or {}).get("targets", [{}])[0]
+        st2 = target()
         answered = [x for x in done["ok"] if x > t0]
         stdout, stderr = rec.communicate(timeout=60)
         threads = threads_by_tid(pid)
