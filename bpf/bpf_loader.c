@@ -1526,16 +1526,18 @@ static int btf_member_byte(const struct btf *btf, __u32 id, const char *name)
 
 int d9_bpf_target_thread_off(const struct d9_bpf_target *t, pid_t ns_tid, struct d9_thread_off *out)
 {
-        static const char *const names[6] = { "tid", "off_state", "off_ts", "off_cpu_ns", "off_bp", "off_syscall" };
-        static const unsigned sizes[6] = { 4, 4, 8, 8, 8, 4 };
+        static const char *const names[10] = { "tid", "off_state", "off_ts", "off_cpu_ns", "off_bp", "off_syscall",
+                                               "wk_index", "wk_rt", "wk_ts", "wk_swept_ts" };
+        static const unsigned sizes[10] = { 4, 4, 8, 8, 8, 4, 4, 8, 8, 8 };
         const struct bpf_map *map = t->bpf->sched->maps.d9_threads;
         const struct btf *btf = bpf_object__btf(t->bpf->sched->obj);
         __u32 id = bpf_map__btf_value_type_id(map), size = bpf_map__value_size(map);
-        int off[6], pidfd, r = 0;
+        uint64_t own_ts, swept_ts;
+        int off[10], pidfd, r = 0;
         uint8_t *v;
 
         /* Offsets from the map's BTF: this never drifts from d9_maps.bpf.h. */
-        for (int i = 0; i < 6; i++)
+        for (int i = 0; i < 10; i++)
                 if (!btf || (off[i] = btf_member_byte(btf, id, names[i])) < 0 || (unsigned)off[i] + sizes[i] > size)
                         return -ENOENT;
         v = malloc(size);
@@ -1553,8 +1555,18 @@ int d9_bpf_target_thread_off(const struct d9_bpf_target *t, pid_t ns_tid, struct
                 memcpy(&out->cpu_ns, v + off[3], 8);
                 memcpy(&out->bp, v + off[4], 8);
                 memcpy(&out->syscall, v + off[5], 4);
+                memcpy(&out->worker, v + off[6], 4);
+                memcpy(&out->worker_rt, v + off[7], 8);
+                memcpy(&own_ts, v + off[8], 8);
+                memcpy(&swept_ts, v + off[9], 8);
                 if (out->off_ts < t->since_ns)
                         out->off_ts = 0;
+                /* Its own stacks' find, else the attach's sweep's; one left
+                 * by an earlier recording says nothing (the loop may have
+                 * changed). */
+                out->worker_found_ts = own_ts >= t->since_ns ? own_ts : swept_ts;
+                if (out->worker_found_ts < t->since_ns)
+                        out->worker = 0;
         }
         free(v);
         return r;
@@ -1589,9 +1601,23 @@ int d9_bpf_target_worker_search(const struct d9_bpf_target *t, struct d9_worker_
         out->begun_ns = d.first_ts;
         out->confirmed_ns = d.depth ? d.confirmed_ts : 0;
         out->misses = d.misses;
-        for (size_t k = 0; k < D9_WK_CANDS; k++) {
-                out->candidates += d.cand[k].depth != 0;
-                out->ruled_out += d.cand[k].depth && d.cand[k].ruled_out;
+        for (size_t k = 0, at = 0; k < D9_WK_CANDS; k++) {
+                const struct d9_wk_cand *c = &d.cand[k];
+                int n;
+
+                if (!c->depth)
+                        continue;
+                out->candidates++;
+                out->ruled_out += c->ruled_out != 0;
+                n = snprintf(out->cands_text + at, sizeof(out->cands_text) - at,
+                             "%s%llu (workers %s, %u finds, %u objects%s; the first %#llx, index %u, runtime %#llx)",
+                             at ? ", " : "", (unsigned long long)c->depth,
+                             c->first_two == 3 ? "0+1" : c->first_two == 1 ? "0" : c->first_two == 2 ? "1" : "none",
+                             c->hits, c->n, c->ruled_out ? ", ruled out" : "", (unsigned long long)c->key[0],
+                             c->index[0] - 1, (unsigned long long)c->rt);
+                if (n < 0 || (size_t)n >= sizeof(out->cands_text) - at)
+                        break;
+                at += (size_t)n;
         }
         return 0;
 }

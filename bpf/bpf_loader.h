@@ -184,6 +184,10 @@ struct d9_thread_off {
         uint64_t off_ts, cpu_ns;
         uint64_t bp;            /* its user rbp at that switch-out */
         uint32_t syscall;       /* as d9_rec_offcpu's */
+        /* The default set's Worker of its loop, as a STACK record carries
+         * it (worker: index + 1, 0: none seen in this recording). */
+        uint32_t worker;
+        uint64_t worker_rt, worker_found_ts;
 };
 int d9_bpf_target_thread_off(const struct d9_bpf_target *t, pid_t ns_tid, struct d9_thread_off *out);
 /* Off-CPU intervals shorter than the target's offcpu_min_ns: not
@@ -200,6 +204,10 @@ struct d9_worker_search {
         uint32_t candidates;            /* depths weighed now, ruled out ones included */
         uint32_t ruled_out;
         uint32_t misses;                /* scans that found nothing while none had */
+        /* Each depth weighed: "DEPTH (workers 0+1, H finds, N objects; the
+         * first ARC, index I, runtime HANDLE)",
+         * for the log when none confirmed. */
+        char cands_text[640];
 };
 int d9_bpf_target_worker_search(const struct d9_bpf_target *t, struct d9_worker_search *out);
 /* Which poll-end mode was chosen, and how many probe points attached. */

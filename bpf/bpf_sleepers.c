@@ -22,11 +22,14 @@ int d9_bpf_seed_sleepers(struct d9_sched *skel, pid_t pid)
         return d9_bpf_task_iter_run(skel->progs.d9_seed_sleepers, pid, true);
 }
 
-/* Two passes: a depth is confirmed by D9_WK_HITS consistent finds, which
+/* Three passes: a depth is confirmed by D9_WK_HITS consistent finds, which
  * a thread's own scans give by finding its Worker again (up to 4 scans per
  * 100 ms); a two-worker runtime's one pass gives two, and its workers,
- * idle, no more until they wake. The second pass is that second look. */
-#define D9_WK_SWEEP_PASSES 2
+ * idle, no more until they wake. The second pass is that second look. The
+ * third, with the depth known, reads each thread's Worker at it into the
+ * thread's storage (one word and the Worker's two reads a thread), so a
+ * worker that sleeps through the whole recording is named at the stop. */
+#define D9_WK_SWEEP_PASSES 3
 
 /* One sweep at a time: the budget is one word, and the scan's scratch is
  * one per CPU (an attach on d9d's BPF thread and a late plan's on its

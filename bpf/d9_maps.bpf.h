@@ -88,6 +88,11 @@ struct d9_thread {
         /* d9_stack_worker (the default set, no poll probes): the loop's
          * Arc<Worker>, to tell the same loop from a new one. */
         __u64 wk_key;
+        /* When the attach's sweep read wk_* (d9_wk_sweep_found), leaving
+         * wk_ts alone: the thread's own first stack starts its loop's
+         * wk_ts as before; the stop reads this for a thread never seen
+         * since (daemon/record/open_sleep.h). */
+        __u64 wk_swept_ts;
 };
 
 struct {

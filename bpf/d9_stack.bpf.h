@@ -469,6 +469,7 @@ struct d9_wk_top {
         __u64 key, pos, rt;
         __u32 index;            /* 1 + Tokio's index; 0: none found */
         __u32 n_finds;          /* of a full scan, from the top down */
+        __u64 main_top;         /* the process's main stack's top (mm->start_stack), or 0 */
         struct d9_wk_find finds[D9_WK_FINDS];
 };
 
@@ -511,8 +512,15 @@ static __always_inline bool d9_wk_is_worker(struct d9_wk_top *t, __u64 w, __u64 
 
         /* A heap pointer: not into the stack itself (the scanned part, from
          * the sampled sp up to the thread pointer). musl's heap can lie
-         * just below a thread's stack mapping: a wider margin hid Workers. */
-        if (!d9_user_ptr(w) || (w >= sp && w < end))
+         * just below a thread's stack mapping: a wider margin hid Workers.
+         * Nor into the main thread's stack (the kernel keeps its mmap
+         * area 128 MiB or more below the stack's top, so no heap lies
+         * there): an Arc is never on a stack, and a word pointing
+         * there, above the loop's frame in both idle workers of npm
+         * ast-grep (1,952 bytes down, the Worker at 2,816), held the
+         * search back in 3 of 10 recordings. */
+        if (!d9_user_ptr(w) || (w >= sp && w < end) ||
+            (t->main_top && w < t->main_top + (1 << 20) && w + (64 << 20) > t->main_top))
                 return false;
         t->reads++;
         if (d9_wk_read(v, sizeof(v), w, task) || v[0] - 1 >= (1 << 20) || v[1] - 1 >= (1 << 20) ||
@@ -569,10 +577,12 @@ static long d9_wk_top_word_task(__u64 i, void *ctx)
 
 /* A scan's window: the words from sp up to the stack's top (end), at
  * most the scratch's, the outermost kept. Returns its length in bytes. */
-static __always_inline __u64 d9_wk_top_window(struct d9_wk_top *t, __u64 sp, __u64 end)
+static __always_inline __u64 d9_wk_top_window(struct d9_wk_top *t, __u64 sp, __u64 end, struct task_struct *task)
 {
         __u64 len = end - sp;
+        struct mm_struct *mm = task->mm;
 
+        t->main_top = mm ? mm->start_stack : 0;
         t->reads = 0;
         t->index = 0;
         t->n_finds = 0;
@@ -685,7 +695,7 @@ __noinline __u32 d9_stack_worker(struct d9_rec_stack *s, const struct d9_target_
         end = task->thread.fsbase - (tls_known ? tls : 0);
         if (end <= s->regs[D9_DW_RSP] || end - s->regs[D9_DW_RSP] > (64 << 20))
                 return 0;
-        len = d9_wk_top_window(t, s->regs[D9_DW_RSP], end);
+        len = d9_wk_top_window(t, s->regs[D9_DW_RSP], end, task);
         d9_wk_depth_fresh(d, cfg, tls, now);
         if (d->depth) {
                 __u64 at = end - d->depth, w = 0;
@@ -736,6 +746,32 @@ struct {
         __type(value, struct d9_wk_top);
 } d9_wk_sweep_scratch SEC(".maps");
 
+/* A swept thread once the depth is known: its loop's Worker, if it runs
+ * one, into its storage as its own stacks would put it there, so the open
+ * sleep read at the stop names the worker of a thread idle for the whole
+ * recording (npm ast-grep's two workers, parked from before the attach to
+ * after the stop, were on no worker and the Workers table empty). */
+static __always_inline void d9_wk_sweep_found(const struct d9_target_cfg *cfg, struct task_struct *task,
+                                              struct d9_wk_top *t, __u64 sp, __u64 end, __u64 depth, __u64 now)
+{
+        __u64 at = end - depth, w = 0;
+        struct mm_struct *mm = task->mm;
+        struct d9_thread *th;
+
+        t->main_top = mm ? mm->start_stack : 0;
+        if (at < sp || d9_wk_read(&w, sizeof(w), at, task) || !d9_wk_is_worker(t, w, at, sp, end, task))
+                return;
+        th = bpf_task_storage_get(&d9_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+        /* Its own stacks looked in this recording: theirs is the answer
+         * (and the since-when of it). */
+        if (!th || th->wk_ts >= cfg->since_ts)
+                return;
+        th->wk_index = t->index;
+        th->wk_rt = t->rt;
+        th->wk_key = t->key;
+        th->wk_swept_ts = now;
+}
+
 /* One scan of a thread of a default-set target from outside it, by a
  * sleepable task iterator (d9_wk_sweep): where its stacks would only be
  * scanned when it next runs or wakes, an idle worker is seen at the
@@ -758,12 +794,16 @@ static __always_inline void d9_wk_scan_task(const struct d9_target_cfg *cfg, str
                 return;
         d9_wk_depth_fresh(d, cfg, tls, now);
         regs = (struct pt_regs *)bpf_task_pt_regs(task);
-        if (d->depth || !regs)
+        if (!regs)
                 return;
         end = task->thread.fsbase - tls;
         if (end <= regs->sp || end - regs->sp > (64 << 20))
                 return;
-        len = d9_wk_top_window(t, regs->sp, end);
+        if (d->depth) {
+                d9_wk_sweep_found(cfg, task, t, regs->sp, end, d->depth, now);
+                return;
+        }
+        len = d9_wk_top_window(t, regs->sp, end, task);
         lc.t = t;
         lc.task = task;
         if (len && !bpf_copy_from_user_task(t->w, len, (const void *)t->base, task, 0))

@@ -170,6 +170,28 @@ static __always_inline bool d9_wk_weigh(struct d9_wk_depth *d, const struct d9_w
         return c->first_two == 3 && c->hits >= D9_WK_HITS && !d9_wk_above(d, c);
 }
 
+/* The shallowest depth that meets every rule now, or 0. A depth held back
+ * by a rival above is freed by a find of the rival (past
+ * D9_WK_SHARED_HITS, or ruled out), not of its own, and idle workers give
+ * none: npm ast-grep's two parked workers showed 6 consistent finds at the
+ * loop's 2,816 bytes in the attach's sweep while one object at 1,952 (a
+ * pool thread's look-alike, index 1) had fewer than 16; it then reached
+ * 115 from the busy pool threads' scans, and nothing confirmed the loop
+ * until the workers woke (3 of 12 runs on a cold page cache). */
+static __always_inline __u64 d9_wk_settled(const struct d9_wk_depth *d)
+{
+        __u64 depth = 0;
+
+        for (int k = 0; k < D9_WK_CANDS; k++) {
+                const struct d9_wk_cand *c = &d->cand[k];
+
+                if (c->depth && !c->ruled_out && c->first_two == 3 && c->hits >= D9_WK_HITS &&
+                    (!depth || c->depth < depth) && !d9_wk_above(d, c))
+                        depth = c->depth;
+        }
+        return depth;
+}
+
 /* The finds of a full scan (outermost first), before the depth is
  * confirmed. */
 static __always_inline void d9_wk_pending(struct d9_wk_depth *d, const struct d9_wk_find *finds, __u32 n_finds)
@@ -182,6 +204,8 @@ static __always_inline void d9_wk_pending(struct d9_wk_depth *d, const struct d9
                         return;
                 }
         }
+        if (n_finds)
+                d->depth = d9_wk_settled(d);
 }
 
 /* Whether a scan of this target ever found a Worker-shaped word. Until

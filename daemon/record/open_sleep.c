@@ -146,7 +146,8 @@ struct open_sleeps *open_sleeps_capture(const struct d9_bpf_target *bt, int proc
 }
 
 /* One sleep as BPF would have written it, had the thread come back now. */
-static int write_one(struct translate *tr, const struct open_sleep *s, uint64_t now, struct d9_rec_stack *rec)
+static int write_one(struct translate *tr, const struct open_sleep *s, uint64_t now, struct d9_rec_stack *rec,
+                     bool known)
 {
         struct d9_rec_offcpu o = { 0 };
 
@@ -156,9 +157,17 @@ static int write_one(struct translate *tr, const struct open_sleep *s, uint64_t 
         rec->regs[D9_DW_RSP] = s->sp;
         rec->regs[D9_DW_RIP] = s->pc;
         rec->regs[D9_DW_RBP] = s->off.bp;
-        /* Its worker is the thread's already: this stack says nothing of it.
-         * A short read ran into the end of the stack's mapping. */
-        rec->flags = D9_SREC_WK_SEARCH | (s->len < sizeof(s->stack) ? D9_SREC_TOP : 0);
+        /* A worker translate knows keeps its worker: this stack says
+         * nothing of it. One it never saw (asleep from before the attach
+         * to now) is named by BPF's read of its Worker at the attach: its
+         * loop is the same, it has not run since. A short read ran into
+         * the end of the stack's mapping. */
+        if (!known) {
+                rec->worker = s->off.worker;
+                rec->worker_rt = s->off.worker_rt;
+                rec->worker_found_ts = s->off.worker_found_ts;
+        }
+        rec->flags = (known ? D9_SREC_WK_SEARCH : 0) | (s->len < sizeof(s->stack) ? D9_SREC_TOP : 0);
         rec->user_len = s->len;
         memcpy(rec->data, s->stack, s->len);
         translate_record(tr, rec, D9_REC_STACK_FIXED + s->len);
@@ -183,9 +192,11 @@ int open_sleeps_write(struct translate *tr, const struct open_sleeps *os, uint64
         if (!rec)
                 return -ENOMEM;
         for (size_t i = 0; i < os->n; i++) {
-                if (os->s[i].off.off_ts > now || !translate_thread_is_worker(tr, os->s[i].off.tid))
+                bool known = translate_thread_is_worker(tr, os->s[i].off.tid);
+
+                if (os->s[i].off.off_ts > now || (!known && !os->s[i].off.worker))
                         continue;
-                if ((r = write_one(tr, &os->s[i], now, rec)) < 0)
+                if ((r = write_one(tr, &os->s[i], now, rec, known)) < 0)
                         return r;
                 written++;
         }

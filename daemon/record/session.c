@@ -1635,10 +1635,11 @@ static void session_end_now(struct session *s, const char *reason)
                 session_account_bpf_counters(s);
                 if (s->worker_search.begun && !s->worker_search.depth)
                         log_info("pid %d: no Worker depth confirmed in %llu ms of search (%u candidate depths, "
-                                 "%u ruled out, %u scans found nothing): no stack named its worker", s->pid,
+                                 "%u ruled out, %u scans found nothing): no stack named its worker%s%s", s->pid,
                                  (unsigned long long)((d9_now_ns() - s->worker_search.begun_ns) / 1000000),
                                  s->worker_search.candidates, s->worker_search.ruled_out,
-                                 s->worker_search.misses);
+                                 s->worker_search.misses, s->worker_search.candidates ? "; bytes below the TLS: " : "",
+                                 s->worker_search.cands_text);
                 d9_bpf_detach_target(s->bpf);
                 s->bpf = NULL;
         }

@@ -153,6 +153,31 @@ static void test_deeper_both_indexes_wait_for_one_worker_above(void)
            "%llu)", D9_WK_SHARED_HITS, (unsigned long long)d.depth);
 }
 
+/* npm ast-grep, its two workers parked from before the attach: the sweep
+ * finds both at the loop's depth (2,816) while one object above (1,952,
+ * index 1) has shown fewer than D9_WK_SHARED_HITS times; the pool
+ * threads' own scans then show it again and again, and no worker's. The
+ * loop's depth is taken once that object counts as shared, at the find
+ * that makes it so. */
+static void test_rival_above_turns_shared_later(void)
+{
+        struct d9_wk_depth d;
+        int i;
+
+        memset(&d, 0, sizeof(d));
+        for (i = 0; i < 3; i++)
+                weigh_one(&d, 1952, 0x5000, R, 2);
+        weigh_both_workers(&d, 2816, 3);
+        ok(!d.depth, "the loop's depth waits under an object above seen 3 times as worker 1 (took %llu)",
+           (unsigned long long)d.depth);
+        for (i = 3; i < D9_WK_SHARED_HITS - 1; i++)
+                weigh_one(&d, 1952, 0x5000, R, 2);
+        ok(!d.depth, "... and still at %d times (took %llu)", D9_WK_SHARED_HITS - 1, (unsigned long long)d.depth);
+        weigh_one(&d, 1952, 0x5000, R, 2);
+        ok(d.depth == 2816, "at its %dth find, a find of it and none of a worker, the loop's depth is taken (took %llu)",
+           D9_WK_SHARED_HITS, (unsigned long long)d.depth);
+}
+
 /* A shared object above (one Arc in every thread, 1.43's "index" 113) is
  * no rival, and neither is a depth ruled out by a contradiction. */
 static void test_no_rival_above(void)
@@ -199,6 +224,7 @@ int main(void)
         test_deeper_copy_waits();
         test_deeper_both_indexes_wait_for_one_worker_above();
         test_no_rival_above();
+        test_rival_above_turns_shared_later();
         test_shallow_kept();
         return tap_done();
 }

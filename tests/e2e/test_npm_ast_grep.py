@@ -9,8 +9,9 @@ ones, and the default set then took no worker from stacks at all (it
 needed a runtime task's poll body): no worker, no park, the pool threads'
 samples on "other", and run ticks whose stacks could show no long poll
 (about 1,800 of them per 8 s on the busy main thread). The workers never
-wake on their own, so the test stops and continues the server once
-(SIGSTOP, SIGCONT), which wakes every thread. Checks:
+wake on their own: a first recording (3 s) has them asleep from before its
+start to after its end; in a second (6 s) the test stops and continues the
+server once (SIGSTOP, SIGCONT), which wakes every thread. Checks:
  - the plan attached no run sampling and says the build has no task poll
    to be long; no run tick kept a stack after the plan landed (status
    run_ticks), and the trace holds no D9LongPollEvent;
@@ -21,6 +22,10 @@ wake on their own, so the test stops and continues the server once
  - the main thread (block_on) is on no worker, and has most on-CPU samples;
  - the blocking pool's threads are never workers, and their samples are
    the blocking pool's (254), at least 90 % of each busy one's;
+ - asleep throughout the first recording, the same threads are the same
+   workers, each with one park and no unpark (they were on no worker: the
+   stop named only workers translate had seen, and these never ran; the
+   attach's sweep now reads each thread's Worker);
  - ast-grep answered the client's requests during the recording; 0 drops.
 Usage: test_npm_ast_grep.py D9D D9CTL AST_GREP"""
 import os
@@ -96,6 +101,36 @@ def threads_by_tid(pid):
     return out
 
 
+def record(d, pid, secs):
+    """d9ctl record of pid for secs, started: the process, to communicate."""
+    out = tempfile.mkdtemp(prefix="rec-", dir=d.tmp)
+    return subprocess.Popen([D9CTL, "--socket", d.sock, "record", "--pid", str(pid), "--duration", f"{secs}s",
+                             "--out", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def by_thread(paths):
+    """tid -> [(event, worker id, sample source)] of samples, parks and
+    unparks; and the D9LongPollEvents."""
+    out, longs = {}, []
+    for e in dump_events(D9CTL, paths):
+        f = e.get("fields", {})
+        if e["event"] in ("CpuSampleEvent", "WorkerParkEvent", "WorkerUnparkEvent"):
+            out.setdefault(f["tid"], []).append((e["event"], f["worker_id"], f.get("source")))
+        elif e["event"] == "D9LongPollEvent":
+            longs.append(f)
+    return out, longs
+
+
+def parks_of(by_tid):
+    """(tid, worker id) -> [parks, unparks], workers only."""
+    parks = {}
+    for tid, xs in by_tid.items():
+        for ev, w, _ in xs:
+            if ev != "CpuSampleEvent" and w < BLOCKING:
+                parks.setdefault((tid, w), [0, 0])[ev == "WorkerUnparkEvent"] += 1
+    return parks
+
+
 def main():
     t = Tap()
     if not os.path.exists(BINARY):
@@ -117,10 +152,10 @@ def main():
         driver.start()
         time.sleep(1.5)  # mid-run: the server busy
         pid = lsp.proc.pid
-        out = os.path.join(d.tmp, "rec")
+        idle = record(d, pid, 3)
+        idle_out, idle_err = idle.communicate(timeout=60)
         t0 = time.monotonic()
-        rec = subprocess.Popen([D9CTL, "--socket", d.sock, "record", "--pid", str(pid), "--duration", "6s",
-                                "--out", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        rec = record(d, pid, 6)
         def target():
             return ((d.status(pid) or {}).get("targets") or [{}])[0]
         landed = wait_for(lambda: target().get("plan", {}).get("state") == "ready", 5, 0.05)
@@ -149,25 +184,20 @@ def main():
          f"no run tick kept a stack after the plan landed ({st1.get('run_ticks')} before it, "
          f"{st2.get('run_ticks')} 3 s later)")
 
-    paths = stdout.split()
-    evs = list(dump_events(D9CTL, paths))
-    by_tid = {}
-    for e in evs:
-        f = e.get("fields", {})
-        if e["event"] in ("CpuSampleEvent", "WorkerParkEvent", "WorkerUnparkEvent"):
-            by_tid.setdefault(f["tid"], []).append((e["event"], f["worker_id"], f.get("source")))
+    by_tid, longs = by_thread(stdout.split())
     n = os.cpu_count()
     named = {tid for tid, name in threads.items() if name.startswith("tokio-rt-worker")}
-    parks = {}
-    for tid, xs in by_tid.items():
-        for ev, w, _ in xs:
-            if ev != "CpuSampleEvent" and w < BLOCKING:
-                parks.setdefault((tid, w), [0, 0])[ev == "WorkerUnparkEvent"] += 1
+    parks = parks_of(by_tid)
     workers = sorted({tid for tid, _ in parks})
     t.ok(len(workers) == n and set(workers) <= named and sorted(w for _, w in parks) == list(range(n)) and
          all(p >= 1 and u >= 1 for p, u in parks.values()),
          f"the woken workers are workers 0..{n - 1} on {n} of the pool's threads, each parks and unparks: "
          f"{parks}")
+    idle_parks = parks_of(by_thread(idle_out.split())[0])
+    t.ok(idle.returncode == 0 and len(idle_parks) == n and sorted(idle_parks) == sorted(parks) and
+         all(p == [1, 0] for p in idle_parks.values()),
+         f"asleep throughout the first recording, the same threads are the same workers, each parked once, "
+         f"never unparked: {idle_parks}", idle_err)
     pool = sorted(named - set(workers))
     main_samples = [w for ev, w, src in by_tid.get(pid, []) if ev == "CpuSampleEvent" and src == 0]
     on_cpu = sum(1 for xs in by_tid.values() for ev, _, src in xs if ev == "CpuSampleEvent" and src == 0)
@@ -180,7 +210,6 @@ def main():
          all(ws.count(BLOCKING) * 10 >= len(ws) * 9 for ws in busy.values()),
          f"the blocking pool's threads are no workers, 90 % or more of each busy one's samples the pool's: "
          f"{ {tid: (ws.count(BLOCKING), len(ws)) for tid, ws in jobs.items()} }")
-    longs = [e for e in evs if e["event"] == "D9LongPollEvent"]
     t.ok(not longs, f"no long poll: this build has no task poll ({len(longs)})")
     t.ok(len(answered) >= 50 and done["errors"] == 0 and st2.get("drops") == 0,
          f"ast-grep answered {len(answered)} code-action requests during the recording, "
