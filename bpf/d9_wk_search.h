@@ -174,10 +174,9 @@ static __always_inline bool d9_wk_weigh(struct d9_wk_depth *d, const struct d9_w
  * by a rival above is freed by a find of the rival (past
  * D9_WK_SHARED_HITS, or ruled out), not of its own, and idle workers give
  * none: npm ast-grep's two parked workers showed 6 consistent finds at the
- * loop's 2,816 bytes in the attach's sweep while one object at 1,952 (a
- * pool thread's look-alike, index 1) had fewer than 16; it then reached
- * 115 from the busy pool threads' scans, and nothing confirmed the loop
- * until the workers woke (3 of 12 runs on a cold page cache). */
+ * loop's 2,816 bytes in the attach's sweep while one word at 1,952 (index
+ * 1) had shown fewer than 16 times; the busy pool threads' scans then took
+ * it to 115, and nothing confirmed the loop until the workers woke. */
 static __always_inline __u64 d9_wk_settled(const struct d9_wk_depth *d)
 {
         __u64 depth = 0;
