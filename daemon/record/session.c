@@ -1621,6 +1621,23 @@ static void session_write_open_sleeps(struct session *s)
         s->open_sleeps = NULL;
 }
 
+/* How the session's user stacks were unwound, for a log kept by a failed
+ * run: a recording whose every sleep lost std's sleep frame (rehearsal 47,
+ * once) left no word of whether CFI or a fallback step walked it. */
+static void session_log_unwinding(const struct session *s)
+{
+        struct unwind_stats us;
+
+        if (!s->tr.unw)
+                return;
+        unwinder_get_stats(s->tr.unw, &us);
+        log_info("pid %d: unwound %llu stacks, %llu frames; steps past frames without CFI: %llu frameless, "
+                 "%llu frame pointer, %llu scan; %llu module sets built, %llu newer maps asked for",
+                 s->pid, (unsigned long long)us.stacks, (unsigned long long)us.frames,
+                 (unsigned long long)us.steps[1], (unsigned long long)us.steps[2], (unsigned long long)us.steps[3],
+                 (unsigned long long)us.reports, (unsigned long long)us.maps_asked);
+}
+
 static void session_end_now(struct session *s, const char *reason)
 {
         if (s->bpf) {
@@ -1665,6 +1682,7 @@ static void session_end_now(struct session *s, const char *reason)
                 close(s->proc_fd);
                 s->proc_fd = -1;
         }
+        session_log_unwinding(s);
         /* Finished sessions stay listed (up to FINISHED_KEPT) for status. */
         translate_release(&s->tr);
         session_release_recording(s);
