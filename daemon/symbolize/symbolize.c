@@ -56,6 +56,9 @@ struct symbolizer {
         size_t n_maps;
         struct anon_code { uint64_t start, end; } *anon;  /* executable, no file: JIT code */
         size_t n_anon;
+        /* The kernel's "[uprobes]" page, where a uprobe steps the probed
+         * instruction out of line: d9d's probe, not the target's code. */
+        uint64_t xol_start, xol_end;
         struct elf_syms **elfs;
         size_t n_elfs;
         struct ksyms *ksyms;    /* shared table, taken on the first kernel address */
@@ -312,7 +315,21 @@ static void add_anon_code(struct symbolizer *s, uint64_t start, uint64_t end)
         }
 }
 
-/* Every executable mapping: of a file, of [vdso], or anonymous (JIT code). */
+/* The uprobe out-of-line page: "START-END r-xp 0 00:00 0 [uprobes]". */
+static bool maps_xol_line(const char *line, uint64_t *start, uint64_t *end)
+{
+        unsigned long long a, b;
+        char path[16];
+
+        if (sscanf(line, "%llx-%llx %*s %*x %*s %*u %15s", &a, &b, path) != 3 || strcmp(path, "[uprobes]"))
+                return false;
+        *start = a;
+        *end = b;
+        return true;
+}
+
+/* Every executable mapping: of a file, of [vdso], anonymous (JIT code), or
+ * the uprobes' out-of-line page. */
 static void parse_maps(struct symbolizer *s, const char *text)
 {
         for (const char *line = text; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
@@ -324,6 +341,8 @@ static void parse_maps(struct symbolizer *s, const char *text)
                         add_anon_code(s, a, b);
                         continue;
                 }
+                if (maps_xol_line(line, &s->xol_start, &s->xol_end))
+                        continue;
                 if (!maps_exec_line(line, &m) || m.path_len >= sizeof(path))
                         continue;
                 struct mapping *more = realloc(s->maps, (s->n_maps + 1) * sizeof(*more));
@@ -539,6 +558,13 @@ const char *symbolizer_lookup(struct symbolizer *s, uint64_t addr, uint64_t *siz
         if (mark) {
                 *size = 1;
                 return mark;
+        }
+        /* A sample while a uprobe stepped the probed instruction there
+         * (npm nulljs, the full set: 42 stacks under CPU hogs, named
+         * "[symbolize-failed]"): d9d's cost, named as its trap is. */
+        if (addr >= s->xol_start && addr < s->xol_end) {
+                *size = 1;
+                return stack_mark_name(stack_mark_addr(STACK_MARK_D9_UPROBE));
         }
         if (addr >= KERNEL_MIN) {
                 if (!s->ksyms_tried) {

@@ -509,6 +509,25 @@ static void test_anonymous_code(void)
         munmap(data, 4096);
 }
 
+/* The kernel's uprobe page ("[uprobes]": the out-of-line step, the
+ * uretprobe trampoline) is d9d's probe, named as its trap is; code with
+ * no file next to it is not. The line as kernel 6.18 prints it. */
+static void test_uprobes_page(void)
+{
+        const char *maps = "7f0000000000-7f0000001000 r-xp 00000000 00:00 0 \n"
+                           "7fffffffe000-7ffffffff000 r-xp 00000000 00:00 0                          [uprobes]\n";
+        struct symbolizer *s = symbolizer_new(getpid(), maps);
+        uint64_t size = 0;
+        const char *in = symbolizer_lookup(s, 0x7fffffffe00dull, &size);
+        const char *beside = symbolizer_lookup(s, 0x7f0000000010ull, &size);
+
+        ok(in && !strcmp(in, "[d9d uprobe]"), "a pc in the [uprobes] page is [d9d uprobe] (%s)", in ? in : "NULL");
+        ok(!beside && symbolizer_in_anonymous_code(s, 0x7f0000000010ull) &&
+           !symbolizer_in_anonymous_code(s, 0x7fffffffe00dull),
+           "anonymous code beside it is not, and the page is no anonymous code");
+        symbolizer_free(s);
+}
+
 /* A JIT's perf map inside a target's root: read only as a regular file of
  * the target's user (or root), never through a symlink, later lines win. */
 static void test_jit_map(void)
@@ -572,6 +591,7 @@ int main(void)
         test_budget();
         test_kernel_symbols_shared();
         test_anonymous_code();
+        test_uprobes_page();
         test_jit_map();
         printf("1..%d\n", n_test);
         char cmd[300];
