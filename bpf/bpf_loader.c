@@ -114,6 +114,7 @@ struct d9_bpf_target {
         size_t n_win_links, n_win_attached;
         uint64_t uprobes_on_ns;         /* when the late uprobes began to record */
         uint64_t since_ns;              /* its d9_target_cfg's since_ts */
+        uint64_t quiesced_ns;           /* when its programs stopped writing (0: not yet) */
 };
 
 static void set_err(char **err, const char *fmt, ...)
@@ -1338,6 +1339,7 @@ int d9_bpf_target_quiesce(struct d9_bpf_target *t)
          * nothing more for this pid (links or not). */
         if (t->slot != UINT32_MAX)
                 bpf_map__delete_elem(t->bpf->sched->maps.d9_targets, &tgid, sizeof(tgid), 0);
+        t->quiesced_ns = d9_now_ns();
         /* The links are dead weight from here on; their grace periods run
          * while this thread waits for its own below. */
         td->started = pthread_create(&td->th, NULL, teardown_run, td) == 0;
@@ -1630,6 +1632,11 @@ enum d9_poll_end d9_bpf_target_poll_end(const struct d9_bpf_target *t)
 size_t d9_bpf_target_n_attached(const struct d9_bpf_target *t)
 {
         return t->n_attached;
+}
+
+uint64_t d9_bpf_target_quiesced_ns(const struct d9_bpf_target *t)
+{
+        return t->quiesced_ns;
 }
 
 uint64_t d9_bpf_target_attach_ns(const struct d9_bpf_target *t)

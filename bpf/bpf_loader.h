@@ -230,5 +230,8 @@ int d9_bpf_target_set_tls(struct d9_bpf_target *t, uint64_t tls_size);
 int d9_bpf_target_set_run_ticks(struct d9_bpf_target *t, bool on);
 /* Wall time the uprobe attach took (ns), for benchmarks. */
 uint64_t d9_bpf_target_attach_ns(const struct d9_bpf_target *t);
+/* When the target's programs stopped writing (d9_bpf_target_quiesce), on
+ * d9_now_ns's clock; 0 while they still write. */
+uint64_t d9_bpf_target_quiesced_ns(const struct d9_bpf_target *t);
 /* Of the attach, the insertion of its ring into the map of rings. */
 uint64_t d9_bpf_target_ring_insert_ns(const struct d9_bpf_target *t);
