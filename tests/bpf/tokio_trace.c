@@ -288,9 +288,10 @@ static void polls_during(const struct stats *s, uint64_t from, uint64_t to)
 
 /* Asleep in the target's thread::sleep: a voluntary switch in nanosleep
  * or clock_nanosleep (or one whose system call BPF could not tell). A poll
- * also blocks in a page fault or on a lock; on this VM a major fault once
- * took 19 ms (a fourth "sleep poll" of three), and such waits are not the
- * target's sleeps. */
+ * also blocks in a page fault or on a lock, which is not the target's
+ * sleep: counted as one, a 19 ms wait of that kind reads as a fourth
+ * "sleep poll" of three (seen once in a suite run; which wait it was is
+ * not known). */
 static bool in_sleep_call(const struct d9_rec_offcpu *r)
 {
         return r->prev_state && (!r->syscall || r->syscall == 35 + 1 || r->syscall == 230 + 1);
