@@ -1603,25 +1603,40 @@ int d9_bpf_target_worker_search(const struct d9_bpf_target *t, struct d9_worker_
         out->begun_ns = d.first_ts;
         out->confirmed_ns = d.depth ? d.confirmed_ts : 0;
         out->misses = d.misses;
-        for (size_t k = 0, at = 0; k < D9_WK_CANDS; k++) {
+        for (size_t k = 0; k < D9_WK_CANDS; k++) {
+                out->candidates += d.cand[k].depth != 0;
+                out->ruled_out += d.cand[k].depth && d.cand[k].ruled_out;
+        }
+        return 0;
+}
+
+void d9_bpf_target_worker_candidates(const struct d9_bpf_target *t, char *buf, size_t size)
+{
+        struct d9_wk_depth d;
+        size_t at = 0;
+
+        if (!size)
+                return;
+        buf[0] = 0;
+        if (t->slot == UINT32_MAX || bpf_map__lookup_elem(t->bpf->sched->maps.d9_wk_depths, &t->slot,
+                                                         sizeof(t->slot), &d, sizeof(d), 0))
+                return;
+        for (size_t k = 0; k < D9_WK_CANDS; k++) {
                 const struct d9_wk_cand *c = &d.cand[k];
                 int n;
 
                 if (!c->depth)
                         continue;
-                out->candidates++;
-                out->ruled_out += c->ruled_out != 0;
-                n = snprintf(out->cands_text + at, sizeof(out->cands_text) - at,
+                n = snprintf(buf + at, size - at,
                              "%s%llu (workers %s, %u finds, %u objects%s; the first %#llx, index %u, runtime %#llx)",
                              at ? ", " : "", (unsigned long long)c->depth,
                              c->first_two == 3 ? "0+1" : c->first_two == 1 ? "0" : c->first_two == 2 ? "1" : "none",
                              c->hits, c->n, c->ruled_out ? ", ruled out" : "", (unsigned long long)c->key[0],
                              c->index[0] - 1, (unsigned long long)c->rt);
-                if (n < 0 || (size_t)n >= sizeof(out->cands_text) - at)
+                if (n < 0 || (size_t)n >= size - at)
                         break;
                 at += (size_t)n;
         }
-        return 0;
 }
 
 enum d9_poll_end d9_bpf_target_poll_end(const struct d9_bpf_target *t)

@@ -204,12 +204,12 @@ struct d9_worker_search {
         uint32_t candidates;            /* depths weighed now, ruled out ones included */
         uint32_t ruled_out;
         uint32_t misses;                /* scans that found nothing while none had */
-        /* Each depth weighed: "DEPTH (workers 0+1, H finds, N objects; the
-         * first ARC, index I, runtime HANDLE)",
-         * for the log when none confirmed. */
-        char cands_text[640];
 };
 int d9_bpf_target_worker_search(const struct d9_bpf_target *t, struct d9_worker_search *out);
+/* Each depth the search weighs, for the log when none confirmed: "DEPTH
+ * (workers 0+1, H finds, N objects; the first ARC, index I, runtime
+ * HANDLE), ..." into buf (empty: none, or not readable). */
+void d9_bpf_target_worker_candidates(const struct d9_bpf_target *t, char *buf, size_t size);
 /* Which poll-end mode was chosen, and how many probe points attached. */
 enum d9_poll_end d9_bpf_target_poll_end(const struct d9_bpf_target *t);
 /* The mode the uprobes of this plan and probe set get (asked: AUTO unless

@@ -575,14 +575,22 @@ static long d9_wk_top_word_task(__u64 i, void *ctx)
         return lc->task ? d9_wk_top_word_of(i, lc->t, lc->task) : 1;
 }
 
+/* The top of task's process's main stack, which d9_wk_is_worker keeps
+ * clear of, for a scan of task's stack into t. */
+static __always_inline void d9_wk_main_top(struct d9_wk_top *t, struct task_struct *task)
+{
+        struct mm_struct *mm = task->mm;
+
+        t->main_top = mm ? mm->start_stack : 0;
+}
+
 /* A scan's window: the words from sp up to the stack's top (end), at
  * most the scratch's, the outermost kept. Returns its length in bytes. */
 static __always_inline __u64 d9_wk_top_window(struct d9_wk_top *t, __u64 sp, __u64 end, struct task_struct *task)
 {
         __u64 len = end - sp;
-        struct mm_struct *mm = task->mm;
 
-        t->main_top = mm ? mm->start_stack : 0;
+        d9_wk_main_top(t, task);
         t->reads = 0;
         t->index = 0;
         t->n_finds = 0;
@@ -755,10 +763,9 @@ static __always_inline void d9_wk_sweep_found(const struct d9_target_cfg *cfg, s
                                               struct d9_wk_top *t, __u64 sp, __u64 end, __u64 depth, __u64 now)
 {
         __u64 at = end - depth, w = 0;
-        struct mm_struct *mm = task->mm;
         struct d9_thread *th;
 
-        t->main_top = mm ? mm->start_stack : 0;
+        d9_wk_main_top(t, task);
         if (at < sp || d9_wk_read(&w, sizeof(w), at, task) || !d9_wk_is_worker(t, w, at, sp, end, task))
                 return;
         th = bpf_task_storage_get(&d9_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);

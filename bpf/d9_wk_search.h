@@ -140,6 +140,13 @@ static __always_inline bool d9_wk_above(const struct d9_wk_depth *d, const struc
         return false;
 }
 
+/* Whether c, not ruled out, meets every rule: both first workers shown,
+ * consistent over D9_WK_HITS finds, and no depth above it in the running. */
+static __always_inline bool d9_wk_confirms(const struct d9_wk_depth *d, const struct d9_wk_cand *c)
+{
+        return c->first_two == 3 && c->hits >= D9_WK_HITS && !d9_wk_above(d, c);
+}
+
 /* One find of a full scan, before the depth is confirmed: held against its
  * candidate's pairs. True when it confirms the depth. */
 static __always_inline bool d9_wk_weigh(struct d9_wk_depth *d, const struct d9_wk_find *f)
@@ -167,7 +174,7 @@ static __always_inline bool d9_wk_weigh(struct d9_wk_depth *d, const struct d9_w
         }
         if (f->index == 1 || f->index == 2)
                 c->first_two |= f->index;
-        return c->first_two == 3 && c->hits >= D9_WK_HITS && !d9_wk_above(d, c);
+        return d9_wk_confirms(d, c);
 }
 
 /* The shallowest depth that meets every rule now, or 0. A depth held back
@@ -184,8 +191,7 @@ static __always_inline __u64 d9_wk_settled(const struct d9_wk_depth *d)
         for (int k = 0; k < D9_WK_CANDS; k++) {
                 const struct d9_wk_cand *c = &d->cand[k];
 
-                if (c->depth && !c->ruled_out && c->first_two == 3 && c->hits >= D9_WK_HITS &&
-                    (!depth || c->depth < depth) && !d9_wk_above(d, c))
+                if (c->depth && !c->ruled_out && (!depth || c->depth < depth) && d9_wk_confirms(d, c))
                         depth = c->depth;
         }
         return depth;

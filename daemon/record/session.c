@@ -1663,13 +1663,16 @@ static void session_end_now(struct session *s, const char *reason)
                 d9_bpf_target_stop(s->bpf);
                 session_write_open_sleeps(s);
                 session_account_bpf_counters(s);
-                if (s->worker_search.begun && !s->worker_search.depth)
+                if (s->worker_search.begun && !s->worker_search.depth) {
+                        char cands[640];
+
+                        d9_bpf_target_worker_candidates(s->bpf, cands, sizeof(cands));
                         log_info("pid %d: no Worker depth confirmed in %llu ms of search (%u candidate depths, "
                                  "%u ruled out, %u scans found nothing): no stack named its worker%s%s", s->pid,
                                  (unsigned long long)((d9_now_ns() - s->worker_search.begun_ns) / 1000000),
                                  s->worker_search.candidates, s->worker_search.ruled_out,
-                                 s->worker_search.misses, s->worker_search.candidates ? "; bytes below the TLS: " : "",
-                                 s->worker_search.cands_text);
+                                 s->worker_search.misses, cands[0] ? "; bytes below the TLS: " : "", cands);
+                }
                 d9_bpf_detach_target(s->bpf);
                 s->bpf = NULL;
         }
