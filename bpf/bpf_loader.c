@@ -1576,11 +1576,12 @@ int d9_bpf_target_thread_off(const struct d9_bpf_target *t, pid_t ns_tid, struct
 
 int d9_bpf_target_offcpu_short(const struct d9_bpf_target *t, struct d9_offcpu_short *sum)
 {
-        uint64_t v[2] = { 0 };
-        int r = percpu_row_sum(t->bpf->sched->maps.d9_offcpu_short, t->slot, v, 2);
+        uint64_t v[3] = { 0 };
+        int r = percpu_row_sum(t->bpf->sched->maps.d9_offcpu_short, t->slot, v, 3);
 
         sum->count = v[0];
         sum->ns = v[1];
+        sum->unseen = v[2];
         return r;
 }
 

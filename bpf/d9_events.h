@@ -336,6 +336,9 @@ enum d9_stack_rec_bits {
         D9_SREC_WK_SEARCH = 1u << 5,    /* worker 0 means "not known yet": BPF
                                          * is still learning where this build
                                          * keeps its Worker (d9_stack_worker) */
+        D9_SREC_ROOM = 1u << 6,         /* deeper than the copy, and a deep
+                                         * copy would have filled the ring
+                                         * past half (d9_stack_deep) */
 };
 
 /* A pending uretprobe of the thread: the kernel replaced the return
@@ -353,7 +356,10 @@ struct d9_rec_stack {
         d9_u64 regs[D9_STACK_NREGS];
         struct d9_uret uret[D9_STACK_URET_MAX];
         d9_u32 n_uret;
-        d9_u32 _pad;
+        /* data[unread_at, unread_at + unread_len): stack pages not in
+         * memory, with readable stack above them (d9_hole in
+         * bpf/d9_stack.bpf.h); not copied. 0, 0: none. */
+        d9_u32 unread_at;
         d9_u32 flags;           /* enum d9_stack_rec_bits */
         d9_u32 n_kern;          /* valid entries in kern[] */
         d9_u32 user_len;        /* valid bytes of stack copy in data[] */
@@ -365,7 +371,7 @@ struct d9_rec_stack {
          * stack in this loop (a worker found later than another thread of
          * the same worker entered its loop later: block_in_place). */
         d9_u32 worker;
-        d9_u32 _pad2;
+        d9_u32 unread_len;
         d9_u64 worker_rt;
         d9_u64 worker_found_ts;
         d9_u64 kern[D9_STACK_KERN_MAX];
@@ -417,6 +423,9 @@ struct d9_target_cfg {
 struct d9_offcpu_short {
         d9_u64 count;
         d9_u64 ns;              /* their summed length */
+        d9_u64 unseen;          /* switch-ins with no switch-out seen since the
+                                 * thread's last switch-in of this recording:
+                                 * an interval d9 missed (d9_switch_in) */
 };
 
 /* d9_exec.bpf.c -> daemon/exec_watch.c: some process called exec. Not a

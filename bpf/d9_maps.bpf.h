@@ -93,6 +93,7 @@ struct d9_thread {
          * wk_ts as before; the stop reads this for a thread never seen
          * since (daemon/record/open_sleep.h). */
         __u64 wk_swept_ts;
+        __u64 in_ts;            /* last switch-in d9_switch_in handled */
 };
 
 struct {

@@ -116,31 +116,6 @@ static __always_inline void d9_stack_count_drop(const struct d9_target_cfg *cfg)
                 (s)->regs[16] = (r).ip;                                       \
         } while (0)
 
-/* Copy up to `want` bytes from sp up. bpf_probe_read_user is all or
- * nothing, and the window may run past the top of the thread's stack
- * mapping: copy in chunks, then finer pieces at the end, and keep what
- * was readable. Returns the bytes copied. */
-static __always_inline __u32 d9_stack_copy_user(__u8 *dst, __u64 sp, __u32 want)
-{
-        __u32 got = 0, piece;
-        int i;
-
-        for (i = 0; i < D9_STACK_USER_MAX / D9_STACK_CHUNK; i++) {
-                if (got + D9_STACK_CHUNK > want)
-                        break;
-                if (bpf_probe_read_user(dst + got, D9_STACK_CHUNK, (void *)(sp + got)))
-                        break;
-                got += D9_STACK_CHUNK;
-        }
-        for (piece = D9_STACK_CHUNK / 2; piece >= 8; piece /= 2) {
-                if (got > D9_STACK_USER_MAX - D9_STACK_CHUNK || got + piece > want)
-                        continue;
-                if (bpf_probe_read_user(dst + got, piece, (void *)(sp + got)) == 0)
-                        got += piece;
-        }
-        return got;
-}
-
 /* D9_STACK_FP_TAIL: the frame-pointer chain from the sampled rbp, past
  * the end of the copy (got bytes from sp), as d9_fp_frame entries after
  * it. Up to D9_STACK_FP_MAX reads of 16 bytes: a few us at most, and only
@@ -240,6 +215,12 @@ __noinline __u32 d9_stack_fp_tail(struct d9_rec_stack *s, __u32 flags, __u64 uta
  * may empty it, off-CPU stacks (up to 500/s per thread) only its upper
  * half, so they never starve the CPU samples. A stack it refuses gets the
  * user_bytes copy with D9_SREC_CAPPED, and d9d counts it when it ends cut.
+ * The ring comes before depth: a deep copy that would leave the ring over
+ * half full gets the user_bytes copy with D9_SREC_ROOM. While d9d keeps up
+ * the ring is nearly empty; when it is starved of CPU (npm sideseat on a
+ * loaded machine: 552 ms between drains) copies of 25 KiB at the cap's
+ * 16 MiB/s filled the 2 MiB ring in an eighth of a second and every record
+ * after them was lost, parks and switches with the stacks.
  * Per target slot: the bucket's theoretical arrival time (ns). */
 struct {
         __uint(type, BPF_MAP_TYPE_ARRAY);
@@ -304,33 +285,148 @@ static __always_inline bool d9_stack_deep_take(const struct d9_target_cfg *cfg, 
         return __sync_val_compare_and_swap(tatp, tat, base + cost) == tat;
 }
 
+/* Stack pages not in memory. A sample taken in a page fault on the stack
+ * itself has sp in a page the fault is bringing in (a frame's first
+ * store into a page the thread never touched, or one it gave back), and
+ * bpf_probe_read_user cannot fault it in: the copy stopped there, the
+ * stack ended at the faulting function, unmarked, since a short copy
+ * reads as the top of the stack (npm codex-acp: 2-9 stacks per 6 s). The
+ * pages above it, with the callers' frames, are in memory. So a copy goes
+ * on past one run of unreadable pages inside the stack's mapping, and the
+ * record says where it is (unread_at, unread_len): the unwinder reads the
+ * callers' frames above it, and says the stack is cut only if a step
+ * needs a word inside it. Unreadable pages at the end of the copy are no
+ * hole: the copy ends before them, as before. */
+struct d9_hole {
+        __u32 at, len;
+        bool open;              /* inside it now */
+        bool closed;            /* readable bytes came after it */
+};
+
+/* A read at offset `got` failed or succeeded: keeps the hole. Returns
+ * whether the copy goes on. */
+static __always_inline bool d9_hole_step(struct d9_hole *h, __u32 got, bool failed)
+{
+        if (!failed) {
+                if (h->open) {
+                        h->len = got - h->at;
+                        h->open = false;
+                        h->closed = true;
+                }
+                return true;
+        }
+        if (h->closed)
+                return false;   /* one hole at most */
+        if (!h->open) {
+                h->open = true;
+                h->at = got;
+        }
+        return true;
+}
+
 struct d9_deep_read {
         struct bpf_dynptr *dp;
         __u64 sp;
-        __u32 len, got;
+        __u32 len, got, end;    /* end: just past the last readable page */
+        struct d9_hole hole;
 };
 
 /* One page of a deep copy whose one-piece read failed (a page not
- * present): keep the pages up to the first unreadable one. */
+ * present): the pages up to the end, past one hole (its bytes in the ring
+ * not written; the unwinder does not read them). */
 static long d9_deep_page(__u64 i, void *arg)
 {
         struct d9_deep_read *r = arg;
         __u64 at = r->sp + r->got;
         __u32 piece = 4096 - (__u32)(at & 4095);
+        bool failed;
 
         if (r->got >= r->len)
                 return 1;
         if (piece > r->len - r->got)
                 piece = r->len - r->got;
-        if (bpf_probe_read_user_dynptr(r->dp, D9_REC_STACK_FIXED + r->got, piece, (void *)at))
+        failed = bpf_probe_read_user_dynptr(r->dp, D9_REC_STACK_FIXED + r->got, piece, (void *)at) != 0;
+        if (!d9_hole_step(&r->hole, r->got, failed))
                 return 1;
         r->got += piece;
+        if (!failed)
+                r->end = r->got;
         return 0;
+}
+
+/* The plain copy, one read at a time (bpf_probe_read_user is all or
+ * nothing): up to the next 512-byte boundary, so no read spans two pages. */
+struct d9_plain_read {
+        struct d9_rec_stack *s;
+        __u64 sp;
+        __u32 want, got, end;   /* end: just past the last readable read */
+        bool stopped;           /* at an unreadable read, no hole open */
+        struct d9_hole hole;
+};
+
+static long d9_plain_piece(__u64 i, void *arg)
+{
+        struct d9_plain_read *r = arg;
+        struct d9_rec_stack *s = r->s;
+        __u32 got = r->got, rest = r->want - got;
+        __u64 at = r->sp + got;
+        __u32 piece = D9_STACK_CHUNK - (__u32)(at & (D9_STACK_CHUNK - 1));
+        bool failed;
+
+        if (!s || got >= r->want || got > D9_STACK_USER_MAX - D9_STACK_CHUNK)
+                return 1;
+        if (rest < piece)
+                piece = rest & (D9_STACK_CHUNK - 1);    /* < 512: the mask tells the verifier */
+        /* A failed read zeroes its bytes: a hole holds zeros, not another
+         * stack's bytes from this scratch. */
+        failed = bpf_probe_read_user(s->data + got, piece, (void *)at) != 0;
+        if (failed && !r->hole.open) {
+                r->stopped = true;      /* the caller asks whether it is a hole */
+                return 1;
+        }
+        if (!d9_hole_step(&r->hole, got, failed))
+                return 1;
+        r->got = got + piece;
+        if (!failed)
+                r->end = r->got;
+        return 0;
+}
+
+/* Copy up to `want` bytes of task's stack from sp up into s->data, past
+ * one hole inside the mapping sp lies in (above). Sets user_len and the
+ * hole; the window may run past the top of that mapping, where the copy
+ * ends (the next mapping up may be another thread's guard page).
+ * bpf_find_vma only at an unreadable read: most copies have none. */
+static __always_inline void d9_stack_copy_user(struct d9_rec_stack *s, struct task_struct *task, __u32 want)
+{
+        struct d9_plain_read r = { .s = s, .sp = s->regs[D9_DW_RSP], .want = want };
+        __u64 vend = 0;
+
+        /* Most stacks are readable all the way: one read. */
+        if (want <= D9_STACK_USER_MAX && bpf_probe_read_user(s->data, want, (void *)r.sp) == 0) {
+                s->user_len = want;
+                return;
+        }
+        bpf_loop(D9_STACK_USER_MAX / D9_STACK_CHUNK + 2, d9_plain_piece, &r, 0);
+        if (r.stopped && !bpf_find_vma(task, r.sp, d9_vma_end, &vend, 0) && vend > r.sp + r.got) {
+                if (vend - r.sp < r.want)
+                        r.want = vend - r.sp;
+                r.stopped = false;
+                r.hole.open = true;
+                r.hole.at = r.got;
+                bpf_loop(D9_STACK_USER_MAX / D9_STACK_CHUNK + 2, d9_plain_piece, &r, 0);
+        }
+        s->user_len = r.end;
+        if (r.hole.closed) {
+                s->unread_at = r.hole.at;
+                s->unread_len = r.hole.len;
+        }
 }
 
 /* The deep copy of s's stack (regs and kernel frames in s already) for
  * `task`, written as its STACK record. Returns the stack id; 0: not
- * deep (the caller copies user_bytes; s->flags may say D9_SREC_CAPPED);
+ * deep (the caller copies user_bytes; s->flags may say D9_SREC_CAPPED or
+ * D9_SREC_ROOM);
  * ~0: deep, but the ring had no room (counted). A global function:
  * verified once, not for each state of its callers. */
 __noinline __u64 d9_stack_deep(struct d9_rec_stack *s, const struct d9_target_cfg *cfg,
@@ -384,17 +480,21 @@ __noinline __u64 d9_stack_deep(struct d9_rec_stack *s, const struct d9_target_cf
         want &= ~7ull;
         if (want <= cfg->stack.user_bytes)
                 return 0;
+        ring = bpf_map_lookup_elem(&d9_rings, &tgid);
+        if (!ring)
+                return 0;
+        size = D9_REC_STACK_FIXED + want;
+        if (bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) + size > bpf_ringbuf_query(ring, BPF_RB_RING_SIZE) / 2) {
+                s->flags |= D9_SREC_ROOM;
+                return 0;
+        }
         if (!d9_stack_deep_take(cfg, want - cfg->stack.user_bytes, offcpu)) {
                 s->flags |= D9_SREC_CAPPED;
                 return 0;
         }
-        ring = bpf_map_lookup_elem(&d9_rings, &tgid);
-        if (!ring)
-                return 0;
         id = d9_stack_next_id();
         if (!id)
                 return 0;
-        size = D9_REC_STACK_FIXED + want;
         if (bpf_ringbuf_reserve_dynptr(ring, size, 0, &dp)) {
                 bpf_ringbuf_discard_dynptr(&dp, 0);
                 d9_stack_count_drop(cfg);
@@ -404,13 +504,17 @@ __noinline __u64 d9_stack_deep(struct d9_rec_stack *s, const struct d9_target_cf
         rd.sp = sp;
         rd.len = (__u32)want;
         if (bpf_probe_read_user_dynptr(&dp, D9_REC_STACK_FIXED, rd.len, (void *)sp) == 0)
-                rd.got = rd.len;
+                rd.end = rd.len;
         else
                 bpf_loop(D9_STACK_DEEP_MAX / 4096 + 1, d9_deep_page, &rd, 0);
         s->flags |= D9_SREC_DEEP;
-        if (rd.got == end - sp)
+        if (rd.end == end - sp)
                 s->flags |= D9_SREC_TOP;
-        s->user_len = rd.got;
+        s->user_len = rd.end;
+        if (rd.hole.closed) {
+                s->unread_at = rd.hole.at;
+                s->unread_len = rd.hole.len;
+        }
         s->n_fp = 0;
         s->stack_id = id;
         d9_fill_hdr(&s->hdr, D9_REC_STACK, tid, tgid);
@@ -469,6 +573,7 @@ struct d9_wk_top {
         __u64 key, pos, rt;
         __u32 index;            /* 1 + Tokio's index; 0: none found */
         __u32 n_finds;          /* of a full scan, from the top down */
+        __u32 tid;              /* the thread scanned */
         __u64 main_top;         /* the process's main stack's top (mm->start_stack), or 0 */
         struct d9_wk_find finds[D9_WK_FINDS];
 };
@@ -559,6 +664,7 @@ static __always_inline long d9_wk_top_word_of(__u64 i, struct d9_wk_top *t, stru
         f->key = t->key;
         f->rt = t->rt;
         f->index = t->index;
+        f->tid = t->tid;
         t->n_finds++;
         return 0;
 }
@@ -594,6 +700,7 @@ static __always_inline __u64 d9_wk_top_window(struct d9_wk_top *t, __u64 sp, __u
         t->reads = 0;
         t->index = 0;
         t->n_finds = 0;
+        t->tid = task->pid;
         t->sp = sp;
         if (len > sizeof(t->w))
                 len = sizeof(t->w);
@@ -634,10 +741,13 @@ static __always_inline void d9_wk_depth_fresh(struct d9_wk_depth *d, const struc
 /* The finds of a full scan weighed, in a global function of their own:
  * verified once, apart from the scan (inline in d9_stack_worker, the two
  * made the verifier give up, E2BIG). */
-__noinline __u32 d9_wk_weigh_scan(struct d9_wk_depth *d, const struct d9_wk_top *t)
+__noinline __u32 d9_wk_weigh_scan(struct d9_wk_depth *d, const struct d9_wk_top *t, __u64 now)
 {
-        if (d && t)
-                d9_wk_pending(d, t->finds, t->n_finds);
+        if (!d || !t)
+                return 0;
+        d9_wk_pending(d, t->finds, t->n_finds);
+        if (!d->depth && d->first_ts && now - d->first_ts >= D9_WK_SOLO_NS)
+                d->depth = d9_wk_solo(d);
         return 0;
 }
 
@@ -647,7 +757,7 @@ static __always_inline bool d9_wk_weigh_finds(struct d9_wk_depth *d, struct d9_w
 {
         if (!t->n_finds)
                 return false;
-        d9_wk_weigh_scan(d, t);
+        d9_wk_weigh_scan(d, t, now);
         if (d->depth && !d->confirmed_ts)
                 d->confirmed_ts = now;
         return true;
@@ -866,8 +976,8 @@ __noinline __u64 d9_stack_capture(struct d9_rec_stack *s, const struct d9_target
         s->user_len = 0;
         s->n_fp = 0;
         s->n_uret = 0;
-        s->_pad = 0;
-        s->_pad2 = 0;
+        s->unread_at = 0;
+        s->unread_len = 0;
         s->worker = 0;
         s->worker_rt = 0;
         s->worker_found_ts = 0;
@@ -892,7 +1002,7 @@ __noinline __u64 d9_stack_capture(struct d9_rec_stack *s, const struct d9_target
                 return id == ~0ull ? 0 : id;
         if (want > D9_STACK_USER_MAX)
                 want = D9_STACK_USER_MAX;
-        s->user_len = d9_stack_copy_user(s->data, s->regs[D9_DW_RSP], want);
+        d9_stack_copy_user(s, task, want);
         s->n_fp = d9_stack_fp_tail(s, cfg->stack.flags, (__u64)BPF_CORE_READ(task, utask));
         return d9_stack_output(cfg, tgid, tid, s);
 }

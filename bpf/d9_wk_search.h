@@ -48,7 +48,7 @@
 struct d9_wk_find {
         __u64 depth, key, rt;
         __u32 index;            /* 1 + Tokio's index */
-        __u32 _pad;
+        __u32 tid;              /* the scanned thread */
 };
 
 struct d9_wk_cand {
@@ -59,6 +59,8 @@ struct d9_wk_cand {
         __u32 hits;             /* finds consistent with them */
         __u32 ruled_out;        /* two pairs contradicted each other */
         __u32 first_two;        /* bit i: index i (0 or 1) seen */
+        __u32 tid;              /* the first thread its finds came from */
+        __u32 threads;          /* 1: one thread so far; 2: more */
 };
 
 struct d9_wk_depth {
@@ -116,6 +118,8 @@ static __always_inline struct d9_wk_cand *d9_wk_cand_of(struct d9_wk_depth *d, c
         c->hits = 0;
         c->ruled_out = 0;
         c->first_two = 0;
+        c->tid = 0;
+        c->threads = 0;
         return c;
 }
 
@@ -174,6 +178,10 @@ static __always_inline bool d9_wk_weigh(struct d9_wk_depth *d, const struct d9_w
         }
         if (f->index == 1 || f->index == 2)
                 c->first_two |= f->index;
+        if (!c->threads)
+                c->tid = f->tid, c->threads = 1;
+        else if (c->tid != f->tid)
+                c->threads = 2;
         return d9_wk_confirms(d, c);
 }
 
@@ -192,6 +200,45 @@ static __always_inline __u64 d9_wk_settled(const struct d9_wk_depth *d)
                 const struct d9_wk_cand *c = &d->cand[k];
 
                 if (c->depth && !c->ruled_out && (!depth || c->depth < depth) && d9_wk_confirms(d, c))
+                        depth = c->depth;
+        }
+        return depth;
+}
+
+/* A runtime with one worker (worker_threads(1), or a container's single
+ * CPU, which Tokio's default follows) never shows worker 1, so no depth
+ * met the rules: its worker had an id by thread and the report said no
+ * Worker was found on its stacks (npm postgrestools under taskset -c 1:
+ * 247 finds of index 0 at the loop's 2,608 bytes, the depth two workers
+ * confirm). Once the search has run D9_WK_SOLO_NS, the shallowest depth
+ * whose finds are one object, index 0, from one thread only, at least
+ * D9_WK_SOLO_HITS of them, with no depth above it in the running and no
+ * worker 1 of its runtime anywhere, is taken. One thread: an object shared
+ * by every pool thread (a look-alike) shows on several; so does a worker
+ * whose core block_in_place moved, which keeps its id by thread. A
+ * look-alike of another runtime (postgrestools: index 1 at 10,608 bytes,
+ * 244 finds) is no rival below it. */
+#define D9_WK_SOLO_NS (500 * 1000000ull)
+#define D9_WK_SOLO_HITS 8
+
+static __always_inline bool d9_wk_rt_has_worker1(const struct d9_wk_depth *d, __u64 rt)
+{
+        for (int k = 0; k < D9_WK_CANDS; k++)
+                if (d->cand[k].depth && d->cand[k].rt == rt && (d->cand[k].first_two & 2))
+                        return true;
+        return false;
+}
+
+static __always_inline __u64 d9_wk_solo(const struct d9_wk_depth *d)
+{
+        __u64 depth = 0;
+
+        for (int k = 0; k < D9_WK_CANDS; k++) {
+                const struct d9_wk_cand *c = &d->cand[k];
+
+                if (c->depth && !c->ruled_out && c->first_two == 1 && c->n == 1 && c->threads == 1 &&
+                    c->hits >= D9_WK_SOLO_HITS && (!depth || c->depth < depth) && !d9_wk_above(d, c) &&
+                    !d9_wk_rt_has_worker1(d, c->rt))
                         depth = c->depth;
         }
         return depth;

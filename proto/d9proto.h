@@ -394,6 +394,8 @@ int d9_read_all(int fd, struct d9_buf *b, size_t limit);
 /* CLOCK_MONOTONIC, the clock trace timestamps and every deadline use. */
 uint64_t d9_now_ns(void);
 uint64_t d9_now_ms(void);
+/* The calling thread's CPU time. */
+uint64_t d9_thread_cpu_ns(void);
 
 /* ---- Compression and input files ---------------------------------------- */
 

@@ -16,64 +16,27 @@
 
 #include "plan_int.h"
 
-/* DW_EH_PE_datarel | DW_EH_PE_sdata4: what every linker writes for the
- * table; DW_EH_PE_udata4 for the count. Other encodings: no table. */
-#define EH_TABLE_ENC 0x3b
-#define EH_COUNT_ENC 0x03
-
-struct eh_table {
-        const uint8_t *entries; /* pairs of int32: function start, FDE (datarel) */
-        uint64_t base;          /* .eh_frame_hdr's vaddr */
-        uint32_t n;
-};
-
-static bool eh_table_find(const struct elf_image *img, struct eh_table *t)
+static bool eh_table_find(const struct elf_image *img, struct d9_eh_table *t)
 {
         size_t n_ph;
         GElf_Phdr ph;
-        const uint8_t *h;
 
         if (elf_getphdrnum(img->elf, &n_ph) < 0)
                 return false;
         for (size_t i = 0; i < n_ph; i++) {
-                if (!gelf_getphdr(img->elf, (int)i, &ph) || ph.p_type != PT_GNU_EH_FRAME || ph.p_filesz < 12)
+                if (!gelf_getphdr(img->elf, (int)i, &ph) || ph.p_type != PT_GNU_EH_FRAME)
                         continue;
-                h = d9_elf_vaddr_bytes(img, ph.p_vaddr, ph.p_filesz);
-                /* version 1, eh_frame_ptr (4 bytes in every encoding we take), count, table */
-                if (!h || h[0] != 1 || h[2] != EH_COUNT_ENC || h[3] != EH_TABLE_ENC || (h[1] & 0x0f) != 0x0b)
-                        return false;
-                memcpy(&t->n, h + 8, 4);
-                if ((uint64_t)t->n * 8 > ph.p_filesz - 12)
-                        return false;
-                t->entries = h + 12;
-                t->base = ph.p_vaddr;
-                return true;
+                return d9_eh_table_read(d9_elf_vaddr_bytes(img, ph.p_vaddr, ph.p_filesz), ph.p_filesz, ph.p_vaddr, t);
         }
         return false;
 }
 
-static uint64_t eh_start(const struct eh_table *t, uint32_t i)
-{
-        int32_t rel;
-
-        memcpy(&rel, t->entries + 8 * (size_t)i, 4);
-        return t->base + (uint64_t)(int64_t)rel;
-}
-
 /* The first function start after vaddr; 0 if none. */
-static uint64_t eh_next_start(const struct eh_table *t, uint64_t vaddr)
+static uint64_t eh_next_start(const struct d9_eh_table *t, uint64_t vaddr)
 {
-        uint32_t lo = 0, hi = t->n;
+        uint32_t i = d9_eh_table_above(t, vaddr);
 
-        while (lo < hi) {
-                uint32_t mid = lo + (hi - lo) / 2;
-
-                if (eh_start(t, mid) <= vaddr)
-                        lo = mid + 1;
-                else
-                        hi = mid;
-        }
-        return lo < t->n ? eh_start(t, lo) : 0;
+        return i < t->n ? d9_eh_table_start(t, i) : 0;
 }
 
 static int by_func_start(const void *a, const void *b)
@@ -107,7 +70,7 @@ static void drop_shared_bodies(struct plan_builder *b)
 
 void uprobes_plan_poll_bounds(struct plan_builder *b)
 {
-        struct eh_table t = { 0 };
+        struct d9_eh_table t = { 0 };
         bool have_table = eh_table_find(b->img, &t);
 
         for (size_t i = 0; i < b->n; i++) {

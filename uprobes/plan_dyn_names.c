@@ -15,8 +15,11 @@
  * shims, ...): a superset, which costs bytes, never a wrong name. Each
  * function is named as the sealer names a frame at its address
  * (d9_sym_table_find_nearest, d9_sym_name), which is what the drain loop's
- * own lookup used to print. Without symbols nothing is named and the table
- * stays empty. */
+ * own lookup used to print. Without symbols (none of them named) every one
+ * is kept with the empty name: the daemon names such a function
+ * "[unnamed] FILE 0xVADDR", and a default-set long poll of a boxed future
+ * is labelled only by a frame the table holds (a poll instance also calls
+ * free, the scheduler, ...; npm ace-tool-rs, musl static, stripped). */
 #include <errno.h>
 #include <string.h>
 
@@ -135,7 +138,8 @@ static int names_pack(struct probe_plan *plan, struct named *v, size_t n)
         return 0;
 }
 
-/* Names the sorted, unique fns the symbols know into plan->dyn_fns. */
+/* Names the sorted, unique fns the symbols know into plan->dyn_fns; if
+ * they know none of them, all of them, unnamed. */
 static int name_fns(struct plan_builder *b, const struct fn_list *fns, struct probe_plan *plan)
 {
         struct named *v = calloc(fns->n ? fns->n : 1, sizeof(*v));
@@ -153,6 +157,13 @@ static int name_fns(struct plan_builder *b, const struct fn_list *fns, struct pr
                         continue;
                 v[plan->n_dyn_fns] = (struct named){ d9_sym_name(s), plan->n_dyn_fns };
                 plan->dyn_fns[plan->n_dyn_fns++].vaddr = fns->v[i];
+        }
+        if (!plan->n_dyn_fns) {
+                for (size_t i = 0; i < fns->n; i++) {
+                        v[i] = (struct named){ "", i };
+                        plan->dyn_fns[i].vaddr = fns->v[i];
+                }
+                plan->n_dyn_fns = fns->n;
         }
         r = plan->n_dyn_fns > PROBE_DYN_FNS_MAX ? -E2BIG : names_pack(plan, v, plan->n_dyn_fns);
         free(v);

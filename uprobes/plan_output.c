@@ -201,8 +201,12 @@ void probe_plan_print(const struct probe_plan *plan, FILE *out, bool all_points)
         if (bodies)
                 fprintf(out, "harness calls:  %zu call sites in the poll functions into Tokio's own code around "
                         "the future (yield_now and the like): a stack there is no poll\n", plan->n_harness_sites);
-        fprintf(out, "boxed futures:  %zu functions a boxed future's poll can be named (%zu bytes of names)\n",
-                plan->n_dyn_fns, plan->dyn_fn_text_len);
+        if (plan->n_dyn_fns && plan->dyn_fn_text_len <= 1)
+                fprintf(out, "boxed futures:  %zu functions a boxed future's poll can be, none named (no symbols): "
+                        "labelled \"[unnamed] FILE 0xVADDR\"\n", plan->n_dyn_fns);
+        else
+                fprintf(out, "boxed futures:  %zu functions a boxed future's poll can be named (%zu bytes of names)\n",
+                        plan->n_dyn_fns, plan->dyn_fn_text_len);
         fprintf(out, "planned in:     %.1f ms\n\n", plan->elapsed_ms);
         /* A plan attaches nothing: the probe set picks from its points. */
         fprintf(out, "points (usable: found and not skipped; a recording attaches those its probe set needs:\n"

@@ -315,6 +315,21 @@ int d9_target_file_open_copy(const char *path);
 
 const char *probe_kind_name(enum probe_kind kind);
 
+/* .eh_frame_hdr's search table (eh_frame_hdr.c), read in place from its
+ * bytes h (len of them, at link-time address vaddr): false if it has none
+ * in the one encoding linkers write. */
+struct d9_eh_table {
+        const uint8_t *entries; /* pairs of int32: function start, FDE (datarel) */
+        uint64_t base;          /* .eh_frame_hdr's vaddr */
+        uint32_t n;
+};
+bool d9_eh_table_read(const uint8_t *h, size_t len, uint64_t vaddr, struct d9_eh_table *t);
+/* Entry i's function start and FDE address (link-time). */
+uint64_t d9_eh_table_start(const struct d9_eh_table *t, uint32_t i);
+uint64_t d9_eh_table_fde(const struct d9_eh_table *t, uint32_t i);
+/* The first entry starting above vaddr (n: none). */
+uint32_t d9_eh_table_above(const struct d9_eh_table *t, uint64_t vaddr);
+
 /* Separate debug file for the ELF file at path (malloc'd), or NULL: the
  * lookup the plan uses (build-id under <root>/usr/lib/debug/.build-id/,
  * then .gnu_debuglink next to the file, in .debug/, under

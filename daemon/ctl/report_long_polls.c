@@ -80,6 +80,7 @@ bool d9ctl_report_long_polls_event(struct report_long_polls *lp, const struct d9
         p->end = ev->ts;
         p->min_ns = min;
         p->ticks = d9ctl_trace_field_u(ev, "ticks");
+        p->waited_ns = d9ctl_trace_field_u(ev, "waited_ns");       /* 0 in traces before it */
         p->tid = d9ctl_trace_field_u(ev, "tid");
         p->worker = (uint8_t)d9ctl_trace_field_u(ev, "worker_id");
         copy_string(p->future, sizeof(p->future), d9ctl_trace_field(ev, "spawn_loc"));
@@ -125,8 +126,9 @@ json_t *d9ctl_report_long_polls_json(const struct report_long_polls *lp, const s
         for (unsigned i = 0; a && i < lp->n; i++) {
                 const struct report_long_poll *p = &lp->top[i];
 
-                json_array_append_new(a, json_pack("{s:I, s:I, s:i, s:I, s:s, s:I, s:s, s:o, s:i}",
+                json_array_append_new(a, json_pack("{s:I, s:I, s:I, s:i, s:I, s:s, s:I, s:s, s:o, s:i}",
                                                    "end_ns", (json_int_t)p->end, "min_ns", (json_int_t)p->min_ns,
+                                                   "waited_ns", (json_int_t)p->waited_ns,
                                                    "worker", (int)p->worker, "tid", (json_int_t)p->tid,
                                                    "how", p->how, "ticks", (json_int_t)p->ticks,
                                                    "future", p->future,

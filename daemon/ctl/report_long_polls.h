@@ -17,6 +17,7 @@
 
 struct report_long_poll {
         uint64_t end, min_ns, ticks, tid;
+        uint64_t waited_ns;             /* of min_ns, switched out still runnable */
         uint8_t worker, n;
         char future[160], how[16];
         uint64_t frames[REPORT_FRAMES_MAX];     /* leaf first, kernel ones first */

@@ -134,7 +134,10 @@ static int on_poll_end(struct report_tasks *t, struct open_poll *w, uint64_t ts)
         w->open = false;
         if (!s)
                 return -ENOMEM;
-        s->last_end = ts;
+        /* An end written late (decided by the task's start on another
+         * worker) is older than the task's latest one. */
+        if (ts > s->last_end)
+                s->last_end = ts;
         r = step_add(t, &t->running, w->start, 1);
         return r < 0 ? r : step_add(t, &t->running, ts, -1);
 }

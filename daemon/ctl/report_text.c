@@ -77,23 +77,32 @@ static void print_polls(FILE *out, const char *title, const json_t *list, const 
         }
 }
 
-/* The default set's long polls: no poll events, so each is a lower bound
- * and says how it was seen (running ticks, blocked, preempted). Ticks see
- * no poll boundary: back-to-back polls of one future read as one (npm
- * vaulttools: ">= 769 ms" was three tool calls of at most 370 ms), so the
- * header does not call each row one poll. */
+/* The default set's long polls: no poll events, so each row is a span
+ * the worker was seen inside polls of one future, and says how it was
+ * seen (running ticks, blocked, preempted). Ticks see no poll boundary:
+ * back-to-back polls of one future read as one (npm vaulttools: 769 ms
+ * was three tool calls of at most 370 ms), and a busy worker's short polls
+ * of other futures fall between ticks unseen (npm postgrestools on one
+ * worker: 5,246 ms, where no poll took over 120 ms), so a row is no
+ * bound on one poll's length. */
 static void print_long_polls(FILE *out, const json_t *doc)
 {
         const json_t *list = json_object_get(doc, "long_polls_from_stacks"), *p;
         size_t i;
 
-        fprintf(out, "\nLong polls seen from stacks and switches (not from poll events: each ran at least this, "
-                "one poll or back-to-back polls of one future with no sleep between; %" JSON_INTEGER_FORMAT
-                " in all)\n", json_integer_value(json_object_get(doc, "long_polls_from_stacks_total")));
+        fprintf(out, "\nLong polls seen from stacks and switches (not from poll events; %" JSON_INTEGER_FORMAT
+                " in all): how long the worker was seen inside polls of one future with no sleep between, one poll "
+                "or many back-to-back (short polls of other futures between them are not seen); \"blocked\": it "
+                "slept inside a poll, which lasted at least that sleep\n",
+                json_integer_value(json_object_get(doc, "long_polls_from_stacks_total")));
         json_array_foreach(list, i, p) {
                 const char *future = json_string_value(json_object_get(p, "future"));
+                const char *how = json_string_value(json_object_get(p, "how"));
                 json_int_t worker = json_integer_value(json_object_get(p, "worker"));
                 char who[32];
+
+                if (!how)
+                        how = "";
 
                 /* A poll running at the attach: its worker is not known yet. */
                 if (worker < 255)
@@ -101,9 +110,14 @@ static void print_long_polls(FILE *out, const json_t *doc)
                 else
                         snprintf(who, sizeof(who), "tid %" JSON_INTEGER_FORMAT,
                                  json_integer_value(json_object_get(p, "tid")));
-                fprintf(out, "  >= %9.3f ms  %-10s %-9s %3" JSON_INTEGER_FORMAT " ticks  %s\n               ",
-                        ms(p, "min_ns"), who, json_string_value(json_object_get(p, "how")),
-                        json_integer_value(json_object_get(p, "ticks")), future && *future ? future : "(unknown future)");
+                fprintf(out, "  seen %9.3f ms  %-10s %-9s %3" JSON_INTEGER_FORMAT " ticks  %s",
+                        ms(p, "min_ns"), who, how, json_integer_value(json_object_get(p, "ticks")),
+                        future && *future ? future : "(unknown future)");
+                /* A poll seen running that mostly waited for a CPU: the
+                 * machine or its cgroup held it, as much as its own work. */
+                if (!strcmp(how, "running") && json_integer_value(json_object_get(p, "waited_ns")) > 0)
+                        fprintf(out, " (%.3f ms of it waiting for a CPU)", ms(p, "waited_ns"));
+                fputs("\n               ", out);
                 print_stack(out, p);
                 fputc('\n', out);
         }
@@ -179,6 +193,32 @@ static bool in_poll_since_attach(const json_t *doc, json_int_t tid)
         return false;
 }
 
+/* The on-CPU samples of threads on no worker by thread name, once they
+ * add up to a tenth: many short-lived threads, none big enough to list
+ * alone (npm codex: 86 % on 74 file walkers, the busiest 2.7 %), hid
+ * where the CPU went. */
+static void print_cpu_off_workers_by_name(FILE *out, const json_t *doc)
+{
+        const json_t *names = json_object_get(doc, "cpu_off_workers_by_name"), *g;
+        double total = 0;
+        size_t i;
+
+        json_array_foreach(names, i, g)
+                total += json_real_value(json_object_get(g, "share"));
+        if (total < 0.1)
+                return;
+        fputs("  on-CPU samples of threads no sample names a worker of, by thread name:", out);
+        json_array_foreach(names, i, g) {
+                const char *name = json_string_value(json_object_get(g, "name"));
+                json_int_t threads = json_integer_value(json_object_get(g, "threads"));
+
+                fprintf(out, "%s %s (%" JSON_INTEGER_FORMAT " thread%s) %.1f%%", i ? "," : "",
+                        name && *name ? name : "(no name)", threads, threads == 1 ? "" : "s",
+                        json_real_value(json_object_get(g, "share")) * 100);
+        }
+        fputc('\n', out);
+}
+
 /* Threads on no worker that took a tenth or more of the on-CPU samples:
  * where the CPU went outside the runtime's tasks. */
 static void print_threads_off_workers(FILE *out, const json_t *doc)
@@ -203,6 +243,7 @@ static void print_threads_off_workers(FILE *out, const json_t *doc)
                         in_poll_since_attach(doc, tid) ? ": a worker in one poll since the attach (long polls above)"
                                                        : "");
         }
+        print_cpu_off_workers_by_name(out, doc);
 }
 
 /* Why a trace has no poll events: no plan, nothing polled while the poll
@@ -418,6 +459,7 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
         json_int_t cut = json_integer_value(json_object_get(m, "stacks_cut"));
         json_int_t capped = json_integer_value(json_object_get(m, "stacks_at_frame_cap"));
         json_int_t by_rate = json_integer_value(json_object_get(m, "stacks_cut_by_byte_rate"));
+        json_int_t for_room = json_integer_value(json_object_get(m, "stacks_cut_for_ring_room"));
         if (cut || capped)
                 fprintf(out, "; of %" JSON_INTEGER_FORMAT " samples' stacks, %" JSON_INTEGER_FORMAT " end short of "
                         "their callers (beyond the stack bytes copied",
@@ -428,6 +470,9 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
         if ((cut || capped) && by_rate)
                 fprintf(out, "; %" JSON_INTEGER_FORMAT " of them because the deep copies' byte rate, "
                         "stack_deep_rate, was used up", by_rate);
+        if ((cut || capped) && for_room)
+                fprintf(out, "; %" JSON_INTEGER_FORMAT " of them because a deep copy would have filled the ring "
+                        "past half (d9d was not draining it fast enough)", for_room);
         if (cut || capped)
                 fprintf(out, ") and %" JSON_INTEGER_FORMAT " at the frame cap", capped);
         if (sampler)
@@ -438,6 +483,10 @@ void d9ctl_report_print_text(FILE *out, const json_t *doc)
                         poll_ends);
         if (other)
                 fprintf(out, "; %" JSON_INTEGER_FORMAT " records lost from an unknown source", other);
+        json_int_t unseen = json_integer_value(json_object_get(m, "offcpu_intervals_unseen"));
+        if (unseen)
+                fprintf(out, "; %" JSON_INTEGER_FORMAT " off-CPU intervals not seen (a thread switched in with no "
+                        "switch-out seen before it)", unseen);
         if (json_integer_value(json_object_get(m, "polls_not_kept")) ||
             json_integer_value(json_object_get(m, "samples_not_kept")))
                 fprintf(out, "; over this report's bound: %" JSON_INTEGER_FORMAT " long polls, %" JSON_INTEGER_FORMAT

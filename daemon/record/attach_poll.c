@@ -27,6 +27,10 @@ void attach_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t st
                 return;
         t->ap_stack = stack_id;
         t->ap_stack_poll = long_poll_task_frame(tr, frames, n, n_kern);
+        /* A job running since before the attach has no poll start of its
+         * own to say its thread is the pool's (npm sideseat: 416 of 416 of
+         * such a job's samples read 255 in the full set). */
+        t->ap_job = long_poll_job_frame(tr, frames, n, n_kern) != 0;
 }
 
 void attach_poll_on_sample(struct translate *tr, struct tr_thread *t, uint64_t ts, uint64_t stack_id,

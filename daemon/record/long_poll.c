@@ -29,7 +29,12 @@ struct lp_range {
  * a tick of the thread's CPU time earlier and ended up to one later), the
  * worker's voluntary off-CPU interval inside it ("blocked", ticks 0), or
  * its preemption inside it with fewer than two ticks ("preempted": the
- * poll had the worker that long, most of it waiting for a CPU). No upper
+ * poll had the worker that long, most of it waiting for a CPU; "yielded"
+ * when the thread gave the CPU up itself, sched_yield: a spin-wait, npm
+ * codex's longest poll, 35 ms, read "preempted"). waited_ns: how much of
+ * it the thread spent switched out still runnable (preemptions of at
+ * least offcpu_min; a "running" poll that mostly waited for a CPU, npm
+ * codex-acp: 306 ms, 10 ticks, 11 runnable off-CPU samples in it). No upper
  * bound is claimed: the thread may have been preempted around the ends.
  * Written at its end (ts); dial9's readers skip it, d9's keep it. */
 static const struct d9_field_def long_poll_fields[] = {
@@ -40,8 +45,9 @@ static const struct d9_field_def long_poll_fields[] = {
         { "ticks", D9_T_VARINT },
         { "how", D9_T_POOLED_STRING },
         { "stack", D9_T_POOLED_STACK },
+        { "waited_ns", D9_T_VARINT },
 };
-static const struct d9_schema_def long_poll_schema = { "D9LongPollEvent", 7, long_poll_fields };
+static const struct d9_schema_def long_poll_schema = { "D9LongPollEvent", 8, long_poll_fields };
 
 static int by_lo(const void *a, const void *b)
 {
@@ -163,10 +169,51 @@ uint32_t long_poll_task_frame(const struct translate *tr, const uint64_t *frames
         return 0;
 }
 
+/* Blocking poll launch (cookie + 1) launches worker loops: a stack shows
+ * a task poll above it. */
+static void launch_seen(struct translate *tr, uint32_t launch)
+{
+        tr->launch_polls[launch - 1] |= LAUNCH_SEEN;
+        tr->launch_known = true;
+}
+
+uint32_t long_poll_job_frame(struct translate *tr, const uint64_t *frames, uint32_t n, uint32_t n_kern)
+{
+        uint32_t task = 0, outer = 0;
+
+        for (uint32_t i = n_kern; tr->n_lp_ranges && i < n; i++) {
+                uint64_t v;
+                const struct lp_range *r = frame_range(tr, frames[i], &v);
+
+                if (r && r->blocking)
+                        outer = r->cookie + 1;
+                else if (r && !task)
+                        task = r->cookie + 1;
+        }
+        if (task && outer)
+                launch_seen(tr, outer);
+        if (task || !outer || !tr->launch_known || (tr->launch_polls[outer - 1] & LAUNCH_SEEN))
+                return 0;
+        return outer;
+}
+
+bool long_poll_blocking_frame(const struct translate *tr, const uint64_t *frames, uint32_t n, uint32_t n_kern)
+{
+        for (uint32_t i = n_kern; tr->n_lp_ranges && i < n; i++) {
+                uint64_t v;
+                const struct lp_range *r = frame_range(tr, frames[i], &v);
+
+                if (r && r->blocking)
+                        return true;
+        }
+        return false;
+}
+
 void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stack_id, const uint64_t *frames,
                         uint32_t n, uint32_t n_kern)
 {
         uint32_t task = 0, launch = 0, depth = 0, job = 0;
+        uint64_t callee = 0;
         bool harness = false;
 
         /* Leaf first: the first task poll frame is the innermost (a nested
@@ -184,6 +231,7 @@ void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stac
                         task = r->cookie + 1;
                         depth = i - n_kern;
                         harness = in_harness(tr, v, i, n_kern);
+                        callee = i > n_kern ? frames[i - 1] : 0;
                 }
                 else if (r->blocking && task)
                         launch = r->cookie + 1;
@@ -193,14 +241,25 @@ void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stac
         /* A blocking poll below a task poll is the worker's launch; below a
          * worker BPF named by its index, a multi-thread worker's. */
         if (task && launch) {
-                tr->launch_polls[launch - 1] |= LAUNCH_SEEN;
+                launch_seen(tr, launch);
                 if (t->worker < TR_MAX_WORKERS && tr->ws.w[t->worker].index)
                         tr->launch_polls[launch - 1] |= LAUNCH_NAMED;
+                /* The blocking poll taken for a job launched this loop
+                 * after all: block_in_place's loops are launched by
+                 * another function than the runtime's, at a depth BPF's
+                 * Worker search may not read (npm sideseat: the thread
+                 * holding worker 0 read as the pool's for a whole
+                 * recording). */
+                if (t->pool_job == launch) {
+                        t->pool_thread = false;
+                        t->pool_job = 0;
+                }
         }
         t->lp_stack = stack_id;
         /* Still a worker's stack (below), but in no poll. */
         t->lp_poll = harness ? 0 : task;
         t->lp_depth = depth;
+        t->lp_callee = callee;
         t->lp_launch = launch;
         /* A launch frame alone made a worker only where BPF does not say
          * which loop a thread runs: where it does, that says (a job whose
@@ -212,10 +271,27 @@ void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stac
         /* A blocking-pool poll with no task poll above it, on a thread BPF
          * says runs no worker loop, and not a loop's launch: a
          * spawn_blocking job. Its samples are the pool's (254), as with
-         * poll uprobes, not "no worker" (255). */
-        if (!task && job && t->worker == D9_WORKER_NONE && t->stacks_unnamed &&
-            !(tr->launch_polls[job - 1] & LAUNCH_SEEN))
-                t->pool_thread = true;
+         * poll uprobes, not "no worker" (255). While BPF has not answered
+         * for the thread (still searching the build), an idle worker in its
+         * launch looks the same: BPF's first answer decides
+         * (translate_stack_worker). npm sandbox-agent: a pool thread's job
+         * seen only in the search's first 9 ms left its next 86 samples,
+         * idle between jobs for 0.7 s, on no worker. */
+        if (!task && job && t->worker == D9_WORKER_NONE && !(tr->launch_polls[job - 1] & LAUNCH_SEEN)) {
+                if (t->stacks_unnamed)
+                        long_poll_pool_job(tr, t, job);
+                else
+                        t->job_unanswered = job;
+        }
+}
+
+void long_poll_pool_job(const struct translate *tr, struct tr_thread *t, uint32_t job)
+{
+        if (tr->launch_polls[job - 1] & LAUNCH_SEEN)
+                return;
+        if (!t->pool_thread)
+                t->pool_job = job;
+        t->pool_thread = true;
 }
 
 /* A stall for full_on_stall: counted, the session's tick acts on it. */
@@ -241,19 +317,20 @@ static void run_stall_so_far(struct translate *tr, struct tr_thread *t)
 
 int long_poll_write(struct translate *tr, const struct tr_thread *t, const struct long_poll_seen *lp)
 {
-        struct d9_enc_value v[7];
+        struct d9_enc_value v[8];
         int r;
 
         v[0] = (struct d9_enc_value){ .present = true, .u = t->worker < D9_WORKER_BLOCKING ? t->worker : 255 };
         v[1] = (struct d9_enc_value){ .present = true, .u = t->tid };
-        /* A boxed future's stays unlabelled, as a spawn of one: its stack
-         * names the future (npm endform-proxy-network: 254 of 257 long
-         * polls said Pin<Box<dyn Future>>, their stacks Instrumented<T>). */
-        v[2] = (struct d9_enc_value){ .present = true, .atom = translate_label_atom(tr, lp->cookie) };
+        /* A boxed future's is named by the function its poll frame called,
+         * never the box (npm endform-proxy-network: 254 of 257 long polls
+         * said Pin<Box<dyn Future>>, their stacks Instrumented<T>). */
+        v[2] = (struct d9_enc_value){ .present = true, .atom = translate_stack_label_atom(tr, lp->cookie, lp->callee) };
         v[3] = (struct d9_enc_value){ .present = true, .u = lp->min_ns };
         v[4] = (struct d9_enc_value){ .present = true, .u = lp->ticks };
         v[5] = (struct d9_enc_value){ .present = true };
         v[6] = (struct d9_enc_value){ .present = true, .atom = lp->stack_atom };
+        v[7] = (struct d9_enc_value){ .present = true, .u = lp->waited_ns };
         r = d9_enc_intern_string(tr->enc, lp->how, strlen(lp->how), &v[5].atom);
         if (r == 0)
                 r = d9_enc_event(tr->enc, tr->long_poll_schema, lp->ts, v);
@@ -264,8 +341,10 @@ int long_poll_write(struct translate *tr, const struct tr_thread *t, const struc
 static int run_close(struct translate *tr, struct tr_thread *t)
 {
         struct long_poll_seen lp = {
-                .cookie = t->run_poll - 1, .min_ns = t->run_last - t->run_first, .ticks = t->run_n,
-                .how = t->run_n < 2 ? "preempted" : "running", .ts = t->run_last,
+                .cookie = t->run_poll - 1, .callee = t->run_callee, .min_ns = t->run_last - t->run_first,
+                .ticks = t->run_n,
+                .waited_ns = t->run_off_ns,
+                .how = t->run_n >= 2 ? "running" : t->run_yielded ? "yielded" : "preempted", .ts = t->run_last,
                 .stack_atom = t->run_gen == tr->enc_gen ? t->run_stack_atom : tr->empty_stack,
         };
         int r;
@@ -303,12 +382,15 @@ int long_poll_on_run(struct translate *tr, struct tr_thread *t, const struct d9_
                 return r;
         if (!t->run_poll) {
                 t->run_poll = poll;
+                t->run_callee = t->lp_callee;
                 t->run_since = rec->since_ts;
                 t->run_first = rec->hdr.ts;
                 t->run_n = 0;
                 t->run_depth = 0;
                 t->run_gen = 0;
                 t->run_preempted = false;
+                t->run_yielded = false;
+                t->run_off_ns = 0;
                 t->run_stalled = false;
         }
         t->run_last = rec->hdr.ts;
@@ -325,8 +407,14 @@ int long_poll_on_run(struct translate *tr, struct tr_thread *t, const struct d9_
         return 0;
 }
 
+/* x86-64's sched_yield: a thread that gives its CPU up itself switches
+ * out still runnable, as a preempted one does (d9_rec_offcpu.syscall is
+ * the number + 1). */
+#define SYS_SCHED_YIELD 24
+
 int long_poll_on_preempt(struct translate *tr, struct tr_thread *t, const struct d9_rec_offcpu *o, uint32_t stack)
 {
+        bool yielded = o->syscall == SYS_SCHED_YIELD + 1;
         int r = 0;
 
         if (!o->stack_id || t->lp_stack != o->stack_id || !t->lp_poll)
@@ -335,9 +423,13 @@ int long_poll_on_preempt(struct translate *tr, struct tr_thread *t, const struct
          * switch-out came between (same stretch): it was in that poll when
          * switched out, so it still is when switched back in. */
         if (t->run_poll == t->lp_poll && (!o->run_since || o->run_since == t->run_since)) {
+                uint64_t from = o->off_ts > t->run_first ? o->off_ts : t->run_first;
+
                 if (o->hdr.ts > t->run_last)
                         t->run_last = o->hdr.ts;
+                t->run_off_ns += o->hdr.ts > from ? o->hdr.ts - from : 0;
                 t->run_preempted = true;
+                t->run_yielded |= yielded;
                 run_stall_so_far(tr, t);
                 return 0;
         }
@@ -353,6 +445,7 @@ int long_poll_on_preempt(struct translate *tr, struct tr_thread *t, const struct
         if (r < 0)
                 return r;
         t->run_poll = t->lp_poll;
+        t->run_callee = t->lp_callee;
         t->run_since = o->run_since;
         t->run_first = o->off_ts;
         t->run_last = o->hdr.ts;
@@ -361,6 +454,8 @@ int long_poll_on_preempt(struct translate *tr, struct tr_thread *t, const struct
         t->run_stack_atom = stack;
         t->run_gen = tr->enc_gen;
         t->run_preempted = true;
+        t->run_yielded = yielded;
+        t->run_off_ns = o->hdr.ts - o->off_ts;
         t->run_stalled = false;
         run_stall_so_far(tr, t);
         return 0;
@@ -377,6 +472,7 @@ int long_poll_on_offcpu(struct translate *tr, struct tr_thread *t, const struct 
         if (r < 0 || !o->stack_id || t->lp_stack != o->stack_id || !t->lp_poll)
                 return r;
         lp.cookie = t->lp_poll - 1;
+        lp.callee = t->lp_callee;
         r = long_poll_write(tr, t, &lp);
         if (r < 0)
                 return r;

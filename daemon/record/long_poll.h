@@ -46,11 +46,26 @@ int long_poll_ranges(struct translate *tr, long_poll_vaddr_fn vaddr_of, void *ct
 /* cookie + 1 of the innermost runtime-task poll frame in frames (leaf
  * first, n_kern kernel ones first), 0: none. */
 uint32_t long_poll_task_frame(const struct translate *tr, const uint64_t *frames, uint32_t n, uint32_t n_kern);
+/* cookie + 1 of a spawn_blocking job's poll frame in frames: a
+ * blocking-pool poll with no task poll above it, and not a worker loop's
+ * launch, which stacks with a task poll above it taught (all of one
+ * build's runtimes launch their workers by one function); 0 while no
+ * launch is known. */
+uint32_t long_poll_job_frame(struct translate *tr, const uint64_t *frames, uint32_t n, uint32_t n_kern);
+/* t runs spawn_blocking jobs (cookie + 1 of the one seen), unless a stack
+ * has shown that blocking poll launching a loop: its samples are the
+ * pool's until a task poll above that blocking poll shows it was one. */
+void long_poll_pool_job(const struct translate *tr, struct tr_thread *t, uint32_t job);
+/* Whether frames show a blocking-pool poll (a worker loop's launch, or a
+ * spawn_blocking job). */
+bool long_poll_blocking_frame(const struct translate *tr, const uint64_t *frames, uint32_t n, uint32_t n_kern);
 
 /* One D9LongPollEvent: at least min_ns long, written at ts, how it was seen. */
 struct long_poll_seen {
         uint32_t cookie;                /* the poll point's */
+        uint64_t callee;                /* what its frame called (tr_thread.lp_callee) */
         uint64_t min_ns, ticks, ts;
+        uint64_t waited_ns;             /* switched out still runnable inside it */
         const char *how;
         uint32_t stack_atom;
 };

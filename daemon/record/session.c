@@ -1351,14 +1351,6 @@ static void session_plan_run(struct plan_job *job)
         st->s->timeline.planned = st->s->timeline.exec != 0;
 }
 
-static uint64_t thread_cpu_ns(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* The calling thread's time runnable but not running (schedstat's second
  * field), 0 if unknown. */
 static uint64_t thread_runq_ns(void)
@@ -1377,7 +1369,7 @@ static void session_install_run(struct plan_job *job)
         struct session_start *st = (struct session_start *)job;
         struct session *s = st->s;
 
-        uint64_t cpu0 = thread_cpu_ns(), runq0 = s->timeline.exec ? thread_runq_ns() : 0;
+        uint64_t cpu0 = d9_thread_cpu_ns(), runq0 = s->timeline.exec ? thread_runq_ns() : 0;
 
         if (s->timeline.exec)
                 s->timeline.install_begun = d9_now_ns();
@@ -1403,7 +1395,7 @@ static void session_install_run(struct plan_job *job)
         }
         if (st->r == 0 && s->timeline.exec) {
                 s->timeline.maps_read = d9_now_ns();
-                s->timeline.install_cpu_ns = thread_cpu_ns() - cpu0;
+                s->timeline.install_cpu_ns = d9_thread_cpu_ns() - cpu0;
                 s->timeline.install_runq_ns = runq0 ? thread_runq_ns() - runq0 : 0;
         }
 }
@@ -1585,11 +1577,22 @@ static void session_account_short_offcpu(struct session *s)
         if (!s->bpf || d9_bpf_target_offcpu_short(s->bpf, &now) < 0)
                 return;
         s->offcpu_short = now;
+        /* Intervals BPF did not see begin (d9_count_unseen): lost, said so
+         * in the trace and once in the log. */
+        if (now.unseen > was->unseen && s->tr.enc &&
+            translate_lost(&s->tr, session_observed_until(s), now.unseen - was->unseen, "switch") == 0) {
+                if (!was->unseen)
+                        log_warn("pid %d: %llu off-CPU intervals lost: a thread switched in with no switch-out seen",
+                                 s->pid, (unsigned long long)now.unseen);
+                was->unseen = now.unseen;
+        }
         if (now.count <= was->count || !s->tr.enc)
                 return;
         if (translate_offcpu_short(&s->tr, session_observed_until(s), now.count - was->count, now.ns - was->ns,
-                                   s->offcpu_min_us * 1000) == 0)
-                *was = now;
+                                   s->offcpu_min_us * 1000) == 0) {
+                was->count = now.count;
+                was->ns = now.ns;
+        }
 }
 
 /* Where the default set's BPF looks for each stack's Worker (docs/probe-plan.md
@@ -1941,7 +1944,7 @@ static json_t *worker_search_json(const struct d9_worker_search *ws)
 
 json_t *session_status_json(const struct session *s)
 {
-        json_t *j = json_pack("{s:I,s:i,s:I,s:s,s:s,s:s,s:f,s:I,s:I,s:I,s:i,s:i,s:O,s:O,s:I,s:s,s:{s:I,s:I,s:I}}",
+        json_t *j = json_pack("{s:I,s:i,s:I,s:s,s:s,s:s,s:f,s:I,s:I,s:I,s:i,s:i,s:O,s:O,s:I,s:s,s:{s:I,s:I,s:I,s:I}}",
                 "session", (json_int_t)s->id, "pid", s->pid, "starttime", (json_int_t)s->starttime,
                 "service", s->service, "state", s->stopping ? "stopping" : state_name(s->state), "dir", s->seg.dir,
                 "events_per_s", s->events_per_s, "events", (json_int_t)s->tr.events,
@@ -1950,7 +1953,8 @@ json_t *session_status_json(const struct session *s)
                 "sealed", s->sealed_paths, "probe_plan", s->plan_json ? s->plan_json : json_null(),
                 "records", (json_int_t)s->tr.records, "end_reason", s->end_reason,
                 "offcpu_short", "min_us", (json_int_t)s->offcpu_min_us,
-                "intervals", (json_int_t)s->offcpu_short.count, "total_ns", (json_int_t)s->offcpu_short.ns);
+                "intervals", (json_int_t)s->offcpu_short.count, "total_ns", (json_int_t)s->offcpu_short.ns,
+                "unseen_switch_outs", (json_int_t)s->offcpu_short.unseen);
         if (j && s->privileged)
                 json_object_set_new(j, "discarded_privileged", json_integer((json_int_t)s->discarded));
         /* Tasks idle so long their spawn may be written again (live_tasks.h). */
@@ -1972,15 +1976,18 @@ json_t *session_status_json(const struct session *s)
         }
         /* Stacks: unwound, not, off-CPU samples that say why they have none,
          * and those taken in d9d's own probes ([d9d uprobe], docs/stacks.md). */
-        json_object_set_new(j, "stacks", json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
+        json_object_set_new(j, "stacks", json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
                 "unwound", (json_int_t)s->tr.stacks, "failed", (json_int_t)s->tr.stacks_failed,
                 "offcpu_without_stack", (json_int_t)s->tr.offcpu_no_stack,
+                "cpu_samples_without_stack", (json_int_t)s->tr.cpu_no_stack,
                 "in_d9d_probes", (json_int_t)s->tr.probe_stacks,
                 "unwound_from_trap_site", (json_int_t)s->tr.stacks_in_trap,
                 "frames_outside_mappings", (json_int_t)s->tr.frames_outside,
                 "module_files_not_local", (json_int_t)s->tr.files_not_local,
                 "cut_at_copy_end", (json_int_t)s->tr.stacks_cut,
                 "cut_by_byte_cap", (json_int_t)s->tr.stacks_cut_capped,
+                "cut_for_ring_room", (json_int_t)s->tr.stacks_cut_room,
+                "cut_at_page_not_in_memory", (json_int_t)s->tr.stacks_cut_unread,
                 "cut_at_frame_limit", (json_int_t)s->tr.stacks_capped,
                 "deep_copies", (json_int_t)s->tr.stacks_deep,
                 "deep_bytes", (json_int_t)s->tr.stacks_deep_bytes,

@@ -192,11 +192,14 @@ void translate_release(struct translate *tr)
                 .events = tr->events, .records = tr->records, .exited = tr->exited,
                 .exec_seen = tr->exec_seen, .error = tr->error,
                 .stacks = tr->stacks, .stacks_failed = tr->stacks_failed,
-                .offcpu_no_stack = tr->offcpu_no_stack, .probe_stacks = tr->probe_stacks,
+                .offcpu_no_stack = tr->offcpu_no_stack, .cpu_no_stack = tr->cpu_no_stack,
+                .probe_stacks = tr->probe_stacks,
                 .frames_outside = tr->frames_outside, .stacks_in_trap = tr->stacks_in_trap,
                 .files_not_local = tr->files_not_local,
                 .stacks_cut = tr->stacks_cut, .stacks_capped = tr->stacks_capped,
-                .stacks_cut_capped = tr->stacks_cut_capped, .stacks_deep = tr->stacks_deep,
+                .stacks_cut_capped = tr->stacks_cut_capped, .stacks_cut_room = tr->stacks_cut_room,
+                .stacks_cut_unread = tr->stacks_cut_unread,
+                .stacks_deep = tr->stacks_deep,
                 .stacks_deep_bytes = tr->stacks_deep_bytes, .stack_bytes = tr->stack_bytes,
                 .long_polls = tr->long_polls, .stall_ns = tr->stall_ns, .stalls = tr->stalls,
                 .stalls_in_window = tr->stalls_in_window,
@@ -378,6 +381,8 @@ static char *dyn_label(const struct translate *tr, uint64_t addr)
 
         if (tr->plan && exe_map_vaddr(&tr->exe, addr, &vaddr))
                 name = probe_plan_dyn_fn_name(tr->plan, vaddr);
+        if (name && !*name)     /* in the table, no symbol names it */
+                name = NULL;
         if (!name && exe_map_unnamed(&tr->exe, addr, unnamed, sizeof(unnamed)))
                 name = unnamed;
         return name ? strdup(name) : NULL;
@@ -431,32 +436,58 @@ static void exe_map_from_record(struct translate *tr, const struct d9_rec_task *
                 translate_set_exe_map(tr, &m);
 }
 
-/* Label of a boxed future by its concrete poll fn (dyn_label). Until the
- * executable's place is known (exe_map_from_record, else the session's map
- * read) nothing is decided: the poll instance's label. */
-static uint32_t poll_label_atom(struct translate *tr, uint64_t cookie, uint64_t future_poll)
+/* Label of a boxed future by its concrete poll fn at runtime address fn
+ * (dyn_label), or D9_NO_ATOM: none, or the executable's place not known
+ * yet (exe_map_from_record, else the session's map read). */
+static uint32_t dyn_atom(struct translate *tr, uint64_t fn)
 {
         struct tr_dyn *e = NULL;
 
-        if (!future_poll || !tr->exe.n)
-                return label_atom(tr, cookie);
+        if (!fn || !tr->exe.n)
+                return D9_NO_ATOM;
         for (size_t i = 0; i < tr->n_dyn && !e; i++)
-                if (tr->dyn[i].addr == future_poll)
+                if (tr->dyn[i].addr == fn)
                         e = &tr->dyn[i];
         if (!e && tr->n_dyn < MAX_DYN_LABELS) {
                 struct tr_dyn *more = realloc(tr->dyn, (tr->n_dyn + 1) * sizeof(*more));
 
                 if (!more)
-                        return label_atom(tr, cookie);
+                        return D9_NO_ATOM;
                 tr->dyn = more;
                 e = &tr->dyn[tr->n_dyn++];
-                *e = (struct tr_dyn){ future_poll, dyn_label(tr, future_poll), D9_NO_ATOM };
+                *e = (struct tr_dyn){ fn, dyn_label(tr, fn), D9_NO_ATOM };
         }
         if (!e || !e->name)
-                return label_atom(tr, cookie);
+                return D9_NO_ATOM;
         if (e->atom == D9_NO_ATOM && d9_enc_intern_string(tr->enc, e->name, strlen(e->name), &e->atom) < 0)
-                return label_atom(tr, cookie);
+                return D9_NO_ATOM;
         return e->atom;
+}
+
+/* A poll's label: by the future its box holds, else the poll instance's. */
+static uint32_t poll_label_atom(struct translate *tr, uint64_t cookie, uint64_t future_poll)
+{
+        uint32_t atom = dyn_atom(tr, future_poll);
+
+        return atom != D9_NO_ATOM ? atom : label_atom(tr, cookie);
+}
+
+uint32_t translate_stack_label_atom(struct translate *tr, uint64_t cookie, uint64_t callee)
+{
+        uint64_t fn, vaddr;
+        uint32_t atom;
+
+        if (!tr->plan || cookie >= tr->n_labels || !tr->plan->points[cookie].boxed_dyn)
+                return label_atom(tr, cookie);
+        if (!callee || !tr->unw || unwinder_fn_start(tr->unw, callee, &fn) < 0)
+                return tr->empty_atom;
+        /* The plan knows every trait object's first method (named or not):
+         * a callee that is none is other code the poll instance runs (the
+         * harness's free, the scheduler), whose name would be wrong. */
+        if (!exe_map_vaddr(&tr->exe, fn, &vaddr) || !probe_plan_dyn_fn_name(tr->plan, vaddr))
+                return tr->empty_atom;
+        atom = dyn_atom(tr, fn);
+        return atom != D9_NO_ATOM ? atom : tr->empty_atom;
 }
 
 /* A task the spawn probe saw is labelled as its polls will be, through
@@ -524,6 +555,17 @@ static int before_park_write(struct translate *tr, struct tr_thread *t)
 
         if (!t->before_on || t->worker >= D9_WORKER_BLOCKING)
                 return 0;
+        /* A multi-thread worker (named by Tokio's index) parks inside its
+         * loop, under the blocking-pool poll that launched it: a sleep
+         * whose stack showed none was the thread idle in the pool before
+         * it took this loop (npm sideseat, full set: a pool thread's 1.24 s
+         * wait for a job read as worker 1 parked, and worker 1 busy and
+         * parked 115 % of the time). */
+        if (tr->ws.w[t->worker].index && !t->before_in_pool_poll) {
+                t->before_on = 0;
+                tr->sleeps_not_parks++;
+                return 0;
+        }
         e = d9_enc_worker_park(tr->enc, t->before_off, t->worker, 0, t->before_cpu, t->tid);
         if (e == 0)
                 e = d9_enc_worker_unpark(tr->enc, t->before_on, t->worker, 0, t->before_cpu, t->before_wait,
@@ -657,6 +699,12 @@ int translate_stack_worker(struct translate *tr, uint32_t tid, uint64_t rt, uint
         if (searching)
                 return 0;
         t->stacks_unnamed = worker ? 0 : t->stacks_unnamed + 1;
+        /* A job it showed before BPF could say: a loop now is BPF's to
+         * name, none makes it the pool's, unless a stack has shown that
+         * blocking poll launching a loop since (long_poll_on_stack). */
+        if (!worker && t->job_unanswered)
+                long_poll_pool_job(tr, t, t->job_unanswered);
+        t->job_unanswered = 0;
         if (!worker) {
                 /* Its loop ended: back to the pool (or never a worker). */
                 if (t->worker < TR_MAX_WORKERS && tr->ws.w[t->worker].index)
@@ -987,10 +1035,13 @@ static int on_park(struct translate *tr, const struct d9_rec_park *r, struct tr_
 }
 
 /* A sample's worker_id: its worker, else 254 for a blocking-pool thread
- * (as dial9 marks them), else 255. */
+ * (as dial9 marks them) or one in a job since before the attach (full set,
+ * attach_poll.c), else 255. */
 static uint32_t sample_lane(const struct tr_thread *t)
 {
-        return t->worker != D9_WORKER_NONE ? t->worker : t->pool_thread ? D9_WORKER_BLOCKING : D9_WORKER_NONE;
+        if (t->worker != D9_WORKER_NONE)
+                return t->worker;
+        return t->pool_thread || (t->ap_job && !t->ap_done) ? D9_WORKER_BLOCKING : D9_WORKER_NONE;
 }
 
 /* Callchain atom for a sample that names stack_id; fallback: [ip] or empty. */
@@ -1056,6 +1107,7 @@ static void before_park_hold(struct translate *tr, struct tr_thread *t, const st
         t->before_on = o->hdr.ts;
         t->before_cpu = o->cpu_ns;
         t->before_wait = o->sched_wait_ns;
+        t->before_in_pool_poll = long_poll_blocking_frame(tr, st->frames, st->n, 0);
 }
 
 /* An off-CPU sample; without park probes, a worker's voluntary sleep
@@ -1252,12 +1304,13 @@ static void stack_unwind(struct translate *tr, const struct d9_rec_stack *rec, s
         h->n = (uint32_t)n;
         h->n_kern = n_kern;
         h->cut = unwinder_last_cut(tr->unw);
+        h->unread = unwinder_last_unread(tr->unw);
         h->capped = unwinder_last_capped(tr->unw);
         /* Cut by the plain copy: this thread's next stacks are copied whole,
          * within the byte cap (docs/stacks.md, "Deep stacks"). Said here, as
          * the stack is unwound, so a stack held while the plan is built
          * switches the thread at once, not seconds later at its replay. */
-        if (h->cut && !(h->flags & (D9_SREC_DEEP | D9_SREC_CAPPED)) && tr->deep_thread)
+        if (h->cut && !(h->flags & (D9_SREC_DEEP | D9_SREC_CAPPED | D9_SREC_ROOM)) && tr->deep_thread)
                 tr->deep_thread(tr->deep_ctx, h->hdr.tid);
 }
 
@@ -1301,11 +1354,15 @@ static void on_stack_frames(struct translate *tr, const struct translate_held_st
         /* Say where a stack stops short, so a flame graph does not show
          * the innermost frames as if they were all there was. */
         if (h->cut && n < MAX_FRAMES) {
-                bool rate = (h->flags & D9_SREC_CAPPED) != 0;
+                bool rate = (h->flags & D9_SREC_CAPPED) != 0, room = (h->flags & D9_SREC_ROOM) != 0;
 
-                st->frames[n++] = stack_mark_addr(rate ? STACK_MARK_CUT_RATE : STACK_MARK_CUT);
+                st->frames[n++] = stack_mark_addr(rate ? STACK_MARK_CUT_RATE : room ? STACK_MARK_CUT_ROOM : STACK_MARK_CUT);
                 tr->stacks_cut++;
                 tr->stacks_cut_capped += rate;
+                tr->stacks_cut_room += room;
+        } else if (h->unread && n < MAX_FRAMES) {
+                st->frames[n++] = stack_mark_addr(STACK_MARK_CUT_UNREAD);
+                tr->stacks_cut_unread++;
         } else if (h->capped && n < MAX_FRAMES) {
                 /* Deep recursion (npm postgrestools: 128 frames of one
                  * function): the poll frame and main lie beyond the walk. */
@@ -1369,16 +1426,24 @@ static struct tr_stack *take_stack(struct tr_thread *t, uint64_t stack_id)
         return NULL;
 }
 
+/* A CPU sample's stack; without one, the sampled user address (if any)
+ * and the mark saying why the rest is missing: a sample in the kernel
+ * whose STACK record was dropped (ring full) had an empty callchain, and
+ * one in user code a single frame that read as a whole stack (npm codex
+ * under load, 2-5 per 6 s; docs/stacks.md, "Samples without a stack"). */
 static uint32_t sample_stack(struct translate *tr, struct tr_thread *t, uint64_t stack_id, uint64_t ip)
 {
         struct tr_stack *st = take_stack(t, stack_id);
-        uint32_t atom;
+        uint64_t chain[2];
+        uint32_t atom, n = 0;
 
         if (st && st->n && d9_enc_intern_stack(tr->enc, st->frames, st->n, &atom) == 0)
                 return atom;
-        if (tr->hide_kernel && ip >= UNWIND_KERNEL_MIN)
-                ip = 0;
-        if (ip && d9_enc_intern_stack(tr->enc, &ip, 1, &atom) == 0)
+        if (ip && !(tr->hide_kernel && ip >= UNWIND_KERNEL_MIN))
+                chain[n++] = ip;
+        chain[n++] = stack_mark_addr(st && st->fail ? st->fail : STACK_MARK_MISSING);
+        tr->cpu_no_stack++;
+        if (d9_enc_intern_stack(tr->enc, chain, n, &atom) == 0)
                 return atom;
         return tr->empty_stack;
 }

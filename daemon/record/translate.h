@@ -35,6 +35,10 @@ struct tr_thread {
         uint32_t stacks_unnamed;        /* its stacks in a row that named no worker */
         bool stacks_looked;             /* BPF looked for its worker (default set) */
         bool pool_thread;               /* has run blocking-pool tasks (samples: 254) */
+        uint32_t job_unanswered;        /* default set: cookie + 1 of a job it showed
+                                         * while BPF did not yet say whether it runs
+                                         * a worker loop */
+        uint32_t pool_job;              /* ... of the job that made it the pool's */
         bool poll_cut;                  /* its poll was closed by a window's end: a
                                          * late end from BPF's stale state is not its */
         uint64_t blocking_ts;           /* its open blocking-pool poll: start, */
@@ -48,6 +52,7 @@ struct tr_thread {
          * before the thread showed its worker: its park and unpark are
          * written when it does (worker_take). before_on 0: none. */
         uint64_t before_off, before_on, before_cpu, before_wait;
+        bool before_in_pool_poll;       /* its stack showed a blocking-pool poll */
         uint32_t name_atom;
         char name[17];                  /* its name at its last CPU sample */
         /* The last two STACK records unwound here, used by the SAMPLE or
@@ -66,6 +71,7 @@ struct tr_thread {
         uint64_t lp_stack;
         uint32_t lp_poll, lp_launch;
         uint32_t lp_depth;              /* user frames above that task poll frame */
+        uint64_t lp_callee;             /* the frame that poll frame called (0: none) */
         /* The open run of fast ticks in one task poll (run_poll = cookie + 1),
          * and its stack: of the tick deepest in the poll (run_depth).
          * run_preempted: a preemption inside the poll is part of the run (a
@@ -73,7 +79,10 @@ struct tr_thread {
         uint32_t run_poll, run_n, run_stack_atom, run_gen, run_depth;
         uint64_t run_since, run_first, run_last;
         bool run_preempted;
+        bool run_yielded;               /* ... by the thread's own sched_yield */
+        uint64_t run_off_ns;            /* ... switched out still runnable, in all */
         bool run_stalled;               /* counted as a stall while still running */
+        uint64_t run_callee;            /* lp_callee of the run's first stack */
         /* attach_poll.c (full set): the innermost task poll frame of its
          * stack ap_stack; the poll it has been in since before the uprobes
          * attached (ap_poll = cookie + 1), its CPU samples in it, the last
@@ -82,6 +91,7 @@ struct tr_thread {
         uint64_t ap_stack, ap_last;
         uint32_t ap_stack_poll, ap_poll, ap_n, ap_atom, ap_gen;
         bool ap_done;
+        bool ap_job;                    /* ... its stack shows a spawn_blocking job */
 };
 
 struct lp_range;
@@ -142,6 +152,7 @@ struct translate {
         void *want_maps_ctx;
         uint64_t stacks, stacks_failed; /* STACK records unwound / not */
         uint64_t offcpu_no_stack;       /* off-CPU samples written with a "no stack" mark */
+        uint64_t cpu_no_stack;          /* CPU samples written so (their user address, then the mark) */
         uint64_t probe_stacks;          /* stacks taken in d9d's own probes ([d9d uprobe]) */
         uint64_t frames_outside;        /* callers outside every mapping, dropped by the unwinder */
         uint64_t stacks_in_trap;        /* samples in a uprobe trap, unwound from its site */
@@ -150,6 +161,8 @@ struct translate {
         uint64_t stacks_cut;            /* stacks ending in the cut mark: callers past the copy */
         uint64_t stacks_capped;         /* ... ending in the frame-limit mark */
         uint64_t stacks_cut_capped;     /* ... of them, deeper copies refused by the byte cap */
+        uint64_t stacks_cut_room;       /* ... of them, deeper copies left out for the ring's room */
+        uint64_t stacks_cut_unread;     /* stacks ending where a step needed a page not in memory */
         uint64_t stacks_deep;           /* stacks copied whole past the 8 KiB (D9_SREC_DEEP) */
         uint64_t stacks_deep_bytes;     /* their copied bytes */
         uint64_t stack_bytes;           /* STACK record bytes read from the ring */
@@ -188,7 +201,8 @@ struct translate {
         uint64_t uprobes_from_ts;       /* when uprobes joined; UINT64_MAX: not yet */
         uint64_t sched_parks;           /* parks derived from off-CPU records */
         uint64_t sleeps_not_parks;      /* a worker's sleeps outside a task poll
-                                         * in no park's system call */
+                                         * in no park's system call, or from
+                                         * before the attach outside its loop */
         uint64_t polls_ended_by_task;   /* polls ended by their task's next
                                          * poll start on another thread */
         uint64_t poll_ends_lost;        /* open polls ended at their start: the
@@ -212,6 +226,7 @@ struct translate {
         struct lp_range *lp_ranges;     /* poll functions, sorted by start */
         size_t n_lp_ranges;
         uint8_t *launch_polls;          /* per cookie: LAUNCH_SEEN, LAUNCH_NAMED */
+        bool launch_known;              /* one of them LAUNCH_SEEN */
         int long_poll_schema;
         uint32_t enc_gen;               /* bumped with each encoder (atoms) */
         uint64_t long_polls;            /* D9LongPollEvents written */
@@ -284,6 +299,7 @@ struct translate_held_stack {
         uint32_t n, n_kern;             /* n 0: it did not unwind, because of */
         uint32_t fail;                  /* ... this enum stack_mark */
         uint32_t cut;                   /* the walk needed stack past the copy */
+        uint32_t unread;                /* ... or in its pages not in memory */
         uint32_t capped;                /* the walk stopped at the frame limit */
         uint64_t frames[];              /* n of them, kernel first, leaf first */
 };
@@ -312,6 +328,13 @@ uint32_t translate_thread_worker(struct translate *tr, struct tr_thread *t);
  * none (the empty string) for a boxed future's poll instance, which says
  * only the box. */
 uint32_t translate_label_atom(struct translate *tr, uint64_t cookie);
+/* The label of a poll seen on a stack (the default set's long polls): the
+ * cookie's; for a boxed future's poll instance, whose poll reads no
+ * vtable there, the function its frame called (callee: that frame's
+ * address, 0 if none), named as a boxed poll read at its start would be
+ * (npm ace-tool-rs, stripped: every long poll was "unknown future" while
+ * the full set named each by address); none if that cannot be told. */
+uint32_t translate_stack_label_atom(struct translate *tr, uint64_t cookie, uint64_t callee);
 
 /* Sampled wakes: the wake points are attached from ts on (or not), for
  * on_ms of every period_ms: a D9WakeWindowEvent. */

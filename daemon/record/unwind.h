@@ -50,6 +50,7 @@ struct unwind_stats {
         uint64_t truncated;             /* stopped at max_frames */
         uint64_t cut;                   /* stopped where the full copy ended: the
                                          * callers are deeper than copy_bytes */
+        uint64_t unread;                /* stopped at stack pages not in memory */
         uint64_t ns;                    /* time spent unwinding */
         uint64_t reports;               /* module sets built from a map handed in */
         uint64_t maps_asked;            /* want_maps calls */
@@ -114,12 +115,20 @@ int unwinder_set_trap_sites(struct unwinder *u, const char *build_id, const uint
  * module's build-id is build_id (hex; NULL: any module). 0, or -ENOENT. */
 int unwinder_link_vaddr(struct unwinder *u, uint64_t addr, const char *build_id, uint64_t *vaddr);
 
+/* Where the function holding user address addr starts, as the target
+ * runs it: the .eh_frame_hdr entry at or below it whose FDE covers it.
+ * 0, or -ENOENT (no module, no table, no FDE there). */
+int unwinder_fn_start(struct unwinder *u, uint64_t addr, uint64_t *start);
+
 void unwinder_get_stats(const struct unwinder *u, struct unwind_stats *st);
 
 /* Whether the last unwinder_stack stopped because the walk needed stack
  * beyond a full copy (counted in stats.cut): the frames are the stack's
  * innermost part only, its outermost frames are not in the record. */
 bool unwinder_last_cut(const struct unwinder *u);
+/* Whether the last unwinder_stack stopped at a word in the record's
+ * pages not in memory (unread_at; counted in stats.unread), not cut. */
+bool unwinder_last_unread(const struct unwinder *u);
 /* Whether the last unwinder_stack stopped at max_frames (counted in
  * stats.truncated): its outermost frames were not walked. */
 bool unwinder_last_capped(const struct unwinder *u);

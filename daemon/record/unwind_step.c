@@ -144,10 +144,15 @@ static struct prologue prologue_of(const struct unw_step_ops *ops, uint64_t fn, 
                 } else if (p[0] == 0x41 && p[1] >= 0x50 && p[1] <= 0x57) {
                         pushed(&pr, (uint8_t)(8 + p[1] - 0x50)); /* push r8-r15 */
                         i += 2;
-                } else if ((p[0] & 0xf0) == 0x40 && p[1] == 0x89 && (p[2] >> 6) == 3) {
-                        i += 3;                                 /* mov r64, r64 */
-                } else if (p[0] == 0x89 && (p[1] >> 6) == 3) {
-                        i += 2;                                 /* mov r32, r32 */
+                } else if ((p[0] & 0xf0) == 0x40 && (p[1] == 0x89 || p[1] == 0x63 || p[1] == 0x31 ||
+                                                     p[1] == 0x33) && (p[2] >> 6) == 3) {
+                        i += 3;                 /* mov, movslq, xor: r64, r64 */
+                } else if ((p[0] == 0x89 || p[0] == 0x31 || p[0] == 0x33) && (p[1] >> 6) == 3) {
+                        i += 2;                 /* mov, xor: r32, r32 */
+                } else if (p[0] >= 0xb8 && p[0] <= 0xbf && p[0] != 0xbc) {
+                        i += 5;                 /* mov r32, imm32 (musl's __timedwait) */
+                } else if (p[0] == 0x41 && p[1] >= 0xb8 && p[1] <= 0xbf) {
+                        i += 6;                 /* mov r8d-r15d, imm32 */
                 } else if (p[0] == 0x48 && p[1] == 0x83 && p[2] == 0xec && p[3] < 0x80) {
                         pr.frame += p[3], i += 4;               /* sub rsp, imm8 */
                 } else if (p[0] == 0x48 && p[1] == 0x81 && p[2] == 0xec) {
@@ -173,8 +178,71 @@ static bool frame_of(const struct unw_step_ops *ops, uint64_t fn, uint64_t off, 
         return pr->frame == (int64_t)off;
 }
 
+/* The caller's registers pr's pushes saved, right below its return
+ * address (at ra_at), back into regs. */
+static void restore_pushed(const struct unw_step_ops *ops, uint64_t *regs, const struct prologue *pr,
+                           uint64_t ra_at)
+{
+        uint64_t v;
+
+        for (uint8_t k = 0; k < pr->n_pushed; k++)
+                if (ops->read_word(ops->ctx, ra_at - 8 * (k + 1u), &v))
+                        regs[pr->pushed[k]] = v;
+}
+
+/* A frame pointer the caller could be using: 8-aligned, above sp and
+ * not far (frames of a few KiB; the copy is 8 KiB, a deep one 128). */
+#define UNW_FP_REACH (256u << 10)
+
+static bool fp_plausible(uint64_t bp, uint64_t sp)
+{
+        return !(bp & 7) && bp > sp && bp - sp < UNW_FP_REACH;
+}
+
 /* Code of a called function searched for a tail jump on. */
 #define TAIL_JUMP_BYTES 64
+
+/* Where the call that returns to ra went: a direct call, or one through a
+ * GOT slot d9d can read. False: another kind (through a register), or
+ * code not read. */
+static bool call_target(const struct unw_step_ops *ops, uint64_t ra, uint64_t *fn)
+{
+        uint8_t code[16];
+
+        if (!ops->read_code(ops->ctx, ra, code))
+                return false;
+        if (code[11] == 0xe8) {
+                *fn = ra + (uint64_t)rel32_at(code + 12);
+                return true;
+        }
+        return code[10] == 0xff && code[11] == 0x15 && ops->read_ptr &&
+               ops->read_ptr(ops->ctx, ra + (uint64_t)rel32_at(code + 12), fn);
+}
+
+/* The functions a call to fn may have run in: fn, then each target of a
+ * jmp rel32 in its first bytes (any e9 byte is a candidate: the caller's
+ * check decides). Returns how many went into fns (at most max). */
+static size_t call_lands_in(const struct unw_step_ops *ops, uint64_t fn, uint64_t *fns, size_t max)
+{
+        uint8_t code[TAIL_JUMP_BYTES];
+        size_t n = 0;
+
+        fns[n++] = fn;
+        for (size_t k = 0; k < TAIL_JUMP_BYTES; k += 16)
+                if (!ops->read_code(ops->ctx, fn + k + 16, code + k))
+                        return n;
+        for (size_t i = 0; i + 5 <= TAIL_JUMP_BYTES && n < max; i++) {
+                uint64_t to = fn + i + 5 + (uint64_t)rel32_at(code + i + 1);
+
+                if (code[i] == 0xe9 && to != fn)
+                        fns[n++] = to;
+        }
+        return n;
+}
+
+/* Functions call_lands_in gives at most: fn and the jumps in its first
+ * TAIL_JUMP_BYTES (each e9 byte a candidate). */
+#define LANDS_MAX 16
 
 /* Whether ra, off bytes above sp in a frame at pc, is that frame's own
  * return address: the call before it goes to the function pc is in, or to
@@ -186,41 +254,82 @@ static bool frame_of(const struct unw_step_ops *ops, uint64_t fn, uint64_t off, 
 static bool called_into(const struct unw_step_ops *ops, uint64_t ra, uint64_t off, uint64_t pc,
                         struct prologue *pr)
 {
-        uint8_t code[TAIL_JUMP_BYTES];
-        uint64_t fn;
+        uint64_t fn, fns[LANDS_MAX];
+        size_t n;
 
-        if (!ops->read_code(ops->ctx, ra, code))
+        if (!call_target(ops, ra, &fn))
                 return false;
-        if (code[11] == 0xe8)
-                fn = ra + (uint64_t)rel32_at(code + 12);
-        else if (code[10] == 0xff && code[11] == 0x15 && ops->read_ptr)
-                fn = 0;
-        else
-                return false;
-        if (!fn && !ops->read_ptr(ops->ctx, ra + (uint64_t)rel32_at(code + 12), &fn))
-                return false;
-        if (frame_of(ops, fn, off, pc, pr))
-                return true;
-        for (size_t k = 0; k < TAIL_JUMP_BYTES; k += 16)
-                if (!ops->read_code(ops->ctx, fn + k + 16, code + k))
-                        return false;
-        /* Any e9 byte is a candidate jmp rel32: the frame check decides. */
-        for (size_t i = 0; i + 5 <= TAIL_JUMP_BYTES; i++) {
-                uint64_t to = fn + i + 5 + (uint64_t)rel32_at(code + i + 1);
-
-                if (code[i] == 0xe9 && to != fn && frame_of(ops, to, off, pc, pr))
+        n = call_lands_in(ops, fn, fns, LANDS_MAX);
+        for (size_t i = 0; i < n; i++)
+                if (frame_of(ops, fns[i], off, pc, pr))
                         return true;
-        }
         return false;
 }
 
-/* A frame pointer the caller could be using: 8-aligned, above sp and
- * not far (frames of a few KiB; the copy is 8 KiB, a deep one 128). */
-#define UNW_FP_REACH (256u << 10)
-
-static bool fp_plausible(uint64_t bp, uint64_t sp)
+/* Whether the code at fn jumps on through a GOT slot (a PLT entry:
+ * `jmp *slot(%rip)`, after endbr64 and a bnd prefix if any). */
+static bool jump_stub(const struct unw_step_ops *ops, uint64_t fn)
 {
-        return !(bp & 7) && bp > sp && bp - sp < UNW_FP_REACH;
+        uint8_t c[16];
+        size_t i = 0;
+
+        if (!ops->read_code(ops->ctx, fn + 16, c))
+                return false;
+        if (c[0] == 0xf3 && c[1] == 0x0f && c[2] == 0x1e && c[3] == 0xfa)
+                i = 4;
+        if (c[i] == 0xf2)
+                i++;
+        return c[i] == 0xff && c[i + 1] == 0x25;
+}
+
+/* Whether ra's call can have led to the frame a scan leaves: that frame
+ * has no FDE, nor has any the scan steps over (their return addresses are
+ * into code without one), so a direct call to a function with an FDE did
+ * not, unless it is a stub jumping on. A stale return address from an
+ * earlier call of the vDSO's clock_gettime into its own helper lay in
+ * musl's epoll wrapper's frame (npm codex: 24 of 1,064 stacks of workers
+ * in epoll went on from "clock_gettime" and ended there). */
+static bool call_fits_no_cfi(const struct unw_step_ops *ops, uint64_t ra)
+{
+        uint64_t fn;
+
+        return !call_target(ops, ra, &fn) || ops->cfi_at(ops->ctx, fn) != UNW_CFI_FDE || jump_stub(ops, fn);
+}
+
+/* After an unverified scan to ra (at ra_at): the registers the function
+ * ra's call went to pushed, right below ra, when its prologue (or that of
+ * a function it jumps on to) pushed rbp and that word looks like a frame
+ * pointer: the caller's CFA may be rbp, which a callee reused (npm codex:
+ * musl's futex wait, __timedwait by its shape, keeps a pointer in rbp;
+ * its Rust caller, which called a lock whose fast path jumps on to a slow
+ * path that pushed rbp fourth, lost its rbp-based frame, and 4 % of the
+ * stacks ended there, unmarked).
+ * False: nothing such found. */
+static bool saved_by_callee(const struct unw_step_ops *ops, uint64_t *regs, uint64_t ra, uint64_t ra_at)
+{
+        uint64_t fn, fns[LANDS_MAX], v;
+        size_t n;
+
+        if (!call_target(ops, ra, &fn))
+                return false;
+        n = call_lands_in(ops, fn, fns, LANDS_MAX);
+        for (size_t i = 0; i < n; i++) {
+                struct prologue pr;
+                int rbp_at = -1;
+
+                if (ops->cfi_at(ops->ctx, fns[i]) == UNW_CFI_FDE)
+                        continue;
+                pr = prologue_of(ops, fns[i], fns[i] + PROLOGUE_BYTES);
+                for (uint8_t k = 0; k < pr.n_pushed; k++)
+                        if (pr.pushed[k] == D9_DW_RBP)
+                                rbp_at = k;
+                if (rbp_at < 0 || !ops->read_word(ops->ctx, ra_at - 8 * (rbp_at + 1u), &v) ||
+                    !fp_plausible(v, ra_at + 8))
+                        continue;
+                restore_pushed(ops, regs, &pr, ra_at);
+                return true;
+        }
+        return false;
 }
 
 /* After an unverified scan from a function without CFI: if that function
@@ -255,17 +364,14 @@ static bool step_scan(const struct unw_step_ops *ops, uint64_t *regs, bool verif
                         return false;
                 if (!unwind_is_return_address(ops, w))
                         continue;
-                if (verified ? called_into(ops, w, off, pc, &pr) : ops->cfi_at(ops->ctx, w - 1) == UNW_CFI_FDE) {
+                if (verified ? called_into(ops, w, off, pc, &pr)
+                             : ops->cfi_at(ops->ctx, w - 1) == UNW_CFI_FDE && call_fits_no_cfi(ops, w)) {
                         /* The caller's registers the prologue saved: its
                          * CFA may be rbp, which the function reused (a
                          * frame-pointer build's caller of musl's fstatat). */
-                        for (uint8_t k = 0; verified && k < pr.n_pushed; k++) {
-                                uint64_t v;
-
-                                if (ops->read_word(ops->ctx, sp + off - 8 * (k + 1u), &v))
-                                        regs[pr.pushed[k]] = v;
-                        }
-                        if (!verified && off >= 8)
+                        if (verified)
+                                restore_pushed(ops, regs, &pr, sp + off);
+                        if (!verified && off >= 8 && !saved_by_callee(ops, regs, w, sp + off))
                                 fp_from_below_return(ops, regs, sp + off);
                         regs[D9_DW_RIP] = w;
                         regs[D9_DW_RSP] = sp + off + 8;

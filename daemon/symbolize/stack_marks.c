@@ -22,6 +22,8 @@ static const char *const mark_names[STACK_MARK_END] = {
         [STACK_MARK_D9_BPF] = "[d9d bpf]",
         [STACK_MARK_RUNNABLE] = "[runnable: preempted or yielded]",
         [STACK_MARK_CUT_RATE] = "[stack cut: callers beyond the copied stack, deep copies' byte rate used up]",
+        [STACK_MARK_CUT_UNREAD] = "[stack cut: callers' frames in a stack page not in memory]",
+        [STACK_MARK_CUT_ROOM] = "[stack cut: callers beyond the copied stack, the ring over half full]",
 };
 
 /* The uprobe path as x86-64 kernels 6.x take it: the breakpoint trap

@@ -34,6 +34,13 @@ enum stack_mark {
         /* STACK_MARK_CUT, where BPF would have copied the stack whole but
          * the deep copies' byte rate was used up (D9_SREC_CAPPED). */
         STACK_MARK_CUT_RATE,
+        /* Outermost frame of a stack whose next step needed a word in
+         * stack pages not in memory (a sample in a page fault on the
+         * stack; d9_rec_stack.unread_at, unwinder_last_unread). */
+        STACK_MARK_CUT_UNREAD,
+        /* STACK_MARK_CUT, where BPF would have copied the stack whole but
+         * that would have left the ring over half full (D9_SREC_ROOM). */
+        STACK_MARK_CUT_ROOM,
         STACK_MARK_END
 };
 

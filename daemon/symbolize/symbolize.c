@@ -286,20 +286,28 @@ static struct elf_syms *elf_get(struct symbolizer *s, const char *path)
         return es;
 }
 
-/* An executable mapping with no file behind it (a JIT's code cache, as in
- * V8 or the JVM): its frames can be told apart from lost ones. */
-static bool maps_anon_exec_line(const char *line, uint64_t *start, uint64_t *end)
+/* An executable mapping no file lies behind: its range, and what the
+ * path column holds (an empty string for anonymous memory, a JIT's code
+ * cache, as in V8 or the JVM; "[uprobes]" for the kernel's out-of-line
+ * page; "[vdso]" and the like). False for any other line. */
+static bool maps_no_file_exec_line(const char *line, uint64_t *start, uint64_t *end, char *name, size_t size)
 {
         unsigned long long a, b;
         char perms[8];
+        size_t len;
         int at = 0;
 
         if (sscanf(line, "%llx-%llx %7s %*x %*s %*u%n", &a, &b, perms, &at) != 3 || perms[2] != 'x')
                 return false;
         line += at;
         line += strspn(line, " \t");
-        if (*line && *line != '\n')
+        len = strcspn(line, "\n");
+        while (len && (line[len - 1] == ' ' || line[len - 1] == '\t'))
+                len--;
+        if (line[0] == '/' || len >= size)
                 return false;
+        memcpy(name, line, len);
+        name[len] = 0;
         *start = a;
         *end = b;
         return true;
@@ -315,19 +323,6 @@ static void add_anon_code(struct symbolizer *s, uint64_t start, uint64_t end)
         }
 }
 
-/* The uprobe out-of-line page: "START-END r-xp 0 00:00 0 [uprobes]". */
-static bool maps_xol_line(const char *line, uint64_t *start, uint64_t *end)
-{
-        unsigned long long a, b;
-        char path[16];
-
-        if (sscanf(line, "%llx-%llx %*s %*x %*s %*u %15s", &a, &b, path) != 3 || strcmp(path, "[uprobes]"))
-                return false;
-        *start = a;
-        *end = b;
-        return true;
-}
-
 /* Every executable mapping: of a file, of [vdso], anonymous (JIT code), or
  * the uprobes' out-of-line page. */
 static void parse_maps(struct symbolizer *s, const char *text)
@@ -336,13 +331,19 @@ static void parse_maps(struct symbolizer *s, const char *text)
                 struct maps_line m;
                 char path[PATH_MAX];
                 uint64_t a, b;
+                char name[16];
 
-                if (maps_anon_exec_line(line, &a, &b)) {
-                        add_anon_code(s, a, b);
-                        continue;
+                if (maps_no_file_exec_line(line, &a, &b, name, sizeof(name))) {
+                        if (!name[0]) {
+                                add_anon_code(s, a, b);
+                                continue;
+                        }
+                        if (!strcmp(name, "[uprobes]")) {
+                                s->xol_start = a;
+                                s->xol_end = b;
+                                continue;
+                        }
                 }
-                if (maps_xol_line(line, &s->xol_start, &s->xol_end))
-                        continue;
                 if (!maps_exec_line(line, &m) || m.path_len >= sizeof(path))
                         continue;
                 struct mapping *more = realloc(s->maps, (s->n_maps + 1) * sizeof(*more));

@@ -218,6 +218,55 @@ static void test_shallow_kept(void)
         ok(d.depth == LOOP, "the loop's depth is taken (took %llu)", (unsigned long long)d.depth);
 }
 
+static void weigh_tid(struct d9_wk_depth *d, __u64 depth, __u64 key, __u64 rt, __u32 index, __u32 tid, int times)
+{
+        struct d9_wk_find f = { depth, key, rt, index, tid };
+
+        for (int i = 0; i < times; i++)
+                weigh(d, &f, 1);
+}
+
+/* A runtime with one worker (npm postgrestools under taskset -c 1: index 0
+ * at the loop's depth, 247 finds, and index 1 of another "runtime" deeper,
+ * 244): the two-worker rules take nothing, d9_wk_solo takes the loop's
+ * depth, and not when the object shows on two threads, has shown too few
+ * times, has a rival above, or its runtime has a worker 1 anywhere. */
+static void test_solo_worker(void)
+{
+        struct d9_wk_depth d;
+
+        memset(&d, 0, sizeof(d));
+        weigh_tid(&d, LOOP, A, R, 1, 7, D9_WK_SOLO_HITS);
+        weigh_tid(&d, 10608, 0x9000, R2, 2, 7, 30);
+        ok(!d.depth && d9_wk_solo(&d) == LOOP,
+           "one worker's loop, a look-alike of another runtime deeper: the two-worker rules take nothing (%llu), "
+           "the one-worker rule the loop's depth (%llu)", (unsigned long long)d.depth,
+           (unsigned long long)d9_wk_solo(&d));
+
+        memset(&d, 0, sizeof(d));
+        weigh_tid(&d, LOOP, A, R, 1, 7, D9_WK_SOLO_HITS - 1);
+        ok(!d9_wk_solo(&d), "%d finds are too few (took %llu)", D9_WK_SOLO_HITS - 1,
+           (unsigned long long)d9_wk_solo(&d));
+
+        memset(&d, 0, sizeof(d));
+        weigh_tid(&d, LOOP, A, R, 1, 7, D9_WK_SOLO_HITS);
+        weigh_tid(&d, LOOP, A, R, 1, 8, 1);
+        ok(!d9_wk_solo(&d), "the object on a second thread (shared, or a core block_in_place moved): none (took %llu)",
+           (unsigned long long)d9_wk_solo(&d));
+
+        memset(&d, 0, sizeof(d));
+        weigh_tid(&d, LOOP, A, R, 1, 7, D9_WK_SOLO_HITS);
+        weigh_tid(&d, 6032, B, R, 2, 7, 1);
+        ok(!d9_wk_solo(&d), "a worker 1 of its runtime deeper (a copy: two workers): none (took %llu)",
+           (unsigned long long)d9_wk_solo(&d));
+
+        memset(&d, 0, sizeof(d));
+        weigh_tid(&d, 1952, 0x5000, R, 1, 7, 3);
+        weigh_tid(&d, LOOP, A, R, 1, 7, D9_WK_SOLO_HITS);
+        ok(!d9_wk_solo(&d), "an object above still in the running: none (took %llu)",
+           (unsigned long long)d9_wk_solo(&d));
+}
+
 int main(void)
 {
         test_snapshot_any_order();
@@ -226,5 +275,6 @@ int main(void)
         test_no_rival_above();
         test_rival_above_turns_shared_later();
         test_shallow_kept();
+        test_solo_worker();
         return tap_done();
 }

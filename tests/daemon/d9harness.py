@@ -1,6 +1,7 @@
 """Shared helpers for the daemon and e2e tests: run a real d9d with a temp
 state dir and socket, drive it with the real d9ctl, run real Tokio targets,
 decode segments with `d9ctl dump`, and print TAP."""
+import collections
 import json
 import os
 import re
@@ -385,6 +386,26 @@ def sample_chains(d9ctl, path, source):
             if f["source"] == source:
                 chains.append([int(a, 16) for a in f.get("callchain") or []])
     return rc, chains, syms
+
+
+def outer_frame_names(d9ctl, paths):
+    """Counter of the outermost frame's name of every CpuSampleEvent (both
+    sources) in the segments: where stacks end, a mark saying why if cut."""
+    names = collections.Counter()
+    for p in paths:
+        for source in (0, 1):
+            _, chains, syms = sample_chains(d9ctl, p, source)
+            names.update(syms.get(ch[-1], "") for ch in chains if ch)
+    return names
+
+
+def report_missing(d9ctl, paths):
+    """(`d9ctl report --json`'s "missing" object, the text report's "Not in
+    the trace" line) of the segments; ({}, "") where either failed."""
+    rep = subprocess.run([d9ctl, "report", "--json"] + paths, capture_output=True, text=True, timeout=120)
+    missing = json.loads(rep.stdout).get("missing", {}) if rep.returncode == 0 else {}
+    txt = subprocess.run([d9ctl, "report"] + paths, capture_output=True, text=True, timeout=120).stdout
+    return missing, next((x for x in txt.splitlines() if x.startswith("Not in the trace")), "")
 
 
 def metadata_of(d9ctl, path):

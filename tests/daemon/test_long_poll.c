@@ -59,11 +59,12 @@ static int same_vaddr(void *ctx, uint64_t addr, uint64_t *vaddr)
 
 struct log {
         int park[256], unpark[256], samples[256];
-        int long_running, long_blocked, long_preempted, long_at_attach;
+        int long_running, long_blocked, long_preempted, long_yielded, long_at_attach;
         int long_on[256];               /* long polls per worker_id */
         uint64_t min_ns[8], ticks[8], worker[8], leaf[8];
         bool runnable[8];               /* the stack led by the runnable mark (leaf: the frame under it) */
         char label[8][32];
+        uint64_t waited_ns[8];
         uint64_t sample_leaf;           /* the last CPU sample's first frame */
 };
 
@@ -92,7 +93,7 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
         uint64_t w = field_u(ev, "worker_id");
 
         if (!strcmp(n, "D9LongPollEvent")) {
-                int i = l->long_running + l->long_blocked + l->long_preempted + l->long_at_attach;
+                int i = l->long_running + l->long_blocked + l->long_preempted + l->long_yielded + l->long_at_attach;
                 char how[16];
 
                 field_s(ev, "how", how, sizeof(how));
@@ -102,6 +103,7 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
                         l->ticks[i] = field_u(ev, "ticks");
                         l->worker[i] = w;
                         field_s(ev, "spawn_loc", l->label[i], sizeof(l->label[i]));
+                        l->waited_ns[i] = field_u(ev, "waited_ns");
                         for (uint16_t k = 0; k < ev->schema->nfields; k++)
                                 if (!strcmp(ev->schema->fields[k].name, "stack") && ev->values[k].stack.n) {
                                         const struct d9_value *v = &ev->values[k];
@@ -117,6 +119,8 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
                         l->long_blocked++;
                 else if (!strcmp(how, "preempted"))
                         l->long_preempted++;
+                else if (!strcmp(how, "yielded"))
+                        l->long_yielded++;
                 else if (!strcmp(how, "at attach"))
                         l->long_at_attach++;
                 if (w < 256)
@@ -199,6 +203,17 @@ static void preempt_in(struct run *r, uint32_t tid, uint64_t stack_id, uint64_t 
 static void preempt(struct run *r, uint32_t tid, uint64_t stack_id, uint64_t len)
 {
         preempt_in(r, tid, stack_id, len, 0);
+}
+
+/* tid gave its CPU up (sched_yield, still runnable) for len. */
+static void yield(struct run *r, uint32_t tid, uint64_t stack_id, uint64_t len)
+{
+        struct d9_rec_offcpu o = { .prev_state = 0, .stack_id = stack_id, .syscall = 24 + 1 };
+
+        o.off_ts = r->ts;
+        r->ts += len;
+        o.hdr = (struct d9_rec_hdr){ .type = D9_REC_OFFCPU, .tid = tid, .tgid = 1, .ts = r->ts };
+        translate_record(&r->tr, &o, sizeof(o));
 }
 
 static void tick(struct run *r, uint32_t tid, uint64_t stack_id, uint64_t since)
@@ -522,6 +537,112 @@ static void test_job_thread_samples_are_the_pools(void)
            "is not: workers '%s', samples 254: %d, 255: %d", workers, l.samples[254], l.samples[255]);
 }
 
+/* A job seen while BPF still searches the build cannot be told from an
+ * idle worker in its launch; BPF's first answer, "no loop", makes the
+ * thread the pool's though that stack shows no job (npm sandbox-agent in a
+ * CI run: a job in the search's first 9 ms, then 86 samples idle in the
+ * pool's wait read 255). Had BPF named a worker there, the job was its
+ * launch. */
+static void test_job_before_bpf_answers(void)
+{
+        const uint64_t job[] = { OTHER_FN + 1, JOB_FN + 0x10 };
+        const uint64_t pool_wait[] = { OTHER_FN + 3, OTHER_FN + 4 };
+        const uint64_t idle[] = { OTHER_FN + 1, OTHER_FN + 2, JOB_FN + 0x30 };
+        enum { RT = 0x7f00aa00 };
+        struct log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r);
+        translate_stack_worker(&r.tr, 300, RT, 0, 0, true);
+        cpu_sample_at(&r, 300, stack(&r, 300, job, 2), r.ts += 1000000);
+        translate_stack_worker(&r.tr, 301, RT, 0, 0, true);
+        cpu_sample_at(&r, 301, stack(&r, 301, idle, 3), r.ts += 1000000);
+        for (int i = 0; i < 3; i++) {
+                translate_stack_worker(&r.tr, 300, RT, 0, 0, false);
+                cpu_sample_at(&r, 300, stack(&r, 300, pool_wait, 2), r.ts += 1000000);
+                translate_stack_worker(&r.tr, 301, RT, 1, 1000, false);
+                cpu_sample_at(&r, 301, stack(&r, 301, idle, 3), r.ts += 1000000);
+        }
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.samples[254] == 3 && l.samples[255] == 2 && l.samples[0] == 3,
+           "a job shown before BPF answered: the thread is the pool's from the answer on (254: %d of 3), each "
+           "thread's sample before it on none (255: %d of 2); a worker named at the answer is its worker "
+           "(0: %d of 3)",
+           l.samples[254], l.samples[255], l.samples[0]);
+}
+
+/* A blocking poll taken for a job that a later stack shows launching a
+ * loop (a task poll above it: block_in_place's loops are launched by
+ * another function than the runtime's, at a depth BPF may not read): the
+ * thread is not the pool's after all (npm sideseat: the thread holding
+ * worker 0 read 254 for a whole recording). */
+static void test_job_that_launched_a_loop_is_no_pool(void)
+{
+        const uint64_t idle_in_launch[] = { OTHER_FN + 1, JOB_FN + 0x30 };
+        const uint64_t wait[] = { OTHER_FN + 3, OTHER_FN + 4 };
+        const uint64_t in_task[] = { TASK_FN + 0x40, OTHER_FN + 9, JOB_FN + 0x20 };
+        enum { RT = 0x7f00aa00 };
+        struct log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r);
+        translate_stack_worker(&r.tr, 302, RT, 0, 0, true);
+        cpu_sample_at(&r, 302, stack(&r, 302, idle_in_launch, 2), r.ts += 1000000);
+        translate_stack_worker(&r.tr, 302, RT, 0, 0, false);
+        cpu_sample_at(&r, 302, stack(&r, 302, wait, 2), r.ts += 1000000);
+        for (int i = 0; i < 5; i++) {
+                translate_stack_worker(&r.tr, 302, RT, 0, 0, false);
+                cpu_sample_at(&r, 302, stack(&r, 302, in_task, 3), r.ts += 1000000);
+        }
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.samples[254] == 1 && !strcmp(workers, "0"),
+           "taken for the pool's at BPF's answer (254: %d of 1), not once a task poll above that blocking poll shows "
+           "a loop (workers '%s')", l.samples[254], workers);
+}
+
+/* tid asleep since before the attach, for len, in futex (a park's call). */
+static void slept_before(struct run *r, uint32_t tid, uint64_t stack_id, uint64_t len)
+{
+        struct d9_rec_offcpu o = { .prev_state = 1 | D9_OFFCPU_BEGAN_BEFORE, .stack_id = stack_id,
+                                   .syscall = 202 + 1 };
+
+        o.off_ts = r->ts;
+        r->ts += len;
+        o.hdr = (struct d9_rec_hdr){ .type = D9_REC_OFFCPU, .tid = tid, .tgid = 1, .ts = r->ts };
+        translate_record(&r->tr, &o, sizeof(o));
+}
+
+/* A sleep from before the attach waits until its thread shows its worker,
+ * then is that worker's park from the trace's start. A multi-thread
+ * worker parks inside its loop, under the launch's blocking-pool poll: a
+ * thread asleep in the pool between jobs that later takes a worker's loop
+ * (block_in_place's new loop) was no parked worker (npm sideseat, full
+ * set: worker 1 busy and parked 115 % of the time). */
+static void test_pool_sleep_before_attach_is_no_park(void)
+{
+        const uint64_t pool_wait[] = { OTHER_FN + 3, OTHER_FN + 4 };
+        const uint64_t parked[] = { OTHER_FN + 1, OTHER_FN + 2, LAUNCH_FN + 0x30 };
+        const uint64_t in_task[] = { TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        enum { RT = 0x7f00aa00 };
+        struct log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r);
+        slept_before(&r, 300, stack(&r, 300, pool_wait, 2), 5000000);
+        slept_before(&r, 301, stack(&r, 301, parked, 3), 5000000);
+        for (uint32_t k = 0; k < 2; k++) {
+                translate_stack_worker(&r.tr, 300 + k, RT, k + 1, 1000, false);
+                cpu_sample_at(&r, 300 + k, stack(&r, 300 + k, in_task, 3), r.ts += 1000000);
+        }
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!strcmp(workers, "0,1") && l.park[0] == 0 && l.unpark[0] == 0 && l.park[1] == 1 && l.unpark[1] == 1,
+           "asleep since before the attach: in the pool, no park of the worker it became (%d, %d); in its loop, "
+           "its worker's park (%d, %d; workers '%s')", l.park[0], l.unpark[0], l.park[1], l.unpark[1], workers);
+}
+
 /* Poll uprobes with longpoll (all,longpoll): the polls name the workers
  * and BPF does not look for the Worker at stacks, which then say "none".
  * Read as "its loop ended", that took each worker's thread off its worker
@@ -624,6 +745,54 @@ static void test_preemptions_extend_runs(void)
         ok(l.long_preempted == 1 && l.min_ns[1] == 20000000 && !strcmp(l.label[1], "app::tick"),
            "one in another frame ends the run and is that poll's, preempted 20 ms (%d, %llu ns, '%s')",
            l.long_preempted, (unsigned long long)l.min_ns[1], l.label[1]);
+        ok(l.waited_ns[0] == 20000000 && l.waited_ns[1] == 20000000,
+           "each says how long it waited for a CPU inside it (%llu, %llu ns)", (unsigned long long)l.waited_ns[0],
+           (unsigned long long)l.waited_ns[1]);
+}
+
+/* A run's waits for a CPU add up, and one that began before the run's
+ * first tick counts from that tick (npm codex-acp: a "running" 306 ms
+ * poll of 10 ticks had 11 runnable off-CPU samples in it, and read as if
+ * its own work took all of it). A blocked poll waited for no CPU. */
+static void test_runs_say_how_long_they_waited(void)
+{
+        const uint64_t in_task[] = { TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        struct log l;
+        struct run r;
+        char workers[64];
+        uint64_t since;
+
+        run_start(&r);
+        since = r.ts;
+        for (int i = 0; i < 3; i++)
+                tick(&r, 101, stack(&r, 101, in_task, 3), since);
+        preempt(&r, 101, stack(&r, 101, in_task, 3), 3000000);
+        tick(&r, 101, stack(&r, 101, in_task, 3), since);
+        preempt(&r, 101, stack(&r, 101, in_task, 3), 4000000);
+        tick(&r, 101, stack(&r, 101, in_task, 3), since);
+        offcpu(&r, 101, stack(&r, 101, in_task, 3), 5000000);
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.long_running == 1 && l.waited_ns[0] == 7000000 && l.long_blocked == 1 && l.waited_ns[1] == 0,
+           "two preemptions in a run: waited %llu ns (want 7000000); the blocked poll after it %llu",
+           (unsigned long long)l.waited_ns[0], (unsigned long long)l.waited_ns[1]);
+}
+
+/* A poll spinning on sched_yield (npm codex: its longest poll, 35 ms,
+ * read "preempted", pointing at the machine): the same
+ * run, said to be the thread's own yielding. */
+static void test_yields_are_not_preemptions(void)
+{
+        const uint64_t in_task[] = { TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        struct log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r);
+        yield(&r, 101, stack(&r, 101, in_task, 3), 12000000);
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.long_yielded == 1 && l.long_preempted == 0 && l.min_ns[0] == 12000000,
+           "a 12 ms sched_yield inside a poll is a yielded long poll, not a preempted one (%d yielded, %d "
+           "preempted, %llu ns)", l.long_yielded, l.long_preempted, (unsigned long long)l.min_ns[0]);
 }
 
 /* A preemption goes on with a run only within the stretch BPF names (no
@@ -860,6 +1029,37 @@ static void test_poll_running_at_attach(void)
            (unsigned long long)l.worker[1]);
 }
 
+/* Full set: a spawn_blocking job running since before the attach has no
+ * poll start to say its thread is the pool's; its stack does once a
+ * worker's stack has shown which blocking poll is the launch (npm
+ * sideseat: 416 of 416 of such a job's samples read 255). Before that, and
+ * for a thread idle in the launch, 255; a poll start of its own decides
+ * from then on. */
+static void test_full_set_job_since_before_attach(void)
+{
+        const uint64_t in_task[] = { TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        const uint64_t job[] = { OTHER_FN + 1, JOB_FN + 0x10 };
+        const uint64_t in_launch[] = { OTHER_FN + 1, LAUNCH_FN + 0x30 };
+        struct log l;
+        struct run r;
+        char workers[64];
+
+        run_begin(&r, true);
+        translate_uprobes_from(&r.tr, r.ts);
+        cpu_sample_at(&r, 300, stack(&r, 300, job, 2), r.ts += 1000000);       /* no launch known: 255 */
+        cpu_sample_at(&r, 101, stack(&r, 101, in_task, 3), r.ts += 1000000);   /* a worker's: the launch */
+        for (int i = 0; i < 3; i++) {
+                cpu_sample_at(&r, 300, stack(&r, 300, job, 2), r.ts += 1000000);
+                cpu_sample_at(&r, 301, stack(&r, 301, in_launch, 2), r.ts += 1000000);
+        }
+        poll_start_at(&r, 300, r.ts += 1000000);                                /* a task poll of its own */
+        cpu_sample_at(&r, 300, stack(&r, 300, in_task, 3), r.ts += 1000000);
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.samples[254] == 3 && l.samples[255] == 5,
+           "a job since before the attach: the pool's once the launch is known (254: %d of 3); before it, and a "
+           "thread idle in the launch, on none (255: %d of 5)", l.samples[254], l.samples[255]);
+}
+
 int main(void)
 {
         plan_init();
@@ -871,9 +1071,15 @@ int main(void)
         test_no_thread_id_under_a_named_workers_launch();
         test_workers_from_polls_with_longpoll();
         test_job_thread_samples_are_the_pools();
+        test_job_before_bpf_answers();
+        test_job_that_launched_a_loop_is_no_pool();
+        test_pool_sleep_before_attach_is_no_park();
+        test_full_set_job_since_before_attach();
         test_flush_by_trace_time();
         test_preemptions_of_another_stretch();
         test_preemptions_extend_runs();
+        test_runs_say_how_long_they_waited();
+        test_yields_are_not_preemptions();
         test_preempted_short_polls();
         test_stall_counted_while_running();
         test_poll_running_at_attach();

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "bpf/d9_events.h"
 #include "daemon/ctl/report.h"
@@ -16,6 +15,7 @@
 #include "proto/d9proto.h"
 #include "uprobes/uprobes.h"
 #include "../tap.h"
+#include "report_of_trace.h"
 
 #define TASK_FN 0x10000
 #define TID 101
@@ -64,34 +64,6 @@ static void preempted(struct run *r, uint64_t stack_id, uint64_t off, uint64_t o
         translate_record(&r->tr, &o, sizeof(o));
 }
 
-static json_t *report_of(const uint8_t *trace, size_t n, char *text, size_t text_len)
-{
-        char path[] = "/tmp/d9-report-poll-stacks-XXXXXX", why[256];
-        int fd = mkstemp(path);
-        struct report *rep = d9ctl_report_new(10);
-        json_t *doc = NULL;
-        FILE *out;
-
-        if (fd < 0 || !rep || write(fd, trace, n) != (ssize_t)n) {
-                printf("# cannot write the trace to %s\n", path);
-        } else if (d9ctl_report_add_file(rep, path, why, sizeof(why)) < 0) {
-                printf("# report: %s\n", why);
-        } else {
-                doc = d9ctl_report_result(rep);
-                out = fmemopen(text, text_len, "w");
-                if (out) {
-                        d9ctl_report_print_text(out, doc);
-                        fclose(out);
-                }
-        }
-        if (fd >= 0) {
-                close(fd);
-                unlink(path);
-        }
-        d9ctl_report_free(rep);
-        return doc;
-}
-
 /* The longest_polls entry of the poll that began at start. */
 static const json_t *poll_at(const json_t *doc, uint64_t start)
 {
@@ -138,7 +110,7 @@ int main(void)
         preempted(&r, stack(&r, held, 3), t0 + 45000000, t0 + 57000000);
         poll_edge(&r, D9_REC_POLL_END, 8, t0 + 60000000, t0 + 40000000);
         trace = d9_enc_output(r.enc, &n);
-        doc = report_of(trace, n, text, sizeof(text));
+        doc = report_of_trace(trace, n, text, sizeof(text));
         ok(doc != NULL, "report reads the trace (%zu bytes)", n);
         a = poll_at(doc, t0);
         b = poll_at(doc, t0 + 40000000);

@@ -14,6 +14,7 @@
 #include "bpf/d9_events.h"
 #include "proto/d9proto.h"
 #include "daemon/record/translate.h"
+#include "daemon/symbolize/stack_marks.h"
 #include "uprobes/uprobes.h"
 #include "../tap.h"
 
@@ -77,6 +78,9 @@ struct lane_log {
         int n_spawn_labels;
         uint64_t poll_ends_lost;        /* D9LostEventsEvent source "poll_end" */
         char windows[64];               /* D9WakeWindowEvent attached, '1' or '0' each */
+        uint32_t chain_len[8];          /* the first CPU samples' callchains: length, */
+        uint64_t chain_leaf[8], chain_outer[8]; /* leaf and outermost frame */
+        int n_chains;
 };
 
 static uint64_t field_u(const struct d9_dec_event *ev, const char *name)
@@ -154,6 +158,15 @@ static int on_event(const struct d9_dec_event *ev, void *ctx)
                         l->unpark_wait[w] += field_u(ev, "sched_wait_ns");
         else if (!strcmp(n, "CpuSampleEvent")) {
                 l->samples[w]++;
+                for (uint16_t i = 0; i < ev->schema->nfields && l->n_chains < 8; i++)
+                        if (!strcmp(ev->schema->fields[i].name, "callchain")) {
+                                const struct d9_value *c = &ev->values[i];
+
+                                l->chain_len[l->n_chains] = c->stack.n;
+                                l->chain_leaf[l->n_chains] = c->stack.n ? d9_value_stack_addr(c, 0) : 0;
+                                l->chain_outer[l->n_chains++] =
+                                        c->stack.n ? d9_value_stack_addr(c, c->stack.n - 1) : 0;
+                        }
                 for (uint16_t i = 0; i < ev->schema->nfields && l->n_names < 4; i++)
                         if (!strcmp(ev->schema->fields[i].name, "thread_name") && ev->values[i].present) {
                                 uint32_t len = ev->values[i].str.len < 16 ? ev->values[i].str.len : 16;
@@ -1491,6 +1504,33 @@ static void test_exec_into_the_planned_file(void)
            (unsigned long long)other, (unsigned long long)after);
 }
 
+/* A CPU sample whose STACK record never came (dropped, ring full) says so:
+ * in the kernel (no user address) its callchain was empty, in user code
+ * one frame that read as a whole stack (npm codex under load). */
+static void test_cpu_sample_without_its_stack_says_so(void)
+{
+        struct d9_rec_sample in_kernel = { .ip = 0, .stack_id = 77 }, in_user = { .ip = 0x4321, .stack_id = 78 };
+        const uint64_t missing = stack_mark_addr(STACK_MARK_MISSING);
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r, false, false);
+        hdr(&in_kernel.hdr, &r, D9_REC_CPU_SAMPLE, 5);
+        translate_record(&r.tr, &in_kernel, sizeof(in_kernel));
+        hdr(&in_user.hdr, &r, D9_REC_CPU_SAMPLE, 5);
+        translate_record(&r.tr, &in_user, sizeof(in_user));
+        uint64_t counted = r.tr.cpu_no_stack;
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.n_chains == 2 && l.chain_len[0] == 1 && l.chain_outer[0] == missing,
+           "a kernel-mode sample without its stack: the mark alone (%u frames, 0x%llx)", l.chain_len[0],
+           (unsigned long long)l.chain_outer[0]);
+        ok(l.n_chains == 2 && l.chain_len[1] == 2 && l.chain_leaf[1] == 0x4321 && l.chain_outer[1] == missing &&
+           counted == 2,
+           "a user-mode one: its address, then the mark (%u frames, 0x%llx); %llu counted", l.chain_len[1],
+           (unsigned long long)l.chain_outer[1], (unsigned long long)counted);
+}
+
 /* Spawns (npm grafbase, Tokio 1.47): bind_inner's entry and then bind's
  * return both see a spawn made through an out-of-line bind, and neither
  * sees one where both are inlined into the spawn site. Each task gets
@@ -1561,5 +1601,6 @@ int main(void)
         test_boxed_futures_named_before_the_map();
         test_spawns_named_before_the_map();
         test_spawn_written_once();
+        test_cpu_sample_without_its_stack_says_so();
         return tap_done();
 }

@@ -119,7 +119,8 @@ def main():
     t.ok(len(blocked) == 4 and all(19e6 <= f["min_ns"] < 1e9 for f in blocked)
          and len({f["spawn_loc"] for f in blocked}) == 1,
          f"4 sleep_block_20ms polls, blocked 19 ms-1 s, one future type: "
-         f"{[(f['spawn_loc'], f['min_ns']) for f in blocked]}; lost {lost}")
+         f"{[(f['spawn_loc'], f['min_ns']) for f in blocked]}; lost {lost}; off-CPU intervals BPF saw no "
+         f"switch-out of: {[tg.get('offcpu_short', {}).get('unseen_switch_outs') for tg in st.get('targets', [])]}")
     t.ok(all(w in (0, 1) for w in [f["worker_id"] for f in running + blocked]), "long polls on worker lanes")
     if not STRIPPED:
         lines = [ln for ln in text.splitlines() if "D9LongPollEvent" in ln and 'how="running"' in ln

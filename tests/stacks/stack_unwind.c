@@ -37,6 +37,11 @@
  * is said cut with D9_SREC_CAPPED (the byte cap refused the deep copy),
  * and both kinds occur (and a thread's first cut stack, which asks BPF for
  * deep copies of that thread, d9_bpf_target_stack_deep, as d9d does).
+ * With --ring BYTES --cpu-room too (a ring of 128 KiB, mode `deeper`,
+ * whose deep copies want ~90 KiB): a deep copy would fill the ring past
+ * half, so every busy sample is said cut with D9_SREC_ROOM (or was taken
+ * before its thread got deep copies), no deep copy fills half the ring (the
+ * other threads' few KiB past the 8 KiB still go), and nothing is lost.
  * With --swap-unwinder, a second unwinder of the same process shares the
  * first one's ELF files (daemon/record/unwind.c keeps one handle per file); the
  * first is freed after SWAP_AFTER stacks and the second unwinds and names
@@ -44,7 +49,7 @@
  *
  * usage: stack_unwind [--debug-file F] [--sealer-names] [--tiny-budget]
  *                     [--user-bytes N] [--swap-unwinder] [--offcpu-through F,...] [--cpu-cut]
- *                     [--deep RATE [--cpu-capped]]
+ *                     [--deep RATE [--cpu-capped] [--ring BYTES --cpu-room]]
  *                     TARGET ARGS... */
 #include <errno.h>
 #include <fcntl.h>
@@ -72,6 +77,7 @@ struct pending {
         uint32_t n_kern;
         bool cut;               /* unwinder_last_cut */
         bool capped;            /* D9_SREC_CAPPED: the byte cap refused a deep copy */
+        bool room;              /* D9_SREC_ROOM: the ring had no room for one */
         bool learned;           /* cut by the plain copy before its thread got deep copies */
         uint32_t rec_flags, user_len;   /* the STACK record's */
         uint64_t frames[MAX_FRAMES];
@@ -96,7 +102,9 @@ struct run {
         unsigned long cut_busy, cut_busy_said, cut_busy_main, whole, whole_said_cut;
         bool capped_mode;               /* --cpu-capped */
         unsigned long cap_busy, cap_whole, cap_cut_capped, cap_learn, cap_bad;
-        unsigned long deep_records, deep_bytes;
+        bool room_mode;                 /* --cpu-room */
+        unsigned long room_busy, room_said, room_learn, room_bad;
+        unsigned long deep_records, deep_bytes, deep_max;
         struct d9_bpf_target *bpf_t;    /* --deep: to ask for deep copies */
         uint32_t learned[MAX_TIDS];     /* threads asked for ... */
         uint64_t learned_ts[MAX_TIDS];  /* ... at this CLOCK_MONOTONIC time */
@@ -300,6 +308,22 @@ static void on_owner(struct run *r, uint32_t tid, uint64_t stack_id, bool cpu)
         unnamed = name_frames(r, p, names);
         if (getenv("STACK_UNWIND_SHOW_ALL"))
                 show(cpu ? "cpu" : "off-cpu", p, names);
+        if (r->room_mode) {
+                if (!cpu || !any_has(names, (int)p->n_kern, p->n, "busy_block_50ms"))
+                        return;
+                bool said = p->cut && p->room;
+                r->room_busy++;
+                r->room_said += said;
+                r->room_learn += p->learned;
+                r->room_bad += !said && !p->learned;
+                if (!said && !p->learned && !r->shown_bad) {
+                        tap_diag("cut %d, room %d, flags %#x, %u bytes copied", p->cut, p->room,
+                                 p->rec_flags, p->user_len);
+                        show("busy, not said cut for the ring's room (BAD)", p, names);
+                        r->shown_bad = true;
+                }
+                return;
+        }
         if (r->capped_mode) {
                 if (!cpu || !any_has(names, (int)p->n_kern, p->n, "busy_block_50ms"))
                         return;
@@ -372,18 +396,21 @@ static int on_record(void *ctx, const void *rec, size_t size)
                 p->n = unwinder_stack(r->uw, s, size, p->frames, MAX_FRAMES, &p->n_kern);
                 p->cut = p->n >= 0 && unwinder_last_cut(r->uw);
                 p->capped = (s->flags & D9_SREC_CAPPED) != 0;
+                p->room = (s->flags & D9_SREC_ROOM) != 0;
                 p->rec_flags = s->flags;
                 p->user_len = s->user_len;
                 /* As d9d does: a thread cut by the plain copy gets deep
                  * copies (once per thread: later cuts say why). */
                 bool ask = false;
-                p->learned = p->cut && r->bpf_t && !(s->flags & (D9_SREC_DEEP | D9_SREC_CAPPED)) &&
+                p->learned = p->cut && r->bpf_t && !(s->flags & (D9_SREC_DEEP | D9_SREC_CAPPED | D9_SREC_ROOM)) &&
                              !tid_learned(r, h->tid, h->ts, &ask);
                 if (ask)
                         d9_bpf_target_stack_deep(r->bpf_t, h->tid);
                 if (s->flags & D9_SREC_DEEP) {
                         r->deep_records++;
                         r->deep_bytes += s->user_len;
+                        if (s->user_len > r->deep_max)
+                                r->deep_max = s->user_len;
                 }
                 if (p->n < 0)
                         r->unwind_err++;
@@ -441,6 +468,10 @@ int main(int argc, char **argv)
                         to.stack.deep_burst = 256 * 1024;
                 } else if (!strcmp(argv[a], "--cpu-capped"))
                         run.capped_mode = true;
+                else if (!strcmp(argv[a], "--ring") && a + 1 < argc)
+                        bo.ring_bytes = (size_t)atol(argv[++a]);
+                else if (!strcmp(argv[a], "--cpu-room"))
+                        run.room_mode = true;
                 else if (!strcmp(argv[a], "--no-fp-tail"))
                         no_fp_tail = true;
                 else if (!strcmp(argv[a], "--swap-unwinder"))
@@ -532,6 +563,15 @@ int main(int argc, char **argv)
         if (to.stack.flags & D9_STACK_DEEP)
                 tap_diag("deep copies: %lu records, %.1f KiB each on average", run.deep_records,
                          run.deep_records ? (double)run.deep_bytes / 1024.0 / (double)run.deep_records : 0.0);
+        if (run.room_mode) {
+                tap_ok(run.room_busy >= 10 && run.room_bad == 0 && run.room_said >= 10 &&
+                               run.deep_max + D9_REC_STACK_FIXED <= bo.ring_bytes / 2,
+                       "with a %zu-byte ring, no deep copy fills half of it (largest %lu bytes) and every busy "
+                       "sample is said cut for the ring's room (%lu) or taken before its thread got deep copies "
+                       "(%lu), none else (%lu of %lu)",
+                       bo.ring_bytes, run.deep_max, run.room_said, run.room_learn, run.room_bad, run.room_busy);
+                goto out;
+        }
         if (run.capped_mode) {
                 tap_ok(run.cap_busy >= 10 && run.cap_bad == 0 && run.cap_whole >= 1 && run.cap_cut_capped >= 1,
                        "with the deep copies capped at %u bytes/s, every busy sample is whole (%lu) or said "

@@ -17,12 +17,11 @@ too); and the plain cut mark still marks the rest of the cut stacks.
 Usage: test_record_deep_rate.py D9D D9CTL TARGET"""
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from d9harness import D9d, Tap, sample_chains, start_target, stop_procs  # noqa
+from d9harness import D9d, Tap, outer_frame_names, report_missing, start_target, stop_procs  # noqa
 
 RATE = "[stack cut: callers beyond the copied stack, deep copies' byte rate used up]"
 CUT = "[stack cut: callers beyond the copied stack]"
@@ -42,23 +41,14 @@ def main():
         paths = r.stdout.split()
         t.ok(r.returncode == 0 and paths, f"recorded the deep target with the default set ({len(paths)} segments)",
              r.stderr)
-        rate, cut = 0, 0
-        for p in paths:
-            for source in (0, 1):
-                _, chains, syms = sample_chains(d9ctl, p, source)
-                for ch in chains:
-                    last = syms.get(ch[-1], "") if ch else ""
-                    rate += last == RATE
-                    cut += last == CUT
+        outer = outer_frame_names(d9ctl, paths)
+        rate, cut = outer[RATE], outer[CUT]
         st = d.status(pid) or {}
         tg = st["targets"][0] if st.get("targets") else {}
         by_cap = tg.get("stacks", {}).get("cut_by_byte_cap", -1)
         t.ok(rate > 0 and by_cap >= rate, f"{rate} samples end in the rate's mark ({cut} in the plain cut mark); "
              f"status cut_by_byte_cap {by_cap}", json.dumps(tg.get("stacks")))
-        rep = subprocess.run([d9ctl, "report", "--json"] + paths, capture_output=True, text=True, timeout=120)
-        missing = json.loads(rep.stdout).get("missing", {}) if rep.returncode == 0 else {}
-        txt = subprocess.run([d9ctl, "report"] + paths, capture_output=True, text=True, timeout=120).stdout
-        line = next((x for x in txt.splitlines() if x.startswith("Not in the trace")), "")
+        missing, line = report_missing(d9ctl, paths)
         t.ok(missing.get("stacks_cut_by_byte_rate") == rate and missing.get("stacks_cut", 0) >= rate + cut > 0 and
              f"{rate} of them because the deep copies' byte rate" in line,
              f"the report counts them ({missing.get('stacks_cut_by_byte_rate')} of {missing.get('stacks_cut')} "

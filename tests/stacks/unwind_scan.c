@@ -141,6 +141,55 @@ static void build_syscall(struct fake *f)
         f->stack[0x58 / 8] = REG_CALL;
 }
 
+/* npm codex (musl static-pie, Tokio): a Rust caller (CFA rbp+16) calls
+ * pthread_mutex_lock, whose fast path jumps on to the slow path (push r14;
+ * mov; push r13; push r12; push rbp; push rbx; mov; sub rsp, 0x10), which
+ * calls __timedwait (no FDE, a `mov $imm, %eax` among its pushes, rbp
+ * reused for a pointer, 72 bytes deep at its call: more than its
+ * prologue's 56). Nothing verifies; the plain scan steps over the slow
+ * path's frame (its return address is into code without an FDE) to the
+ * caller, past a stale return address from an earlier call of a function
+ * with an FDE (the vDSO's helper, in the epoll wrapper's frame). */
+enum {
+        LOCK = 0x1400,          /* no FDE: mov (%rdi),%eax; ...; jmp SLOW */
+        SLOW = 0x1480,          /* no FDE */
+        TIMEDWAIT = 0x1500,     /* no FDE */
+        TW_PC = TIMEDWAIT + 0x90,
+        SLOW_RA = SLOW + 0x40,  /* after its call of __timedwait */
+        LOCK_CALL = 0x1e00,     /* has an FDE: the Rust caller's call of LOCK */
+};
+
+static void build_codex(struct fake *f)
+{
+        static const uint8_t lock[] = { 0x8b, 0x07, 0x85, 0xc0, 0x75, 0x02, 0xc3, 0x90 };
+        static const uint8_t slow[] = { 0x41, 0x56, 0x49, 0x89, 0xfe, 0x41, 0x55, 0x41, 0x54, 0x55, 0x53,
+                                        0x48, 0x89, 0xf3, 0x48, 0x83, 0xec, 0x10 };
+        static const uint8_t timedwait[] = { 0x41, 0x56, 0xb8, 0x80, 0x00, 0x00, 0x00, 0x41, 0x55, 0x41, 0x54,
+                                             0x55, 0x53, 0x48, 0x83, 0xec, 0x10 };
+
+        memset(f, 0, sizeof(*f));
+        memset(f->code, 0x90, sizeof(f->code));
+        put(f, LOCK, lock, sizeof(lock));
+        f->code[LOCK + 8 - CODE] = 0xe9;                        /* jmp SLOW */
+        put_rel32(f, LOCK + 9, SLOW);
+        put(f, SLOW, slow, sizeof(slow));
+        f->code[SLOW_RA - 5 - CODE] = 0xe8;                     /* call __timedwait */
+        put_rel32(f, SLOW_RA - 4, TIMEDWAIT);
+        put(f, TIMEDWAIT, timedwait, sizeof(timedwait));
+        f->code[LOCK_CALL - 5 - CODE] = 0xe8;                   /* call pthread_mutex_lock */
+        put_rel32(f, LOCK_CALL - 4, LOCK);
+        f->code[STALE_CALL - 5 - CODE] = 0xe8;                  /* call grow */
+        put_rel32(f, STALE_CALL - 4, GROW);
+        /* __timedwait's 72 bytes, a stale return address among them, then
+         * the slow path's 56 and the caller's return address; the slow
+         * path pushed the caller's rbp fourth. */
+        f->stack[3] = STALE_CALL;
+        f->stack[72 / 8] = SLOW_RA;
+        f->stack[(72 + 8 + 56) / 8 - 4] = SP + 0x300;           /* the caller's rbp */
+        f->stack[(72 + 8 + 56) / 8 - 5] = 0x3333;               /* rbx */
+        f->stack[(72 + 8 + 56) / 8] = LOCK_CALL;
+}
+
 static uint64_t step(struct fake *f, uint64_t *regs, bool leaf)
 {
         const struct unw_step_ops ops = {
@@ -170,13 +219,15 @@ int main(void)
            "the caller gets back the registers the prologue pushed: rbp %#llx, rbx %#llx, r12 %#llx",
            (unsigned long long)regs[D9_DW_RBP], (unsigned long long)regs[3], (unsigned long long)regs[12]);
 
-        /* Without the slot's target nothing fits: the first return address
-         * into code with an FDE, as before (the stale one). */
+        /* Without the slot's target nothing fits: the plain scan takes the
+         * first return address into code with an FDE whose call can have
+         * led here. The stale one's call went to grow, which has an FDE
+         * and no frame the scan steps over can be its (before: taken). */
         build(&f, false);
         k = step(&f, regs, false);
-        ok(k == UNW_STEP_SCAN && regs[D9_DW_RIP] == STALE_CALL && regs[D9_DW_RSP] == SP + 2 * 8 + 8,
-           "nothing verified: the plain scan's first return address into code with an FDE (%#llx)",
-           (unsigned long long)regs[D9_DW_RIP]);
+        ok(k == UNW_STEP_SCAN && regs[D9_DW_RIP] == GOT_CALL && regs[D9_DW_RSP] == SP + 0xc8 + 8,
+           "nothing verified: the plain scan's first return address into code with an FDE, not one whose call "
+           "went to a function with an FDE (%#llx)", (unsigned long long)regs[D9_DW_RIP]);
 
         /* A stale return address whose call went elsewhere at exactly the
          * frame's size is not taken for one that fits: grow's prologue is
@@ -228,5 +279,21 @@ int main(void)
         k = unwind_step_no_cfi(&ops, regs, UNW_CFI_NO_FDE, true);
         ok(k == UNW_STEP_SCAN && regs[D9_DW_RBP] == SP + 0x300,
            "a plausible frame pointer in rbp is kept (rbp %#llx)", (unsigned long long)regs[D9_DW_RBP]);
+
+        /* npm codex: the caller's rbp from the slow path's pushes, reached
+         * through the lock's jump, though rbp looks like a frame pointer. */
+        build_codex(&f);
+        memset(regs, 0, sizeof(regs));
+        regs[D9_DW_RIP] = TW_PC;
+        regs[D9_DW_RSP] = SP;
+        regs[D9_DW_RBP] = SP + 0x40;                            /* __timedwait's pointer */
+        k = unwind_step_no_cfi(&ops, regs, UNW_CFI_NO_FDE, false);
+        ok(k == UNW_STEP_SCAN && regs[D9_DW_RIP] == LOCK_CALL && regs[D9_DW_RSP] == SP + 72 + 8 + 56 + 8,
+           "over a frame without an FDE to the caller, past a stale return address whose call went to a "
+           "function with an FDE (pc %#llx, sp +%#llx)", (unsigned long long)regs[D9_DW_RIP],
+           (unsigned long long)(regs[D9_DW_RSP] - SP));
+        ok(regs[D9_DW_RBP] == SP + 0x300 && regs[3] == 0x3333,
+           "the caller's rbp and rbx from the pushes of the function its call jumped on to (rbp %#llx, rbx %#llx)",
+           (unsigned long long)regs[D9_DW_RBP], (unsigned long long)regs[3]);
         return tap_done();
 }

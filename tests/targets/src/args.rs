@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-pub const USAGE: &str = "usage: d9-target server|load|mixed|pool|inplace|runtimes|deep|deeper|recurse|selfwake|backlog [--flavor multi-thread|current-thread] \
+pub const USAGE: &str = "usage: d9-target server|load|mixed|pool|inplace|runtimes|deep|deeper|recurse|selfwake|backlog|boxed [--flavor multi-thread|current-thread] \
 [--workers N] [--thread-name NAME] [--listen ADDR] [--backlog N] [--connect ADDR] [--conns N] [--duration SECS] \
 [--start-delay SECS] [--wait-stdin] [--work-us N] [--rate N] [--unpark-sleep-every N]";
 
@@ -19,6 +19,7 @@ pub enum Mode {
     Recurse,
     SelfWake,
     Backlog,
+    Boxed,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -92,6 +93,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         Some("recurse") => Mode::Recurse,
         Some("selfwake") => Mode::SelfWake,
         Some("backlog") => Mode::Backlog,
+        Some("boxed") => Mode::Boxed,
         Some(m) => return Err(format!("unknown mode '{m}'")),
         None => return Err("missing mode".into()),
     };

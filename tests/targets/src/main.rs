@@ -9,6 +9,7 @@
 
 mod args;
 mod backlog;
+mod boxed;
 mod counted;
 mod deep;
 mod load;
@@ -126,6 +127,7 @@ fn main() {
         args::Mode::Recurse => rt.block_on(deep::run_recurse(&args)),
         args::Mode::SelfWake => rt.block_on(selfwake::run(&args)),
         args::Mode::Backlog => rt.block_on(backlog::run(&args)),
+        args::Mode::Boxed => rt.block_on(boxed::run(&args)),
     };
     // A server's connection tasks may outlive its duration while a client
     // stays connected; they hold nothing worth waiting for.
