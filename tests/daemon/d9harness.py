@@ -100,6 +100,19 @@ class D9d:
         r = self.ctl(*args)
         return json.loads(r.stdout) if r.returncode == 0 else None
 
+    def target_status_with_uprobes(self, pid, wait_s=2.0):
+        """pid's entry in status, once it says how many uprobes are
+        attached: status leaves uprobes_attached out while d9d's BPF thread
+        changes the target's links, which the full set's sampled wakes do
+        twice every 2.5 s. Read at one instant, a check of that count
+        failed when the instant fell inside such a change."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            entry = ((self.status(pid) or {}).get("targets") or [{}])[0]
+            if "uprobes_attached" in entry.get("probe_plan", {}) or time.monotonic() > deadline:
+                return entry
+            time.sleep(0.02)
+
     def stop(self, sig=signal.SIGTERM, timeout=30):
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(sig)

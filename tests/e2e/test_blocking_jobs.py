@@ -62,7 +62,7 @@ def main():
         tgt = start_target(TARGET, "pool", "--thread-name", "tokio-rt-worker", "--duration", "10")
         time.sleep(1.5)
         mid = {}
-        timer = threading.Timer(3.0, lambda: mid.update(((d.status(tgt.pid) or {}).get("targets") or [{}])[0]))
+        timer = threading.Timer(3.0, lambda: mid.update(d.target_status_with_uprobes(tgt.pid)))
         timer.start()
         before = run_queue_ns(tgt.pid)
         r = d.ctl("record", "--probes", "all", "--pid", str(tgt.pid), "--duration", "6s", "--out", d.out)

@@ -34,7 +34,7 @@ def one_try(t, d, binary, n):
         time.sleep(1.5)  # mid-run: workers parked and polling, blocking threads alive
         # What status says is attached, while it is.
         mid = {}
-        timer = threading.Timer(4.0, lambda: mid.update(((d.status(tgt.pid) or {}).get("targets") or [{}])[0]))
+        timer = threading.Timer(4.0, lambda: mid.update(d.target_status_with_uprobes(tgt.pid)))
         timer.start()
         r = d.ctl("record", "--probes", "all", "--pid", str(tgt.pid), "--duration", "8s", "--out", d.out)
         timer.join()
