@@ -106,12 +106,13 @@ class D9d:
         changes the target's links, which the full set's sampled wakes do
         twice every 2.5 s. Read at one instant, a check of that count
         failed when the instant fell inside such a change."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            entry = ((self.status(pid) or {}).get("targets") or [{}])[0]
-            if "uprobes_attached" in entry.get("probe_plan", {}) or time.monotonic() > deadline:
-                return entry
-            time.sleep(0.02)
+        def entry():
+            return ((self.status(pid) or {}).get("targets") or [{}])[0]
+
+        def with_count():
+            e = entry()
+            return e if "uprobes_attached" in e.get("probe_plan", {}) else None
+        return wait_for(with_count, wait_s, step=0.02) or entry()
 
     def stop(self, sig=signal.SIGTERM, timeout=30):
         if self.proc and self.proc.poll() is None:
