@@ -107,6 +107,70 @@ struct named {
         size_t fn;              /* index into plan->dyn_fns */
 };
 
+/* A function a boxed future's poll can run in, and where its name is. */
+struct dyn_entry {
+        uint64_t vaddr, name_at;
+};
+
+static int by_entry(const void *a, const void *b)
+{
+        const struct dyn_entry *x = a, *y = b;
+
+        if (x->vaddr != y->vaddr)
+                return x->vaddr < y->vaddr ? -1 : 1;
+        /* The function's own name before a thunk's jumping to it. */
+        return (x->name_at != x->vaddr) - (y->name_at != y->vaddr);
+}
+
+/* Where a method that only jumps on (`jmp rel32` or `jmp rel8` first)
+ * goes, else 0. A stack never shows such a method, only where it jumped:
+ * npm grafbase's hyper client connections are boxed
+ * `futures_util::future::Map`s whose poll jumps to the inner `map::Map`'s,
+ * and their default-set long polls read no future at all. */
+static uint64_t jump_target(const struct elf_image *img, uint64_t fn)
+{
+        const uint8_t *p = d9_elf_vaddr_bytes(img, fn, 5);
+        int32_t rel32;
+
+        if (p && p[0] == 0xe9) {
+                memcpy(&rel32, p + 1, 4);
+                return fn + 5 + (int64_t)rel32;
+        }
+        if (p && p[0] == 0xeb)
+                return fn + 2 + (int8_t)p[1];
+        return 0;
+}
+
+/* The sorted fns, each named by itself, and the functions thunks among
+ * them jump to, named by the thunk; one entry per address. A function two
+ * thunks jump to (code the compiler merged for two types) is left out:
+ * either name could be wrong. */
+static int dyn_entries(const struct elf_image *img, const struct fn_list *fns, struct dyn_entry **out, size_t *n)
+{
+        struct dyn_entry *e = calloc(2 * fns->n + 1, sizeof(*e));
+        size_t k = 0, u = 0;
+
+        if (!e)
+                return -ENOMEM;
+        for (size_t i = 0; i < fns->n; i++) {
+                uint64_t to = jump_target(img, fns->v[i]);
+
+                e[k++] = (struct dyn_entry){ fns->v[i], fns->v[i] };
+                if (to && d9_elf_vaddr_is_exec(img, to))
+                        e[k++] = (struct dyn_entry){ to, fns->v[i] };
+        }
+        qsort(e, k, sizeof(*e), by_entry);
+        for (size_t i = 0, j; i < k; i = j) {
+                for (j = i + 1; j < k && e[j].vaddr == e[i].vaddr;)
+                        j++;
+                if (e[i].name_at == e[i].vaddr || j == i + 1)
+                        e[u++] = e[i];
+        }
+        *out = e;
+        *n = u;
+        return 0;
+}
+
 static int by_name(const void *a, const void *b)
 {
         return strcmp(((const struct named *)a)->name, ((const struct named *)b)->name);
@@ -138,32 +202,32 @@ static int names_pack(struct probe_plan *plan, struct named *v, size_t n)
         return 0;
 }
 
-/* Names the sorted, unique fns the symbols know into plan->dyn_fns; if
- * they know none of them, all of them, unnamed. */
-static int name_fns(struct plan_builder *b, const struct fn_list *fns, struct probe_plan *plan)
+/* Names the entries (sorted, one per address) the symbols know into
+ * plan->dyn_fns; if they know none of them, all of them, unnamed. */
+static int name_fns(struct plan_builder *b, const struct dyn_entry *e, size_t n, struct probe_plan *plan)
 {
-        struct named *v = calloc(fns->n ? fns->n : 1, sizeof(*v));
+        struct named *v = calloc(n ? n : 1, sizeof(*v));
         int r;
 
-        plan->dyn_fns = calloc(fns->n ? fns->n : 1, sizeof(*plan->dyn_fns));
+        plan->dyn_fns = calloc(n ? n : 1, sizeof(*plan->dyn_fns));
         if (!v || !plan->dyn_fns) {
                 free(v);
                 return -ENOMEM;
         }
-        for (size_t i = 0; i < fns->n; i++) {
-                struct d9_sym *s = d9_sym_table_find_nearest(&b->st.table, fns->v[i]);
+        for (size_t i = 0; i < n; i++) {
+                struct d9_sym *s = d9_sym_table_find_nearest(&b->st.table, e[i].name_at);
 
                 if (!s)
                         continue;
                 v[plan->n_dyn_fns] = (struct named){ d9_sym_name(s), plan->n_dyn_fns };
-                plan->dyn_fns[plan->n_dyn_fns++].vaddr = fns->v[i];
+                plan->dyn_fns[plan->n_dyn_fns++].vaddr = e[i].vaddr;
         }
         if (!plan->n_dyn_fns) {
-                for (size_t i = 0; i < fns->n; i++) {
+                for (size_t i = 0; i < n; i++) {
                         v[i] = (struct named){ "", i };
-                        plan->dyn_fns[i].vaddr = fns->v[i];
+                        plan->dyn_fns[i].vaddr = e[i].vaddr;
                 }
-                plan->n_dyn_fns = fns->n;
+                plan->n_dyn_fns = n;
         }
         r = plan->n_dyn_fns > PROBE_DYN_FNS_MAX ? -E2BIG : names_pack(plan, v, plan->n_dyn_fns);
         free(v);
@@ -182,6 +246,8 @@ static void table_drop(struct probe_plan *plan)
 int uprobes_plan_dyn_names(struct plan_builder *b, struct probe_plan *plan)
 {
         struct fn_list fns = { 0 };
+        struct dyn_entry *e = NULL;
+        size_t n_entries = 0;
         int r;
 
         if (b->vs.relocs.n)
@@ -190,8 +256,11 @@ int uprobes_plan_dyn_names(struct plan_builder *b, struct probe_plan *plan)
                 r = scan_section_words(b->img, ".rodata", &fns);
         if (r == 0) {
                 fns.n = uprobes_sort_unique_u64(fns.v, fns.n);
-                r = name_fns(b, &fns, plan);
+                r = dyn_entries(b->img, &fns, &e, &n_entries);
         }
+        if (r == 0)
+                r = name_fns(b, e, n_entries, plan);
+        free(e);
         free(fns.v);
         if (r == -E2BIG) {
                 size_t n = plan->n_dyn_fns;

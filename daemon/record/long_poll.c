@@ -6,6 +6,7 @@
 
 #include "bpf/d9_events.h"
 #include "daemon/record/long_poll.h"
+#include "daemon/record/stack_sites.h"
 #include "daemon/record/translate.h"
 #include "daemon/record/unwind.h"
 #include "uprobes/uprobes.h"
@@ -63,6 +64,11 @@ static int unwinder_vaddr(void *ctx, uint64_t addr, uint64_t *vaddr)
         return tr->unw ? unwinder_link_vaddr(tr->unw, addr, tr->plan->build_id, vaddr) : -ENOENT;
 }
 
+static int unwinder_fn_of(const struct translate *tr, uint64_t addr, uint64_t *fn)
+{
+        return tr->unw ? unwinder_fn_start(tr->unw, addr, fn) : -ENOENT;
+}
+
 int long_poll_ranges(struct translate *tr, long_poll_vaddr_fn vaddr_of, void *ctx)
 {
         const struct probe_plan *p = tr->plan;
@@ -88,6 +94,7 @@ int long_poll_ranges(struct translate *tr, long_poll_vaddr_fn vaddr_of, void *ct
         qsort(tr->lp_ranges, tr->n_lp_ranges, sizeof(*tr->lp_ranges), by_lo);
         tr->lp_vaddr_of = vaddr_of ? vaddr_of : unwinder_vaddr;
         tr->lp_ctx = vaddr_of ? ctx : tr;
+        tr->lp_fn_of = unwinder_fn_of;
         return 0;
 }
 
@@ -109,6 +116,7 @@ void long_poll_free(struct translate *tr)
         tr->lp_ranges = NULL;
         tr->launch_polls = NULL;
         tr->n_lp_ranges = 0;
+        stack_sites_free(tr);
 }
 
 int long_poll_declare(struct translate *tr)
@@ -210,7 +218,7 @@ bool long_poll_blocking_frame(const struct translate *tr, const uint64_t *frames
 }
 
 void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stack_id, const uint64_t *frames,
-                        uint32_t n, uint32_t n_kern)
+                        uint32_t n, uint32_t n_kern, bool cut)
 {
         uint32_t task = 0, launch = 0, depth = 0, job = 0;
         uint64_t callee = 0;
@@ -225,13 +233,15 @@ void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stac
 
                 if (!r)
                         continue;
-                if (r->blocking)
+                if (r->blocking) {
                         job = r->cookie + 1;
+                        stack_sites_pool_learn(tr, frames, i, n);
+                }
                 if (!r->blocking && !task) {
                         task = r->cookie + 1;
                         depth = i - n_kern;
                         harness = in_harness(tr, v, i, n_kern);
-                        callee = i > n_kern ? frames[i - 1] : 0;
+                        callee = translate_stack_callee(tr, r->cookie, frames, i, n_kern);
                 }
                 else if (r->blocking && task)
                         launch = r->cookie + 1;
@@ -261,6 +271,11 @@ void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stac
         t->lp_depth = depth;
         t->lp_callee = callee;
         t->lp_launch = launch;
+        /* A stack cut before its poll frame reads as none (stack_sites.h). */
+        if (!cut)
+                stack_sites_learn(tr, frames, n, n_kern, t->lp_poll, t->lp_callee);
+        else if (!task && !job && stack_sites_poll(tr, frames, n, n_kern, &t->lp_poll, &t->lp_callee))
+                tr->cut_in_poll_by_site++;
         /* A launch frame alone made a worker only where BPF does not say
          * which loop a thread runs: where it does, that says (a job whose
          * pool code looks like a worker's launch is no worker). With poll
@@ -283,6 +298,16 @@ void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stac
                 else
                         t->job_unanswered = job;
         }
+        /* No poll at all, inside the pool's loop: a pool thread between
+         * jobs, the pool's (254) before its first job too (npm rari: 43 %
+         * of its pool threads' samples read 255, idle since before the
+         * attach). A worker's thread is in that loop too, but always under
+         * its launch's blocking poll; told apart once the plan's launch
+         * frames are known to show (a stack showed one under a task poll)
+         * or BPF has said the thread runs no loop. */
+        if (!task && !job && t->worker == D9_WORKER_NONE && !t->pool_thread &&
+            (tr->launch_known || t->stacks_unnamed) && stack_sites_in_pool_run(tr, t, frames, n, n_kern))
+                t->pool_thread = true;
 }
 
 void long_poll_pool_job(const struct translate *tr, struct tr_thread *t, uint32_t job)

@@ -80,9 +80,11 @@ int long_poll_enable(struct translate *tr, uint64_t period_ns, long_poll_vaddr_f
 void long_poll_free(struct translate *tr);
 /* New segment: declare D9LongPollEvent in it. */
 int long_poll_declare(struct translate *tr);
-/* Frames of a stack just unwound on t (leaf first, n_kern kernel ones first). */
+/* Frames of a stack just unwound on t (leaf first, n_kern kernel ones
+ * first); cut: the walk stopped before the thread's start (the copy's end,
+ * pages not in memory, the frame limit), so its poll frame may be missing. */
 void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stack_id, const uint64_t *frames,
-                        uint32_t n, uint32_t n_kern);
+                        uint32_t n, uint32_t n_kern, bool cut);
 /* A run tick whose stack unwound to frames (as long_poll_on_stack saw them). */
 int long_poll_on_run(struct translate *tr, struct tr_thread *t, const struct d9_rec_run *r,
                      const uint64_t *frames, uint32_t n);

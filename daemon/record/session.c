@@ -1976,7 +1976,7 @@ json_t *session_status_json(const struct session *s)
         }
         /* Stacks: unwound, not, off-CPU samples that say why they have none,
          * and those taken in d9d's own probes ([d9d uprobe], docs/stacks.md). */
-        json_object_set_new(j, "stacks", json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
+        json_object_set_new(j, "stacks", json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
                 "unwound", (json_int_t)s->tr.stacks, "failed", (json_int_t)s->tr.stacks_failed,
                 "offcpu_without_stack", (json_int_t)s->tr.offcpu_no_stack,
                 "cpu_samples_without_stack", (json_int_t)s->tr.cpu_no_stack,
@@ -1989,6 +1989,7 @@ json_t *session_status_json(const struct session *s)
                 "cut_for_ring_room", (json_int_t)s->tr.stacks_cut_room,
                 "cut_at_page_not_in_memory", (json_int_t)s->tr.stacks_cut_unread,
                 "cut_at_frame_limit", (json_int_t)s->tr.stacks_capped,
+                "cut_placed_in_poll_by_site", (json_int_t)s->tr.cut_in_poll_by_site,
                 "deep_copies", (json_int_t)s->tr.stacks_deep,
                 "deep_bytes", (json_int_t)s->tr.stacks_deep_bytes,
                 "record_bytes", (json_int_t)s->tr.stack_bytes));

@@ -201,6 +201,7 @@ void translate_release(struct translate *tr)
                 .stacks_cut_unread = tr->stacks_cut_unread,
                 .stacks_deep = tr->stacks_deep,
                 .stacks_deep_bytes = tr->stacks_deep_bytes, .stack_bytes = tr->stack_bytes,
+                .cut_in_poll_by_site = tr->cut_in_poll_by_site,
                 .long_polls = tr->long_polls, .stall_ns = tr->stall_ns, .stalls = tr->stalls,
                 .stalls_in_window = tr->stalls_in_window,
                 .cores_handed = tr->cores_handed, .polls_by_thread = tr->polls_by_thread,
@@ -472,19 +473,46 @@ static uint32_t poll_label_atom(struct translate *tr, uint64_t cookie, uint64_t 
         return atom != D9_NO_ATOM ? atom : label_atom(tr, cookie);
 }
 
+static bool boxed_cookie(const struct translate *tr, uint64_t cookie)
+{
+        return tr->plan && cookie < tr->n_labels && tr->plan->points[cookie].boxed_dyn;
+}
+
+/* The function frame addr lies in, if the plan knows it as a trait
+ * object's first method (named or not): a frame in none is other code the
+ * poll instance runs (the harness's free, the scheduler), whose name would
+ * be wrong. */
+static bool dyn_fn_frame(struct translate *tr, uint64_t addr, uint64_t *fn)
+{
+        uint64_t vaddr;
+
+        return addr && tr->lp_fn_of && tr->lp_fn_of(tr, addr, fn) == 0 && exe_map_vaddr(&tr->exe, *fn, &vaddr) &&
+               probe_plan_dyn_fn_name(tr->plan, vaddr);
+}
+
+uint64_t translate_stack_callee(struct translate *tr, uint64_t cookie, const uint64_t *frames, uint32_t i,
+                                uint32_t n_kern)
+{
+        uint64_t fn;
+
+        if (i <= n_kern)
+                return 0;
+        if (!boxed_cookie(tr, cookie))
+                return frames[i - 1];
+        for (uint32_t j = i; j > n_kern && i - j < TR_BOXED_CALLEE_DEPTH; j--)
+                if (dyn_fn_frame(tr, frames[j - 1], &fn))
+                        return frames[j - 1];
+        return frames[i - 1];
+}
+
 uint32_t translate_stack_label_atom(struct translate *tr, uint64_t cookie, uint64_t callee)
 {
-        uint64_t fn, vaddr;
+        uint64_t fn;
         uint32_t atom;
 
-        if (!tr->plan || cookie >= tr->n_labels || !tr->plan->points[cookie].boxed_dyn)
+        if (!boxed_cookie(tr, cookie))
                 return label_atom(tr, cookie);
-        if (!callee || !tr->unw || unwinder_fn_start(tr->unw, callee, &fn) < 0)
-                return tr->empty_atom;
-        /* The plan knows every trait object's first method (named or not):
-         * a callee that is none is other code the poll instance runs (the
-         * harness's free, the scheduler), whose name would be wrong. */
-        if (!exe_map_vaddr(&tr->exe, fn, &vaddr) || !probe_plan_dyn_fn_name(tr->plan, vaddr))
+        if (!dyn_fn_frame(tr, callee, &fn))
                 return tr->empty_atom;
         atom = dyn_atom(tr, fn);
         return atom != D9_NO_ATOM ? atom : tr->empty_atom;
@@ -1349,7 +1377,7 @@ static void on_stack_frames(struct translate *tr, const struct translate_held_st
                 tr->stacks_in_trap = us.trap_sites;
         }
         if (tr->stack_workers)
-                long_poll_on_stack(tr, t, h->stack_id, st->frames, n, h->n_kern);
+                long_poll_on_stack(tr, t, h->stack_id, st->frames, n, h->n_kern, h->cut || h->unread || h->capped);
         attach_poll_on_stack(tr, t, h->stack_id, st->frames, n, h->n_kern);
         /* Say where a stack stops short, so a flame graph does not show
          * the innermost frames as if they were all there was. */
@@ -1396,7 +1424,7 @@ ssize_t translate_stack_ahead(struct translate *tr, const void *rec, size_t size
 }
 
 int translate_stack_frames(struct translate *tr, uint32_t tid, uint64_t stack_id, const uint64_t *frames,
-                           uint32_t n, uint32_t n_kern)
+                           uint32_t n, uint32_t n_kern, bool cut)
 {
         struct tr_thread *t = thread_get(tr, tid);
         struct tr_stack *st = t ? stack_slot(t) : NULL;
@@ -1409,7 +1437,7 @@ int translate_stack_frames(struct translate *tr, uint32_t tid, uint64_t stack_id
         st->id = stack_id;
         st->n = n;
         if (tr->stack_workers)
-                long_poll_on_stack(tr, t, stack_id, st->frames, n, n_kern < n ? n_kern : n);
+                long_poll_on_stack(tr, t, stack_id, st->frames, n, n_kern < n ? n_kern : n, cut);
         attach_poll_on_stack(tr, t, stack_id, st->frames, n, n_kern < n ? n_kern : n);
         return 0;
 }

@@ -34,7 +34,11 @@ struct tr_thread {
                                          * loop has now: it drives no worker */
         uint32_t stacks_unnamed;        /* its stacks in a row that named no worker */
         bool stacks_looked;             /* BPF looked for its worker (default set) */
-        bool pool_thread;               /* has run blocking-pool tasks (samples: 254) */
+        bool pool_thread;               /* has run blocking-pool tasks, or waits in the
+                                         * pool's loop for one (samples: 254) */
+        uint64_t pool_not_outer;        /* outermost frames of its last stack not in the
+                                         * pool's loop (stack_sites.c), */
+        uint32_t pool_not_fns;          /* ... while the loop had this many functions */
         uint32_t job_unanswered;        /* default set: cookie + 1 of a job it showed
                                          * while BPF did not yet say whether it runs
                                          * a worker loop */
@@ -95,6 +99,7 @@ struct tr_thread {
 };
 
 struct lp_range;
+struct stack_site;
 
 /* A boxed `dyn Future` seen in a poll: its concrete poll fn, named. */
 struct tr_dyn {
@@ -227,6 +232,16 @@ struct translate {
         size_t n_lp_ranges;
         uint8_t *launch_polls;          /* per cookie: LAUNCH_SEEN, LAUNCH_NAMED */
         bool launch_known;              /* one of them LAUNCH_SEEN */
+        /* The function a frame's address lies in (the unwinder's FDEs). */
+        int (*lp_fn_of)(const struct translate *tr, uint64_t addr, uint64_t *fn);
+        /* stack_sites.c: Tokio's blocking-pool loop (the functions calling
+         * blocking-pool polls, and the caller frames already looked up);
+         * which task poll whole stacks through a site showed, for stacks cut
+         * before their poll frame, and how many cut stacks that placed. */
+        uint64_t pool_run_fns[4], pool_callers[8];
+        uint32_t n_pool_run_fns, n_pool_callers;
+        struct stack_site *stack_sites;
+        uint64_t cut_in_poll_by_site;
         int long_poll_schema;
         uint32_t enc_gen;               /* bumped with each encoder (atoms) */
         uint64_t long_polls;            /* D9LongPollEvents written */
@@ -283,7 +298,7 @@ int translate_offcpu_short(struct translate *tr, uint64_t ts, uint64_t intervals
  * first): what the next SAMPLE/OFFCPU/RUN_SAMPLE naming stack_id shows.
  * translate_record does this itself; tests feed synthetic stacks here. */
 int translate_stack_frames(struct translate *tr, uint32_t tid, uint64_t stack_id, const uint64_t *frames,
-                           uint32_t n, uint32_t n_kern);
+                           uint32_t n, uint32_t n_kern, bool cut);
 /* Kernel frames, unwind_opts' default 128 user frames, the cut mark. */
 #define TRANSLATE_STACK_FRAMES_MAX (D9_STACK_KERN_MAX + 160)
 
@@ -335,6 +350,16 @@ uint32_t translate_label_atom(struct translate *tr, uint64_t cookie);
  * (npm ace-tool-rs, stripped: every long poll was "unknown future" while
  * the full set named each by address); none if that cannot be told. */
 uint32_t translate_stack_label_atom(struct translate *tr, uint64_t cookie, uint64_t callee);
+/* How many frames under a boxed future's poll frame its future's poll may
+ * be: Tokio's Core::poll, which calls it through the box's vtable, is not
+ * always inlined into the poll function (npm grafbase, Tokio 1.47). */
+#define TR_BOXED_CALLEE_DEPTH 3
+/* The callee for translate_stack_label_atom of poll frame frames[i] (leaf
+ * first, n_kern kernel ones first; cookie: its poll's): the frame it
+ * called; for a boxed future's, the first of the TR_BOXED_CALLEE_DEPTH
+ * frames under it in a function the plan names, else that one. */
+uint64_t translate_stack_callee(struct translate *tr, uint64_t cookie, const uint64_t *frames, uint32_t i,
+                                uint32_t n_kern);
 
 /* Sampled wakes: the wake points are attached from ts on (or not), for
  * on_ms of every period_ms: a D9WakeWindowEvent. */

@@ -174,7 +174,7 @@ static void run_start(struct run *r)
 /* A stack on tid: user frames leaf first, kernel ones none. */
 static uint64_t stack(struct run *r, uint32_t tid, const uint64_t *frames, uint32_t n)
 {
-        translate_stack_frames(&r->tr, tid, ++r->stack_id, frames, n, 0);
+        translate_stack_frames(&r->tr, tid, ++r->stack_id, frames, n, 0, false);
         return r->stack_id;
 }
 
@@ -294,6 +294,56 @@ static void test_workers_and_parks_from_stacks(void)
         ok(l.park[1] == 1 && l.unpark[1] == 1,
            "worker 1: 1 park; its first sleep came before any worker taught the launch frame (%d)", l.park[1]);
         ok(l.park[255] == 0 && l.park[254] == 0, "no parks for non-workers (%d, %d)", l.park[255], l.park[254]);
+}
+
+/* A stack taken in the kernel (one kernel frame first), cut or whole. */
+static uint64_t stack_in_kernel(struct run *r, uint32_t tid, const uint64_t *frames, uint32_t n, bool cut)
+{
+        translate_stack_frames(&r->tr, tid, ++r->stack_id, frames, n, 1, cut);
+        return r->stack_id;
+}
+
+/* A sleep whose stack was cut before its poll frame (the deep copies' byte
+ * rate used up: npm pact stub server, 412 of 412 default-set parks were
+ * sleeps inside a poll) is in the poll that whole stacks through its site
+ * (innermost 4 user frames) showed; at a site not seen whole, or seen both
+ * in a poll and not, it is a park as before. */
+static void test_cut_sleep_in_poll_by_its_site(void)
+{
+#define K 0xffffffff81000000ull
+#define SITE OTHER_FN + 0x61, OTHER_FN + 0x75, OTHER_FN + 0x89, OTHER_FN + 0x9d
+#define SITE2 OTHER_FN + 0x61, OTHER_FN + 0x77, OTHER_FN + 0x99, OTHER_FN + 0x9d
+        const uint64_t whole[] = { K, SITE, TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        const uint64_t cut[] = { K, SITE, OTHER_FN + 0x95 };
+        const uint64_t cut_unknown[] = { K, OTHER_FN + 0x61, OTHER_FN + 0x7a, OTHER_FN + 0x8a, OTHER_FN + 0x9d,
+                                         OTHER_FN + 0x95 };
+        const uint64_t parked[] = { K, SITE2, OTHER_FN + 2, LAUNCH_FN + 0x30 };
+        const uint64_t mixed[] = { K, SITE2, TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        const uint64_t mixed_cut[] = { K, SITE2, OTHER_FN + 0x95 };
+#undef K
+#undef SITE
+#undef SITE2
+        struct log l;
+        struct run r;
+        char workers[64];
+        uint64_t placed;
+
+        run_start(&r);
+        offcpu(&r, 101, stack_in_kernel(&r, 101, whole, 8, false), 3000000);
+        offcpu(&r, 101, stack_in_kernel(&r, 101, cut_unknown, 6, true), 2000000);
+        offcpu(&r, 101, stack_in_kernel(&r, 101, cut, 6, true), 4000000);
+        offcpu(&r, 101, stack_in_kernel(&r, 101, mixed, 8, false), 2000000);
+        offcpu(&r, 101, stack_in_kernel(&r, 101, parked, 7, false), 2000000);
+        offcpu(&r, 101, stack_in_kernel(&r, 101, mixed_cut, 6, true), 2000000);
+        placed = r.tr.cut_in_poll_by_site;
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.long_blocked == 3 && l.min_ns[1] == 4000000 && !strcmp(l.label[1], "app::serve") && placed == 1,
+           "a cut sleep at a site whole stacks showed in app::serve is a blocked long poll there (%d blocked, the "
+           "second %llu ns '%s'; %llu placed by site)", l.long_blocked, (unsigned long long)l.min_ns[1], l.label[1],
+           (unsigned long long)placed);
+        ok(!strcmp(workers, "0") && l.park[0] == 3,
+           "cut at a site never seen whole, or seen in a poll and not: parks as before (%d of 3; workers '%s')",
+           l.park[0], workers);
 }
 
 /* Ticks: a run of ticks in one task poll frame with no voluntary switch
@@ -600,6 +650,68 @@ static void test_job_that_launched_a_loop_is_no_pool(void)
         ok(l.samples[254] == 1 && !strcmp(workers, "0"),
            "taken for the pool's at BPF's answer (254: %d of 1), not once a task poll above that blocking poll shows "
            "a loop (workers '%s')", l.samples[254], workers);
+}
+
+/* Tokio's blocking-pool loop, which polls launches and jobs, and a
+ * thread's start: functions of 0x100 bytes for the hook below. */
+#define POOL_FN 0xa0000
+#define START_FN 0xb0000
+
+static int fn_of_0x100(const struct translate *tr, uint64_t addr, uint64_t *fn)
+{
+        *fn = addr & ~0xffull;
+        return 0;
+}
+
+/* A pool thread waiting for a job in the pool's loop shows no poll; the
+ * loop is the function that calls blocking-pool polls (here the workers'
+ * launch): once that is known and launches are seen to show, such a
+ * thread's samples are the pool's (254), not "no worker" (npm rari: 43 %
+ * of its pool threads' samples, idle since before the attach). A thread
+ * outside that loop stays 255; one in it whose launches are not known yet
+ * waits for BPF's "no loop". */
+static void test_idle_pool_thread_is_the_pools(void)
+{
+        const uint64_t in_task[] = { TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20, POOL_FN + 0x31, START_FN + 5 };
+        const uint64_t job[] = { OTHER_FN + 1, JOB_FN + 0x10, POOL_FN + 0x31, START_FN + 5 };
+        const uint64_t pool_wait[] = { OTHER_FN + 3, POOL_FN + 0x48, START_FN + 5 };
+        const uint64_t block_on[] = { OTHER_FN + 3, OTHER_FN + 0x210, START_FN + 7 };
+        enum { RT = 0x7f00aa00 };
+        struct log l;
+        struct run r;
+        char workers[64];
+
+        run_start(&r);
+        r.tr.lp_fn_of = fn_of_0x100;
+        cpu_sample_at(&r, 300, stack(&r, 300, pool_wait, 3), r.ts += 1000000);
+        for (uint32_t k = 0; k < 2; k++) {
+                translate_stack_worker(&r.tr, 101 + k, RT, k + 1, 1000, false);
+                cpu_sample_at(&r, 101 + k, stack(&r, 101 + k, in_task, 5), r.ts += 1000000);
+        }
+        for (int i = 0; i < 3; i++) {
+                cpu_sample_at(&r, 300, stack(&r, 300, pool_wait, 3), r.ts += 1000000);
+                cpu_sample_at(&r, 301, stack(&r, 301, block_on, 3), r.ts += 1000000);
+        }
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(!strcmp(workers, "0,1") && l.samples[254] == 3 && l.samples[255] == 4 && l.samples[0] == 1 &&
+                   l.samples[1] == 1,
+           "idle in the pool's loop: the pool's once the launches taught the loop (254: %d of 3); before that, "
+           "and outside the loop, none (255: %d of 4); workers '%s'",
+           l.samples[254], l.samples[255], workers);
+
+        run_start(&r);
+        r.tr.lp_fn_of = fn_of_0x100;
+        translate_stack_worker(&r.tr, 310, RT, 0, 0, false);
+        cpu_sample_at(&r, 310, stack(&r, 310, job, 4), r.ts += 1000000);
+        translate_stack_worker(&r.tr, 311, RT, 0, 0, true);
+        cpu_sample_at(&r, 311, stack(&r, 311, pool_wait, 3), r.ts += 1000000);
+        translate_stack_worker(&r.tr, 311, RT, 0, 0, false);
+        cpu_sample_at(&r, 311, stack(&r, 311, pool_wait, 3), r.ts += 1000000);
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.samples[254] == 2 && l.samples[255] == 1,
+           "a loop taught by a job, no launch seen: a thread idle in it is the pool's at BPF's \"no loop\" (254: %d "
+           "of 2, the job's and the answered one; 255: %d of 1)",
+           l.samples[254], l.samples[255]);
 }
 
 /* tid asleep since before the attach, for len, in futex (a park's call). */
@@ -1064,6 +1176,7 @@ int main(void)
 {
         plan_init();
         test_workers_and_parks_from_stacks();
+        test_cut_sleep_in_poll_by_its_site();
         test_long_polls_from_ticks();
         test_long_poll_stack_is_its_deepest_tick();
         test_block_in_place_workers_from_the_stack();
@@ -1073,6 +1186,7 @@ int main(void)
         test_job_thread_samples_are_the_pools();
         test_job_before_bpf_answers();
         test_job_that_launched_a_loop_is_no_pool();
+        test_idle_pool_thread_is_the_pools();
         test_pool_sleep_before_attach_is_no_park();
         test_full_set_job_since_before_attach();
         test_flush_by_trace_time();

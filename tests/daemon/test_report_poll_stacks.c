@@ -43,7 +43,7 @@ static void poll_edge(struct run *r, uint16_t type, uint64_t task, uint64_t ts, 
 
 static uint64_t stack(struct run *r, const uint64_t *frames, uint32_t n)
 {
-        translate_stack_frames(&r->tr, TID, ++r->stack_id, frames, n, 0);
+        translate_stack_frames(&r->tr, TID, ++r->stack_id, frames, n, 0, false);
         return r->stack_id;
 }
 

@@ -1322,6 +1322,47 @@ static void set_map(struct run *r, const char *text, int want)
         translate_set_exe_map(&r->tr, &m);
 }
 
+/* The frame's function: functions of 16 bytes. */
+static int fn_of_16(const struct translate *tr, uint64_t addr, uint64_t *fn)
+{
+        *fn = addr & ~0xfull;
+        return 0;
+}
+
+/* A boxed future's poll seen on a stack is named by the first of the 3
+ * frames under the poll frame whose function the plan names: Tokio's
+ * Core::poll, which calls it through the box's vtable, is not always
+ * inlined into the poll function (npm grafbase, Tokio 1.47: every
+ * default-set long poll of its hyper client connections unlabelled). */
+static void test_boxed_poll_on_a_stack_named_under_core_poll(void)
+{
+        const uint64_t direct[] = { BIAS + 0x85dd4, BIAS + 0x50005 };
+        const uint64_t under_core[] = { BIAS + 0x85dd4, BIAS + 0x70005, BIAS + 0x50005 };
+        const uint64_t too_deep[] = { BIAS + 0x85dd4, BIAS + 0x71005, BIAS + 0x72005, BIAS + 0x70005,
+                                      BIAS + 0x50005 };
+        struct lane_log l;
+        struct run r;
+        char workers[64];
+        uint64_t c[4];
+
+        run_start(&r, false, false);
+        set_map(&r, maps_text, 0);
+        r.tr.lp_fn_of = fn_of_16;
+        c[0] = translate_stack_callee(&r.tr, C_BOXED, direct, 1, 0);
+        c[1] = translate_stack_callee(&r.tr, C_BOXED, under_core, 2, 0);
+        c[2] = translate_stack_callee(&r.tr, C_BOXED, too_deep, 4, 0);
+        c[3] = translate_stack_callee(&r.tr, C_TASK, under_core, 2, 0);
+        ok(c[0] == BIAS + 0x85dd4 && c[1] == BIAS + 0x85dd4 && c[2] == BIAS + 0x70005 && c[3] == BIAS + 0x70005,
+           "the boxed future's poll: called directly, under Core::poll; 4 frames down it is not looked for, "
+           "nor for a poll that is not a box's (0x%llx, 0x%llx, 0x%llx, 0x%llx)",
+           (unsigned long long)(c[0] - BIAS), (unsigned long long)(c[1] - BIAS), (unsigned long long)(c[2] - BIAS),
+           (unsigned long long)(c[3] - BIAS));
+        ok(translate_stack_label_atom(&r.tr, C_BOXED, c[1]) != r.tr.empty_atom &&
+                   translate_stack_label_atom(&r.tr, C_BOXED, c[2]) == r.tr.empty_atom,
+           "labelled by the plan's name of the first, none by a frame it does not name");
+        run_end(&r, &l, workers, sizeof(workers));
+}
+
 /* Boxed futures (`Pin<Box<dyn Future>>` tasks): BPF hands over the
  * concrete poll fn's runtime address; translate names it from the plan's
  * dyn_fns through the executable's map the session hands in and opens no
@@ -1598,6 +1639,7 @@ int main(void)
         test_thread_names_from_the_samples();
         test_exec_into_the_planned_file();
         test_boxed_futures_named_from_the_plan();
+        test_boxed_poll_on_a_stack_named_under_core_poll();
         test_boxed_futures_named_before_the_map();
         test_spawns_named_before_the_map();
         test_spawn_written_once();

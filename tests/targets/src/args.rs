@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-pub const USAGE: &str = "usage: d9-target server|load|mixed|pool|inplace|runtimes|deep|deeper|recurse|selfwake|backlog|boxed [--flavor multi-thread|current-thread] \
+pub const USAGE: &str = "usage: d9-target server|load|mixed|pool|inplace|runtimes|deep|deeper|deepsleep|recurse|selfwake|backlog|boxed [--flavor multi-thread|current-thread] \
 [--workers N] [--thread-name NAME] [--listen ADDR] [--backlog N] [--connect ADDR] [--conns N] [--duration SECS] \
 [--start-delay SECS] [--wait-stdin] [--work-us N] [--rate N] [--unpark-sleep-every N]";
 
@@ -16,6 +16,7 @@ pub enum Mode {
     Runtimes,
     Deep,
     Deeper,
+    DeepSleep,
     Recurse,
     SelfWake,
     Backlog,
@@ -90,6 +91,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         Some("runtimes") => Mode::Runtimes,
         Some("deep") => Mode::Deep,
         Some("deeper") => Mode::Deeper,
+        Some("deepsleep") => Mode::DeepSleep,
         Some("recurse") => Mode::Recurse,
         Some("selfwake") => Mode::SelfWake,
         Some("backlog") => Mode::Backlog,

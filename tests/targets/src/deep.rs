@@ -72,6 +72,54 @@ pub async fn run_deeper(args: &Args) -> Result<(), String> {
     crate::counted::run(args, "deeper", "deep_polls", deeper_poller).await
 }
 
+/// `deepsleep`'s sleep inside a poll: 5 ms off CPU (a poll blocking its
+/// worker, as a synchronous lock or file read does). Not a tail call, so
+/// its frame is on the stack.
+#[inline(never)]
+fn sleep_5ms() -> u64 {
+    std::thread::sleep(Duration::from_millis(5));
+    std::hint::black_box(1)
+}
+
+/// Every sleep goes through here: the stacks' innermost user frames (libc's
+/// clock_nanosleep, std's sleep, sleep_5ms, this) are the same whoever
+/// calls it.
+#[inline(never)]
+fn sleep_in_poll() -> u64 {
+    std::hint::black_box(sleep_5ms()) + 1
+}
+
+/// The same sleep under a 12 KiB frame of its own: a stack copy of 8 KiB
+/// from the sleep's sp ends inside the buffer, before the poll frame.
+#[inline(never)]
+fn sleep_under_12k() -> u64 {
+    let mut frame = [0u8; 12 * 1024];
+    std::hint::black_box(&mut frame);
+    let r = sleep_in_poll();
+    std::hint::black_box(&frame);
+    r
+}
+
+/// `deepsleep`: every 50 ms a poll sleeps 5 ms, alternately straight from
+/// the poll and under `sleep_under_12k`: the same innermost frames, one
+/// stack whole in 8 KiB and one not (a server's sleeps inside deep request
+/// polls, npm pact's cut by the deep copies' byte rate, read as parks).
+async fn deep_sleeper(deadline: Instant) -> u64 {
+    let mut iv = interval(Duration::from_millis(50));
+    iv.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut sleeps = 0;
+    while Instant::now() + Duration::from_millis(60) < deadline {
+        iv.tick().await;
+        let r = if sleeps % 2 == 0 { sleep_in_poll() } else { sleep_under_12k() };
+        sleeps += std::hint::black_box(r) - 1;
+    }
+    sleeps
+}
+
+pub async fn run_sleep(args: &Args) -> Result<(), String> {
+    crate::counted::run(args, "deepsleep", "sleeps", deep_sleeper).await
+}
+
 /// One level of `recurse`: a small frame of its own, used after the call.
 #[inline(never)]
 fn recurse_nest(level: u32) -> u64 {

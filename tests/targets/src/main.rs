@@ -124,6 +124,7 @@ fn main() {
         args::Mode::Runtimes => rt.block_on(runtimes::run(&args)),
         args::Mode::Deep => rt.block_on(deep::run(&args)),
         args::Mode::Deeper => rt.block_on(deep::run_deeper(&args)),
+        args::Mode::DeepSleep => rt.block_on(deep::run_sleep(&args)),
         args::Mode::Recurse => rt.block_on(deep::run_recurse(&args)),
         args::Mode::SelfWake => rt.block_on(selfwake::run(&args)),
         args::Mode::Backlog => rt.block_on(backlog::run(&args)),
