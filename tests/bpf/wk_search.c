@@ -178,6 +178,38 @@ static void test_rival_above_turns_shared_later(void)
            D9_WK_SHARED_HITS, (unsigned long long)d.depth);
 }
 
+/* npm restate-server 1.7.12: objects of other "runtimes" above the loop's
+ * depth (464 and 472 bytes, its current-thread runtimes' threads), each
+ * seen a few times, never D9_WK_SHARED_HITS; the loop's 800 bytes showed
+ * workers 0 and 1 418 times and was never taken. It is once it has
+ * D9_WK_OUTSHONE_HITS finds and D9_WK_OUTSHONE times the rival's. */
+static void test_rival_above_outshone(void)
+{
+        struct d9_wk_depth d;
+        int i;
+
+        memset(&d, 0, sizeof(d));
+        for (i = 0; i < 3; i++) {
+                weigh_one(&d, 464, 0x7000, 0x1380, 1);
+                weigh_one(&d, 464, 0x7100, 0x12f0, 2);
+        }
+        for (i = 0; i < 4; i++)
+                weigh_one(&d, 472, 0x7200, 0x9c00, 1);
+        weigh_both_workers(&d, 800, D9_WK_OUTSHONE_HITS / 2 - 1);
+        ok(!d.depth, "%d finds at the loop's depth under rivals above seen 3-4 times: not yet (took %llu)",
+           D9_WK_OUTSHONE_HITS - 2, (unsigned long long)d.depth);
+        weigh_both_workers(&d, 800, 1);
+        ok(d.depth == 800, "at %d finds, 16 times the rivals' 4: the loop's depth is taken (took %llu)",
+           D9_WK_OUTSHONE_HITS, (unsigned long long)d.depth);
+
+        memset(&d, 0, sizeof(d));
+        for (i = 0; i < 8; i++)
+                weigh_one(&d, 464, 0x7000, 0x1380, 1);
+        weigh_both_workers(&d, 800, 40);
+        ok(!d.depth, "80 finds under a rival seen 8 times (outshone only at 128): not yet (took %llu)",
+           (unsigned long long)d.depth);
+}
+
 /* A shared object above (one Arc in every thread, 1.43's "index" 113) is
  * no rival, and neither is a depth ruled out by a contradiction. */
 static void test_no_rival_above(void)
@@ -273,6 +305,7 @@ int main(void)
         test_deeper_copy_waits();
         test_deeper_both_indexes_wait_for_one_worker_above();
         test_no_rival_above();
+        test_rival_above_outshone();
         test_rival_above_turns_shared_later();
         test_shallow_kept();
         test_solo_worker();
