@@ -122,30 +122,26 @@ static int by_entry(const void *a, const void *b)
         return (x->name_at != x->vaddr) - (y->name_at != y->vaddr);
 }
 
-/* Where a method that only jumps on (`jmp rel32` or `jmp rel8` first)
- * goes, else 0. A stack never shows such a method, only where it jumped:
- * npm grafbase's hyper client connections are boxed
- * `futures_util::future::Map`s whose poll jumps to the inner `map::Map`'s,
- * and their default-set long polls read no future at all. */
-static uint64_t jump_target(const struct elf_image *img, uint64_t fn)
+/* Where fn goes if its first instruction is a `jmp` rel8/rel32, else fn. */
+static uint64_t jmp_rel_target(const struct plan_builder *b, uint64_t fn)
 {
-        const uint8_t *p = d9_elf_vaddr_bytes(img, fn, 5);
-        int32_t rel32;
+        const uint8_t *code = d9_elf_vaddr_bytes(b->img, fn, 5);
+        struct x86_insn in;
 
-        if (p && p[0] == 0xe9) {
-                memcpy(&rel32, p + 1, 4);
-                return fn + 5 + (int64_t)rel32;
-        }
-        if (p && p[0] == 0xeb)
-                return fn + 2 + (int8_t)p[1];
-        return 0;
+        if (!code)
+                return fn;
+        uprobes_x86_decode(code, 5, &in);
+        return in.is_jmp_rel ? fn + (uint64_t)in.len + (uint64_t)in.rel : fn;
 }
 
-/* The sorted fns, each named by itself, and the functions thunks among
- * them jump to, named by the thunk; one entry per address. A function two
- * thunks jump to (code the compiler merged for two types) is left out:
- * either name could be wrong. */
-static int dyn_entries(const struct elf_image *img, const struct fn_list *fns, struct dyn_entry **out, size_t *n)
+/* The sorted fns, each named by itself, and where the thunks among them
+ * (methods that only jump on) go, named by the thunk: a stack never shows
+ * a thunk, only where it jumped (npm grafbase's hyper client connections
+ * are boxed `futures_util::future::Map`s whose poll jumps to the inner
+ * `map::Map`'s, and their default-set long polls read no future at all).
+ * One entry per address; a function two thunks jump to (code the compiler
+ * merged for two types) is left out: either name could be wrong. */
+static int dyn_entries(const struct plan_builder *b, const struct fn_list *fns, struct dyn_entry **out, size_t *n)
 {
         struct dyn_entry *e = calloc(2 * fns->n + 1, sizeof(*e));
         size_t k = 0, u = 0;
@@ -153,10 +149,10 @@ static int dyn_entries(const struct elf_image *img, const struct fn_list *fns, s
         if (!e)
                 return -ENOMEM;
         for (size_t i = 0; i < fns->n; i++) {
-                uint64_t to = jump_target(img, fns->v[i]);
+                uint64_t to = jmp_rel_target(b, fns->v[i]);
 
                 e[k++] = (struct dyn_entry){ fns->v[i], fns->v[i] };
-                if (to && d9_elf_vaddr_is_exec(img, to))
+                if (to != fns->v[i] && d9_elf_vaddr_is_exec(b->img, to))
                         e[k++] = (struct dyn_entry){ to, fns->v[i] };
         }
         qsort(e, k, sizeof(*e), by_entry);
@@ -256,7 +252,7 @@ int uprobes_plan_dyn_names(struct plan_builder *b, struct probe_plan *plan)
                 r = scan_section_words(b->img, ".rodata", &fns);
         if (r == 0) {
                 fns.n = uprobes_sort_unique_u64(fns.v, fns.n);
-                r = dyn_entries(b->img, &fns, &e, &n_entries);
+                r = dyn_entries(b, &fns, &e, &n_entries);
         }
         if (r == 0)
                 r = name_fns(b, e, n_entries, plan);
