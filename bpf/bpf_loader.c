@@ -775,7 +775,8 @@ static int install_target(struct d9_bpf_target *t, const struct probe_plan *plan
                 .dyn_poll_slot = plan ? plan->dyn_future_poll_slot : 0,
                 .stack = o->stack,
                 .offcpu_min_ns = o->offcpu_min_ns,
-                .uprobes_off = o->uprobes_later,
+                /* With a plan, on once every link is in (d9_bpf_attach_target). */
+                .uprobes_off = o->uprobes_later || plan,
                 .run_ticks_off = o->run_ticks_off,
                 .since_ts = d9_now_ns(),
         };
@@ -876,6 +877,9 @@ static int wake_set_alloc(struct d9_bpf_target *t, const struct probe_plan *plan
         return 0;
 }
 
+static int cfg_set_uprobes(struct d9_bpf_target *t, const struct probe_plan *plan,
+                           const struct d9_bpf_target_opts *o, unsigned probes, bool on, uint64_t *ts);
+
 int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan *plan,
                          const struct d9_bpf_target_opts *o,
                          struct d9_bpf_target **out, char **err)
@@ -954,9 +958,19 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
                 set_err(err, "cannot trace PID %d: out of memory", (int)pid);
                 goto fail;
         }
+        /* Attached while the config says off, then on at one instant, as
+         * d9_bpf_target_add_uprobes does: the ring records from the install
+         * on, and attaching a plan's points can take a second on a loaded
+         * machine. A poll probe live before the others, with no instant
+         * telling when, let a CPU sample from before it pass for a poll
+         * running "since the attach" (npm aptove bridge: made-up 21-226 ms
+         * polls on parked workers, the report's longest). */
         t0 = d9_now_ns();
-        if (plan && !o->uprobes_later)
+        if (plan && !o->uprobes_later) {
                 r = attach_uprobes(t, plan, o->probes, err);
+                if (r == 0 && (r = cfg_set_uprobes(t, plan, o, o->probes, true, &t->uprobes_on_ns)) < 0)
+                        set_err(err, "cannot switch PID %d's uprobes on: %s", (int)pid, strerror(-r));
+        }
         t->attach_ns = d9_now_ns() - t0;
         if (r < 0)
                 goto fail;
@@ -1039,6 +1053,11 @@ int d9_bpf_target_add_uprobes(struct d9_bpf_target *t, const struct probe_plan *
 uint64_t d9_bpf_target_uprobes_on_ns(const struct d9_bpf_target *t)
 {
         return t->uprobes_on_ns;
+}
+
+uint64_t d9_bpf_target_since_ns(const struct d9_bpf_target *t)
+{
+        return t->since_ns;
 }
 
 bool d9_bpf_target_window_on(const struct d9_bpf_target *t)

@@ -114,8 +114,12 @@ int d9_bpf_attach_target(struct d9_bpf *bpf, pid_t pid, const struct probe_plan 
  * and *err says why. */
 int d9_bpf_target_add_uprobes(struct d9_bpf_target *t, const struct probe_plan *plan,
                               const struct d9_bpf_target_opts *o, char **err);
-/* When add_uprobes's uprobes began to record (d9_now_ns). */
+/* When the target's uprobes began to record (d9_now_ns): those attached
+ * with its plan, or by add_uprobes. 0: none yet. */
 uint64_t d9_bpf_target_uprobes_on_ns(const struct d9_bpf_target *t);
+/* When the target's ring began to record (d9_now_ns): its records are no
+ * older, but for off-CPU samples stamped with their interval's start. */
+uint64_t d9_bpf_target_since_ns(const struct d9_bpf_target *t);
 /* A bounded window of more uprobes on a live target (full detail after a
  * stall): on attaches the plan's points of `probes` while they may not
  * record yet, then lets them record at one instant; off stops them

@@ -23,7 +23,10 @@ static uint64_t uprobes_since(const struct translate *tr)
 void attach_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stack_id, const uint64_t *frames,
                           uint32_t n, uint32_t n_kern)
 {
-        if (!tr->attach_polls || t->ap_done)
+        if (!tr->attach_polls)
+                return;
+        long_poll_pool_on_stack(tr, t, frames, n, n_kern);
+        if (t->ap_done)
                 return;
         t->ap_stack = stack_id;
         t->ap_stack_poll = long_poll_task_frame(tr, frames, n, n_kern);
@@ -36,7 +39,8 @@ void attach_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t st
 void attach_poll_on_sample(struct translate *tr, struct tr_thread *t, uint64_t ts, uint64_t stack_id,
                            uint32_t stack_atom)
 {
-        if (!tr->attach_polls || t->ap_done || tr->uprobes_from_ts == UINT64_MAX || ts < uprobes_since(tr) ||
+        if (!tr->attach_polls || tr->attach_polls_lost || t->ap_done || tr->uprobes_from_ts == UINT64_MAX ||
+            ts < uprobes_since(tr) ||
             !stack_id || t->ap_stack != stack_id || !t->ap_stack_poll)
                 return;
         /* Another poll frame with no start in between: an unwind gone
@@ -48,6 +52,11 @@ void attach_poll_on_sample(struct translate *tr, struct tr_thread *t, uint64_t t
         t->ap_n++;
         t->ap_atom = stack_atom;
         t->ap_gen = tr->enc_gen;
+}
+
+void attach_poll_records_lost(struct translate *tr)
+{
+        tr->attach_polls_lost = true;
 }
 
 static int write_poll(struct translate *tr, struct tr_thread *t)

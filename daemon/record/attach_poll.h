@@ -35,5 +35,9 @@ void attach_poll_on_sample(struct translate *tr, struct tr_thread *t, uint64_t t
  * known if it names one): a poll t was in since the attach ended before
  * it; written now, on that worker. 0 or a negative errno. */
 int attach_poll_own_record(struct translate *tr, struct tr_thread *t);
+/* Records were lost from the ring: a poll start among them would make a
+ * later poll look like one running since the attach, so no sample from now
+ * on counts as one (those already seen still do). */
+void attach_poll_records_lost(struct translate *tr);
 /* The segment ends: write each such poll still running. */
 int attach_poll_flush(struct translate *tr);

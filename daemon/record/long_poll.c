@@ -217,6 +217,21 @@ bool long_poll_blocking_frame(const struct translate *tr, const uint64_t *frames
         return false;
 }
 
+/* No poll at all, inside the pool's loop: a pool thread between jobs, the
+ * pool's (254) before its first job too (npm rari: 43 % of its pool
+ * threads' samples read 255, idle since before the attach). A worker's
+ * thread is in that loop too, but always under its launch's blocking
+ * poll; told apart once the plan's launch frames are known to show (a
+ * stack showed one under a task poll) or BPF has said the thread runs no
+ * loop. */
+static void pool_idle(const struct translate *tr, struct tr_thread *t, const uint64_t *frames, uint32_t n,
+                      uint32_t n_kern)
+{
+        if (t->worker == D9_WORKER_NONE && !t->pool_thread && (tr->launch_known || t->stacks_unnamed) &&
+            stack_sites_in_pool_run(tr, t, frames, n, n_kern))
+                t->pool_thread = true;
+}
+
 void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stack_id, const uint64_t *frames,
                         uint32_t n, uint32_t n_kern, bool cut)
 {
@@ -298,16 +313,30 @@ void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stac
                 else
                         t->job_unanswered = job;
         }
-        /* No poll at all, inside the pool's loop: a pool thread between
-         * jobs, the pool's (254) before its first job too (npm rari: 43 %
-         * of its pool threads' samples read 255, idle since before the
-         * attach). A worker's thread is in that loop too, but always under
-         * its launch's blocking poll; told apart once the plan's launch
-         * frames are known to show (a stack showed one under a task poll)
-         * or BPF has said the thread runs no loop. */
-        if (!task && !job && t->worker == D9_WORKER_NONE && !t->pool_thread &&
-            (tr->launch_known || t->stacks_unnamed) && stack_sites_in_pool_run(tr, t, frames, n, n_kern))
-                t->pool_thread = true;
+        if (!task && !job)
+                pool_idle(tr, t, frames, n, n_kern);
+}
+
+void long_poll_pool_on_stack(struct translate *tr, struct tr_thread *t, const uint64_t *frames, uint32_t n,
+                             uint32_t n_kern)
+{
+        bool task = false, job = false;
+
+        for (uint32_t i = n_kern; tr->n_lp_ranges && i < n; i++) {
+                uint64_t v;
+                const struct lp_range *r = frame_range(tr, frames[i], &v);
+
+                if (r && r->blocking) {
+                        job = true;
+                        stack_sites_pool_learn(tr, frames, i, n);
+                        if (task)
+                                launch_seen(tr, r->cookie + 1);
+                } else if (r) {
+                        task = true;
+                }
+        }
+        if (!task && !job)
+                pool_idle(tr, t, frames, n, n_kern);
 }
 
 void long_poll_pool_job(const struct translate *tr, struct tr_thread *t, uint32_t job)

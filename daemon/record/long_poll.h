@@ -85,6 +85,13 @@ int long_poll_declare(struct translate *tr);
  * pages not in memory, the frame limit), so its poll frame may be missing. */
 void long_poll_on_stack(struct translate *tr, struct tr_thread *t, uint64_t stack_id, const uint64_t *frames,
                         uint32_t n, uint32_t n_kern, bool cut);
+/* The full set's part of long_poll_on_stack: the pool's loop learnt from
+ * blocking-pool poll frames, launches from task polls above them, and a
+ * thread no poll has named a worker, waiting in that loop with no poll on
+ * its stack, made the pool's (npm grafbase: its pool threads read 255
+ * until their first job). */
+void long_poll_pool_on_stack(struct translate *tr, struct tr_thread *t, const uint64_t *frames, uint32_t n,
+                             uint32_t n_kern);
 /* A run tick whose stack unwound to frames (as long_poll_on_stack saw them). */
 int long_poll_on_run(struct translate *tr, struct tr_thread *t, const struct d9_rec_run *r,
                      const uint64_t *frames, uint32_t n);

@@ -82,8 +82,9 @@ static int segment_flush_to_file(void *ctx, const uint8_t *data, size_t len)
         return sw->error;
 }
 
-/* The ClockSyncEvent's monotonic stamp in *ts (may be NULL). */
-static int clock_sync_at(struct d9_enc *enc, uint64_t *ts)
+/* A ClockSyncEvent for monotonic instant at (0: now, else not after now),
+ * its stamp in *ts (may be NULL). */
+static int clock_sync_at(struct d9_enc *enc, uint64_t at, uint64_t *ts)
 {
         struct timespec a, rt, b;
 
@@ -94,14 +95,25 @@ static int clock_sync_at(struct d9_enc *enc, uint64_t *ts)
         uint64_t ta = (uint64_t)a.tv_sec * 1000000000ull + (uint64_t)a.tv_nsec;
         uint64_t tb = (uint64_t)b.tv_sec * 1000000000ull + (uint64_t)b.tv_nsec;
         uint64_t real = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
+        uint64_t mono = ta + (tb - ta) / 2;
+
+        if (at && at < mono) {
+                real -= mono - at;
+                mono = at;
+        }
         if (ts)
-                *ts = ta + (tb - ta) / 2;
-        return d9_enc_clock_sync(enc, ta + (tb - ta) / 2, real);
+                *ts = mono;
+        return d9_enc_clock_sync(enc, mono, real);
 }
 
 int segment_clock_sync(struct d9_enc *enc)
 {
-        return clock_sync_at(enc, NULL);
+        return clock_sync_at(enc, 0, NULL);
+}
+
+void segment_start_at(struct segment_writer *sw, uint64_t ts)
+{
+        sw->start_at = ts;
 }
 
 int segment_open(struct segment_writer *sw, const struct d9_kv *meta, uint32_t n_meta)
@@ -131,7 +143,8 @@ int segment_open(struct segment_writer *sw, const struct d9_kv *meta, uint32_t n
         }
         d9_enc_set_output(sw->enc, sw->buf, SEGMENT_BUF, segment_flush_to_file, sw);
         uint64_t sync_ts = 0;
-        r = clock_sync_at(sw->enc, &sync_ts);
+        r = clock_sync_at(sw->enc, sw->start_at, &sync_ts);
+        sw->start_at = 0;
         /* Zeros for the sealer to fill (proto/segment_span.c): a listing
          * then reads when the segment starts and how long it lasts from
          * its first bytes. */

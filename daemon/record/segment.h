@@ -21,6 +21,7 @@ struct segment_writer {
         struct d9_enc *enc;             /* fresh per segment: atoms are per file */
         uint8_t *buf;
         int error;                      /* first write error, sticky per segment */
+        uint64_t start_at;              /* the next segment's start (segment_start_at) */
 };
 
 /* Prepare the target folder (created if needed; N continues after any
@@ -33,6 +34,11 @@ int segment_writer_grant(const struct segment_writer *sw, uid_t reader);
  * an empty D9SegmentSpanEvent (the sealer fills it), then
  * SegmentMetadataEvent + ClockSyncEvent, so every file stands alone. */
 int segment_open(struct segment_writer *sw, const struct d9_kv *meta, uint32_t n_meta);
+/* The next segment opened starts at ts (monotonic ns, not after the open),
+ * not at its open: its first ClockSyncEvent, and so its span, is stamped
+ * then (with the realtime of that instant). A recording's first segment
+ * starts when the ring began to record: its records are that old. */
+void segment_start_at(struct segment_writer *sw, uint64_t ts);
 /* Bytes in the file plus what is still buffered in the encoder. */
 uint64_t segment_size(const struct segment_writer *sw);
 /* Flush and close the open segment. Copies its .active path to path_out

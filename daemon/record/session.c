@@ -1258,8 +1258,11 @@ static int session_start_attach(struct session *s, const struct session_request 
         if (r < 0)
                 return r;
         session_exe_file_to_translate(s);
+        /* With the plan at hand, the uprobes went on after the ring began
+         * to record (d9_bpf_attach_target): a sample before that instant
+         * proves no poll running since (attach_poll.c). */
         if (!s->plan_pending && (s->probes & TOKIO_PROBES))
-                translate_uprobes_from(&s->tr, 0);
+                translate_uprobes_from(&s->tr, d9_bpf_target_uprobes_on_ns(s->bpf));
         r = session_enable_long_polls(s);
         if (r < 0)
                 return r;
@@ -1285,6 +1288,12 @@ static int session_start_attach(struct session *s, const struct session_request 
         r = segment_writer_init(&s->seg, dir);
         if (r == 0)
                 segment_writer_grant(&s->seg, s->starter_uid); /* failure logged once, traces stay private */
+        /* The ring has recorded since the install, and a plan's uprobes
+         * were attached and switched on before this open (up to a second
+         * on a loaded machine): the first segment's span starts there, so
+         * none of its polls is older than it (npm codex: 40 ms before). */
+        if (r == 0 && s->bpf)
+                segment_start_at(&s->seg, d9_bpf_target_since_ns(s->bpf));
         if (r == 0)
                 r = session_open_segment(s);
         if (r < 0) {
@@ -1310,6 +1319,17 @@ static int session_start_attach(struct session *s, const struct session_request 
                 s->exec_to_attach_ms = (int64_t)(s->timeline.attached - req->exec_ns) / 1000000;
         }
         s->plan_json = plan_to_json(s);
+        /* With the plan at hand (cached, or built first), the uprobes went
+         * on as the install's last step, after the ring began to record
+         * (d9_bpf_attach_target): from when. */
+        if (!s->plan_pending && (s->probes & TOKIO_PROBES) && d9_bpf_target_uprobes_on_ns(s->bpf)) {
+                char joined[160];
+
+                snprintf(joined, sizeof(joined), "attached in %llu ms as the recording began: none of these "
+                         "was recorded before",
+                         (unsigned long long)(d9_bpf_target_attach_ns(s->bpf) / 1000000));
+                session_uprobes_joined(s, joined);
+        }
         r = session_samples_start(s);
         if (r < 0)
                 log_warn("pid %d: resources and accept queues not sampled: %s", s->pid, strerror(-r));
@@ -1558,6 +1578,7 @@ static void session_account_drops(struct session *s)
 
         if (!s->bpf || d9_bpf_target_drops(s->bpf, &dropped) < 0 || dropped <= s->drops_reported)
                 return;
+        attach_poll_records_lost(&s->tr);
         if (s->tr.enc && translate_lost(&s->tr, session_observed_until(s), dropped - s->drops_reported, "ring") == 0)
                 s->drops_reported = dropped;
         /* Compared with the count last logged, not last read: drops in
@@ -1648,10 +1669,12 @@ static void session_log_unwinding(const struct session *s)
                 return;
         unwinder_get_stats(s->tr.unw, &us);
         log_info("pid %d: unwound %llu stacks, %llu frames; steps past frames without CFI: %llu frameless, "
-                 "%llu frame pointer, %llu scan; %llu module sets built, %llu newer maps asked for",
+                 "%llu frame pointer, %llu scan; %llu module sets built, %llu newer maps asked for, %llu leaves where "
+                 "the map showed no code",
                  s->pid, (unsigned long long)us.stacks, (unsigned long long)us.frames,
                  (unsigned long long)us.steps[1], (unsigned long long)us.steps[2], (unsigned long long)us.steps[3],
-                 (unsigned long long)us.reports, (unsigned long long)us.maps_asked);
+                 (unsigned long long)us.reports, (unsigned long long)us.maps_asked,
+                 (unsigned long long)us.maps_stale);
 }
 
 static void session_end_now(struct session *s, const char *reason)

@@ -38,6 +38,9 @@ int session_late_begin(struct session *s, char **why);
 /* s attached (its BPF side installed, recording): a plan already built is
  * applied now. */
 void session_late_attached(struct session *s);
+/* The trace says when s's uprobes began to record (a D9ProbesEvent at that
+ * instant, its points by kind; why: what came before). */
+void session_uprobes_joined(struct session *s, const char *why);
 /* s ends, or is discarded: a plan still being built is dropped and the held
  * records are translated without it. False: its uprobes are being
  * attached; the end waits for them (s->end_deferred). */

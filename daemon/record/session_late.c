@@ -170,6 +170,15 @@ static void uprobe_names(const struct session *s, char *buf, size_t len)
         }
 }
 
+void session_uprobes_joined(struct session *s, const char *why)
+{
+        char names[256];
+
+        uprobe_names(s, names, sizeof(names));
+        /* The instant the config let them record, not now. */
+        late_event_at(s, d9_bpf_target_uprobes_on_ns(s->bpf), names, true, why);
+}
+
 static void late_uprobes_done(struct d9d *d, struct plan_job *job);
 
 static void late_uprobes_run(struct plan_job *job)
@@ -288,7 +297,7 @@ static void late_uprobes_done(struct d9d *d, struct plan_job *job)
 {
         struct session_late *l = (struct session_late *)job;
         struct session *s = l->s;
-        char names[256], why[320];
+        char why[320];
 
         s->late = NULL;
         if (job->cancelled) {
@@ -297,11 +306,9 @@ static void late_uprobes_done(struct d9d *d, struct plan_job *job)
         } else if (l->r == 0) {
                 s->uprobes_ms = (int64_t)(d9_now_ms() - s->started_ms);
                 session_plan_json_refresh(s);
-                uprobe_names(s, names, sizeof(names));
                 snprintf(why, sizeof(why), "attached %lld ms after the recording began (the plan took %lld ms): "
                          "none of these was recorded before", (long long)s->uprobes_ms, (long long)s->plan_ms);
-                /* The instant the config let them record, not now. */
-                late_event_at(s, d9_bpf_target_uprobes_on_ns(s->bpf), names, true, why);
+                session_uprobes_joined(s, why);
                 translate_uprobes_from(&s->tr, d9_bpf_target_uprobes_on_ns(s->bpf));
                 if (s->state == SESSION_RECORDING)
                         session_wake_window_now(s);

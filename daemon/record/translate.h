@@ -225,6 +225,7 @@ struct translate {
         bool workers_from_polls;        /* poll uprobes name workers; stacks carry none
                                          * (BPF looks only without them) */
         bool attach_polls;              /* attach_poll.c: polls running at the attach (full set) */
+        bool attach_polls_lost;         /* ... records lost since: no sample proves one */
         uint64_t run_period_ns;
         int (*lp_vaddr_of)(void *ctx, uint64_t addr, uint64_t *vaddr);
         void *lp_ctx;

@@ -712,29 +712,42 @@ static bool budget_allows(struct unwinder *u, uint64_t ts)
  * and opens of the files it names, on another thread). */
 #define WANT_MAPS_NS (50 * 1000000ull)
 
-/* Modules for pc: true if the Dwfl has one there (after building a newer
- * map's, if one came). */
+/* Modules for pc, a sample's leaf: true if the Dwfl has one there (after
+ * building a newer map's, if one came). A leaf inside a module where the
+ * map shows nothing executable ran code the map is older than: it was
+ * read while ld.so was mapping that file (the whole file read-only first,
+ * then the text over it), as record -- CMD's map read right after the exec
+ * can be. Such a module has no file (only executable mappings' files are
+ * opened), so no CFI, and until a newer map is built every stack through
+ * it loses frames (a CI run: every libc frame's caller, for a whole
+ * recording). */
 static bool modules_for(struct unwinder *u, uint64_t pc)
 {
+        Dwfl_Module *mod = u->dwfl ? dwfl_addrmodule(u->dwfl, pc) : NULL;
         uint64_t now;
 
-        if (u->dwfl && dwfl_addrmodule(u->dwfl, pc))
+        if (mod && unwind_maps_executable(u->maps, pc))
                 return true;
+        if (mod)
+                u->stats.maps_stale++;
         /* The same map again (a JIT's pc is outside every module in each
          * one): the modules built from it stay, with what libdw cached. */
         if (u->maps_next && u->dwfl && unwind_maps_same_modules(u->maps_next, u->maps)) {
                 unwind_maps_free(u->maps_next);
                 u->maps_next = NULL;
         }
-        if (u->maps_next && dwfl_load(u) == 0 && dwfl_addrmodule(u->dwfl, pc))
-                return true;
+        if (u->maps_next && dwfl_load(u) == 0) {
+                mod = dwfl_addrmodule(u->dwfl, pc);
+                if (mod && unwind_maps_executable(u->maps, pc))
+                        return true;
+        }
         now = d9_now_ns();
         if (u->want_maps && now - u->last_want_ns > WANT_MAPS_NS) {
                 u->last_want_ns = now;
                 u->stats.maps_asked++;
                 u->want_maps(u->want_ctx);
         }
-        return false;
+        return mod != NULL;
 }
 
 /* libdw walks per stack: each after steps without CFI. */

@@ -54,6 +54,9 @@ struct unwind_stats {
         uint64_t ns;                    /* time spent unwinding */
         uint64_t reports;               /* module sets built from a map handed in */
         uint64_t maps_asked;            /* want_maps calls */
+        uint64_t maps_stale;            /* leaves in a module where its map showed
+                                         * no executable mapping: a map read while
+                                         * ld.so was still mapping the file */
         uint64_t outside;               /* callers outside every module, dropped */
         uint64_t steps[4];              /* steps past frames without CFI, by enum
                                          * unw_step_kind (daemon/record/unwind_step.h):
@@ -86,6 +89,8 @@ const char *unwind_maps_text(const struct unwind_maps *m);
 bool unwind_maps_same_modules(const struct unwind_maps *a, const struct unwind_maps *b);
 /* A new descriptor of the file the map names at path, or -1. */
 int unwind_maps_file(const struct unwind_maps *m, const char *path);
+/* Whether the map shows an executable mapping at addr. */
+bool unwind_maps_executable(const struct unwind_maps *m, uint64_t addr);
 /* Where the vDSO is mapped, or 0. */
 uint64_t unwind_maps_vdso(const struct unwind_maps *m);
 /* Executable files the map names on a non-local file system, not opened. */

@@ -56,10 +56,17 @@ struct unwind_file {
         struct file_copy *copy;         /* fd is a descriptor of it, or NULL */
 };
 
+/* One executable mapping of the map: [lo, hi). */
+struct exec_range {
+        uint64_t lo, hi;
+};
+
 struct unwind_maps {
         char *text;
         struct unwind_file *files;
         size_t n;
+        struct exec_range *exec;        /* in address order, as the map lists them */
+        size_t n_exec, cap_exec;
         uint64_t vdso_lo;               /* 0: the map shows none */
         uint64_t modules_sig;           /* FNV-1a of the lines that make modules */
         uint32_t not_local;             /* executable files on other file systems, not opened */
@@ -202,6 +209,21 @@ static int add_file(struct unwind_maps *m, int root_fd, const char *path)
         return 0;
 }
 
+static int add_exec(struct unwind_maps *m, uint64_t lo, uint64_t hi)
+{
+        if (m->n_exec == m->cap_exec) {
+                size_t cap = m->cap_exec ? 2 * m->cap_exec : 64;
+                struct exec_range *e = realloc(m->exec, cap * sizeof(*e));
+
+                if (!e)
+                        return -ENOMEM;
+                m->exec = e;
+                m->cap_exec = cap;
+        }
+        m->exec[m->n_exec++] = (struct exec_range){ lo, hi };
+        return 0;
+}
+
 struct unwind_maps *unwind_maps_open(int proc_fd, const char *text)
 {
         struct unwind_maps *m = text ? calloc(1, sizeof(*m)) : NULL;
@@ -227,6 +249,11 @@ struct unwind_maps *unwind_maps_open(int proc_fd, const char *text)
                 next = next ? next + 1 : NULL;
                 if (sscanf(line, "%llx-%llx %4s %*s %*s %*s %n", &lo, &hi, perms, &n) < 3 || !n)
                         continue;
+                /* Every executable range, a JIT's too (unwind_maps_executable). */
+                if (perms[2] == 'x' && add_exec(m, lo, hi) < 0) {
+                        unwind_maps_free(m);
+                        return NULL;
+                }
                 if (sscanf(line + n, "%4095[^\n]", path) != 1)
                         continue;
                 /* What libdwfl makes modules of: every file mapping, and
@@ -257,6 +284,7 @@ void unwind_maps_free(struct unwind_maps *m)
                         copy_put(m->files[i].copy);
         }
         free(m->files);
+        free(m->exec);
         free(m->text);
         free(m);
 }
@@ -287,6 +315,23 @@ const char *unwind_maps_text(const struct unwind_maps *m)
 bool unwind_maps_same_modules(const struct unwind_maps *a, const struct unwind_maps *b)
 {
         return a->modules_sig == b->modules_sig && a->vdso_lo == b->vdso_lo;
+}
+
+bool unwind_maps_executable(const struct unwind_maps *m, uint64_t addr)
+{
+        size_t lo = 0, hi = m->n_exec;
+
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+
+                if (addr < m->exec[mid].lo)
+                        hi = mid;
+                else if (addr >= m->exec[mid].hi)
+                        lo = mid + 1;
+                else
+                        return true;
+        }
+        return false;
 }
 
 uint32_t unwind_maps_not_local(const struct unwind_maps *m)

@@ -354,12 +354,12 @@ static void fp_from_below_return(const struct unw_step_ops *ops, uint64_t *regs,
  * reads (a musl function calling another has no FDE either). Else the
  * first return address into code with an FDE: from there libdw takes over
  * again, and a stale address is less likely to pass both checks. */
-static bool step_scan(const struct unw_step_ops *ops, uint64_t *regs, bool verified)
+static bool step_scan(const struct unw_step_ops *ops, uint64_t *regs, bool verified, uint64_t from, uint64_t to)
 {
         uint64_t sp = regs[D9_DW_RSP], pc = regs[D9_DW_RIP], w;
         struct prologue pr = { 0 };
 
-        for (uint64_t off = 0; off < UNW_SCAN_BYTES; off += 8) {
+        for (uint64_t off = from; off < to; off += 8) {
                 if (!ops->read_word(ops->ctx, sp + off, &w))
                         return false;
                 if (!unwind_is_return_address(ops, w))
@@ -395,11 +395,19 @@ enum unw_step_kind unwind_step_no_cfi(const struct unw_step_ops *ops, uint64_t r
          * locals held stale return addresses into code with FDEs, which
          * the plain scan took (npm sandbox-agent: 125 of 142 stacks through
          * it went on from a wrong frame, or ended). */
-        if (step_scan(ops, regs, true))
+        if (step_scan(ops, regs, true, 0, UNW_SCAN_BYTES))
                 return UNW_STEP_SCAN;
         if (leaf && step_frameless(ops, regs))
                 return UNW_STEP_FRAMELESS;
-        if (step_scan(ops, regs, false))
+        if (step_scan(ops, regs, false, 0, UNW_SCAN_BYTES))
+                return UNW_STEP_SCAN;
+        /* Last, a bigger frame, verified only: musl's posix_spawn keeps
+         * 0x1628 bytes and six pushes, so its caller's return address is
+         * 5.7 KiB up (npm codex: every stack through it, 23 of 23, ended
+         * there unmarked). Only a return address whose call and prologue
+         * fit that exactly is taken; a thread's outermost frame gets here
+         * too, with little of the copy left above it. */
+        if (step_scan(ops, regs, true, UNW_SCAN_BYTES, UNW_FIT_SCAN_BYTES))
                 return UNW_STEP_SCAN;
         return UNW_STEP_NONE;
 }

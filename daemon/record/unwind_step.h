@@ -12,7 +12,8 @@
  *    in (or to one that jumps on to it) and whose prologue took exactly
  *    that many bytes by pc; the registers it pushed are restored;
  *  - scan: the first word above sp that is a return address into code
- *    that has CFI (a function without CFI pushed registers / locals).
+ *    that has CFI (a function without CFI pushed registers / locals);
+ *  - far fitting scan: as the fitting scan, further up, for a big frame.
  * A word is taken as a return address only if the bytes before it in the
  * target's code are a call instruction. */
 #pragma once
@@ -52,6 +53,10 @@ enum unw_step_kind {
 /* Bytes above sp the scan looks at: musl's C functions keep frames of a
  * few words; a bigger frame without CFI is not worth a guess. */
 #define UNW_SCAN_BYTES 512
+/* ... and, when nothing was found there, for a return address whose call
+ * and prologue fit the frame exactly (a verified one): big frames of
+ * functions without CFI, such as musl's posix_spawn (5.7 KiB). */
+#define UNW_FIT_SCAN_BYTES (16u << 10)
 
 /* One step from the frame in regs (regs[D9_DW_RIP] its pc, which has CFI
  * kind `cfi`; leaf: it is the sample's innermost frame, its pc exact):

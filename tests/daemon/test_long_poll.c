@@ -1172,6 +1172,39 @@ static void test_full_set_job_since_before_attach(void)
            "thread idle in the launch, on none (255: %d of 5)", l.samples[254], l.samples[255]);
 }
 
+/* Full set: a pool thread waiting in the pool's loop for its first job of
+ * the recording has no poll start to say it is the pool's; its stack does,
+ * as in the default set, once the loop (the function calling blocking-pool
+ * polls) is learnt and a worker's stack has shown its launch under a task
+ * poll. Before that, and a thread outside the loop, 255; a worker named by
+ * its polls keeps its id. */
+static void test_full_set_idle_pool_thread(void)
+{
+        const uint64_t in_task[] = { TASK_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20, POOL_FN + 0x31, START_FN + 5 };
+        const uint64_t pool_wait[] = { OTHER_FN + 3, POOL_FN + 0x48, START_FN + 5 };
+        const uint64_t block_on[] = { OTHER_FN + 3, OTHER_FN + 0x210, START_FN + 7 };
+        struct log l;
+        struct run r;
+        char workers[64];
+
+        run_begin(&r, true);
+        r.tr.lp_fn_of = fn_of_0x100;
+        translate_uprobes_from(&r.tr, r.ts);
+        cpu_sample_at(&r, 300, stack(&r, 300, pool_wait, 3), r.ts += 1000000);    /* nothing learnt: 255 */
+        poll_start_at(&r, 101, r.ts += 1000000);
+        cpu_sample_at(&r, 101, stack(&r, 101, in_task, 5), r.ts += 1000000);      /* a worker's: loop, launch */
+        for (int i = 0; i < 3; i++) {
+                cpu_sample_at(&r, 300, stack(&r, 300, pool_wait, 3), r.ts += 1000000);
+                cpu_sample_at(&r, 301, stack(&r, 301, block_on, 3), r.ts += 1000000);
+                cpu_sample_at(&r, 101, stack(&r, 101, pool_wait, 3), r.ts += 1000000);
+        }
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(l.samples[254] == 3 && l.samples[255] == 4 && !strcmp(workers, "0"),
+           "full set, idle in the pool's loop: the pool's once a worker's stack taught the loop and its launch "
+           "(254: %d of 3); before that, and outside the loop, none (255: %d of 4); the worker keeps its id "
+           "('%s')", l.samples[254], l.samples[255], workers);
+}
+
 int main(void)
 {
         plan_init();
@@ -1189,6 +1222,7 @@ int main(void)
         test_idle_pool_thread_is_the_pools();
         test_pool_sleep_before_attach_is_no_park();
         test_full_set_job_since_before_attach();
+        test_full_set_idle_pool_thread();
         test_flush_by_trace_time();
         test_preemptions_of_another_stretch();
         test_preemptions_extend_runs();

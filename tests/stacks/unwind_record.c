@@ -7,14 +7,21 @@
  *    (npm sideseat: such stacks ended one caller later, unmarked);
  *  - the caller's frame in stack pages BPF found not in memory (unread_at,
  *    unread_len): the walk stops there and says so (unwinder_last_unread),
- *    not "cut at the copy's end" nor a whole stack. */
+ *    not "cut at the copy's end" nor a whole stack;
+ *  - a map read while ld.so was still mapping a file (the file read-only
+ *    over its whole range, its text not yet mapped over it): a leaf there
+ *    gets a newer map asked for and built, and the stack is walked with
+ *    that file's CFI. */
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "bpf/d9_events.h"
+#include "daemon/core/cleanup.h"
 #include "daemon/record/unwind.h"
 #include "../tap.h"
 
@@ -83,6 +90,68 @@ static int found(const uint64_t *frames, int n, uint64_t addr)
         return -1;
 }
 
+/* This process's map, with the executable mapping holding addr shown as
+ * ld.so leaves it before it maps the text: read-only. */
+static char *map_without_text_at(uint64_t addr)
+{
+        _cleanup_fclose_ FILE *f = fopen("/proc/self/maps", "r");
+        char *out = NULL, line[4096];
+        size_t len = 0;
+        FILE *o;
+
+        if (!f || !(o = open_memstream(&out, &len)))
+                return NULL;
+        while (fgets(line, sizeof(line), f)) {
+                unsigned long long lo, hi;
+                char *perms = strchr(line, ' ');
+
+                if (sscanf(line, "%llx-%llx", &lo, &hi) == 2 && addr >= lo && addr < hi && perms)
+                        perms[3] = '-';         /* "r-xp" -> "r--p" */
+                fputs(line, o);
+        }
+        fclose(o);
+        return out;
+}
+
+/* want_maps of the stale-map case: this process's map as it is now. */
+static void hand_current_map(void *ctx)
+{
+        struct unwinder *u = *(struct unwinder **)ctx;
+        struct unwind_maps *m;
+
+        if (unwind_maps_read(getpid(), &m) == 0)
+                unwinder_take_maps(u, m);
+}
+
+static void stale_map_is_replaced(struct d9_rec_stack *r)
+{
+        struct unwinder *u = NULL;
+        struct unwind_opts uo = { .budget_us = 1000000, .copy_bytes = COPY, .want_maps = hand_current_map,
+                                  .want_ctx = &u };
+        _cleanup_free_ char *text = map_without_text_at((uint64_t)(uintptr_t)d9t_leaf_ret);
+        _cleanup_close_ int proc_fd = open("/proc/self", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        struct unwind_stats st;
+        uint64_t frames[64];
+        uint32_t n_kern = 0;
+        int n, caller, outer;
+
+        if (!text || proc_fd < 0 || unwinder_new(getpid(), &uo, &u) < 0)
+                bail("no stale map");
+        unwinder_take_maps(u, unwind_maps_open(proc_fd, text));
+        n = unwinder_stack(u, r, D9_REC_STACK_FIXED + COPY, frames, 64, &n_kern);
+        unwinder_get_stats(u, &st);
+        caller = found(frames, n, (uint64_t)(uintptr_t)d9t_caller_ra);
+        outer = found(frames, n, (uint64_t)(uintptr_t)d9t_outer_ra);
+        ok(st.maps_stale == 1 && st.maps_asked == 1 && st.reports == 2 && caller == 1 && outer == 2 &&
+           st.steps[1] + st.steps[2] + st.steps[3] == 0,
+           "a leaf where the map showed its file not executable yet: a newer map is asked for and built, and the "
+           "stack walked by CFI (stale %llu, asked %llu, built %llu, steps without CFI %llu; caller at %d, outer "
+           "at %d)", (unsigned long long)st.maps_stale, (unsigned long long)st.maps_asked,
+           (unsigned long long)st.reports, (unsigned long long)(st.steps[1] + st.steps[2] + st.steps[3]), caller,
+           outer);
+        unwinder_free(u);
+}
+
 int main(void)
 {
         struct unwind_opts uo = { .budget_us = 1000000, .copy_bytes = COPY };
@@ -115,6 +184,9 @@ int main(void)
         r->unread_len = COPY + 8;
         ok(unwinder_stack(u, r, D9_REC_STACK_FIXED + COPY, frames, 64, &n_kern) < 0,
            "a record whose unread pages run past its copy is refused");
+
+        r->unread_len = 0;
+        stale_map_is_replaced(r);
         unwinder_free(u);
         free(r);
         return tap_done();

@@ -33,7 +33,7 @@ enum {
 
 struct fake {
         uint8_t code[CODE_LEN];
-        uint64_t stack[128];
+        uint64_t stack[1024];
         bool got_readable;
 };
 
@@ -190,6 +190,31 @@ static void build_codex(struct fake *f)
         f->stack[(72 + 8 + 56) / 8] = LOCK_CALL;
 }
 
+/* npm codex: musl's posix_spawn (no FDE) pushes six registers and takes
+ * 0x1628 bytes more, so its caller's return address is 0x1658 bytes above
+ * its sp; its locals hold nothing that looks like a return address. */
+enum {
+        SPAWN = 0x1580,         /* no FDE */
+        SPAWN_PC = SPAWN + 0x60,
+        SPAWN_FRAME = 6 * 8 + 0x1628,
+        SPAWN_CALL = 0x1f00,    /* has an FDE: the Rust caller's call of SPAWN */
+};
+
+static void build_spawn(struct fake *f)
+{
+        /* push r15; push r14; push r13; push r12; push rbp; push rbx; sub rsp, 0x1628 */
+        static const uint8_t spawn[] = { 0x41, 0x57, 0x41, 0x56, 0x41, 0x55, 0x41, 0x54, 0x55, 0x53,
+                                         0x48, 0x81, 0xec, 0x28, 0x16, 0x00, 0x00 };
+
+        memset(f, 0, sizeof(*f));
+        memset(f->code, 0x90, sizeof(f->code));
+        put(f, SPAWN, spawn, sizeof(spawn));
+        f->code[SPAWN_CALL - 5 - CODE] = 0xe8;                  /* call posix_spawn */
+        put_rel32(f, SPAWN_CALL - 4, SPAWN);
+        f->stack[SPAWN_FRAME / 8 - 5] = SP + 0x2000;            /* the caller's rbp */
+        f->stack[SPAWN_FRAME / 8] = SPAWN_CALL;
+}
+
 static uint64_t step(struct fake *f, uint64_t *regs, bool leaf)
 {
         const struct unw_step_ops ops = {
@@ -295,5 +320,26 @@ int main(void)
         ok(regs[D9_DW_RBP] == SP + 0x300 && regs[3] == 0x3333,
            "the caller's rbp and rbx from the pushes of the function its call jumped on to (rbp %#llx, rbx %#llx)",
            (unsigned long long)regs[D9_DW_RBP], (unsigned long long)regs[3]);
+
+        /* A frame bigger than the plain scans look at: only a return address
+         * whose call and prologue fit it exactly, further up. */
+        build_spawn(&f);
+        memset(regs, 0, sizeof(regs));
+        regs[D9_DW_RIP] = SPAWN_PC;
+        regs[D9_DW_RSP] = SP;
+        k = unwind_step_no_cfi(&ops, regs, UNW_CFI_NO_FDE, true);
+        ok(k == UNW_STEP_SCAN && regs[D9_DW_RIP] == SPAWN_CALL && regs[D9_DW_RSP] == SP + SPAWN_FRAME + 8 &&
+                   regs[D9_DW_RBP] == SP + 0x2000,
+           "a 5.7 KiB frame without an FDE (musl's posix_spawn): its caller from the return address its call and "
+           "prologue fit, 0x%x bytes up, with its rbp (pc %#llx, sp +%#llx)", SPAWN_FRAME,
+           (unsigned long long)regs[D9_DW_RIP], (unsigned long long)(regs[D9_DW_RSP] - SP));
+        build_spawn(&f);
+        f.stack[SPAWN_FRAME / 8] = 0;
+        f.stack[SPAWN_FRAME / 8 + 2] = SPAWN_CALL;
+        memset(regs, 0, sizeof(regs));
+        regs[D9_DW_RIP] = SPAWN_PC;
+        regs[D9_DW_RSP] = SP;
+        k = unwind_step_no_cfi(&ops, regs, UNW_CFI_NO_FDE, true);
+        ok(k == UNW_STEP_NONE, "the same return address 16 bytes off the frame's size is not taken (step %d)", k);
         return tap_done();
 }
