@@ -452,11 +452,17 @@ int long_poll_on_run(struct translate *tr, struct tr_thread *t, const struct d9_
         run_stall_so_far(tr, t);
         /* The run's stack is its tick deepest inside the poll: the work
          * that kept it running (a busy loop's body), not the poll's own few
-         * instructions before or after it, where a tick lands now and then. */
+         * instructions before or after it, where a tick lands now and then.
+         * Its label too: a boxed future is named by what the poll frame
+         * called, and a first tick in the box's own poll, before the call,
+         * named nothing (a CI run under load: 2 of 20 spins of one boxed
+         * future unlabelled, their deepest stacks those of the 18 others). */
         if ((t->lp_depth >= t->run_depth || t->run_gen != tr->enc_gen) &&
             d9_enc_intern_stack(tr->enc, frames, n, &t->run_stack_atom) == 0) {
                 t->run_gen = tr->enc_gen;
                 t->run_depth = t->lp_depth;
+                if (t->lp_callee)
+                        t->run_callee = t->lp_callee;
         }
         return 0;
 }

@@ -1292,8 +1292,10 @@ static int session_start_attach(struct session *s, const struct session_request 
          * were attached and switched on before this open (up to a second
          * on a loaded machine): the first segment's span starts there, so
          * none of its polls is older than it (npm codex: 40 ms before). */
-        if (r == 0 && s->bpf)
+        if (r == 0 && s->bpf) {
                 segment_start_at(&s->seg, d9_bpf_target_since_ns(s->bpf));
+                s->tr.recording_start_ts = d9_bpf_target_since_ns(s->bpf);
+        }
         if (r == 0)
                 r = session_open_segment(s);
         if (r < 0) {

@@ -1152,10 +1152,11 @@ static int on_offcpu(struct translate *tr, const struct d9_rec_offcpu *o, struct
         uint32_t stack;
         int r;
 
-        /* BPF's recording starts when its config goes in, the trace's when
-         * its first segment opens (tens of ms later: record -- CMD's
-         * child waited in between, and its interval began 61 ms before
-         * the listing's start of the recording). */
+        /* The trace starts when BPF's config went in (its first segment
+         * is stamped from then): a sleep begun before is written from
+         * there. Before, the trace started at the segment's open, tens of
+         * ms later (record -- CMD's child waited in between, and its
+         * interval began 61 ms before the listing's start). */
         if (before && o->off_ts < tr->recording_start_ts) {
                 if (o->hdr.ts <= tr->recording_start_ts) {
                         take_stack(t, o->stack_id);     /* nor its stack */

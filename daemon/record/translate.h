@@ -145,8 +145,9 @@ struct translate {
         struct spawn_labels spawn_labels;       /* the plan's poll points by task vtable */
         bool offcpu_open;               /* translating a sleep still open at the
                                          * end (open_sleep.h): no unpark */
-        uint64_t recording_start_ts;    /* its first segment opened (session.c):
-                                         * a sleep from before the attach is
+        uint64_t recording_start_ts;    /* its first segment's start (session.c:
+                                         * when the ring began to record): a
+                                         * sleep from before the attach is
                                          * written from there, not earlier */
         struct unwinder *unw;           /* user stacks, created on the first STACK record */
         const struct probe_plan *trap_sites_plan;       /* the plan whose probe sites

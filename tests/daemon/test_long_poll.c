@@ -13,6 +13,7 @@
 #include "daemon/record/long_poll.h"
 #include "proto/d9proto.h"
 #include "daemon/record/translate.h"
+#include "daemon/symbolize/mapping.h"
 #include "daemon/symbolize/stack_marks.h"
 #include "uprobes/uprobes.h"
 #include "../tap.h"
@@ -32,8 +33,16 @@ static struct probe_point points[N_POINTS];
 /* A call in TASK_FN into Tokio's own code (yield_now): its return address. */
 #define HARNESS_RET (TASK_FN + 0x301)
 static uint64_t harness_sites[] = { HARNESS_RET };
+/* The boxed futures' poll functions the plan names (plan_dyn_names.c), in
+ * the executable's one text segment, mapped at bias 0 (test_boxed_run). */
+#define DYN_FN 0x50000
+static struct probe_segment segments[] = { { 0x40000, 0x40000, 0x20000, true } };
+static char fn_text[] = "app::boxed_spin::{{closure}}";
+static struct probe_fn_name fns[] = { { DYN_FN, 0 } };
 static struct probe_plan plan = { .points = points, .n_points = N_POINTS, .harness_sites = harness_sites,
-                                  .n_harness_sites = 1 };
+                                  .n_harness_sites = 1, .segments = segments, .n_segments = 1,
+                                  .dyn_fns = fns, .n_dyn_fns = 1, .dyn_fn_text = fn_text,
+                                  .dyn_fn_text_len = sizeof(fn_text) };
 
 static void plan_init(void)
 {
@@ -999,6 +1008,38 @@ static void test_boxed_long_poll_unlabelled(void)
            (unsigned long long)l.ticks[0], l.label[0]);
 }
 
+/* A boxed future's running long poll is named by what the box's poll
+ * called (the plan's table), from its deepest tick: a first tick in the
+ * box's own poll, before that call, names nothing (a CI run under load: 2
+ * of 20 spins of one boxed future unlabelled, their stacks those of the
+ * 18 labelled). */
+static void test_boxed_run_named_by_its_deepest_tick(void)
+{
+        const uint64_t in_box[] = { BOXED_FN + 0x40, OTHER_FN + 9, LAUNCH_FN + 0x20 };
+        const uint64_t in_future[] = { OTHER_FN + 0x50, DYN_FN + 0x10, BOXED_FN + 0x48, OTHER_FN + 9,
+                                       LAUNCH_FN + 0x20 };
+        struct exe_map m;
+        struct log l;
+        struct run r;
+        char workers[64];
+        uint64_t since;
+        int e;
+
+        run_start(&r);
+        e = exe_map_from_maps("00040000-00060000 r-xp 00040000 fd:01 7 /opt/app/t\n", "/opt/app/t", segments, 1,
+                              &m);
+        translate_set_exe_map(&r.tr, &m);
+        r.tr.lp_fn_of = fn_of_0x100;
+        since = r.ts;
+        tick(&r, 101, stack(&r, 101, in_box, 3), since);
+        for (int i = 0; i < 3; i++)
+                tick(&r, 101, stack(&r, 101, in_future, 5), since);
+        run_end(&r, &l, workers, sizeof(workers));
+        ok(e == 0 && l.long_running == 1 && l.ticks[0] == 4 && !strcmp(l.label[0], "app::boxed_spin::{{closure}}"),
+           "a boxed future's long poll whose first tick was in the box's own poll: named by its deeper ticks "
+           "(%d polls, %llu ticks, '%s')", l.long_running, (unsigned long long)l.ticks[0], l.label[0]);
+}
+
 /* A stack whose task poll frame called into Tokio's own code around the
  * future (a harness site: yield_now after the future returned) is in no
  * poll: its preemption is no long poll (npm endform-proxy-network: 236 of
@@ -1232,6 +1273,7 @@ int main(void)
         test_stall_counted_while_running();
         test_poll_running_at_attach();
         test_boxed_long_poll_unlabelled();
+        test_boxed_run_named_by_its_deepest_tick();
         test_harness_calls_are_no_poll();
         test_stack_of_the_thread_that_fills_the_table();
         return tap_done();
