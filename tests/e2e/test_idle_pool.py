@@ -11,7 +11,9 @@ mid-run with the default set. Checks:
  - the trace names workers 0 and 1, each on one thread;
  - at least 3 other threads (the pool's) have samples, and from 0.5 s into
    the recording on (the loop is learnt from the workers' first stacks)
-   every one of their samples is 254; over the whole recording 90 %;
+   every one of their samples is 254 but each thread's first (at the
+   attach, or a thread the pool starts later, sampled in its start before
+   the loop: a CI rehearsal); over the whole recording 90 %;
  - no worker's thread has a 254 sample (it is under its launch's poll) and
    the main thread (in block_on, outside the pool) none either.
 Usage: test_idle_pool.py D9D D9CTL TARGET"""
@@ -67,11 +69,11 @@ def main():
     pool = {tid: got for tid, got in samples.items() if tid not in worker_tids and tid != srv.pid}
     n_all = sum(len(got) for got in pool.values())
     n_pool = sum(w == POOL for got in pool.values() for _, w in got)
-    late = [(tid, ts - (first_ts or 0), w) for tid, got in pool.items() for ts, w in got
+    late = [(tid, ts - (first_ts or 0), w) for tid, got in pool.items() for ts, w in sorted(got)[1:]
             if first_ts and ts - first_ts >= LEARN_NS and w != POOL]
     t.ok(len(pool) >= 3 and not late and n_pool >= 0.9 * n_all,
          f"the pool's {len(pool)} threads: {n_pool} of {n_all} samples are the pool's (254); after "
-         f"{LEARN_NS / 1e9} s none is not: {late[:8]}")
+         f"{LEARN_NS / 1e9} s none but a thread's first is not: {late[:8]}")
     wrong = {tid: sum(w == POOL for _, w in got) for tid, got in samples.items()
              if (tid in worker_tids or tid == srv.pid) and any(w == POOL for _, w in got)}
     t.ok(not wrong, f"no sample of a worker's thread or of the main thread is the pool's: {wrong}")
