@@ -361,21 +361,53 @@ static __always_inline void d9_unpark_write(const struct d9_target_cfg *cfg, str
  * dequeue) plus the one open since last_queued on this run queue's clock.
  * Read here instead of from a sched_wakeup program, which every wakeup of
  * the machine paid for (bench/switch_tax). */
+/* The clock of the run queue task is on, which sched_info's stamps are
+ * read from, through the group run queue it is on (this CPU's, kept for
+ * every class by set_task_rq): `runqueues` itself is a per-CPU symbol that
+ * kallsyms lists only with CONFIG_KALLSYMS_ALL. 0 on a kernel without
+ * group scheduling. */
+static __always_inline __u64 d9_rq_clock(struct task_struct *task)
+{
+        struct cfs_rq *cfs;
+
+        if (!bpf_core_field_exists(task->se.cfs_rq))
+                return 0;
+        cfs = BPF_CORE_READ(task, se.cfs_rq);
+        return cfs ? BPF_CORE_READ(cfs, rq, clock) : 0;
+}
+
 static __always_inline __u64 d9_run_delay_at_switch_in(struct task_struct *next)
 {
         __u64 delay = next->sched_info.run_delay, queued = next->sched_info.last_queued, clock;
-        struct cfs_rq *cfs;
 
-        /* The run queue's clock, which last_queued was read from, through
-         * the group run queue next is on (this CPU's, kept for every class
-         * by set_task_rq): `runqueues` itself is a per-CPU symbol that
-         * kallsyms lists only with CONFIG_KALLSYMS_ALL. A kernel without
-         * group scheduling reads the open wait as 0. */
-        if (!queued || !bpf_core_field_exists(next->se.cfs_rq))
+        /* Without a clock the open wait reads as 0. */
+        if (!queued)
                 return delay;
-        cfs = BPF_CORE_READ(next, se.cfs_rq);
-        clock = cfs ? BPF_CORE_READ(cfs, rq, clock) : 0;
+        clock = d9_rq_clock(next);
         return clock > queued ? delay + (clock - queued) : delay;
+}
+
+/* The end of th's off-CPU interval at on, as a switch-in writes it: the
+ * park's unpark, then the short count, or the OFFCPU record (its stack
+ * deferred to the thread's return when may_defer, else none). */
+static __always_inline void d9_interval_end(const struct d9_target_cfg *cfg, struct task_struct *task,
+                                            struct d9_thread *th, __u64 on, __u64 run_delay, bool may_defer)
+{
+        __u32 why = D9_NOSTACK_PENDING;
+
+        th->on_run_delay = run_delay;
+        if (th->parked && th->off_state)
+                d9_unpark_write(cfg, task, th, on);
+        if (on - th->off_ts < cfg->offcpu_min_ns)
+                d9_count_short(cfg, on - th->off_ts);
+        else if (!may_defer || (why = d9_offcpu_defer(cfg, task, th, on)) != D9_NOSTACK_NONE) {
+                struct d9_offcpu_span s;
+
+                d9_offcpu_span_of(th, on, &s);
+                d9_offcpu_write(cfg, task, task->tgid, task->pid, &s, 0, why);
+        }
+        th->off_ts = 0;
+        th->in_ts = on;
 }
 
 /* A switch-in of a target thread that d9_sched_switch never saw: this
@@ -395,14 +427,8 @@ static __always_inline __u64 d9_run_delay_at_switch_in(struct task_struct *next)
 static __always_inline void d9_switch_in_missed(const struct d9_target_cfg *cfg, struct task_struct *task,
                                                 struct d9_thread *th, __u64 now)
 {
-        __u64 on = now, arrived = task->sched_info.last_arrival, clock = 0;
-        struct d9_offcpu_span s;
-        struct cfs_rq *cfs;
+        __u64 on = now, arrived = task->sched_info.last_arrival, clock = arrived ? d9_rq_clock(task) : 0;
 
-        if (arrived && bpf_core_field_exists(task->se.cfs_rq)) {
-                cfs = BPF_CORE_READ(task, se.cfs_rq);
-                clock = cfs ? BPF_CORE_READ(cfs, rq, clock) : 0;
-        }
         if (clock >= arrived && arrived) {
                 if (clock - arrived >= now - th->off_ts) {
                         th->off_ts = 0;
@@ -410,17 +436,7 @@ static __always_inline void d9_switch_in_missed(const struct d9_target_cfg *cfg,
                 }
                 on = now - (clock - arrived);
         }
-        th->on_run_delay = task->sched_info.run_delay;
-        if (th->parked && th->off_state)
-                d9_unpark_write(cfg, task, th, on);
-        if (on - th->off_ts < cfg->offcpu_min_ns) {
-                d9_count_short(cfg, on - th->off_ts);
-        } else {
-                d9_offcpu_span_of(th, on, &s);
-                d9_offcpu_write(cfg, task, task->tgid, task->pid, &s, 0, D9_NOSTACK_PENDING);
-        }
-        th->off_ts = 0;
-        th->in_ts = on;
+        d9_interval_end(cfg, task, th, on, task->sched_info.run_delay, false);
 }
 
 /* A thread of a D9_PROBE_RUNS target back from a voluntary sleep
@@ -438,10 +454,8 @@ static __always_inline bool d9_run_stretch_at_switch_in(const struct d9_target_c
  * Returns whether a stretch of run ticks started (above). */
 static __always_inline bool d9_switch_in(struct task_struct *next, struct d9_target_cfg *cfg)
 {
-        __u32 tgid = next->tgid, tid = next->pid;
         struct d9_thread *th;
         bool fresh;
-        __u32 why;
         __u64 now;
 
         if (!cfg || !(cfg->probes & D9_PROBE_SCHED))
@@ -466,19 +480,7 @@ static __always_inline bool d9_switch_in(struct task_struct *next, struct d9_tar
                 th->in_ts = now;
                 return fresh;
         }
-        th->on_run_delay = d9_run_delay_at_switch_in(next);
-        if (th->parked && th->off_state)
-                d9_unpark_write(cfg, next, th, now);
-        if (now - th->off_ts < cfg->offcpu_min_ns)
-                d9_count_short(cfg, now - th->off_ts);
-        else if ((why = d9_offcpu_defer(cfg, next, th, now)) != D9_NOSTACK_NONE) {
-                struct d9_offcpu_span s;
-
-                d9_offcpu_span_of(th, now, &s);
-                d9_offcpu_write(cfg, next, tgid, tid, &s, 0, why);
-        }
-        th->off_ts = 0;
-        th->in_ts = now;
+        d9_interval_end(cfg, next, th, now, d9_run_delay_at_switch_in(next), true);
         return fresh;
 }
 
