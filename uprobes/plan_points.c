@@ -278,21 +278,6 @@ static char *scan_callees(struct plan_builder *b, uint64_t vaddr, char *(*f)(con
         return NULL;
 }
 
-/* Legacy drop glue is named after the dropped type, generics included:
- * `core::ptr::drop_in_place<...task::core::Cell<T, S>>` or `<...Stage<T>>`. */
-static char *future_from_drop_glue(const char *name)
-{
-        char *t = NULL;
-
-        if (strncmp(name, "core::ptr::drop_in_place", 24) != 0)
-                return NULL;
-        if (strstr(name, "task::core::Cell<"))
-                t = uprobes_name_first_generic_arg(name, "task::core::Cell");
-        if (!t && strstr(name, "task::core::Stage<"))
-                t = uprobes_name_first_generic_arg(name, "task::core::Stage");
-        return t;
-}
-
 /* Not the runtime's, nor a compiler helper (`__rust_probestack`, the first
  * call of a poll with a big frame, labelled 10 poll points of npm
  * traffic-mesh, and with them 63 of its long polls). */
@@ -321,7 +306,7 @@ static char *future_poll_name(const char *name)
 static char *drop_glue_label(struct plan_builder *b, const struct task_vtable *v)
 {
         for (int slot = 2; slot < 7; slot++) {
-                char *t = scan_callees(b, v->fn[slot], future_from_drop_glue, 1);
+                char *t = scan_callees(b, v->fn[slot], uprobes_future_from_drop_glue, 1);
 
                 if (t)
                         return t;

@@ -161,6 +161,26 @@ char *uprobes_name_first_generic_arg(const char *name, const char *after)
         return strndup(p, i);
 }
 
+/* Legacy drop glue is named after the dropped type, generics included:
+ * `core::ptr::drop_in_place<...task::core::Cell<T, S>>`, `<...Stage<T>>`,
+ * or `<...CoreStage<T>>` (npm vaulttools-mcp, Tokio 1.49: the only glue
+ * its dealloc calls, and its poll reaches the future through a jump
+ * table, so nothing else named rmcp's request task). */
+char *uprobes_future_from_drop_glue(const char *name)
+{
+        char *t = NULL;
+
+        if (strncmp(name, "core::ptr::drop_in_place", 24) != 0)
+                return NULL;
+        if (strstr(name, "task::core::Cell<"))
+                t = uprobes_name_first_generic_arg(name, "task::core::Cell");
+        if (!t && strstr(name, "task::core::Stage<"))
+                t = uprobes_name_first_generic_arg(name, "task::core::Stage");
+        if (!t && strstr(name, "task::core::CoreStage<"))
+                t = uprobes_name_first_generic_arg(name, "task::core::CoreStage");
+        return t;
+}
+
 bool uprobes_label_is_boxed_dyn_future(const char *label)
 {
         return label && strstr(label, "Pin<alloc::boxed::Box<dyn ") &&

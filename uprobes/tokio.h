@@ -24,4 +24,7 @@ const struct tokio_rule *uprobes_tokio_rule_match(const char *stripped);
 char *uprobes_name_strip_generics(const char *name);
 /* First generic argument after the path `after` (e.g. "raw::poll"), malloc'd. */
 char *uprobes_name_first_generic_arg(const char *name, const char *after);
+/* The future type T a legacy drop glue's name carries (its Cell<T, S>,
+ * Stage<T> or CoreStage<T>), malloc'd; NULL for any other name. */
+char *uprobes_future_from_drop_glue(const char *name);
 bool uprobes_label_is_boxed_dyn_future(const char *label);

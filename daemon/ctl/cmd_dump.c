@@ -315,7 +315,7 @@ int d9ctl_cmd_dump(int argc, char **argv)
                         strict = true;
                         break;
                 default:
-                        fprintf(stderr, "usage: d9ctl dump [--summary | --json] [--strict] FILE...\n");
+                        fprintf(stderr, "usage: d9ctl dump [--summary | --json] [--strict] FILE...|DIR...\n");
                         return 2;
                 }
         }
@@ -323,7 +323,17 @@ int d9ctl_cmd_dump(int argc, char **argv)
                 fprintf(stderr, "d9ctl: dump: no trace file given (usage: d9ctl dump [--summary | --json] FILE...)\n");
                 return 2;
         }
-        for (int i = optind; i < argc; i++)
-                failed |= dump_file(&d, argv[i], strict);
+        for (int i = optind; i < argc; i++) {
+                char **paths = NULL, why[512];
+                size_t n = 0;
+
+                if (d9ctl_trace_paths_add(argv[i], &paths, &n, why, sizeof(why)) < 0) {
+                        fprintf(stderr, "d9ctl: %s\n", why);
+                        failed = 1;
+                }
+                for (size_t k = 0; k < n; k++)
+                        failed |= dump_file(&d, paths[k], strict);
+                d9ctl_trace_paths_free(paths, n);
+        }
         return failed ? 1 : 0;
 }

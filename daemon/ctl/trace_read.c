@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,17 +75,13 @@ static int push(char ***paths, size_t *n, char *p)
         return 0;
 }
 
-int d9ctl_trace_paths_add(const char *arg, char ***paths, size_t *n, char *why, size_t why_len)
+/* Appends the trace files directly in dir, in version order; how many. */
+static int dir_traces(const char *dir, char ***paths, size_t *n, char *why, size_t why_len)
 {
-        struct stat st;
-
-        if (stat(arg, &st) != 0 || !S_ISDIR(st.st_mode))
-                return push(paths, n, strdup(arg));
-
-        DIR *d = opendir(arg);
+        DIR *d = opendir(dir);
         if (!d) {
                 int e = -errno;
-                snprintf(why, why_len, "%s: %s", arg, strerror(-e));
+                snprintf(why, why_len, "%s: %s", dir, strerror(-e));
                 return e;
         }
         size_t first = *n;
@@ -93,17 +90,84 @@ int d9ctl_trace_paths_add(const char *arg, char ***paths, size_t *n, char *why, 
         while (!e && (de = readdir(d)))
                 if (is_trace_name(de->d_name)) {
                         char *p = NULL;
-                        e = asprintf(&p, "%s/%s", arg, de->d_name) < 0 ? -ENOMEM : push(paths, n, p);
+                        e = asprintf(&p, "%s/%s", dir, de->d_name) < 0 ? -ENOMEM : push(paths, n, p);
                 }
         closedir(d);
-        if (e == -ENOMEM)
-                snprintf(why, why_len, "%s: out of memory", arg);
-        else if (*n == first) {
-                snprintf(why, why_len, "%s: no trace files (*.bin, *.bin.gz, *.bin.zst) in it", arg);
-                e = -ENOENT;
+        if (e == -ENOMEM) {
+                snprintf(why, why_len, "%s: out of memory", dir);
+                return e;
         }
-        if (!e)
-                qsort(*paths + first, *n - first, sizeof(**paths), path_cmp);
+        qsort(*paths + first, *n - first, sizeof(**paths), path_cmp);
+        return (int)(*n - first);
+}
+
+/* `record --out DIR` and d9d's trace directory put a recording's segments
+ * in SERVICE/INSTANCE under it: the directories at most that deep below
+ * dir that hold trace files, collected in dirs. Symbolic links are not
+ * followed (a trace directory can be another user's). */
+#define RECORDING_DIR_DEPTH 2
+
+static int recording_dirs(const char *dir, int depth, char ***dirs, size_t *n)
+{
+        DIR *d = opendir(dir);
+        struct dirent *de;
+        bool holds = false;
+        int e = 0;
+
+        if (!d)
+                return errno == ENOMEM ? -ENOMEM : 0;
+        while (!e && (de = readdir(d))) {
+                struct stat st;
+                char *sub = NULL;
+
+                if (is_trace_name(de->d_name)) {
+                        holds = true;
+                        continue;
+                }
+                if (!depth || de->d_name[0] == '.' ||
+                    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode))
+                        continue;
+                if (asprintf(&sub, "%s/%s", dir, de->d_name) < 0)
+                        e = -ENOMEM;
+                else
+                        e = recording_dirs(sub, depth - 1, dirs, n);
+                free(sub);
+        }
+        closedir(d);
+        if (!e && holds && depth < RECORDING_DIR_DEPTH)
+                e = push(dirs, n, strdup(dir));
+        return e;
+}
+
+int d9ctl_trace_paths_add(const char *arg, char ***paths, size_t *n, char *why, size_t why_len)
+{
+        struct stat st;
+        char **dirs = NULL;
+        size_t ndirs = 0;
+        int e;
+
+        if (stat(arg, &st) != 0 || !S_ISDIR(st.st_mode))
+                return push(paths, n, strdup(arg));
+        e = dir_traces(arg, paths, n, why, why_len);
+        if (e != 0)
+                return e < 0 ? e : 0;
+        e = recording_dirs(arg, RECORDING_DIR_DEPTH, &dirs, &ndirs);
+        if (e < 0)
+                snprintf(why, why_len, "%s: out of memory", arg);
+        else if (ndirs == 1) {
+                int found = dir_traces(dirs[0], paths, n, why, why_len);
+                e = found < 0 ? found : 0;
+        } else if (ndirs == 0) {
+                snprintf(why, why_len,
+                         "%s: no trace files (*.bin, *.bin.gz, *.bin.zst) in it, nor in SERVICE/INSTANCE below it", arg);
+                e = -ENOENT;
+        } else {
+                d9ctl_trace_paths_sort(dirs, ndirs);
+                snprintf(why, why_len, "%s: holds %zu recordings (%s, %s%s): name one's directory", arg, ndirs,
+                         dirs[0], dirs[1], ndirs > 2 ? ", ..." : "");
+                e = -EINVAL;
+        }
+        d9ctl_trace_paths_free(dirs, ndirs);
         return e;
 }
 

@@ -23,7 +23,10 @@ int d9ctl_trace_decode(const char *path, const uint8_t *buf, size_t len, const s
 
 /* The trace files an argument stands for: a directory gives the *.bin,
  * *.bin.gz, *.bin.zst directly in it in version order (trace.2 before
- * trace.10); anything else is itself. Appends strdup'ed paths to *paths. */
+ * trace.10); one with none there, those of the one recording below it
+ * (SERVICE/INSTANCE, as `record --out` writes; more than one is an
+ * error naming them); anything else is itself. Appends strdup'ed paths to
+ * *paths. 0, or a negative errno with "ARG: reason" in why. */
 int d9ctl_trace_paths_add(const char *arg, char ***paths, size_t *n, char *why, size_t why_len);
 /* Puts the paths in version order: a session's segments in the order they
  * were written, however they were given (a shell's trace.*.bin.zst puts

@@ -181,6 +181,26 @@ def main():
          "default set: a current-thread runtime's id is said to be its thread's; the multi-thread target's are not",
          r4.stderr[-500:] + ctxt[-1500:])
 
+    # `record --out DIR` puts the segments in DIR/SERVICE/INSTANCE: report
+    # and dump take DIR for its one recording (npm trials: "report DIR" on
+    # the folder record had just written said it held no trace files), and
+    # a folder of two recordings is refused with one line naming both.
+    byd = report(out + "/ct")
+    dmp = subprocess.run([D9CTL, "dump", "--summary", out + "/ct"], capture_output=True, text=True, timeout=60)
+    t.ok(cpaths and byd.returncode == 0 and byd.stdout == ctxt and dmp.returncode == 0 and
+         dmp.stdout.count(": zstd,") == len(cpaths),
+         f"report and dump of record's --out folder read its one recording ({len(cpaths)} segments)",
+         byd.stderr + dmp.stderr)
+    two = tempfile.mkdtemp(prefix="d9-report-two-")
+    for i, src in enumerate(cpaths[:1] * 2):
+        os.makedirs(os.path.join(two, "svc", str(i)))
+        shutil.copy(src, os.path.join(two, "svc", str(i)))
+    tw = report(two)
+    t.ok(tw.returncode == 1 and len(tw.stderr.strip().splitlines()) == 1 and "holds 2 recordings" in tw.stderr
+         and "svc/0" in tw.stderr and "svc/1" in tw.stderr, "a folder of two recordings: one line naming both",
+         tw.stderr)
+    shutil.rmtree(two)
+
     stripped_once_symbolized(t, d, out)
 
     bad = os.path.join(out, "not-a-trace.bin")
