@@ -302,15 +302,23 @@ static char *future_poll_name(const char *name)
         return NULL;
 }
 
-/* T from the drop glue a vtable's siblings (dealloc, shutdown, ...) call. */
+/* T from the drop glue a vtable's siblings (dealloc, shutdown, ...) call:
+ * a Cell's or Stage's of any sibling before a CoreStage's, which is merged
+ * across more futures. Tokio 1.49's dealloc may drop only a CoreStage (npm
+ * vaulttools-mcp: its request task's poll enters the future through a jump
+ * table, so that glue is all that names it). */
 static char *drop_glue_label(struct plan_builder *b, const struct task_vtable *v)
 {
-        for (int slot = 2; slot < 7; slot++) {
-                char *t = scan_callees(b, v->fn[slot], uprobes_future_from_drop_glue, 1);
+        char *(*const glues[])(const char *) = { uprobes_future_from_drop_glue,
+                                                 uprobes_future_from_core_stage_glue };
 
-                if (t)
-                        return t;
-        }
+        for (size_t g = 0; g < sizeof(glues) / sizeof(glues[0]); g++)
+                for (int slot = 2; slot < 7; slot++) {
+                        char *t = scan_callees(b, v->fn[slot], glues[g], 1);
+
+                        if (t)
+                                return t;
+                }
         return NULL;
 }
 

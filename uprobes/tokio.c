@@ -162,10 +162,7 @@ char *uprobes_name_first_generic_arg(const char *name, const char *after)
 }
 
 /* Legacy drop glue is named after the dropped type, generics included:
- * `core::ptr::drop_in_place<...task::core::Cell<T, S>>`, `<...Stage<T>>`,
- * or `<...CoreStage<T>>` (npm vaulttools-mcp, Tokio 1.49: the only glue
- * its dealloc calls, and its poll reaches the future through a jump
- * table, so nothing else named rmcp's request task). */
+ * `core::ptr::drop_in_place<...task::core::Cell<T, S>>` or `<...Stage<T>>`. */
 char *uprobes_future_from_drop_glue(const char *name)
 {
         char *t = NULL;
@@ -176,9 +173,14 @@ char *uprobes_future_from_drop_glue(const char *name)
                 t = uprobes_name_first_generic_arg(name, "task::core::Cell");
         if (!t && strstr(name, "task::core::Stage<"))
                 t = uprobes_name_first_generic_arg(name, "task::core::Stage");
-        if (!t && strstr(name, "task::core::CoreStage<"))
-                t = uprobes_name_first_generic_arg(name, "task::core::CoreStage");
         return t;
+}
+
+char *uprobes_future_from_core_stage_glue(const char *name)
+{
+        if (strncmp(name, "core::ptr::drop_in_place", 24) != 0 || !strstr(name, "task::core::CoreStage<"))
+                return NULL;
+        return uprobes_name_first_generic_arg(name, "task::core::CoreStage");
 }
 
 bool uprobes_label_is_boxed_dyn_future(const char *label)
