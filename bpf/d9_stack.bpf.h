@@ -392,16 +392,46 @@ static long d9_plain_piece(__u64 i, void *arg)
         return 0;
 }
 
+/* The top of task's stack as its thread pointer gives it, for a stack at
+ * sp: glibc and musl put a thread's static TLS block (less the
+ * executable's, d9_wk_tls, when known) and its descriptor right above its
+ * stack, the thread pointer between them. 0 where the thread pointer
+ * bounds no stack at sp (the main thread's lies elsewhere, and a stack
+ * of a thread that switched stacks may lie anywhere). */
+static __always_inline __u64 d9_stack_tp_top(const struct d9_target_cfg *cfg, struct task_struct *task, __u64 sp)
+{
+        __u64 tp = task->thread.fsbase, *tls_of = bpf_map_lookup_elem(&d9_wk_tls, &cfg->slot);
+
+        if (tls_of && *tls_of != D9_WK_TLS_UNKNOWN && tp > *tls_of)
+                tp -= *tls_of;
+        if (tp <= sp || tp - sp > (64 << 20))
+                return 0;
+        return tp;
+}
+
 /* Copy up to `want` bytes of task's stack from sp up into s->data, past
  * one hole inside the mapping sp lies in (above). Sets user_len and the
  * hole; the window may run past the top of that mapping, where the copy
  * ends (the next mapping up may be another thread's guard page).
- * bpf_find_vma only at an unreadable read: most copies have none. */
-static __always_inline void d9_stack_copy_user(struct d9_rec_stack *s, struct task_struct *task, __u32 want)
+ * bpf_find_vma only at an unreadable read: most copies have none.
+ * The window stops at the thread pointer's top (d9_stack_tp_top), with
+ * D9_SREC_TOP: past it lie the thread's TLS and descriptor, and above
+ * them whatever the kernel mapped there. A readable mapping right above
+ * (musl's heap: npm pagefind 1.6.0, 5 of 14 threads) made the copy of a
+ * thread a few KiB deep all it asked for, and every stack of it that
+ * reached musl's start() (no FDE: the scan for a caller reads on up to
+ * 16 KiB) was said cut at the copy's end. */
+static __always_inline void d9_stack_copy_user(struct d9_rec_stack *s, const struct d9_target_cfg *cfg,
+                                               struct task_struct *task, __u32 want)
 {
-        struct d9_plain_read r = { .s = s, .sp = s->regs[D9_DW_RSP], .want = want };
-        __u64 vend = 0;
+        struct d9_plain_read r = { .s = s, .sp = s->regs[D9_DW_RSP] };
+        __u64 vend = 0, top = d9_stack_tp_top(cfg, task, r.sp);
 
+        if (top && top - r.sp <= want) {
+                want = (__u32)(top - r.sp) & ~7u;
+                s->flags |= D9_SREC_TOP;
+        }
+        r.want = want;
         /* Most stacks are readable all the way: one read. */
         if (want <= D9_STACK_USER_MAX && bpf_probe_read_user(s->data, want, (void *)r.sp) == 0) {
                 s->user_len = want;
@@ -435,7 +465,7 @@ __noinline __u64 d9_stack_deep(struct d9_rec_stack *s, const struct d9_target_cf
 {
         struct d9_deep_read rd = {};
         struct bpf_dynptr dp;
-        __u64 sp, end = 0, tp, *tls_of, want, size, id;
+        __u64 sp, end = 0, tp, want, size, id;
         __u32 tgid, tid;
         void *ring;
 
@@ -454,12 +484,7 @@ __noinline __u64 d9_stack_deep(struct d9_rec_stack *s, const struct d9_target_cf
          * past its thread pointer (npm sandbox-agent), so its copies took
          * the 128 KiB cap and 42 % of its samples were cut by the byte cap,
          * worker 1's 2 %. (The main thread's pointer lies elsewhere.) */
-        tp = task->thread.fsbase;
-        tls_of = bpf_map_lookup_elem(&d9_wk_tls, &cfg->slot);
-        if (tls_of && *tls_of != D9_WK_TLS_UNKNOWN && tp > *tls_of)
-                tp -= *tls_of;
-        if (tp <= sp || tp - sp > (64 << 20))
-                tp = 0;
+        tp = d9_stack_tp_top(cfg, task, sp);
         /* find_vma gives up while the mmap lock is taken (-EBUSY): then
          * the thread pointer alone bounds a thread's stack. Without either,
          * the plain copy stands, its cut counted (npm nulljs: 5 of 279
@@ -1002,7 +1027,7 @@ __noinline __u64 d9_stack_capture(struct d9_rec_stack *s, const struct d9_target
                 return id == ~0ull ? 0 : id;
         if (want > D9_STACK_USER_MAX)
                 want = D9_STACK_USER_MAX;
-        d9_stack_copy_user(s, task, want);
+        d9_stack_copy_user(s, cfg, task, want);
         s->n_fp = d9_stack_fp_tail(s, cfg->stack.flags, (__u64)BPF_CORE_READ(task, utask));
         return d9_stack_output(cfg, tgid, tid, s);
 }

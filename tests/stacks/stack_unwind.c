@@ -19,6 +19,11 @@
  * has no FDE, tests/targets/musl_block.c): the off-CPU stacks must name
  * every Fi and their median user depth must be >= 5, instead of the busy
  * and sleep checks.
+ * With --offcpu-whole too (musl_block's `under-map` mode: the sleeping
+ * thread's stack mapping has a readable mapping right above it), none of
+ * the stacks that name every Fi may be said cut (unwinder_last_cut): they
+ * reached the thread's start(), where the walk ends; the bytes past the
+ * thread's TLS are another mapping's, not its callers'.
  * With --cpu-through F1,F2,... the same for the CPU samples inside
  * busy_block_50ms (the frame-pointer build without CFI, mode `deep`: a
  * 12 KiB poll frame between the busy loop and the poll's return address).
@@ -48,7 +53,7 @@
  * the rest: the shared handles outlive the unwinder that opened them.
  *
  * usage: stack_unwind [--debug-file F] [--sealer-names] [--tiny-budget]
- *                     [--user-bytes N] [--swap-unwinder] [--offcpu-through F,...] [--cpu-cut]
+ *                     [--user-bytes N] [--swap-unwinder] [--offcpu-through F,... [--offcpu-whole]] [--cpu-cut]
  *                     [--deep RATE [--cpu-capped] [--ring BYTES --cpu-room]]
  *                     TARGET ARGS... */
 #include <errno.h>
@@ -97,6 +102,8 @@ struct run {
         const char *through;            /* --offcpu-through, --cpu-through */
         bool through_cpu;
         unsigned long through_good, depth_hist[MAX_FRAMES + 1];
+        bool whole_mode;                /* --offcpu-whole */
+        unsigned long through_cut;      /* of through_good: said cut */
         bool shown_busy, shown_sleep, shown_bad;
         bool cut_mode;                  /* --cpu-cut */
         unsigned long cut_busy, cut_busy_said, cut_busy_main, whole, whole_said_cut;
@@ -269,6 +276,13 @@ static void check_through(struct run *r, const struct pending *p, char names[][1
                 ok &= any_has(names, (int)p->n_kern, p->n, f);
         r->depth_hist[p->n - (int)p->n_kern]++;
         r->through_good += ok;
+        r->through_cut += ok && p->cut;
+        if (r->whole_mode && ok && p->cut && !r->shown_bad) {
+                tap_diag("said cut: flags %#x, %u bytes copied", p->rec_flags, p->user_len);
+                show("off-CPU, whole but said cut (BAD)", p, names);
+                r->shown_bad = true;
+                return;
+        }
         if (!r->shown_sleep || (!ok && !r->shown_bad)) {
                 show(ok ? "off-CPU (good)" : "off-CPU (BAD)", p, names);
                 r->shown_sleep = true;
@@ -457,6 +471,8 @@ int main(int argc, char **argv)
                         uo.budget_us = 1, tiny_budget = true;
                 else if (!strcmp(argv[a], "--offcpu-through") && a + 1 < argc)
                         run.through = argv[++a];
+                else if (!strcmp(argv[a], "--offcpu-whole"))
+                        run.whole_mode = true;
                 else if (!strcmp(argv[a], "--cpu-through") && a + 1 < argc)
                         run.through = argv[++a], run.through_cpu = true;
                 else if (!strcmp(argv[a], "--cpu-cut"))
@@ -598,6 +614,11 @@ int main(int argc, char **argv)
                        "%s stacks go past frames without CFI: median user depth %lu >= 5, "
                        "%lu of %lu name %s", run.through_cpu ? "busy CPU" : "off-CPU",
                        median_depth(&run, n), run.through_good, n, run.through);
+                if (run.whole_mode)
+                        tap_ok(run.through_good >= 20 && run.through_cut == 0,
+                               "none of the %lu off-CPU stacks that reach the thread's start is said cut "
+                               "(%lu are); stats.cut %llu", run.through_good, run.through_cut,
+                               (unsigned long long)st.cut);
                 tap_diag("steps without CFI: %llu frameless, %llu frame pointer, %llu scan",
                          (unsigned long long)st.steps[1], (unsigned long long)st.steps[2],
                          (unsigned long long)st.steps[3]);
