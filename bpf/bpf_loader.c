@@ -1630,6 +1630,11 @@ int d9_bpf_target_worker_search(const struct d9_bpf_target *t, struct d9_worker_
         return 0;
 }
 
+int d9_bpf_target_sweep_workers(struct d9_bpf_target *t)
+{
+        return d9_bpf_sweep_workers(t->bpf->sched, t->pid);
+}
+
 void d9_bpf_target_worker_candidates(const struct d9_bpf_target *t, char *buf, size_t size)
 {
         struct d9_wk_depth d;

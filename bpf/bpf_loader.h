@@ -210,6 +210,10 @@ struct d9_worker_search {
         uint32_t misses;                /* scans that found nothing while none had */
 };
 int d9_bpf_target_worker_search(const struct d9_bpf_target *t, struct d9_worker_search *out);
+/* The default set's sweep of the target's threads again (d9_wk_sweep): a
+ * search still unconfirmed a while after its start, whose workers went to
+ * sleep before any scan (bpf/bpf_sleepers.c). */
+int d9_bpf_target_sweep_workers(struct d9_bpf_target *t);
 /* Each depth the search weighs, for the log when none confirmed: "DEPTH
  * (workers 0+1, H finds, N objects; the first ARC, index I, runtime
  * HANDLE), ..." into buf (empty: none, or not readable). */

@@ -559,11 +559,13 @@ __noinline __u64 d9_stack_deep(struct d9_rec_stack *s, const struct d9_target_cf
  * Arc<Handle>, index: usize, core: AtomicCell<Core> } behind the
  * ArcInner's { strong, weak }, in declaration order in every build looked
  * at (1.24, 1.43, 1.53): a stack word w with small counts at *w, then a
- * user pointer to another Arc with a count of at least 2 (the runtime's
- * Handle, shared by every worker and task), a small integer (Tokio's
- * index) and null or a user pointer (the core) has that shape. Until the
- * distance is confirmed (d9_wk_depth below) threads are scanned from the
- * top down, the first such word taken as a find; from then on each stack
+ * user pointer to another Arc with a count of at least 2 and a weak count
+ * of at least 1 (the runtime's Handle, shared by every worker and task;
+ * d9_wk_handle_is_arc), a small integer (Tokio's index) and null or a user
+ * pointer (the core) has that shape. Until the distance is confirmed
+ * (d9_wk_depth below) threads are scanned from the top down, the first
+ * such words with a null core taken as finds (d9_wk_find_runs: a running
+ * loop took the core out of its Worker); from then on each stack
  * looks at that distance only. */
 #define D9_WK_TOP_WORDS 2048    /* 16 KiB below the stack top */
 #define D9_WK_TOP_READS 256     /* words dereferenced per scan, at most (46
@@ -596,11 +598,14 @@ struct d9_wk_top {
         __u64 sp;               /* the sampled stack pointer */
         __u32 n, reads;
         __u64 key, pos, rt;
+        __u64 core;             /* the found Worker's third word */
         __u32 index;            /* 1 + Tokio's index; 0: none found */
         __u32 n_finds;          /* of a full scan, from the top down */
         __u32 tid;              /* the thread scanned */
         __u64 main_top;         /* the process's main stack's top (mm->start_stack), or 0 */
         struct d9_wk_find finds[D9_WK_FINDS];
+        __u32 n_held;           /* finds holding a core, apart */
+        struct d9_wk_find held[D9_WK_FINDS];
 };
 
 struct {
@@ -638,7 +643,7 @@ static __always_inline long d9_wk_read(void *dst, __u32 size, __u64 addr, struct
 static __always_inline bool d9_wk_is_worker(struct d9_wk_top *t, __u64 w, __u64 pos, __u64 sp, __u64 end,
                                             struct task_struct *task)
 {
-        __u64 v[5], handle_count = 0;
+        __u64 v[5], handle_counts[2] = {};
 
         /* A heap pointer: not into the stack itself (the scanned part, from
          * the sampled sp up to the thread pointer). musl's heap can lie
@@ -656,12 +661,13 @@ static __always_inline bool d9_wk_is_worker(struct d9_wk_top *t, __u64 w, __u64 
         if (d9_wk_read(v, sizeof(v), w, task) || v[0] - 1 >= (1 << 20) || v[1] - 1 >= (1 << 20) ||
             !d9_user_ptr(v[2]) || v[3] >= 4096 || (v[4] && !d9_user_ptr(v[4])))
                 return false;
-        if (d9_wk_read(&handle_count, sizeof(handle_count), v[2], task) || handle_count < 2 ||
-            handle_count >= (1 << 24))
+        if (d9_wk_read(handle_counts, sizeof(handle_counts), v[2], task) ||
+            !d9_wk_handle_is_arc(handle_counts[0], handle_counts[1]))
                 return false;
         t->key = w;
         t->pos = pos;
         t->rt = v[2];
+        t->core = v[4];
         t->index = (__u32)v[3] + 1;
         return true;
 }
@@ -679,6 +685,24 @@ static __always_inline long d9_wk_top_word_of(__u64 i, struct d9_wk_top *t, stru
         end = t->base + (__u64)t->n * 8;
         if (!d9_wk_is_worker(t, t->w[j], t->base + j * 8, t->sp, end, task))
                 return 0;
+        /* Its core in it: no loop runs with it (d9_wk_find_runs); kept
+         * apart (d9_wk_weigh_held), it takes none of the scan's finds. */
+        if (t->core) {
+                for (int k = 0; k < D9_WK_FINDS; k++)
+                        if (k < t->n_held && t->held[k].key == t->key)
+                                return 0;
+                if (t->n_held >= D9_WK_FINDS)
+                        return 0;
+                f = &t->held[t->n_held & (D9_WK_FINDS - 1)];
+                f->depth = end - t->pos;
+                f->key = t->key;
+                f->rt = t->rt;
+                f->index = t->index;
+                f->tid = t->tid;
+                f->core = t->core;
+                t->n_held++;
+                return 0;
+        }
         /* The loop's Arc is copied into frames below it (3 more copies in
          * the frame-pointer build): one find per object, the outermost. */
         for (int k = 0; k < D9_WK_FINDS; k++)
@@ -690,6 +714,7 @@ static __always_inline long d9_wk_top_word_of(__u64 i, struct d9_wk_top *t, stru
         f->rt = t->rt;
         f->index = t->index;
         f->tid = t->tid;
+        f->core = t->core;
         t->n_finds++;
         return 0;
 }
@@ -725,6 +750,7 @@ static __always_inline __u64 d9_wk_top_window(struct d9_wk_top *t, __u64 sp, __u
         t->reads = 0;
         t->index = 0;
         t->n_finds = 0;
+        t->n_held = 0;
         t->tid = task->pid;
         t->sp = sp;
         if (len > sizeof(t->w))
@@ -771,6 +797,8 @@ __noinline __u32 d9_wk_weigh_scan(struct d9_wk_depth *d, const struct d9_wk_top 
         if (!d || !t)
                 return 0;
         d9_wk_pending(d, t->finds, t->n_finds);
+        if (!d->depth)
+                d9_wk_pending_held(d, t->held, t->n_held);
         if (!d->depth && d->first_ts && now - d->first_ts >= D9_WK_SOLO_NS)
                 d->depth = d9_wk_solo(d);
         return 0;
@@ -780,12 +808,12 @@ __noinline __u32 d9_wk_weigh_scan(struct d9_wk_depth *d, const struct d9_wk_top 
  * found none. */
 static __always_inline bool d9_wk_weigh_finds(struct d9_wk_depth *d, struct d9_wk_top *t, __u64 now)
 {
-        if (!t->n_finds)
+        if (!t->n_finds && !t->n_held)
                 return false;
         d9_wk_weigh_scan(d, t, now);
         if (d->depth && !d->confirmed_ts)
                 d->confirmed_ts = now;
-        return true;
+        return t->n_finds != 0;
 }
 
 /* A global function: verified once, not in every caller's state. Fills

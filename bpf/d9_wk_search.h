@@ -51,6 +51,7 @@ struct d9_wk_find {
         __u64 depth, key, rt;
         __u32 index;            /* 1 + Tokio's index */
         __u32 tid;              /* the scanned thread */
+        __u64 core;             /* the Worker's third word (its core): null while its loop runs */
 };
 
 struct d9_wk_cand {
@@ -63,6 +64,7 @@ struct d9_wk_cand {
         __u32 first_two;        /* bit i: index i (0 or 1) seen */
         __u32 tid;              /* the first thread its finds came from */
         __u32 threads;          /* 1: one thread so far; 2: more */
+        __u32 held_core;        /* one of its objects was seen holding a core */
 };
 
 struct d9_wk_depth {
@@ -74,6 +76,61 @@ struct d9_wk_depth {
         __u64 first_ts;         /* the target's first scan */
         __u64 confirmed_ts;     /* when depth was confirmed (d9d's status) */
 };
+
+/* Whether the two words at a Worker-shaped object's handle are an
+ * ArcInner's counts, as its runtime Handle's are: a strong count of at
+ * least 2 (every worker and task holds the Handle) and a weak one of at
+ * least 1 (an Arc's weak count keeps 1 for all its strong ones). npm
+ * pagefind 1.6.0's actix-server worker threads (current-thread runtimes)
+ * hold, 3,808 bytes below the TLS, an object whose "handle" is a Tokio
+ * task's header: state 0xc0 (three references), then its queue link, null
+ * or a pointer. One per thread, index 0, each its own "runtime": 100 finds
+ * each, a one-worker runtime's shape (d9_wk_solo) once nothing shallower
+ * was. */
+static __always_inline bool d9_wk_handle_is_arc(__u64 strong, __u64 weak)
+{
+        return strong >= 2 && strong < (1 << 24) && weak - 1 < (1 << 24);
+}
+
+/* Whether a find can be a running loop's Worker: Tokio's run() takes the
+ * core out of the Worker (Worker::core, an AtomicCell) before the loop
+ * starts, and the loop keeps it in its context, parked or not; the Worker
+ * holds it again only while no loop runs with it (block_in_place handed
+ * it over and no stand-in has taken it yet, or before the launch). Finds
+ * whose third word is set are not weighed, nor kept by a scan. npm
+ * pagefind 1.6.0: the blocking pool's shared Arc, 240 bytes below the TLS
+ * on every pool thread and so on both workers' (strong 15, "index" 0, its
+ * third word one pointer for good), had 6 finds of the attach's sweep and
+ * no more (the workers idle), so it held their loop's 888 bytes back for
+ * the whole recording (d9_wk_above: one object under D9_WK_SHARED_HITS);
+ * and on an actix-server worker thread an index-0 object at 1,440 bytes
+ * (its third word a pointer to a path or an HTTP date's text, another at
+ * every look) was taken by d9_wk_solo for a one-worker runtime's Worker. */
+static __always_inline bool d9_wk_find_runs(const struct d9_wk_find *f)
+{
+        return !f->core;
+}
+
+/* A find holding a core marks the candidate of its depth and runtime that
+ * knows its object (it creates none): that object is no single worker's
+ * loop (d9_wk_solo). pagefind's actix look-alike at 1,440 bytes holds a
+ * pointer there at most looks, text at others, and now and then null: its
+ * null ones alone, 8 and more from one thread, were taken by d9_wk_solo
+ * ("confirmed 2650 ms into the search (1 candidate depths)"). A single
+ * worker's Worker holds its core only while block_in_place hands it over;
+ * such a worker kept its ids by thread before as well. */
+static __always_inline void d9_wk_weigh_held(struct d9_wk_depth *d, const struct d9_wk_find *f)
+{
+        for (int k = 0; k < D9_WK_CANDS; k++) {
+                struct d9_wk_cand *c = &d->cand[k];
+
+                if (c->depth != f->depth || c->rt != f->rt)
+                        continue;
+                for (__u32 p = 0; p < D9_WK_PAIRS; p++)
+                        if (p < c->n && c->key[p] == f->key)
+                                c->held_core = 1;
+        }
+}
 
 /* The slot of f's candidate: the one of its depth and runtime, else a free
  * slot, else a ruled-out one (forgotten), else the deepest if f lies above
@@ -122,6 +179,7 @@ static __always_inline struct d9_wk_cand *d9_wk_cand_of(struct d9_wk_depth *d, c
         c->first_two = 0;
         c->tid = 0;
         c->threads = 0;
+        c->held_core = 0;
         return c;
 }
 
@@ -166,9 +224,14 @@ static __always_inline bool d9_wk_confirms(const struct d9_wk_depth *d, const st
  * candidate's pairs. True when it confirms the depth. */
 static __always_inline bool d9_wk_weigh(struct d9_wk_depth *d, const struct d9_wk_find *f)
 {
-        struct d9_wk_cand *c = d9_wk_cand_of(d, f);
+        struct d9_wk_cand *c;
         bool seen = false;
 
+        if (!d9_wk_find_runs(f)) {
+                d9_wk_weigh_held(d, f);
+                return false;
+        }
+        c = d9_wk_cand_of(d, f);
         if (!c || c->ruled_out)
                 return false;
         for (__u32 k = 0; k < D9_WK_PAIRS; k++) {
@@ -228,7 +291,9 @@ static __always_inline __u64 d9_wk_settled(const struct d9_wk_depth *d)
  * by every pool thread (a look-alike) shows on several; so does a worker
  * whose core block_in_place moved, which keeps its id by thread. A
  * look-alike of another runtime (postgrestools: index 1 at 10,608 bytes,
- * 244 finds) is no rival below it. */
+ * 244 finds) is no rival below it. Nor is an object ever seen holding a
+ * core taken (d9_wk_weigh_held), nor one at a depth where another
+ * runtime's object showed too (d9_wk_depth_shared_by_rts). */
 #define D9_WK_SOLO_NS (500 * 1000000ull)
 #define D9_WK_SOLO_HITS 8
 
@@ -240,6 +305,25 @@ static __always_inline bool d9_wk_rt_has_worker1(const struct d9_wk_depth *d, __
         return false;
 }
 
+/* Whether another runtime's object showed at c's depth, not ruled out:
+ * per-thread look-alikes of several runtimes, one on each thread, a
+ * current-thread runtime's each (npm pagefind 1.6.0 under `d9ctl record
+ * --`: the two actix-server worker threads, an index-0 object 1,440 bytes
+ * below the TLS on each, its own "runtime" each, its third word null at
+ * startup and an HTTP date's text later, 8 and 7 finds when d9_wk_solo took
+ * the first; before, 3,808 bytes the same). Two single-worker runtimes
+ * would show so too: they keep their ids by thread. */
+static __always_inline bool d9_wk_depth_shared_by_rts(const struct d9_wk_depth *d, const struct d9_wk_cand *c)
+{
+        for (int k = 0; k < D9_WK_CANDS; k++) {
+                const struct d9_wk_cand *o = &d->cand[k];
+
+                if (o->depth == c->depth && o->rt != c->rt && !o->ruled_out)
+                        return true;
+        }
+        return false;
+}
+
 static __always_inline __u64 d9_wk_solo(const struct d9_wk_depth *d)
 {
         __u64 depth = 0;
@@ -247,12 +331,23 @@ static __always_inline __u64 d9_wk_solo(const struct d9_wk_depth *d)
         for (int k = 0; k < D9_WK_CANDS; k++) {
                 const struct d9_wk_cand *c = &d->cand[k];
 
-                if (c->depth && !c->ruled_out && c->first_two == 1 && c->n == 1 && c->threads == 1 &&
+                if (c->depth && !c->ruled_out && !c->held_core && c->first_two == 1 && c->n == 1 && c->threads == 1 &&
                     c->hits >= D9_WK_SOLO_HITS && (!depth || c->depth < depth) && !d9_wk_above(d, c) &&
-                    !d9_wk_rt_has_worker1(d, c->rt))
+                    !d9_wk_rt_has_worker1(d, c->rt) && !d9_wk_depth_shared_by_rts(d, c))
                         depth = c->depth;
         }
         return depth;
+}
+
+/* The finds of a full scan whose objects held a core (d9_wk_find_runs),
+ * kept apart so they take none of D9_WK_FINDS. */
+static __always_inline void d9_wk_pending_held(struct d9_wk_depth *d, const struct d9_wk_find *held, __u32 n_held)
+{
+        for (__u32 i = 0; i < D9_WK_FINDS; i++) {
+                if (i >= n_held)
+                        break;
+                d9_wk_weigh_held(d, &held[i]);
+        }
 }
 
 /* The finds of a full scan (outermost first), before the depth is

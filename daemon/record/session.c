@@ -1621,6 +1621,8 @@ static void session_account_short_offcpu(struct session *s)
 /* Where the default set's BPF looks for each stack's Worker (docs/probe-plan.md
  * "Worker identity"), for status and, once, the log: when no depth is
  * confirmed, worker ids come by thread, and a trace alone does not say why. */
+#define D9_WK_RESWEEP_MS 250
+
 static void session_account_worker_search(struct session *s)
 {
         struct d9_worker_search *ws = &s->worker_search;
@@ -1629,6 +1631,18 @@ static void session_account_worker_search(struct session *s)
         if (!s->bpf || !(s->probes & D9_PROBE_RUNS) || (s->probes & D9_PROBE_POLL) ||
             d9_bpf_target_worker_search(s->bpf, ws) < 0)
                 return;
+        /* The attach's sweep (or the plan's) may come before the runtime's
+         * threads exist (`d9ctl record --`), and idle workers take no stack
+         * of their own: npm pagefind 1.6.0's two, parked from their start,
+         * were never scanned, and the one-worker rule (d9_wk_solo) took an
+         * actix thread's look-alike. Once, D9_WK_RESWEEP_MS into a search
+         * with nothing confirmed, before d9_wk_solo may decide. */
+        if (ws->begun && !ws->depth && !ws->from_thread_pointer && !s->worker_resweep_done &&
+            d9_now_ns() - ws->begun_ns >= D9_WK_RESWEEP_MS * 1000000ull) {
+                s->worker_resweep_done = true;
+                if (d9_bpf_target_sweep_workers(s->bpf) == 0)
+                        (void)d9_bpf_target_worker_search(s->bpf, ws);
+        }
         if (ws->depth && !had)
                 log_info("pid %d: the worker loops' Worker lies %llu bytes below the %s, confirmed %llu ms "
                          "into the search (%u candidate depths, %u ruled out)", s->pid,

@@ -124,6 +124,7 @@ struct session {
         uint64_t events, bytes_sealed, drops, drops_reported;
         struct d9_offcpu_short offcpu_short, offcpu_short_reported;
         struct d9_worker_search worker_search;  /* the default set's, as last read */
+        bool worker_resweep_done;               /* its threads swept again (session.c) */
         uint64_t drops_logged_ms;       /* drop warnings: at most one per 10 s */
         uint64_t drops_logged;          /* the count the last warning said */
         struct ring_drains {            /* how the ring was drained, for status: a full ring says why */

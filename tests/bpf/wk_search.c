@@ -299,6 +299,153 @@ static void test_solo_worker(void)
            (unsigned long long)d9_wk_solo(&d));
 }
 
+/* npm @pagefind/linux-x64 1.6.0 pagefind_extended (musl static-pie,
+ * stripped, Tokio 1.50, actix-web 4.13): the values of d9d's log of an
+ * attach mid-run (pid 12810) and of a live read of the threads' stacks
+ * (wkscan, same layout). The multi-thread runtime's 2 workers, idle, keep
+ * their loop's Arc<Worker> 888 bytes below the TLS (core null); 240 bytes
+ * below lies one Arc of the blocking pool's, the same object on every pool
+ * thread, the workers' too (they are pool threads), strong 15, "index" 0,
+ * its third word a pointer that never changes; at 1,080 two objects of
+ * another "runtime", indexes 1 and 2 (one with its third word set), and a
+ * copy of worker 1 at 1,000 (one find per object: not kept). */
+enum {
+        PF_RT = 0x7f5c7f646000, PF_W0 = 0x7f5c7f6400f0, PF_W1 = 0x7f5c7f640120,
+        PF_POOL = 0x7f5c7f60b000, PF_POOL_RT = 0x7f5c7f635000, PF_POOL_CORE = 0x7f5c7f640030,
+        PF_X_RT = 0x7f5c7f63b000, PF_X1 = 0x7f5c7f6400c0, PF_X1_CORE = 0x7f5c7f6400e8, PF_X2 = 0x7f5c7f640060,
+};
+
+static const struct scan pagefind_sweep[] = {
+        { "worker 1, parked", 3,
+          { { 240, PF_POOL, PF_POOL_RT, 1, 12811, PF_POOL_CORE }, { 888, PF_W1, PF_RT, 2, 12811, 0 },
+            { 1080, PF_X1, PF_X_RT, 2, 12811, PF_X1_CORE } } },
+        { "worker 0, parked", 3,
+          { { 240, PF_POOL, PF_POOL_RT, 1, 12812, PF_POOL_CORE }, { 888, PF_W0, PF_RT, 1, 12812, 0 },
+            { 1080, PF_X2, PF_X_RT, 3, 12812, 0 } } },
+        { "an idle pool thread", 1, { { 240, PF_POOL, PF_POOL_RT, 1, 12830, PF_POOL_CORE } } },
+};
+
+/* The attach's sweep (two passes, every thread read at one instant) and
+ * nothing after: the workers stay parked, the actix threads' own scans
+ * show nothing of this runtime. The pool's shared Arc held the loop's
+ * depth back for the whole recording (6 finds, never D9_WK_SHARED_HITS):
+ * "no Worker depth confirmed in 8027 ms", the 2 workers on no id. Its
+ * third word is set: no loop runs with it, so it is no find. */
+static void test_pagefind_attach_idle_workers(void)
+{
+        unsigned orders = 0, loop = 0;
+        __u64 wrong = 0;
+
+        for (unsigned first = 0; first < 3; first++)
+                for (unsigned rev = 0; rev < 2; rev++) {
+                        struct d9_wk_depth d;
+
+                        memset(&d, 0, sizeof(d));
+                        for (int pass = 0; pass < 2; pass++)
+                                for (unsigned i = 0; i < 3; i++) {
+                                        unsigned k = (first + (rev ? 3 - i : i)) % 3;
+
+                                        weigh(&d, pagefind_sweep[k].f, pagefind_sweep[k].n);
+                                }
+                        orders++;
+                        if (d.depth == 888)
+                                loop++;
+                        else
+                                wrong = d.depth;
+                }
+        ok(loop == orders, "pagefind, an attach's two sweep passes over 2 parked workers and a pool thread: the "
+                           "loop's 888 bytes in %u of %u thread orders (else %llu)", loop, orders,
+           (unsigned long long)wrong);
+}
+
+/* The same pagefind under `d9ctl record --`: the multi-thread runtime's
+ * workers idle from the start (no stack of theirs), the actix-server
+ * worker threads each drive a current-thread runtime whose stack holds,
+ * 1,440 bytes below the TLS, an object of that shape with index 0 (pid
+ * 25703's first 0x7fb9af006020; live: strong 1, its third word a pointer
+ * to a file path or an HTTP date's text, another at every look), on one
+ * thread only; the busy pool threads show their runtimes' shared Arcs at
+ * 240 (third word set). After 500 ms d9_wk_solo took 1,440 ("the worker
+ * loops' Worker lies 1440 bytes below the TLS, confirmed 2722 ms"): an
+ * actix thread listed as worker 0 of runtime.main, its samples between
+ * 254 and that id. */
+static void test_pagefind_actix_lookalike_not_solo(void)
+{
+        struct d9_wk_depth d;
+        static const __u64 strings[] = { 0x7fb9af00e390, 0x7fb9af007140, 0x7fb9af00e4b0, 0x7fb9af007100 };
+        int i;
+
+        memset(&d, 0, sizeof(d));
+        for (i = 0; i < 40; i++) {
+                struct d9_wk_find f[2] = {
+                        { 240, 0x7fb9af203de0, 0x7fb9af2041c0, 1, 25720 + i % 5, 0x7fb9af20b120 },
+                        { 1440, 0x7fb9af006020, 0x7fb9af009000, 1, 25711, strings[i % 4] },
+                };
+
+                weigh(&d, &f[0], 1);
+                weigh(&d, &f[1], 1);
+        }
+        ok(!d.depth && !d9_wk_solo(&d),
+           "pagefind's actix thread, 40 finds of its index-0 look-alike at 1,440 (third word set): no depth "
+           "(%llu), the one-worker rule takes none (%llu)", (unsigned long long)d.depth,
+           (unsigned long long)d9_wk_solo(&d));
+        /* And now and then its third word is null (the recording of pid
+         * 31453: "1440 ... confirmed 2650 ms into the search (1 candidate
+         * depths)"): those finds alone, and the ones holding a pointer, in
+         * either order. */
+        for (int order = 0; order < 2; order++) {
+                memset(&d, 0, sizeof(d));
+                for (i = 0; i < 24; i++) {
+                        struct d9_wk_find f = { 1440, 0x7fb9af006020, 0x7fb9af009000, 1, 31471,
+                                                (order ? i % 3 == 2 : i % 3 != 2) ? 0 : strings[i % 4] };
+
+                        weigh(&d, &f, 1);
+                }
+                ok(!d.depth && !d9_wk_solo(&d),
+                   "... 8 of its 24 finds with the third word null, %s: the one-worker rule takes none (%llu)",
+                   order ? "after one holding a pointer" : "a null one first", (unsigned long long)d9_wk_solo(&d));
+        }
+
+        /* `d9ctl record --` again (pid 820, d9_wk_depths read when
+         * d9_wk_solo had taken 1,440 at 2,642 ms): both actix threads'
+         * objects there, each its own "runtime", 8 and 7 finds, all with
+         * the third word null (startup: the date not written yet). */
+        memset(&d, 0, sizeof(d));
+        weigh_tid(&d, 1440, 0x7f5e93618680, 0x7f5e9361b000, 1, 1066, 7);
+        weigh_tid(&d, 1440, 0x7f5e93a06020, 0x7f5e93a0e000, 1, 1065, 8);
+        ok(!d.depth && !d9_wk_solo(&d), "both actix threads' look-alikes at 1,440 (8 and 7 finds, third word null, "
+                                        "two runtimes): the one-worker rule takes none (%llu)",
+           (unsigned long long)d9_wk_solo(&d));
+
+        /* Then the workers wake: their loop's depth is taken. */
+        weigh_tid(&d, 888, PF_W0, PF_RT, 1, 25706, 2);
+        weigh_tid(&d, 888, PF_W1, PF_RT, 2, 25705, 2);
+        ok(d.depth == 888, "... and the workers' 888 bytes once both have shown (took %llu)",
+           (unsigned long long)d.depth);
+
+        /* A one-worker runtime's Worker (core null) is still taken. */
+        memset(&d, 0, sizeof(d));
+        for (i = 0; i < 3; i++)
+                weigh(&d, pagefind_sweep[2].f, 1);
+        weigh_tid(&d, 888, PF_W0, PF_RT, 1, 25706, D9_WK_SOLO_HITS);
+        ok(d9_wk_solo(&d) == 888, "a one-worker runtime's loop at 888 under the pool's shared Arc: taken (%llu)",
+           (unsigned long long)d9_wk_solo(&d));
+}
+
+/* What a Worker's handle points to: its runtime's Handle, an ArcInner, its
+ * weak count at least 1 while any strong one lives. Deeper on pagefind's
+ * actix threads (3,808 bytes: the two threads' d9_wk_solo rivals, 100
+ * finds each, each its own "runtime") the object's handle word points to
+ * a Tokio task's header: state 0xc0 (three references), then its queue
+ * link, null or a pointer. */
+static void test_pagefind_handle_is_an_arc(void)
+{
+        ok(d9_wk_handle_is_arc(0xf, 1), "pagefind's runtime Handle (strong 15, weak 1) is an Arc");
+        ok(d9_wk_handle_is_arc(5, 1), "so is the actix look-alike's (strong 5, weak 1)");
+        ok(!d9_wk_handle_is_arc(0xc0, 0), "a task header (state 0xc0, queue link null) is none");
+        ok(!d9_wk_handle_is_arc(0xc0, 0x7fb9af01d000), "... nor with its queue link set");
+}
+
 int main(void)
 {
         test_snapshot_any_order();
@@ -309,5 +456,8 @@ int main(void)
         test_rival_above_turns_shared_later();
         test_shallow_kept();
         test_solo_worker();
+        test_pagefind_attach_idle_workers();
+        test_pagefind_actix_lookalike_not_solo();
+        test_pagefind_handle_is_an_arc();
         return tap_done();
 }
