@@ -672,9 +672,30 @@ static __always_inline bool d9_wk_is_worker(struct d9_wk_top *t, __u64 w, __u64 
         return true;
 }
 
-static __always_inline long d9_wk_top_word_of(__u64 i, struct d9_wk_top *t, struct task_struct *task)
+/* Keeps the find t just read in list (n of at most D9_WK_FINDS), once per
+ * object: the loop's Arc is copied into frames below it (3 more copies in
+ * the frame-pointer build), so the outermost is kept. */
+static __always_inline void d9_wk_keep(struct d9_wk_find *list, __u32 *n, const struct d9_wk_top *t, __u64 end)
 {
         struct d9_wk_find *f;
+
+        for (int k = 0; k < D9_WK_FINDS; k++)
+                if (k < *n && list[k].key == t->key)
+                        return;
+        if (*n >= D9_WK_FINDS)
+                return;
+        f = &list[*n & (D9_WK_FINDS - 1)];
+        f->depth = end - t->pos;
+        f->key = t->key;
+        f->rt = t->rt;
+        f->index = t->index;
+        f->tid = t->tid;
+        f->core = t->core;
+        (*n)++;
+}
+
+static __always_inline long d9_wk_top_word_of(__u64 i, struct d9_wk_top *t, struct task_struct *task)
+{
         __u64 j, end;
 
         if (!t || i >= t->n || t->reads >= D9_WK_TOP_READS || t->n_finds >= D9_WK_FINDS)
@@ -687,35 +708,7 @@ static __always_inline long d9_wk_top_word_of(__u64 i, struct d9_wk_top *t, stru
                 return 0;
         /* Its core in it: no loop runs with it (d9_wk_find_runs); kept
          * apart (d9_wk_weigh_held), it takes none of the scan's finds. */
-        if (t->core) {
-                for (int k = 0; k < D9_WK_FINDS; k++)
-                        if (k < t->n_held && t->held[k].key == t->key)
-                                return 0;
-                if (t->n_held >= D9_WK_FINDS)
-                        return 0;
-                f = &t->held[t->n_held & (D9_WK_FINDS - 1)];
-                f->depth = end - t->pos;
-                f->key = t->key;
-                f->rt = t->rt;
-                f->index = t->index;
-                f->tid = t->tid;
-                f->core = t->core;
-                t->n_held++;
-                return 0;
-        }
-        /* The loop's Arc is copied into frames below it (3 more copies in
-         * the frame-pointer build): one find per object, the outermost. */
-        for (int k = 0; k < D9_WK_FINDS; k++)
-                if (k < t->n_finds && t->finds[k].key == t->key)
-                        return 0;
-        f = &t->finds[t->n_finds & (D9_WK_FINDS - 1)];
-        f->depth = end - t->pos;
-        f->key = t->key;
-        f->rt = t->rt;
-        f->index = t->index;
-        f->tid = t->tid;
-        f->core = t->core;
-        t->n_finds++;
+        d9_wk_keep(t->core ? t->held : t->finds, t->core ? &t->n_held : &t->n_finds, t, end);
         return 0;
 }
 

@@ -1623,6 +1623,48 @@ static void session_account_short_offcpu(struct session *s)
  * confirmed, worker ids come by thread, and a trace alone does not say why. */
 #define D9_WK_RESWEEP_MS 250
 
+/* That sweep reads the target's stacks (bpf_copy_from_user_task, which may
+ * wait on the target's memory), so it runs on the BPF thread, as the
+ * attach's does, not on the drain loop. */
+struct session_sweep {
+        struct plan_job job;    /* first: the BPF thread hands this back */
+        struct session *s;
+};
+
+static void sweep_run(struct plan_job *job)
+{
+        struct session_sweep *w = (struct session_sweep *)job;
+
+        (void)d9_bpf_target_sweep_workers(w->s->bpf);
+}
+
+static void sweep_done(struct d9d *d, struct plan_job *job)
+{
+        struct session_sweep *w = (struct session_sweep *)job;
+        struct session *s = w->s;
+
+        (void)d;
+        s->sweep_job = NULL;
+        free(w);
+        session_end_deferred(s);
+}
+
+static void session_sweep_workers_again(struct session *s)
+{
+        struct session_sweep *w;
+
+        /* Busy with another job: at the next count. */
+        if (session_bpf_busy(s) || s->stopping || s->state != SESSION_RECORDING)
+                return;
+        s->worker_resweep_done = true;
+        if (!(w = calloc(1, sizeof(*w))))
+                return;
+        w->s = s;
+        w->job = (struct plan_job){ .uid = s->starter_uid, .run = sweep_run, .done = sweep_done };
+        s->sweep_job = w;
+        planner_submit(s->d->bpf_worker, &w->job);
+}
+
 static void session_account_worker_search(struct session *s)
 {
         struct d9_worker_search *ws = &s->worker_search;
@@ -1638,11 +1680,8 @@ static void session_account_worker_search(struct session *s)
          * actix thread's look-alike. Once, D9_WK_RESWEEP_MS into a search
          * with nothing confirmed, before d9_wk_solo may decide. */
         if (ws->begun && !ws->depth && !ws->from_thread_pointer && !s->worker_resweep_done &&
-            d9_now_ns() - ws->begun_ns >= D9_WK_RESWEEP_MS * 1000000ull) {
-                s->worker_resweep_done = true;
-                if (d9_bpf_target_sweep_workers(s->bpf) == 0)
-                        (void)d9_bpf_target_worker_search(s->bpf, ws);
-        }
+            d9_now_ns() - ws->begun_ns >= D9_WK_RESWEEP_MS * 1000000ull)
+                session_sweep_workers_again(s);
         if (ws->depth && !had)
                 log_info("pid %d: the worker loops' Worker lies %llu bytes below the %s, confirmed %llu ms "
                          "into the search (%u candidate depths, %u ruled out)", s->pid,
@@ -1815,10 +1854,10 @@ static void session_stop_run(struct plan_job *job)
         struct session_stop *st = (struct session_stop *)job;
 
         d9_bpf_target_quiesce(st->s->bpf);
+        st->maps = sampler_read_maps(st->s->proc_fd, st->s->pidfd_w.fd);
         /* Where its workers sleep, off the loop (open_sleep.h). */
         if (st->s->proc_fd >= 0)
-                st->s->open_sleeps = open_sleeps_capture(st->s->bpf, st->s->proc_fd, st->s->pid);
-        st->maps = sampler_read_maps(st->s->proc_fd, st->s->pidfd_w.fd);
+                st->s->open_sleeps = open_sleeps_capture(st->s->bpf, st->s->proc_fd, st->s->pid, st->maps);
 }
 
 static void session_stop_done(struct d9d *d, struct plan_job *job)

@@ -112,6 +112,7 @@ struct session {
         uint64_t full_on_stall_ms;      /* 0: off */
         struct session_win *win_job;    /* a window opening or closing on the BPF thread */
         struct session_wakes *wake_job; /* the wake points attaching or going, there too */
+        struct session_sweep *sweep_job; /* the default set's threads swept again, there too */
         uint64_t win_opened_ms, win_next_ms, win_stalls_seen;
         uint64_t windows;               /* windows opened */
         char win_error[160];

@@ -329,7 +329,7 @@ static void late_uprobes_done(struct d9d *d, struct plan_job *job)
 
 bool session_bpf_busy(const struct session *s)
 {
-        return (s->late && s->late->uprobes) || s->win_job || s->wake_job;
+        return (s->late && s->late->uprobes) || s->win_job || s->wake_job || s->sweep_job;
 }
 
 int session_late_begin(struct session *s, char **why)
