@@ -84,11 +84,32 @@ static int thread_user_regs(int proc_fd, pid_t ns_tid, uint64_t *sp, uint64_t *p
         return *sp && *pc ? 0 : -EINVAL;
 }
 
+/* The end of the mapping that holds addr, from a /proc/PID/maps text; 0
+ * if none does. */
+static uint64_t mapping_end_at(const char *maps, uint64_t addr)
+{
+        for (const char *line = maps; line && *line;) {
+                unsigned long long lo, hi;
+                const char *nl = strchr(line, '\n');
+
+                if (sscanf(line, "%llx-%llx", &lo, &hi) == 2 && addr >= lo && addr < hi)
+                        return hi;
+                line = nl ? nl + 1 : NULL;
+        }
+        return 0;
+}
+
 /* Where the thread sleeps, its stack read while it still did: true if
- * captured (it has not run since its switch-out). */
-static bool capture_one(struct open_sleep *o, int proc_fd, pid_t pid, pid_t ns_tid)
+ * captured (it has not run since its switch-out). The read stops at the
+ * end of the stack's mapping, as BPF's copy does at the stack's top: a
+ * readable mapping right above (musl's heap above a thread's stack: npm
+ * pagefind) made the read all it asked for, and the stack of a thread
+ * asleep at the stop read as cut at the copy's end (write_one: a short
+ * read is the top). */
+static bool capture_one(struct open_sleep *o, int proc_fd, pid_t pid, pid_t ns_tid, const char *maps)
 {
         struct iovec local = { o->stack, sizeof(o->stack) }, remote;
+        uint64_t end;
         char name[sizeof(o->comm) + 1];
         uint64_t cpu_ns;
         ssize_t got;
@@ -97,6 +118,9 @@ static bool capture_one(struct open_sleep *o, int proc_fd, pid_t pid, pid_t ns_t
             thread_user_regs(proc_fd, ns_tid, &o->sp, &o->pc) < 0)
                 return false;
         remote = (struct iovec){ (void *)(uintptr_t)o->sp, sizeof(o->stack) };
+        end = mapping_end_at(maps, o->sp);
+        if (end && end - o->sp < remote.iov_len)
+                remote.iov_len = local.iov_len = (size_t)(end - o->sp);
         got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
         /* Read while it slept: the same sleep, or nothing of it. */
         if (got <= 0 || thread_cpu_ns(proc_fd, ns_tid, &cpu_ns) < 0 || cpu_ns != o->off.cpu_ns)
@@ -111,7 +135,8 @@ static bool capture_one(struct open_sleep *o, int proc_fd, pid_t pid, pid_t ns_t
         return true;
 }
 
-struct open_sleeps *open_sleeps_capture(const struct d9_bpf_target *bt, int proc_fd, pid_t pid)
+struct open_sleeps *open_sleeps_capture(const struct d9_bpf_target *bt, int proc_fd, pid_t pid,
+                                        const char *maps)
 {
         struct open_sleeps *os = calloc(1, sizeof(*os) + OPEN_SLEEPS_MAX * sizeof(os->s[0]));
         struct dirent *de;
@@ -134,7 +159,7 @@ struct open_sleeps *open_sleeps_capture(const struct d9_bpf_target *bt, int proc
 
                 /* Asleep (not preempted) since a switch-out in this recording. */
                 if (ns_tid > 0 && d9_bpf_target_thread_off(bt, ns_tid, &o->off) == 0 && o->off.off_ts &&
-                    o->off.state && capture_one(o, proc_fd, pid, ns_tid))
+                    o->off.state && capture_one(o, proc_fd, pid, ns_tid, maps))
                         os->n++;
         }
         closedir(dir);

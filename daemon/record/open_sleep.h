@@ -28,8 +28,10 @@ struct open_sleeps;
 
 /* Off the drain loop, the target's BPF quiesced: the threads of pid
  * (proc_fd: its /proc directory) asleep since a switch-out of this
- * recording. NULL: none, or no memory. */
-struct open_sleeps *open_sleeps_capture(const struct d9_bpf_target *bt, int proc_fd, pid_t pid);
+ * recording. maps: its /proc/PID/maps text, or NULL. NULL: none, or no
+ * memory. */
+struct open_sleeps *open_sleeps_capture(const struct d9_bpf_target *bt, int proc_fd, pid_t pid,
+                                        const char *maps);
 /* On the loop, after the last drain into tr: the workers' sleeps, as
  * ending at now. Returns how many were written, or a negative errno. */
 int open_sleeps_write(struct translate *tr, const struct open_sleeps *os, uint64_t now);
