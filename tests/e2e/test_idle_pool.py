@@ -9,7 +9,9 @@ target (stripped, its requests doing about 40 µs of work and every 8th a
 spawn_blocking job), under an open-loop load and 2 CPU hogs, recorded
 mid-run with the default set. Checks:
  - the trace names workers 0 and 1, each on one thread;
- - at least 3 other threads (the pool's) have samples, and from 0.5 s into
+ - at least 2 other threads (the pool's) have samples (how many the pool
+   starts depends on how its jobs overlap: 4-6 here, 2 once in a CI
+   rehearsal under load), and from 0.5 s into
    the recording on (the loop is learnt from the workers' first stacks)
    every one of their samples is 254 but each thread's first (at the
    attach, or a thread the pool starts later, sampled in its start before
@@ -71,7 +73,7 @@ def main():
     n_pool = sum(w == POOL for got in pool.values() for _, w in got)
     late = [(tid, ts - (first_ts or 0), w) for tid, got in pool.items() for ts, w in sorted(got)[1:]
             if first_ts and ts - first_ts >= LEARN_NS and w != POOL]
-    t.ok(len(pool) >= 3 and not late and n_pool >= 0.9 * n_all,
+    t.ok(len(pool) >= 2 and not late and n_pool >= 0.9 * n_all,
          f"the pool's {len(pool)} threads: {n_pool} of {n_all} samples are the pool's (254); after "
          f"{LEARN_NS / 1e9} s none but a thread's first is not: {late[:8]}")
     wrong = {tid: sum(w == POOL for _, w in got) for tid, got in samples.items()
