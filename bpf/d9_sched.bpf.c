@@ -81,6 +81,13 @@ static __always_inline bool d9_run_stretch_new(struct d9_thread *th, __u64 nv, _
 static __always_inline void d9_switch_in_missed(const struct d9_target_cfg *cfg, struct task_struct *task,
                                                 struct d9_thread *th, __u64 now);
 
+/* Whether th is off the CPU since a switch-out of this recording (one from
+ * an earlier recording of the target says nothing of now). */
+static __always_inline bool d9_off_in_recording(const struct d9_target_cfg *cfg, const struct d9_thread *th)
+{
+        return th->off_ts && th->off_ts >= cfg->since_ts;
+}
+
 /* Remember when a target thread left the CPU ... */
 static __always_inline void d9_switch_out(struct task_struct *prev, __u32 state)
 {
@@ -97,7 +104,7 @@ static __always_inline void d9_switch_out(struct task_struct *prev, __u32 state)
         /* Still off since its last switch-out: its switch-in came with no
          * sched_switch, and d9_sched_resumed did not end the interval
          * either (not loaded). Ended here, late, not overwritten. */
-        if (th->off_ts && th->off_ts >= cfg->since_ts)
+        if (d9_off_in_recording(cfg, th))
                 d9_switch_in_missed(cfg, prev, th, bpf_ktime_get_ns());
         th->off_ts = bpf_ktime_get_ns();
         th->tid = prev->pid;
@@ -472,7 +479,7 @@ static __always_inline bool d9_switch_in(struct task_struct *next, struct d9_tar
          * idle at the attach is parked from there: npm cortex-mcp, idle for
          * the first 4.2 s, 5 % parked, 95 % other): it was preempted,
          * waiting for a CPU; when that began is not known, and it is left. */
-        if (!th->off_ts || th->off_ts < cfg->since_ts) {
+        if (!d9_off_in_recording(cfg, th)) {
                 if (!th->off_ts && th->in_ts >= cfg->since_ts)
                         d9_count_unseen(cfg);
                 th->parked = 0;
@@ -666,8 +673,7 @@ int BPF_PROG(d9_sched_resumed, bool is_switch)
         struct d9_offcpu_pending *p;
         struct d9_thread *th;
 
-        if (cfg && (th = bpf_task_storage_get(&d9_threads, task, 0, 0)) && th->off_ts &&
-            th->off_ts >= cfg->since_ts)
+        if (cfg && (th = bpf_task_storage_get(&d9_threads, task, 0, 0)) && d9_off_in_recording(cfg, th))
                 d9_switch_in_missed(cfg, task, th, bpf_ktime_get_ns());
 
         if (!slot || !(tid = *slot) || tid != (__u32)bpf_get_current_pid_tgid())
@@ -770,7 +776,7 @@ int d9_seed_sleepers(struct bpf_iter__task *ctx)
         if (!cfg || !state || (task->flags & D9_PF_EXITING))
                 return 0;
         th = bpf_task_storage_get(&d9_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-        if (!th || (th->off_ts && th->off_ts >= cfg->since_ts))
+        if (!th || d9_off_in_recording(cfg, th))
                 return 0;
         th->tid = task->pid;
         th->parked = 0;

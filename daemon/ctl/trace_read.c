@@ -97,7 +97,7 @@ static int dir_traces(const char *dir, char ***paths, size_t *n, char *why, size
                 snprintf(why, why_len, "%s: out of memory", dir);
                 return e;
         }
-        qsort(*paths + first, *n - first, sizeof(**paths), path_cmp);
+        d9ctl_trace_paths_sort(*paths + first, *n - first);
         return (int)(*n - first);
 }
 
